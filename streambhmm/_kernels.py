@@ -1,0 +1,142 @@
+"""Compiled kernel for the triple sums (see streambhmm.moments for what they are).
+
+Grouping. phi takes one of K table rows, so triples are ordered by (code of bin t+2,
+code of bin t+1) with two stable counting sorts. Within a run of equal (k3, k2) only
+phi(x_t) varies: it is summed (S*D adds per triple) and one outer product with phi_k2
+is made per run; when the k3 group ends, one outer product with phi_k3 completes its
+contribution to the tensor. The naive einsum costs (S*D)^3 per triple; this costs
+S^2 * (S*D + D^2 * runs/triples), and never more than the per-triple grouped kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def triple_starts(lengths):
+    """First-bin index of every triple that lies inside one sequence."""
+    total = 0
+    for length in lengths:
+        if length > 2:
+            total += length - 2
+    starts = np.empty(total, np.int64)
+    i = 0
+    offset = 0
+    for length in lengths:
+        for t in range(offset, offset + length - 2):
+            starts[i] = t
+            i += 1
+        offset += length
+    return starts
+
+
+@njit(cache=True)
+def _stable_sort_by(items, keys, n_keys):
+    """Stable counting sort of ``items`` by ``keys[items]``."""
+    counts = np.zeros(n_keys + 1, np.int64)
+    for it in items:
+        counts[keys[it] + 1] += 1
+    for k in range(n_keys):
+        counts[k + 1] += counts[k]
+    out = np.empty_like(items)
+    for it in items:
+        k = keys[it]
+        out[counts[k]] = it
+        counts[k] += 1
+    return out
+
+
+@njit(cache=True)
+def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
+                       p12, p13, p23, p123, b_meth, b_cov, inv_cov):
+    """Add the sums over the triples starting at ``starts`` to the output arrays (in place).
+
+    codes (n, S) int32 index table (K, D); pair_cov/pair_meth (K,) give each code's pair.
+    Outputs: p12, p13, p23 (SD, SD); p123 (SD, SD, SD); b_meth, b_cov (S, SD); inv_cov (S,).
+    """
+    n_samples = codes.shape[1]
+    n_codes, dim = table.shape
+    sd = n_samples * dim
+    acc = np.zeros((sd, dim))
+    run_sum = np.zeros(sd)
+    group_sum = np.zeros(sd)
+    group_phi2 = np.zeros(dim)
+    columns = codes.T.copy()  # contiguous per-sample codes for the sort keys
+    for s3 in range(n_samples):
+        k3_of = columns[s3, 2:]  # indexed by triple start t: code of bin t+2
+        for s2 in range(n_samples):
+            k2_of = columns[s2, 1:]
+            order = _stable_sort_by(starts, k2_of, n_codes)
+            order = _stable_sort_by(order, k3_of, n_codes)
+            o3 = s3 * dim
+            o2 = s2 * dim
+            i = 0
+            n = order.size
+            while i < n:
+                k3 = k3_of[order[i]]
+                acc[:, :] = 0.0
+                group_sum[:] = 0.0
+                group_phi2[:] = 0.0
+                group_meth = 0.0
+                group_cov = 0.0
+                while i < n and k3_of[order[i]] == k3:
+                    k2 = k2_of[order[i]]
+                    run_sum[:] = 0.0
+                    count = 0
+                    while i < n and k3_of[order[i]] == k3 and k2_of[order[i]] == k2:
+                        t = order[i]
+                        for s1 in range(n_samples):
+                            k1 = codes[t, s1]
+                            o1 = s1 * dim
+                            for d in range(dim):
+                                run_sum[o1 + d] += table[k1, d]
+                        count += 1
+                        i += 1
+                    for a in range(sd):
+                        r = run_sum[a]
+                        for d in range(dim):
+                            acc[a, d] += r * table[k2, d]
+                    for a in range(sd):
+                        group_sum[a] += run_sum[a]
+                    for d in range(dim):
+                        group_phi2[d] += count * table[k2, d]
+                    group_meth += count * pair_meth[k2]
+                    group_cov += count * pair_cov[k2]
+                    if s3 == 0:
+                        inv_cov[s2] += count / (pair_cov[k2] + 2.0)
+                # close the k3 group: one outer product with phi_k3 per output
+                for a in range(sd):
+                    for b in range(dim):
+                        v = acc[a, b]
+                        for d in range(dim):
+                            p123[a, o2 + b, o3 + d] += v * table[k3, d]
+                for d in range(dim):
+                    phi3 = table[k3, d]
+                    b_meth[s2, o3 + d] += group_meth * phi3
+                    b_cov[s2, o3 + d] += group_cov * phi3
+                    for b in range(dim):
+                        p23[o2 + b, o3 + d] += group_phi2[b] * phi3
+                    if s2 == 0:
+                        for a in range(sd):
+                            p13[a, o3 + d] += group_sum[a] * phi3
+                if s3 == 0:
+                    for a in range(sd):
+                        for b in range(dim):
+                            p12[a, o2 + b] += acc[a, b]
+
+
+@njit(cache=True)
+def feature_sq_norm_13(codes, starts, sq_norm):
+    """sum over triples of |phi(x_t)|^2 |phi(x_t+2)|^2 (sq_norm[k] = |table[k]|^2)."""
+    total = 0.0
+    n_samples = codes.shape[1]
+    for t in starts:
+        a = 0.0
+        c = 0.0
+        for s in range(n_samples):
+            a += sq_norm[codes[t, s]]
+            c += sq_norm[codes[t + 2, s]]
+        total += a * c
+    return total

@@ -1,0 +1,167 @@
+"""Raw moment sums over consecutive triples: the only pass over the data.
+
+For S samples the feature of a bin is F(x) = [phi(x^1); ...; phi(x^S)] (dimension S*D).
+Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the sums
+
+    n_triples     number of triples
+    p12, p13, p23 sum F(x_t) F(x_t+1)^T, sum F(x_t) F(x_t+2)^T, sum F(x_t+1) F(x_t+2)^T
+    p123          sum F(x_t) (x) F(x_t+1) (x) F(x_t+2)
+    b_methylated  row s: sum mu^s(x_t+1) F(x_t+2)   (ratio recovery of methylation levels)
+    b_coverage    row s: sum c^s(x_t+1) F(x_t+2)
+    inv_coverage  entry s: sum 1 / (c^s(x_t+1) + 2)  (the paper's recovery formula)
+    sq_norm_13    sum |F(x_t)|^2 |F(x_t+2)|^2         (sampling-noise scale of p13)
+
+They are sums, not means, so partial sums over chunks, chromosomes or files add up
+exactly (``a + b``); that is what tree reduction, resume and incremental updates use.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from . import _kernels
+from .features import FeatureTable, encode
+from .validation import validate_counts
+
+MOMENTS_FORMAT = "streambhmm-moments"
+MOMENTS_VERSION = 1
+
+_ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage")
+
+
+@dataclass(eq=False)
+class Moments:
+    """Raw triple sums for a Beta-map feature with ``n_bins`` bins per sample."""
+
+    n_samples: int
+    n_bins: int
+    n_triples: int
+    p12: np.ndarray
+    p13: np.ndarray
+    p23: np.ndarray
+    p123: np.ndarray
+    b_methylated: np.ndarray
+    b_coverage: np.ndarray
+    inv_coverage: np.ndarray
+    sq_norm_13: float = 0.0
+
+    @property
+    def dim(self) -> int:
+        """Feature dimension S * D."""
+        return self.n_samples * self.n_bins
+
+    @classmethod
+    def zeros(cls, n_samples: int, n_bins: int) -> "Moments":
+        sd = n_samples * n_bins
+        return cls(
+            n_samples=n_samples,
+            n_bins=n_bins,
+            n_triples=0,
+            p12=np.zeros((sd, sd)),
+            p13=np.zeros((sd, sd)),
+            p23=np.zeros((sd, sd)),
+            p123=np.zeros((sd, sd, sd)),
+            b_methylated=np.zeros((n_samples, sd)),
+            b_coverage=np.zeros((n_samples, sd)),
+            inv_coverage=np.zeros(n_samples),
+        )
+
+    def check_compatible(self, other: "Moments") -> None:
+        if (self.n_samples, self.n_bins) != (other.n_samples, other.n_bins):
+            raise ValueError(
+                "cannot combine moments with different feature settings: "
+                f"(n_samples={self.n_samples}, n_bins={self.n_bins}) vs "
+                f"(n_samples={other.n_samples}, n_bins={other.n_bins})"
+            )
+
+    def __add__(self, other: "Moments") -> "Moments":
+        if not isinstance(other, Moments):
+            return NotImplemented
+        self.check_compatible(other)
+        arrays = {name: getattr(self, name) + getattr(other, name) for name in _ARRAY_FIELDS}
+        return Moments(
+            n_samples=self.n_samples,
+            n_bins=self.n_bins,
+            n_triples=self.n_triples + other.n_triples,
+            sq_norm_13=self.sq_norm_13 + other.sq_norm_13,
+            **arrays,
+        )
+
+    def __radd__(self, other):
+        # lets sum(list_of_moments) start from 0
+        if isinstance(other, int) and other == 0:
+            return self
+        return NotImplemented
+
+    def allclose(self, other: "Moments", rtol: float = 1e-10) -> bool:
+        """Equal up to float rounding, relative to each array's largest entry."""
+        if (self.n_samples, self.n_bins, self.n_triples) != (other.n_samples, other.n_bins, other.n_triples):
+            return False
+        for name in _ARRAY_FIELDS + ("sq_norm_13",):
+            a, b = np.asarray(getattr(self, name)), np.asarray(getattr(other, name))
+            scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-300)
+            if a.shape != b.shape or np.abs(a - b).max(initial=0.0) > rtol * scale:
+                return False
+        return True
+
+    def to_dict(self) -> dict:
+        """Plain dict of the fields (arrays and scalars)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def save(self, path) -> None:
+        """Write to ``path`` (.npz) atomically: a temporary file renamed into place."""
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, format=MOMENTS_FORMAT, version=MOMENTS_VERSION, **self.to_dict())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path) -> "Moments":
+        with np.load(path, allow_pickle=False) as data:
+            if "format" not in data or str(data["format"]) != MOMENTS_FORMAT:
+                raise ValueError(f"{path}: not a streambhmm moments file")
+            version = int(data["version"])
+            if version > MOMENTS_VERSION:
+                raise ValueError(
+                    f"{path}: moments format version {version} is newer than this "
+                    f"streambhmm supports ({MOMENTS_VERSION}); upgrade streambhmm"
+                )
+            values = {f.name: data[f.name] for f in fields(cls)}
+        for name in ("n_samples", "n_bins", "n_triples"):
+            values[name] = int(values[name])
+        values["sq_norm_13"] = float(values["sq_norm_13"])
+        return cls(**values)
+
+
+def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moments:
+    """Triple sums of encoded bins; no triple crosses a boundary given by ``lengths``."""
+    n_samples = features.codes.shape[1]
+    out = Moments.zeros(n_samples, features.n_bins)
+    starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
+    if starts.size == 0:
+        return out
+    _kernels.accumulate_triples(
+        features.codes, starts, features.table,
+        features.coverage.astype(np.float64), features.methylated.astype(np.float64),
+        out.p12, out.p13, out.p23, out.p123, out.b_methylated, out.b_coverage, out.inv_coverage,
+    )
+    sq_norm = np.einsum("kd,kd->k", features.table, features.table)
+    out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
+    out.n_triples = int(starts.size)
+    return out
+
+
+def compute_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Moments:
+    """Validate counts of shape (n,) or (n, S) and return their :class:`Moments`."""
+    mu, cov, lengths = validate_counts(methylated, coverage, lengths)
+    return moments_from_features(encode(mu, cov, n_bins), lengths)

@@ -1,0 +1,14 @@
+import numpy as np
+import pytest
+
+from streambhmm.simulate import model
+
+# Four well-separated states, two samples, a sticky chain.
+WELL_SEPARATED = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])
+STICKY = np.full((4, 4), 0.1 / 3) + np.eye(4) * (0.9 - 0.1 / 3)
+STATE_DEPENDENT_COVERAGE = np.array([[60, 60], [12, 12], [16, 16], [20, 20]])
+
+
+@pytest.fixture
+def four_state_model():
+    return model(WELL_SEPARATED, STICKY)

@@ -1,0 +1,78 @@
+import numpy as np
+import pytest
+
+from streambhmm import (SpectralBinomialHMM, compute_moments, matched_error, paper_model,
+                        population_moments, simulate)
+from streambhmm.simulate import model
+
+from .conftest import STATE_DEPENDENT_COVERAGE, STICKY, WELL_SEPARATED
+
+
+def errors(truth, est):
+    return matched_error(truth.methylation, est.methylation_, truth.transmat, est.transmat_,
+                         truth.startprob, est.startprob_)
+
+
+@pytest.mark.parametrize("coverage", [20.0, STATE_DEPENDENT_COVERAGE], ids=["constant", "state-dependent"])
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_population_moments_return_the_parameters(coverage, n_samples):
+    truth = model(WELL_SEPARATED[:, :n_samples], STICKY)
+    cov = coverage if np.ndim(coverage) == 0 else coverage[:, :n_samples]
+    est = SpectralBinomialHMM(4, random_state=0).fit_moments(population_moments(truth, coverage=cov))
+    err = errors(truth, est)
+    assert np.abs(truth.methylation - est.methylation_[err.permutation]).max() < 1e-3
+    assert np.abs(truth.transmat - est.transmat_[np.ix_(err.permutation, err.permutation)]).max() < 1e-3
+    assert np.abs(truth.startprob - est.startprob_[err.permutation]).max() < 1e-3
+
+
+def test_population_moments_of_the_paper_protocol():
+    for seed in range(5):
+        truth = paper_model(seed)
+        est = SpectralBinomialHMM(4, random_state=0).fit_moments(population_moments(truth, coverage=50.0))
+        err = errors(truth, est)
+        assert err.methylation_error < 4e-3 and err.transmat_error < 4e-3, seed
+
+
+def test_paper_formula_is_biased_by_state_dependent_coverage():
+    truth = model(WELL_SEPARATED, STICKY)
+    pop = population_moments(truth, coverage=20.0)
+    pop_dep = population_moments(truth, coverage=STATE_DEPENDENT_COVERAGE)
+    paper = SpectralBinomialHMM(4, random_state=0, methylation_recovery="paper")
+    assert errors(truth, paper.fit_moments(pop)).methylation_error < 0.01  # midpoint-rule bias only
+    assert errors(truth, paper.fit_moments(pop_dep)).methylation_error > 0.05
+
+
+@pytest.mark.parametrize(
+    "coverage,limit",
+    [(20.0, 0.02), (STATE_DEPENDENT_COVERAGE, 0.03)],
+    ids=["coverage-20", "state-dependent-coverage"],
+)
+def test_synthetic_recovery_at_genome_scale(four_state_model, coverage, limit):
+    """~1.5e6 bins, 4 well-separated states, 2 samples, 3 sequences (acceptance test)."""
+    sim = simulate(four_state_model, [500_000, 450_000, 550_000], coverage=coverage, random_state=11)
+    est = SpectralBinomialHMM(4, random_state=0).fit(sim.methylated, sim.coverage, lengths=sim.lengths)
+    err = errors(four_state_model, est)
+    assert err.methylation_error <= limit
+    assert err.transmat_error <= 0.02
+    np.testing.assert_allclose(est.transmat_.sum(axis=1), 1.0, rtol=1e-12)
+    assert est.startprob_.sum() == pytest.approx(1.0)
+    assert est.methylation_.shape == (4, 2)
+
+
+def test_same_seed_same_model_and_fit_moments_equals_fit(four_state_model):
+    sim = simulate(four_state_model, [30_000, 30_000], coverage=20, random_state=5)
+    a = SpectralBinomialHMM(4, random_state=7).fit(sim.methylated, sim.coverage, sim.lengths)
+    b = SpectralBinomialHMM(4, random_state=7).fit(sim.methylated, sim.coverage, sim.lengths)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths)
+    c = SpectralBinomialHMM(4, random_state=7).fit_moments(mom)
+    for attr in ("methylation_", "transmat_", "startprob_", "observation_"):
+        np.testing.assert_array_equal(getattr(a, attr), getattr(b, attr))
+        np.testing.assert_array_equal(getattr(a, attr), getattr(c, attr))
+
+
+def test_seed_changes_the_restarts_not_the_answer(four_state_model):
+    sim = simulate(four_state_model, [100_000], coverage=20, random_state=6)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths)
+    fits = [SpectralBinomialHMM(4, random_state=s).fit_moments(mom) for s in (1, 2)]
+    err = matched_error(fits[0].methylation_, fits[1].methylation_)
+    assert err.methylation_error < 1e-6
