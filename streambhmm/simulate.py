@@ -62,17 +62,19 @@ def model(methylation, transmat, startprob=None) -> Model:
     return Model(methylation=p, transmat=a, startprob=start)
 
 
-def paper_model(random_state=None, n_components: int = 4) -> Model:
+def paper_model(random_state=None, n_components: int = 4, self_transition: float = 0.2) -> Model:
     """The paper's synthetic protocol (section 5.1) for one sample.
 
-    p_1, p_2 ~ U[0, 0.3], p_3, p_4 ~ U[0.7, 1]; T = 0.2 I + 0.8 U with U's columns
-    normalized (the paper's column-stochastic T, transposed here); start ~ normalized U[0, 1].
+    p_1, p_2 ~ U[0, 0.3], p_3, p_4 ~ U[0.7, 1]; T = a I + (1 - a) U with U's columns
+    normalized and a = ``self_transition`` (the paper: 0.2). T is the paper's
+    column-stochastic matrix, transposed here; start ~ normalized U[0, 1].
     """
     rng = np.random.default_rng(random_state)
     half = n_components // 2
     p = np.concatenate([rng.uniform(0.0, 0.3, half), rng.uniform(0.7, 1.0, n_components - half)])
     u = rng.uniform(0.0, 1.0, (n_components, n_components))
-    column_stochastic = 0.2 * np.eye(n_components) + 0.8 * u / u.sum(axis=0, keepdims=True)
+    column_stochastic = (self_transition * np.eye(n_components)
+                         + (1.0 - self_transition) * u / u.sum(axis=0, keepdims=True))
     start = rng.uniform(0.0, 1.0, n_components)
     return Model(methylation=p[:, None], transmat=column_stochastic.T.copy(), startprob=start / start.sum())
 
