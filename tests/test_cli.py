@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_demo_recovers_states():
-    result = CliRunner().invoke(main, ["demo", "--n-bins-genome", "150000", "--seed", "1"])
+    result = CliRunner().invoke(main, ["demo", "--bins-per-chromosome", "30000", "--seed", "1"])
     assert result.exit_code == 0, result.output
     err = float(re.search(r"methylation error \(sum \|p - p_hat\|\): ([0-9.]+)", result.output).group(1))
     assert err < 0.05

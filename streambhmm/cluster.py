@@ -1,0 +1,48 @@
+"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+
+SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
+
+
+def scheduler_address(scheduler: str | None) -> str | None:
+    """The --scheduler value, else $STREAMBHMM_SCHEDULER, else None (embedded cluster)."""
+    return scheduler or os.environ.get(SCHEDULER_ENV) or None
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None = None, n_workers: int | None = None):
+    """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
+    to a LocalCluster of one single-threaded worker process per core."""
+    from distributed import Client, LocalCluster
+
+    address = scheduler_address(scheduler)
+    if address:
+        with Client(address, timeout="30s") as client:
+            yield client
+        return
+    workers = n_workers or os.cpu_count() or 1
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def show_progress(quiet: bool) -> bool:
+    return not quiet and sys.stdout.isatty()
+
+
+def compute(client, delayed, quiet: bool = False):
+    """Compute one delayed value on ``client``, with a progress bar on a terminal."""
+    future = client.compute(delayed)
+    if show_progress(quiet):
+        from distributed import progress
+
+        progress(future)
+        print(file=sys.stdout, flush=True)
+    return future.result()

@@ -1,0 +1,60 @@
+"""The JSON model file: exactly the documented keys, written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import __version__
+
+MODEL_FORMAT = "streambhmm-model"
+MODEL_VERSION = 1
+MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
+              "startprob", "feature", "n_triples", "chromosomes", "created_by")
+
+
+def model_to_dict(est, samples, chromosomes, method: str = "ftd") -> dict:
+    """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1)."""
+    return {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "method": method,
+        "n_states": int(est.n_components),
+        "samples": list(samples),
+        "methylation": est.methylation_.tolist(),
+        "transmat": est.transmat_.tolist(),
+        "startprob": est.startprob_.tolist(),
+        "feature": {"kind": "beta", "n_bins": int(est.n_bins)},
+        "n_triples": int(est.n_triples_),
+        "chromosomes": list(chromosomes),
+        "created_by": f"streambhmm {__version__}",
+    }
+
+
+def write_json(path, document: dict) -> None:
+    """Write JSON to a temporary file beside ``path`` and rename it into place."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(document, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_model(path) -> dict:
+    with open(path) as fh:
+        document = json.load(fh)
+    if document.get("format") != MODEL_FORMAT:
+        raise ValueError(f"{path}: not a streambhmm model (format {document.get('format')!r})")
+    if int(document.get("version", 0)) > MODEL_VERSION:
+        raise ValueError(f"{path}: model version {document['version']} is newer than this streambhmm supports")
+    missing = [k for k in MODEL_KEYS if k not in document]
+    if missing:
+        raise ValueError(f"{path}: model lacks {', '.join(missing)}")
+    return document

@@ -1,0 +1,113 @@
+"""Moments of a counts store on Dask: one task per chunk, then a tree reduction.
+
+Each chromosome is one sequence of the bins where some selected sample has coverage.
+The task for chunk i sums the triples whose last bin lies in chunk i, so it needs the
+last two kept bins before the chunk (the halo). The halo is passed along the chromosome
+by a chain of tiny tasks (``chunk_tail``); it never crosses into another chromosome.
+The partial sums are added in a tree with fan-in ``split_every``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+from .features import encode
+from .moments import Moments, moments_from_features
+from .store import CountsStore
+
+DEFAULT_SPLIT_EVERY = 8
+
+
+def _kept(methylated: np.ndarray, coverage: np.ndarray):
+    """Rows where some sample has coverage, as int64."""
+    keep = coverage.sum(axis=1) > 0
+    return methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+
+
+def chunk_tail(previous, methylated, coverage):
+    """The last two kept bins up to the end of this chunk: the next chunk's halo."""
+    meth, cov = _kept(methylated, coverage)
+    return np.concatenate([previous[0], meth])[-2:], np.concatenate([previous[1], cov])[-2:]
+
+
+def chunk_partial(halo, methylated, coverage, n_bins: int) -> Moments:
+    """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
+    meth, cov = _kept(methylated, coverage)
+    meth = np.concatenate([halo[0], meth])
+    cov = np.concatenate([halo[1], cov])
+    n_samples = methylated.shape[1]
+    if meth.shape[0] < 3:
+        return Moments.zeros(n_samples, n_bins)
+    return moments_from_features(encode(meth, cov, n_bins), np.array([meth.shape[0]]))
+
+
+def add_moments(*parts: Moments) -> Moments:
+    return sum(parts[1:], parts[0])
+
+
+def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Balanced tree of delayed additions with fan-in ``split_every``."""
+    if split_every < 2:
+        raise ValueError(f"split_every must be >= 2, got {split_every}")
+    level = list(items)
+    while len(level) > 1:
+        level = [dask.delayed(add_moments, pure=True)(*level[i:i + split_every])
+                 for i in range(0, len(level), split_every)]
+    return level[0]
+
+
+@dataclass(frozen=True)
+class MomentsGraph:
+    total: object  # dask Delayed -> Moments
+    samples: list[str]
+    chromosomes: list[str]
+    n_chunks: int
+
+
+def select_samples(store: CountsStore, samples=None) -> list[str]:
+    if not samples:
+        return store.samples
+    unknown = [s for s in samples if s not in store.samples]
+    if unknown:
+        raise ValueError(f"unknown sample(s) {', '.join(unknown)}; the store has {', '.join(store.samples)}")
+    if len(set(samples)) != len(samples):
+        raise ValueError(f"sample listed twice in {','.join(samples)}")
+    return list(samples)
+
+
+def moments_graph(store: CountsStore, samples=None, n_bins: int = 30,
+                  split_every: int = DEFAULT_SPLIT_EVERY) -> MomentsGraph:
+    """Build (without computing) the graph of the store's moments."""
+    samples = select_samples(store, samples)
+    empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
+    partials = []
+    for chrom in store.chromosomes:
+        ds = store.dataset(chrom).sel(sample=samples)
+        meth_blocks = ds.methylated.data.to_delayed()[:, 0]
+        cov_blocks = ds.coverage.data.to_delayed()[:, 0]
+        halo = empty
+        for meth, cov in zip(meth_blocks, cov_blocks):
+            partials.append(dask.delayed(chunk_partial, pure=True)(halo, meth, cov, n_bins))
+            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+    if not partials:
+        total = dask.delayed(Moments.zeros)(len(samples), n_bins)
+    else:
+        total = tree_sum(partials, split_every)
+    return MomentsGraph(total=total, samples=samples, chromosomes=store.chromosomes, n_chunks=len(partials))
+
+
+def load_counts(store: CountsStore, samples=None):
+    """All kept bins of the store in memory: (methylated, coverage, lengths), one length
+    per chromosome. For in-memory use and tests only; it loads the whole genome."""
+    samples = select_samples(store, samples)
+    meth, cov, lengths = [], [], []
+    for chrom in store.chromosomes:
+        ds = store.dataset(chrom).sel(sample=samples)
+        m, c = _kept(ds.methylated.values, ds.coverage.values)
+        meth.append(m)
+        cov.append(c)
+        lengths.append(m.shape[0])
+    return np.concatenate(meth), np.concatenate(cov), np.array(lengths, dtype=np.int64)
