@@ -28,7 +28,7 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None):
         return
     workers = n_workers or os.cpu_count() or 1
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=logging.ERROR) as cluster, \
+                      dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
 

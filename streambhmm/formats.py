@@ -208,9 +208,7 @@ def detect_format(path) -> str:
         raise FormatError(path, None, None, "the file is empty (no data lines)")
     fmt = _guess(lines)
     if fmt is None:
-        first = _header_lines(lines) + 1
-        raise FormatError(path, first, lines[first - 1],
-                          f"unknown format (none of {', '.join(FORMATS)}); pass --format")
+        raise FormatError(path, 1, lines[0], f"unknown format (none of {', '.join(FORMATS)}); pass --format")
     return fmt
 
 

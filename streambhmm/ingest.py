@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .formats import detect_common_format, read_rows
+from .formats import FORMATS, detect_common_format, read_rows
 from .store import (COUNTS_FORMAT, COUNTS_VERSION, DEFAULT_CHUNK_SIZE, StoreError, finalize, locked,
                     open_store, read_chromosome, replace_store, staging_path, write_chromosome)
 
@@ -154,7 +154,8 @@ def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance
     for f in files:
         report.n_rows += _bin_file(f, fmt, context, bin_size, spill, chrom_files)
     if not chrom_files:
-        raise ValueError(f"no rows with coverage{'' if context == 'all' else f' in context {context}'} "
+        filtered = FORMATS[fmt].has_context and context != "all"
+        raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
                          f"in {', '.join(map(str, files))}; nothing to ingest")
     samples = existing.samples if existing is not None else []
     column = samples.index(sample) if sample in samples else len(samples)

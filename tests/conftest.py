@@ -12,3 +12,17 @@ STATE_DEPENDENT_COVERAGE = np.array([[60, 60], [12, 12], [16, 16], [20, 20]])
 @pytest.fixture
 def four_state_model():
     return model(WELL_SEPARATED, STICKY)
+
+
+@pytest.fixture(scope="session")
+def dask_clients():
+    """Real distributed schedulers: LocalClusters of 1 and 2 single-threaded worker processes."""
+    from distributed import Client, LocalCluster
+
+    clusters = [LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+                for n in (1, 2)]
+    clients = [Client(c) for c in clusters]
+    yield clients
+    for client, cluster in zip(clients, clusters):
+        client.close()
+        cluster.close()

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streambhmm.moments import compute_moments
+from streambhmm.pipeline import chunk_partial, load_counts, moments_graph
+from streambhmm.simulate import simulate
+from streambhmm.store import open_store, write_chromosome, finalize
+
+
+def synthetic_store(path, model, chrom_lengths, chunk_size, seed=0, gap_fraction=0.2):
+    """A counts store of simulated chromosomes; sample 1 misses some bins and sample 0
+    others, so sample subsets drop different bins."""
+    rng = np.random.default_rng(seed)
+    sim = simulate(model, chrom_lengths, coverage=[[20, 10]] * model.n_components, random_state=rng)
+    meth, cov = sim.methylated.copy(), sim.coverage.copy()
+    for s in range(2):
+        gone = rng.random(cov.shape[0]) < gap_fraction
+        meth[gone, s] = cov[gone, s] = 0
+    attrs = {"format": "streambhmm-counts", "format_version": 1, "bin_size": 100, "chunk_size": chunk_size,
+             "tool_version": "test", "samples": {"A": {}, "B": {}}}
+    chroms, offset = [], 0
+    for i, length in enumerate(chrom_lengths):
+        m, c = meth[offset:offset + length], cov[offset:offset + length]
+        keep = c.sum(axis=1) > 0
+        if keep.any():
+            write_chromosome(path, f"chr{i + 1}", np.flatnonzero(keep) * 100, m[keep], c[keep],
+                             ["A", "B"], chunk_size, attrs)
+            chroms.append(f"chr{i + 1}")
+        offset += length
+    finalize(path, {**attrs, "chromosomes": chroms})
+    return open_store(path)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 64, 10_000])
+def test_store_moments_equal_in_memory_moments(tmp_path, four_state_model, dask_clients, chunk_size):
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [40, 2, 1, 25, 3], chunk_size)
+    meth, cov, lengths = load_counts(store)
+    expected = compute_moments(meth, cov, lengths)
+    for client, split_every in ((dask_clients[0], 2), (dask_clients[1], 3), (dask_clients[1], 8)):
+        got = client.compute(moments_graph(store, split_every=split_every).total).result()
+        assert got.n_triples == expected.n_triples == sum(max(n - 2, 0) for n in lengths)
+        assert got.allclose(expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5])
+@pytest.mark.parametrize("samples", [["B"], ["B", "A"]])
+def test_sample_subsets_skip_bins_without_their_coverage(tmp_path, four_state_model, dask_clients, chunk_size,
+                                                         samples):
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [60, 30], chunk_size, gap_fraction=0.4)
+    meth, cov, lengths = load_counts(store, samples)
+    assert (cov.sum(axis=1) > 0).all() and meth.shape[1] == len(samples)
+    got = dask_clients[1].compute(moments_graph(store, samples).total).result()
+    assert got.allclose(compute_moments(meth, cov, lengths), rtol=1e-10)
+
+
+def test_result_does_not_depend_on_chunk_size_or_workers(tmp_path, four_state_model, dask_clients):
+    totals = []
+    for chunk_size in (97, 1000):
+        store = synthetic_store(tmp_path / f"s{chunk_size}.zarr", four_state_model, [3000, 1500], chunk_size)
+        for client in dask_clients:
+            totals.append(client.compute(moments_graph(store).total).result())
+    for other in totals[1:]:
+        assert other.allclose(totals[0], rtol=1e-12)
+    # the same graph computed twice is bitwise reproducible
+    again = dask_clients[1].compute(moments_graph(store).total).result()
+    np.testing.assert_array_equal(again.p123, totals[-1].p123)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=4), chunk_size=st.integers(2, 25),
+       split_every=st.integers(2, 5), seed=st.integers(0, 1000))
+def test_any_chunking_property(tmp_path_factory, four_state_model, dask_clients, lengths, chunk_size, split_every,
+                               seed):
+    store = synthetic_store(tmp_path_factory.mktemp("p") / "s.zarr", four_state_model, lengths, chunk_size, seed)
+    meth, cov, lens = load_counts(store)
+    got = dask_clients[seed % 2].compute(moments_graph(store, split_every=split_every).total).result()
+    assert got.allclose(compute_moments(meth, cov, lens), rtol=1e-10)
+
+
+def test_chunk_partial_counts_only_triples_ending_in_the_chunk():
+    meth = np.array([[1], [2], [0], [3]])
+    cov = np.array([[4], [4], [0], [5]])  # the zero-coverage row is skipped
+    halo = (np.array([[0], [1]]), np.array([[2], [2]]))
+    part = chunk_partial(halo, meth, cov, 5)
+    assert part.n_triples == 3  # halo(2) + 3 kept rows -> 5 rows -> 3 triples
+    whole = compute_moments(np.array([0, 1, 1, 2, 3]), np.array([2, 2, 4, 4, 5]), n_bins=5)
+    assert part.allclose(whole)
+
+
+def test_unknown_sample_is_named(tmp_path, four_state_model):
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [50], 10)
+    with pytest.raises(ValueError, match="unknown sample.* C; the store has A, B"):
+        moments_graph(store, ["A", "C"])
