@@ -162,7 +162,7 @@ def _header_lines(lines: list[str]) -> int:
         fields = line.split()
         if line.startswith(("track", "browser", "#")):
             n += 1
-        elif fields and len(fields) > 1 and not _is_int(fields[1]) and n == 0:
+        elif n == 0 and fields and fields[0].lower() in ("chrom", "chr", "chromosome"):
             n += 1  # a line of column names (tsv, methylpy allc)
         else:
             break

@@ -37,5 +37,5 @@ def test_spectrum_error_when_data_hold_fewer_states():
     SpectralBinomialHMM(2, random_state=0).fit_moments(mom)  # supported
     with pytest.raises(SpectrumError, match=r"do not support 4 states(.|\n)*singular values of P13: \[") as info:
         SpectralBinomialHMM(4, random_state=0).fit_moments(mom)
-    assert "noise scale" in str(info.value)
+    assert "noise level" in str(info.value)
     assert isinstance(info.value, ValueError)
