@@ -11,7 +11,7 @@ import click
 import numpy as np
 
 from . import __version__
-from .cluster import SCHEDULER_ENV, compute, dask_client
+from .cluster import SCHEDULER_ENV, clear_status, compute, dask_client, status_line
 from .formats import CONTEXTS, FORMATS
 from .model import SpectralBinomialHMM
 from .store import StoreError, open_store
@@ -33,7 +33,7 @@ def user_errors(fn):
 scheduler_option = click.option(
     "--scheduler", default=None, metavar="ADDRESS",
     help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 
 
 def format_states(methylation, startprob, samples, transmat=None) -> str:
@@ -66,14 +66,18 @@ def main():
 @click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
               help="Cytosine context kept, where the format carries one.")
 @click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: the store's, else 1000000).")
+@quiet_option
 @user_errors
-def ingest(files, sample, store, fmt, bin_size, context, chunk_size):
+def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet):
     """Add FILES (replicates of one sample) to a counts store."""
     from .ingest import ingest as run_ingest
 
     start = time.perf_counter()
-    report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, echo=click.echo)
+    try:
+        report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
+                            chunk_size=chunk_size, echo=click.echo, progress=status_line(quiet))
+    finally:
+        clear_status(quiet)
     if not report.unchanged:
         click.echo(f"sample {sample}: {report.n_rows:,} rows from {len(files)} {report.format} file(s) -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "

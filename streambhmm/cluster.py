@@ -37,6 +37,23 @@ def show_progress(quiet: bool) -> bool:
     return not quiet and sys.stdout.isatty()
 
 
+def status_line(quiet: bool):
+    """A callback that keeps one status line updated on a terminal (else does nothing)."""
+    if not show_progress(quiet):
+        return lambda message: None
+
+    def update(message: str) -> None:
+        sys.stdout.write("\r\033[K" + message[:150])
+        sys.stdout.flush()
+    return update
+
+
+def clear_status(quiet: bool) -> None:
+    if show_progress(quiet):
+        sys.stdout.write("\r\033[K")
+        sys.stdout.flush()
+
+
 def compute(client, delayed, quiet: bool = False):
     """Compute one delayed value on ``client``, with a progress bar on a terminal."""
     future = client.compute(delayed)

@@ -52,7 +52,7 @@ def _reduce_bins(bins: np.ndarray, meth: np.ndarray, cov: np.ndarray):
     return bins[starts], np.add.reduceat(meth, starts), np.add.reduceat(cov, starts)
 
 
-def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict) -> int:
+def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict, progress) -> int:
     """Bin one file; each completed chromosome is saved to ``spill``. Returns rows read."""
     current, parts, n_rows = None, [], 0
 
@@ -70,6 +70,7 @@ def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict) -> i
             current, parts = rows.chrom, []
         parts.append(_reduce_bins(rows.pos0 // bin_size, rows.methylated, rows.coverage))
         n_rows += rows.pos0.size
+        progress(f"{Path(path).name}: {n_rows:,} rows, at {rows.chrom}:{int(rows.pos0[-1]) + 1:,}")
     flush()
     return n_rows
 
@@ -102,8 +103,12 @@ def _merge_into(old_position, old_meth, old_cov, column: int, new_position, new_
 
 
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
-           chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None) -> IngestReport:
-    """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``."""
+           chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
+           progress: Callable[[str], None] = lambda message: None) -> IngestReport:
+    """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
+
+    ``echo`` receives messages for the user; ``progress`` receives frequent status lines.
+    """
     files = [Path(f) for f in files]
     if not files:
         raise ValueError("no input files")
@@ -137,7 +142,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         try:
             spill.mkdir()
             _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing,
-                           staged, spill, report)
+                           staged, spill, report, progress)
             replace_store(staged, store)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
@@ -148,11 +153,11 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
 
 
 def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing, root: Path,
-                   spill: Path, report: IngestReport) -> None:
+                   spill: Path, report: IngestReport, progress) -> None:
     """Write the complete new store at ``root`` (a staging path)."""
     chrom_files: dict[str, list[Path]] = {}
     for f in files:
-        report.n_rows += _bin_file(f, fmt, context, bin_size, spill, chrom_files)
+        report.n_rows += _bin_file(f, fmt, context, bin_size, spill, chrom_files, progress)
     if not chrom_files:
         filtered = FORMATS[fmt].has_context and context != "all"
         raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
@@ -180,6 +185,7 @@ def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance
         else:
             bins = meth = cov = np.zeros(0, np.int64)
         position, m, c = _merge_into(old[0], old[1], old[2], column, bins * bin_size, meth, cov)
+        progress(f"writing {chrom}: {position.size:,} bins")
         if position.size:
             write_chromosome(root, chrom, position, m, c, samples, chunk_size,
                              {**attrs, "chromosome": chrom})
