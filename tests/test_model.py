@@ -76,3 +76,22 @@ def test_seed_changes_the_restarts_not_the_answer(four_state_model):
     fits = [SpectralBinomialHMM(4, random_state=s).fit_moments(mom) for s in (1, 2)]
     err = matched_error(fits[0].methylation_, fits[1].methylation_)
     assert err.methylation_error < 1e-6
+
+
+def test_recovers_a_chain_sampled_by_hmmlearn():
+    """Cross-check with independent code: hmmlearn's MultinomialHMM with n_trials = coverage
+    is the single-sample Binomial HMM; data it samples must be fitted by ours."""
+    import warnings
+
+    from hmmlearn.hmm import MultinomialHMM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hmmlearn's notice about its MultinomialHMM semantics
+        ref = MultinomialHMM(n_components=3, n_trials=20, random_state=0)
+        ref.startprob_ = np.array([0.4, 0.3, 0.3])
+        ref.transmat_ = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1], [0.05, 0.15, 0.8]])
+        ref.emissionprob_ = np.array([[0.1, 0.9], [0.5, 0.5], [0.85, 0.15]])
+        x, _ = ref.sample(100_000, random_state=1)
+    est = SpectralBinomialHMM(3, random_state=0).fit(x[:, 0], x.sum(axis=1))
+    err = matched_error(ref.emissionprob_[:, :1], est.methylation_, ref.transmat_, est.transmat_)
+    assert err.methylation_error < 0.01 and err.transmat_error < 0.02
