@@ -48,20 +48,26 @@ def add_moments(*parts: Moments) -> Moments:
     return sum(parts[1:], parts[0])
 
 
-def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
-    """Balanced tree of delayed additions with fan-in ``split_every``."""
+def tree_reduce(items: list, combine, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Combine ``items`` in a fixed tree with fan-in ``split_every`` (the same tree for
+    delayed and in-memory values, so totals agree bitwise)."""
     if split_every < 2:
         raise ValueError(f"split_every must be >= 2, got {split_every}")
     level = list(items)
     while len(level) > 1:
-        level = [dask.delayed(add_moments, pure=True)(*level[i:i + split_every])
-                 for i in range(0, len(level), split_every)]
+        level = [combine(*level[i:i + split_every]) for i in range(0, len(level), split_every)]
     return level[0]
+
+
+def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Balanced tree of delayed additions of Moments."""
+    return tree_reduce(items, dask.delayed(add_moments, pure=True), split_every)
 
 
 @dataclass(frozen=True)
 class MomentsGraph:
     total: object  # dask Delayed -> Moments
+    partials: list  # dask Delayed -> Moments, one per chunk, in summation order
     samples: list[str]
     chromosomes: list[str]
     n_chunks: int
@@ -96,7 +102,8 @@ def moments_graph(store: CountsStore, samples=None, n_bins: int = 30,
         total = dask.delayed(Moments.zeros)(len(samples), n_bins)
     else:
         total = tree_sum(partials, split_every)
-    return MomentsGraph(total=total, samples=samples, chromosomes=store.chromosomes, n_chunks=len(partials))
+    return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=store.chromosomes,
+                        n_chunks=len(partials))
 
 
 def load_counts(store: CountsStore, samples=None):

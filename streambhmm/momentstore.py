@@ -1,0 +1,322 @@
+"""Persisted moment stores: per-chunk partial sums keyed by content, so a pass is never paid twice.
+
+    MOMENTS/zarr.json          Zarr group; attributes: format, version, feature, samples
+    MOMENTS/manifest.json      the plan (chromosome, chunk, digest, n_triples, sha256 per
+                               partial, in summation order) and whether it is complete
+    MOMENTS/partials/<chrom>/<chunk>-<digest>/   one Zarr group per partial (raw sums)
+
+A partial's digest covers the counts it sums (its chunk's kept bins and the two-bin halo
+before them) and the feature settings. A chunk task first computes its digest; if a
+verified partial with that digest exists it is reused, otherwise the partial is computed
+and written atomically (temporary directory, then rename) as soon as it is done. Resuming
+a killed run and updating after an ingest are therefore the same operation: only
+partials whose digest is new are computed. Partials no longer in the plan are dropped.
+Totals are summed in plan order with a fixed tree, so they are bitwise reproducible.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import dask
+import numpy as np
+import zarr
+
+from . import __version__
+from .modelio import write_json
+from .moments import _ARRAY_FIELDS, Moments
+from .pipeline import (DEFAULT_SPLIT_EVERY, _kept, add_moments, chunk_partial, chunk_tail, select_samples,
+                       tree_reduce)
+from .store import CountsStore, locked
+
+MOMENT_STORE_FORMAT = "streambhmm-moment-store"
+MOMENT_STORE_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+class MomentStoreError(ValueError):
+    """A moment store that is incomplete, corrupted, incompatible or too new."""
+
+
+def feature_settings(n_bins: int, samples) -> dict:
+    return {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples)}
+
+
+def moments_sha256(moments: Moments) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{moments.n_samples},{moments.n_bins},{moments.n_triples},{moments.sq_norm_13!r}".encode())
+    for name in _ARRAY_FIELDS:
+        digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
+def chunk_digest(halo, meth: np.ndarray, cov: np.ndarray, settings: dict) -> str:
+    """Digest of exactly what a chunk's partial depends on."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for arr in (halo[0], halo[1], meth, cov):
+        digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
+    return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
+
+
+def write_partial(path: Path, moments: Moments, attrs: dict) -> None:
+    """Write a partial as a Zarr group at a temporary path and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
+    group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+    for name in _ARRAY_FIELDS:
+        data = np.asarray(getattr(moments, name), dtype=np.float64)
+        group.create_array(name, data=data, chunks=data.shape or None)
+    group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
+                        "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
+                        "sha256": moments_sha256(moments)})
+    try:
+        os.rename(tmp, path)
+    except OSError:  # another attempt of the same task got there first: same content
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_partial(path: Path, expected_sha256: str | None = None) -> Moments:
+    """Read and verify one partial; any damage raises MomentStoreError naming it."""
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        attrs = dict(group.attrs)
+        arrays = {name: group[name][...] for name in _ARRAY_FIELDS}
+        moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
+                          n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]), **arrays)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is damage to report
+        raise MomentStoreError(f"partial {path} is unreadable or truncated ({type(exc).__name__}: {exc})") from None
+    actual = moments_sha256(moments)
+    if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
+        raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
+    return moments
+
+
+def persisted_partial(halo, meth, cov, n_bins: int, settings: dict, root: str, chrom: str, chunk: int) -> dict:
+    """Chunk task: reuse the partial with this chunk's digest, or compute and write it."""
+    kept_meth, kept_cov = _kept(meth, cov)
+    digest = chunk_digest(halo, kept_meth, kept_cov, settings)
+    rel = partial_relpath(chrom, chunk, digest)
+    path = Path(root) / rel
+    reused = False
+    if path.exists():
+        try:
+            moments = read_partial(path)
+            reused = True
+        except MomentStoreError:
+            shutil.rmtree(path, ignore_errors=True)  # damaged: compute it again
+    if not reused:
+        moments = chunk_partial(halo, meth, cov, n_bins)
+        write_partial(path, moments, {"chromosome": chrom, "chunk": chunk, "digest": digest})
+    return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
+            "n_triples": moments.n_triples, "sha256": moments_sha256(moments), "reused": reused}
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    computed: int
+    reused: int
+    dropped: int
+    chromosomes: list[str]
+    samples: list[str]
+
+
+def _open_or_create(root: Path, settings: dict, source: dict) -> None:
+    """Check an existing moment store against ``settings``, or create one. A new store is
+    created whole (Zarr root and an empty, incomplete manifest) and renamed into place, so
+    a killed run always leaves a moment store that the next run can resume."""
+    if (root / MANIFEST).exists():
+        manifest = read_manifest(root)
+        have = {**manifest["feature"], "samples": manifest["samples"]}
+        if have != settings:
+            raise MomentStoreError(
+                f"{root}: mismatched feature settings: the moment store has n_bins={have['n_bins']}, "
+                f"samples {','.join(have['samples'])}; this run asks for n_bins={settings['n_bins']}, "
+                f"samples {','.join(settings['samples'])}. Use another --output."
+            )
+        return
+    if root.exists() and any(root.iterdir()):
+        raise MomentStoreError(f"{root} exists and is not a moment store")
+    staged = root.parent / f"{root.name}.tmp-{uuid.uuid4().hex[:12]}"
+    _init_store(staged, settings, source)
+    if root.exists():
+        root.rmdir()
+    os.rename(staged, root)
+
+
+def _init_store(path: Path, settings: dict, source: dict) -> None:
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    group.attrs.update({"format": MOMENT_STORE_FORMAT, "format_version": MOMENT_STORE_VERSION,
+                        "feature": {"kind": "beta", "n_bins": settings["n_bins"]},
+                        "samples": settings["samples"]})
+    write_json(path / MANIFEST, _manifest(settings, [], False, source))
+
+
+def _manifest(settings: dict, entries: list[dict], complete: bool, source: dict) -> dict:
+    chromosomes = list(dict.fromkeys(e["chromosome"] for e in entries))
+    return {
+        "format": MOMENT_STORE_FORMAT,
+        "format_version": MOMENT_STORE_VERSION,
+        "feature": {"kind": "beta", "n_bins": settings["n_bins"]},
+        "samples": settings["samples"],
+        "complete": complete,
+        "chromosomes": chromosomes,
+        "n_triples": int(sum(e["n_triples"] for e in entries)),
+        "partials": [{k: e[k] for k in ("chromosome", "chunk", "digest", "path", "n_triples", "sha256")}
+                     for e in entries],
+        "source": source,
+        "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "created_by": f"streambhmm {__version__}",
+    }
+
+
+def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = 30,
+                        progress=lambda done, total: None) -> UpdateReport:
+    """Bring the moment store ``output`` up to date with the counts store ``store``."""
+    samples = select_samples(store, samples)
+    settings = feature_settings(n_bins, samples)
+    root = Path(output)
+    source = {"counts_store": str(Path(store.path).resolve()), "bin_size": store.bin_size}
+    with locked(root):
+        _open_or_create(root, settings, source)
+        empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
+        tasks = []
+        for chrom in store.chromosomes:
+            ds = store.dataset(chrom).sel(sample=samples)
+            halo = empty
+            blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0])
+            for chunk, (meth, cov) in enumerate(blocks):
+                tasks.append(dask.delayed(persisted_partial, pure=True)(
+                    halo, meth, cov, n_bins, settings, str(root.resolve()), chrom, chunk))
+                halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+        entries: list[dict | None] = [None] * len(tasks)
+        from distributed import as_completed
+
+        futures = client.compute(tasks)
+        index = {f.key: i for i, f in enumerate(futures)}
+        last_write, done = time.monotonic(), 0
+        for future in as_completed(futures):
+            entries[index[future.key]] = future.result()
+            done += 1
+            progress(done, len(tasks))
+            if time.monotonic() - last_write > 2.0:  # keep the manifest roughly current
+                finished = [e for e in entries if e is not None]
+                write_json(root / MANIFEST, _manifest(settings, finished, False, source))
+                last_write = time.monotonic()
+        write_json(root / MANIFEST, _manifest(settings, entries, True, source))
+        keep = {e["path"] for e in entries}
+        stale = [p for p in (root / "partials").glob("*/*") if f"partials/{p.parent.name}/{p.name}" not in keep]
+        for path in stale:
+            shutil.rmtree(path, ignore_errors=True)
+        reused = sum(1 for e in entries if e["reused"])
+        return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
+                            chromosomes=store.chromosomes, samples=samples)
+
+
+def is_moment_store(path) -> bool:
+    return (Path(path) / MANIFEST).exists()
+
+
+def read_manifest(root) -> dict:
+    root = Path(root)
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise MomentStoreError(f"{root}: no moment store here (no {MANIFEST})") from None
+    except json.JSONDecodeError as exc:
+        raise MomentStoreError(f"{root / MANIFEST} is not valid JSON ({exc})") from None
+    if manifest.get("format") != MOMENT_STORE_FORMAT:
+        raise MomentStoreError(f"{root}: not a streambhmm moment store")
+    if int(manifest.get("format_version", 0)) > MOMENT_STORE_VERSION:
+        raise MomentStoreError(f"{root}: moment store format version {manifest['format_version']} is newer "
+                               f"than this streambhmm supports ({MOMENT_STORE_VERSION}); upgrade streambhmm")
+    return manifest
+
+
+def load_partials(root) -> tuple[list[Moments], dict]:
+    """Every partial in plan order, verified, and the manifest."""
+    root = Path(root)
+    manifest = read_manifest(root)
+    if not manifest.get("complete"):
+        raise MomentStoreError(f"{root} is incomplete (an interrupted run); rerun `streambhmm moments` to finish it")
+    on_disk = {f"partials/{p.parent.name}/{p.name}" for p in (root / "partials").glob("*/*")}
+    listed = {e["path"] for e in manifest["partials"]}
+    unlisted = sorted(on_disk - listed)
+    if unlisted:
+        raise MomentStoreError(f"{root}: partial {unlisted[0]} has no manifest entry; the manifest is "
+                               f"missing entries (rerun `streambhmm moments` to rebuild it)")
+    partials = []
+    for entry in manifest["partials"]:
+        path = root / entry["path"]
+        if not path.exists():
+            raise MomentStoreError(f"partial {entry['chromosome']} chunk {entry['chunk']} ({path}) listed in "
+                                   f"the manifest is missing")
+        partials.append(read_partial(path, entry["sha256"]))
+    return partials, manifest
+
+
+def load_total(root, split_every: int = DEFAULT_SPLIT_EVERY) -> tuple[Moments, dict]:
+    """The summed moments of a moment store (same tree as the Dask pipeline), and its manifest."""
+    partials, manifest = load_partials(root)
+    if not partials:
+        raise MomentStoreError(f"{root} holds no partials")
+    return tree_reduce(partials, add_moments, split_every), manifest
+
+
+def merge_moment_stores(inputs, output) -> dict:
+    """Combine moment stores of the same feature settings; identical partials are kept once
+    and a chunk held with different contents is refused."""
+    manifests = [read_manifest(p) for p in inputs]
+    for path, manifest in zip(inputs, manifests):
+        if not manifest.get("complete"):
+            raise MomentStoreError(f"{path} is incomplete; finish it with `streambhmm moments` before merging")
+    first = manifests[0]
+    settings = {**first["feature"], "samples": first["samples"]}
+    for path, manifest in zip(inputs[1:], manifests[1:]):
+        other = {**manifest["feature"], "samples": manifest["samples"]}
+        if other != settings:
+            raise MomentStoreError(f"cannot merge {inputs[0]} and {path}: incompatible feature settings "
+                                   f"{settings} vs {other}")
+    chosen: dict[tuple[str, int], tuple[dict, Path]] = {}
+    duplicates = 0
+    for path, manifest in zip(inputs, manifests):
+        for entry in manifest["partials"]:
+            key = (entry["chromosome"], entry["chunk"])
+            if key in chosen:
+                if chosen[key][0]["digest"] != entry["digest"]:
+                    raise MomentStoreError(
+                        f"{chosen[key][1]} and {path} both hold {key[0]} chunk {key[1]} with different contents; "
+                        f"merging would double count it")
+                duplicates += 1
+                continue
+            chosen[key] = (entry, Path(path))
+    output = Path(output)
+    with locked(output):
+        if output.exists():
+            raise MomentStoreError(f"{output} exists; merge writes a new moment store")
+        staged = output.parent / f"{output.name}.tmp-{uuid.uuid4().hex[:12]}"
+        try:
+            _init_store(staged, settings, {"merged_from": [str(p) for p in inputs]})
+            entries = []
+            for entry, source in chosen.values():
+                read_partial(source / entry["path"], entry["sha256"])  # verify before copying
+                shutil.copytree(source / entry["path"], staged / entry["path"])
+                entries.append({**entry, "reused": True})
+            merged = _manifest(settings, entries, True, {"merged_from": [str(p) for p in inputs]})
+            write_json(staged / MANIFEST, merged)
+            os.rename(staged, output)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+    return {"partials": len(chosen), "duplicates": duplicates, "chromosomes": merged["chromosomes"]}
