@@ -24,43 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from streambhmm.cluster import dask_client
-from streambhmm.demo import cpg_rows, write_bismark_cov
+from streambhmm.demo import BENCH_COVERAGE, BENCH_TRUTH, build_synthetic_store, cpg_rows, write_bismark_cov
 from streambhmm.ingest import ingest
 from streambhmm.moments import compute_moments
 from streambhmm.pipeline import moments_graph
-from streambhmm.simulate import model, simulate
-from streambhmm.store import COUNTS_FORMAT, COUNTS_VERSION, finalize, open_store, write_chromosome
+from streambhmm.simulate import simulate
+from streambhmm.store import open_store
 
-CHROM_BINS = 2_500_000
-TRUTH = model([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]],
-              np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3))
-COVERAGE = [[30, 25], [15, 18], [15, 18], [12, 14]]
-
-
-def chromosome_sizes(total: int) -> list[int]:
-    sizes = [CHROM_BINS] * (total // CHROM_BINS)
-    if total % CHROM_BINS:
-        sizes.append(total % CHROM_BINS)
-    return sizes
-
-
-def build_store(path: Path, total: int, chunk_size: int) -> float:
-    """Simulate and write one chromosome at a time; returns seconds."""
-    start = time.perf_counter()
-    attrs = {"format": COUNTS_FORMAT, "format_version": COUNTS_VERSION, "bin_size": 100,
-             "chunk_size": chunk_size, "tool_version": "bench", "samples": {"A": {}, "B": {}}}
-    chroms = []
-    for i, size in enumerate(chromosome_sizes(total)):
-        sim = simulate(TRUTH, [size], coverage=COVERAGE, random_state=i)
-        keep = sim.coverage.sum(axis=1) > 0
-        name = f"chr{i + 1}"
-        write_chromosome(path, name, np.flatnonzero(keep) * 100, sim.methylated[keep], sim.coverage[keep],
-                         ["A", "B"], chunk_size, {**attrs, "chromosome": name})
-        chroms.append(name)
-        print(f"\r  wrote {name} ({sum(chromosome_sizes(total)[:i + 1]):,} bins)", end="", flush=True)
-    finalize(path, {**attrs, "chromosomes": chroms})
-    print()
-    return time.perf_counter() - start
+TRUTH = BENCH_TRUTH
+COVERAGE = BENCH_COVERAGE
 
 
 def peak_rss_mib() -> float:
@@ -129,7 +101,7 @@ def main():
             path = workdir / f"bench_{total}.zarr"
             if not path.exists():
                 print(f"building {total:,}-bin store (2 samples) at {path}")
-                seconds = build_store(path, total, int(args.chunk_size))
+                seconds = build_synthetic_store(path, total, int(args.chunk_size), echo=print)
                 print(f"  {seconds:.0f} s ({total / seconds / 1e6:.2f} M bins/s written)")
             store = open_store(path)
             for samples in (["A"], ["A", "B"]):

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .simulate import model
+from .simulate import model, simulate
+from .store import COUNTS_FORMAT, COUNTS_VERSION, finalize, write_chromosome
 
 DEMO_SAMPLES = ("sample_A", "sample_B")
 DEMO_TRUTH = model(
@@ -72,3 +73,31 @@ def write_demo_files(directory: Path, simulated, chromosomes: list[str], rng, bi
             b = cpg_rows(bin_start, simulated.methylated[index, 1], simulated.coverage[index, 1], rng, bin_size)
             write_allc(allc_fh, chrom, *b, rng)
     return paths
+
+
+CHROM_BINS = 2_500_000  # like human chr1 at 100 bp
+BENCH_TRUTH = model([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]],
+                    np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3))
+BENCH_COVERAGE = [[30, 25], [15, 18], [15, 18], [12, 14]]
+
+
+def build_synthetic_store(path: Path, total: int, chunk_size: int, echo=lambda message: None) -> float:
+    """A two-sample counts store of ``total`` simulated bins, written one chromosome
+    (CHROM_BINS bins) at a time so the genome is never whole in memory; returns seconds."""
+    import time
+
+    start = time.perf_counter()
+    attrs = {"format": COUNTS_FORMAT, "format_version": COUNTS_VERSION, "bin_size": 100,
+             "chunk_size": chunk_size, "tool_version": "synthetic", "samples": {"A": {}, "B": {}}}
+    sizes = [CHROM_BINS] * (total // CHROM_BINS) + ([total % CHROM_BINS] if total % CHROM_BINS else [])
+    chroms = []
+    for i, size in enumerate(sizes):
+        sim = simulate(BENCH_TRUTH, [size], coverage=BENCH_COVERAGE, random_state=i)
+        keep = sim.coverage.sum(axis=1) > 0
+        name = f"chr{i + 1}"
+        write_chromosome(path, name, np.flatnonzero(keep) * 100, sim.methylated[keep], sim.coverage[keep],
+                         ["A", "B"], chunk_size, {**attrs, "chromosome": name})
+        chroms.append(name)
+        echo(f"  wrote {name} ({sum(sizes[:i + 1]):,} of {total:,} bins)")
+    finalize(path, {**attrs, "chromosomes": chroms})
+    return time.perf_counter() - start

@@ -251,7 +251,8 @@ def load_partials(root) -> tuple[list[Moments], dict]:
     manifest = read_manifest(root)
     if not manifest.get("complete"):
         raise MomentStoreError(f"{root} is incomplete (an interrupted run); rerun `streambhmm moments` to finish it")
-    on_disk = {f"partials/{p.parent.name}/{p.name}" for p in (root / "partials").glob("*/*")}
+    on_disk = {f"partials/{p.parent.name}/{p.name}" for p in (root / "partials").glob("*/*")
+               if not p.name.startswith(".tmp-")}  # writes in progress (or killed) are not partials
     listed = {e["path"] for e in manifest["partials"]}
     unlisted = sorted(on_disk - listed)
     if unlisted:
