@@ -169,10 +169,12 @@ def moments_of(path, samples, n_bins, scheduler, quiet, split_every=8, want_part
         return FitInput(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes)
 
 
-def format_intervals(ci, samples) -> str:
-    rows = [f"{'state':>5}  " + "  ".join(f"{s + ' 95% CI':>18}" for s in samples)]
-    for h, per_sample in enumerate(ci):
-        rows.append(f"{h:>5}  " + "  ".join(f"{'[%.3f, %.3f]' % tuple(v):>18}" for v in per_sample))
+def format_intervals(methylation_ci, transmat_ci, samples) -> str:
+    """Per state: the 95% interval of each sample's level and of the self-transition."""
+    rows = [f"{'state':>5}  " + "  ".join(f"{s + ' 95% CI':>18}" for s in samples) + f"  {'stay 95% CI':>18}"]
+    for h, per_sample in enumerate(methylation_ci):
+        cells = [f"{'[%.3f, %.3f]' % tuple(v):>18}" for v in (*per_sample, transmat_ci[h][h])]
+        rows.append(f"{h:>5}  " + "  ".join(cells))
     return "\n".join(rows)
 
 
@@ -231,7 +233,7 @@ def fit(store, states, samples, n_bins, seed, output, bootstrap, split_every, sc
             document["transmat_ci"] = ci.transmat_ci.tolist()
             click.echo(f"block bootstrap over {len(data.partials)} chunks: {ci.n_succeeded} of "
                        f"{ci.n_replicates} replicates fitted")
-            click.echo(format_intervals(ci.methylation_ci, data.samples))
+            click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, data.samples))
         path = output_path(output, m, sweep)
         write_json(path, document)
         fitted += 1

@@ -164,7 +164,7 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
     assert (ci[..., 0] <= ci[..., 1]).all() and (tci[..., 0] <= tci[..., 1]).all()
     point = np.array(doc["methylation"])
     assert ((ci[..., 0] - 1e-9 <= point) & (point <= ci[..., 1] + 1e-9)).mean() >= 0.75
-    assert "95% CI" in r.output
+    assert "95% CI" in r.output and "stay 95% CI" in r.output
 
 
 def first_partial(out):
