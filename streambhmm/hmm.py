@@ -1,0 +1,204 @@
+"""Binomial HMM by EM (Baum-Welch), with scoring, decoding and sampling (hmmlearn-style API).
+
+log P(x_t | h) = sum_s [log C(c, mu) + mu log p[h, s] + (c - mu) log(1 - p[h, s])]; zero
+coverage contributes 0. Including the binomial coefficient makes log-likelihoods comparable
+with other tools (hmmlearn's MultinomialHMM on [[mu, c - mu]] rows is the same model for
+one sample). Emissions are computed once per distinct (c, mu) pair and state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import gammaln
+
+from . import _hmm_kernels
+from .features import encode
+from .validation import validate_counts
+
+_EPS = 1e-10
+
+
+@dataclass
+class SufficientStats:
+    """E-step sums; they add across sequences, chromosomes and segments like moments."""
+
+    loglik: float
+    start: np.ndarray  # (m,) posterior of the first bin of each sequence
+    trans: np.ndarray  # (m, m) expected transitions
+    methylated: np.ndarray  # (m, S) posterior-weighted methylated counts
+    coverage: np.ndarray  # (m, S) posterior-weighted coverage
+
+    def __add__(self, other: "SufficientStats") -> "SufficientStats":
+        return SufficientStats(self.loglik + other.loglik, self.start + other.start, self.trans + other.trans,
+                               self.methylated + other.methylated, self.coverage + other.coverage)
+
+
+@dataclass
+class ConvergenceMonitor:
+    """Log-likelihood history; converged when an iteration gains less than ``tol``."""
+
+    tol: float
+    n_iter: int
+    history: list = field(default_factory=list)
+
+    def report(self, loglik: float) -> None:
+        self.history.append(float(loglik))
+
+    @property
+    def iter(self) -> int:
+        return len(self.history)
+
+    @property
+    def converged(self) -> bool:
+        if self.iter >= self.n_iter:
+            return True
+        return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
+
+
+def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray) -> np.ndarray:
+    """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts."""
+    p = np.clip(methylation, _EPS, 1 - _EPS)
+    log_p, log_q = np.log(p), np.log1p(-p)
+    table = encode(methylated, coverage, 1)  # codes and the distinct pairs; D is irrelevant here
+    c = table.coverage.astype(np.float64)[:, None]
+    mu = table.methylated.astype(np.float64)[:, None]
+    coef = gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1)
+    out = np.zeros((methylated.shape[0], p.shape[0]))
+    for s in range(methylated.shape[1]):
+        per_pair = coef + mu * log_p[:, s] + (c - mu) * log_q[:, s]  # (K, m)
+        out += per_pair[table.codes[:, s]]
+    return out
+
+
+class BinomialHMM:
+    """Binomial HMM fitted by EM.
+
+    Parameters follow hmmlearn: ``init_params`` names what ``fit`` initializes and
+    ``params`` what EM updates ("s" startprob, "t" transmat, "m" methylation); attributes
+    the user set and left out of ``init_params`` are kept. ``init="spectral"`` starts from
+    the spectral estimate (FTD) of the same data, ``init="random"`` from random levels.
+    Each sequence in ``lengths`` starts from ``startprob_``.
+    """
+
+    def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
+                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30):
+        self.n_components = n_components
+        self.n_iter = n_iter
+        self.tol = tol
+        self.init = init
+        self.random_state = random_state
+        self.params = params
+        self.init_params = init_params
+        self.n_bins = n_bins
+
+    # -- initialization -------------------------------------------------------------
+    def _initialize(self, meth, cov, lengths) -> None:
+        m, n_samples = self.n_components, meth.shape[1]
+        rng = np.random.default_rng(self.random_state)
+        if self.init == "spectral":
+            from .model import SpectralBinomialHMM
+
+            spectral = SpectralBinomialHMM(m, n_bins=self.n_bins, random_state=self.random_state)
+            spectral.fit(meth, cov, lengths)
+            start, trans, levels = spectral.startprob_, spectral.transmat_, spectral.methylation_
+        elif self.init == "random":
+            levels = np.sort(rng.uniform(0.02, 0.98, (m, n_samples)), axis=0)
+            trans = rng.dirichlet(np.ones(m), size=m) * 0.5 + np.eye(m) * 0.5
+            start = np.full(m, 1.0 / m)
+        else:
+            raise ValueError(f"init must be 'spectral' or 'random', got {self.init!r}")
+        # keep strictly inside the simplex so EM can move every parameter
+        if "s" in self.init_params or not hasattr(self, "startprob_"):
+            self.startprob_ = _normalize(np.maximum(start, 1e-6))
+        if "t" in self.init_params or not hasattr(self, "transmat_"):
+            self.transmat_ = _normalize(np.maximum(trans, 1e-6), axis=1)
+        if "m" in self.init_params or not hasattr(self, "methylation_"):
+            self.methylation_ = np.clip(levels, 1e-4, 1 - 1e-4)
+
+    def _check(self, n_samples: int) -> None:
+        m = self.n_components
+        for name, shape in (("startprob_", (m,)), ("transmat_", (m, m)), ("methylation_", (m, n_samples))):
+            value = np.asarray(getattr(self, name))
+            if value.shape != shape:
+                raise ValueError(f"{name} has shape {value.shape}, expected {shape}")
+        if not np.allclose(self.transmat_.sum(axis=1), 1.0) or not np.isclose(self.startprob_.sum(), 1.0):
+            raise ValueError("startprob_ and the rows of transmat_ must sum to 1")
+        if ((self.methylation_ < 0) | (self.methylation_ > 1)).any():
+            raise ValueError("methylation_ must lie in [0, 1]")
+
+    # -- E and M steps --------------------------------------------------------------
+    def _fb(self, meth, cov, lengths, want_posteriors=False):
+        self._check(meth.shape[1])
+        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64))
+        return _hmm_kernels.forward_backward(log_b, lengths, np.asarray(self.startprob_, dtype=np.float64),
+                                             np.asarray(self.transmat_, dtype=np.float64),
+                                             meth.astype(np.float64), cov.astype(np.float64), want_posteriors)
+
+    def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
+        """Sufficient statistics of the current parameters (add them across data)."""
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        loglik, start, trans, msum, csum, _ = self._fb(meth, cov, lengths)
+        return SufficientStats(loglik, start, trans, msum, csum)
+
+    def m_step(self, stats: SufficientStats) -> None:
+        if "s" in self.params and stats.start.sum() > 0:
+            self.startprob_ = _normalize(stats.start)
+        if "t" in self.params:
+            rows = stats.trans.sum(axis=1, keepdims=True)
+            self.transmat_ = np.where(rows > 0, stats.trans / np.where(rows > 0, rows, 1), self.transmat_)
+        if "m" in self.params:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                levels = stats.methylated / stats.coverage
+            self.methylation_ = np.where(stats.coverage > 0, levels, self.methylation_)
+
+    def fit(self, methylated, coverage, lengths=None) -> "BinomialHMM":
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        self._initialize(meth, cov, lengths)
+        self.monitor_ = ConvergenceMonitor(self.tol, self.n_iter)
+        while True:
+            stats = self.e_step(meth, cov, lengths)
+            self.monitor_.report(stats.loglik)
+            if self.monitor_.converged:
+                break
+            self.m_step(stats)
+        self.n_features_in_ = meth.shape[1]
+        return self
+
+    # -- scoring and decoding -------------------------------------------------------
+    def score(self, methylated, coverage, lengths=None) -> float:
+        """Total log-likelihood, binomial coefficients included."""
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        return float(self._fb(meth, cov, lengths)[0])
+
+    def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
+        """Posterior state probabilities, shape (n, n_components)."""
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        return self._fb(meth, cov, lengths, want_posteriors=True)[5]
+
+    def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
+        """Viterbi: (log-probability of the best paths, states)."""
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        self._check(meth.shape[1])
+        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64))
+        with np.errstate(divide="ignore"):
+            states, logprob = _hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
+        return float(logprob), states
+
+    def predict(self, methylated, coverage, lengths=None) -> np.ndarray:
+        """Most probable state of each bin along the best path (Viterbi)."""
+        return self.decode(methylated, coverage, lengths)[1]
+
+    def sample(self, n_samples: int = 1, coverage=20.0, random_state=None, lengths=None):
+        """Draw (methylated, coverage, states); coverage is Poisson with the given mean(s)."""
+        from .simulate import Model, simulate
+
+        mdl = Model(np.asarray(self.methylation_), np.asarray(self.transmat_), np.asarray(self.startprob_))
+        sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
+                       random_state=random_state)
+        return sim.methylated, sim.coverage, sim.states
+
+
+def _normalize(a: np.ndarray, axis=None) -> np.ndarray:
+    return a / a.sum(axis=axis, keepdims=axis is not None)
