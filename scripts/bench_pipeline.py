@@ -31,10 +31,6 @@ from streambhmm.pipeline import moments_graph
 from streambhmm.simulate import simulate
 from streambhmm.store import open_store
 
-TRUTH = BENCH_TRUTH
-COVERAGE = BENCH_COVERAGE
-
-
 def peak_rss_mib() -> float:
     """This process's peak resident memory (VmHWM: its own address space's high-water
     mark; ru_maxrss would carry over the parent's across fork and exec)."""
@@ -57,7 +53,7 @@ def warm_up() -> None:
 
 def baseline_rate(samples: list[str]) -> float:
     """compute_moments in this process on one chromosome in memory: bins/s on one core."""
-    sim = simulate(TRUTH, [1_000_000], coverage=COVERAGE, random_state=99)
+    sim = simulate(BENCH_TRUTH, [1_000_000], coverage=BENCH_COVERAGE, random_state=99)
     cols = [["A", "B"].index(s) for s in samples]
     meth, cov = sim.methylated[:, cols], sim.coverage[:, cols]
     compute_moments(meth[:1000], cov[:1000])
@@ -69,7 +65,7 @@ def baseline_rate(samples: list[str]) -> float:
 def text_ingest_rate(workdir: Path, n_bins: int) -> float:
     """Write a Bismark .cov file of n_bins simulated bins and ingest it; returns rows/s."""
     rng = np.random.default_rng(0)
-    sim = simulate(TRUTH, [n_bins], coverage=COVERAGE, random_state=rng)
+    sim = simulate(BENCH_TRUTH, [n_bins], coverage=BENCH_COVERAGE, random_state=rng)
     path = workdir / "ingest_bench.cov"
     rows = cpg_rows(np.arange(n_bins, dtype=np.int64) * 100, sim.methylated[:, 0], sim.coverage[:, 0], rng)
     with open(path, "w") as fh:

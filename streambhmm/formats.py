@@ -28,7 +28,6 @@ import gzip
 import io
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np

@@ -26,15 +26,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import dask
 import numpy as np
 import zarr
 
 from . import __version__
 from .modelio import write_json
 from .moments import _ARRAY_FIELDS, Moments
-from .pipeline import (DEFAULT_SPLIT_EVERY, _kept, add_moments, chunk_partial, chunk_tail, select_samples,
-                       tree_reduce)
+from .pipeline import DEFAULT_SPLIT_EVERY, _kept, add_moments, chunk_tasks, kept_partial, select_samples, tree_reduce
 from .store import CountsStore, locked
 
 MOMENT_STORE_FORMAT = "streambhmm-moment-store"
@@ -71,8 +69,8 @@ def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 
 
-def write_partial(path: Path, moments: Moments, attrs: dict) -> None:
-    """Write a partial as a Zarr group at a temporary path and rename it into place."""
+def write_partial(path: Path, moments: Moments, attrs: dict, sha256: str) -> None:
+    """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
     group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
@@ -81,15 +79,16 @@ def write_partial(path: Path, moments: Moments, attrs: dict) -> None:
         group.create_array(name, data=data, chunks=data.shape or None)
     group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
                         "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
-                        "sha256": moments_sha256(moments)})
+                        "sha256": sha256})
     try:
         os.rename(tmp, path)
     except OSError:  # another attempt of the same task got there first: same content
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def read_partial(path: Path, expected_sha256: str | None = None) -> Moments:
-    """Read and verify one partial; any damage raises MomentStoreError naming it."""
+def read_partial(path: Path, expected_sha256: str | None = None) -> tuple[Moments, str]:
+    """Read and verify one partial, returning it and its checksum; any damage raises
+    MomentStoreError naming it."""
     try:
         group = zarr.open_group(str(path), mode="r")
         attrs = dict(group.attrs)
@@ -101,7 +100,7 @@ def read_partial(path: Path, expected_sha256: str | None = None) -> Moments:
     actual = moments_sha256(moments)
     if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
         raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
-    return moments
+    return moments, actual
 
 
 def persisted_partial(halo, meth, cov, n_bins: int, settings: dict, root: str, chrom: str, chunk: int) -> dict:
@@ -113,15 +112,16 @@ def persisted_partial(halo, meth, cov, n_bins: int, settings: dict, root: str, c
     reused = False
     if path.exists():
         try:
-            moments = read_partial(path)
+            moments, sha256 = read_partial(path)
             reused = True
         except MomentStoreError:
             shutil.rmtree(path, ignore_errors=True)  # damaged: compute it again
     if not reused:
-        moments = chunk_partial(halo, meth, cov, n_bins)
-        write_partial(path, moments, {"chromosome": chrom, "chunk": chunk, "digest": digest})
+        moments = kept_partial(halo, kept_meth, kept_cov, n_bins)
+        sha256 = moments_sha256(moments)
+        write_partial(path, moments, {"chromosome": chrom, "chunk": chunk, "digest": digest}, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
-            "n_triples": moments.n_triples, "sha256": moments_sha256(moments), "reused": reused}
+            "n_triples": moments.n_triples, "sha256": sha256, "reused": reused}
 
 
 @dataclass(frozen=True)
@@ -191,16 +191,7 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
     source = {"counts_store": str(Path(store.path).resolve()), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
-        empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
-        tasks = []
-        for chrom in store.chromosomes:
-            ds = store.dataset(chrom).sel(sample=samples)
-            halo = empty
-            blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0])
-            for chunk, (meth, cov) in enumerate(blocks):
-                tasks.append(dask.delayed(persisted_partial, pure=True)(
-                    halo, meth, cov, n_bins, settings, str(root.resolve()), chrom, chunk))
-                halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+        tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, str(root.resolve()))
         entries: list[dict | None] = [None] * len(tasks)
         from distributed import as_completed
 
@@ -217,12 +208,17 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
                 last_write = time.monotonic()
         write_json(root / MANIFEST, _manifest(settings, entries, True, source))
         keep = {e["path"] for e in entries}
-        stale = [p for p in (root / "partials").glob("*/*") if f"partials/{p.parent.name}/{p.name}" not in keep]
+        stale = [path for rel, path in _partials_on_disk(root).items() if rel not in keep]
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples)
+
+
+def _partials_on_disk(root: Path) -> dict[str, Path]:
+    """Every directory under partials/, by its manifest path."""
+    return {f"partials/{p.parent.name}/{p.name}": p for p in (root / "partials").glob("*/*")}
 
 
 def is_moment_store(path) -> bool:
@@ -251,8 +247,8 @@ def load_partials(root) -> tuple[list[Moments], dict]:
     manifest = read_manifest(root)
     if not manifest.get("complete"):
         raise MomentStoreError(f"{root} is incomplete (an interrupted run); rerun `streambhmm moments` to finish it")
-    on_disk = {f"partials/{p.parent.name}/{p.name}" for p in (root / "partials").glob("*/*")
-               if not p.name.startswith(".tmp-")}  # writes in progress (or killed) are not partials
+    on_disk = {rel for rel, path in _partials_on_disk(root).items()
+               if not path.name.startswith(".tmp-")}  # writes in progress (or killed) are not partials
     listed = {e["path"] for e in manifest["partials"]}
     unlisted = sorted(on_disk - listed)
     if unlisted:
@@ -264,7 +260,7 @@ def load_partials(root) -> tuple[list[Moments], dict]:
         if not path.exists():
             raise MomentStoreError(f"partial {entry['chromosome']} chunk {entry['chunk']} ({path}) listed in "
                                    f"the manifest is missing")
-        partials.append(read_partial(path, entry["sha256"]))
+        partials.append(read_partial(path, entry["sha256"])[0])
     return partials, manifest
 
 

@@ -35,12 +35,15 @@ def chunk_tail(previous, methylated, coverage):
 
 def chunk_partial(halo, methylated, coverage, n_bins: int) -> Moments:
     """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
-    meth, cov = _kept(methylated, coverage)
+    return kept_partial(halo, *_kept(methylated, coverage), n_bins)
+
+
+def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, n_bins: int) -> Moments:
+    """:func:`chunk_partial` of rows already reduced to the kept bins."""
     meth = np.concatenate([halo[0], meth])
     cov = np.concatenate([halo[1], cov])
-    n_samples = methylated.shape[1]
     if meth.shape[0] < 3:
-        return Moments.zeros(n_samples, n_bins)
+        return Moments.zeros(meth.shape[1], n_bins)
     return moments_from_features(encode(meth, cov, n_bins), np.array([meth.shape[0]]))
 
 
@@ -84,20 +87,31 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
     return list(samples)
 
 
+def chunk_tasks(store: CountsStore, samples: list[str], task, *args) -> list:
+    """One delayed ``task(halo, methylated, coverage, *args, chrom, chunk)`` per chunk, in
+    chromosome and chunk order; each chunk's halo comes from a chain of ``chunk_tail``
+    tasks within its chromosome."""
+    empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
+    tasks = []
+    for chrom in store.chromosomes:
+        ds = store.dataset(chrom).sel(sample=samples)
+        blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0])
+        halo = empty
+        for chunk, (meth, cov) in enumerate(blocks):
+            tasks.append(dask.delayed(task, pure=True)(halo, meth, cov, *args, chrom, chunk))
+            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+    return tasks
+
+
+def _chunk_partial_task(halo, methylated, coverage, n_bins, chrom, chunk) -> Moments:
+    return chunk_partial(halo, methylated, coverage, n_bins)
+
+
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30,
                   split_every: int = DEFAULT_SPLIT_EVERY) -> MomentsGraph:
     """Build (without computing) the graph of the store's moments."""
     samples = select_samples(store, samples)
-    empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
-    partials = []
-    for chrom in store.chromosomes:
-        ds = store.dataset(chrom).sel(sample=samples)
-        meth_blocks = ds.methylated.data.to_delayed()[:, 0]
-        cov_blocks = ds.coverage.data.to_delayed()[:, 0]
-        halo = empty
-        for meth, cov in zip(meth_blocks, cov_blocks):
-            partials.append(dask.delayed(chunk_partial, pure=True)(halo, meth, cov, n_bins))
-            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins)
     if not partials:
         total = dask.delayed(Moments.zeros)(len(samples), n_bins)
     else:

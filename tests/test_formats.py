@@ -1,7 +1,6 @@
 import gzip
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from streambhmm.formats import FormatError, detect_common_format, detect_format, read_rows

@@ -5,7 +5,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +18,6 @@ from streambhmm.pipeline import load_counts
 from streambhmm.simulate import simulate
 from streambhmm.store import open_store
 
-from .conftest import STICKY, WELL_SEPARATED
 
 
 def write_tsv(path, chrom_rows):
@@ -86,7 +84,6 @@ def test_incremental_updates_equal_from_scratch(tmp_path, four_state_model, dask
 
 
 def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, scheduler):
-    chroms = simulated_chroms(four_state_model, [20000, 20000], seed=2)
     store = tmp_path / "counts.zarr"
     for s in (0, 1):  # two samples make each partial slower to compute
         sim_rows = simulated_chroms(four_state_model, [20000, 20000], seed=2, sample=s)
