@@ -12,8 +12,11 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors):
+def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
+
+    ``final_beta`` (m,) is the backward message into the last bin of each sequence: ones
+    for a sequence that really ends, P(later data | state) for a segment cut out of one.
 
     Returns loglik, start (m,), trans (m, m) expected transition counts, meth (m, S) and
     cov (m, S) posterior-weighted count sums, posteriors (n, m) or (0, m).
@@ -66,9 +69,13 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
                 alpha[t, j] /= total
         for t in range(offset, end):
             loglik += np.log(scale[t])
-        # backward, with statistics accumulated on the way
+        # backward, with statistics accumulated on the way; the final message is scaled
+        # so that sum(alpha * beta) = 1 at the last bin, as in the scaled recursion
+        norm = 0.0
         for h in range(m):
-            beta[h] = 1.0
+            norm += alpha[end - 1, h] * final_beta[h]
+        for h in range(m):
+            beta[h] = final_beta[h] / norm
         for t in range(end - 1, offset - 1, -1):
             norm = 0.0
             for h in range(m):
@@ -97,6 +104,65 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
                 beta[i] = new_beta[i]
         offset = end
     return loglik, start, trans, meth_sum, cov_sum, post
+
+
+@njit(cache=True, nogil=True)
+def _shifted_emissions(log_b, t, out):
+    """exp(log_b[t] - max(log_b[t])) into ``out``; returns the shift."""
+    m = log_b.shape[1]
+    top = log_b[t, 0]
+    for h in range(1, m):
+        if log_b[t, h] > top:
+            top = log_b[t, h]
+    for h in range(m):
+        out[h] = np.exp(log_b[t, h] - top)
+    return top
+
+
+@njit(cache=True, nogil=True)
+def forward_message(log_b, startprob, transmat):
+    """One sequence forward: (log-likelihood, filtered state distribution at its last bin)."""
+    n, m = log_b.shape
+    alpha = startprob.copy()
+    new_alpha = np.empty(m)
+    emis = np.empty(m)
+    loglik = 0.0
+    for t in range(n):
+        loglik += _shifted_emissions(log_b, t, emis)
+        if t > 0:
+            for j in range(m):
+                acc = 0.0
+                for i in range(m):
+                    acc += alpha[i] * transmat[i, j]
+                new_alpha[j] = acc
+            alpha[:] = new_alpha
+        total = 0.0
+        for h in range(m):
+            alpha[h] *= emis[h]
+            total += alpha[h]
+        loglik += np.log(total)
+        alpha /= total
+    return loglik, alpha
+
+
+@njit(cache=True, nogil=True)
+def backward_message(log_b, transmat, final_beta):
+    """One sequence backward, from ``final_beta`` at its last bin, to the message into the
+    bin before it: P(this sequence and later data | state of the previous bin), rescaled
+    to sum to 1."""
+    n, m = log_b.shape
+    beta = final_beta / final_beta.sum()
+    new_beta = np.empty(m)
+    emis = np.empty(m)
+    for t in range(n - 1, -1, -1):
+        _shifted_emissions(log_b, t, emis)
+        for i in range(m):
+            acc = 0.0
+            for j in range(m):
+                acc += transmat[i, j] * emis[j] * beta[j]
+            new_beta[i] = acc
+        beta = new_beta / new_beta.sum()
+    return beta
 
 
 @njit(cache=True, nogil=True)

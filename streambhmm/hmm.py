@@ -95,27 +95,27 @@ class BinomialHMM:
 
     # -- initialization -------------------------------------------------------------
     def _initialize(self, meth, cov, lengths) -> None:
-        m, n_samples = self.n_components, meth.shape[1]
-        rng = np.random.default_rng(self.random_state)
         if self.init == "spectral":
             from .model import SpectralBinomialHMM
 
-            spectral = SpectralBinomialHMM(m, n_bins=self.n_bins, random_state=self.random_state)
+            spectral = SpectralBinomialHMM(self.n_components, n_bins=self.n_bins, random_state=self.random_state)
             spectral.fit(meth, cov, lengths)
-            start, trans, levels = spectral.startprob_, spectral.transmat_, spectral.methylation_
+            self.start_from(spectral.startprob_, spectral.transmat_, spectral.methylation_)
         elif self.init == "random":
-            levels = np.sort(rng.uniform(0.02, 0.98, (m, n_samples)), axis=0)
-            trans = rng.dirichlet(np.ones(m), size=m) * 0.5 + np.eye(m) * 0.5
-            start = np.full(m, 1.0 / m)
+            self.start_from(*random_parameters(self.n_components, meth.shape[1], self.random_state))
         else:
             raise ValueError(f"init must be 'spectral' or 'random', got {self.init!r}")
-        # keep strictly inside the simplex so EM can move every parameter
+
+    def start_from(self, startprob, transmat, methylation) -> "BinomialHMM":
+        """Set EM's starting point: the parameters named in ``init_params`` (and any not
+        yet set) are moved strictly inside their ranges so that EM can move all of them."""
         if "s" in self.init_params or not hasattr(self, "startprob_"):
-            self.startprob_ = _normalize(np.maximum(start, 1e-6))
+            self.startprob_ = _normalize(np.maximum(startprob, 1e-6))
         if "t" in self.init_params or not hasattr(self, "transmat_"):
-            self.transmat_ = _normalize(np.maximum(trans, 1e-6), axis=1)
+            self.transmat_ = _normalize(np.maximum(transmat, 1e-6), axis=1)
         if "m" in self.init_params or not hasattr(self, "methylation_"):
-            self.methylation_ = np.clip(levels, 1e-4, 1 - 1e-4)
+            self.methylation_ = np.clip(methylation, 1e-4, 1 - 1e-4)
+        return self
 
     def _check(self, n_samples: int) -> None:
         m = self.n_components
@@ -134,7 +134,8 @@ class BinomialHMM:
         log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64))
         return _hmm_kernels.forward_backward(log_b, lengths, np.asarray(self.startprob_, dtype=np.float64),
                                              np.asarray(self.transmat_, dtype=np.float64),
-                                             meth.astype(np.float64), cov.astype(np.float64), want_posteriors)
+                                             meth.astype(np.float64), cov.astype(np.float64), want_posteriors,
+                                             np.ones(self.n_components))
 
     def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
         """Sufficient statistics of the current parameters (add them across data)."""
@@ -198,6 +199,15 @@ class BinomialHMM:
         sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
                        random_state=random_state)
         return sim.methylated, sim.coverage, sim.states
+
+
+def random_parameters(n_components: int, n_samples: int, random_state=None):
+    """(startprob, transmat, methylation) for a random start: sorted uniform levels and a
+    transition matrix with at least 0.5 on the diagonal."""
+    rng = np.random.default_rng(random_state)
+    levels = np.sort(rng.uniform(0.02, 0.98, (n_components, n_samples)), axis=0)
+    trans = rng.dirichlet(np.ones(n_components), size=n_components) * 0.5 + np.eye(n_components) * 0.5
+    return np.full(n_components, 1.0 / n_components), trans, levels
 
 
 def _normalize(a: np.ndarray, axis=None) -> np.ndarray:

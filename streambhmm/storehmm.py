@@ -1,0 +1,368 @@
+"""EM, scoring and decoding of a counts store on Dask, with exact messages between chunks.
+
+Each chromosome is one sequence of its kept bins (some selected sample covered), cut into
+the store's chunks. Chunk k needs two messages from the rest of its chromosome:
+
+- forward: the filtered state distribution at the last kept bin before the chunk, passed
+  along by a chain of ``forward`` tasks (each also yields log P(chunk | earlier bins));
+- backward: P(later bins | state of the chunk's last kept bin), passed back by a chain of
+  ``backward`` tasks.
+
+With both, a chunk's forward-backward gives exactly the statistics, posteriors and
+log-likelihood of the whole-chromosome recursion, so results do not depend on the chunk
+size. The chains are sequential within a chromosome (chromosomes run in parallel); the
+statistics tasks are independent. Every task holds one chunk, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+from . import _hmm_kernels
+from .hmm import BinomialHMM, SufficientStats, log_emissions
+from .pipeline import DEFAULT_SPLIT_EVERY, _kept, select_samples, tree_reduce
+from .store import CountsStore
+
+
+@dataclass(frozen=True)
+class Params:
+    """The HMM parameters a task needs (small, shipped inside the graph)."""
+
+    startprob: np.ndarray
+    transmat: np.ndarray
+    methylation: np.ndarray
+
+    @classmethod
+    def of(cls, hmm: BinomialHMM) -> "Params":
+        return cls(*(np.asarray(a, dtype=np.float64).copy()
+                     for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)))
+
+
+# -- one chunk, its kept rows in memory --------------------------------------------------
+def segment_forward(previous, meth, cov, params: Params):
+    """(log P(segment | earlier bins), forward message after the segment).
+
+    ``previous`` is the forward message before the segment, None at a chromosome's start.
+    An empty segment passes the message through."""
+    if meth.shape[0] == 0:
+        return 0.0, previous
+    start = params.startprob if previous is None else previous @ params.transmat
+    return _hmm_kernels.forward_message(log_emissions(meth, cov, params.methylation), start, params.transmat)
+
+
+def segment_backward(following, meth, cov, params: Params):
+    """The backward message into the bin before the segment (None: nothing follows)."""
+    if meth.shape[0] == 0:
+        return following
+    final = np.ones(params.transmat.shape[0]) if following is None else following
+    return _hmm_kernels.backward_message(log_emissions(meth, cov, params.methylation), params.transmat, final)
+
+
+def segment_stats(previous, following, meth, cov, params: Params, want_posteriors: bool = False):
+    """Exact sufficient statistics of one segment (and its posteriors, shape (n, m))."""
+    m, n_samples = params.methylation.shape
+    if meth.shape[0] == 0:
+        zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
+                               np.zeros((m, n_samples)))
+        return zero, np.zeros((0, m))
+    log_b = log_emissions(meth, cov, params.methylation)
+    meth, cov, start = meth.astype(np.float64), cov.astype(np.float64), params.startprob
+    if previous is not None:
+        # a virtual first bin whose "emission" is the incoming forward message: the
+        # kernel then counts the transition across the boundary, and adds log 1 = 0
+        with np.errstate(divide="ignore"):
+            log_b = np.vstack([np.log(previous)[None, :], log_b])
+        meth = np.vstack([np.zeros((1, n_samples)), meth])
+        cov = np.vstack([np.zeros((1, n_samples)), cov])
+        start = np.ones(m)
+    final = np.ones(m) if following is None else following
+    loglik, first, trans, msum, csum, post = _hmm_kernels.forward_backward(
+        log_b, np.array([log_b.shape[0]]), start, params.transmat, meth, cov, want_posteriors, final)
+    if previous is not None:
+        first, post = np.zeros(m), post[1:]
+    return SufficientStats(loglik, first, trans, msum, csum), post
+
+
+# -- Dask graphs over a store -------------------------------------------------------------
+def _forward_task(previous, methylated, coverage, params):
+    return segment_forward(None if previous is None else previous[1], *_kept(methylated, coverage), params)
+
+
+def _backward_task(following, methylated, coverage, params):
+    return segment_backward(following, *_kept(methylated, coverage), params)
+
+
+def _stats_task(previous, following, methylated, coverage, params):
+    return segment_stats(None if previous is None else previous[1], following,
+                         *_kept(methylated, coverage), params)[0]
+
+
+def _add_stats(*parts: SufficientStats) -> SufficientStats:
+    return sum(parts[1:], parts[0])
+
+
+@dataclass(frozen=True)
+class ChunkMessages:
+    """Per chromosome and chunk: the delayed counts and both incoming messages."""
+
+    chrom: str
+    chunk: int
+    offset: int  # first bin of the chunk in the chromosome group
+    methylated: object
+    coverage: object
+    forward_in: object  # Delayed (loglik, message) of the previous chunk, or None
+    backward_in: object  # Delayed message from the next chunk, or None
+    forward_out: object  # Delayed (loglik, message) of this chunk
+
+
+def message_graph(store: CountsStore, samples: list[str], params: Params) -> list[ChunkMessages]:
+    """Forward and backward message chains of every chromosome."""
+    out = []
+    for chrom in store.chromosomes:
+        ds = store.dataset(chrom).sel(sample=samples)
+        meth = list(ds.methylated.data.to_delayed()[:, 0])
+        cov = list(ds.coverage.data.to_delayed()[:, 0])
+        offsets = np.concatenate([[0], np.cumsum(ds.methylated.chunks[0])])
+        forward, backward = [None], [None]
+        for k in range(len(meth)):
+            forward.append(dask.delayed(_forward_task, pure=True)(forward[-1], meth[k], cov[k], params))
+        for k in reversed(range(len(meth))):
+            backward.insert(0, dask.delayed(_backward_task, pure=True)(backward[0], meth[k], cov[k], params))
+        for k in range(len(meth)):
+            out.append(ChunkMessages(chrom, k, int(offsets[k]), meth[k], cov[k], forward[k], backward[k + 1],
+                                     forward[k + 1]))
+    return out
+
+
+def stats_graph(store: CountsStore, samples: list[str], params: Params,
+                split_every: int = DEFAULT_SPLIT_EVERY):
+    """Delayed total SufficientStats of the store under ``params``."""
+    chunks = message_graph(store, samples, params)
+    parts = [dask.delayed(_stats_task, pure=True)(c.forward_in, c.backward_in, c.methylated, c.coverage, params)
+             for c in chunks]
+    if not parts:
+        raise ValueError(f"{store.path}: the store has no bins")
+    return tree_reduce(parts, dask.delayed(_add_stats, pure=True), split_every)
+
+
+def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chromosomes=None) -> dict:
+    """Log-likelihood of each chromosome (binomial coefficients included), exact."""
+    samples = select_samples(store, samples)
+    hmm._check(len(samples))
+    params = Params.of(hmm)
+    wanted = store.chromosomes if not chromosomes else list(chromosomes)
+    unknown = [c for c in wanted if c not in store.chromosomes]
+    if unknown:
+        raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
+    sub = CountsStore(store.path, {**store.attrs, "chromosomes": wanted})
+    per_chunk = message_graph(sub, samples, params)
+    logliks = client.compute([c.forward_out for c in per_chunk])
+    result = dict.fromkeys(wanted, 0.0)
+    for c, value in zip(per_chunk, client.gather(logliks)):
+        result[c.chrom] += float(value[0])
+    return result
+
+
+@dataclass
+class StoreEMResult:
+    hmm: BinomialHMM
+    history: list
+    seconds_per_iteration: float
+    converged: bool
+
+
+def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
+                 rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None) -> StoreEMResult:
+    """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step.
+
+    Stops after ``n_iter`` M-steps or when an iteration gains less than
+    ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
+    of the final parameters; ``report(iteration, loglik)`` is called after each E-step."""
+    samples = select_samples(store, samples)
+    hmm._check(len(samples))
+    history, converged = [], False
+    start = time.perf_counter()
+    for iteration in range(n_iter + 1):
+        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
+        history.append(float(stats.loglik))
+        if report is not None:
+            report(iteration, stats.loglik)
+        if len(history) >= 2 and history[-1] - history[-2] < rel_tol * abs(history[-1]):
+            converged = True
+            break
+        if iteration == n_iter:
+            break
+        hmm.m_step(stats)
+    hmm.n_features_in_ = len(samples)
+    return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history), converged)
+
+
+# -- decoding -------------------------------------------------------------------------------
+POSTERIOR = "state_posterior"
+
+
+@dataclass
+class Runs:
+    """Maximal runs of one decoded state along kept bins, in bp (0-based, half-open)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    state: np.ndarray
+    posterior_sum: np.ndarray  # summed posterior of the run's state over its bins
+    n_bins: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def runs_of(position, states, posterior_of_state, bin_size: int, max_gap: int) -> Runs:
+    """Cut where the state changes or where more than ``max_gap`` bp lack coverage."""
+    if len(position) == 0:
+        empty = np.zeros(0, np.int64)
+        return Runs(empty, empty, empty, np.zeros(0), empty)
+    cut = np.flatnonzero((np.diff(states) != 0) | (np.diff(position) - bin_size > max_gap)) + 1
+    first = np.concatenate([[0], cut])
+    last = np.concatenate([cut, [len(position)]]) - 1
+    return Runs(position[first], position[last] + bin_size, states[first],
+                np.add.reduceat(posterior_of_state, first), last - first + 1)
+
+
+def join_runs(left: Runs, right: Runs, bin_size: int, max_gap: int) -> Runs:
+    """Concatenate consecutive runs of one chromosome, merging across the seam."""
+    if len(left) and len(right) and left.state[-1] == right.state[0] and \
+            right.start[0] - left.end[-1] <= max_gap:
+        left.end[-1] = right.end[0]
+        left.posterior_sum[-1] += right.posterior_sum[0]
+        left.n_bins[-1] += right.n_bins[0]
+        right = Runs(*(a[1:] for a in (right.start, right.end, right.state, right.posterior_sum, right.n_bins)))
+    return Runs(*(np.concatenate([a, b]) for a, b in zip(
+        (left.start, left.end, left.state, left.posterior_sum, left.n_bins),
+        (right.start, right.end, right.state, right.posterior_sum, right.n_bins))))
+
+
+def _decode_task(previous, following, methylated, coverage, position, params, bin_size, max_gap,
+                 posterior_array, offset):
+    keep = coverage.sum(axis=1) > 0
+    meth, cov = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+    _, post = segment_stats(None if previous is None else previous[1], following, meth, cov, params, True)
+    if posterior_array is not None:
+        import zarr
+
+        block = np.full((len(keep), params.transmat.shape[0]), np.nan, np.float32)
+        block[keep] = post
+        zarr.open_array(posterior_array, mode="r+")[offset:offset + len(keep)] = block
+    states = post.argmax(axis=1)
+    return runs_of(np.asarray(position)[keep], states, post[np.arange(len(states)), states], bin_size, max_gap)
+
+
+def decode_graph(store: CountsStore, samples: list[str], params: Params, max_gap: int,
+                 posterior_arrays: dict | None = None) -> dict:
+    """Per chromosome, the delayed Runs of each chunk (posterior decoding: each kept bin
+    gets its most probable state); optionally each task writes its posteriors into
+    ``posterior_arrays[chrom]`` (a Zarr array path)."""
+    positions = {chrom: list(store.dataset(chrom).position.data.to_delayed()) for chrom in store.chromosomes}
+    graph = {chrom: [] for chrom in store.chromosomes}
+    for c in message_graph(store, samples, params):
+        target = posterior_arrays[c.chrom] if posterior_arrays else None
+        graph[c.chrom].append(dask.delayed(_decode_task, pure=True)(
+            c.forward_in, c.backward_in, c.methylated, c.coverage, positions[c.chrom][c.chunk], params,
+            store.bin_size, max_gap, target, c.offset))
+    return graph
+
+
+@dataclass
+class DecodeReport:
+    n_segments: int
+    n_bins: int
+    state_bins: np.ndarray  # kept bins decoded to each state
+    posterior_written: bool
+
+
+def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=None, max_gap: int = 1000,
+                 posteriors: bool = False, progress=None) -> DecodeReport:
+    """Write the segmentation of ``store`` as BED (atomically), and with ``posteriors`` the
+    per-bin ``state_posterior`` (bin x state, NaN where the samples have no coverage) into
+    each chromosome group, swapped in only when every chunk has been written."""
+    import os
+    import shutil
+    import uuid
+    from pathlib import Path
+
+    from .store import finalize, locked
+
+    samples = select_samples(store, samples)
+    hmm._check(len(samples))
+    params = Params.of(hmm)
+    m = hmm.n_components
+    output = Path(output)
+    tmp_bed = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:12]}")
+    tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"
+    with locked(store.path):
+        for leftover in store.path.glob(f"*/{POSTERIOR}_tmp_*"):
+            shutil.rmtree(leftover, ignore_errors=True)  # from a killed run
+        arrays = _create_posterior_arrays(store, m, tag, samples) if posteriors else None
+        graph = decode_graph(store, samples, params, max_gap, arrays)
+        flat = [(chrom, task) for chrom, tasks in graph.items() for task in tasks]
+        futures = client.compute([task for _, task in flat])
+        state_bins = np.zeros(m, np.int64)
+        n_segments = 0
+        try:
+            with open(tmp_bed, "w") as bed:
+                bed.write("#chrom\tstart\tend\tstate\tscore\t" + "\t".join(f"level_{s}" for s in samples) + "\n")
+                chrom_runs, current = None, None
+                for done, ((chrom, _), future) in enumerate(zip(flat, futures), 1):
+                    runs = future.result()
+                    future.release()
+                    if chrom != current:
+                        n_segments += _write_runs(bed, current, chrom_runs, hmm.methylation_)
+                        chrom_runs, current = runs, chrom
+                    else:
+                        chrom_runs = join_runs(chrom_runs, runs, store.bin_size, max_gap)
+                    np.add.at(state_bins, runs.state, runs.n_bins)
+                    if progress is not None:
+                        progress(done, len(flat))
+                n_segments += _write_runs(bed, current, chrom_runs, hmm.methylation_)
+            if arrays:
+                for chrom in arrays:
+                    target = store.path / chrom / POSTERIOR
+                    if target.exists():
+                        aside = target.with_name(f"{tag}_old")
+                        os.rename(target, aside)
+                        shutil.rmtree(aside)
+                    os.rename(store.path / chrom / tag, target)
+                finalize(store.path, {})  # re-consolidate so plain xarray sees the variable
+            os.replace(tmp_bed, output)
+        finally:
+            tmp_bed.unlink(missing_ok=True)
+            for leftover in store.path.glob(f"*/{tag}"):
+                shutil.rmtree(leftover, ignore_errors=True)
+    return DecodeReport(n_segments, int(state_bins.sum()), state_bins, bool(arrays))
+
+
+def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: list[str]) -> dict:
+    import zarr
+
+    arrays = {}
+    for chrom in store.chromosomes:
+        counts = store.dataset(chrom).methylated
+        n, chunk = counts.shape[0], counts.chunks[0][0]  # the counts' chunks, so writes align
+        zarr.create_array(str(store.path / chrom), name=name, shape=(n, m), chunks=(chunk, m),
+                          dtype="float32", fill_value=np.nan, dimension_names=("bin", "state"),
+                          attributes={"description": "posterior probability of each state (NaN: no coverage "
+                                                     "in the model's samples)", "samples": samples})
+        arrays[chrom] = str(store.path / chrom / name)
+    return arrays
+
+
+def _write_runs(bed, chrom, runs: Runs | None, methylation) -> int:
+    if runs is None or not len(runs):
+        return 0
+    score = np.rint(1000 * runs.posterior_sum / runs.n_bins).astype(np.int64)
+    for start, end, state, s in zip(runs.start, runs.end, runs.state, score):
+        levels = "\t".join(f"{v:.4f}" for v in methylation[state])
+        bed.write(f"{chrom}\t{start}\t{end}\t{state}\t{s}\t{levels}\n")
+    return len(runs)
