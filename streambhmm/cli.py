@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
 import time
@@ -38,18 +39,17 @@ scheduler_option = click.option(
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 
 
-def format_states(methylation, startprob, samples, transmat=None) -> str:
-    """One row per state: its level in each sample, stationary weight, self-transition."""
+def format_states(methylation, transmat, samples) -> str:
+    """One row per state: its level in each sample, its genome fraction (the stationary
+    distribution of transmat) and its self-transition."""
+    from .simulate import stationary_distribution
+
     width = max(10, *(len(s) for s in samples))
-    header = f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}"
-    if transmat is not None:
-        header += f"  {'stay':>6}"
-    rows = [header]
-    for h, (levels, w) in enumerate(zip(methylation, startprob)):
-        row = f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels) + f"  {w:>7.3f}"
-        if transmat is not None:
-            row += f"  {transmat[h][h]:>6.3f}"
-        rows.append(row)
+    weight = stationary_distribution(np.asarray(transmat))
+    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}"]
+    for h, levels in enumerate(methylation):
+        rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
+                    + f"  {weight[h]:>7.3f}  {transmat[h][h]:>6.3f}")
     return "\n".join(rows)
 
 
@@ -144,8 +144,8 @@ class FitInput:
     partials: list | None = None
 
 
-def moments_of(path, samples, n_bins, scheduler, quiet, split_every=8, want_partials=False) -> FitInput:
-    """Moments from a moment store (no counts read) or from a counts store (on Dask)."""
+def moments_of(path, samples, n_bins, client, quiet, split_every=8, want_partials=False) -> FitInput:
+    """Moments from a moment store (no counts read) or from a counts store (on ``client``)."""
     from .momentstore import is_moment_store, load_partials, read_manifest
     from .pipeline import add_moments, moments_graph, tree_reduce
 
@@ -161,12 +161,11 @@ def moments_of(path, samples, n_bins, scheduler, quiet, split_every=8, want_part
         return FitInput(tree_reduce(partials, add_moments, split_every), manifest["samples"],
                         manifest["chromosomes"], partials)
     graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every)
-    with dask_client(scheduler) as client:
-        if want_partials:
-            partials = compute(client, graph.partials, quiet=quiet)
-            return FitInput(tree_reduce(partials, add_moments, split_every), graph.samples, graph.chromosomes,
-                            partials)
-        return FitInput(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes)
+    if want_partials:
+        partials = compute(client, graph.partials, quiet=quiet)
+        return FitInput(tree_reduce(partials, add_moments, split_every), graph.samples, graph.chromosomes,
+                        partials)
+    return FitInput(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes)
 
 
 def format_intervals(methylation_ci, transmat_ci, samples) -> str:
@@ -183,71 +182,233 @@ def output_path(output: str, m: int, sweep: bool) -> Path:
     return path.with_name(f"{path.stem}.m{m}{path.suffix}") if sweep else path
 
 
+METHODS = ("ftd", "em", "ftd-em")
+
+
+def differential_states(methylation, threshold: float) -> list[int]:
+    """States whose levels differ across samples by more than ``threshold``."""
+    levels = np.asarray(methylation)
+    return [int(h) for h in np.flatnonzero(levels.max(axis=1) - levels.min(axis=1) > threshold)]
+
+
+def format_differential(methylation, samples, threshold: float) -> str:
+    if len(samples) < 2:
+        return ""
+    found = differential_states(methylation, threshold)
+    listed = ", ".join(map(str, found)) if found else "none"
+    return f"differential states (levels differ across samples by more than {threshold:g}): {listed}"
+
+
+def cluster_for(store, scheduler):
+    """A Dask client for a counts store; nothing for a moment store (no counts are read)."""
+    from .momentstore import is_moment_store
+
+    return contextlib.nullcontext() if is_moment_store(store) else dask_client(scheduler)
+
+
+def em_reporter(quiet: bool):
+    """Print each EM iteration's log-likelihood and gain."""
+    history = []
+
+    def report(iteration: int, loglik: float) -> None:
+        gain = f" ({loglik - history[-1]:+.4g})" if history else ""
+        history.append(loglik)
+        if not quiet:
+            click.echo(f"  EM iteration {iteration}: log-likelihood {loglik:.8g}{gain}")
+    return report
+
+
 @main.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--states", "-m", required=True, help="Number of hidden states M, or a sweep: 2-10 or 2,4,6.")
+@click.option("--method", default="ftd", show_default=True, type=click.Choice(METHODS),
+              help="ftd: spectral only; em: Baum-Welch from a random start; ftd-em: spectral, then EM.")
+@click.option("--em-iter", default=20, show_default=True, help="Maximum EM iterations.")
+@click.option("--em-tol", default=1e-7, show_default=True,
+              help="Stop EM when an iteration gains less than this fraction of |log-likelihood|.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the tensor power method and the bootstrap.")
+@click.option("--seed", default=0, show_default=True,
+              help="Seed of the tensor power method, the bootstrap and EM's random start.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="Model JSON to write (a sweep writes NAME.mM.json for each M).")
-@click.option("--bootstrap", default=0, show_default=True, help="Block-bootstrap replicates over chunks (0: none).")
-@click.option("--split-every", default=8, show_default=True, help="Fan-in of the tree reduction.")
+@click.option("--bootstrap", default=0, show_default=True,
+              help="Block-bootstrap replicates over chunks (0: none; --method ftd only).")
+@click.option("--diff-threshold", default=0.3, show_default=True,
+              help="A state is differential when its levels across samples differ by more than this.")
+@click.option("--split-every", default=8, show_default=True, help="Fan-in of the tree reductions.")
 @scheduler_option
 @quiet_option
 @user_errors
-def fit(store, states, samples, n_bins, seed, output, bootstrap, split_every, scheduler, quiet):
-    """Fit a Binomial HMM (spectral method, FTD) to a counts store or a moment store."""
-    from .bootstrap import block_bootstrap
-    from .modelio import model_to_dict, write_json
-    from .spectral import SpectrumError
+def fit(store, states, method, em_iter, em_tol, samples, n_bins, seed, output, bootstrap, diff_threshold,
+        split_every, scheduler, quiet):
+    """Fit a Binomial HMM to a counts store (any method) or a moment store (ftd)."""
+    from .momentstore import is_moment_store
 
     start = time.perf_counter()
     state_list = parse_states(states)
     sample_list = [s for s in samples.split(",") if s] if samples else None
-    data = moments_of(store, sample_list, n_bins, scheduler, quiet, split_every, want_partials=bootstrap > 0)
-    mom = data.moments
-    click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
-               f"moments in {time.perf_counter() - start:.1f} s")
-    sweep = len(state_list) > 1
-    if sweep:
-        sv = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
-        click.echo("singular values of P13: " + ", ".join(f"{v:.3g}" for v in sv[:max(state_list) + 2]))
-    fitted = 0
-    for m in state_list:
-        make = functools.partial(SpectralBinomialHMM, m, n_bins=n_bins, random_state=seed)
-        try:
-            est = make().fit_moments(mom)
-        except SpectrumError as exc:
-            if not sweep:
-                raise
-            click.echo(f"\nM = {m}: not supported ({str(exc).splitlines()[0].split(': ', 1)[1]})")
-            continue
-        document = model_to_dict(est, data.samples, data.chromosomes, method="ftd")
-        if sweep:
-            click.echo(f"\nM = {m}:")
-        click.echo(format_states(est.methylation_, est.startprob_, data.samples, est.transmat_))
-        if bootstrap > 0:
-            ci = block_bootstrap(data.partials, est, make, bootstrap, random_state=seed)
-            document["methylation_ci"] = ci.methylation_ci.tolist()
-            document["transmat_ci"] = ci.transmat_ci.tolist()
-            click.echo(f"block bootstrap over {len(data.partials)} chunks: {ci.n_succeeded} of "
-                       f"{ci.n_replicates} replicates fitted")
-            click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, data.samples))
-        path = output_path(output, m, sweep)
-        write_json(path, document)
-        fitted += 1
-        click.echo(f"model written to {path}")
+    if method != "ftd" and is_moment_store(store):
+        raise click.ClickException(f"{store} is a moment store; --method {method} needs the counts store "
+                                   f"(EM reads the counts)")
+    if method != "ftd" and bootstrap:
+        raise click.ClickException("--bootstrap resamples moments; it needs --method ftd")
+    with cluster_for(store, scheduler) as client:
+        data = None
+        if method != "em":
+            data = moments_of(store, sample_list, n_bins, client, quiet, split_every, want_partials=bootstrap > 0)
+            mom = data.moments
+            click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
+                       f"moments in {time.perf_counter() - start:.1f} s")
+            if len(state_list) > 1:
+                sv = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
+                click.echo("singular values of P13: " + ", ".join(f"{v:.3g}" for v in sv[:max(state_list) + 2]))
+        fitted = sum(fit_one(m, method, store, data, client, sample_list, n_bins, seed, em_iter, em_tol, bootstrap,
+                             diff_threshold, split_every, output_path(output, m, len(state_list) > 1),
+                             len(state_list) > 1, quiet)
+                     for m in state_list)
     if not fitted:
         raise click.ClickException("no number of states in the sweep was supported by the data")
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
+def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_tol, bootstrap, diff_threshold,
+            split_every, path, sweep, quiet) -> bool:
+    """Fit and write one model; False when a sweep's M is not supported by the spectrum."""
+    from .bootstrap import block_bootstrap
+    from .hmm import BinomialHMM, random_parameters
+    from .modelio import model_to_dict, write_json
+    from .pipeline import select_samples
+    from .spectral import SpectrumError
+    from .storehmm import fit_store_em
+
+    if sweep:
+        click.echo(f"\nM = {m}:")
+    make = functools.partial(SpectralBinomialHMM, m, n_bins=n_bins, random_state=seed)
+    est = None
+    if method != "em":
+        try:
+            est = make().fit_moments(data.moments)
+        except SpectrumError as exc:
+            if not sweep:
+                raise
+            click.echo(f"not supported ({str(exc).splitlines()[0].split(': ', 1)[1]})")
+            return False
+        fitted_samples, chromosomes = data.samples, data.chromosomes
+    if method != "ftd":
+        counts = open_store(store)
+        fitted_samples, chromosomes = select_samples(counts, samples), counts.chromosomes
+        hmm = BinomialHMM(m, n_iter=em_iter, init="spectral" if est else "random", random_state=seed, n_bins=n_bins)
+        if est is not None:
+            click.echo("spectral start:")
+            click.echo(format_states(est.methylation_, est.transmat_, fitted_samples))
+            hmm.start_from(est.startprob_, est.transmat_, est.methylation_)
+            hmm.n_triples_ = est.n_triples_
+        else:
+            hmm.start_from(*random_parameters(m, len(fitted_samples), seed))
+        em_start = time.perf_counter()
+        result = fit_store_em(counts, hmm, client, fitted_samples, em_iter, em_tol, split_every,
+                              report=em_reporter(quiet))
+        state = "converged" if result.converged else f"stopped at --em-iter {em_iter}"
+        click.echo(f"EM {state} after {len(result.history) - 1} iteration(s), "
+                   f"{time.perf_counter() - em_start:.1f} s; log-likelihood {result.history[-1]:.8g}")
+        est = result.hmm
+    document = model_to_dict(est, fitted_samples, chromosomes, method=method)
+    if method != "ftd":
+        document["loglik"] = result.history[-1]
+        document["loglik_history"] = result.history
+    click.echo(format_states(est.methylation_, est.transmat_, fitted_samples))
+    if diff := format_differential(est.methylation_, fitted_samples, diff_threshold):
+        click.echo(diff)
+    if bootstrap > 0:
+        ci = block_bootstrap(data.partials, est, make, bootstrap, random_state=seed)
+        document["methylation_ci"] = ci.methylation_ci.tolist()
+        document["transmat_ci"] = ci.transmat_ci.tolist()
+        click.echo(f"block bootstrap over {len(data.partials)} chunks: {ci.n_succeeded} of "
+                   f"{ci.n_replicates} replicates fitted")
+        click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, fitted_samples))
+    write_json(path, document)
+    click.echo(f"model written to {path}")
+    return True
+
+
 def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
     """Moments of a counts store on Dask, then the spectral fit (used by the demo)."""
-    data = moments_of(store, samples, n_bins, scheduler, quiet)
+    with dask_client(scheduler) as client:
+        data = moments_of(store, samples, n_bins, client, quiet)
     est = SpectralBinomialHMM(states, n_bins=n_bins, random_state=seed).fit_moments(data.moments)
     return est, data
+
+
+def model_for_store(store, model):
+    """(counts store, model document, BinomialHMM) with the model's samples checked."""
+    from .modelio import hmm_from_model, read_model
+
+    counts, document = open_store(store), read_model(model)
+    missing = [s for s in document["samples"] if s not in counts.samples]
+    if missing:
+        raise click.ClickException(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
+                                   f"lacks (it has {', '.join(counts.samples)})")
+    return counts, document, hmm_from_model(document)
+
+
+@main.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--chromosomes", default=None, help="Comma-separated chromosomes (default: all).")
+@scheduler_option
+@quiet_option
+@user_errors
+def score(store, model, chromosomes, scheduler, quiet):
+    """Log-likelihood of a counts store under a model, per chromosome and in total
+    (binomial coefficients included; exact across chunks)."""
+    from .storehmm import score_store
+
+    start = time.perf_counter()
+    counts, document, hmm = model_for_store(store, model)
+    wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
+    with dask_client(scheduler) as client:
+        per_chrom = score_store(counts, hmm, client, document["samples"], wanted)
+    width = max(10, *(len(c) for c in per_chrom))
+    click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
+    for chrom, value in per_chrom.items():
+        click.echo(f"{chrom:<{width}} {value:>18.6f}")
+    click.echo(f"{'total':<{width}} {sum(per_chrom.values()):>18.6f}")
+    if not quiet:
+        click.echo(f"scored in {time.perf_counter() - start:.1f} s")
+
+
+@main.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Segments (BED).")
+@click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
+@click.option("--max-gap", default=1000, show_default=True,
+              help="Split a run where more than this many bp have no coverage.")
+@scheduler_option
+@quiet_option
+@user_errors
+def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
+    """Segment a counts store: each covered bin gets its most probable state (posterior
+    decoding), and runs of one state are written as BED."""
+    from .storehmm import decode_store
+
+    start = time.perf_counter()
+    counts, document, hmm = model_for_store(store, model)
+    show = status_line(quiet)
+    with dask_client(scheduler) as client:
+        try:
+            report = decode_store(counts, hmm, client, output, document["samples"], max_gap, posteriors,
+                                  progress=lambda done, total: show(f"chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    click.echo(f"{output}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+               f"({time.perf_counter() - start:.1f} s)")
+    for h, n in enumerate(report.state_bins):
+        levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
+        click.echo(f"  state {h} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
+    if report.posterior_written:
+        click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
 
 
 class MomentsGroup(click.Group):
@@ -343,10 +504,9 @@ def demo(n, seed, workdir, scheduler, quiet):
         err = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
         perm = err.permutation
         click.echo("true states:")
-        click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.startprob, DEMO_SAMPLES, DEMO_TRUTH.transmat))
+        click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.transmat, DEMO_SAMPLES))
         click.echo("\nrecovered states (matched to the true order):")
-        click.echo(format_states(est.methylation_[perm], est.startprob_[perm], DEMO_SAMPLES,
-                                 est.transmat_[np.ix_(perm, perm)]))
+        click.echo(format_states(est.methylation_[perm], est.transmat_[np.ix_(perm, perm)], DEMO_SAMPLES))
         click.echo(f"\nmethylation error (sum |p - p_hat|): {err.methylation_error:.4f}")
         click.echo(f"transition error (Frobenius):        {err.transmat_error:.4f}")
         if workdir:

@@ -7,6 +7,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__
 
 MODEL_FORMAT = "streambhmm-model"
@@ -27,7 +29,7 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd") -> dict:
         "transmat": est.transmat_.tolist(),
         "startprob": est.startprob_.tolist(),
         "feature": {"kind": "beta", "n_bins": int(est.n_bins)},
-        "n_triples": int(est.n_triples_),
+        "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",
     }
@@ -58,3 +60,15 @@ def read_model(path) -> dict:
     if missing:
         raise ValueError(f"{path}: model lacks {', '.join(missing)}")
     return document
+
+
+def hmm_from_model(document: dict):
+    """A BinomialHMM with the model's parameters (for scoring and decoding)."""
+    from .hmm import BinomialHMM
+
+    hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]))
+    hmm.startprob_ = np.asarray(document["startprob"], dtype=np.float64)
+    hmm.transmat_ = np.asarray(document["transmat"], dtype=np.float64)
+    hmm.methylation_ = np.asarray(document["methylation"], dtype=np.float64)
+    hmm._check(len(document["samples"]))
+    return hmm

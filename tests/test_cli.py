@@ -104,3 +104,78 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     command = re.search(r"^TEST_COMMAND='(.+)'$", ci, re.M).group(1)
     assert command in (ROOT / "README.md").read_text()
+
+
+@pytest.fixture
+def two_sample_store(tmp_path, four_state_model):
+    from .test_pipeline import synthetic_store
+
+    return synthetic_store(tmp_path / "counts.zarr", four_state_model, [3000, 1500], chunk_size=700)
+
+
+@pytest.mark.parametrize("method", ["em", "ftd-em"])
+def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, two_sample_store, method):
+    from streambhmm.hmm import BinomialHMM
+    from streambhmm.pipeline import load_counts
+
+    scheduler = dask_clients[1].scheduler.address
+    model = tmp_path / f"{method}.json"
+    r = run("fit", two_sample_store.path, "-m", "4", "--method", method, "--em-iter", "8", "--seed", "2",
+            "--output", model, "--scheduler", scheduler)
+    assert r.exit_code == 0, r.output
+    assert "EM iteration 1: log-likelihood" in r.output
+    assert re.search(r"differential states \(levels differ across samples by more than 0.3\): \d", r.output)
+    doc = json.loads(model.read_text())
+    assert tuple(doc) == (*MODEL_KEYS, "loglik", "loglik_history") and doc["method"] == method
+    history = doc["loglik_history"]
+    assert 2 <= len(history) <= 9 and np.all(np.diff(history) >= -1e-6) and doc["loglik"] == history[-1]
+    assert (doc["n_triples"] > 0) == (method == "ftd-em")
+
+    r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
+    assert r.exit_code == 0, r.output
+    total = float(re.search(r"^total\s+(\S+)", r.output, re.M).group(1))
+    hmm = BinomialHMM(4)
+    hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.array(doc[k]) for k in ("startprob", "transmat",
+                                                                                    "methylation"))
+    assert total == pytest.approx(hmm.score(*load_counts(two_sample_store)), rel=1e-9)
+    # the history's last entry is the log-likelihood of the written parameters
+    assert total == pytest.approx(doc["loglik"], rel=1e-9)
+    r = run("score", two_sample_store.path, "--model", model, "--chromosomes", "chr2", "--scheduler", scheduler)
+    assert re.search(r"^chr2\s", r.output, re.M) and not re.search(r"^chr1\s", r.output, re.M)
+
+
+def test_decode_cli_writes_bed_and_posteriors(tmp_path, dask_clients, two_sample_store):
+    import xarray as xr
+
+    scheduler = dask_clients[0].scheduler.address
+    model = tmp_path / "m.json"
+    assert run("fit", two_sample_store.path, "-m", "4", "-o", model, "--scheduler", scheduler, "-q").exit_code == 0
+    r = run("decode", two_sample_store.path, "--model", model, "--output", tmp_path / "seg.bed", "--posteriors",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    n_segments = int(re.search(r"seg.bed: ([0-9,]+) segments", r.output).group(1).replace(",", ""))
+    lines = (tmp_path / "seg.bed").read_text().splitlines()
+    assert lines[0].startswith("#chrom\tstart\tend\tstate\tscore\tlevel_A\tlevel_B") and len(lines) == n_segments + 1
+    levels = json.loads(model.read_text())["methylation"]
+    for line in lines[1:]:
+        chrom, start, end, state, score, *level = line.split("\t")
+        assert chrom in ("chr1", "chr2") and int(start) < int(end) and 0 <= int(score) <= 1000
+        np.testing.assert_allclose([float(v) for v in level], levels[int(state)], atol=5e-5)
+    posterior = xr.open_zarr(two_sample_store.path, group="chr2")["state_posterior"]
+    assert posterior.shape == (two_sample_store.dataset("chr2").sizes["bin"], 4)
+    np.testing.assert_allclose(posterior.sum("state").values, 1.0, atol=1e-5)
+
+
+def test_em_refuses_a_moment_store_and_a_foreign_model(tmp_path, dask_clients, two_sample_store):
+    scheduler = dask_clients[0].scheduler.address
+    moments = tmp_path / "m.zarr"
+    assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", scheduler, "-q").exit_code == 0
+    r = run("fit", moments, "-m", "3", "--method", "em", "-o", tmp_path / "x.json")
+    assert r.exit_code != 0 and "needs the counts store" in r.output
+    model = tmp_path / "a.json"
+    assert run("fit", moments, "-m", "3", "-o", model).exit_code == 0
+    doc = json.loads(model.read_text())
+    doc["samples"] = ["A", "Z"]
+    model.write_text(json.dumps(doc))
+    r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
+    assert r.exit_code != 0 and "sample(s) Z" in r.output
