@@ -1,10 +1,14 @@
 """EM iteration time against hmmlearn's MultinomialHMM, and the FTD fit against one iteration.
 
-    python scripts/bench_em.py [--bins 1000000] [--states 4]
+    python scripts/bench_em.py [--bins 1000000] [--states 4] [--store-bins 10000000]
 
 Same simulated single-sample data (Poisson(20) coverage) for both, in this run. hmmlearn's
 MultinomialHMM with n_trials = coverage per row is the same model. One "iteration" is an
 E-step plus M-step; for hmmlearn, fit(n_iter=1) with init_params="" from the same start.
+
+With --store-bins N it also times EM iterations on a two-sample synthetic counts store of
+N bins (1e6-bin chunks) on a LocalCluster of two worker processes, against the in-memory
+EM iteration on the same counts in this process.
 """
 
 import argparse
@@ -31,6 +35,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bins", type=int, default=1_000_000)
     parser.add_argument("--states", type=int, default=4)
+    parser.add_argument("--store-bins", type=float, default=0)
     args = parser.parse_args()
     m = args.states
     truth = model(np.linspace(0.05, 0.95, m)[:, None], np.full((m, m), 0.02 / (m - 1)) + np.eye(m) * (0.98 - 0.02 / (m - 1)))
@@ -67,6 +72,40 @@ def main():
     print(f"{'streambhmm FTD fit (moments included)':<40} {t_ftd:>9.3f}")
     print(f"\nhmmlearn / streambhmm per EM iteration: {t_ref / t_ours:.1f}x (target >= 5)")
     print(f"one hmmlearn iteration / FTD fit: {t_ref / t_ftd:.1f}x")
+    if args.store_bins:
+        bench_store(int(args.store_bins), m)
+
+
+def bench_store(n_bins: int, m: int):
+    import tempfile
+    from pathlib import Path
+
+    from streambhmm.cluster import dask_client
+    from streambhmm.demo import build_synthetic_store
+    from streambhmm.pipeline import load_counts
+    from streambhmm.store import open_store
+    from streambhmm.storehmm import fit_store_em
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "counts.zarr"
+        build_synthetic_store(path, n_bins, 1_000_000)
+        store = open_store(path)
+        hmm = BinomialHMM(m)
+        hmm.start_from(np.full(m, 1 / m), np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1)),
+                       np.column_stack([np.linspace(0.1, 0.9, m), np.linspace(0.9, 0.1, m)]))
+        with dask_client(n_workers=2) as client:
+            fit_store_em(store, hmm, client, n_iter=0)  # compile on the workers
+            result = fit_store_em(store, hmm, client, n_iter=2, rel_tol=-np.inf)
+        meth, cov, lengths = load_counts(store)
+        in_memory = BinomialHMM(m, init_params="")
+        in_memory.start_from(hmm.startprob_, hmm.transmat_, hmm.methylation_)
+        t_mem = best(lambda: in_memory.m_step(in_memory.e_step(meth, cov, lengths)), repeat=2)
+    print(f"\n{n_bins:,} bins, 2 samples, {len(store.chromosomes)} chromosome(s) in 1e6-bin chunks, {m} states")
+    print(f"{'store EM iteration (Dask, 2 worker processes)':<48} {result.seconds_per_iteration:>9.3f} s "
+          f"({n_bins / result.seconds_per_iteration / 1e6:.2f} M bins/s)")
+    print(f"{'in-memory EM iteration (this process)':<48} {t_mem:>9.3f} s ({n_bins / t_mem / 1e6:.2f} M bins/s)")
+    print(f"in-memory / store: {t_mem / result.seconds_per_iteration:.2f}x "
+          f"(the store pass reads each chunk three times: forward, backward, statistics)")
 
 
 if __name__ == "__main__":
