@@ -185,13 +185,9 @@ def output_path(output: str, m: int, sweep: bool) -> Path:
 METHODS = ("ftd", "em", "ftd-em")
 
 
-def differential_states(methylation, threshold: float) -> list[int]:
-    """States whose levels differ across samples by more than ``threshold``."""
-    levels = np.asarray(methylation)
-    return [int(h) for h in np.flatnonzero(levels.max(axis=1) - levels.min(axis=1) > threshold)]
-
-
 def format_differential(methylation, samples, threshold: float) -> str:
+    from .evaluate import differential_states
+
     if len(samples) < 2:
         return ""
     found = differential_states(methylation, threshold)
@@ -285,10 +281,10 @@ def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_t
     if sweep:
         click.echo(f"\nM = {m}:")
     make = functools.partial(SpectralBinomialHMM, m, n_bins=n_bins, random_state=seed)
-    est = None
+    est = spectral = None
     if method != "em":
         try:
-            est = make().fit_moments(data.moments)
+            est = spectral = make().fit_moments(data.moments)
         except SpectrumError as exc:
             if not sweep:
                 raise
@@ -314,6 +310,10 @@ def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_t
                    f"{time.perf_counter() - em_start:.1f} s; log-likelihood {result.history[-1]:.8g}")
         est = result.hmm
     document = model_to_dict(est, fitted_samples, chromosomes, method=method)
+    if spectral is not None:
+        # for `report`: how many states the data support
+        document["spectrum"] = {"p13_singular_values": spectral.spectrum_[:max(2 * m, m + 6)].tolist(),
+                                "noise_level": float(spectral.noise_level_)}
     if method != "ftd":
         document["loglik"] = result.history[-1]
         document["loglik_history"] = result.history
@@ -340,18 +340,6 @@ def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
     return est, data
 
 
-def model_for_store(store, model):
-    """(counts store, model document, BinomialHMM) with the model's samples checked."""
-    from .modelio import hmm_from_model, read_model
-
-    counts, document = open_store(store), read_model(model)
-    missing = [s for s in document["samples"] if s not in counts.samples]
-    if missing:
-        raise click.ClickException(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
-                                   f"lacks (it has {', '.join(counts.samples)})")
-    return counts, document, hmm_from_model(document)
-
-
 @main.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
@@ -362,6 +350,7 @@ def model_for_store(store, model):
 def score(store, model, chromosomes, scheduler, quiet):
     """Log-likelihood of a counts store under a model, per chromosome and in total
     (binomial coefficients included; exact across chunks)."""
+    from .modelio import model_for_store
     from .storehmm import score_store
 
     start = time.perf_counter()
@@ -391,6 +380,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
     decoding), and runs of one state are written as BED."""
+    from .modelio import model_for_store
     from .storehmm import decode_store
 
     start = time.perf_counter()
@@ -466,6 +456,33 @@ def moments_merge(inputs, output):
     result = merge_moment_stores(list(inputs), output)
     click.echo(f"{output}: {result['partials']} partial(s) on {len(result['chromosomes'])} chromosome(s); "
                f"{result['duplicates']} duplicate partial(s) kept once")
+
+
+@main.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")
+@click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
+                                             "of the first chromosome).")
+@click.option("--max-gap", default=1000, show_default=True, help="As for decode.")
+@click.option("--diff-threshold", default=0.3, show_default=True, help="As for fit.")
+@scheduler_option
+@quiet_option
+@user_errors
+def report(store, model, output, region, max_gap, diff_threshold, scheduler, quiet):
+    """Write DIR/index.html with figures (levels, transitions, spectrum, occupancy, a
+    genome track, bootstrap and EM history when present) and DIR/segments.bed."""
+    from .report import write_report
+
+    show = status_line(quiet)
+    with dask_client(scheduler) as client:
+        try:
+            result = write_report(store, model, output, client, region, max_gap, diff_threshold,
+                                  progress=lambda done, total: show(f"decoding chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
+               f"{result.timings['total']:.1f} s")
 
 
 @main.command()

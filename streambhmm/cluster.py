@@ -55,11 +55,12 @@ def clear_status(quiet: bool) -> None:
 
 
 def compute(client, delayed, quiet: bool = False):
-    """Compute one delayed value on ``client``, with a progress bar on a terminal."""
-    future = client.compute(delayed)
+    """Compute a delayed value (or a list of them) on ``client``, with a progress bar on a
+    terminal."""
+    futures = client.compute(delayed)
     if show_progress(quiet):
         from distributed import progress
 
-        progress(future)
+        progress(futures)
         print(file=sys.stdout, flush=True)
-    return future.result()
+    return client.gather(futures)

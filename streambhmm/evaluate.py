@@ -41,3 +41,9 @@ def matched_error(true_methylation, est_methylation, true_transmat=None, est_tra
         start_err = float(np.abs(np.asarray(true_startprob) - np.asarray(est_startprob)[perm]).sum())
     return MatchedError(permutation=perm, methylation_error=float(np.abs(p - q[perm]).sum()),
                         transmat_error=trans_err, startprob_error=start_err)
+
+
+def differential_states(methylation, threshold: float) -> list[int]:
+    """States whose levels differ across samples by more than ``threshold``."""
+    levels = np.asarray(methylation)
+    return [int(h) for h in np.flatnonzero(levels.max(axis=1) - levels.min(axis=1) > threshold)]

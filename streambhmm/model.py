@@ -34,6 +34,7 @@ class SpectralBinomialHMM:
         the distribution of the first bin of a sequence is not identifiable from them.
     observation_ : (n_samples * n_bins, n_components) C = E[F(x) | h], the expected feature.
     spectrum_ : singular values of the normalized P13, to judge how many states the data support.
+    noise_level_ : the level the m-th singular value must exceed (the spectrum check).
     n_triples_ : number of triples the moments were summed over.
     moments_ : the :class:`~streambhmm.moments.Moments` fitted.
     """
@@ -79,6 +80,7 @@ class SpectralBinomialHMM:
         self.transmat_ = transmat
         self.startprob_ = startprob
         self.spectrum_ = dec.whitened.p13_singular_values
+        self.noise_level_ = dec.whitened.noise_floor
         self.n_triples_ = moments.n_triples
         self.moments_ = moments
         return self

@@ -72,3 +72,16 @@ def hmm_from_model(document: dict):
     hmm.methylation_ = np.asarray(document["methylation"], dtype=np.float64)
     hmm._check(len(document["samples"]))
     return hmm
+
+
+def model_for_store(store, model):
+    """(counts store, model document, BinomialHMM), checking that the store has the
+    model's samples."""
+    from .store import open_store
+
+    counts, document = open_store(store), read_model(model)
+    missing = [s for s in document["samples"] if s not in counts.samples]
+    if missing:
+        raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
+                         f"lacks (it has {', '.join(counts.samples)})")
+    return counts, document, hmm_from_model(document)

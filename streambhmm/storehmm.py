@@ -280,6 +280,7 @@ class DecodeReport:
     n_bins: int
     state_bins: np.ndarray  # kept bins decoded to each state
     posterior_written: bool
+    chromosome_state_bins: dict  # chrom -> (m,) kept bins decoded to each state
 
 
 def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=None, max_gap: int = 1000,
@@ -308,7 +309,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
         graph = decode_graph(store, samples, params, max_gap, arrays)
         flat = [(chrom, task) for chrom, tasks in graph.items() for task in tasks]
         futures = client.compute([task for _, task in flat])
-        state_bins = np.zeros(m, np.int64)
+        per_chrom = {chrom: np.zeros(m, np.int64) for chrom in graph}
         n_segments = 0
         try:
             with open(tmp_bed, "w") as bed:
@@ -322,7 +323,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
                         chrom_runs, current = runs, chrom
                     else:
                         chrom_runs = join_runs(chrom_runs, runs, store.bin_size, max_gap)
-                    np.add.at(state_bins, runs.state, runs.n_bins)
+                    np.add.at(per_chrom[chrom], runs.state, runs.n_bins)
                     if progress is not None:
                         progress(done, len(flat))
                 n_segments += _write_runs(bed, current, chrom_runs, hmm.methylation_)
@@ -340,7 +341,8 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
             tmp_bed.unlink(missing_ok=True)
             for leftover in store.path.glob(f"*/{tag}"):
                 shutil.rmtree(leftover, ignore_errors=True)
-    return DecodeReport(n_segments, int(state_bins.sum()), state_bins, bool(arrays))
+    state_bins = sum(per_chrom.values(), np.zeros(m, np.int64))
+    return DecodeReport(n_segments, int(state_bins.sum()), state_bins, bool(arrays), per_chrom)
 
 
 def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: list[str]) -> dict:

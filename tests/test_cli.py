@@ -179,3 +179,37 @@ def test_em_refuses_a_moment_store_and_a_foreign_model(tmp_path, dask_clients, t
     model.write_text(json.dumps(doc))
     r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
     assert r.exit_code != 0 and "sample(s) Z" in r.output
+
+
+@pytest.mark.parametrize("method", ["ftd", "ftd-em"])
+def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, method):
+    import matplotlib.image
+
+    scheduler = dask_clients[1].scheduler.address
+    model = tmp_path / "m.json"
+    extra = ("--bootstrap", "5") if method == "ftd" else ("--em-iter", "3")
+    r = run("fit", two_sample_store.path, "-m", "4", "--method", method, *extra, "-o", model, "--scheduler",
+            scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "report"
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr2:0-50,000",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    page = (out / "index.html").read_text()
+    referenced = re.findall(r'<img src="([^"]+)"', page)
+    expected = {"methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png",
+                "bootstrap.png" if method == "ftd" else "loglik.png"}
+    assert set(referenced) == expected
+    for name in referenced:
+        image = matplotlib.image.imread(out / name)  # a valid PNG, not an empty file
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert "chr2:0-50,000" in page and "segments.bed" in page and "zarr" in page and "numpy" in page
+    for level in json.loads(model.read_text())["methylation"][0]:
+        assert f"{level:.3f}" in page
+    assert (out / "segments.bed").read_text().startswith("#chrom")
+    assert not list(tmp_path.glob(".report.tmp-*"))
+    # a bad region fails cleanly and keeps the previous report
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr9:0-10",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code != 0 and "no chromosome chr9" in r.output
+    assert (out / "index.html").read_text() == page and not list(tmp_path.glob(".report.tmp-*"))
