@@ -281,10 +281,10 @@ def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_t
     if sweep:
         click.echo(f"\nM = {m}:")
     make = functools.partial(SpectralBinomialHMM, m, n_bins=n_bins, random_state=seed)
-    est = spectral = None
+    est = None
     if method != "em":
         try:
-            est = spectral = make().fit_moments(data.moments)
+            est = make().fit_moments(data.moments)
         except SpectrumError as exc:
             if not sweep:
                 raise
@@ -310,10 +310,6 @@ def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_t
                    f"{time.perf_counter() - em_start:.1f} s; log-likelihood {result.history[-1]:.8g}")
         est = result.hmm
     document = model_to_dict(est, fitted_samples, chromosomes, method=method)
-    if spectral is not None:
-        # for `report`: how many states the data support
-        document["spectrum"] = {"p13_singular_values": spectral.spectrum_[:max(2 * m, m + 6)].tolist(),
-                                "noise_level": float(spectral.noise_level_)}
     if method != "ftd":
         document["loglik"] = result.history[-1]
         document["loglik_history"] = result.history
@@ -464,12 +460,14 @@ def moments_merge(inputs, output):
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")
 @click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
                                              "of the first chromosome).")
+@click.option("--moments", "moments_path", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
 @click.option("--max-gap", default=1000, show_default=True, help="As for decode.")
 @click.option("--diff-threshold", default=0.3, show_default=True, help="As for fit.")
 @scheduler_option
 @quiet_option
 @user_errors
-def report(store, model, output, region, max_gap, diff_threshold, scheduler, quiet):
+def report(store, model, output, region, moments_path, max_gap, diff_threshold, scheduler, quiet):
     """Write DIR/index.html with figures (levels, transitions, spectrum, occupancy, a
     genome track, bootstrap and EM history when present) and DIR/segments.bed."""
     from .report import write_report
@@ -477,7 +475,7 @@ def report(store, model, output, region, max_gap, diff_threshold, scheduler, qui
     show = status_line(quiet)
     with dask_client(scheduler) as client:
         try:
-            result = write_report(store, model, output, client, region, max_gap, diff_threshold,
+            result = write_report(store, model, output, client, region, max_gap, diff_threshold, moments_path,
                                   progress=lambda done, total: show(f"decoding chunks: {done}/{total}"))
         finally:
             clear_status(quiet)

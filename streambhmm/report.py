@@ -62,7 +62,7 @@ def state_order(methylation) -> np.ndarray:
 
 
 def write_report(store, model, output, client, region: str | None = None, max_gap: int = 1000,
-                 diff_threshold: float = 0.3, progress=None) -> ReportResult:
+                 diff_threshold: float = 0.3, moments=None, progress=None) -> ReportResult:
     """Decode ``store`` with ``model`` and write DIR/index.html, its PNGs and segments.bed."""
     import matplotlib
 
@@ -84,8 +84,8 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
         decoded = decode_store(counts, hmm, client, stage / "segments.bed", samples, max_gap, progress=progress)
         timings["decode on Dask"] = time.perf_counter() - t
         t = time.perf_counter()
-        spectrum = document.get("spectrum") or _spectrum_from_store(counts, document, client)
-        timings["spectrum" + ("" if document.get("spectrum") else " (moments on Dask)")] = time.perf_counter() - t
+        spectrum = model_spectrum(counts, document, client, moments)
+        timings["spectrum (moment store)" if moments else "spectrum (moments on Dask)"] = time.perf_counter() - t
         t = time.perf_counter()
         diff = differential_states(hmm.methylation_, diff_threshold)
         figures = [
@@ -134,16 +134,24 @@ def _replace_dir(stage: Path, output: Path) -> None:
         os.rename(stage, output)
 
 
-def _spectrum_from_store(counts, document, client) -> dict:
-    """The spectrum of a model fitted without one in its JSON (EM): a moment pass on Dask."""
+def model_spectrum(counts, document, client, moments=None) -> dict:
+    """P13's leading singular values and the spectrum check's noise level, from a moment
+    store with the model's samples and D if given, else from one moment pass on Dask."""
     from .model import SpectralBinomialHMM
+    from .momentstore import load_total
     from .pipeline import moments_graph
 
-    graph = moments_graph(counts, document["samples"], n_bins=int(document["feature"]["n_bins"]))
-    moments = client.compute(graph.total).result()
+    n_bins = int(document["feature"]["n_bins"])
+    if moments is not None:
+        total, manifest = load_total(moments)
+        if manifest["samples"] != document["samples"] or manifest["feature"]["n_bins"] != n_bins:
+            raise ValueError(f"{moments} holds moments of samples {','.join(manifest['samples'])} with D = "
+                             f"{manifest['feature']['n_bins']}; the model needs {','.join(document['samples'])} "
+                             f"with D = {n_bins}")
+    else:
+        total = client.compute(moments_graph(counts, document["samples"], n_bins=n_bins).total).result()
     m = int(document["n_states"])
-    est = SpectralBinomialHMM(m, n_bins=int(document["feature"]["n_bins"]), check_spectrum=False)
-    est.fit_moments(moments)
+    est = SpectralBinomialHMM(m, n_bins=n_bins, check_spectrum=False).fit_moments(total)
     return {"p13_singular_values": est.spectrum_[:max(2 * m, m + 6)].tolist(), "noise_level": est.noise_level_}
 
 
