@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, matched_error, paper_model, simulate
-from streambhmm.hmm import BinomialHMM, random_parameters
+from streambhmm.hmm import BinomialHMM, random_parameters, run_em
 from streambhmm.simulate import model
 from streambhmm.spectral import SpectrumError
 
@@ -29,16 +29,10 @@ REL_TOL = 1e-7
 MAX_ITER = 500
 
 
-def run_em(hmm: BinomialHMM, meth, cov, lengths):
+def converge(hmm: BinomialHMM, meth, cov, lengths):
     """EM to the relative tolerance; returns (iterations, final loglik, seconds)."""
     start = time.perf_counter()
-    history = []
-    for _ in range(MAX_ITER + 1):
-        stats = hmm.e_step(meth, cov, lengths)
-        history.append(stats.loglik)
-        if len(history) >= 2 and history[-1] - history[-2] < REL_TOL * abs(history[-1]):
-            break
-        hmm.m_step(stats)
+    history = run_em(hmm, lambda: hmm.e_step(meth, cov, lengths), MAX_ITER, REL_TOL)
     assert np.all(np.diff(history) >= -1e-6 * abs(history[-1])), "EM decreased the log-likelihood"
     return len(history) - 1, history[-1], time.perf_counter() - start
 
@@ -73,12 +67,12 @@ def main():
                 continue
             ftd_err = matched_error(truth.methylation, ftd.methylation_, truth.transmat, ftd.transmat_)
             refined = BinomialHMM(m).start_from(ftd.startprob_, ftd.transmat_, ftd.methylation_)
-            it_ftd_em, ll_ftd_em, _ = run_em(refined, meth, cov, lengths)
+            it_ftd_em, ll_ftd_em, _ = converge(refined, meth, cov, lengths)
             ftd_em_err = matched_error(truth.methylation, refined.methylation_, truth.transmat, refined.transmat_)
             em_runs = []
             for start in range(args.random_starts):
                 em = BinomialHMM(m).start_from(*random_parameters(m, meth.shape[1], 100 * seed + start))
-                iters, ll, _ = run_em(em, meth, cov, lengths)
+                iters, ll, _ = converge(em, meth, cov, lengths)
                 em_runs.append((ll, iters, matched_error(truth.methylation, em.methylation_, truth.transmat,
                                                          em.transmat_)))
             best_ll, _, best_err = max(em_runs, key=lambda r: r[0])

@@ -30,7 +30,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from streambhmm import SpectralBinomialHMM
-from streambhmm.hmm import BinomialHMM, random_parameters
+from streambhmm.hmm import BinomialHMM, random_parameters, run_em
 from streambhmm.ingest import ingest
 from streambhmm.pipeline import load_counts
 from streambhmm.simulate import stationary_distribution
@@ -73,14 +73,7 @@ def take(meth, cov, spans, limit=None):
 
 def em(hmm, data, n_iter):
     """EM for at most ``n_iter`` M-steps (stopping early at the relative tolerance)."""
-    history = []
-    for _ in range(n_iter + 1):
-        stats = hmm.e_step(*data)
-        history.append(stats.loglik)
-        if len(history) > n_iter or (len(history) >= 2 and history[-1] - history[-2] < REL_TOL * abs(history[-1])):
-            break
-        hmm.m_step(stats)
-    return history
+    return run_em(hmm, lambda: hmm.e_step(*data), n_iter, REL_TOL)
 
 
 def fit_all(m, train, seed):

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, SpectrumError, matched_error, paper_model, simulate
-from streambhmm.hmm import BinomialHMM, random_parameters
+from streambhmm.hmm import BinomialHMM, random_parameters, run_em
 
 
 METHODS = ("FTD", "EM", "FTD+EM")
@@ -33,14 +33,7 @@ EM_MAX_ITER = 500
 
 def em_until(hmm, meth, cov):
     """EM with the paper's stopping rule; returns the number of M-steps."""
-    history = []
-    for _ in range(EM_MAX_ITER + 1):
-        stats = hmm.e_step(meth, cov)
-        history.append(stats.loglik)
-        if len(history) >= 2 and history[-1] - history[-2] < EM_REL_TOL * abs(history[-1]):
-            break
-        hmm.m_step(stats)
-    return len(history) - 1
+    return len(run_em(hmm, lambda: hmm.e_step(meth, cov), EM_MAX_ITER, EM_REL_TOL)) - 1
 
 
 def run_trial(n_bins_genome, coverage, seed, self_transition, methods):

@@ -12,6 +12,19 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
+def _shifted_emissions(log_b, t, out):
+    """exp(log_b[t] - max(log_b[t])) into ``out``; returns the shift."""
+    m = log_b.shape[1]
+    top = log_b[t, 0]
+    for h in range(1, m):
+        if log_b[t, h] > top:
+            top = log_b[t, h]
+    for h in range(m):
+        out[h] = np.exp(log_b[t, h] - top)
+    return top
+
+
+@njit(cache=True, nogil=True)
 def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
 
@@ -41,13 +54,7 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
             continue
         end = offset + length
         for t in range(offset, end):
-            top = log_b[t, 0]
-            for h in range(1, m):
-                if log_b[t, h] > top:
-                    top = log_b[t, h]
-            for h in range(m):
-                emis[t, h] = np.exp(log_b[t, h] - top)
-            loglik += top
+            loglik += _shifted_emissions(log_b, t, emis[t])
         # forward
         total = 0.0
         for h in range(m):
@@ -104,19 +111,6 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
                 beta[i] = new_beta[i]
         offset = end
     return loglik, start, trans, meth_sum, cov_sum, post
-
-
-@njit(cache=True, nogil=True)
-def _shifted_emissions(log_b, t, out):
-    """exp(log_b[t] - max(log_b[t])) into ``out``; returns the shift."""
-    m = log_b.shape[1]
-    top = log_b[t, 0]
-    for h in range(1, m):
-        if log_b[t, h] > top:
-            top = log_b[t, h]
-    for h in range(m):
-        out[h] = np.exp(log_b[t, h] - top)
-    return top
 
 
 @njit(cache=True, nogil=True)

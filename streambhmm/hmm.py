@@ -201,6 +201,28 @@ class BinomialHMM:
         return sim.methylated, sim.coverage, sim.states
 
 
+def run_em(hmm: "BinomialHMM", e_step, n_iter: int, rel_tol: float, report=None) -> list[float]:
+    """Alternate ``e_step()`` (SufficientStats of ``hmm``'s current parameters, from any
+    data source) and ``hmm.m_step`` for at most ``n_iter`` M-steps, stopping early when an
+    iteration gains less than ``rel_tol * |loglik|``. Returns the log-likelihood of each
+    E-step; the last is that of ``hmm``'s final parameters. ``report(iteration, loglik)``
+    is called after each E-step."""
+    history = []
+    for iteration in range(n_iter + 1):
+        stats = e_step()
+        history.append(float(stats.loglik))
+        if report is not None:
+            report(iteration, stats.loglik)
+        if has_converged(history, rel_tol) or iteration == n_iter:
+            break
+        hmm.m_step(stats)
+    return history
+
+
+def has_converged(history: list, rel_tol: float) -> bool:
+    return len(history) >= 2 and history[-1] - history[-2] < rel_tol * abs(history[-1])
+
+
 def random_parameters(n_components: int, n_samples: int, random_state=None):
     """(startprob, transmat, methylation) for a random start: sorted uniform levels and a
     transition matrix with at least 0.5 on the diagonal."""

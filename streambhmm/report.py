@@ -8,7 +8,6 @@ renamed to DIR only when complete.
 from __future__ import annotations
 
 import html
-import os
 import platform
 import re
 import shutil
@@ -23,6 +22,7 @@ import numpy as np
 from .evaluate import differential_states
 from .modelio import model_for_store
 from .simulate import stationary_distribution
+from .store import replace_store
 
 REGION_BINS = 500  # default track width, in bins
 VERSIONED = ("streambhmm", "numpy", "scipy", "numba", "dask", "distributed", "zarr", "xarray", "matplotlib")
@@ -117,21 +117,11 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
         timings["total"] = time.perf_counter() - start
         page = render_page(counts, document, model, hmm, decoded, figures, where, max_gap, diff, timings)
         (stage / "index.html").write_text(page)
-        _replace_dir(stage, output)
+        replace_store(stage, output)  # the same two-rename swap as stores
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return ReportResult(output / "index.html", [name for name, _, _ in figures], timings)
-
-
-def _replace_dir(stage: Path, output: Path) -> None:
-    if output.exists():
-        aside = output.parent / f".{output.name}.old-{uuid.uuid4().hex[:12]}"
-        os.rename(output, aside)
-        os.rename(stage, output)
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        os.rename(stage, output)
 
 
 def model_spectrum(counts, document, client, moments=None) -> dict:

@@ -16,16 +16,21 @@ statistics tasks are independent. Every task holds one chunk, so memory stays bo
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import dask
 import numpy as np
+import zarr
 
 from . import _hmm_kernels
-from .hmm import BinomialHMM, SufficientStats, log_emissions
+from .hmm import BinomialHMM, SufficientStats, has_converged, log_emissions, run_em
 from .pipeline import DEFAULT_SPLIT_EVERY, _kept, select_samples, tree_reduce
-from .store import CountsStore
+from .store import CountsStore, finalize, locked
 
 
 @dataclass(frozen=True)
@@ -119,10 +124,10 @@ class ChunkMessages:
     forward_out: object  # Delayed (loglik, message) of this chunk
 
 
-def message_graph(store: CountsStore, samples: list[str], params: Params) -> list[ChunkMessages]:
-    """Forward and backward message chains of every chromosome."""
+def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None) -> list[ChunkMessages]:
+    """Forward and backward message chains of every chromosome (or of ``chromosomes``)."""
     out = []
-    for chrom in store.chromosomes:
+    for chrom in chromosomes or store.chromosomes:
         ds = store.dataset(chrom).sel(sample=samples)
         meth = list(ds.methylated.data.to_delayed()[:, 0])
         cov = list(ds.coverage.data.to_delayed()[:, 0])
@@ -158,8 +163,7 @@ def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chro
     unknown = [c for c in wanted if c not in store.chromosomes]
     if unknown:
         raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
-    sub = CountsStore(store.path, {**store.attrs, "chromosomes": wanted})
-    per_chunk = message_graph(sub, samples, params)
+    per_chunk = message_graph(store, samples, params, wanted)
     logliks = client.compute([c.forward_out for c in per_chunk])
     result = dict.fromkeys(wanted, 0.0)
     for c, value in zip(per_chunk, client.gather(logliks)):
@@ -184,21 +188,15 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     of the final parameters; ``report(iteration, loglik)`` is called after each E-step."""
     samples = select_samples(store, samples)
     hmm._check(len(samples))
-    history, converged = [], False
     start = time.perf_counter()
-    for iteration in range(n_iter + 1):
-        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
-        history.append(float(stats.loglik))
-        if report is not None:
-            report(iteration, stats.loglik)
-        if len(history) >= 2 and history[-1] - history[-2] < rel_tol * abs(history[-1]):
-            converged = True
-            break
-        if iteration == n_iter:
-            break
-        hmm.m_step(stats)
+
+    def e_step():
+        return client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
+
+    history = run_em(hmm, e_step, n_iter, rel_tol, report)
     hmm.n_features_in_ = len(samples)
-    return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history), converged)
+    return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
+                         has_converged(history, rel_tol))
 
 
 # -- decoding -------------------------------------------------------------------------------
@@ -217,6 +215,9 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def columns(self) -> tuple:
+        return self.start, self.end, self.state, self.posterior_sum, self.n_bins
 
 
 def runs_of(position, states, posterior_of_state, bin_size: int, max_gap: int) -> Runs:
@@ -238,10 +239,8 @@ def join_runs(left: Runs, right: Runs, bin_size: int, max_gap: int) -> Runs:
         left.end[-1] = right.end[0]
         left.posterior_sum[-1] += right.posterior_sum[0]
         left.n_bins[-1] += right.n_bins[0]
-        right = Runs(*(a[1:] for a in (right.start, right.end, right.state, right.posterior_sum, right.n_bins)))
-    return Runs(*(np.concatenate([a, b]) for a, b in zip(
-        (left.start, left.end, left.state, left.posterior_sum, left.n_bins),
-        (right.start, right.end, right.state, right.posterior_sum, right.n_bins))))
+        right = Runs(*(a[1:] for a in right.columns()))
+    return Runs(*(np.concatenate([a, b]) for a, b in zip(left.columns(), right.columns())))
 
 
 def _decode_task(previous, following, methylated, coverage, position, params, bin_size, max_gap,
@@ -250,8 +249,6 @@ def _decode_task(previous, following, methylated, coverage, position, params, bi
     meth, cov = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
     _, post = segment_stats(None if previous is None else previous[1], following, meth, cov, params, True)
     if posterior_array is not None:
-        import zarr
-
         block = np.full((len(keep), params.transmat.shape[0]), np.nan, np.float32)
         block[keep] = post
         zarr.open_array(posterior_array, mode="r+")[offset:offset + len(keep)] = block
@@ -277,10 +274,17 @@ def decode_graph(store: CountsStore, samples: list[str], params: Params, max_gap
 @dataclass
 class DecodeReport:
     n_segments: int
-    n_bins: int
-    state_bins: np.ndarray  # kept bins decoded to each state
     posterior_written: bool
     chromosome_state_bins: dict  # chrom -> (m,) kept bins decoded to each state
+
+    @property
+    def state_bins(self) -> np.ndarray:
+        """Kept bins decoded to each state, over all chromosomes."""
+        return np.sum(list(self.chromosome_state_bins.values()), axis=0)
+
+    @property
+    def n_bins(self) -> int:
+        return int(self.state_bins.sum())
 
 
 def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=None, max_gap: int = 1000,
@@ -288,13 +292,6 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     """Write the segmentation of ``store`` as BED (atomically), and with ``posteriors`` the
     per-bin ``state_posterior`` (bin x state, NaN where the samples have no coverage) into
     each chromosome group, swapped in only when every chunk has been written."""
-    import os
-    import shutil
-    import uuid
-    from pathlib import Path
-
-    from .store import finalize, locked
-
     samples = select_samples(store, samples)
     hmm._check(len(samples))
     params = Params.of(hmm)
@@ -341,13 +338,10 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
             tmp_bed.unlink(missing_ok=True)
             for leftover in store.path.glob(f"*/{tag}"):
                 shutil.rmtree(leftover, ignore_errors=True)
-    state_bins = sum(per_chrom.values(), np.zeros(m, np.int64))
-    return DecodeReport(n_segments, int(state_bins.sum()), state_bins, bool(arrays), per_chrom)
+    return DecodeReport(n_segments, bool(arrays), per_chrom)
 
 
 def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: list[str]) -> dict:
-    import zarr
-
     arrays = {}
     for chrom in store.chromosomes:
         counts = store.dataset(chrom).methylated
