@@ -13,13 +13,14 @@ import click
 import numpy as np
 
 from . import __version__
-from .cluster import SCHEDULER_ENV, clear_status, compute, dask_client, status_line
+from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, compute, dask_client, status_line
 from .formats import CONTEXTS, FORMATS
 from .model import SpectralBinomialHMM
 from .moments import Moments
+from .storage import Location
 from .store import StoreError, open_store
 
-USER_ERRORS = (ValueError, FileNotFoundError, StoreError)  # MomentStoreError, FormatError and SpectrumError are ValueErrors
+USER_ERRORS = (ValueError, FileNotFoundError, StoreError, SchedulerLost)  # MomentStoreError, FormatError and SpectrumError are ValueErrors
 
 
 def user_errors(fn):
@@ -32,6 +33,24 @@ def user_errors(fn):
             raise click.ClickException(str(exc)) from None
     return wrapper
 
+
+class StoreParam(click.ParamType):
+    """A store: a local directory or an fsspec URL (s3://..., memory://...)."""
+    name = "store"
+
+    def __init__(self, exists: bool):
+        self.exists = exists
+
+    def convert(self, value, param, ctx):
+        location = Location.of(value)
+        if location.is_local and Path(location.url).is_file():
+            self.fail(f"{value}: is a file, not a store directory", param, ctx)
+        if self.exists and not location.exists():
+            self.fail(f"{value}: does not exist", param, ctx)
+        return location.url
+
+
+STORE, NEW_STORE = StoreParam(exists=True), StoreParam(exists=False)
 
 scheduler_option = click.option(
     "--scheduler", default=None, metavar="ADDRESS",
@@ -62,7 +81,7 @@ def main():
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
-@click.option("--store", required=True, type=click.Path(file_okay=False), help="Counts store (Zarr).")
+@click.option("--store", required=True, type=NEW_STORE, help="Counts store (Zarr directory or fsspec URL).")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
 @click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
 @click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
@@ -87,7 +106,7 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet):
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=STORE)
 @user_errors
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage."""
@@ -215,7 +234,7 @@ def em_reporter(quiet: bool):
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=STORE)
 @click.option("--states", "-m", required=True, help="Number of hidden states M, or a sweep: 2-10 or 2,4,6.")
 @click.option("--method", default="ftd", show_default=True, type=click.Choice(METHODS),
               help="ftd: spectral only; em: Baum-Welch from a random start; ftd-em: spectral, then EM.")
@@ -337,7 +356,7 @@ def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--chromosomes", default=None, help="Comma-separated chromosomes (default: all).")
 @scheduler_option
@@ -364,7 +383,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Segments (BED).")
 @click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
@@ -412,8 +431,8 @@ def moments():
 
 
 @moments.command("compute")
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Moment store (Zarr).")
+@click.argument("store", type=STORE)
+@click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
 @click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
 @scheduler_option
@@ -426,12 +445,15 @@ def moments_compute(store, output, samples, n_bins, scheduler, quiet):
     start = time.perf_counter()
     sample_list = [s for s in samples.split(",") if s] if samples else None
     show = status_line(quiet)
-    with dask_client(scheduler) as client:
-        try:
+    try:
+        with dask_client(scheduler) as client:
             report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
                                          progress=lambda done, total: show(f"partials: {done}/{total}"))
-        finally:
-            clear_status(quiet)
+    except SchedulerLost as exc:
+        raise SchedulerLost(f"{exc}. The partials finished so far are kept in {output}; rerun this "
+                            f"command to resume from them.") from None
+    finally:
+        clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
                f"dropped {report.dropped} stale; samples {','.join(report.samples)}; "
                f"{time.perf_counter() - start:.1f} s")
@@ -440,8 +462,8 @@ def moments_compute(store, output, samples, n_bins, scheduler, quiet):
 
 
 @moments.command("merge")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False))
+@click.argument("inputs", nargs=-1, required=True, type=STORE)
+@click.option("--output", "-o", required=True, type=NEW_STORE)
 @user_errors
 def moments_merge(inputs, output):
     """Merge moment stores computed separately (same samples and feature settings)."""
@@ -455,12 +477,12 @@ def moments_merge(inputs, output):
 
 
 @main.command()
-@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")
 @click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
                                              "of the first chromosome).")
-@click.option("--moments", "moments_path", default=None, type=click.Path(exists=True, file_okay=False),
+@click.option("--moments", "moments_path", default=None, type=STORE,
               help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
 @click.option("--max-gap", default=1000, show_default=True, help="As for decode.")
 @click.option("--diff-threshold", default=0.3, show_default=True, help="As for fit.")

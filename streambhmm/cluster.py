@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import os
@@ -15,16 +17,35 @@ def scheduler_address(scheduler: str | None) -> str | None:
     return scheduler or os.environ.get(SCHEDULER_ENV) or None
 
 
+class SchedulerLost(RuntimeError):
+    """The Dask scheduler cannot be reached, or went away during the run."""
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, n_workers: int | None = None):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
-    to a LocalCluster of one single-threaded worker process per core."""
+    to a LocalCluster of one single-threaded worker process per core.
+
+    Losing the scheduler raises :class:`SchedulerLost` (tasks cancelled for that reason,
+    closed connections); a killed worker is not an error: the scheduler reruns its tasks."""
     from distributed import Client, LocalCluster
+    from distributed.comm import CommClosedError
 
     address = scheduler_address(scheduler)
     if address:
-        with Client(address, timeout="30s") as client:
-            yield client
+        try:
+            client = Client(address, timeout="30s")
+        except OSError as exc:
+            raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        with client:
+            try:
+                yield client
+            except (asyncio.CancelledError, concurrent.futures.CancelledError, CommClosedError, OSError) as exc:
+                if isinstance(exc, OSError) and not isinstance(exc, CommClosedError) and client.status == "running":
+                    raise  # a file error, not the cluster
+                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
+                raise SchedulerLost(f"lost the Dask scheduler at {address} during the run "
+                                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
         return
     workers = n_workers or os.cpu_count() or 1
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import __version__
 from .formats import FORMATS, detect_common_format, read_rows
+from .storage import Location
 from .store import (COUNTS_FORMAT, COUNTS_VERSION, DEFAULT_CHUNK_SIZE, StoreError, finalize, locked,
                     open_store, read_chromosome, replace_store, staging_path, write_chromosome)
 
@@ -120,7 +122,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     if bin_size < 1:
         raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
     fmt = detect_common_format(files, fmt)
-    store = Path(store)
+    store = Location.of(store)
     report = IngestReport(sample=sample, format=fmt, files=[str(f) for f in files])
     provenance = {
         "files": [{"path": str(f.resolve()), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files],
@@ -138,21 +140,23 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
                 echo(f"sample {sample}: same files, format and context as already stored; store unchanged")
                 return report
             report.replaced = True
-        staged, spill = staging_path(store), staging_path(store)
+        staged = staging_path(store)
+        # binned chromosomes spill beside a local store (same disk), else to a local temporary directory
+        spill = Path(staging_path(store).url) if store.is_local else Path(tempfile.mkdtemp(prefix="streambhmm-"))
         try:
-            spill.mkdir()
+            spill.mkdir(parents=True, exist_ok=True)
             _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing,
                            staged, spill, report, progress)
             replace_store(staged, store)
         finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            staged.rmtree()
             shutil.rmtree(spill, ignore_errors=True)
     if report.replaced:
         echo(f"sample {sample} already existed and was replaced")
     return report
 
 
-def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing, root: Path,
+def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing, root: Location,
                    spill: Path, report: IngestReport, progress) -> None:
     """Write the complete new store at ``root`` (a staging path)."""
     chrom_files: dict[str, list[Path]] = {}

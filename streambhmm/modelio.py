@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from . import __version__
+from .storage import Location
 
 MODEL_FORMAT = "streambhmm-model"
 MODEL_VERSION = 1
@@ -36,17 +34,8 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd") -> dict:
 
 
 def write_json(path, document: dict) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(document, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON whole (locally: to a temporary file beside ``path``, renamed into place)."""
+    Location.of(path).write_text(json.dumps(document, indent=2) + "\n")
 
 
 def read_model(path) -> dict:

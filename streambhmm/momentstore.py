@@ -19,12 +19,9 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import zarr
@@ -33,7 +30,8 @@ from . import __version__
 from .modelio import write_json
 from .moments import _ARRAY_FIELDS, Moments
 from .pipeline import DEFAULT_SPLIT_EVERY, _kept, add_moments, chunk_tasks, kept_partial, select_samples, tree_reduce
-from .store import CountsStore, locked
+from .storage import Location
+from .store import CountsStore, locked, staging_path
 
 MOMENT_STORE_FORMAT = "streambhmm-moment-store"
 MOMENT_STORE_VERSION = 1
@@ -69,11 +67,11 @@ def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 
 
-def write_partial(path: Path, moments: Moments, attrs: dict, sha256: str) -> None:
+def write_partial(path: Location, moments: Moments, attrs: dict, sha256: str) -> None:
     """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir()
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
-    group = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+    group = zarr.open_group(tmp.url, mode="w", zarr_format=3)
     for name in _ARRAY_FIELDS:
         data = np.asarray(getattr(moments, name), dtype=np.float64)
         group.create_array(name, data=data, chunks=data.shape or None)
@@ -81,16 +79,16 @@ def write_partial(path: Path, moments: Moments, attrs: dict, sha256: str) -> Non
                         "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
                         "sha256": sha256})
     try:
-        os.rename(tmp, path)
+        tmp.rename(path)
     except OSError:  # another attempt of the same task got there first: same content
-        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.rmtree()
 
 
-def read_partial(path: Path, expected_sha256: str | None = None) -> tuple[Moments, str]:
+def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[Moments, str]:
     """Read and verify one partial, returning it and its checksum; any damage raises
     MomentStoreError naming it."""
     try:
-        group = zarr.open_group(str(path), mode="r")
+        group = zarr.open_group(path.url, mode="r")
         attrs = dict(group.attrs)
         arrays = {name: group[name][...] for name in _ARRAY_FIELDS}
         moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
@@ -108,14 +106,14 @@ def persisted_partial(halo, meth, cov, n_bins: int, settings: dict, root: str, c
     kept_meth, kept_cov = _kept(meth, cov)
     digest = chunk_digest(halo, kept_meth, kept_cov, settings)
     rel = partial_relpath(chrom, chunk, digest)
-    path = Path(root) / rel
+    path = Location.of(root) / rel
     reused = False
     if path.exists():
         try:
             moments, sha256 = read_partial(path)
             reused = True
         except MomentStoreError:
-            shutil.rmtree(path, ignore_errors=True)  # damaged: compute it again
+            path.rmtree()  # damaged: compute it again
     if not reused:
         moments = kept_partial(halo, kept_meth, kept_cov, n_bins)
         sha256 = moments_sha256(moments)
@@ -133,7 +131,7 @@ class UpdateReport:
     samples: list[str]
 
 
-def _open_or_create(root: Path, settings: dict, source: dict) -> None:
+def _open_or_create(root: Location, settings: dict, source: dict) -> None:
     """Check an existing moment store against ``settings``, or create one. A new store is
     created whole (Zarr root and an empty, incomplete manifest) and renamed into place, so
     a killed run always leaves a moment store that the next run can resume."""
@@ -147,17 +145,16 @@ def _open_or_create(root: Path, settings: dict, source: dict) -> None:
                 f"samples {','.join(settings['samples'])}. Use another --output."
             )
         return
-    if root.exists() and any(root.iterdir()):
+    if root.children():
         raise MomentStoreError(f"{root} exists and is not a moment store")
-    staged = root.parent / f"{root.name}.tmp-{uuid.uuid4().hex[:12]}"
+    staged = staging_path(root)
     _init_store(staged, settings, source)
-    if root.exists():
-        root.rmdir()
-    os.rename(staged, root)
+    root.rmtree()  # an empty directory
+    staged.rename(root)
 
 
-def _init_store(path: Path, settings: dict, source: dict) -> None:
-    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+def _init_store(path: Location, settings: dict, source: dict) -> None:
+    group = zarr.open_group(path.url, mode="w", zarr_format=3)
     group.attrs.update({"format": MOMENT_STORE_FORMAT, "format_version": MOMENT_STORE_VERSION,
                         "feature": {"kind": "beta", "n_bins": settings["n_bins"]},
                         "samples": settings["samples"]})
@@ -187,11 +184,11 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
     """Bring the moment store ``output`` up to date with the counts store ``store``."""
     samples = select_samples(store, samples)
     settings = feature_settings(n_bins, samples)
-    root = Path(output)
-    source = {"counts_store": str(Path(store.path).resolve()), "bin_size": store.bin_size}
+    root = Location.of(output)
+    source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
-        tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, str(root.resolve()))
+        tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, root.resolve())
         entries: list[dict | None] = [None] * len(tasks)
         from distributed import as_completed
 
@@ -210,23 +207,23 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
         keep = {e["path"] for e in entries}
         stale = [path for rel, path in _partials_on_disk(root).items() if rel not in keep]
         for path in stale:
-            shutil.rmtree(path, ignore_errors=True)
+            path.rmtree()
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples)
 
 
-def _partials_on_disk(root: Path) -> dict[str, Path]:
+def _partials_on_disk(root: Location) -> dict[str, Location]:
     """Every directory under partials/, by its manifest path."""
     return {f"partials/{p.parent.name}/{p.name}": p for p in (root / "partials").glob("*/*")}
 
 
 def is_moment_store(path) -> bool:
-    return (Path(path) / MANIFEST).exists()
+    return (Location.of(path) / MANIFEST).exists()
 
 
 def read_manifest(root) -> dict:
-    root = Path(root)
+    root = Location.of(root)
     try:
         manifest = json.loads((root / MANIFEST).read_text())
     except FileNotFoundError:
@@ -243,7 +240,7 @@ def read_manifest(root) -> dict:
 
 def load_partials(root) -> tuple[list[Moments], dict]:
     """Every partial in plan order, verified, and the manifest."""
-    root = Path(root)
+    root = Location.of(root)
     manifest = read_manifest(root)
     if not manifest.get("complete"):
         raise MomentStoreError(f"{root} is incomplete (an interrupted run); rerun `streambhmm moments` to finish it")
@@ -286,7 +283,7 @@ def merge_moment_stores(inputs, output) -> dict:
         if other != settings:
             raise MomentStoreError(f"cannot merge {inputs[0]} and {path}: incompatible feature settings "
                                    f"{settings} vs {other}")
-    chosen: dict[tuple[str, int], tuple[dict, Path]] = {}
+    chosen: dict[tuple[str, int], tuple[dict, Location]] = {}
     duplicates = 0
     for path, manifest in zip(inputs, manifests):
         for entry in manifest["partials"]:
@@ -298,22 +295,22 @@ def merge_moment_stores(inputs, output) -> dict:
                         f"merging would double count it")
                 duplicates += 1
                 continue
-            chosen[key] = (entry, Path(path))
-    output = Path(output)
+            chosen[key] = (entry, Location.of(path))
+    output = Location.of(output)
     with locked(output):
         if output.exists():
             raise MomentStoreError(f"{output} exists; merge writes a new moment store")
-        staged = output.parent / f"{output.name}.tmp-{uuid.uuid4().hex[:12]}"
+        staged = staging_path(output)
         try:
             _init_store(staged, settings, {"merged_from": [str(p) for p in inputs]})
             entries = []
             for entry, source in chosen.values():
                 read_partial(source / entry["path"], entry["sha256"])  # verify before copying
-                shutil.copytree(source / entry["path"], staged / entry["path"])
+                (source / entry["path"]).copytree(staged / entry["path"])
                 entries.append({**entry, "reused": True})
             merged = _manifest(settings, entries, True, {"merged_from": [str(p) for p in inputs]})
             write_json(staged / MANIFEST, merged)
-            os.rename(staged, output)
+            staged.rename(output)
         finally:
-            shutil.rmtree(staged, ignore_errors=True)
+            staged.rmtree()
     return {"partials": len(chosen), "duplicates": duplicates, "chromosomes": merged["chromosomes"]}

@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
-import shutil
 import uuid
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
 import zarr
+
+from .storage import Location
 
 COUNTS_FORMAT = "streambhmm-counts"
 COUNTS_VERSION = 1
@@ -40,7 +39,7 @@ class StoreError(ValueError):
 
 @dataclass(frozen=True)
 class CountsStore:
-    path: Path
+    path: Location
     attrs: dict
 
     @property
@@ -61,25 +60,30 @@ class CountsStore:
 
     def dataset(self, chrom: str) -> xr.Dataset:
         """Lazy (dask-backed) Dataset of one chromosome."""
-        return xr.open_zarr(self.path, group=chrom)
+        return xr.open_zarr(self.path.url, group=chrom)
 
 
 def recover(path) -> None:
     """Finish or undo a swap that a killed run left half done, and drop its leftovers."""
-    path = Path(path)
-    old = sorted(path.parent.glob(f"{path.name}.old-*"))
+    path = Location.of(path)
+    old = path.parent.glob(f"{path.name}.old-*")
     if not path.exists() and old:
-        os.rename(old[-1], path)  # killed between the two renames: keep the old store
+        old[-1].rename(path)  # killed between the two renames: keep the old store
         old = old[:-1]
-    for leftover in old + sorted(path.parent.glob(f"{path.name}.tmp-*")):
-        shutil.rmtree(leftover, ignore_errors=True)
+    for leftover in old + path.parent.glob(f"{path.name}.tmp-*"):
+        leftover.rmtree()
 
 
 @contextlib.contextmanager
 def locked(path):
-    """Exclusive lock for writers of ``path`` (a sibling lock file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Exclusive lock for writers of ``path`` (a sibling lock file). fsspec URLs get no
+    lock: there, one writer per store at a time is the user's to ensure."""
+    path = Location.of(path)
+    if not path.is_local:
+        recover(path)
+        yield
+        return
+    path.parent.mkdir()
     with open(path.parent / f".{path.name}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -89,29 +93,29 @@ def locked(path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def staging_path(path) -> Path:
-    path = Path(path)
+def staging_path(path) -> Location:
+    path = Location.of(path)
     return path.parent / f"{path.name}.tmp-{uuid.uuid4().hex[:12]}"
 
 
-def replace_store(staged: Path, path) -> None:
+def replace_store(staged, path) -> None:
     """Move a complete staged store into place: two renames, then remove the old one."""
-    path = Path(path)
+    staged, path = Location.of(staged), Location.of(path)
     if path.exists():
         old = path.parent / f"{path.name}.old-{uuid.uuid4().hex[:12]}"
-        os.rename(path, old)
-        os.rename(staged, path)
-        shutil.rmtree(old, ignore_errors=True)
+        path.rename(old)
+        staged.rename(path)
+        old.rmtree()
     else:
-        os.rename(staged, path)
+        staged.rename(path)
 
 
 def open_store(path) -> CountsStore:
     """Open and check a counts store."""
-    path = Path(path)
+    path = Location.of(path)
     if not (path / "zarr.json").exists():
         raise StoreError(f"{path}: no counts store here (no zarr.json)")
-    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+    attrs = dict(zarr.open_group(path.url, mode="r").attrs)
     if attrs.get("format") != COUNTS_FORMAT:
         raise StoreError(f"{path}: not a streambhmm counts store (format {attrs.get('format')!r})")
     if int(attrs.get("format_version", 0)) > COUNTS_VERSION:
@@ -120,7 +124,7 @@ def open_store(path) -> CountsStore:
     return CountsStore(path=path, attrs=attrs)
 
 
-def write_chromosome(root: Path, chrom: str, position: np.ndarray, methylated: np.ndarray,
+def write_chromosome(root: Location, chrom: str, position: np.ndarray, methylated: np.ndarray,
                      coverage: np.ndarray, samples: list[str], chunk_size: int, attrs: dict) -> None:
     """Write one chromosome group (arrays of shape (n, S)) into a staged store."""
     ds = xr.Dataset(
@@ -135,17 +139,18 @@ def write_chromosome(root: Path, chrom: str, position: np.ndarray, methylated: n
     chunks = (max(1, min(chunk_size, len(position))), len(samples))
     encoding = {name: {"chunks": chunks} for name in ("methylated", "coverage")}
     encoding["position"] = {"chunks": (chunks[0],)}
-    ds.to_zarr(root, group=chrom, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
+    ds.to_zarr(Location.of(root).url, group=chrom, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
 
 
-def finalize(root: Path, attrs: dict) -> None:
+def finalize(root: Location, attrs: dict) -> None:
     """Write root attributes and consolidate metadata (so plain open_zarr reads quietly)."""
-    group = zarr.open_group(str(root), mode="a", zarr_format=3)
+    root = Location.of(root)
+    group = zarr.open_group(root.url, mode="a", zarr_format=3)
     group.attrs.update(attrs)
     with warnings.catch_warnings():
         # consolidated metadata is a zarr-python extension for v3; we want it deliberately
         warnings.simplefilter("ignore", UserWarning)
-        zarr.consolidate_metadata(str(root))
+        zarr.consolidate_metadata(root.url)
 
 
 def read_chromosome(store: CountsStore, chrom: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

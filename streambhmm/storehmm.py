@@ -17,7 +17,6 @@ statistics tasks are independent. Every task holds one chunk, so memory stays bo
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -301,7 +300,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"
     with locked(store.path):
         for leftover in store.path.glob(f"*/{POSTERIOR}_tmp_*"):
-            shutil.rmtree(leftover, ignore_errors=True)  # from a killed run
+            leftover.rmtree()  # from a killed run
         arrays = _create_posterior_arrays(store, m, tag, samples) if posteriors else None
         graph = decode_graph(store, samples, params, max_gap, arrays)
         flat = [(chrom, task) for chrom, tasks in graph.items() for task in tasks]
@@ -328,16 +327,16 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
                 for chrom in arrays:
                     target = store.path / chrom / POSTERIOR
                     if target.exists():
-                        aside = target.with_name(f"{tag}_old")
-                        os.rename(target, aside)
-                        shutil.rmtree(aside)
-                    os.rename(store.path / chrom / tag, target)
+                        aside = store.path / chrom / f"{tag}_old"
+                        target.rename(aside)
+                        aside.rmtree()
+                    (store.path / chrom / tag).rename(target)
                 finalize(store.path, {})  # re-consolidate so plain xarray sees the variable
             os.replace(tmp_bed, output)
         finally:
             tmp_bed.unlink(missing_ok=True)
             for leftover in store.path.glob(f"*/{tag}"):
-                shutil.rmtree(leftover, ignore_errors=True)
+                leftover.rmtree()
     return DecodeReport(n_segments, bool(arrays), per_chrom)
 
 
@@ -346,11 +345,11 @@ def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: lis
     for chrom in store.chromosomes:
         counts = store.dataset(chrom).methylated
         n, chunk = counts.shape[0], counts.chunks[0][0]  # the counts' chunks, so writes align
-        zarr.create_array(str(store.path / chrom), name=name, shape=(n, m), chunks=(chunk, m),
+        zarr.create_array((store.path / chrom).url, name=name, shape=(n, m), chunks=(chunk, m),
                           dtype="float32", fill_value=np.nan, dimension_names=("bin", "state"),
                           attributes={"description": "posterior probability of each state (NaN: no coverage "
                                                      "in the model's samples)", "samples": samples})
-        arrays[chrom] = str(store.path / chrom / name)
+        arrays[chrom] = (store.path / chrom / name).url
     return arrays
 
 

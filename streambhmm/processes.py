@@ -1,0 +1,112 @@
+"""A Dask cluster of real processes on 127.0.0.1, started with the ``dask scheduler`` and
+``dask worker`` commands: the topology of docker-compose.yml without Docker. Tests and
+benchmarks use it to run the CLI against a separate scheduler, and to kill its parts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+class ProcessCluster:
+    """``with ProcessCluster(n_workers=2) as cluster: ... cluster.address ...``
+
+    Workers run without a nanny, one thread each, so killing a worker's process kills the
+    worker (nothing restarts it)."""
+
+    def __init__(self, n_workers: int = 2, start_timeout: float = 60.0):
+        self.n_workers = n_workers
+        self.start_timeout = start_timeout
+        self._tmp = tempfile.TemporaryDirectory(prefix="streambhmm-cluster-")
+        self.directory = Path(self._tmp.name)
+        self.scheduler_file = self.directory / "scheduler.json"
+        self.scheduler: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen] = []
+        self.address: str | None = None
+
+    def _spawn(self, *args: str, log: str) -> subprocess.Popen:
+        dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"] if args[0] == "scheduler" else \
+            [sys.executable, "-m", "distributed.cli.dask_worker"]
+        out = open(self.directory / log, "w")  # noqa: SIM115 - closed in stop()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        proc = subprocess.Popen([*dask, *args[1:]], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=self.directory, start_new_session=True)
+        proc.log = out  # type: ignore[attr-defined]
+        return proc
+
+    def start(self) -> "ProcessCluster":
+        self.scheduler = self._spawn("scheduler", "--host", "127.0.0.1", "--port", "0",
+                                     "--dashboard-address", "127.0.0.1:0",
+                                     "--scheduler-file", str(self.scheduler_file), log="scheduler.log")
+        deadline = time.monotonic() + self.start_timeout
+        while not self.scheduler_file.exists():
+            if self.scheduler.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"dask scheduler did not start:\n{self.log('scheduler.log')}")
+            time.sleep(0.1)
+        while True:  # the file may be seen before it is fully written
+            try:
+                self.address = json.loads(self.scheduler_file.read_text())["address"]
+                break
+            except (json.JSONDecodeError, KeyError):
+                time.sleep(0.1)
+        for _ in range(self.n_workers):
+            self.add_worker()
+        self.wait_for_workers(self.n_workers)
+        return self
+
+    def add_worker(self) -> subprocess.Popen:
+        index = len(self.workers)
+        worker = self._spawn("worker", self.address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+                             "--name", f"worker-{index}", "--local-directory", str(self.directory),
+                             "--death-timeout", "60", log=f"worker-{index}.log")
+        self.workers.append(worker)
+        return worker
+
+    def wait_for_workers(self, n: int) -> None:
+        from distributed import Client
+
+        with Client(self.address, timeout="30s") as client:
+            client.wait_for_workers(n, timeout=self.start_timeout)
+
+    def kill_worker(self, index: int = 0) -> None:
+        """SIGKILL one worker process."""
+        self.workers[index].send_signal(signal.SIGKILL)
+        self.workers[index].wait()
+
+    def kill_scheduler(self) -> None:
+        self.scheduler.send_signal(signal.SIGKILL)
+        self.scheduler.wait()
+
+    def log(self, name: str) -> str:
+        path = self.directory / name
+        return path.read_text() if path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in [*self.workers, self.scheduler]:
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            proc.log.close()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> "ProcessCluster":
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
