@@ -34,7 +34,7 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None):
     address = scheduler_address(scheduler)
     if address:
         try:
-            client = Client(address, timeout="30s")
+            client = Client(address)  # waits distributed.comm.timeouts.connect (30 s)
         except OSError as exc:
             raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
         with client:
