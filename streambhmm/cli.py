@@ -477,6 +477,45 @@ def moments_merge(inputs, output):
 
 
 @main.command()
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False))
+@click.option("--workdir", required=True, type=NEW_STORE,
+              help="Directory (or fsspec URL) for one counts store and one moment store per group.")
+@click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
+@click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
+@click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
+              help="Cytosine context kept, where the format carries one.")
+@click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: 1000000).")
+@scheduler_option
+@quiet_option
+@user_errors
+def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, quiet):
+    """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
+    update one moment store per group, all groups at once on the cluster."""
+    from .batch import SUMMARY, format_summary, run_batch
+
+    start = time.perf_counter()
+    echo = (lambda message: None) if quiet else click.echo
+    try:
+        with dask_client(scheduler) as client:
+            summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
+                                echo=echo, progress=status_line(quiet))
+    except SchedulerLost as exc:
+        raise SchedulerLost(f"{exc}. Finished samples and partials are kept in {workdir}; rerun this "
+                            f"command to resume.") from None
+    finally:
+        clear_status(quiet)
+    click.echo(format_summary(summary), nl=False)
+    click.echo(f"{len(summary.samples)} sample(s), {len(summary.groups)} group(s) in "
+               f"{time.perf_counter() - start:.1f} s; summary in {Location.of(workdir) / SUMMARY}")
+    if summary.failed:
+        raise click.ClickException(f"{len(summary.failed)} failure(s): {', '.join(summary.failed)}. Everything "
+                                   f"else is kept; fix the cause and rerun to resume.")
+    bins = f" --bins {n_bins}" if n_bins != 30 else ""
+    click.echo(f"fit a group with: streambhmm fit {Location.of(workdir) / '<group>' / 'moments.zarr'} "
+               f"--states M{bins} --output model.json")
+
+
+@main.command()
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")

@@ -21,6 +21,14 @@ class SchedulerLost(RuntimeError):
     """The Dask scheduler cannot be reached, or went away during the run."""
 
 
+def lost_scheduler(client, exc: BaseException) -> bool:
+    """Whether ``exc`` means the client lost its scheduler (so the run cannot go on)."""
+    from distributed.comm import CommClosedError
+
+    cancelled = isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError))
+    return cancelled or isinstance(exc, CommClosedError) or client.status != "running"
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, n_workers: int | None = None):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
@@ -29,7 +37,6 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None):
     Losing the scheduler raises :class:`SchedulerLost` (tasks cancelled for that reason,
     closed connections); a killed worker is not an error: the scheduler reruns its tasks."""
     from distributed import Client, LocalCluster
-    from distributed.comm import CommClosedError
 
     address = scheduler_address(scheduler)
     if address:
@@ -40,8 +47,8 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None):
         with client:
             try:
                 yield client
-            except (asyncio.CancelledError, concurrent.futures.CancelledError, CommClosedError, OSError) as exc:
-                if isinstance(exc, OSError) and not isinstance(exc, CommClosedError) and client.status == "running":
+            except (asyncio.CancelledError, concurrent.futures.CancelledError, OSError) as exc:
+                if not lost_scheduler(client, exc):
                     raise  # a file error, not the cluster
                 logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
                 raise SchedulerLost(f"lost the Dask scheduler at {address} during the run "
