@@ -30,12 +30,11 @@ class ProcessCluster:
         self.workers: list[subprocess.Popen] = []
         self.address: str | None = None
 
-    def _spawn(self, *args: str, log: str) -> subprocess.Popen:
-        dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"] if args[0] == "scheduler" else \
-            [sys.executable, "-m", "distributed.cli.dask_worker"]
+    def _spawn(self, command: str, *args: str, log: str) -> subprocess.Popen:
+        """Run ``dask COMMAND ARGS`` (through this interpreter, so the same environment)."""
         out = open(self.directory / log, "w")  # noqa: SIM115 - closed in stop()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen([*dask, *args[1:]], stdout=out, stderr=subprocess.STDOUT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", f"distributed.cli.dask_{command}", *args], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                                 cwd=self.directory, start_new_session=True)
         proc.log = out  # type: ignore[attr-defined]
         return proc
