@@ -150,7 +150,6 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
     for row in rows:
         groups.setdefault(row.group, []).append(row)
     summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
-    by_group = {g.group: g for g in summary.groups}
     partials: dict[str, tuple[int, int]] = {}
     lock = threading.Lock()
 
@@ -183,13 +182,12 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
              + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
                                                           f"{result.reused} reused"))
 
-    futures = {client.submit(ingest_group, members, (workdir / g / "counts.zarr").url, bin_size, context,
-                             chunk_size, key=f"ingest-{g}-{time.time_ns()}", pure=False): g
-               for g, members in groups.items()}
+    futures = {client.submit(ingest_group, groups[g.group], (workdir / g.group / "counts.zarr").url, bin_size,
+                             context, chunk_size, pure=False): g for g in summary.groups}
     running = []
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         for future in as_completed(futures):
-            group = by_group[futures[future]]
+            group = futures[future]
             try:
                 results = future.result()
             except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
@@ -208,8 +206,8 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
             running.append(pool.submit(update_moments, group))
     for thread in running:
         thread.result()  # re-raise a lost scheduler
-    order = {row.sample + "\0" + row.group: i for i, row in enumerate(rows)}
-    summary.samples.sort(key=lambda r: order[r.sample + "\0" + r.group])
+    order = {(row.sample, row.group): i for i, row in enumerate(rows)}
+    summary.samples.sort(key=lambda r: order[r.sample, r.group])
     (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
     return summary
 

@@ -56,6 +56,12 @@ scheduler_option = click.option(
     "--scheduler", default=None, metavar="ADDRESS",
     help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+DEFAULT_N_BINS = 30
+bins_option = click.option("--bins", "n_bins", default=DEFAULT_N_BINS, show_default=True,
+                           help="Beta-map granularity D.")
+bin_size_option = click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
+context_option = click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
+                              help="Cytosine context kept, where the format carries one.")
 
 
 def format_states(methylation, transmat, samples) -> str:
@@ -83,9 +89,8 @@ def main():
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
 @click.option("--store", required=True, type=NEW_STORE, help="Counts store (Zarr directory or fsspec URL).")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
-@click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
-@click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
-              help="Cytosine context kept, where the format carries one.")
+@bin_size_option
+@context_option
 @click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: the store's, else 1000000).")
 @quiet_option
 @user_errors
@@ -242,7 +247,7 @@ def em_reporter(quiet: bool):
 @click.option("--em-tol", default=1e-7, show_default=True,
               help="Stop EM when an iteration gains less than this fraction of |log-likelihood|.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
-@click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
+@bins_option
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the tensor power method, the bootstrap and EM's random start.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
@@ -434,7 +439,7 @@ def moments():
 @click.argument("store", type=STORE)
 @click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
-@click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
+@bins_option
 @scheduler_option
 @quiet_option
 @user_errors
@@ -445,13 +450,11 @@ def moments_compute(store, output, samples, n_bins, scheduler, quiet):
     start = time.perf_counter()
     sample_list = [s for s in samples.split(",") if s] if samples else None
     show = status_line(quiet)
+    kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     try:
-        with dask_client(scheduler) as client:
+        with dask_client(scheduler, if_lost=kept) as client:
             report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
                                          progress=lambda done, total: show(f"partials: {done}/{total}"))
-    except SchedulerLost as exc:
-        raise SchedulerLost(f"{exc}. The partials finished so far are kept in {output}; rerun this "
-                            f"command to resume from them.") from None
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
@@ -480,10 +483,9 @@ def moments_merge(inputs, output):
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False))
 @click.option("--workdir", required=True, type=NEW_STORE,
               help="Directory (or fsspec URL) for one counts store and one moment store per group.")
-@click.option("--bins", "n_bins", default=30, show_default=True, help="Beta-map granularity D.")
-@click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
-@click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
-              help="Cytosine context kept, where the format carries one.")
+@bins_option
+@bin_size_option
+@context_option
 @click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: 1000000).")
 @scheduler_option
 @quiet_option
@@ -495,13 +497,11 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, q
 
     start = time.perf_counter()
     echo = (lambda message: None) if quiet else click.echo
+    kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
     try:
-        with dask_client(scheduler) as client:
+        with dask_client(scheduler, if_lost=kept) as client:
             summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
                                 echo=echo, progress=status_line(quiet))
-    except SchedulerLost as exc:
-        raise SchedulerLost(f"{exc}. Finished samples and partials are kept in {workdir}; rerun this "
-                            f"command to resume.") from None
     finally:
         clear_status(quiet)
     click.echo(format_summary(summary), nl=False)
@@ -510,7 +510,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, q
     if summary.failed:
         raise click.ClickException(f"{len(summary.failed)} failure(s): {', '.join(summary.failed)}. Everything "
                                    f"else is kept; fix the cause and rerun to resume.")
-    bins = f" --bins {n_bins}" if n_bins != 30 else ""
+    bins = f" --bins {n_bins}" if n_bins != DEFAULT_N_BINS else ""
     click.echo(f"fit a group with: streambhmm fit {Location.of(workdir) / '<group>' / 'moments.zarr'} "
                f"--states M{bins} --output model.json")
 

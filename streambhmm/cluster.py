@@ -30,12 +30,13 @@ def lost_scheduler(client, exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, n_workers: int | None = None):
+def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_lost: str = ""):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
     to a LocalCluster of one single-threaded worker process per core.
 
     Losing the scheduler raises :class:`SchedulerLost` (tasks cancelled for that reason,
-    closed connections); a killed worker is not an error: the scheduler reruns its tasks."""
+    closed connections), its message ending with ``if_lost`` (what the user keeps); a
+    killed worker is not an error: the scheduler reruns its tasks."""
     from distributed import Client, LocalCluster
 
     address = scheduler_address(scheduler)
@@ -51,8 +52,9 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None):
                 if not lost_scheduler(client, exc):
                     raise  # a file error, not the cluster
                 logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
-                raise SchedulerLost(f"lost the Dask scheduler at {address} during the run "
-                                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+                cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                raise SchedulerLost(f"lost the Dask scheduler at {address} during the run ({cause}). {if_lost}"
+                                    .rstrip()) from None
         return
     workers = n_workers or os.cpu_count() or 1
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
