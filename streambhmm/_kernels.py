@@ -140,3 +140,45 @@ def feature_sq_norm_13(codes, starts, sq_norm):
             c += sq_norm[codes[t + 2, s]]
         total += a * c
     return total
+
+
+@njit(cache=True)
+def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, strides, hist):
+    """hist[cell] += count * prod_g weight_g over every combination of the thinned cells of
+    each tuple's codes (see features.Thinning). tuple_codes (T, G); strides (G,) flatten the
+    G per-sample cells into one index."""
+    n_groups = tuple_codes.shape[1]
+    start = np.empty(n_groups, np.int64)
+    first = np.empty(n_groups, np.int64)
+    last = np.empty(n_groups, np.int64)
+    rid = np.empty(n_groups, np.int64)
+    j = np.empty(n_groups, np.int64)
+    for t in range(tuple_codes.shape[0]):
+        for g in range(n_groups):
+            code = tuple_codes[t, g]
+            start[g] = base[code]
+            rid[g] = row[code]
+            if rid[g] < 0:
+                first[g] = 0
+                last[g] = 0
+            else:
+                first[g] = lo[rid[g]]
+                last[g] = hi[rid[g]]
+            j[g] = first[g]
+        while True:
+            w = tuple_counts[t]
+            cell = 0
+            for g in range(n_groups):
+                if rid[g] >= 0:
+                    w *= rows[rid[g], j[g]]
+                cell += (start[g] + j[g]) * strides[g]
+            hist[cell] += w
+            g = n_groups - 1
+            while g >= 0:
+                j[g] += 1
+                if j[g] <= last[g]:
+                    break
+                j[g] = first[g]
+                g -= 1
+            if g < 0:
+                break

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .evaluate import match_states
-from .moments import _ARRAY_FIELDS, Moments
+from .moments import Moments, weighted_sum
 from .spectral import SpectrumError
 
 
@@ -29,15 +29,10 @@ def block_bootstrap(partials: list[Moments], point, make_estimator, n_replicates
     """
     rng = np.random.default_rng(random_state)
     n = len(partials)
-    stacks = {name: np.stack([getattr(p, name) for p in partials]) for name in _ARRAY_FIELDS}
-    triples = np.array([p.n_triples for p in partials])
-    sq = np.array([p.sq_norm_13 for p in partials])
     levels, transitions = [], []
     for _ in range(n_replicates):
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        resampled = Moments(n_samples=partials[0].n_samples, n_bins=partials[0].n_bins,
-                            n_triples=int(weights @ triples), sq_norm_13=float(weights @ sq),
-                            **{name: np.tensordot(weights, stack, axes=1) for name, stack in stacks.items()})
+        resampled = weighted_sum(partials, weights)
         try:
             est = make_estimator().fit_moments(resampled)
         except SpectrumError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc, betaincc
+from scipy.special import betainc, betaincc, gammaln
 
 # Above this many possible pair keys, fall back from a direct-address lookup to np.unique.
 _DIRECT_KEY_LIMIT = 1 << 23
@@ -92,3 +92,101 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
         coverage=cov,
         methylated=meth,
     )
+
+
+# -- the single-bin histogram -------------------------------------------------------------
+# The moment-only refinement needs, besides the triple sums, how often each (coverage,
+# methylated) pair occurs, jointly over the samples (a bin's samples share its state). The
+# pairs are unbounded, so each sample is thinned to at most ``cap`` reads: a bin with c > cap
+# reads is counted as the *expected* histogram of a random cap-read subsample, the
+# hypergeometric distribution of its methylated reads. Under the Binomial model a random
+# subsample of Binomial(c, p) reads is exactly Binomial(cap, p), so the thinned histogram
+# is still a sample of the model, only at lower coverage. The cap is the largest that keeps
+# the joint histogram within a cell budget; beyond a few samples the histogram is kept per
+# sample instead (see histogram_layout).
+HISTOGRAM_CELL_BUDGET = 1 << 19
+HISTOGRAM_MAX_CAP = 256
+HISTOGRAM_MIN_JOINT_CAP = 3
+# hypergeometric probabilities below this are dropped (deterministically, per pair)
+THINNING_FLOOR = 1e-15
+
+
+def cells_per_sample(cap: int) -> int:
+    """Number of (c, mu) pairs with c <= cap: cells of one sample's histogram."""
+    return (cap + 1) * (cap + 2) // 2
+
+
+def histogram_layout(n_samples: int) -> tuple[int, bool]:
+    """(cap, joint): joint over all samples with the largest cap whose cells fit the budget,
+    or, when even a cap of HISTOGRAM_MIN_JOINT_CAP does not fit, one histogram per sample
+    with the largest cap such that all samples' cells fit."""
+    cap = HISTOGRAM_MAX_CAP
+    while cap > HISTOGRAM_MIN_JOINT_CAP and cells_per_sample(cap) ** n_samples > HISTOGRAM_CELL_BUDGET:
+        cap -= 1
+    if cells_per_sample(cap) ** n_samples <= HISTOGRAM_CELL_BUDGET:
+        return cap, True
+    cap = HISTOGRAM_MAX_CAP
+    while cap > 1 and n_samples * cells_per_sample(cap) > HISTOGRAM_CELL_BUDGET:
+        cap -= 1
+    return cap, False
+
+
+def histogram_shape(n_samples: int) -> tuple[int, int]:
+    """(groups, cells): (1, cells^S) for a joint histogram, (S, cells) per sample."""
+    cap, joint = histogram_layout(n_samples)
+    cells = cells_per_sample(cap)
+    return (1, cells ** n_samples) if joint else (n_samples, cells)
+
+
+@dataclass(frozen=True)
+class Thinning:
+    """Each table pair's thinned distribution over histogram cells.
+
+    A pair with c <= cap is the single cell ``base``; one with c > cap spreads over cells
+    base + j (j = lo..hi, the pairs (cap, j)) with weights ``rows[row, j]``.
+    """
+
+    cap: int
+    base: np.ndarray  # (K,) int64
+    row: np.ndarray  # (K,) int64, -1 for a single cell
+    rows: np.ndarray  # (n_thinned, cap + 1)
+    lo: np.ndarray  # (n_thinned,) first and last j with weight >= THINNING_FLOOR
+    hi: np.ndarray
+
+
+def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning:
+    """The thinned distribution of each pair (c, mu) of a feature table."""
+    c = np.asarray(coverage, dtype=np.int64)
+    mu = np.asarray(methylated, dtype=np.int64)
+    over = c > cap
+    base = np.where(over, pair_keys(np.zeros_like(c), np.full_like(c, cap)), pair_keys(mu, c))
+    row = np.full(c.size, -1, np.int64)
+    row[over] = np.arange(int(over.sum()))
+    j = np.arange(cap + 1, dtype=np.float64)
+    rows = np.zeros((int(over.sum()), cap + 1))
+    for start in range(0, rows.shape[0], 4096):  # bounded temporary memory
+        cc = c[over][start:start + 4096, None].astype(np.float64)
+        mm = mu[over][start:start + 4096, None].astype(np.float64)
+        uu = cc - mm
+        valid = (j <= mm) & (cap - j <= uu)
+        with np.errstate(invalid="ignore"):
+            log_pmf = (gammaln(mm + 1) - gammaln(j + 1) - gammaln(np.maximum(mm - j, 0) + 1)
+                       + gammaln(uu + 1) - gammaln(cap - j + 1) - gammaln(np.maximum(uu - cap + j, 0) + 1)
+                       - gammaln(cc + 1) + gammaln(cap + 1) + gammaln(cc - cap + 1))
+        rows[start:start + 4096] = np.where(valid, np.exp(np.where(valid, log_pmf, 0.0)), 0.0)
+    kept = rows >= THINNING_FLOOR
+    rows = np.where(kept, rows, 0.0)
+    lo = np.argmax(kept, axis=1)
+    hi = cap - np.argmax(kept[:, ::-1], axis=1)
+    return Thinning(cap=cap, base=base, row=row, rows=rows, lo=lo, hi=hi)
+
+
+def decode_cells(cells: np.ndarray, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(coverage, methylated) of histogram cells: shape (n, S) for flat indices into a joint
+    histogram, (n,) for indices into one sample's row of a per-sample histogram."""
+    cap, joint = histogram_layout(n_samples)
+    cells = np.asarray(cells, dtype=np.int64)
+    if not joint:
+        return pairs_from_keys(cells)
+    per_sample = np.stack(np.unravel_index(cells, (cells_per_sample(cap),) * n_samples), axis=1)
+    return pairs_from_keys(per_sample)

@@ -10,6 +10,13 @@ Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the 
     b_coverage    row s: sum c^s(x_t+1) F(x_t+2)
     inv_coverage  entry s: sum 1 / (c^s(x_t+1) + 2)  (the paper's recovery formula)
     sq_norm_13    sum |F(x_t)|^2 |F(x_t+2)|^2         (sampling-noise scale of p13)
+    coverage_histogram  (S, L): row s counts the middle bins with coverage c in sample s
+    pair_histogram      (groups, cells): the middle bins' (coverage, methylated) pairs,
+                        each sample thinned to at most ``cap`` reads, jointly over the
+                        samples or per sample (features.histogram_layout)
+
+The two histograms feed the moment-only refinement (streambhmm.refine): the first gives
+E[F(x) | level] for any level, the second the likelihood of single bins.
 
 They are sums, not means, so partial sums over chunks, chromosomes or files add up
 exactly (``a + b``); that is what tree reduction, resume and incremental updates use.
@@ -25,13 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from . import _kernels
-from .features import FeatureTable, encode
+from .features import FeatureTable, cells_per_sample, encode, histogram_layout, histogram_shape, thinning
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
-MOMENTS_VERSION = 1
+MOMENTS_VERSION = 2
 
-_ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage")
+_ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
+                 "coverage_histogram", "pair_histogram")
 
 
 @dataclass(eq=False)
@@ -48,6 +56,8 @@ class Moments:
     b_methylated: np.ndarray
     b_coverage: np.ndarray
     inv_coverage: np.ndarray
+    coverage_histogram: np.ndarray
+    pair_histogram: np.ndarray
     sq_norm_13: float = 0.0
 
     @property
@@ -69,6 +79,8 @@ class Moments:
             b_methylated=np.zeros((n_samples, sd)),
             b_coverage=np.zeros((n_samples, sd)),
             inv_coverage=np.zeros(n_samples),
+            coverage_histogram=np.zeros((n_samples, 1)),
+            pair_histogram=np.zeros(histogram_shape(n_samples)),
         )
 
     def check_compatible(self, other: "Moments") -> None:
@@ -83,7 +95,7 @@ class Moments:
         if not isinstance(other, Moments):
             return NotImplemented
         self.check_compatible(other)
-        arrays = {name: getattr(self, name) + getattr(other, name) for name in _ARRAY_FIELDS}
+        arrays = {name: _padded_sum(getattr(self, name), getattr(other, name)) for name in _ARRAY_FIELDS}
         return Moments(
             n_samples=self.n_samples,
             n_bins=self.n_bins,
@@ -104,6 +116,8 @@ class Moments:
             return False
         for name in _ARRAY_FIELDS + ("sq_norm_13",):
             a, b = np.asarray(getattr(self, name)), np.asarray(getattr(other, name))
+            if name == "coverage_histogram":  # trailing zero columns carry nothing
+                a, b = _padded(a, max(a.shape[1], b.shape[1])), _padded(b, max(a.shape[1], b.shape[1]))
             scale = max(np.abs(a).max(initial=0.0), np.abs(b).max(initial=0.0), 1e-300)
             if a.shape != b.shape or np.abs(a - b).max(initial=0.0) > rtol * scale:
                 return False
@@ -136,11 +150,75 @@ class Moments:
                     f"{path}: moments format version {version} is newer than this "
                     f"streambhmm supports ({MOMENTS_VERSION}); upgrade streambhmm"
                 )
+            if version < MOMENTS_VERSION:
+                raise ValueError(
+                    f"{path}: moments format version {version} lacks the histograms that version "
+                    f"{MOMENTS_VERSION} fits with; compute the moments again"
+                )
             values = {f.name: data[f.name] for f in fields(cls)}
         for name in ("n_samples", "n_bins", "n_triples"):
             values[name] = int(values[name])
         values["sq_norm_13"] = float(values["sq_norm_13"])
         return cls(**values)
+
+
+def weighted_sum(parts: list[Moments], weights) -> Moments:
+    """sum_i weights[i] * parts[i] (bootstrap resampling of partials)."""
+    first = parts[0]
+    out = Moments.zeros(first.n_samples, first.n_bins)
+    width = max(p.coverage_histogram.shape[1] for p in parts)
+    out.coverage_histogram = np.zeros((first.n_samples, width))
+    for w, part in zip(weights, parts):
+        if w == 0:
+            continue
+        for name in _ARRAY_FIELDS:
+            setattr(out, name, _padded_sum(getattr(out, name), w * getattr(part, name)))
+        out.n_triples += int(w * part.n_triples)
+        out.sq_norm_13 += w * part.sq_norm_13
+    return out
+
+
+def _padded(a: np.ndarray, width: int) -> np.ndarray:
+    return a if a.shape[1] == width else np.pad(a, ((0, 0), (0, width - a.shape[1])))
+
+
+def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a + b, the shorter of two 2-D histograms padded with zero columns."""
+    if a.ndim == 2 and a.shape[1] != b.shape[1]:
+        width = max(a.shape[1], b.shape[1])
+        return _padded(a, width) + _padded(b, width)
+    return a + b
+
+
+def histograms(features: FeatureTable, middle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(coverage_histogram, pair_histogram) of the bins ``middle`` (the triples' middle bins)."""
+    codes = features.codes[middle]
+    n_samples = codes.shape[1]
+    cov = features.coverage[codes]
+    coverage_histogram = np.zeros((n_samples, int(cov.max(initial=0)) + 1))
+    for s in range(n_samples):
+        coverage_histogram[s] = np.bincount(cov[:, s], minlength=coverage_histogram.shape[1])
+    cap, joint = histogram_layout(n_samples)
+    thin = thinning(features.coverage, features.methylated, cap)
+    pair_histogram = np.zeros(histogram_shape(n_samples))
+    groups = [codes] if joint else [codes[:, [s]] for s in range(n_samples)]
+    for out, group in zip(pair_histogram, groups):
+        tuples, counts = _distinct_rows(group)
+        # row-major flattening of the per-sample cells
+        strides = cells_per_sample(cap) ** np.arange(group.shape[1] - 1, -1, -1, dtype=np.int64)
+        _kernels.accumulate_histogram(tuples, counts.astype(np.float64), thin.base, thin.row, thin.rows,
+                                      thin.lo, thin.hi, strides, out)
+    return coverage_histogram, pair_histogram
+
+
+def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of a (n, G) code array and how often each occurs."""
+    if codes.shape[1] == 1:
+        counts = np.bincount(codes[:, 0])
+        present = np.flatnonzero(counts)
+        return present[:, None].astype(np.int64), counts[present]
+    rows, counts = np.unique(codes, axis=0, return_counts=True)
+    return rows.astype(np.int64), counts
 
 
 def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moments:
@@ -157,6 +235,7 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moment
     )
     sq_norm = np.einsum("kd,kd->k", features.table, features.table)
     out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
+    out.coverage_histogram, out.pair_histogram = histograms(features, starts + 1)
     out.n_triples = int(starts.size)
     return out
 

@@ -34,7 +34,7 @@ from .storage import Location
 from .store import CountsStore, locked, staging_path
 
 MOMENT_STORE_FORMAT = "streambhmm-moment-store"
-MOMENT_STORE_VERSION = 1
+MOMENT_STORE_VERSION = 2  # 2: coverage and pair histograms for the moment-only refinement
 MANIFEST = "manifest.json"
 
 
@@ -235,6 +235,10 @@ def read_manifest(root) -> dict:
     if int(manifest.get("format_version", 0)) > MOMENT_STORE_VERSION:
         raise MomentStoreError(f"{root}: moment store format version {manifest['format_version']} is newer "
                                f"than this streambhmm supports ({MOMENT_STORE_VERSION}); upgrade streambhmm")
+    if int(manifest.get("format_version", 0)) < MOMENT_STORE_VERSION:
+        raise MomentStoreError(f"{root}: moment store format version {manifest['format_version']} lacks the "
+                               f"histograms that version {MOMENT_STORE_VERSION} fits with; rerun `streambhmm "
+                               f"moments` with a new --output (or delete {root} and rerun it)")
     return manifest
 
 

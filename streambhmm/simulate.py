@@ -8,7 +8,7 @@ import numpy as np
 from numba import njit
 from scipy.stats import binom, poisson
 
-from .features import beta_map
+from .features import beta_map, cells_per_sample, histogram_layout, pairs_from_keys
 from .moments import Moments
 
 
@@ -155,6 +155,7 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
     pi = stationary_distribution(a)
     joint12 = pi[:, None] * a  # P(h_t = i, h_t+1 = j)
     joint13 = pi[:, None] * (a @ a)
+    coverage_histogram, pair_histogram = _population_histograms(p, pi, cov_pmf)
     out = Moments(
         n_samples=n_samples,
         n_bins=n_bins,
@@ -166,9 +167,35 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
         b_methylated=(mean_meth.T @ joint12 @ obs.T),
         b_coverage=(mean_cov.T @ joint12 @ obs.T),
         inv_coverage=pi @ mean_inv,
+        coverage_histogram=coverage_histogram,
+        pair_histogram=pair_histogram,
         sq_norm_13=float(sq @ joint13 @ sq),
     )
-    for name in ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage"):
+    for name in ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
+                 "coverage_histogram", "pair_histogram"):
         setattr(out, name, getattr(out, name) * n_triples)
     out.sq_norm_13 *= n_triples
     return out
+
+
+def _population_histograms(p: np.ndarray, pi: np.ndarray, cov_pmf: np.ndarray):
+    """Expected coverage and thinned pair histograms of one bin, per unit of weight.
+
+    A sample thinned to ``cap`` reads is Binomial(min(c, cap), p) given its state, so the
+    cell (c', mu') has probability P(min(c, cap) = c') Binomial(mu'; c', p) per state."""
+    m, n_samples = p.shape
+    coverage_histogram = np.einsum("h,hsc->sc", pi, cov_pmf)
+    cap, joint = histogram_layout(n_samples)
+    c, mu = pairs_from_keys(np.arange(cells_per_sample(cap)))
+    cov_pmf = np.pad(cov_pmf, ((0, 0), (0, 0), (0, max(0, cap + 1 - cov_pmf.shape[-1]))))
+    thinned_cov = np.concatenate([cov_pmf[..., :cap], cov_pmf[..., cap:].sum(axis=-1, keepdims=True)], axis=-1)
+    per_cell = thinned_cov[..., c] * binom.pmf(mu, c, p[..., None])  # (m, S, cells)
+    if not joint:
+        return coverage_histogram, np.einsum("h,hsk->sk", pi, per_cell)
+    joint_cells = np.zeros(cells_per_sample(cap) ** n_samples)
+    for h in range(m):
+        outer = per_cell[h, 0]
+        for s in range(1, n_samples):
+            outer = np.multiply.outer(outer, per_cell[h, s]).ravel()
+        joint_cells += pi[h] * outer
+    return coverage_histogram, joint_cells[None, :]
