@@ -130,7 +130,7 @@ HEADER = "chrom\tpos\tstrand\tmc\tcov\n"
     ("chr1\t10\t+\t1\t5\nchr1\t20\t+\tabc\t5\n", 3, "malformed tsv line", "chr1\t20\t+\tabc\t5"),
     ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t7\t5\n", 3, "methylated count 7 exceeds coverage 5", "chr1\t20\t+\t7\t5"),
     ("chr1\t10\t+\t-1\t5\n", 2, "negative count", "chr1\t10\t+\t-1\t5"),
-    ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t1.5\t5\n", 3, "must be integers", "chr1\t20\t+\t1.5\t5"),
+    ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t1.5\t5\n", 3, "not an integer", "chr1\t20\t+\t1.5\t5"),
     ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\n", 3, "position out of order within chr1", "chr1\t20\t+\t1\t5"),
     ("chr1\t30\t+\t1\t5\nchr2\t20\t+\t1\t5\nchr1\t40\t+\t1\t5\n", 4, "chromosome chr1 appears again",
      "chr1\t40\t+\t1\t5"),
@@ -149,11 +149,11 @@ def test_error_far_into_a_file_has_the_right_line(tmp_path):
     body += "chr1\t99999\t+\t4\t3\n"  # line 3001 (after the header)
     path = write(tmp_path, "long.tsv", HEADER + body)
     with pytest.raises(FormatError, match=r"long.tsv:3001: methylated count 4 exceeds coverage 3"):
-        list(read_rows(path, "tsv", block_lines=700))
+        list(read_rows(path, "tsv", block_bytes=7000))
     bad_text = HEADER + body.replace("chr1\t99999\t+\t4\t3", "chr1\t99999\t+\t4 3 x")
     path = write(tmp_path, "long2.tsv", bad_text)
     with pytest.raises(FormatError, match=r"long2.tsv:3001: malformed tsv line"):
-        list(read_rows(path, "tsv", block_lines=700))
+        list(read_rows(path, "tsv", block_bytes=7000))
 
 
 def test_empty_and_unknown_and_mixed(tmp_path):
