@@ -110,6 +110,9 @@ def _fits_methrix(f):
 
 
 ONE = (("+", 1), ("-", -1))
+# an allc header line: only older methylpy wrote one, and the one such file checked against its
+# genome is 0-based, while headerless allc files are 1-based: detection names both
+METHYLPY = ("chrom", "pos", "strand", "mc_class", "methylated_bases", "total_bases", "methylation_call")
 BSMAP = ("chr", "pos", "strand", "context", "ratio", "eff_ct_count", "c_count", "ct_count", "rev_g_count",
          "rev_ga_count")
 FORMATS: dict[str, Format] = {f.name: f for f in [
@@ -119,13 +122,12 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
     Format("bismark-report", "chrom pos strand meth unmeth context trinucleotide; 1-based",
            (Layout(7, 0, 1, 1, meth=3, unmeth=4, strand=2, strand_codes=ONE, context=5, context_kind="name"),),
            "stranded", fits=_fits_report),
-    Format("allc", "chrom pos strand context(C + 2 bases) mc cov flag, no header; 1-based",
+    Format("allc", "chrom pos strand context(C + 2 bases) mc cov flag; 1-based",
            (Layout(7, 0, 1, 1, meth=4, total=5, strand=2, strand_codes=ONE, context=3, context_kind="tri"),),
-           "stranded", fits=_fits_allc),
-    Format("allc-0based", "older methylpy allc, with its header line; 0-based",
+           "stranded", headers=(METHYLPY,), fits=_fits_allc),
+    Format("allc-0based", "allc with 0-based positions, as in older methylpy files with a header line",
            (Layout(7, 0, 1, 0, meth=4, total=5, strand=2, strand_codes=ONE, context=3, context_kind="tri"),),
-           "stranded", headers=(("chrom", "pos", "strand", "mc_class", "methylated_bases", "total_bases",
-                                 "methylation_call"),)),
+           "stranded", headers=(METHYLPY,)),
     Format("methylpipe", "chrom pos strand context(CG/CHG/CHH) meth unmeth score; 1-based",
            (Layout(7, 0, 1, 1, meth=4, unmeth=5, strand=2, strand_codes=ONE, context=3, context_kind="name"),),
            "stranded", fits=_fits_methylpipe),
@@ -399,8 +401,8 @@ def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | Non
     label = f"{fmt}, {'detected' if detected else 'given'}"
     pre = preamble(path, header=options.header)
     spec = FORMATS[fmt]
-    other = next((f.name for f in FORMATS.values() if pre.names in f.headers and f.name != fmt), None)
-    if other is not None and fmt != "columns":
+    other = next((f.name for f in FORMATS.values() if pre.names in f.headers), None)
+    if other is not None and pre.names not in spec.headers and fmt != "columns":
         raise FormatError(path, pre.skip, pre.header, f"this is the header line of format {other}, not {fmt}; "
                                                       f"pass --format {other} (or describe it with --columns)", label)
     if not pre.data:

@@ -437,6 +437,9 @@ class BlockReader:
         self.names: dict[str, str | None] = {}  # chromosome -> problem with its name (kept ones only)
         self.strand_table = _code_table(layout.strand_codes)
         self.n_rows = 0
+        c, p = layout.chrom + 1, layout.pos + 1
+        self.sort_hint = (f"the file must be sorted by chromosome, then position, e.g. with sort -k{c},{c} "
+                          f"-k{p},{p}n, the header line kept first")
 
     def rows(self, data: bytes, first: int) -> Iterator[Rows]:
         try:
@@ -486,7 +489,7 @@ class BlockReader:
             if name != previous:
                 if name in finished:
                     failures.append((int(start), f"chromosome {name} appears again after other chromosomes "
-                                                  f"(the file must be sorted)"))
+                                                  f"({self.sort_hint})"))
                     break
                 if previous is not None:
                     finished.add(previous)
@@ -506,8 +509,7 @@ class BlockReader:
         check(pos < lay.base, lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
         check(pos > POSITION_MAX, lambda i: f"position {pos[i]} too large")
         check(~new_run & (pos < prev_pos),
-              lambda i: f"position out of order within {names[run_id[i]]} (the file must be sorted by "
-                        f"chromosome, then position)")
+              lambda i: f"position out of order within {names[run_id[i]]} ({self.sort_hint})")
         if lay.end is not None:
             span = col[lay.end].to_numpy() - pos
             if lay.end_offsets is None:
