@@ -153,12 +153,28 @@ def open_binary(path):
     return igzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
 
 
-def _read(fh, size: int, path, line: int) -> bytes:
-    try:
-        return fh.read(size)
-    except (OSError, EOFError) as exc:  # BadGzipFile is an OSError, truncation an EOFError
-        raise FormatError(path, line, None, f"corrupt or truncated compressed data at this line "
-                                            f"({type(exc).__name__}: {exc})") from None
+PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this much before its error
+
+
+def _pieces(fh, size: int):
+    """Decompressed data in blocks of about ``size`` bytes; a decompression error ends the
+    blocks with the exception itself, after the data read before it."""
+    parts, held = [], 0
+    while True:
+        try:
+            piece = fh.read(min(PIECE, size))
+        except (OSError, EOFError) as exc:  # BadGzipFile is an OSError, truncation an EOFError
+            yield b"".join(parts)
+            yield exc
+            return
+        if piece:
+            parts.append(piece)
+            held += len(piece)
+        if held >= size or not piece:
+            yield b"".join(parts)
+            parts, held = [], 0
+        if not piece:
+            return
 
 
 def first_lines(path, count: int) -> list[bytes]:
@@ -175,16 +191,18 @@ def first_lines(path, count: int) -> list[bytes]:
 def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
     """(text, number of its first line): complete lines, each ending with a newline, of at
     most about ``block_bytes``. A UTF-8 BOM at the start is dropped; lines longer than
-    MAX_LINE, a carriage return inside a line, and corrupt compressed data are errors."""
-    line, pending = 1, b""
+    MAX_LINE, a carriage return inside a line, and corrupt compressed data are errors
+    (naming the line reached)."""
+    line, pending, start = 1, b"", True
     with open_binary(path) as fh:
-        chunk = _read(fh, block_bytes, path, line)
-        if chunk.startswith(BOM):
-            chunk = chunk[len(BOM):]
-        while chunk or pending:
+        for chunk in _pieces(fh, block_bytes):
+            if isinstance(chunk, Exception):
+                raise FormatError(path, line, None, f"corrupt or truncated compressed data at this line "
+                                                    f"({type(chunk).__name__}: {chunk})")
+            if start and chunk.startswith(BOM):
+                chunk = chunk[len(BOM):]
+            start = False
             data = pending + chunk if pending else chunk
-            if not chunk:
-                data += b"\n"  # a last line without a newline
             cut = data.rfind(b"\n") + 1
             _check_lines(path, data, cut, line)
             pending = data[cut:]
@@ -195,7 +213,8 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
             if cut:
                 yield (data if cut == len(data) else data[:cut]), line
                 line += data.count(b"\n", 0, cut)
-            chunk = _read(fh, block_bytes, path, line) if chunk else b""
+        if pending:  # a last line without a newline
+            yield pending + b"\n", line
 
 
 def _check_lines(path, data: bytes, end: int, line: int) -> None:
@@ -332,7 +351,7 @@ def explain(line: bytes, layout: Layout, reason: str, variable: bool = False) ->
         return f"expected {layout.n_fields} fields, found {len(fields)}{changed}"
     for i, kind in sorted(layout.types().items()):
         field = fields[i]
-        what = f"field {i + 1} ({decoded(field)!r})"
+        what = f"field {i + 1} ({quoted(decoded(field))})"
         if kind == pa.string():
             try:
                 field.decode("utf-8")
@@ -538,7 +557,7 @@ class BlockReader:
         if lay.code is not None:
             keep &= pc.is_in(col[lay.code], pa.array(["m", "C"])).to_numpy(zero_copy_only=False)
         if failures:
-            raise _Failure(*min(failures))
+            raise _Failure(*min(failures, key=lambda f: f[0]))  # the first check at the earliest row
         pos0 = pos - lay.base
         if settings.merge_strands and strand is not None:
             # the minus-strand C of a CpG (at pos + 1) joins the plus-strand C at pos
@@ -549,7 +568,7 @@ class BlockReader:
                             f"the previous row")
             check(pos0 < 0, lambda i: "with --merge-strands this minus-strand row moves before the chromosome start")
             if failures:
-                raise _Failure(*min(failures))
+                raise _Failure(*min(failures, key=lambda f: f[0]))  # the first check at the earliest row
         order.finished, order.chrom = finished, names[-1]
         order.position, order.shifted = int(pos[-1]), int(pos0[-1])
         out = []
