@@ -394,3 +394,43 @@ def test_the_first_bad_line_is_named_exactly_for_any_blocking(tmp_path, n, at, k
             list(read_rows(path, "tsv", options=ReadOptions(), block_bytes=block_bytes))
         errors.add((err.value.line, err.value.message))
     assert len(errors) == 1 and errors.pop()[0] == line_no
+
+
+# --- the options on the command line ---
+
+
+def test_cli_ingest_options(tmp_path):
+    from .test_cli import run
+
+    path = write(tmp_path, "calls.txt", "chrM\t5\t9\t0\nchr1\t10\t3\t5\nchr1\t11\t1\t1\nchr1\t250\t2\t0\n")
+    store = tmp_path / "s.zarr"
+    r = run("ingest", path, "--sample", "A", "--store", store, "--columns", "chrom=1,pos=2,meth=3,unmeth=4",
+            "--zero-based", "--min-coverage", "3", "--exclude-chromosomes", "chrM", "--bin-size", "10")
+    assert r.exit_code == 0, r.output
+    assert "1 rows from 1 columns file(s)" in r.output
+    assert chrom_table(store, "chr1") == ([10], [[3]], [[8]])
+    options = open_store(store).attrs["samples"]["A"]["options"]
+    assert options["columns"] == {"chrom": 1, "pos": 2, "meth": 3, "unmeth": 4} and options["zero_based"]
+    r = run("ingest", path, "--sample", "B", "--store", store, "--columns", "chrom=1,pos=2")
+    assert r.exit_code == 2 and "--columns needs chrom, pos, meth and one of total or unmeth" in r.output
+    r = run("ingest", path, "--sample", "B", "--store", store, "--zero-based")
+    assert r.exit_code == 2 and "--zero-based and --header describe a --columns file" in r.output
+    r = run("ingest", path, "--sample", "B", "--store", store, "--merge-strands", "--format", "methrix")
+    assert r.exit_code == 1 and "--merge-strands: format methrix has one row per cytosine" in r.output
+
+
+def test_batch_applies_the_options_to_every_sample(tmp_path, dask_clients):
+    from .test_cli import run
+
+    cx = write(tmp_path, "cx.txt", CX)
+    tsv = write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t1\nchr2\t5\t+\t1\t1\n")
+    manifest = write(tmp_path, "m.tsv", "sample\tgroup\tformat\tfiles\nA\tg\tauto\tcx.txt\nB\tg\ttsv\tt.tsv\n")
+    work = tmp_path / "work"
+    r = run("batch", manifest, "--workdir", work, "--bins", "4", "--bin-size", "1", "--merge-strands",
+            "--exclude-chromosomes", "chr2", "--scheduler", dask_clients[1].scheduler.address, "-q")
+    assert r.exit_code == 0, r.output
+    store = open_store(work / "g" / "counts.zarr")
+    assert store.chromosomes == ["chr1"]
+    assert all(store.attrs["samples"][s]["options"]["merge_strands"] for s in "AB")
+    assert chrom_table(work / "g" / "counts.zarr", "chr1") == \
+        ([9, 99, 198], [[0, 2], [5, 0], [5, 0]], [[0, 3], [8, 0], [5, 0]])
