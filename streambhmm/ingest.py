@@ -20,7 +20,8 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows
+from .formats import (FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows,
+                      settings_for)
 from .readers import COUNT_MAX
 from .storage import Location
 from .store import (COUNTS_FORMAT, COUNTS_VERSION, DEFAULT_CHUNK_SIZE, StoreError, finalize, locked,
@@ -126,6 +127,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     options = options or ReadOptions()
     read = {"options": options, "detected": fmt == "auto" and options.columns is None}
     fmt = detect_common_format(files, fmt, options)
+    settings_for(fmt, context, options)  # options the format cannot honour stop here, before any work
     store = Location.of(store)
     report = IngestReport(sample=sample, format=fmt, files=[str(f) for f in files])
     provenance = {

@@ -415,7 +415,7 @@ def test_cli_ingest_options(tmp_path):
     assert r.exit_code == 2 and "--columns needs chrom, pos, meth and one of total or unmeth" in r.output
     r = run("ingest", path, "--sample", "B", "--store", store, "--zero-based")
     assert r.exit_code == 2 and "--zero-based and --header describe a --columns file" in r.output
-    r = run("ingest", path, "--sample", "B", "--store", store, "--merge-strands", "--format", "methrix")
+    r = run("ingest", path, "--sample", "B", "--store", tmp_path / "t.zarr", "--merge-strands", "--format", "methrix")
     assert r.exit_code == 1 and "--merge-strands: format methrix has one row per cytosine" in r.output
 
 
