@@ -295,7 +295,7 @@ class Parser:
         self.layout = layout
         names = [f"f{i}" for i in range(layout.n_fields)]
         self.types = layout.types()
-        self.read = pcsv.ReadOptions(column_names=names, use_threads=True, block_size=1 << 20)
+        self.read = pcsv.ReadOptions(column_names=names, use_threads=True, block_size=1 << 19)
         self.parse_options = pcsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
                                                escape_char=False, newlines_in_values=False, ignore_empty_lines=True)
         self.convert = pcsv.ConvertOptions(column_types={names[i]: t for i, t in self.types.items()},
@@ -377,16 +377,15 @@ def _is_number(field: bytes) -> bool:
 # ---------------------------------------------------------------------------- checks
 
 
-def _char_codes(arr: pa.Array, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Byte k of every string (0 where it is shorter) and the string lengths, from the
-    raw buffers: vectorized, without Python strings."""
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
-    values = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
+def _chars(arr: pa.Array, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The lengths of the strings and their first ``count`` bytes (0 past the end), read
+    from the raw buffers: vectorized, without Python strings."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    values = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    values = np.r_[values, np.zeros(count, np.uint8)]  # reads past the last string stay in bounds
     lengths = np.diff(offsets)
-    has = lengths > k
-    out = np.zeros(len(arr), np.uint8)
-    out[has] = values[offsets[:-1][has] + k]
-    return out, lengths
+    starts = offsets[:-1]
+    return lengths, [np.where(lengths > k, values[starts + k], 0) for k in range(count)]
 
 
 def _code_table(pairs) -> tuple[np.ndarray, np.ndarray]:
@@ -397,29 +396,28 @@ def _code_table(pairs) -> tuple[np.ndarray, np.ndarray]:
     return valid, value
 
 
-_CHG = np.zeros(256, bool)
-_CHG[[ord(c) for c in "ACTN"]] = True  # H (not G), or N
+C, G, H = ord("C"), ord("G"), ord("H")
+BASE = np.zeros(256, bool)
+BASE[list(b"ACGTN")] = True
 
 
 def _contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str]:
     """Per row: 0 = CG, 1 = CHG, 2 = CHH, and whether the value is valid (plus what a
     valid value looks like, for the message)."""
-    c0, n = _char_codes(arr, 0)
-    c1, c2 = _char_codes(arr, 1)[0], _char_codes(arr, 2)[0]
     if kind == "name":  # CG, CHG or CHH
-        cg = (n == 2) & (c0 == ord("C")) & (c1 == ord("G"))
-        chx = (n == 3) & (c0 == ord("C")) & (c1 == ord("H")) & ((c2 == ord("G")) | (c2 == ord("H")))
-        return np.where(cg, 0, np.where(c2 == ord("G"), 1, 2)), cg | chx, "CG, CHG or CHH"
+        n, (c0, c1, c2) = _chars(arr, 3)
+        ok = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
+        return np.where(n == 2, 0, np.where(c2 == G, 1, 2)), ok, "CG, CHG or CHH"
     if kind == "tri":  # the C and the two bases after it
-        ok = (n == 3) & (c0 == ord("C")) & np.isin(c1, np.frombuffer(b"ACGTN", np.uint8)) & \
-             np.isin(c2, np.frombuffer(b"ACGTN", np.uint8))
-        return np.where(c1 == ord("G"), 0, np.where(c2 == ord("G"), 1, 2)), ok, "C and two bases (ACGTN)"
+        n, (c0, c1, c2) = _chars(arr, 3)
+        ok = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]
+        return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, "C and two bases (ACGTN)"
     # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
-    c3, c4 = _char_codes(arr, 3)[0], _char_codes(arr, 4)[0]
+    n, (c0, c1, c2, c3, c4) = _chars(arr, 5)
     plus = strand > 0
-    ok = (n == 5) & np.where(plus, c2 == ord("C"), c2 == ord("G"))
-    cg = np.where(plus, c3 == ord("G"), c1 == ord("C"))
-    chg = np.where(plus, c4 == ord("G"), c0 == ord("C"))
+    ok = (n == 5) & np.where(plus, c2 == C, c2 == G)
+    cg = np.where(plus, c3 == G, c1 == C)
+    chg = np.where(plus, c4 == G, c0 == C)
     return np.where(cg, 0, np.where(chg, 1, 2)), ok, "5 bases centred on the C (+) or G (-)"
 
 
@@ -439,10 +437,6 @@ class _Order:
         self.chrom: str | None = None
         self.position = -1  # the last row's position as in the file
         self.shifted = -1  # and as yielded (after --merge-strands)
-
-
-def _first(mask: np.ndarray) -> int | None:
-    return int(np.argmax(mask)) if mask.any() else None
 
 
 class BlockReader:
@@ -485,6 +479,9 @@ class BlockReader:
         return FormatError(self.path, first + index, decoded(line), message, self.label)
 
     def _validated(self, col) -> list[Rows]:
+        """Rows of one block's columns, or a _Failure naming the earliest bad row. Each
+        check first asks a cheap question of the whole block (a min, a max, an any) and
+        builds its row mask only when that fails."""
         lay, settings, order = self.layout, self.settings, self.order
         n = len(col[lay.chrom])
         if n == 0:
@@ -493,13 +490,19 @@ class BlockReader:
         chrom = col[lay.chrom]
         starts = np.flatnonzero(np.r_[True, pc.not_equal(chrom[1:], chrom[:-1]).to_numpy(zero_copy_only=False)])
         names = chrom.take(pa.array(starts)).to_pylist()
+        ends = np.r_[starts[1:], n]
         pos = col[lay.pos].to_numpy()
-        failures: list[tuple[int, str]] = []  # (row, message); the earliest row is reported
+        failures: list[tuple[int, str]] = []  # (row, message); the first check at the earliest row is reported
 
-        def check(mask, message):
-            i = _first(mask)
-            if i is not None:
-                failures.append((i, message(i)))
+        def check(maybe: bool, mask, message):
+            if maybe:  # the cheap question may over-report (a decrease between chromosomes)
+                rows = mask()
+                if rows.any():
+                    i = int(np.argmax(rows))
+                    failures.append((i, message(i)))
+
+        def chrom_at(i):
+            return names[np.searchsorted(starts, i, side="right") - 1]
 
         # chromosome runs: contiguous, valid names (kept chromosomes only)
         kept_run = np.zeros(len(starts), bool)
@@ -519,60 +522,65 @@ class BlockReader:
                 if problem:
                     failures.append((int(start), f"invalid {problem}"))
                     break
-        run_id = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
         continues = names[0] == order.chrom  # the first run goes on from the previous block
-        prev_pos = np.r_[order.position if continues else -1, pos[:-1]]
-        new_run = np.zeros(n, bool)
-        new_run[starts[1:]] = True
-        new_run[0] = not continues
-        check(pos < lay.base, lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
-        check(pos > POSITION_MAX, lambda i: f"position {pos[i]} too large")
-        check(~new_run & (pos < prev_pos),
-              lambda i: f"position out of order within {names[run_id[i]]} ({self.sort_hint})")
+
+        def backwards(values, last):
+            """Rows whose value is below the previous row's within a chromosome run."""
+            drop = np.r_[last if continues else -1, values[:-1]] > values
+            drop[starts[1:]] = False
+            return drop
+
+        check(pos.min() < lay.base, lambda: pos < lay.base,
+              lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
+        check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX, lambda i: f"position {pos[i]} too large")
+        check(bool((pos[1:] < pos[:-1]).any()) or (continues and pos[0] < order.position),
+              lambda: backwards(pos, order.position),
+              lambda i: f"position out of order within {chrom_at(i)} ({self.sort_hint})")
         if lay.end is not None:
             span = col[lay.end].to_numpy() - pos
             if lay.end_offsets is None:
-                check(span < 1, lambda i: f"end {pos[i] + span[i]} not after start {pos[i]}")
+                check(span.min() < 1, lambda: span < 1, lambda i: f"end {pos[i] + span[i]} not after start {pos[i]}")
             else:
                 allowed = " or ".join(map(str, lay.end_offsets))
-                check(~np.isin(span, lay.end_offsets),
+                outside = ~np.isin(span, lay.end_offsets)
+                check(outside.any(), lambda: outside,
                       lambda i: f"end - start is {span[i]}, expected {allowed} (one cytosine or CpG per line)")
         meth, cov = self._counts(col, check)
         strand = None
         if lay.strand is not None:
-            codes, lengths = _char_codes(col[lay.strand], 0)
+            lengths, (codes,) = _chars(col[lay.strand], 1)
             valid, value = self.strand_table
+            bad = ~valid[codes] | (lengths != 1)
             texts = ", ".join(t for t, _ in lay.strand_codes)
-            check(~valid[codes] | (lengths != 1),
-                  lambda i: f"strand {col[lay.strand][i].as_py()!r} (expected one of {texts})")
+            check(bad.any(), lambda: bad, lambda i: f"strand {col[lay.strand][i].as_py()!r} (expected one of {texts})")
             strand = value[codes]
         keep = cov >= max(settings.min_coverage, 1)
         is_cg = None
         if lay.context is not None:
             ctx, ok, looks = _contexts(col[lay.context], lay.context_kind, strand)
-            check(~ok, lambda i: f"context {col[lay.context][i].as_py()!r} (expected {looks})")
+            check(not ok.all(), lambda: ~ok,
+                  lambda i: f"context {col[lay.context][i].as_py()!r} (expected {looks})")
             is_cg = ctx == 0
             if settings.context != "all":
                 keep &= ctx == _CONTEXT_INDEX[settings.context]
         if lay.code is not None:
             keep &= pc.is_in(col[lay.code], pa.array(["m", "C"])).to_numpy(zero_copy_only=False)
-        if failures:
-            raise _Failure(*min(failures, key=lambda f: f[0]))  # the first check at the earliest row
         pos0 = pos - lay.base
-        if settings.merge_strands and strand is not None:
+        if settings.merge_strands and strand is not None and not failures:
             # the minus-strand C of a CpG (at pos + 1) joins the plus-strand C at pos
             pos0 = pos0 - ((strand < 0) & (is_cg if is_cg is not None else True))
-            prev_shifted = np.r_[order.shifted if continues else -1, pos0[:-1]]
-            check(~new_run & (pos0 < prev_shifted),
+            check(bool((pos0[1:] < pos0[:-1]).any()) or (continues and pos0[0] < order.shifted),
+                  lambda: backwards(pos0, order.shifted),
                   lambda i: f"with --merge-strands this minus-strand row moves to {pos0[i] + lay.base}, before "
                             f"the previous row")
-            check(pos0 < 0, lambda i: "with --merge-strands this minus-strand row moves before the chromosome start")
-            if failures:
-                raise _Failure(*min(failures, key=lambda f: f[0]))  # the first check at the earliest row
+            check(pos0.min() < 0, lambda: pos0 < 0,
+                  lambda i: "with --merge-strands this minus-strand row moves before the chromosome start")
+        if failures:
+            raise _Failure(*min(failures, key=lambda f: f[0]))
         order.finished, order.chrom = finished, names[-1]
         order.position, order.shifted = int(pos[-1]), int(pos0[-1])
         out = []
-        for r, (start, end) in enumerate(zip(starts, np.r_[starts[1:], n])):
+        for r, (start, end) in enumerate(zip(starts, ends)):
             sel = keep[start:end]
             if kept_run[r] and sel.any():
                 out.append(Rows(names[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel]))
@@ -582,22 +590,24 @@ class BlockReader:
         lay = self.layout
         get = {name: col[i].to_numpy() for name, i in (("meth", lay.meth), ("total", lay.total),
                ("unmeth", lay.unmeth), ("other", lay.other_meth)) if i is not None}
-        for name, values in get.items():
-            check(values < 0, lambda i, v=values: f"negative count {v[i]}")
-            check(values > COUNT_MAX, lambda i, v=values: f"count {v[i]} too large (the store holds counts up to "
-                                                          f"{COUNT_MAX:,})")
+        for values in get.values():
+            check(values.min() < 0, lambda v=values: v < 0, lambda i, v=values: f"negative count {v[i]}")
+            check(values.max() > COUNT_MAX, lambda v=values: v > COUNT_MAX,
+                  lambda i, v=values: f"count {v[i]} too large (the store holds counts up to {COUNT_MAX:,})")
         if lay.fraction is not None:
             frac = col[lay.fraction].to_numpy()
             what = "percent" if lay.scale == 100 else "fraction"
-            check(~np.isfinite(frac) | (frac < 0) | (frac > lay.scale),
-                  lambda i: f"methylation {what} {frac[i]} outside 0 to {lay.scale:g}")
+            bad = ~np.isfinite(frac) | (frac < 0) | (frac > lay.scale)
+            check(bad.any(), lambda: bad, lambda i: f"methylation {what} {frac[i]} outside 0 to {lay.scale:g}")
             cov = get["total"]
-            meth = np.round(cov * np.where(np.isfinite(frac), frac, 0) / lay.scale).astype(np.int64)
+            meth = np.round(cov * np.where(bad, 0, frac) / lay.scale).astype(np.int64)
             return meth, cov
-        meth = get["meth"] + get.get("other", 0)
+        meth = get["meth"] + get["other"] if "other" in get else get["meth"]
         cov = get["total"] if "total" in get else get["meth"] + get["unmeth"]
-        check(cov > COUNT_MAX, lambda i: f"coverage {cov[i]} too large (the store holds counts up to {COUNT_MAX:,})")
-        check(meth > cov, lambda i: f"methylated count {meth[i]} exceeds coverage {cov[i]}")
+        check(cov.max() > COUNT_MAX, lambda: cov > COUNT_MAX,
+              lambda i: f"coverage {cov[i]} too large (the store holds counts up to {COUNT_MAX:,})")
+        over = meth > cov
+        check(over.any(), lambda: over, lambda i: f"methylated count {meth[i]} exceeds coverage {cov[i]}")
         return meth, cov
 
 
