@@ -51,12 +51,15 @@ class FormatError(ValueError):
     offending text, and (where known) the format it was read as."""
 
     def __init__(self, path, line: int | None, text: str | None, message: str, fmt: str | None = None):
-        self.path, self.line = str(path), line
+        self.path, self.line, self._given = str(path), line, text
         self.text = None if text is None else text[:SHOWN]
         self.message, self.fmt = message, fmt
         where = f"{path}:{line}" if line is not None else f"{path}"
         shown = f": {quoted(text)}" if text is not None else ""
         super().__init__(f"{where}: {message}{shown}" + (f" (format {fmt})" if fmt else ""))
+
+    def __reduce__(self):  # pickled across Dask workers
+        return type(self), (self.path, self.line, self._given, self.message, self.fmt)
 
 
 @dataclass(frozen=True)

@@ -434,3 +434,11 @@ def test_batch_applies_the_options_to_every_sample(tmp_path, dask_clients):
     assert all(store.attrs["samples"][s]["options"]["merge_strands"] for s in "AB")
     assert chrom_table(work / "g" / "counts.zarr", "chr1") == \
         ([9, 99, 198], [[0, 2], [5, 0], [5, 0]], [[0, 3], [8, 0], [5, 0]])
+
+
+def test_format_errors_survive_pickling():
+    import pickle
+
+    err = FormatError("a.tsv", 3, "x" * 300, "bad count", "tsv, detected")
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and (again.line, again.text, again.fmt) == (3, "x" * 200, "tsv, detected")
