@@ -1,6 +1,6 @@
 """Ingest against decompression: how close `streambhmm ingest` comes to `zcat`.
 
-    python scripts/bench_ingest.py [--rows 2e7] [--workdir DIR] [--repeat 2]
+    python scripts/bench_ingest.py [--rows 2e7] [--workdir DIR] [--repeat 2] [--libraries]
 
 Writes a Bismark CX report (gzip level 6, as `gzip` writes it) of ``--rows`` cytosines
 (all contexts, both strands, about 4% CG, some rows without coverage), then times in the
@@ -10,7 +10,9 @@ same run, ``--repeat`` times each:
   process: start-up, detection, checksum, parsing, binning, the store written);
 - the parse alone: ``read_rows`` over the file in this process (context CG, and all).
 It prints rows/s, the ratio of each to zcat's time, and the load average before and after
-(the machine may be shared).
+(the machine may be shared). ``--libraries`` also times the candidates behind the choice of
+libraries on the same file: decompression alone (gzip, python-isal, rapidgzip with 1 and 2
+threads) and the parse of the same text blocks (pyarrow, polars), where installed.
 """
 
 from __future__ import annotations
@@ -64,6 +66,49 @@ def write_cx_report(path: Path, n_rows: int, seed: int = 0, per_chunk: int = 2_0
                 out.write(sink.getvalue().to_pybytes())
 
 
+def drain(fh, size: int = 1 << 23) -> None:
+    while fh.read(size):
+        pass
+
+
+def compare_libraries(path: Path) -> None:
+    """Decompressors and CSV parsers on the same file, one after the other."""
+    from isal import igzip
+
+    from streambhmm.readers import blocks
+
+    print(f"{'library':<44} {'seconds':>8}")
+    candidates = [("gzip (Python zlib)", lambda: drain(gzip.open(path, "rb"))),
+                  ("python-isal igzip", lambda: drain(igzip.open(path, "rb")))]
+    try:
+        import rapidgzip
+        candidates += [(f"rapidgzip, {n} thread(s)", lambda n=n: drain(rapidgzip.open(str(path), parallelization=n)))
+                       for n in (1, 2)]
+    except ImportError:
+        print("(rapidgzip not installed)")
+    for name, fn in candidates:
+        print(f"{'decompress: ' + name:<44} {timed(fn):>8.2f}")
+    text = [data for data, _ in blocks(path)]
+    names = [f"f{i}" for i in range(7)]
+    types = {"f0": pa.string(), "f1": pa.int64(), "f2": pa.string(), "f3": pa.int64(), "f4": pa.int64(),
+             "f5": pa.string()}
+    read = pcsv.ReadOptions(column_names=names, block_size=1 << 19)
+    parse = pcsv.ParseOptions(delimiter="\t", quote_char=False)
+    convert = pcsv.ConvertOptions(column_types=types, include_columns=list(types))
+    parsers = [("pyarrow read_csv (the reader's settings)",
+                lambda: [pcsv.read_csv(pa.py_buffer(d), read, parse, convert) for d in text])]
+    try:
+        import polars as pl
+        schema = {"f1": pl.Int64, "f3": pl.Int64, "f4": pl.Int64}
+        parsers.append(("polars read_csv", lambda: [pl.read_csv(d, has_header=False, separator="\t", new_columns=names,
+                                                                 columns=list(range(6)), schema_overrides=schema,
+                                                                 quote_char=None) for d in text]))
+    except ImportError:
+        print("(polars not installed)")
+    for name, fn in parsers:
+        print(f"{'parse 6 of 7 columns: ' + name:<44} {timed(fn):>8.2f}")
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -75,6 +120,7 @@ def main() -> None:
     parser.add_argument("--rows", type=float, default=2e7)
     parser.add_argument("--workdir", default=None, help="keep the generated file here (reused if present)")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--libraries", action="store_true", help="also compare decompressors and parsers")
     args = parser.parse_args()
     n_rows = int(args.rows)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-bench-ingest-"))
@@ -101,6 +147,8 @@ def main() -> None:
                               ("read_rows, context CG (parse only)", parse["CG"]),
                               ("read_rows, context all (parse only)", parse["all"])]:
             print(f"{run:>3}  {step:<44} {seconds:>8.2f} {n_rows / seconds / 1e6:>9.2f} {seconds / zcat:>7.2f}")
+    if args.libraries:
+        compare_libraries(path)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     shutil.rmtree(store, ignore_errors=True)
 
