@@ -457,9 +457,20 @@ class BlockReader:
         self.sort_hint = (f"the file must be sorted by chromosome, then position, e.g. with sort -k{c},{c} "
                           f"-k{p},{p}n, the header line kept first")
 
-    def rows(self, data: bytes, first: int) -> Iterator[Rows]:
+    def parsed(self, data: bytes):
+        """The block's columns and text, or the _BadLine that stopped the parse (run ahead
+        in a thread: pyarrow releases the GIL, so parsing overlaps the checks)."""
         try:
-            columns, text = self.parser.columns(data)
+            return self.parser.columns(data)
+        except _BadLine as bad:
+            return bad
+
+    def rows(self, data: bytes, first: int, parsed=None) -> Iterator[Rows]:
+        parsed = self.parsed(data) if parsed is None else parsed
+        try:
+            if isinstance(parsed, _BadLine):
+                raise parsed
+            columns, text = parsed
         except _BadLine as bad:
             if bad.index:  # the rows before the bad line may hold an earlier error
                 before = b"\n".join(bad.lines[:bad.index]) + b"\n"
@@ -617,15 +628,25 @@ class BlockReader:
 def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, skip: int, variable: bool,
                 block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
     """Rows of ``path`` after its first ``skip`` lines (the header), per chromosome run.
-    ``label`` names the format in messages ("tsv, detected")."""
+    ``label`` names the format in messages ("tsv, detected"). Three stages overlap:
+    decompression, parsing (the next block) and checking (this block)."""
     reader = BlockReader(path, fmt, label, layout, settings, variable)
-    for data, first in prefetched(blocks(path, block_bytes)):
-        if skip:
-            lines = data.split(b"\n", skip)
-            dropped = min(skip, len(lines) - 1)
-            data, first, skip = (lines[-1] if dropped == skip else b""), first + dropped, skip - dropped
-            if not data:
-                continue
-        yield from reader.rows(data, first)
+
+    def data_lines():
+        todo = skip
+        for data, first in blocks(path, block_bytes):
+            if todo:
+                lines = data.split(b"\n", todo)
+                dropped = min(todo, len(lines) - 1)
+                data, first, todo = (lines[-1] if dropped == todo else b""), first + dropped, todo - dropped
+            if data:
+                yield data, first
+
+    def parsed():
+        for data, first in prefetched(data_lines()):
+            yield data, first, reader.parsed(data)
+
+    for data, first, columns in prefetched(parsed(), depth=1):
+        yield from reader.rows(data, first, columns)
     if reader.n_rows == 0:
         raise FormatError(path, None, None, "the file is empty (no data lines)", label)
