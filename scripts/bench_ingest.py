@@ -75,7 +75,8 @@ def compare_libraries(path: Path) -> None:
     """Decompressors and CSV parsers on the same file, one after the other."""
     from isal import igzip
 
-    from streambhmm.readers import blocks
+    from streambhmm.formats import FORMATS
+    from streambhmm.readers import Parser, blocks
 
     print(f"{'library':<44} {'seconds':>8}")
     candidates = [("gzip (Python zlib)", lambda: drain(gzip.open(path, "rb"))),
@@ -90,13 +91,8 @@ def compare_libraries(path: Path) -> None:
         print(f"{'decompress: ' + name:<44} {timed(fn):>8.2f}")
     text = [data for data, _ in blocks(path)]
     names = [f"f{i}" for i in range(7)]
-    types = {"f0": pa.string(), "f1": pa.int64(), "f2": pa.string(), "f3": pa.int64(), "f4": pa.int64(),
-             "f5": pa.string()}
-    read = pcsv.ReadOptions(column_names=names, block_size=1 << 19)
-    parse = pcsv.ParseOptions(delimiter="\t", quote_char=False)
-    convert = pcsv.ConvertOptions(column_types=types, include_columns=list(types))
-    parsers = [("pyarrow read_csv (the reader's settings)",
-                lambda: [pcsv.read_csv(pa.py_buffer(d), read, parse, convert) for d in text])]
+    parser = Parser(FORMATS["bismark-report"].layouts[0])  # chrom pos strand meth unmeth context
+    parsers = [("pyarrow read_csv (the reader's settings)", lambda: [parser(d) for d in text])]
     try:
         import polars as pl
         schema = {"f1": pl.Int64, "f3": pl.Int64, "f4": pl.Int64}
@@ -105,8 +101,12 @@ def compare_libraries(path: Path) -> None:
                                                                  quote_char=None) for d in text]))
     except ImportError:
         print("(polars not installed)")
-    for name, fn in parsers:
-        print(f"{'parse 6 of 7 columns: ' + name:<44} {timed(fn):>8.2f}")
+    best = {name: min(timed(fn) for _ in range(1)) for name, fn in parsers}  # warm-up
+    for _ in range(3):  # alternated, best of 3: the machine may be shared
+        for name, fn in parsers:
+            best[name] = min(best[name], timed(fn))
+    for name, seconds in best.items():
+        print(f"{'parse 6 of 7 columns: ' + name:<44} {seconds:>8.2f}")
 
 
 def timed(fn) -> float:
