@@ -145,7 +145,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             previous = {k: existing.attrs["samples"][sample].get(k) for k in provenance}
             if previous == provenance and chunk_size in (None, existing.chunk_size):
                 report.unchanged = True
-                echo(f"sample {sample}: same files, format and context as already stored; store unchanged")
+                echo(f"sample {sample}: same files, format, context and options as already stored; "
+                     f"store unchanged")
                 return report
             report.replaced = True
         staged = staging_path(store)

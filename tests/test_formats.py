@@ -304,8 +304,9 @@ def test_real_dmchmm_rows_that_span_many_bases_are_refused_whatever_the_format()
 @needs_real
 def test_real_methylkit_file_is_refused_as_unsorted_and_read_once_sorted(tmp_path):
     path = REAL / "methylKit_extdata/test1.myCpG.txt.gz"
-    with pytest.raises(FormatError, match=r"test1.myCpG.txt.gz:3: position out of order within chr21 \(the file must be "
-                                          r"sorted .* sort -k2,2 -k3,3n, .*format methylkit, detected"):
+    with pytest.raises(FormatError, match=r"test1.myCpG.txt.gz:3: position out of order within chr21 "
+                                          r"\(the file must be sorted .* sort -k2,2 -k3,3n, .*format methylkit, "
+                                          r"detected"):
         read_all(path, "auto")
     rows = csv_rows(path)
     header, body = rows[0], sorted(rows[1:], key=lambda f: (f[1], int(f[2])))
