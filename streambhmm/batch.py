@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cluster import lost_scheduler
-from .formats import FORMATS
+from .formats import FORMATS, ReadOptions, quoted
 from .storage import Location
 
 COLUMNS = ("sample", "group", "format", "files")
@@ -87,7 +87,7 @@ def read_batch_manifest(path) -> list[ManifestRow]:
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         fields = [f.strip() for f in text.split("\t")]
-        where = f"{path}, line {number}: {text!r}"
+        where = f"{path}, line {number}: {quoted(text)}"
         if header is None:
             missing = [c for c in COLUMNS if c not in fields]
             if missing:
@@ -114,7 +114,7 @@ def read_batch_manifest(path) -> list[ManifestRow]:
 
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
-                 chunk_size: int | None) -> list[SampleResult]:
+                 chunk_size: int | None, options: ReadOptions | None = None) -> list[SampleResult]:
     """Dask task: ingest a group's samples into its store, one after another. A sample's
     failure is recorded, not raised, so the group's other samples still go in."""
     from .ingest import ingest
@@ -124,7 +124,7 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
         start = time.perf_counter()
         try:
             report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                            chunk_size=chunk_size)
+                            chunk_size=chunk_size, options=options)
         except Exception as exc:  # noqa: BLE001 - reported per sample
             results.append(SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
                                         error=f"{type(exc).__name__}: {exc}"))
@@ -137,8 +137,9 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
 
 def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
-              progress=lambda message: None) -> BatchSummary:
-    """Ingest every sample of ``manifest`` and update each group's moment store on ``client``."""
+              progress=lambda message: None, options: ReadOptions | None = None) -> BatchSummary:
+    """Ingest every sample of ``manifest`` and update each group's moment store on ``client``;
+    ``options`` (reading options) apply to every sample."""
     from distributed import as_completed
 
     from .momentstore import update_moment_store
@@ -183,7 +184,7 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
                                                           f"{result.reused} reused"))
 
     futures = {client.submit(ingest_group, groups[g.group], (workdir / g.group / "counts.zarr").url, bin_size,
-                             context, chunk_size, pure=False): g for g in summary.groups}
+                             context, chunk_size, options, pure=False): g for g in summary.groups}
     running = []
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         for future in as_completed(futures):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import __version__
 from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, compute, dask_client, status_line
-from .formats import CONTEXTS, FORMATS
+from .formats import CONTEXTS, FORMATS, ReadOptions
 from .model import SpectralBinomialHMM
 from .moments import Moments
 from .storage import Location
@@ -64,6 +64,37 @@ context_option = click.option("--context", default="CG", show_default=True, type
                               help="Cytosine context kept, where the format carries one.")
 
 
+def read_options(fn):
+    """The reading options of ingest and batch, gathered into ``options`` (a ReadOptions)."""
+    @click.option("--merge-strands", is_flag=True,
+                  help="Add each CpG's minus-strand C (at pos + 1) to its plus-strand C (formats with a strand).")
+    @click.option("--min-coverage", default=1, show_default=True, help="Drop cytosine rows with less coverage.")
+    @click.option("--chromosomes", default=None, metavar="LIST", help="Keep only these chromosomes (comma-separated "
+                                                                      "glob patterns, e.g. 'chr[0-9]*,chrX').")
+    @click.option("--exclude-chromosomes", default=None, metavar="LIST",
+                  help="Drop these chromosomes (comma-separated glob patterns, e.g. 'chrM,chrUn*,lambda').")
+    @click.option("--columns", default=None, metavar="SPEC",
+                  help="Describe any other format: chrom=N,pos=N,meth=N,total=N (or unmeth=N; strand=N optional), "
+                       "1-based column numbers. Implies --format columns.")
+    @click.option("--zero-based", is_flag=True, help="With --columns: positions are 0-based (default 1-based).")
+    @click.option("--header", is_flag=True, help="With --columns: the first line is a header (default: skipped "
+                                                 "when its fields after the first are not numbers).")
+    @functools.wraps(fn)
+    def wrapper(*args, merge_strands, min_coverage, chromosomes, exclude_chromosomes, columns, zero_based, header,
+                **kwargs):
+        try:
+            kwargs["options"] = ReadOptions(
+                merge_strands=merge_strands, min_coverage=min_coverage,
+                chromosomes=ReadOptions.parse_patterns(chromosomes),
+                exclude_chromosomes=ReadOptions.parse_patterns(exclude_chromosomes) or (),
+                columns=ReadOptions.parse_columns(columns) if columns else None, zero_based=zero_based,
+                header=header)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return fn(*args, **kwargs)
+    return wrapper
+
+
 def format_states(methylation, transmat, samples) -> str:
     """One row per state: its level in each sample, its genome fraction (the stationary
     distribution of transmat) and its self-transition."""
@@ -92,16 +123,17 @@ def main():
 @bin_size_option
 @context_option
 @click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: the store's, else 1000000).")
+@read_options
 @quiet_option
 @user_errors
-def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet):
+def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, options):
     """Add FILES (replicates of one sample) to a counts store."""
     from .ingest import ingest as run_ingest
 
     start = time.perf_counter()
     try:
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
-                            chunk_size=chunk_size, echo=click.echo, progress=status_line(quiet))
+                            chunk_size=chunk_size, echo=click.echo, progress=status_line(quiet), options=options)
     finally:
         clear_status(quiet)
     if not report.unchanged:
@@ -487,10 +519,11 @@ def moments_merge(inputs, output):
 @bin_size_option
 @context_option
 @click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: 1000000).")
+@read_options
 @scheduler_option
 @quiet_option
 @user_errors
-def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, quiet):
+def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, quiet, options):
     """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
     update one moment store per group, all groups at once on the cluster."""
     from .batch import SUMMARY, format_summary, run_batch
@@ -501,7 +534,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, q
     try:
         with dask_client(scheduler, if_lost=kept) as client:
             summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
-                                echo=echo, progress=status_line(quiet))
+                                echo=echo, progress=status_line(quiet), options=options)
     finally:
         clear_status(quiet)
     click.echo(format_summary(summary), nl=False)

@@ -1,221 +1,363 @@
-"""Methylation call formats: detection, parsing and validation, with file:line errors.
+"""Methylation call formats: what each column means, detection from the content, and the
+reading options. Every format becomes rows of (chromosome, 0-based position,
+methylated, coverage); the reading itself (fast, block by block) is in readers.py.
 
-Every format is turned into rows of (chromosome, 0-based position, methylated, coverage).
-Coordinate conventions (each format's own):
-
-    bismark-cov     Bismark coverage (.cov): chrom start end pct meth unmeth, 1-based start
-    bismark-report  Bismark CpG / CX report: chrom pos strand meth unmeth context trinuc, 1-based
-    allc            methylpy / ALLCools allc: chrom pos strand context mc cov flag, 1-based
-    bedmethyl       ENCODE bedMethyl, 11 columns: ..., coverage, percent; 0-based start.
-                    methylated = round(coverage * percent / 100). The 14-column modbam2bed
-                    variant adds n_canonical n_modified n_filtered, used exactly.
-    modkit          modkit bedMethyl, 18 columns, 0-based start. Rows with code m (5mC) or C
-                    (all C modifications) are used; methylated = Nmod + Nother_mod (all
-                    modified calls, as bisulfite sees them), coverage = Nvalid_cov; h rows are
-                    skipped so no call is counted twice. Older modkit separates the last
-                    fields by spaces; any whitespace separates fields here.
-    methyldackel    MethylDackel bedGraph: a 'track' header line, then
-                    chrom start end pct nMethylated nUnmethylated, 0-based start
-    tsv             header 'chrom pos strand mc cov', 1-based pos
-
-Files are read in blocks of lines and parsed with pandas' C parser; any row that fails
-is located exactly (by bisection for tokenizer errors) and reported with its line.
+Detection looks at the first lines: leading '#', 'track' and 'browser' lines, and a line
+of column names (a line whose fields after the first are not numbers), then up to
+DETECT_LINES data lines. A file is given the format that every inspected line fits; when
+none fits it is refused as unknown, and when several fit it is refused as ambiguous,
+naming every candidate, unless ``--format`` says which. See FORMATS for each
+format's columns and coordinate convention.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
-import itertools
-from dataclasses import dataclass
+import re
+import stat
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
-import pandas as pd
+from .readers import (BLOCK_BYTES, STRANDS, FormatError, Layout, Rows, Settings, decoded, first_lines,
+                      quoted, read_layout)
+
+__all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input",
+           "check_replicates", "detect_common_format", "detect_format", "quoted", "read_rows"]
 
 CONTEXTS = ("CG", "CHG", "CHH", "all")
-BLOCK_LINES = 1 << 18
-
-
-class FormatError(ValueError):
-    """Bad input: names the file, the 1-based line and the offending text."""
-
-    def __init__(self, path, line: int | None, text: str | None, message: str):
-        self.path, self.line, self.text = str(path), line, text
-        where = f"{path}:{line}" if line is not None else f"{path}"
-        shown = f": {text!r}" if text is not None else ""
-        super().__init__(f"{where}: {message}{shown}")
+DETECT_LINES = 100
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+INT = re.compile(r"-?\d+")
+CONTEXT_NAMES = ("CG", "CHG", "CHH")
 
 
 @dataclass(frozen=True)
-class Rows:
-    """Validated rows of one chromosome from one block of a file."""
+class Format:
+    """A named format: its layouts (one per number of fields), its header line of column
+    names if it has one, what its rows are per strand, and how detection recognizes a
+    data line (``fits``)."""
 
-    chrom: str
-    pos0: np.ndarray  # int64, 0-based, non-decreasing
-    methylated: np.ndarray  # int64
-    coverage: np.ndarray  # int64
+    name: str
+    columns: str  # for messages and the README: the columns and the convention
+    layouts: tuple[Layout, ...]
+    strands: str  # "stranded": a strand column; "merged": one row per CpG; "unknown": per-C rows, strand not given
+    headers: tuple[tuple[str, ...], ...] = ()  # accepted header lines (lowercased names); required when set
+    fits: Callable[[list[str]], bool] | None = None  # a data line of this format (formats without a header)
+
+    @property
+    def has_context(self) -> bool:
+        return any(layout.context is not None for layout in self.layouts)
+
+    def layout(self, n_fields: int) -> Layout | None:
+        return next((la for la in self.layouts if la.n_fields == n_fields), None)
+
+
+def _ints(fields, *indexes) -> bool:
+    return all(INT.fullmatch(fields[i]) for i in indexes)
+
+
+def _nums(fields, *indexes) -> bool:
+    return all(NUMBER.fullmatch(fields[i]) for i in indexes)
+
+
+def _bed_span(fields, allowed) -> bool:
+    return _ints(fields, 1, 2) and int(fields[2]) - int(fields[1]) in allowed
+
+
+def _fits_cov(f):
+    return len(f) == 6 and _bed_span(f, (0, 1)) and _nums(f, 3) and _ints(f, 4, 5)
+
+
+def _fits_dackel(f):
+    return len(f) == 6 and _bed_span(f, (1, 2)) and _nums(f, 3) and _ints(f, 4, 5)
+
+
+def _fits_report(f):
+    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 3, 4) and f[5] in CONTEXT_NAMES and f[6].isalpha()
+
+
+def _fits_allc(f):
+    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6) and re.fullmatch("C[ACGTN]{2}", f[3]) is not None
+
+
+def _fits_methylpipe(f):
+    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6) and f[3] in CONTEXT_NAMES
+
+
+def _fits_bedmethyl(f):
+    return len(f) in (11, 14) and _ints(f, 1, 2, 9) and f[5] in ("+", "-", ".") and _nums(f, 10) and \
+        (len(f) == 11 or _ints(f, 11, 12, 13))
+
+
+def _fits_modkit(f):
+    return len(f) == 18 and _ints(f, 1, 2, 9, 11, 12, 13, 14, 15, 16, 17) and _nums(f, 10)
+
+
+def _fits_cgmap(f):
+    return len(f) == 8 and f[1] in ("C", "G") and _ints(f, 2, 6, 7) and f[3] in CONTEXT_NAMES and _nums(f, 5)
+
+
+def _fits_biscuit(f):
+    return len(f) == 5 and _bed_span(f, (1, 2)) and _nums(f, 3) and 0 <= float(f[3]) <= 1 and _ints(f, 4)
+
+
+def _fits_methylseekr(f):  # chr pos T M: the total comes first, so T >= M
+    return len(f) == 4 and _ints(f, 1, 2, 3) and int(f[2]) >= int(f[3])
+
+
+def _fits_methrix(f):
+    return len(f) == 4 and _ints(f, 1, 2, 3)
+
+
+ONE = (("+", 1), ("-", -1))
+# an allc header line: only older methylpy wrote one, and the one such file checked against its
+# genome is 0-based, while headerless allc files are 1-based: detection names both
+METHYLPY = ("chrom", "pos", "strand", "mc_class", "methylated_bases", "total_bases", "methylation_call")
+BSMAP = ("chr", "pos", "strand", "context", "ratio", "eff_ct_count", "c_count", "ct_count", "rev_g_count",
+         "rev_ga_count")
+FORMATS: dict[str, Format] = {f.name: f for f in [
+    Format("bismark-cov", "chrom start end pct meth unmeth; 1-based start, end = start (or start + 1 for a CpG "
+                          "merged by coverage2cytosine --merge_CpG)",
+           (Layout(6, 0, 1, 1, meth=4, unmeth=5, end=2, end_offsets=(0, 1)),), "unknown", fits=_fits_cov),
+    Format("bismark-report", "chrom pos strand meth unmeth context trinucleotide; 1-based",
+           (Layout(7, 0, 1, 1, meth=3, unmeth=4, strand=2, strand_codes=ONE, context=5, context_kind="name"),),
+           "stranded", fits=_fits_report),
+    Format("allc", "chrom pos strand context(C + 2 bases) mc cov flag; 1-based",
+           (Layout(7, 0, 1, 1, meth=4, total=5, strand=2, strand_codes=ONE, context=3, context_kind="tri"),),
+           "stranded", headers=(METHYLPY,), fits=_fits_allc),
+    Format("allc-0based", "allc with 0-based positions, as in older methylpy files with a header line",
+           (Layout(7, 0, 1, 0, meth=4, total=5, strand=2, strand_codes=ONE, context=3, context_kind="tri"),),
+           "stranded", headers=(METHYLPY,)),
+    Format("methylpipe", "chrom pos strand context(CG/CHG/CHH) meth unmeth score; 1-based",
+           (Layout(7, 0, 1, 1, meth=4, unmeth=5, strand=2, strand_codes=ONE, context=3, context_kind="name"),),
+           "stranded", fits=_fits_methylpipe),
+    Format("cgmap", "BS-Seeker2 CGmap: chrom C/G pos context dinucleotide level meth total; 1-based; G = minus "
+                    "strand",
+           (Layout(8, 0, 2, 1, meth=6, total=7, strand=1, strand_codes=(("C", 1), ("G", -1)), context=3,
+                   context_kind="name"),), "stranded", fits=_fits_cgmap),
+    Format("bsmap", "BSMAP methratio, with its header: chr pos strand context(5 bases) ratio eff_CT_count "
+                    "C_count CT_count ...; 1-based",
+           tuple(Layout(n, 0, 1, 1, meth=6, total=7, strand=2, strand_codes=ONE, context=3, context_kind="bsmap")
+                 for n in (10, 12)), "stranded", headers=(BSMAP, BSMAP + ("ci_lower", "ci_upper"))),
+    Format("bedmethyl", "ENCODE bedMethyl, 11 columns (coverage, percent), or modbam2bed's 14 (+ n_canonical "
+                        "n_modified n_filtered); 0-based start",
+           (Layout(11, 0, 1, 0, total=9, fraction=10, scale=100, strand=5, end=2),
+            Layout(14, 0, 1, 0, meth=12, unmeth=11, strand=5, end=2)), "stranded", fits=_fits_bedmethyl),
+    Format("modkit", "modkit bedMethyl, 18 columns; 0-based start; rows with code m or C",
+           (Layout(18, 0, 1, 0, meth=11, other_meth=13, total=9, strand=5, end=2, code=3),), "stranded",
+           fits=_fits_modkit),
+    Format("methyldackel", "MethylDackel bedGraph: chrom start end pct meth unmeth; 0-based start, end = "
+                           "start + 1 (or + 2 for merged CpGs)",
+           (Layout(6, 0, 1, 0, meth=4, unmeth=5, end=2, end_offsets=(1, 2)),), "unknown", fits=_fits_dackel),
+    Format("biscuit", "BISCUIT BED: chrom start end beta coverage; 0-based start",
+           (Layout(5, 0, 1, 0, total=4, fraction=3, end=2, end_offsets=(1, 2)),), "unknown", fits=_fits_biscuit),
+    Format("tsv", "header chrom pos strand mc cov; 1-based",
+           (Layout(5, 0, 1, 1, meth=3, total=4, strand=2),), "stranded",
+           headers=(("chrom", "pos", "strand", "mc", "cov"),)),
+    Format("dss", "DSS: header chr pos N X (N total, X methylated); 1-based",
+           (Layout(4, 0, 1, 1, total=2, meth=3),), "unknown", headers=(("chr", "pos", "n", "x"),)),
+    Format("methylkit", "methylKit text: header chrBase chr base strand coverage freqC freqT; 1-based; F/R strand",
+           (Layout(7, 1, 2, 1, total=4, fraction=5, scale=100, strand=3, strand_codes=(("F", 1), ("R", -1))),),
+           "stranded", headers=(("chrbase", "chr", "base", "strand", "coverage", "freqc", "freqt"),)),
+    Format("methylseekr", "MethylSeekR: chrom pos T M, no header (T total, first); 1-based CpG positions",
+           (Layout(4, 0, 1, 1, total=2, meth=3),), "merged", fits=_fits_methylseekr),
+    Format("methrix", "methrix: chrom pos M U, no header; 1-based",
+           (Layout(4, 0, 1, 1, meth=2, unmeth=3),), "unknown", fits=_fits_methrix),
+    Format("columns", "described by --columns (1-based column numbers), --zero-based and --header", (), "unknown"),
+]}
+
+
+# ---------------------------------------------------------------------------- options
 
 
 @dataclass(frozen=True)
-class Columns:
-    """What a format's parsed columns mean. ``counts`` maps the DataFrame to
-    (pos0, methylated, coverage, keep); ``keep`` filters rows (context, code)."""
+class ReadOptions:
+    """Reading options beyond the format and context; recorded in the store's provenance."""
 
-    n_fields: tuple[int, ...]
-    numeric: tuple[int, ...]
-    counts: Callable[[pd.DataFrame, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
-    has_context: bool = False
+    merge_strands: bool = False
+    min_coverage: int = 1
+    chromosomes: tuple[str, ...] | None = None  # glob patterns to keep (None: all)
+    exclude_chromosomes: tuple[str, ...] = ()  # glob patterns to drop
+    columns: tuple[tuple[str, int], ...] | None = None  # --columns: role -> 1-based field number
+    zero_based: bool = False
+    header: bool = False
 
+    def __post_init__(self):
+        if self.min_coverage < 0:
+            raise ValueError(f"--min-coverage must be >= 0, got {self.min_coverage}")
+        if self.columns is None and (self.zero_based or self.header):
+            raise ValueError("--zero-based and --header describe a --columns file; named formats have their own "
+                             "conventions")
 
-def _context_of_trinucleotide(tri: pd.Series) -> np.ndarray:
-    s = tri.astype(str).str.upper()
-    second, third = s.str[1], s.str[2]
-    return np.where(second == "G", "CG", np.where(third == "G", "CHG", "CHH"))
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        for key in ("chromosomes", "exclude_chromosomes"):
+            out[key] = None if out[key] is None else list(out[key])
+        out["columns"] = None if self.columns is None else dict(self.columns)
+        return out
 
+    @staticmethod
+    def parse_patterns(text: str | None) -> tuple[str, ...] | None:
+        """'chr1,chr2,chrUn*' -> patterns; None or '' -> None."""
+        return tuple(p.strip() for p in text.split(",") if p.strip()) if text else None
 
-def _keep_context(context_values, wanted: str) -> np.ndarray:
-    if wanted == "all":
-        return np.ones(len(context_values), dtype=bool)
-    return np.asarray(context_values, dtype=object) == wanted
-
-
-def _bismark_cov(df, context):
-    meth, unmeth = df[4].to_numpy(), df[5].to_numpy()
-    return df[1].to_numpy() - 1, meth, meth + unmeth, np.ones(len(df), bool)
-
-
-def _bismark_report(df, context):
-    meth, unmeth = df[3].to_numpy(), df[4].to_numpy()
-    return df[1].to_numpy() - 1, meth, meth + unmeth, _keep_context(df[5].astype(str), context)
-
-
-def _allc(df, context):
-    return df[1].to_numpy() - 1, df[4].to_numpy(), df[5].to_numpy(), _keep_context(_context_of_trinucleotide(df[3]), context)
-
-
-def _bedmethyl(df, context):
-    cov = df[9].to_numpy()
-    if 13 in df.columns and df[13].notna().any():
-        meth, cov = df[12].to_numpy(), df[11].to_numpy() + df[12].to_numpy()
-    else:
-        meth = np.round(cov * df[10].to_numpy() / 100.0)
-    return df[1].to_numpy(), meth, cov, np.ones(len(df), bool)
-
-
-def _modkit(df, context):
-    keep = df[3].astype(str).isin(["m", "C"]).to_numpy()
-    return df[1].to_numpy(), df[11].to_numpy() + df[13].to_numpy(), df[9].to_numpy(), keep
-
-
-def _methyldackel(df, context):
-    meth, unmeth = df[4].to_numpy(), df[5].to_numpy()
-    return df[1].to_numpy(), meth, meth + unmeth, np.ones(len(df), bool)
+    @staticmethod
+    def parse_columns(text: str) -> tuple[tuple[str, int], ...]:
+        """'chrom=1,pos=2,meth=4,total=3' (or unmeth= for total=; strand= optional)."""
+        roles = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, _, value = item.partition("=")
+            if key not in COLUMN_ROLES or not value.isdigit() or int(value) < 1:
+                raise ValueError(f"--columns: {item!r} is not ROLE=N with ROLE one of {', '.join(COLUMN_ROLES)} "
+                                 f"and N a column number from 1")
+            if key in roles:
+                raise ValueError(f"--columns: {key} given twice")
+            roles[key] = int(value)
+        missing = [k for k in ("chrom", "pos", "meth") if k not in roles]
+        if missing or ("total" in roles) == ("unmeth" in roles):
+            raise ValueError(f"--columns needs chrom, pos, meth and one of total or unmeth; got {text!r}")
+        if len(set(roles.values())) < len(roles):
+            raise ValueError(f"--columns: two roles share a column in {text!r}")
+        return tuple(roles.items())
 
 
-def _tsv(df, context):
-    return df[1].to_numpy() - 1, df[3].to_numpy(), df[4].to_numpy(), np.ones(len(df), bool)
+COLUMN_ROLES = ("chrom", "pos", "meth", "total", "unmeth", "strand")
 
 
-FORMATS: dict[str, Columns] = {
-    "bismark-cov": Columns((6,), (1, 2, 3, 4, 5), _bismark_cov),
-    "bismark-report": Columns((7,), (1, 3, 4), _bismark_report, has_context=True),
-    "allc": Columns((7,), (1, 4, 5), _allc, has_context=True),
-    "bedmethyl": Columns((11, 14), (1, 2, 9, 10), _bedmethyl),
-    "modkit": Columns((18,), (1, 2, 9, 10, 11, 12, 13), _modkit),
-    "methyldackel": Columns((6,), (1, 2, 3, 4, 5), _methyldackel),
-    "tsv": Columns((5,), (1, 3, 4), _tsv),
-}
-TSV_HEADER = ["chrom", "pos", "strand", "mc", "cov"]
+def columns_layout(options: ReadOptions, n_fields: int) -> Layout:
+    roles = {k: v - 1 for k, v in options.columns}
+    if max(roles.values()) >= n_fields:
+        raise ValueError(f"--columns names column {max(roles.values()) + 1}, but the first data line has "
+                         f"{n_fields} fields")
+    return Layout(n_fields, roles["chrom"], roles["pos"], 0 if options.zero_based else 1, meth=roles["meth"],
+                  total=roles.get("total"), unmeth=roles.get("unmeth"), strand=roles.get("strand"),
+                  strand_codes=STRANDS + (("F", 1), ("R", -1)))
 
 
-def open_text(path) -> io.TextIOBase:
-    """Open plain or gzip/bgzip-compressed text (detected by magic bytes, not the name)."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace", newline="")
-    return open(path, encoding="utf-8", errors="replace", newline="")
+# ---------------------------------------------------------------------------- detection
 
 
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-        return True
-    except ValueError:
-        return False
+def _is_header(fields: list[str]) -> bool:
+    """A line of column names: its fields after the first are not numbers."""
+    return bool(fields) and not any(NUMBER.fullmatch(f) for f in fields[1:])
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-        return True
-    except ValueError:
-        return False
+@dataclass
+class Preamble:
+    """The start of a file: lines before the data, the column names, the data lines."""
+
+    skip: int  # lines before the first data line (comments, track lines, the header, blank lines)
+    track: bool  # a 'track' or 'browser' line
+    header: str | None  # the line of column names
+    data: list[tuple[int, str]]  # (line number, text) of up to DETECT_LINES data lines
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        return None if self.header is None else tuple(self.header.lower().split())
 
 
-def _header_lines(lines: list[str]) -> int:
-    """Leading lines that are headers: track/browser/# lines or a line of column names."""
-    n = 0
-    for line in lines:
-        fields = line.split()
-        if line.startswith(("track", "browser", "#")):
-            n += 1
-        elif n == 0 and fields and fields[0].lower() in ("chrom", "chr", "chromosome"):
-            n += 1  # a line of column names (tsv, methylpy allc)
+def preamble(path, header: bool = False) -> Preamble:
+    """Split the first lines of ``path``; with ``header`` the first line that is not a
+    comment, track line or blank is the header whatever it holds."""
+    lines = [decoded(line) for line in first_lines(path, DETECT_LINES + 100)]
+    skip, track, names = 0, False, None
+    for text in lines:
+        fields = text.split()
+        if not fields or text.startswith("#"):
+            skip += 1
+        elif fields[0] in ("track", "browser") and _is_header(fields):
+            track, skip = True, skip + 1
+        elif header or _is_header(fields):
+            names, skip = text, skip + 1
+            break
         else:
             break
-    return n
+    data = [(skip + 1 + i, t) for i, t in enumerate(lines[skip:]) if t.split()][:DETECT_LINES]
+    return Preamble(skip, track, names, data)
 
 
-def _guess(first_lines: list[str]) -> str | None:
-    """The format of the data lines, or None if none fits."""
-    header = _header_lines(first_lines)
-    data = [line.split() for line in first_lines[header:] if line.strip()]
-    if not data:
-        return None
-    if first_lines[0].startswith("track"):
-        return "methyldackel" if len(data[0]) == 6 else None
-    if header and first_lines[0].split() == TSV_HEADER:
-        return "tsv"
-    fields = data[0]
-    n = len(fields)
-    if not (n >= 3 and _is_int(fields[1])):
-        return None
-    if n == 18:
-        return "modkit"
-    if n in (11, 14) and _is_int(fields[2]):
-        return "bedmethyl"
-    if n == 7 and fields[3].isalpha() and _is_int(fields[4]) and _is_int(fields[5]):
-        return "allc"
-    if n == 7 and fields[5] in ("CG", "CHG", "CHH") and _is_int(fields[3]) and _is_int(fields[4]):
-        return "bismark-report"
-    if n == 6 and all(_is_number(f) for f in fields[1:]):
-        return "bismark-cov"
-    return None
+def _candidates(pre: Preamble) -> list[str]:
+    if pre.header is not None:
+        return [f.name for f in FORMATS.values() if pre.names in f.headers]
+    found = [f.name for f in FORMATS.values() if f.fits and all(f.fits(t.split()) for _, t in pre.data)]
+    if pre.track and "bismark-cov" in found:  # a track line marks a bedGraph, never a Bismark .cov
+        found.remove("bismark-cov")
+    return found
 
 
-def _first_lines(path, count: int = 20) -> list[str]:
-    with open_text(path) as fh:
-        return [line.rstrip("\r\n") for line in itertools.islice(fh, count)]
+HEADER_ROLES = {
+    "chrom": ("chr", "chrom", "chromosome", "seqnames", "seqname", "contig"),
+    "pos": ("pos", "position", "start", "base", "loc", "coordinate"),
+    "strand": ("strand", "str"),
+    "meth": ("m", "mc", "x", "meth", "methylated", "numcs", "nmeth", "c_count", "mc_count", "bases_meth",
+             "methylated_bases", "count_methylated"),
+    "total": ("cov", "coverage", "n", "t", "total", "depth", "reads", "ct_count", "total_count", "bases_tot",
+              "total_bases"),
+    "unmeth": ("u", "unmeth", "unmethylated", "numts", "nunmeth", "count_unmethylated"),
+}
+
+
+def columns_hint(names: list[str] | None) -> str:
+    """A --columns suggestion from a header's column names, where they say enough."""
+    generic = "describe its columns with --columns chrom=N,pos=N,meth=N,total=N (or unmeth=N) [--zero-based]"
+    if not names:
+        return generic
+    lowered = [n.lower() for n in names]
+    roles = {}
+    for role, words in HEADER_ROLES.items():
+        at = next((i for i, n in enumerate(lowered) if n in words), None)
+        if at is not None and at not in roles.values() and not (role == "unmeth" and "total" in roles):
+            roles[role] = at
+    if not all(k in roles for k in ("chrom", "pos", "meth")) or not ("total" in roles or "unmeth" in roles):
+        return generic
+    spec = ",".join(f"{k}={v + 1}" for k, v in roles.items())
+    return (f"if the header means what it seems to, pass --columns {spec} (add --zero-based if the positions are "
+            f"0-based: the header does not say)")
 
 
 def detect_format(path) -> str:
-    """Detect a file's format from its first lines; raises :class:`FormatError`."""
-    lines = _first_lines(path)
-    if not any(line.strip() for line in lines[_header_lines(lines):]):
+    """The format of ``path`` from its first lines; raises :class:`FormatError` when no
+    format or more than one fits."""
+    check_input(path)
+    pre = preamble(path)
+    found = _candidates(pre)
+    if pre.header is not None and not found:
+        raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
+                                                      f"{columns_hint(pre.names)}")
+    if not pre.data:
         raise FormatError(path, None, None, "the file is empty (no data lines)")
-    fmt = _guess(lines)
-    if fmt is None:
-        raise FormatError(path, 1, lines[0], f"unknown format (none of {', '.join(FORMATS)}); pass --format")
-    return fmt
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        listing = "; ".join(f"{name} ({FORMATS[name].columns})" for name in found)
+        raise FormatError(path, None, None, f"ambiguous format: the first {len(pre.data)} data lines fit "
+                                            f"{len(found)} formats: {listing}. Pass --format "
+                                            f"{' or --format '.join(found)}")
+    line, text = _first_misfit(pre)
+    raise FormatError(path, line, text, f"unknown format (none of {', '.join(n for n in FORMATS if n != 'columns')}"
+                                        f" fits this line and those before it); {columns_hint(None)}")
 
 
-def detect_common_format(paths, fmt: str = "auto") -> str:
+def _first_misfit(pre: Preamble) -> tuple[int, str]:
+    fitting = [f for f in FORMATS.values() if f.fits]
+    for line, text in pre.data:
+        fitting = [f for f in fitting if f.fits(text.split())]
+        if not fitting:
+            return line, text
+    return pre.data[0]
+
+
+def detect_common_format(paths, fmt: str = "auto", options: ReadOptions | None = None) -> str:
     """One format for all files of a call: detected or given, never mixed."""
+    if options is not None and options.columns is not None:
+        if fmt not in ("auto", "columns"):
+            raise ValueError(f"--columns describes the columns itself; it cannot be combined with --format {fmt}")
+        return "columns"
     if fmt != "auto":
         if fmt not in FORMATS:
             raise ValueError(f"unknown format {fmt!r}; choose one of auto, {', '.join(FORMATS)}")
+        if fmt == "columns":
+            raise ValueError("--format columns needs --columns chrom=N,pos=N,meth=N,total=N (or unmeth=N)")
         return fmt
     found = {str(p): detect_format(p) for p in paths}
     kinds = set(found.values())
@@ -225,122 +367,84 @@ def detect_common_format(paths, fmt: str = "auto") -> str:
     return kinds.pop()
 
 
-def _parse_block(text: str, spec: Columns) -> pd.DataFrame:
-    n_cols = max(spec.n_fields)
-    dtypes = {i: "float64" for i in spec.numeric}
-    dtypes[0] = str
-    return pd.read_csv(io.StringIO(text), sep=r"\s+", header=None, names=list(range(n_cols)),
-                       dtype=dtypes, skip_blank_lines=False, quoting=3, engine="c",
-                       na_filter=True, keep_default_na=False, na_values=[""])
+# ---------------------------------------------------------------------------- reading
 
 
-def _bisect_bad_line(lines: list[str], spec: Columns) -> tuple[int, str]:
-    """Index of the first line that the parser rejects, and the parser's message."""
-    lo, hi = 0, len(lines)  # invariant: lines[:lo] parse, lines[:hi] fail
-    message = "cannot parse"
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        try:
-            _parse_block("\n".join(lines[:mid]) + "\n", spec)
-            lo = mid
-        except (ValueError, pd.errors.ParserError) as exc:
-            hi, message = mid, str(exc)
-    try:
-        _parse_block(lines[lo] + "\n", spec)
-    except (ValueError, pd.errors.ParserError) as exc:
-        message = str(exc)
-    return lo, message.split("\n")[0]
-
-
-def read_rows(path, fmt: str, context: str = "CG", block_lines: int = BLOCK_LINES) -> Iterator[Rows]:
-    """Yield validated rows of ``path`` per chromosome run, in file order.
-
-    Raises :class:`FormatError` for a malformed line, non-integer, negative or
-    inconsistent counts, positions out of order within a chromosome, a chromosome that
-    reappears after another, or a file without data lines.
-    """
+def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
+    """The row selection for one format, or a ValueError for options it cannot honour."""
+    spec = FORMATS[fmt]
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+    if context in ("CHG", "CHH") and not spec.has_context:
+        raise ValueError(f"--context {context}: format {fmt} records no cytosine context, so its rows cannot be "
+                         f"selected by context (use CG, the default, for files of CpG sites, or all)")
+    strand_column = any(role == "strand" for role, _ in options.columns or ())
+    if options.merge_strands and spec.strands == "unknown" and not strand_column:
+        raise ValueError(f"--merge-strands: format {fmt} has one row per cytosine but no strand column, so the "
+                         f"two C's of a CpG cannot be told from neighbouring CpGs (CGCG) without the sequence")
+    return Settings(context, options.merge_strands, options.min_coverage, options.chromosomes,
+                    options.exclude_chromosomes)
+
+
+def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | None = None,
+              detected: bool = False, block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
+    """Yield validated rows of ``path`` per chromosome run, in file order.
+
+    Raises :class:`FormatError` (file, line, text, format) for a malformed line,
+    non-integer, negative, too large or inconsistent counts, positions out of order
+    within a chromosome, a chromosome that reappears after another, an invalid
+    chromosome name, or a file without data lines; ValueError for options the format
+    cannot honour.
+    """
+    options = options or ReadOptions()
+    settings = settings_for(fmt, context, options)
+    label = f"{fmt}, {'detected' if detected else 'given'}"
+    pre = preamble(path, header=options.header)
     spec = FORMATS[fmt]
-    n_header = _header_lines(_first_lines(path))
-    order = _SortCheck()
-    n_data = 0
-    with open_text(path) as fh:
-        for _ in range(n_header):
-            next(fh)
-        line_no = n_header  # lines consumed so far
-        while True:
-            lines = [line.rstrip("\r\n") for line in itertools.islice(fh, block_lines)]
-            if not lines:
-                break
-            first = line_no + 1
-            line_no += len(lines)
-            try:
-                df = _parse_block("\n".join(lines) + "\n", spec)
-            except (ValueError, pd.errors.ParserError):
-                i, message = _bisect_bad_line(lines, spec)
-                raise FormatError(path, first + i, lines[i], f"malformed {fmt} line ({message})") from None
-            yield from _validated(path, fmt, spec, df, lines, first, context, order)
-            n_data += len(df)
-    if n_data == 0:
-        raise FormatError(path, None, None, "the file is empty (no data lines)")
+    other = next((f.name for f in FORMATS.values() if pre.names in f.headers), None)
+    if other is not None and pre.names not in spec.headers and fmt != "columns":
+        raise FormatError(path, pre.skip, pre.header, f"this is the header line of format {other}, not {fmt}; "
+                                                      f"pass --format {other} (or describe it with --columns)", label)
+    if not pre.data:
+        raise FormatError(path, None, None, "the file is empty (no data lines)", label)
+    line, text = pre.data[0]
+    n_fields = len(text.split())
+    layout = columns_layout(options, n_fields) if fmt == "columns" else spec.layout(n_fields)
+    if layout is None:
+        expected = " or ".join(str(la.n_fields) for la in spec.layouts)
+        raise FormatError(path, line, text, f"malformed {fmt} line: expected {expected} fields, found {n_fields}",
+                          label)
+    variable = fmt == "columns" or len(spec.layouts) > 1
+    yield from read_layout(path, fmt, label, layout, settings, pre.skip, variable, block_bytes)
 
 
-class _SortCheck:
-    """Chromosomes contiguous and positions non-decreasing, across blocks."""
-
-    def __init__(self):
-        self.finished: set[str] = set()
-        self.chrom: str | None = None
-        self.position = -1
-
-    def first_violation(self, chrom: str, pos0: np.ndarray) -> tuple[int, str] | None:
-        if chrom != self.chrom:
-            if chrom in self.finished:
-                return 0, f"chromosome {chrom} appears again after other chromosomes (the file must be sorted)"
-            if self.chrom is not None:
-                self.finished.add(self.chrom)
-            self.chrom, self.position = chrom, -1
-        breaks = np.flatnonzero(np.diff(np.r_[self.position, pos0]) < 0)
-        if breaks.size:
-            return int(breaks[0]), f"position out of order within {chrom} (the file must be sorted)"
-        self.position = int(pos0[-1])
-        return None
+# ---------------------------------------------------------------------------- input files
 
 
-def _validated(path, fmt, spec, df, lines, first, context, order: _SortCheck) -> Iterator[Rows]:
-    def fail(i, message):
-        raise FormatError(path, first + int(i), lines[int(i)], message)
+def check_input(path) -> None:
+    """A regular file that can be read more than once (detection, checksum, parsing)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else \
+            "a device"
+        raise ValueError(f"{path}: is {kind}, not a regular file; ingest reads each file more than once (to detect "
+                         f"its format, checksum and parse it), so save the stream to a file first")
 
-    n_fields = np.array([len(line.split()) for line in lines]) if len(set(spec.n_fields)) > 1 else None
-    required = df[list(spec.numeric)].to_numpy()
-    missing = np.isnan(required).any(axis=1) | df[0].isna().to_numpy()
-    if n_fields is not None:
-        missing |= ~np.isin(n_fields, spec.n_fields)
-    if missing.any():
-        i = int(np.argmax(missing))
-        fail(i, f"malformed {fmt} line: expected {' or '.join(map(str, spec.n_fields))} fields, "
-                f"found {len(lines[i].split())}")
-    pos0, meth, cov, keep = (np.asarray(a) for a in spec.counts(df, context))
-    numeric = np.stack([pos0, meth, cov]).astype(np.float64)
-    bad = (numeric != np.round(numeric)).any(axis=0)
-    if bad.any():
-        fail(np.argmax(bad), "counts and positions must be integers")
-    pos0, meth, cov = (a.astype(np.int64) for a in (pos0, meth, cov))
-    for name, arr in (("negative position", pos0), ("negative count", np.minimum(meth, cov))):
-        if (arr < 0).any():
-            fail(np.argmax(arr < 0), name)
-    if (meth > cov).any():
-        i = int(np.argmax(meth > cov))
-        fail(i, f"methylated count {meth[i]} exceeds coverage {cov[i]}")
-    chroms = df[0].astype(str).to_numpy()
-    starts = np.flatnonzero(np.r_[True, chroms[1:] != chroms[:-1]])
-    ends = np.r_[starts[1:], len(chroms)]
-    for lo, hi in zip(starts, ends):
-        chrom = chroms[lo]
-        violation = order.first_violation(chrom, pos0[lo:hi])
-        if violation is not None:
-            fail(lo + violation[0], violation[1])
-        sel = keep[lo:hi] & (cov[lo:hi] > 0)
-        if sel.any():
-            yield Rows(chrom, pos0[lo:hi][sel], meth[lo:hi][sel], cov[lo:hi][sel])
+
+def check_replicates(paths, digests) -> None:
+    """Refuse a file given twice (same path, or same content) as replicates: its counts
+    would be summed twice."""
+    seen: dict = {}
+    for path, digest in zip(paths, digests):
+        for key in (("path", Path(path).resolve()), ("content", digest)):
+            if key in seen:
+                how = "is the same file as" if key[0] == "path" else "has the same content (SHA-256) as"
+                raise ValueError(f"{path} {how} {seen[key]}: each replicate must be given once, or its counts "
+                                 f"would be summed twice")
+            seen[key] = path

@@ -20,7 +20,9 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .formats import FORMATS, detect_common_format, read_rows
+from .formats import (FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows,
+                      settings_for)
+from .readers import COUNT_MAX
 from .storage import Location
 from .store import (COUNTS_FORMAT, COUNTS_VERSION, DEFAULT_CHUNK_SIZE, StoreError, finalize, locked,
                     open_store, read_chromosome, replace_store, staging_path, write_chromosome)
@@ -54,7 +56,7 @@ def _reduce_bins(bins: np.ndarray, meth: np.ndarray, cov: np.ndarray):
     return bins[starts], np.add.reduceat(meth, starts), np.add.reduceat(cov, starts)
 
 
-def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict, progress) -> int:
+def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict, progress, **read) -> int:
     """Bin one file; each completed chromosome is saved to ``spill``. Returns rows read."""
     current, parts, n_rows = None, [], 0
 
@@ -66,7 +68,7 @@ def _bin_file(path, fmt, context, bin_size, spill: Path, chrom_files: dict, prog
         np.savez(out, *_reduce_bins(bins, meth, cov))
         chrom_files.setdefault(current, []).append(out)
 
-    for rows in read_rows(path, fmt, context):
+    for rows in read_rows(path, fmt, context, **read):
         if rows.chrom != current:
             flush()
             current, parts = rows.chrom, []
@@ -106,38 +108,45 @@ def _merge_into(old_position, old_meth, old_cov, column: int, new_position, new_
 
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
            chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
-           progress: Callable[[str], None] = lambda message: None) -> IngestReport:
+           progress: Callable[[str], None] = lambda message: None,
+           options: ReadOptions | None = None) -> IngestReport:
     """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
 
-    ``echo`` receives messages for the user; ``progress`` receives frequent status lines.
+    ``echo`` receives messages for the user; ``progress`` receives frequent status lines;
+    ``options`` are the reading options (strand merge, filters, --columns).
     """
     files = [Path(f) for f in files]
     if not files:
         raise ValueError("no input files")
     for f in files:
-        if not f.is_file():
-            raise FileNotFoundError(f"{f}: no such file")
+        check_input(f)
     if not sample or "/" in sample:
         raise ValueError(f"invalid sample name {sample!r}")
     if bin_size < 1:
         raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
-    fmt = detect_common_format(files, fmt)
+    options = options or ReadOptions()
+    read = {"options": options, "detected": fmt == "auto" and options.columns is None}
+    fmt = detect_common_format(files, fmt, options)
+    settings_for(fmt, context, options)  # options the format cannot honour stop here, before any work
     store = Location.of(store)
     report = IngestReport(sample=sample, format=fmt, files=[str(f) for f in files])
     provenance = {
         "files": [{"path": str(f.resolve()), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files],
         "format": fmt,
         "context": context,
+        "options": options.as_dict(),
     }
+    check_replicates(files, [f["sha256"] for f in provenance["files"]])
     with locked(store):
         existing = open_store(store) if store.exists() else None
         if existing is not None and existing.bin_size != bin_size:
             raise StoreError(f"{store} uses bin size {existing.bin_size}; cannot ingest with --bin-size {bin_size}")
         if existing is not None and sample in existing.samples:
-            previous = {k: existing.attrs["samples"][sample].get(k) for k in ("files", "format", "context")}
+            previous = {k: existing.attrs["samples"][sample].get(k) for k in provenance}
             if previous == provenance and chunk_size in (None, existing.chunk_size):
                 report.unchanged = True
-                echo(f"sample {sample}: same files, format and context as already stored; store unchanged")
+                echo(f"sample {sample}: same files, format, context and options as already stored; "
+                     f"store unchanged")
                 return report
             report.replaced = True
         staged = staging_path(store)
@@ -146,7 +155,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         try:
             spill.mkdir(parents=True, exist_ok=True)
             _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing,
-                           staged, spill, report, progress)
+                           staged, spill, report, progress, read)
             replace_store(staged, store)
         finally:
             staged.rmtree()
@@ -157,11 +166,11 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
 
 
 def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance, existing, root: Location,
-                   spill: Path, report: IngestReport, progress) -> None:
+                   spill: Path, report: IngestReport, progress, read: dict) -> None:
     """Write the complete new store at ``root`` (a staging path)."""
     chrom_files: dict[str, list[Path]] = {}
     for f in files:
-        report.n_rows += _bin_file(f, fmt, context, bin_size, spill, chrom_files, progress)
+        report.n_rows += _bin_file(f, fmt, context, bin_size, spill, chrom_files, progress, **read)
     if not chrom_files:
         filtered = FORMATS[fmt].has_context and context != "all"
         raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
@@ -189,6 +198,10 @@ def _ingest_staged(files, fmt, context, bin_size, chunk_size, sample, provenance
         else:
             bins = meth = cov = np.zeros(0, np.int64)
         position, m, c = _merge_into(old[0], old[1], old[2], column, bins * bin_size, meth, cov)
+        if c.size and c.max() > COUNT_MAX:  # each row fits the store's uint32; a bin's sum may not
+            at = np.unravel_index(np.argmax(c), c.shape)
+            raise ValueError(f"{chrom}: the bin at {position[at[0]]:,} sums coverage {c[at]:,}, more than the "
+                             f"store's uint32 holds ({COUNT_MAX:,}); use a smaller --bin-size")
         progress(f"writing {chrom}: {position.size:,} bins")
         if position.size:
             write_chromosome(root, chrom, position, m, c, samples, chunk_size,
