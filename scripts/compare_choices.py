@@ -47,7 +47,7 @@ def variants(moments, m, seed):
             transmat, _ = transitions(obs, moments)
             for recovery in ("ratio", "paper"):
                 p = (methylation_ratio(obs, wh.s3, moments) if recovery == "ratio"
-                     else methylation_paper(obs, moments))
+                     else methylation_paper(obs, moments))[0]
                 out[(recovery, "normalized" if normalized else "raw", decomposition)] = (p, transmat)
     return out
 

@@ -24,6 +24,163 @@ def _shifted_emissions(log_b, t, out):
     return top
 
 
+# The scaled recursion underflows only on extreme models (zeros in the transition matrix meeting
+# emissions thousands of nats apart); the sequence is then redone in the log domain, which is
+# exact for every valid model. Below TINY a normalizer counts as underflowed.
+TINY = 1e-280
+
+
+@njit(cache=True, nogil=True)
+def _logsumexp(values):
+    top = -np.inf
+    for v in values:
+        if v > top:
+            top = v
+    if top == -np.inf:
+        return top
+    total = 0.0
+    for v in values:
+        total += np.exp(v - top)
+    return top + np.log(total)
+
+
+@njit(cache=True, nogil=True)
+def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                     final_beta, emis, alpha, scale, start, trans, meth_sum, cov_sum, post):
+    """One sequence by the scaled recursion; adds its statistics and returns (ok, loglik).
+    Adds nothing and returns ok = False if a normalizer underflows."""
+    m = log_b.shape[1]
+    n_samples = methylated.shape[1]
+    loglik = 0.0
+    for t in range(offset, end):
+        loglik += _shifted_emissions(log_b, t, emis[t])
+    total = 0.0
+    for h in range(m):
+        alpha[offset, h] = startprob[h] * emis[offset, h]
+        total += alpha[offset, h]
+    if not total > TINY:
+        return False, 0.0
+    scale[offset] = total
+    for h in range(m):
+        alpha[offset, h] /= total
+    for t in range(offset + 1, end):
+        total = 0.0
+        for j in range(m):
+            acc = 0.0
+            for i in range(m):
+                acc += alpha[t - 1, i] * transmat[i, j]
+            alpha[t, j] = acc * emis[t, j]
+            total += alpha[t, j]
+        if not total > TINY:
+            return False, 0.0
+        scale[t] = total
+        for j in range(m):
+            alpha[t, j] /= total
+    for t in range(offset, end):
+        loglik += np.log(scale[t])
+    # backward: each message normalized to sum 1, each posterior by its own sum
+    s_start = np.zeros(m)
+    s_trans = np.zeros((m, m))
+    s_meth = np.zeros((m, n_samples))
+    s_cov = np.zeros((m, n_samples))
+    beta = final_beta / final_beta.sum()
+    new_beta = np.empty(m)
+    gamma = np.empty(m)
+    w = np.empty((m, m))
+    for t in range(end - 1, offset - 1, -1):
+        norm = 0.0
+        for h in range(m):
+            gamma[h] = alpha[t, h] * beta[h]
+            norm += gamma[h]
+        if not (norm > TINY and norm < np.inf):
+            return False, 0.0
+        for h in range(m):
+            gamma[h] /= norm
+            for s in range(n_samples):
+                s_meth[h, s] += gamma[h] * methylated[t, s]
+                s_cov[h, s] += gamma[h] * coverage[t, s]
+            if want_posteriors:
+                post[t, h] = gamma[h]
+        if t == offset:
+            for h in range(m):
+                s_start[h] += gamma[h]
+            break
+        xi_norm = 0.0
+        beta_norm = 0.0
+        for i in range(m):
+            acc = 0.0
+            for j in range(m):
+                v = transmat[i, j] * emis[t, j] * beta[j]
+                w[i, j] = alpha[t - 1, i] * v
+                xi_norm += w[i, j]
+                acc += v
+            new_beta[i] = acc
+            beta_norm += acc
+        if not (xi_norm > TINY and beta_norm > TINY and xi_norm < np.inf and beta_norm < np.inf):
+            return False, 0.0
+        for i in range(m):
+            for j in range(m):
+                s_trans[i, j] += w[i, j] / xi_norm
+            beta[i] = new_beta[i] / beta_norm
+    start += s_start
+    trans += s_trans
+    meth_sum += s_meth
+    cov_sum += s_cov
+    return True, loglik
+
+
+@njit(cache=True, nogil=True)
+def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                  final_beta, start, trans, meth_sum, cov_sum, post):
+    """One sequence in the log domain (exact for any valid model); adds its statistics,
+    returns its log-likelihood."""
+    n = end - offset
+    m = log_b.shape[1]
+    n_samples = methylated.shape[1]
+    log_a = np.log(transmat)
+    la = np.empty((n, m))
+    lb = np.empty((n, m))
+    terms = np.empty(m)
+    for h in range(m):
+        la[0, h] = np.log(startprob[h]) + log_b[offset, h]
+    for t in range(1, n):
+        for j in range(m):
+            for i in range(m):
+                terms[i] = la[t - 1, i] + log_a[i, j]
+            la[t, j] = _logsumexp(terms) + log_b[offset + t, j]
+    loglik = _logsumexp(la[n - 1])
+    for h in range(m):
+        lb[n - 1, h] = np.log(final_beta[h])
+    for t in range(n - 1, 0, -1):
+        for i in range(m):
+            for j in range(m):
+                terms[j] = log_a[i, j] + log_b[offset + t, j] + lb[t, j]
+            lb[t - 1, i] = _logsumexp(terms)
+    pair = np.empty(m * m)
+    for t in range(n):
+        for h in range(m):
+            terms[h] = la[t, h] + lb[t, h]
+        z = _logsumexp(terms)
+        for h in range(m):
+            g = np.exp(terms[h] - z)
+            for s in range(n_samples):
+                meth_sum[h, s] += g * methylated[offset + t, s]
+                cov_sum[h, s] += g * coverage[offset + t, s]
+            if want_posteriors:
+                post[offset + t, h] = g
+            if t == 0:
+                start[h] += g
+        if t > 0:
+            for i in range(m):
+                for j in range(m):
+                    pair[i * m + j] = la[t - 1, i] + log_a[i, j] + log_b[offset + t, j] + lb[t, j]
+            z = _logsumexp(pair)
+            for i in range(m):
+                for j in range(m):
+                    trans[i, j] += np.exp(pair[i * m + j] - z)
+    return loglik
+
+
 @njit(cache=True, nogil=True)
 def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
@@ -44,71 +201,19 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
     meth_sum = np.zeros((m, n_samples))
     cov_sum = np.zeros((m, n_samples))
     post = np.empty((n if want_posteriors else 0, m))
-    beta = np.empty(m)
-    new_beta = np.empty(m)
-    gamma = np.empty(m)
     loglik = 0.0
     offset = 0
     for length in lengths:
         if length == 0:
             continue
         end = offset + length
-        for t in range(offset, end):
-            loglik += _shifted_emissions(log_b, t, emis[t])
-        # forward
-        total = 0.0
-        for h in range(m):
-            alpha[offset, h] = startprob[h] * emis[offset, h]
-            total += alpha[offset, h]
-        scale[offset] = total
-        for h in range(m):
-            alpha[offset, h] /= total
-        for t in range(offset + 1, end):
-            total = 0.0
-            for j in range(m):
-                acc = 0.0
-                for i in range(m):
-                    acc += alpha[t - 1, i] * transmat[i, j]
-                alpha[t, j] = acc * emis[t, j]
-                total += alpha[t, j]
-            scale[t] = total
-            for j in range(m):
-                alpha[t, j] /= total
-        for t in range(offset, end):
-            loglik += np.log(scale[t])
-        # backward, with statistics accumulated on the way; the final message is scaled
-        # so that sum(alpha * beta) = 1 at the last bin, as in the scaled recursion
-        norm = 0.0
-        for h in range(m):
-            norm += alpha[end - 1, h] * final_beta[h]
-        for h in range(m):
-            beta[h] = final_beta[h] / norm
-        for t in range(end - 1, offset - 1, -1):
-            norm = 0.0
-            for h in range(m):
-                gamma[h] = alpha[t, h] * beta[h]
-                norm += gamma[h]
-            for h in range(m):
-                gamma[h] /= norm
-                for s in range(n_samples):
-                    meth_sum[h, s] += gamma[h] * methylated[t, s]
-                    cov_sum[h, s] += gamma[h] * coverage[t, s]
-                if want_posteriors:
-                    post[t, h] = gamma[h]
-            if t == offset:
-                for h in range(m):
-                    start[h] += gamma[h]
-                break
-            inv = 1.0 / scale[t]
-            for i in range(m):
-                acc = 0.0
-                for j in range(m):
-                    w = transmat[i, j] * emis[t, j] * beta[j] * inv
-                    trans[i, j] += alpha[t - 1, i] * w
-                    acc += w
-                new_beta[i] = acc
-            for i in range(m):
-                beta[i] = new_beta[i]
+        ok, value = _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage,
+                                     want_posteriors, final_beta, emis, alpha, scale, start, trans, meth_sum,
+                                     cov_sum, post)
+        if not ok:
+            value = _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                                  final_beta, start, trans, meth_sum, cov_sum, post)
+        loglik += value
         offset = end
     return loglik, start, trans, meth_sum, cov_sum, post
 
@@ -122,7 +227,7 @@ def forward_message(log_b, startprob, transmat):
     emis = np.empty(m)
     loglik = 0.0
     for t in range(n):
-        loglik += _shifted_emissions(log_b, t, emis)
+        shift = _shifted_emissions(log_b, t, emis)
         if t > 0:
             for j in range(m):
                 acc = 0.0
@@ -132,10 +237,19 @@ def forward_message(log_b, startprob, transmat):
             alpha[:] = new_alpha
         total = 0.0
         for h in range(m):
-            alpha[h] *= emis[h]
-            total += alpha[h]
-        loglik += np.log(total)
-        alpha /= total
+            new_alpha[h] = alpha[h] * emis[h]
+            total += new_alpha[h]
+        if total > TINY:
+            loglik += shift + np.log(total)
+            for h in range(m):
+                alpha[h] = new_alpha[h] / total
+        else:  # underflow: this step in the log domain
+            for h in range(m):
+                new_alpha[h] = np.log(alpha[h]) + log_b[t, h]
+            z = _logsumexp(new_alpha)
+            loglik += z
+            for h in range(m):
+                alpha[h] = np.exp(new_alpha[h] - z)
     return loglik, alpha
 
 
@@ -148,14 +262,27 @@ def backward_message(log_b, transmat, final_beta):
     beta = final_beta / final_beta.sum()
     new_beta = np.empty(m)
     emis = np.empty(m)
+    terms = np.empty(m)
     for t in range(n - 1, -1, -1):
         _shifted_emissions(log_b, t, emis)
+        total = 0.0
         for i in range(m):
             acc = 0.0
             for j in range(m):
                 acc += transmat[i, j] * emis[j] * beta[j]
             new_beta[i] = acc
-        beta = new_beta / new_beta.sum()
+            total += acc
+        if total > TINY:
+            for i in range(m):
+                beta[i] = new_beta[i] / total
+        else:  # underflow: this step in the log domain
+            for i in range(m):
+                for j in range(m):
+                    terms[j] = np.log(transmat[i, j]) + log_b[t, j] + np.log(beta[j])
+                new_beta[i] = _logsumexp(terms)
+            z = _logsumexp(new_beta)
+            for i in range(m):
+                beta[i] = np.exp(new_beta[i] - z)
     return beta
 
 

@@ -182,3 +182,192 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 g -= 1
             if g < 0:
                 break
+
+
+@njit(cache=True)
+def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
+    """Per table entry and state: log Bin(pair | level of the entry's sample), and the same
+    divided by its largest over the states (with that shift kept)."""
+    n_pairs = pair_cov.size
+    m = levels.shape[0]
+    log_table = np.empty((n_pairs, m))
+    table = np.empty((n_pairs, m))
+    shift = np.empty(n_pairs)
+    for g in range(offsets.size - 1):
+        s = slot_sample[g]
+        for k in range(offsets[g], offsets[g + 1]):
+            top = -np.inf
+            for h in range(m):
+                p = levels[h, s]
+                v = pair_coef[k] + pair_meth[k] * np.log(p) + (pair_cov[k] - pair_meth[k]) * np.log1p(-p)
+                log_table[k, h] = v
+                top = max(top, v)
+            shift[k] = top
+            for h in range(m):
+                table[k, h] = np.exp(log_table[k, h] - top)
+    return log_table, table, shift
+
+
+@njit(cache=True)
+def _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels):
+    """g_levels[h, s] += sum over entries of slots of sample s: resp * d log Bin / d p."""
+    for g in range(offsets.size - 1):
+        s = slot_sample[g]
+        for k in range(offsets[g], offsets[g + 1]):
+            for h in range(levels.shape[0]):
+                p = levels[h, s]
+                g_levels[h, s] += resp[k, h] * (pair_meth[k] / p - (pair_cov[k] - pair_meth[k]) / (1.0 - p))
+
+
+@njit(cache=True)
+def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi,
+                        transmat, g_levels, g_pi, g_a):
+    """sum_i weight[i] log sum_jk pi_j A_jk b_j(first bin of cell i) b_k(second bin), where
+    b_h(bin) = prod over the bin's slots of Bin(pair | level of the slot's sample in state h).
+
+    ``index`` (n, 2G): the first G slots are the first bin's, the last G the second's; cells
+    are sorted by their first bin, ``groups`` holds where each first bin's cells start (and
+    n at the end). The first bin's part u A (u = pi * b(first)) is computed once per group,
+    so a cell costs O(m); the gradients with respect to A and the first bin's levels go
+    through z = sum over the group's cells of weight b(second) / value. Adds the gradients
+    with respect to levels (m, S), pi (m,) and A (m, m); returns the sum. Linear domain with
+    per-entry shifts; a cell whose value underflows is done in the log domain."""
+    half = index.shape[1] // 2
+    m = pi.size
+    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels)
+    log_pi = np.log(pi)
+    log_a = np.log(transmat)
+    resp = np.zeros((pair_cov.size, m))
+    bx = np.empty(m)
+    u = np.empty(m)
+    ua = np.empty(m)
+    by = np.empty(m)
+    z = np.empty(m)
+    first_resp = np.empty(m)
+    r = np.empty((m, m))
+    total = 0.0
+    for grp in range(groups.size - 1):
+        i0 = groups[grp]
+        sx = 0.0
+        for g in range(half):
+            sx += shift[offsets[g] + index[i0, g]]
+        for h in range(m):
+            v = 1.0
+            for g in range(half):
+                v *= table[offsets[g] + index[i0, g], h]
+            bx[h] = v
+            u[h] = pi[h] * v
+        for k in range(m):
+            acc = 0.0
+            for j in range(m):
+                acc += u[j] * transmat[j, k]
+            ua[k] = acc
+        z[:] = 0.0
+        first_resp[:] = 0.0
+        for i in range(i0, groups[grp + 1]):
+            sy = 0.0
+            for g in range(half, 2 * half):
+                sy += shift[offsets[g] + index[i, g]]
+            f = 0.0
+            for k in range(m):
+                v = 1.0
+                for g in range(half, 2 * half):
+                    v *= table[offsets[g] + index[i, g], k]
+                by[k] = v
+                f += ua[k] * v
+            if f > 1e-280:
+                total += weight[i] * (np.log(f) + sx + sy)
+                scale = weight[i] / f
+                for k in range(m):
+                    z[k] += scale * by[k]
+                    w = scale * by[k] * ua[k]
+                    for g in range(half, 2 * half):
+                        resp[offsets[g] + index[i, g], k] += w
+                continue
+            # underflow: this cell's posterior over (j, k) in the log domain
+            top = -np.inf
+            for j in range(m):
+                lx = log_pi[j]
+                for g in range(half):
+                    lx += log_table[offsets[g] + index[i, g], j]
+                for k in range(m):
+                    ly = log_a[j, k]
+                    for g in range(half, 2 * half):
+                        ly += log_table[offsets[g] + index[i, g], k]
+                    r[j, k] = lx + ly
+                    top = max(top, r[j, k])
+            f = 0.0
+            for j in range(m):
+                for k in range(m):
+                    r[j, k] = np.exp(r[j, k] - top)
+                    f += r[j, k]
+            total += weight[i] * (np.log(f) + top)
+            scale = weight[i] / f
+            for j in range(m):
+                for k in range(m):
+                    w = r[j, k] * scale
+                    g_pi[j] += w / pi[j]
+                    g_a[j, k] += w / transmat[j, k]
+                    first_resp[j] += w
+                    for g in range(half, 2 * half):
+                        resp[offsets[g] + index[i, g], k] += w
+        # the group's first bin: posterior of state j = u_j (A z)_j (+ underflowed cells)
+        for j in range(m):
+            acc = 0.0
+            for k in range(m):
+                acc += transmat[j, k] * z[k]
+                g_a[j, k] += u[j] * z[k]
+            g_pi[j] += bx[j] * acc
+            w = u[j] * acc + first_resp[j]
+            for g in range(half):
+                resp[offsets[g] + index[i0, g], j] += w
+    _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels)
+    return total
+
+
+@njit(cache=True)
+def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi, g_levels, g_pi):
+    """sum_i weight[i] log sum_h pi_h b_h(cell i), b_h = prod over the cell's slots of
+    Bin(pair | level of the slot's sample in state h); slot g's pair is table entry
+    offsets[g] + index[i, g]. Adds the gradients with respect to levels (m, S) and pi (m,);
+    returns the sum. Linear domain with per-entry shifts, log domain on underflow."""
+    n, n_slots = index.shape
+    m = pi.size
+    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels)
+    log_pi = np.log(pi)
+    resp = np.zeros((pair_cov.size, m))
+    joint = np.empty(m)
+    total = 0.0
+    for i in range(n):
+        offset_sum = 0.0
+        for g in range(n_slots):
+            offset_sum += shift[offsets[g] + index[i, g]]
+        mix = 0.0
+        for h in range(m):
+            v = pi[h]
+            for g in range(n_slots):
+                v *= table[offsets[g] + index[i, g], h]
+            joint[h] = v
+            mix += v
+        if mix < 1e-280:  # underflow: the same in the log domain
+            top = -np.inf
+            for h in range(m):
+                v = log_pi[h]
+                for g in range(n_slots):
+                    v += log_table[offsets[g] + index[i, g], h]
+                joint[h] = v
+                top = max(top, v)
+            mix = 0.0
+            for h in range(m):
+                joint[h] = np.exp(joint[h] - top)
+                mix += joint[h]
+            offset_sum = top
+        total += weight[i] * (np.log(mix) + offset_sum)
+        scale = weight[i] / mix
+        for h in range(m):
+            w = joint[h] * scale
+            g_pi[h] += w / pi[h]
+            for g in range(n_slots):
+                resp[offsets[g] + index[i, g], h] += w
+    _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels)
+    return total

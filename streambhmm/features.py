@@ -94,48 +94,70 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
     )
 
 
-# -- the single-bin histogram -------------------------------------------------------------
+# -- histograms of single bins and of adjacent pairs of bins ----------------------------
 # The moment-only refinement needs, besides the triple sums, how often each (coverage,
-# methylated) pair occurs, jointly over the samples (a bin's samples share its state). The
-# pairs are unbounded, so each sample is thinned to at most ``cap`` reads: a bin with c > cap
-# reads is counted as the *expected* histogram of a random cap-read subsample, the
-# hypergeometric distribution of its methylated reads. Under the Binomial model a random
-# subsample of Binomial(c, p) reads is exactly Binomial(cap, p), so the thinned histogram
-# is still a sample of the model, only at lower coverage. The cap is the largest that keeps
-# the joint histogram within a cell budget; beyond a few samples the histogram is kept per
-# sample instead (see histogram_layout).
+# methylated) pair occurs in a bin (jointly over the samples, which share the bin's state),
+# and in two adjacent bins. Pairs are unbounded, so each sample of a bin is thinned to at
+# most ``cap`` reads: a bin with c > cap reads is counted as the *expected* histogram of a
+# random cap-read subsample, the hypergeometric distribution of its methylated reads. Under
+# the Binomial model a random subsample of Binomial(c, p) reads is exactly Binomial(cap, p),
+# so a thinned histogram is still a sample of the model, only at lower coverage. A
+# histogram has ``slots`` counts per tuple (S for single bins, 2S for adjacent pairs); the
+# cap is the largest that keeps the joint histogram within a cell budget, and with many
+# samples the slots are kept per sample instead (see histogram_layout).
 HISTOGRAM_CELL_BUDGET = 1 << 19
 HISTOGRAM_MAX_CAP = 256
-HISTOGRAM_MIN_JOINT_CAP = 3
 # hypergeometric probabilities below this are dropped (deterministically, per pair)
 THINNING_FLOOR = 1e-15
 
 
 def cells_per_sample(cap: int) -> int:
-    """Number of (c, mu) pairs with c <= cap: cells of one sample's histogram."""
+    """Number of (c, mu) pairs with c <= cap: the cells of one slot."""
     return (cap + 1) * (cap + 2) // 2
 
 
-def histogram_layout(n_samples: int) -> tuple[int, bool]:
-    """(cap, joint): joint over all samples with the largest cap whose cells fit the budget,
-    or, when even a cap of HISTOGRAM_MIN_JOINT_CAP does not fit, one histogram per sample
-    with the largest cap such that all samples' cells fit."""
+def _largest_cap(n_slots: int, n_groups: int) -> int:
+    """Largest cap (at most HISTOGRAM_MAX_CAP) with n_groups * cells^n_slots within the budget."""
     cap = HISTOGRAM_MAX_CAP
-    while cap > HISTOGRAM_MIN_JOINT_CAP and cells_per_sample(cap) ** n_samples > HISTOGRAM_CELL_BUDGET:
+    while cap > 0 and n_groups * cells_per_sample(cap) ** n_slots > HISTOGRAM_CELL_BUDGET:
         cap -= 1
-    if cells_per_sample(cap) ** n_samples <= HISTOGRAM_CELL_BUDGET:
-        return cap, True
-    cap = HISTOGRAM_MAX_CAP
-    while cap > 1 and n_samples * cells_per_sample(cap) > HISTOGRAM_CELL_BUDGET:
-        cap -= 1
-    return cap, False
+    return cap
 
 
-def histogram_shape(n_samples: int) -> tuple[int, int]:
-    """(groups, cells): (1, cells^S) for a joint histogram, (S, cells) per sample."""
-    cap, joint = histogram_layout(n_samples)
-    cells = cells_per_sample(cap)
-    return (1, cells ** n_samples) if joint else (n_samples, cells)
+@dataclass(frozen=True)
+class HistogramLayout:
+    """How a histogram of single bins (width 1) or adjacent pairs (width 2) is kept for S
+    samples: ``joint`` over all samples (one row of cells^(width S) cells), or one row per
+    sample (cells^width each); ``cap`` reads per slot."""
+
+    n_samples: int
+    width: int
+    cap: int
+    joint: bool
+
+    @property
+    def slots(self) -> int:
+        """Counts per tuple: width * S jointly, width per sample."""
+        return self.width * (self.n_samples if self.joint else 1)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        rows = 1 if self.joint else self.n_samples
+        return rows, cells_per_sample(self.cap) ** self.slots
+
+    def slot_samples(self, row: int) -> np.ndarray:
+        """The sample of each slot of a row (bin-major: the first bin's samples, then the second's)."""
+        samples = np.arange(self.n_samples) if self.joint else np.array([row])
+        return np.tile(samples, self.width)
+
+
+def histogram_layout(n_samples: int, width: int = 1) -> HistogramLayout:
+    """Joint over the samples when a cap of at least 1 fits the budget (for single bins: at
+    least 3), otherwise per sample."""
+    cap = _largest_cap(width * n_samples, 1)
+    if cap >= (3 if width == 1 else 1):
+        return HistogramLayout(n_samples, width, cap, True)
+    return HistogramLayout(n_samples, width, _largest_cap(width, n_samples), False)
 
 
 @dataclass(frozen=True)
@@ -181,12 +203,8 @@ def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning
     return Thinning(cap=cap, base=base, row=row, rows=rows, lo=lo, hi=hi)
 
 
-def decode_cells(cells: np.ndarray, n_samples: int) -> tuple[np.ndarray, np.ndarray]:
-    """(coverage, methylated) of histogram cells: shape (n, S) for flat indices into a joint
-    histogram, (n,) for indices into one sample's row of a per-sample histogram."""
-    cap, joint = histogram_layout(n_samples)
+def decode_cells(cells: np.ndarray, layout: HistogramLayout) -> tuple[np.ndarray, np.ndarray]:
+    """(coverage, methylated), each (n, slots), of flat cell indices into one row."""
     cells = np.asarray(cells, dtype=np.int64)
-    if not joint:
-        return pairs_from_keys(cells)
-    per_sample = np.stack(np.unravel_index(cells, (cells_per_sample(cap),) * n_samples), axis=1)
-    return pairs_from_keys(per_sample)
+    per_slot = np.stack(np.unravel_index(cells, (cells_per_sample(layout.cap),) * layout.slots), axis=1)
+    return pairs_from_keys(per_slot)

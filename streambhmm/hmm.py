@@ -8,12 +8,14 @@ one sample). Emissions are computed once per distinct (c, mu) pair and state.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.special import gammaln
 
 from . import _hmm_kernels
+from .checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems, stationary_weights
 from .features import encode
 from .validation import validate_counts
 
@@ -72,18 +74,29 @@ def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.
     return out
 
 
+INITS = ("spectral", "ftd", "random")
+
+
 class BinomialHMM:
     """Binomial HMM fitted by EM.
 
     Parameters follow hmmlearn: ``init_params`` names what ``fit`` initializes and
     ``params`` what EM updates ("s" startprob, "t" transmat, "m" methylation); attributes
     the user set and left out of ``init_params`` are kept. ``init="spectral"`` starts from
-    the spectral estimate (FTD) of the same data, ``init="random"`` from random levels.
-    Each sequence in ``lengths`` starts from ``startprob_``.
+    the one-pass estimate of the same data (:class:`~streambhmm.model.SpectralBinomialHMM`,
+    refined), ``"ftd"`` from the paper's tensor decomposition, ``"random"`` from random
+    levels. Each sequence in ``lengths`` starts from ``startprob_``.
+
+    ``stationary_start=True`` keeps ``startprob_`` equal to the stationary distribution of
+    ``transmat_`` instead of estimating it from the first bins: the natural choice for a
+    few long sequences (chromosomes), whose first bins say little. ``fit`` checks its result
+    like :class:`~streambhmm.model.SpectralBinomialHMM`: a degenerate model raises
+    :class:`~streambhmm.checks.DegenerateModelError` unless ``allow_degenerate`` (then it warns).
     """
 
     def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
-                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30):
+                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
+                 stationary_start: bool = False, allow_degenerate: bool = False):
         self.n_components = n_components
         self.n_iter = n_iter
         self.tol = tol
@@ -92,19 +105,25 @@ class BinomialHMM:
         self.params = params
         self.init_params = init_params
         self.n_bins = n_bins
+        self.stationary_start = stationary_start
+        self.allow_degenerate = allow_degenerate
 
     # -- initialization -------------------------------------------------------------
     def _initialize(self, meth, cov, lengths) -> None:
-        if self.init == "spectral":
-            from .model import SpectralBinomialHMM
-
-            spectral = SpectralBinomialHMM(self.n_components, n_bins=self.n_bins, random_state=self.random_state)
-            spectral.fit(meth, cov, lengths)
-            self.start_from(spectral.startprob_, spectral.transmat_, spectral.methylation_)
-        elif self.init == "random":
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if self.init == "random":
             self.start_from(*random_parameters(self.n_components, meth.shape[1], self.random_state))
-        else:
-            raise ValueError(f"init must be 'spectral' or 'random', got {self.init!r}")
+            return
+        from .model import SpectralBinomialHMM
+
+        spectral = SpectralBinomialHMM(self.n_components, n_bins=self.n_bins, random_state=self.random_state,
+                                       method="refined" if self.init == "spectral" else "ftd",
+                                       check_spectrum=self.init == "spectral", allow_degenerate=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a poor start is EM's to improve; the result is checked
+            spectral.fit(meth, cov, lengths)
+        self.start_from(spectral.startprob_, spectral.transmat_, spectral.methylation_)
 
     def start_from(self, startprob, transmat, methylation) -> "BinomialHMM":
         """Set EM's starting point: the parameters named in ``init_params`` (and any not
@@ -115,6 +134,8 @@ class BinomialHMM:
             self.transmat_ = _normalize(np.maximum(transmat, 1e-6), axis=1)
         if "m" in self.init_params or not hasattr(self, "methylation_"):
             self.methylation_ = np.clip(methylation, 1e-4, 1 - 1e-4)
+        if self.stationary_start:
+            self.startprob_ = stationary_weights(self.transmat_)
         return self
 
     def _check(self, n_samples: int) -> None:
@@ -144,11 +165,13 @@ class BinomialHMM:
         return SufficientStats(loglik, start, trans, msum, csum)
 
     def m_step(self, stats: SufficientStats) -> None:
-        if "s" in self.params and stats.start.sum() > 0:
+        if "s" in self.params and stats.start.sum() > 0 and not self.stationary_start:
             self.startprob_ = _normalize(stats.start)
         if "t" in self.params:
             rows = stats.trans.sum(axis=1, keepdims=True)
             self.transmat_ = np.where(rows > 0, stats.trans / np.where(rows > 0, rows, 1), self.transmat_)
+        if self.stationary_start:
+            self.startprob_ = stationary_weights(self.transmat_)
         if "m" in self.params:
             with np.errstate(invalid="ignore", divide="ignore"):
                 levels = stats.methylated / stats.coverage
@@ -165,7 +188,20 @@ class BinomialHMM:
                 break
             self.m_step(stats)
         self.n_features_in_ = meth.shape[1]
+        self.check_fit()
         return self
+
+    def check_fit(self) -> None:
+        """Raise (or, with ``allow_degenerate``, warn) when the fitted model is degenerate."""
+        problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_
+                                       if self.stationary_start else stationary_weights(self.transmat_))
+        if not problems:
+            return
+        message = (f"degenerate EM fit with {self.n_components} states: {'; '.join(problems)}. "
+                   f"Try fewer states, or another start (init, random_state).")
+        if not self.allow_degenerate:
+            raise DegenerateModelError(message)
+        warnings.warn(message, DegenerateModelWarning, stacklevel=3)
 
     # -- scoring and decoding -------------------------------------------------------
     def score(self, methylated, coverage, lengths=None) -> float:

@@ -1,13 +1,19 @@
-"""The spectral estimator (the paper's Feature-Tensor-Decomp) with an hmmlearn-style API."""
+"""The one-pass estimators with an hmmlearn-style API: the paper's Feature-Tensor-Decomp
+(``method="ftd"``) and, by default, its estimate refined on the same moments
+(``method="refined"``, streambhmm.refine). Neither reads the counts twice."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from . import recovery
+from .checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems, stationary_weights
 from .moments import Moments, compute_moments
 from .spectral import decompose
 
+METHODS = ("refined", "ftd")
 METHYLATION_RECOVERY = ("ratio", "paper")
 
 
@@ -18,37 +24,54 @@ class SpectralBinomialHMM:
     ----------
     n_components : number of hidden states m.
     n_bins : Beta-map granularity D (the paper uses 30).
+    method : "refined" (default): the tensor decomposition's estimate and a few other starts
+        refined by fitting the model to the moments and the single-bin histogram
+        (:mod:`streambhmm.refine`); "ftd": the paper's estimator alone.
     random_state : seed (int), ``numpy.random.Generator`` or None for the tensor power
-        method's random restarts; the same seed gives the same model.
-    methylation_recovery : "ratio" (default; consistent when coverage depends on the
-        state) or "paper" (the paper's formula, corrected; assumes it does not).
+        method's restarts and the refinement's random starts; the same seed gives the same model.
+    methylation_recovery : FTD's levels: "ratio" (default; consistent when coverage depends on
+        the state) or "paper" (the paper's formula, corrected; assumes it does not).
     n_restarts, n_iter : tensor power method restarts and iterations per component.
-    check_spectrum : raise :class:`~streambhmm.spectral.SpectrumError` when the moments
-        do not support ``n_components`` states.
+    check_spectrum : for "ftd", raise :class:`~streambhmm.spectral.SpectrumError` when P13's
+        spectrum does not support ``n_components`` states. "refined" does not need the
+        decomposition: it then starts from the other starts and reports
+        ``spectrum_supported_ = False``.
+    n_random_starts : seeded random starts of the refinement (besides FTD's estimate and a
+        spread of levels at the quantiles of the marginal features).
+    allow_degenerate : a degenerate fit (:mod:`streambhmm.checks`) raises
+        :class:`~streambhmm.checks.DegenerateModelError` unless this is True; then it warns
+        (:class:`~streambhmm.checks.DegenerateModelWarning`) and keeps the fit.
 
     Fitted attributes
     -----------------
     methylation_ : (n_components, n_samples) methylation level of each state and sample.
     transmat_ : (n_components, n_components), ``transmat_[i, j] = P(next=j | current=i)``.
-    startprob_ : the stationary distribution. Moments average over all positions, so
-        the distribution of the first bin of a sequence is not identifiable from them.
-    observation_ : (n_samples * n_bins, n_components) C = E[F(x) | h], the expected feature.
+    startprob_ : the stationary distribution of ``transmat_`` (each state's share of the
+        bins). Moments average over all positions, so the distribution of the first bin of a
+        sequence is not identifiable from them.
     spectrum_ : singular values of the normalized P13, to judge how many states the data support.
     noise_level_ : the level the m-th singular value must exceed (the spectrum check).
+    spectrum_supported_ : whether it does.
+    loss_ : the refinement's criterion at the fit (per triple; lower is better), or None for "ftd".
+    starts_ : {start label: criterion} of the refinement's starts; ``start_``: the winner.
+    observation_ : (n_samples * n_bins, n_components) E[F(x) | h], the expected feature.
     n_triples_ : number of triples the moments were summed over.
     moments_ : the :class:`~streambhmm.moments.Moments` fitted.
     """
 
-    def __init__(self, n_components: int, n_bins: int = 30, random_state=None,
+    def __init__(self, n_components: int, n_bins: int = 30, method: str = "refined", random_state=None,
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
-                 check_spectrum: bool = True):
+                 check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False):
         self.n_components = n_components
         self.n_bins = n_bins
+        self.method = method
         self.random_state = random_state
         self.methylation_recovery = methylation_recovery
         self.n_restarts = n_restarts
         self.n_iter = n_iter
         self.check_spectrum = check_spectrum
+        self.n_random_starts = n_random_starts
+        self.allow_degenerate = allow_degenerate
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -67,29 +90,71 @@ class SpectralBinomialHMM:
                 f"{m} states (the moment matrices have rank at most the number of triples)"
             )
         rng = np.random.default_rng(self.random_state)
-        dec = decompose(moments, m, rng, n_restarts=self.n_restarts, n_iter=self.n_iter,
-                        check_spectrum=self.check_spectrum)
-        observation = recovery.normalize_observation(dec.observation, moments.n_samples)
-        if self.methylation_recovery == "ratio":
-            methylation = recovery.methylation_ratio(observation, dec.whitened.s3, moments)
+        ftd, clipped = self._ftd(moments, rng)
+        self.moments_, self.n_triples_ = moments, moments.n_triples
+        if self.method == "ftd":
+            self.methylation_, self.transmat_ = ftd
+            self.startprob_ = stationary_weights(self.transmat_)
+            self.loss_, self.starts_, self.start_ = None, {}, "ftd"
         else:
-            methylation = recovery.methylation_paper(observation, moments)
-        transmat, startprob = recovery.transitions(observation, moments)
-        self.observation_ = observation
-        self.methylation_ = methylation
-        self.transmat_ = transmat
-        self.startprob_ = startprob
+            self._refine(moments, ftd, rng)
+            clipped = None
+        self._check_fit(clipped)
+        return self
+
+    def _ftd(self, moments: Moments, rng):
+        """The paper's estimate ((levels, transmat), clipped levels), or (None, None) when
+        the spectrum check refuses and the method does not need it."""
+        m = self.n_components
+        dec = decompose(moments, m, rng, n_restarts=self.n_restarts, n_iter=self.n_iter,
+                        check_spectrum=self.check_spectrum and self.method == "ftd")
+        self.spectrum_supported_ = dec.whitened.refusal is None
         self.spectrum_ = dec.whitened.p13_singular_values
         self.noise_level_ = dec.whitened.noise_floor
-        self.n_triples_ = moments.n_triples
-        self.moments_ = moments
-        return self
+        observation = recovery.normalize_observation(dec.observation, moments.n_samples)
+        self.observation_ = observation
+        if self.methylation_recovery == "ratio":
+            levels, clipped = recovery.methylation_ratio(observation, dec.whitened.s3, moments)
+        else:
+            levels, clipped = recovery.methylation_paper(observation, moments)
+        transmat, _ = recovery.transitions(observation, moments)
+        if self.method == "ftd":
+            return (levels, transmat), clipped
+        usable = np.isfinite(levels).all() and np.isfinite(transmat).all()
+        if not usable or (self.check_spectrum and not self.spectrum_supported_):
+            return None, None  # the refinement starts from the other starts only
+        return (levels, transmat), clipped
+
+    def _refine(self, moments: Moments, ftd, rng) -> None:
+        from .refine import objective_for, quantile_levels, refine, sticky_start
+
+        m, n_samples = self.n_components, moments.n_samples
+        starts = [] if ftd is None else [("ftd", *ftd)]
+        starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
+        starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
+        result = refine(objective_for(moments), starts)
+        self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
+        self.loss_, self.starts_, self.start_ = result.loss, dict(result.starts), result.start
+        self.observation_ = objective_for(moments).observation(result.methylation)[0]
+
+    def _check_fit(self, clipped) -> None:
+        problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)
+        if not problems:
+            return
+        other = "method='refined'" if self.method == "ftd" else "EM (BinomialHMM)"
+        message = (f"degenerate {self.method} fit with {self.n_components} states: {'; '.join(problems)}. "
+                   f"Try fewer states, or {other}.")
+        if not self.allow_degenerate:
+            raise DegenerateModelError(message)
+        warnings.warn(message, DegenerateModelWarning, stacklevel=3)
 
     def _check_params(self, n_samples: int | None) -> None:
         if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
             raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}")
         if not isinstance(self.n_bins, (int, np.integer)) or self.n_bins < 1:
             raise ValueError(f"n_bins must be a positive integer, got {self.n_bins!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.methylation_recovery not in METHYLATION_RECOVERY:
             raise ValueError(f"methylation_recovery must be one of {METHYLATION_RECOVERY}, "
                              f"got {self.methylation_recovery!r}")

@@ -11,12 +11,13 @@ Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the 
     inv_coverage  entry s: sum 1 / (c^s(x_t+1) + 2)  (the paper's recovery formula)
     sq_norm_13    sum |F(x_t)|^2 |F(x_t+2)|^2         (sampling-noise scale of p13)
     coverage_histogram  (S, L): row s counts the middle bins with coverage c in sample s
-    pair_histogram      (groups, cells): the middle bins' (coverage, methylated) pairs,
-                        each sample thinned to at most ``cap`` reads, jointly over the
-                        samples or per sample (features.histogram_layout)
+    bin_histogram       the middle bins' (coverage, methylated) pairs, each sample thinned
+                        to at most ``cap`` reads, jointly over the samples or per sample
+    pair_histogram      the same of the adjacent pairs (middle bin, third bin)
+                        (shapes and caps: features.histogram_layout)
 
-The two histograms feed the moment-only refinement (streambhmm.refine): the first gives
-E[F(x) | level] for any level, the second the likelihood of single bins.
+The histograms feed the moment-only refinement (streambhmm.refine): the first gives
+E[F(x) | level] for any level, the others the likelihood of single bins and of pairs.
 
 They are sums, not means, so partial sums over chunks, chromosomes or files add up
 exactly (``a + b``); that is what tree reduction, resume and incremental updates use.
@@ -32,14 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from . import _kernels
-from .features import FeatureTable, cells_per_sample, encode, histogram_layout, histogram_shape, thinning
+from .features import FeatureTable, cells_per_sample, encode, histogram_layout, thinning
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
 MOMENTS_VERSION = 2
 
 _ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
-                 "coverage_histogram", "pair_histogram")
+                 "coverage_histogram", "bin_histogram", "pair_histogram")
 
 
 @dataclass(eq=False)
@@ -57,6 +58,7 @@ class Moments:
     b_coverage: np.ndarray
     inv_coverage: np.ndarray
     coverage_histogram: np.ndarray
+    bin_histogram: np.ndarray
     pair_histogram: np.ndarray
     sq_norm_13: float = 0.0
 
@@ -80,7 +82,8 @@ class Moments:
             b_coverage=np.zeros((n_samples, sd)),
             inv_coverage=np.zeros(n_samples),
             coverage_histogram=np.zeros((n_samples, 1)),
-            pair_histogram=np.zeros(histogram_shape(n_samples)),
+            bin_histogram=np.zeros(histogram_layout(n_samples, 1).shape),
+            pair_histogram=np.zeros(histogram_layout(n_samples, 2).shape),
         )
 
     def check_compatible(self, other: "Moments") -> None:
@@ -190,25 +193,31 @@ def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
 
 
-def histograms(features: FeatureTable, middle: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(coverage_histogram, pair_histogram) of the bins ``middle`` (the triples' middle bins)."""
-    codes = features.codes[middle]
-    n_samples = codes.shape[1]
-    cov = features.coverage[codes]
-    coverage_histogram = np.zeros((n_samples, int(cov.max(initial=0)) + 1))
-    for s in range(n_samples):
-        coverage_histogram[s] = np.bincount(cov[:, s], minlength=coverage_histogram.shape[1])
-    cap, joint = histogram_layout(n_samples)
-    thin = thinning(features.coverage, features.methylated, cap)
-    pair_histogram = np.zeros(histogram_shape(n_samples))
-    groups = [codes] if joint else [codes[:, [s]] for s in range(n_samples)]
-    for out, group in zip(pair_histogram, groups):
-        tuples, counts = _distinct_rows(group)
-        # row-major flattening of the per-sample cells
-        strides = cells_per_sample(cap) ** np.arange(group.shape[1] - 1, -1, -1, dtype=np.int64)
+def coverage_histogram(features: FeatureTable, bins: np.ndarray) -> np.ndarray:
+    """(S, max coverage + 1): how many of ``bins`` have each coverage, per sample."""
+    cov = features.coverage[features.codes[bins]]
+    out = np.zeros((cov.shape[1], int(cov.max(initial=0)) + 1))
+    for s in range(cov.shape[1]):
+        out[s] = np.bincount(cov[:, s], minlength=out.shape[1])
+    return out
+
+
+def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int) -> np.ndarray:
+    """The thinned histogram (features.histogram_layout) of the tuples of ``width``
+    consecutive bins starting at ``first``."""
+    n_samples = features.codes.shape[1]
+    layout = histogram_layout(n_samples, width)
+    thin = thinning(features.coverage, features.methylated, layout.cap)
+    codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
+    out = np.zeros(layout.shape)
+    for row in range(out.shape[0]):
+        columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
+        tuples, counts = _distinct_rows(codes[:, columns])
+        # row-major flattening of the slots' cells
+        strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
         _kernels.accumulate_histogram(tuples, counts.astype(np.float64), thin.base, thin.row, thin.rows,
-                                      thin.lo, thin.hi, strides, out)
-    return coverage_histogram, pair_histogram
+                                      thin.lo, thin.hi, strides, out[row])
+    return out
 
 
 def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +244,9 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moment
     )
     sq_norm = np.einsum("kd,kd->k", features.table, features.table)
     out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
-    out.coverage_histogram, out.pair_histogram = histograms(features, starts + 1)
+    out.coverage_histogram = coverage_histogram(features, starts + 1)
+    out.bin_histogram = thinned_histogram(features, starts + 1, 1)
+    out.pair_histogram = thinned_histogram(features, starts + 1, 2)
     out.n_triples = int(starts.size)
     return out
 

@@ -19,22 +19,28 @@ def normalize_observation(observation: np.ndarray, n_samples: int) -> np.ndarray
     return observation / blocks.sum(axis=1).mean(axis=0)
 
 
-def methylation_ratio(observation: np.ndarray, s3: np.ndarray, moments: Moments) -> np.ndarray:
+def methylation_ratio(observation: np.ndarray, s3: np.ndarray, moments: Moments) -> tuple[np.ndarray, np.ndarray]:
     """p[h, s] = E[mu^s | h] / E[c^s | h], consistent when coverage depends on the state.
 
     The middle bin is independent of the third given h_t+1, so for g = mu^s or c^s,
     S3 E[g(x_t+1) F(x_t+2)] = C diag(pi) E[g | h]; solving for it and taking the ratio
-    cancels diag(pi).
+    cancels diag(pi). Returns the levels clipped to [0, 1] and which were clipped (or undefined).
     """
     solve = np.linalg.pinv(observation) @ s3
     per_state_meth = solve @ moments.b_methylated.T  # (m, S), each times pi_h * N
     per_state_cov = solve @ moments.b_coverage.T
     with np.errstate(divide="ignore", invalid="ignore"):
         p = per_state_meth / per_state_cov
-    return np.clip(np.nan_to_num(p, nan=0.5), 0.0, 1.0)
+    return _clipped(p)
 
 
-def methylation_paper(observation: np.ndarray, moments: Moments) -> np.ndarray:
+def _clipped(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(p clipped to [0, 1] with undefined values at 0.5, mask of the values changed)."""
+    changed = ~np.isfinite(p) | (p < 0.0) | (p > 1.0)
+    return np.clip(np.nan_to_num(p, nan=0.5, posinf=1.0, neginf=0.0), 0.0, 1.0), changed
+
+
+def methylation_paper(observation: np.ndarray, moments: Moments) -> tuple[np.ndarray, np.ndarray]:
     """The paper's eq. (recoverp), corrected: p = (sum_i t_i C[i, h] - a) / (1 - 2a).
 
     t_i is the midpoint of bin i (the paper's (1/D)(i/D) has a spurious 1/D and a
@@ -45,7 +51,7 @@ def methylation_paper(observation: np.ndarray, moments: Moments) -> np.ndarray:
     midpoints = (np.arange(d) + 0.5) / d
     means = np.einsum("i,sih->hs", midpoints, observation.reshape(s, d, -1))
     a = moments.inv_coverage / moments.n_triples
-    return np.clip((means - a) / (1.0 - 2.0 * a), 0.0, 1.0)
+    return _clipped((means - a) / (1.0 - 2.0 * a))
 
 
 def transitions(observation: np.ndarray, moments: Moments,

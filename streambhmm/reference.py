@@ -34,36 +34,42 @@ def naive_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Momen
             out.b_coverage += np.einsum("ts,tj->sj", c2, f3)
             out.inv_coverage += (1.0 / (c2 + 2.0)).sum(axis=0)
             out.sq_norm_13 += float(((f1 * f1).sum(1) * (f3 * f3).sum(1)).sum())
-            _add_naive_histograms(out, m2, c2)
+            c3, m3 = cov[offset + 2:offset + length], mu[offset + 2:offset + length]
+            _add_naive_histograms(out, m2, c2, m3, c3)
             out.n_triples += length - 2
         offset += length
     return out
 
 
-def _add_naive_histograms(out: Moments, meth: np.ndarray, cov: np.ndarray) -> None:
-    """Bin by bin: coverage counts, and each sample's thinned distribution from
-    scipy.stats.hypergeom combined over samples by explicit outer products."""
+def _add_naive_histograms(out: Moments, meth: np.ndarray, cov: np.ndarray, meth3: np.ndarray,
+                          cov3: np.ndarray) -> None:
+    """Bin by bin (middle bins, and the pairs of middle and third bins): coverage counts, and
+    each sample's thinned distribution from scipy.stats.hypergeom combined over the slots by
+    explicit outer products."""
     n_samples = cov.shape[1]
     width = max(out.coverage_histogram.shape[1], int(cov.max(initial=0)) + 1)
     out.coverage_histogram = np.pad(out.coverage_histogram, ((0, 0), (0, width - out.coverage_histogram.shape[1])))
-    cap, joint = histogram_layout(n_samples)
-    cells = cells_per_sample(cap)
-    for c_row, m_row in zip(cov, meth):
-        per_sample = []
-        for s, (c, mu) in enumerate(zip(c_row, m_row)):
+    for c_row in cov:
+        for s, c in enumerate(c_row):
             out.coverage_histogram[s, c] += 1
-            dist = np.zeros(cells)
-            if c <= cap:
-                dist[pair_keys(np.array(mu), np.array(c))] = 1.0
-            else:
-                j = np.arange(cap + 1)
-                weights = hypergeom.pmf(j, c, mu, cap)
-                dist[pair_keys(j, np.full(cap + 1, cap))] = np.where(weights >= 1e-15, weights, 0.0)
-            per_sample.append(dist)
-        if joint:
-            outer = per_sample[0]
-            for dist in per_sample[1:]:
-                outer = np.multiply.outer(outer, dist).ravel()
-            out.pair_histogram[0] += outer
-        else:
-            out.pair_histogram += np.array(per_sample)
+    for hist, bins in ((out.bin_histogram, [(meth, cov)]), (out.pair_histogram, [(meth, cov), (meth3, cov3)])):
+        layout = histogram_layout(n_samples, len(bins))
+        rows = [list(range(n_samples))] if layout.joint else [[s] for s in range(n_samples)]
+        for t in range(cov.shape[0]):
+            for row, samples in enumerate(rows):
+                outer = np.ones(1)
+                for m_arr, c_arr in bins:
+                    for s in samples:
+                        outer = np.multiply.outer(outer, _thinned(m_arr[t, s], c_arr[t, s], layout.cap)).ravel()
+                hist[row] += outer
+
+
+def _thinned(mu: int, c: int, cap: int) -> np.ndarray:
+    dist = np.zeros(cells_per_sample(cap))
+    if c <= cap:
+        dist[pair_keys(np.array(mu), np.array(c))] = 1.0
+    else:
+        j = np.arange(cap + 1)
+        weights = hypergeom.pmf(j, c, mu, cap)
+        dist[pair_keys(j, np.full(cap + 1, cap))] = np.where(weights >= 1e-15, weights, 0.0)
+    return dist

@@ -155,7 +155,7 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
     pi = stationary_distribution(a)
     joint12 = pi[:, None] * a  # P(h_t = i, h_t+1 = j)
     joint13 = pi[:, None] * (a @ a)
-    coverage_histogram, pair_histogram = _population_histograms(p, pi, cov_pmf)
+    coverage_histogram, bin_histogram, pair_histogram = _population_histograms(p, a, pi, cov_pmf)
     out = Moments(
         n_samples=n_samples,
         n_bins=n_bins,
@@ -168,34 +168,46 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
         b_coverage=(mean_cov.T @ joint12 @ obs.T),
         inv_coverage=pi @ mean_inv,
         coverage_histogram=coverage_histogram,
+        bin_histogram=bin_histogram,
         pair_histogram=pair_histogram,
         sq_norm_13=float(sq @ joint13 @ sq),
     )
     for name in ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
-                 "coverage_histogram", "pair_histogram"):
+                 "coverage_histogram", "bin_histogram", "pair_histogram"):
         setattr(out, name, getattr(out, name) * n_triples)
     out.sq_norm_13 *= n_triples
     return out
 
 
-def _population_histograms(p: np.ndarray, pi: np.ndarray, cov_pmf: np.ndarray):
-    """Expected coverage and thinned pair histograms of one bin, per unit of weight.
+def _population_histograms(p: np.ndarray, transmat: np.ndarray, pi: np.ndarray, cov_pmf: np.ndarray):
+    """Expected coverage, bin and pair histograms per unit of weight (see Moments).
 
     A sample thinned to ``cap`` reads is Binomial(min(c, cap), p) given its state, so the
-    cell (c', mu') has probability P(min(c, cap) = c') Binomial(mu'; c', p) per state."""
+    cell (c', mu') has probability P(min(c, cap) = c') Binomial(mu'; c', p) per state; an
+    adjacent pair has sum_ij pi_i A_ij q_i(first) q_j(second)."""
     m, n_samples = p.shape
     coverage_histogram = np.einsum("h,hsc->sc", pi, cov_pmf)
-    cap, joint = histogram_layout(n_samples)
-    c, mu = pairs_from_keys(np.arange(cells_per_sample(cap)))
-    cov_pmf = np.pad(cov_pmf, ((0, 0), (0, 0), (0, max(0, cap + 1 - cov_pmf.shape[-1]))))
-    thinned_cov = np.concatenate([cov_pmf[..., :cap], cov_pmf[..., cap:].sum(axis=-1, keepdims=True)], axis=-1)
-    per_cell = thinned_cov[..., c] * binom.pmf(mu, c, p[..., None])  # (m, S, cells)
-    if not joint:
-        return coverage_histogram, np.einsum("h,hsk->sk", pi, per_cell)
-    joint_cells = np.zeros(cells_per_sample(cap) ** n_samples)
-    for h in range(m):
-        outer = per_cell[h, 0]
-        for s in range(1, n_samples):
-            outer = np.multiply.outer(outer, per_cell[h, s]).ravel()
-        joint_cells += pi[h] * outer
-    return coverage_histogram, joint_cells[None, :]
+    out = []
+    for width in (1, 2):
+        layout = histogram_layout(n_samples, width)
+        cap = layout.cap
+        c, mu = pairs_from_keys(np.arange(cells_per_sample(cap)))
+        pmf = np.pad(cov_pmf, ((0, 0), (0, 0), (0, max(0, cap + 1 - cov_pmf.shape[-1]))))
+        thinned_cov = np.concatenate([pmf[..., :cap], pmf[..., cap:].sum(axis=-1, keepdims=True)], axis=-1)
+        per_cell = thinned_cov[..., c] * binom.pmf(mu, c, p[..., None])  # (m, S, cells)
+        rows = [np.arange(n_samples)] if layout.joint else [[s] for s in range(n_samples)]
+        hist = np.zeros(layout.shape)
+        for row, samples in enumerate(rows):
+            q = []  # per state: the joint distribution over the row's samples of one bin
+            for h in range(m):
+                joint = per_cell[h, samples[0]]
+                for s in samples[1:]:
+                    joint = np.multiply.outer(joint, per_cell[h, s]).ravel()
+                q.append(joint)
+            q = np.array(q)
+            if width == 1:
+                hist[row] = pi @ q
+            else:
+                hist[row] = np.einsum("ij,ia,jb->ab", pi[:, None] * transmat, q, q).ravel()
+        out.append(hist)
+    return coverage_histogram, out[0], out[1]

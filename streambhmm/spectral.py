@@ -50,6 +50,7 @@ class Whitened:
     p13_singular_values: np.ndarray
     m2_eigenvalues: np.ndarray  # all eigenvalues of the symmetrized M2, descending
     noise_floor: float
+    refusal: str | None  # why the spectrum does not support m states (None: it does)
 
 
 def whiten(moments: Moments, n_components: int, check_spectrum: bool = True) -> Whitened:
@@ -74,19 +75,22 @@ def whiten(moments: Moments, n_components: int, check_spectrum: bool = True) -> 
     noise = NOISE_MARGIN * float(np.sqrt(moments.sq_norm_13 / n) / np.sqrt(n))
     top = evals[0] if evals.size else 0.0
     weak = not (evals[m - 1] > 1e-12 * max(top, 1e-300))
-    if check_spectrum and (weak or p13_sv[m - 1] <= noise):
+    refusal = None
+    if weak or p13_sv[m - 1] <= noise:
         reason = (
             f"M2's {m}-th eigenvalue is not clearly positive" if weak
             else f"P13's {m}-th singular value {p13_sv[m - 1]:.3g} is at or below the "
                  f"sampling noise level {noise:.3g}"
         )
-        raise SpectrumError(
+        refusal = (
             f"the data do not support {m} states: {reason}.\n"
             f"  singular values of P13: {_format_values(p13_sv)}\n"
             f"  eigenvalues of M2:      {_format_values(evals)}\n"
             f"  noise level: {noise:.3g} from {n} triples. "
             f"Use fewer states, or more data."
         )
+        if check_spectrum:
+            raise SpectrumError(refusal)
     w = evecs[:, :m] / np.sqrt(np.maximum(evals[:m], 1e-300))
     # H = T(S1^T W, W, S3^T W): contract the big tensor one mode at a time
     w1, w3 = s1.T @ w, s3.T @ w
@@ -95,7 +99,7 @@ def whiten(moments: Moments, n_components: int, check_spectrum: bool = True) -> 
     h = np.tensordot(w1, h, axes=([0], [0]))  # (m, m, m)
     h = sum(h.transpose(p) for p in ((0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0))) / 6
     return Whitened(s3=s3, whitening=w, tensor=h, p13_singular_values=p13_sv,
-                    m2_eigenvalues=evals, noise_floor=noise)
+                    m2_eigenvalues=evals, noise_floor=noise, refusal=refusal)
 
 
 def tensor_apply(h: np.ndarray, v: np.ndarray) -> np.ndarray:

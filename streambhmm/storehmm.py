@@ -194,6 +194,7 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
 
     history = run_em(hmm, e_step, n_iter, rel_tol, report)
     hmm.n_features_in_ = len(samples)
+    hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
                          has_converged(history, rel_tol))
 

