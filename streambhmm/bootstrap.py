@@ -1,4 +1,13 @@
-"""Block bootstrap over genomic chunks: confidence intervals from resampled chunk partials."""
+"""Block bootstrap: confidence intervals from resampled genomic blocks of fixed length.
+
+Blocks (streambhmm.blocks, 1 Mb by default, whatever the storage chunks) are resampled with
+replacement and the refinement is refitted to each replicate's sums, starting from the fit
+to all blocks. Block statistics keep coarser histograms than the full moments (to be small
+enough for every block of a genome), so each replicate's deviation from the all-blocks fit
+at that resolution is added to the point estimate: the intervals are centred where the
+point estimate is, and as wide as the refinement's sampling spread at block resolution.
+Resampling whole blocks keeps the serial dependence within each block.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .blocks import BlockTable
 from .evaluate import match_states
-from .moments import Moments, weighted_sum
-from .spectral import SpectrumError
+from .refine import Objective, refine
+
+MIN_BLOCKS = 10  # fewer cannot be resampled meaningfully: refused
+FEW_BLOCKS = 30  # fewer: the intervals are rough (a warning)
 
 
 @dataclass(frozen=True)
@@ -16,36 +28,42 @@ class BootstrapIntervals:
     methylation_ci: np.ndarray  # (m, S, 2)
     transmat_ci: np.ndarray  # (m, m, 2)
     n_replicates: int
-    n_succeeded: int
+    n_blocks: int
 
 
-def block_bootstrap(partials: list[Moments], point, make_estimator, n_replicates: int, random_state=None,
-                    level: float = 0.95) -> BootstrapIntervals:
-    """Resample chunk partials with replacement, refit, align states to ``point`` (Hungarian
-    matching on methylation levels) and take percentile intervals.
+def check_blocks(n_blocks: int, block_size: int) -> str | None:
+    """Refuse too few blocks (ValueError); return a warning for few, else None."""
+    if n_blocks < MIN_BLOCKS:
+        raise ValueError(f"only {n_blocks} block(s) of {block_size:,} bp to resample; the bootstrap needs at least "
+                         f"{MIN_BLOCKS}: use a smaller --block-size (moments are computed with it)")
+    if n_blocks < FEW_BLOCKS:
+        return (f"only {n_blocks} blocks of {block_size:,} bp: bootstrap intervals from so few blocks are rough "
+                f"(a smaller --block-size gives more)")
+    return None
 
-    Chunks are long (1e6 bins by default), so resampling them keeps the serial dependence
-    within each block. Replicates whose moments do not support the states are skipped.
-    """
+
+def block_bootstrap(table: BlockTable, coverage_histogram: np.ndarray, point, n_replicates: int,
+                    random_state=None, level: float = 0.95) -> BootstrapIntervals:
+    """Percentile intervals of levels and transitions; ``point`` has methylation_ and transmat_."""
     rng = np.random.default_rng(random_state)
-    n = len(partials)
+    n = len(table)
+    base_objective = Objective(table.moments(np.ones(n), coverage_histogram))
+    features = base_objective.features
+    base = refine(base_objective, [("point", point.methylation_, point.transmat_)], keep=1)
+    perm = match_states(point.methylation_, base.methylation)
+    base_levels, base_transmat = base.methylation[perm], base.transmat[np.ix_(perm, perm)]
     levels, transitions = [], []
     for _ in range(n_replicates):
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        resampled = weighted_sum(partials, weights)
-        try:
-            est = make_estimator().fit_moments(resampled)
-        except SpectrumError:
-            continue
-        perm = match_states(point.methylation_, est.methylation_)
-        levels.append(est.methylation_[perm])
-        transitions.append(est.transmat_[np.ix_(perm, perm)])
+        objective = Objective(table.moments(weights, coverage_histogram), features=features)
+        rep = refine(objective, [("all blocks", base_levels, base_transmat)], keep=1)
+        perm = match_states(base_levels, rep.methylation)
+        levels.append(point.methylation_ + rep.methylation[perm] - base_levels)
+        transitions.append(point.transmat_ + rep.transmat[np.ix_(perm, perm)] - base_transmat)
     tail = 100 * (1 - level) / 2
-    if not levels:
-        raise SpectrumError("no bootstrap replicate supported the requested states")
 
     def interval(values):
-        return np.stack(np.percentile(np.array(values), [tail, 100 - tail], axis=0), axis=-1)
+        return np.clip(np.stack(np.percentile(np.array(values), [tail, 100 - tail], axis=0), axis=-1), 0.0, 1.0)
 
     return BootstrapIntervals(methylation_ci=interval(levels), transmat_ci=interval(transitions),
-                              n_replicates=n_replicates, n_succeeded=len(levels))
+                              n_replicates=n_replicates, n_blocks=n)

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import numpy as np
 from . import __version__
 from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, compute, dask_client, status_line
 from .formats import CONTEXTS, FORMATS, ReadOptions
-from .model import SpectralBinomialHMM
-from .moments import Moments
+from .blocks import DEFAULT_BLOCK_SIZE
+from .fitting import METHODS
 from .storage import Location
 from .store import StoreError, open_store
 
@@ -95,17 +96,14 @@ def read_options(fn):
     return wrapper
 
 
-def format_states(methylation, transmat, samples) -> str:
-    """One row per state: its level in each sample, its genome fraction (the stationary
-    distribution of transmat) and its self-transition."""
-    from .simulate import stationary_distribution
-
+def format_states(methylation, transmat, startprob, samples) -> str:
+    """One row per state: its level in each sample, its weight (the model's startprob: the
+    stationary distribution, each state's share of the bins) and its self-transition."""
     width = max(10, *(len(s) for s in samples))
-    weight = stationary_distribution(np.asarray(transmat))
     rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}"]
     for h, levels in enumerate(methylation):
         rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
-                    + f"  {weight[h]:>7.3f}  {transmat[h][h]:>6.3f}")
+                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}")
     return "\n".join(rows)
 
 
@@ -190,40 +188,6 @@ def parse_states(text: str) -> list[int]:
     return values
 
 
-@dataclass
-class FitInput:
-    """Moments to fit, where they came from, and (for --bootstrap) the chunk partials."""
-
-    moments: Moments
-    samples: list[str]
-    chromosomes: list[str]
-    partials: list | None = None
-
-
-def moments_of(path, samples, n_bins, client, quiet, split_every=8, want_partials=False) -> FitInput:
-    """Moments from a moment store (no counts read) or from a counts store (on ``client``)."""
-    from .momentstore import is_moment_store, load_partials, read_manifest
-    from .pipeline import add_moments, moments_graph, tree_reduce
-
-    if is_moment_store(path):
-        manifest = read_manifest(path)
-        if samples and list(samples) != manifest["samples"]:
-            raise click.ClickException(f"{path} holds moments of samples {','.join(manifest['samples'])}; "
-                                       f"--samples {','.join(samples)} needs `streambhmm moments` with it")
-        if manifest["feature"]["n_bins"] != n_bins:
-            raise click.ClickException(f"{path} holds moments with --bins {manifest['feature']['n_bins']}, "
-                                       f"not {n_bins}")
-        partials, manifest = load_partials(path)
-        return FitInput(tree_reduce(partials, add_moments, split_every), manifest["samples"],
-                        manifest["chromosomes"], partials)
-    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every)
-    if want_partials:
-        partials = compute(client, graph.partials, quiet=quiet)
-        return FitInput(tree_reduce(partials, add_moments, split_every), graph.samples, graph.chromosomes,
-                        partials)
-    return FitInput(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes)
-
-
 def format_intervals(methylation_ci, transmat_ci, samples) -> str:
     """Per state: the 95% interval of each sample's level and of the self-transition."""
     rows = [f"{'state':>5}  " + "  ".join(f"{s + ' 95% CI':>18}" for s in samples) + f"  {'stay 95% CI':>18}"]
@@ -236,9 +200,6 @@ def format_intervals(methylation_ci, transmat_ci, samples) -> str:
 def output_path(output: str, m: int, sweep: bool) -> Path:
     path = Path(output)
     return path.with_name(f"{path.stem}.m{m}{path.suffix}") if sweep else path
-
-
-METHODS = ("ftd", "em", "ftd-em")
 
 
 def format_differential(methylation, samples, threshold: float) -> str:
@@ -270,126 +231,228 @@ def em_reporter(quiet: bool):
     return report
 
 
+@dataclass
+class FitSettings:
+    """The options of one `fit` call that every number of states shares."""
+
+    store: str
+    method: str
+    samples: list | None
+    n_bins: int
+    seed: int
+    em_iter: int
+    em_tol: float
+    em_starts: int
+    bootstrap: int
+    allow_degenerate: bool
+    diff_threshold: float
+    split_every: int
+    quiet: bool
+    sweep: bool
+
+
 @main.command()
 @click.argument("store", type=STORE)
 @click.option("--states", "-m", required=True, help="Number of hidden states M, or a sweep: 2-10 or 2,4,6.")
-@click.option("--method", default="ftd", show_default=True, type=click.Choice(METHODS),
-              help="ftd: spectral only; em: Baum-Welch from a random start; ftd-em: spectral, then EM.")
-@click.option("--em-iter", default=20, show_default=True, help="Maximum EM iterations.")
+@click.option("--method", default=None, type=click.Choice(METHODS),
+              help="refined: one pass, the spectral estimate refined on the moments (default); ftd: the paper's "
+                   "spectral estimate alone; em: EM from random starts; refined-em / ftd-em: EM from that start.")
+@click.option("--em-iter", default=1000, show_default=True,
+              help="EM's iteration cap (EM stops earlier once converged; hitting the cap is reported).")
 @click.option("--em-tol", default=1e-7, show_default=True,
-              help="Stop EM when an iteration gains less than this fraction of |log-likelihood|.")
+              help="EM has converged when an iteration gains less than this fraction of |log-likelihood|.")
+@click.option("--em-starts", default=3, show_default=True, help="Random starts of --method em; the best is kept.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @bins_option
 @click.option("--seed", default=0, show_default=True,
-              help="Seed of the tensor power method, the bootstrap and EM's random start.")
+              help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="Model JSON to write (a sweep writes NAME.mM.json for each M).")
 @click.option("--bootstrap", default=0, show_default=True,
-              help="Block-bootstrap replicates over chunks (0: none; --method ftd only).")
+              help="Block-bootstrap replicates (0: none; --method refined only).")
+@click.option("--block-size", default=None, type=int,
+              help="Genomic block (bp) of the bootstrap and of the held-out blocks of a sweep (default 1000000; "
+                   "a moment store has the one it was computed with).")
+@click.option("--allow-degenerate", is_flag=True,
+              help="Write a degenerate model (see README) anyway, with a warning, instead of refusing it.")
 @click.option("--diff-threshold", default=0.3, show_default=True,
               help="A state is differential when its levels across samples differ by more than this.")
 @click.option("--split-every", default=8, show_default=True, help="Fan-in of the tree reductions.")
 @scheduler_option
 @quiet_option
 @user_errors
-def fit(store, states, method, em_iter, em_tol, samples, n_bins, seed, output, bootstrap, diff_threshold,
-        split_every, scheduler, quiet):
-    """Fit a Binomial HMM to a counts store (any method) or a moment store (ftd)."""
+def fit(store, states, method, em_iter, em_tol, em_starts, samples, n_bins, seed, output, bootstrap, block_size,
+        allow_degenerate, diff_threshold, split_every, scheduler, quiet):
+    """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
+    from .fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, load_moments, recommend
     from .momentstore import is_moment_store
 
     start = time.perf_counter()
     state_list = parse_states(states)
-    sample_list = [s for s in samples.split(",") if s] if samples else None
-    if method != "ftd" and is_moment_store(store):
+    moment_store = is_moment_store(store)
+    method = method or (MOMENT_STORE_METHOD if moment_store else COUNTS_STORE_METHOD)
+    if method not in ONE_PASS and moment_store:
         raise click.ClickException(f"{store} is a moment store; --method {method} needs the counts store "
                                    f"(EM reads the counts)")
-    if method != "ftd" and bootstrap:
-        raise click.ClickException("--bootstrap resamples moments; it needs --method ftd")
+    if bootstrap and method != "refined":
+        raise click.ClickException("--bootstrap refits the refined one-pass model to resampled blocks; it needs "
+                                   "--method refined")
+    settings = FitSettings(store, method, [s for s in samples.split(",") if s] if samples else None, n_bins, seed,
+                           em_iter, em_tol, em_starts, bootstrap, allow_degenerate, diff_threshold, split_every,
+                           quiet, len(state_list) > 1)
     with cluster_for(store, scheduler) as client:
         data = None
         if method != "em":
-            data = moments_of(store, sample_list, n_bins, client, quiet, split_every, want_partials=bootstrap > 0)
+            data = load_moments(store, settings.samples, n_bins, client, quiet, split_every, block_size,
+                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS),
+                                compute=lambda c, graph, q: compute(c, graph, quiet=q))
             mom = data.moments
             click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
                        f"moments in {time.perf_counter() - start:.1f} s")
-            if len(state_list) > 1:
+            if settings.sweep:
                 sv = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
                 click.echo("singular values of P13: " + ", ".join(f"{v:.3g}" for v in sv[:max(state_list) + 2]))
-        fitted = sum(fit_one(m, method, store, data, client, sample_list, n_bins, seed, em_iter, em_tol, bootstrap,
-                             diff_threshold, split_every, output_path(output, m, len(state_list) > 1),
-                             len(state_list) > 1, quiet)
-                     for m in state_list)
-    if not fitted:
-        raise click.ClickException("no number of states in the sweep was supported by the data")
+        rows = [fit_one(m, settings, data, client, output_path(output, m, settings.sweep)) for m in state_list]
+    if settings.sweep:
+        click.echo("\n" + format_sweep(rows))
+        choice = recommend(rows)
+        if choice:
+            click.echo(f"recommended: M = {choice[0]}: {choice[1]}")
+    if not any(r["written"] for r in rows):
+        raise click.ClickException("no number of states in the sweep gave a model that could be written")
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
-def fit_one(m, method, store, data, client, samples, n_bins, seed, em_iter, em_tol, bootstrap, diff_threshold,
-            split_every, path, sweep, quiet) -> bool:
-    """Fit and write one model; False when a sweep's M is not supported by the spectrum."""
-    from .bootstrap import block_bootstrap
-    from .hmm import BinomialHMM, random_parameters
-    from .modelio import model_to_dict, write_json
-    from .pipeline import select_samples
-    from .spectral import SpectrumError
-    from .storehmm import fit_store_em
+def format_sweep(rows: list[dict]) -> str:
+    """One line per M: spectrum check, moment-fit criterion, held-out criterion or BIC, outcome."""
+    lines = [f"{'M':>3}  {'spectrum':>13}  {'moment fit':>11}  {'held out':>20}  {'BIC':>14}  result"]
+    for r in rows:
+        spectrum = "" if r.get("spectrum") is None else ("supported" if r["spectrum"] else "below noise")
+        loss = "" if r.get("loss") is None else f"{r['loss']:.5f}"
+        held = "" if r.get("held_out") is None else f"{r['held_out'].loss:.5f} +- {r['held_out'].se:.5f}"
+        bic_text = "" if r.get("bic") is None else f"{r['bic']:.6g}"
+        lines.append(f"{r['m']:>3}  {spectrum:>13}  {loss:>11}  {held:>20}  {bic_text:>14}  {r['result']}")
+    return "\n".join(lines)
 
-    if sweep:
+
+def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
+    """Fit, check, print and write one model; returns its sweep row."""
+    from .checks import DegenerateModelError, DegenerateModelWarning
+    from .fitting import ONE_PASS, bic, held_out, one_pass
+
+    if settings.sweep:
         click.echo(f"\nM = {m}:")
-    make = functools.partial(SpectralBinomialHMM, m, n_bins=n_bins, random_state=seed)
-    est = None
-    if method != "em":
-        try:
-            est = make().fit_moments(data.moments)
-        except SpectrumError as exc:
-            if not sweep:
-                raise
-            click.echo(f"not supported ({str(exc).splitlines()[0].split(': ', 1)[1]})")
-            return False
-        fitted_samples, chromosomes = data.samples, data.chromosomes
-    if method != "ftd":
-        counts = open_store(store)
-        fitted_samples, chromosomes = select_samples(counts, samples), counts.chromosomes
-        hmm = BinomialHMM(m, n_iter=em_iter, init="spectral" if est else "random", random_state=seed, n_bins=n_bins)
-        if est is not None:
-            click.echo("spectral start:")
-            click.echo(format_states(est.methylation_, est.transmat_, fitted_samples))
-            hmm.start_from(est.startprob_, est.transmat_, est.methylation_)
-            hmm.n_triples_ = est.n_triples_
-        else:
-            hmm.start_from(*random_parameters(m, len(fitted_samples), seed))
-        em_start = time.perf_counter()
-        result = fit_store_em(counts, hmm, client, fitted_samples, em_iter, em_tol, split_every,
-                              report=em_reporter(quiet))
-        state = "converged" if result.converged else f"stopped at --em-iter {em_iter}"
-        click.echo(f"EM {state} after {len(result.history) - 1} iteration(s), "
-                   f"{time.perf_counter() - em_start:.1f} s; log-likelihood {result.history[-1]:.8g}")
-        est = result.hmm
-    document = model_to_dict(est, fitted_samples, chromosomes, method=method)
-    if method != "ftd":
-        document["loglik"] = result.history[-1]
-        document["loglik_history"] = result.history
-    click.echo(format_states(est.methylation_, est.transmat_, fitted_samples))
-    if diff := format_differential(est.methylation_, fitted_samples, diff_threshold):
+    row = {"m": m, "written": False}
+    method = settings.method
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DegenerateModelWarning)
+            est, samples, chromosomes, extra = _fit_model(m, settings, data, client)
+        for warning in caught:
+            click.echo(f"warning: {warning.message} (written because of --allow-degenerate)")
+    except DegenerateModelError as exc:
+        if not settings.sweep:
+            raise click.ClickException(f"{exc} The model was not written; --allow-degenerate writes it "
+                                       f"anyway.") from None
+        click.echo(f"not written: {exc}")
+        row["result"] = "degenerate: not written"
+        return row
+    row.update(spectrum=getattr(est, "spectrum_supported_", None), loss=getattr(est, "loss_", None))
+    if "history" in extra:
+        row["bic"] = bic(extra["history"][-1], m, len(samples), extra["n_bins"])
+    if settings.sweep and method in ONE_PASS and method == "refined":
+        row["held_out"] = held_out(data.blocks, data.moments.coverage_histogram, est)
+    from .modelio import model_to_dict, write_json
+
+    document = model_to_dict(est, samples, chromosomes, method=method)
+    if getattr(est, "loss_", None) is not None:
+        document["moment_loss"] = float(est.loss_)
+    if "history" in extra:
+        document["loglik"] = extra["history"][-1]
+        document["loglik_history"] = extra["history"]
+    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, samples))
+    if diff := format_differential(est.methylation_, samples, settings.diff_threshold):
         click.echo(diff)
-    if bootstrap > 0:
-        ci = block_bootstrap(data.partials, est, make, bootstrap, random_state=seed)
-        document["methylation_ci"] = ci.methylation_ci.tolist()
-        document["transmat_ci"] = ci.transmat_ci.tolist()
-        click.echo(f"block bootstrap over {len(data.partials)} chunks: {ci.n_succeeded} of "
-                   f"{ci.n_replicates} replicates fitted")
-        click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, fitted_samples))
+    if settings.bootstrap > 0:
+        _bootstrap(est, settings, data, document, samples)
     write_json(path, document)
     click.echo(f"model written to {path}")
-    return True
+    row.update(written=True, result=f"written to {path}")
+    return row
+
+
+def _fit_model(m: int, settings: FitSettings, data, client):
+    """(estimator, samples, chromosomes, extra) for one M; extra has EM's history."""
+    from .fitting import ONE_PASS, one_pass
+    from .hmm import BinomialHMM, random_parameters
+    from .pipeline import select_samples
+    from .storehmm import fit_store_em
+
+    method = settings.method
+    if method in ONE_PASS:
+        est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate)
+        if not settings.quiet and method == "refined":
+            supported = "supported" if est.spectrum_supported_ else "not supported (no FTD start)"
+            click.echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
+        return est, data.samples, data.chromosomes, {}
+    counts = open_store(settings.store)
+    samples = select_samples(counts, settings.samples)
+    starts = []
+    if method == "em":
+        starts = [(f"random start {r + 1} of {settings.em_starts}", random_parameters(m, len(samples), settings.seed + r))
+                  for r in range(settings.em_starts)]
+    else:
+        start = one_pass(data.moments, m, method.split("-")[0], settings.seed, quiet_degenerate=True)
+        click.echo(f"{method.split('-')[0]} start:")
+        click.echo(format_states(start.methylation_, start.transmat_, start.startprob_, samples))
+        starts = [(f"{method.split('-')[0]} start", (start.startprob_, start.transmat_, start.methylation_))]
+    best = None
+    for label, params in starts:
+        hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True)
+        hmm.start_from(*params)
+        if len(starts) > 1:
+            click.echo(f"EM from {label}:")
+        t = time.perf_counter()
+        result = fit_store_em(counts, hmm, client, samples, settings.em_iter, settings.em_tol, settings.split_every,
+                              report=em_reporter(settings.quiet))
+        gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
+        state = ("converged" if result.converged else
+                 f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "
+                 f"--em-iter to continue)")
+        click.echo(f"EM {state} after {len(result.history) - 1} iteration(s), {time.perf_counter() - t:.1f} s; "
+                   f"log-likelihood {result.history[-1]:.8g}")
+        if best is None or result.history[-1] > best.history[-1]:
+            best = result
+    est = best.hmm
+    est.allow_degenerate = settings.allow_degenerate
+    est.check_fit()
+    if data is not None:
+        est.n_triples_ = data.moments.n_triples
+    return est, samples, counts.chromosomes, {"history": best.history, "n_bins": best.n_bins}
+
+
+def _bootstrap(est, settings: FitSettings, data, document: dict, samples) -> None:
+    from .bootstrap import block_bootstrap, check_blocks
+
+    warning = check_blocks(len(data.blocks), data.block_size)
+    if warning:
+        click.echo(f"warning: {warning}")
+    ci = block_bootstrap(data.blocks, data.moments.coverage_histogram, est, settings.bootstrap,
+                         random_state=settings.seed)
+    document["methylation_ci"] = ci.methylation_ci.tolist()
+    document["transmat_ci"] = ci.transmat_ci.tolist()
+    click.echo(f"block bootstrap: {ci.n_replicates} replicates of {ci.n_blocks} blocks of {data.block_size:,} bp")
+    click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, samples))
 
 
 def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
-    """Moments of a counts store on Dask, then the spectral fit (used by the demo)."""
+    """Moments of a counts store on Dask, then the one-pass fit (used by the demo)."""
+    from .fitting import load_moments, one_pass
+
     with dask_client(scheduler) as client:
-        data = moments_of(store, samples, n_bins, client, quiet)
-    est = SpectralBinomialHMM(states, n_bins=n_bins, random_state=seed).fit_moments(data.moments)
-    return est, data
+        data = load_moments(store, samples, n_bins, client, quiet, 8, None, want_blocks=False,
+                            compute=lambda c, graph, q: compute(c, graph, quiet=q))
+    return one_pass(data.moments, states, "refined", seed), data
 
 
 @main.command()
@@ -472,10 +535,13 @@ def moments():
 @click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
 @bins_option
+@click.option("--block-size", default=None, type=int,
+              help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
+                   f"(default: the moment store's, or {DEFAULT_BLOCK_SIZE:,} for a new one).")
 @scheduler_option
 @quiet_option
 @user_errors
-def moments_compute(store, output, samples, n_bins, scheduler, quiet):
+def moments_compute(store, output, samples, n_bins, block_size, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
     from .momentstore import update_moment_store
 
@@ -486,7 +552,8 @@ def moments_compute(store, output, samples, n_bins, scheduler, quiet):
     try:
         with dask_client(scheduler, if_lost=kept) as client:
             report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
-                                         progress=lambda done, total: show(f"partials: {done}/{total}"))
+                                         progress=lambda done, total: show(f"partials: {done}/{total}"),
+                                         block_size=block_size)
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
@@ -613,9 +680,10 @@ def demo(n, seed, workdir, scheduler, quiet):
         err = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
         perm = err.permutation
         click.echo("true states:")
-        click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.transmat, DEMO_SAMPLES))
+        click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.transmat, DEMO_TRUTH.startprob, DEMO_SAMPLES))
         click.echo("\nrecovered states (matched to the true order):")
-        click.echo(format_states(est.methylation_[perm], est.transmat_[np.ix_(perm, perm)], DEMO_SAMPLES))
+        click.echo(format_states(est.methylation_[perm], est.transmat_[np.ix_(perm, perm)], est.startprob_[perm],
+                                 DEMO_SAMPLES))
         click.echo(f"\nmethylation error (sum |p - p_hat|): {err.methylation_error:.4f}")
         click.echo(f"transition error (Frobenius):        {err.transmat_error:.4f}")
         if workdir:

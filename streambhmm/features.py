@@ -106,6 +106,7 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
 # cap is the largest that keeps the joint histogram within a cell budget, and with many
 # samples the slots are kept per sample instead (see histogram_layout).
 HISTOGRAM_CELL_BUDGET = 1 << 19
+BLOCK_CELL_BUDGET = 1 << 12  # the per-block histograms of the bootstrap (streambhmm.blocks)
 HISTOGRAM_MAX_CAP = 256
 # hypergeometric probabilities below this are dropped (deterministically, per pair)
 THINNING_FLOOR = 1e-15
@@ -116,10 +117,10 @@ def cells_per_sample(cap: int) -> int:
     return (cap + 1) * (cap + 2) // 2
 
 
-def _largest_cap(n_slots: int, n_groups: int) -> int:
+def _largest_cap(n_slots: int, n_groups: int, budget: int) -> int:
     """Largest cap (at most HISTOGRAM_MAX_CAP) with n_groups * cells^n_slots within the budget."""
     cap = HISTOGRAM_MAX_CAP
-    while cap > 0 and n_groups * cells_per_sample(cap) ** n_slots > HISTOGRAM_CELL_BUDGET:
+    while cap > 0 and n_groups * cells_per_sample(cap) ** n_slots > budget:
         cap -= 1
     return cap
 
@@ -151,13 +152,13 @@ class HistogramLayout:
         return np.tile(samples, self.width)
 
 
-def histogram_layout(n_samples: int, width: int = 1) -> HistogramLayout:
+def histogram_layout(n_samples: int, width: int = 1, budget: int = HISTOGRAM_CELL_BUDGET) -> HistogramLayout:
     """Joint over the samples when a cap of at least 1 fits the budget (for single bins: at
     least 3), otherwise per sample."""
-    cap = _largest_cap(width * n_samples, 1)
+    cap = _largest_cap(width * n_samples, 1, budget)
     if cap >= (3 if width == 1 else 1):
         return HistogramLayout(n_samples, width, cap, True)
-    return HistogramLayout(n_samples, width, _largest_cap(width, n_samples), False)
+    return HistogramLayout(n_samples, width, max(_largest_cap(width, n_samples, budget), 1), False)
 
 
 @dataclass(frozen=True)

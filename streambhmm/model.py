@@ -11,9 +11,10 @@ import numpy as np
 from . import recovery
 from .checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems, stationary_weights
 from .moments import Moments, compute_moments
-from .spectral import decompose
+from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
+TRIPLES_PER_PARAMETER = 10  # fewer data cannot pin the parameters down
 METHYLATION_RECOVERY = ("ratio", "paper")
 
 
@@ -84,10 +85,12 @@ class SpectralBinomialHMM:
             raise ValueError(f"moments use n_bins={moments.n_bins} but the model has n_bins={self.n_bins}")
         self._check_params(moments.n_samples)
         m = self.n_components
-        if moments.n_triples < m:
+        n_parameters = m * moments.n_samples + m * (m - 1)
+        if moments.n_triples < TRIPLES_PER_PARAMETER * n_parameters:
             raise ValueError(
-                f"too few triples: {moments.n_triples} consecutive triples cannot support "
-                f"{m} states (the moment matrices have rank at most the number of triples)"
+                f"too few data for {m} states: {moments.n_triples:,} triples of bins for {n_parameters} parameters "
+                f"(levels and transitions); at least {TRIPLES_PER_PARAMETER} triples per parameter are needed. "
+                f"Use fewer states, or more data."
             )
         rng = np.random.default_rng(self.random_state)
         ftd, clipped = self._ftd(moments, rng)
@@ -103,26 +106,32 @@ class SpectralBinomialHMM:
         return self
 
     def _ftd(self, moments: Moments, rng):
-        """The paper's estimate ((levels, transmat), clipped levels), or (None, None) when
-        the spectrum check refuses and the method does not need it."""
+        """The paper's estimate ((levels, transmat), clipped levels), or (None, None) when the
+        refinement should not start from it (the spectrum check refuses, or it breaks)."""
         m = self.n_components
-        dec = decompose(moments, m, rng, n_restarts=self.n_restarts, n_iter=self.n_iter,
-                        check_spectrum=self.check_spectrum and self.method == "ftd")
-        self.spectrum_supported_ = dec.whitened.refusal is None
-        self.spectrum_ = dec.whitened.p13_singular_values
-        self.noise_level_ = dec.whitened.noise_floor
-        observation = recovery.normalize_observation(dec.observation, moments.n_samples)
-        self.observation_ = observation
-        if self.methylation_recovery == "ratio":
-            levels, clipped = recovery.methylation_ratio(observation, dec.whitened.s3, moments)
-        else:
-            levels, clipped = recovery.methylation_paper(observation, moments)
-        transmat, _ = recovery.transitions(observation, moments)
-        if self.method == "ftd":
-            return (levels, transmat), clipped
-        usable = np.isfinite(levels).all() and np.isfinite(transmat).all()
-        if not usable or (self.check_spectrum and not self.spectrum_supported_):
+        wh = whiten(moments, m, check_spectrum=False)
+        self.spectrum_, self.noise_level_ = wh.p13_singular_values, wh.noise_floor
+        self.spectrum_supported_ = wh.refusal is None
+        if self.check_spectrum and wh.refusal is not None:
+            if self.method == "ftd":
+                raise SpectrumError(wh.refusal)
             return None, None  # the refinement starts from the other starts only
+        try:
+            dec = decompose(moments, m, rng, n_restarts=self.n_restarts, n_iter=self.n_iter, whitened=wh)
+            observation = recovery.normalize_observation(dec.observation, moments.n_samples)
+            if self.methylation_recovery == "ratio":
+                levels, clipped = recovery.methylation_ratio(observation, dec.whitened.s3, moments)
+            else:
+                levels, clipped = recovery.methylation_paper(observation, moments)
+            transmat, _ = recovery.transitions(observation, moments)
+        except np.linalg.LinAlgError:  # the decomposition broke down numerically
+            if self.method != "ftd":
+                return None, None
+            levels = np.full((m, moments.n_samples), np.nan)
+            transmat, clipped, observation = np.full((m, m), np.nan), None, None
+        self.observation_ = observation
+        if self.method != "ftd" and not (np.isfinite(levels).all() and np.isfinite(transmat).all()):
+            return None, None
         return (levels, transmat), clipped
 
     def _refine(self, moments: Moments, ftd, rng) -> None:

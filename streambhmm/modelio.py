@@ -7,6 +7,7 @@ import json
 import numpy as np
 
 from . import __version__
+from .checks import validate_parameters
 from .storage import Location
 
 MODEL_FORMAT = "streambhmm-model"
@@ -39,27 +40,52 @@ def write_json(path, document: dict) -> None:
 
 
 def read_model(path) -> dict:
-    with open(path) as fh:
-        document = json.load(fh)
-    if document.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{path}: not a streambhmm model (format {document.get('format')!r})")
-    if int(document.get("version", 0)) > MODEL_VERSION:
-        raise ValueError(f"{path}: model version {document['version']} is newer than this streambhmm supports")
+    """The model document at ``path``, validated: every problem raises ValueError naming the
+    file (malformed JSON, wrong format or version, missing keys, parameters of the wrong
+    shape, not finite, outside [0, 1] or not normalized)."""
+    try:
+        with open(path) as fh:
+            document = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a valid model file: malformed JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a valid model file: not UTF-8 text") from None
+    if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path}: not a streambhmm model (format {found!r})")
+    version = document.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"{path}: the model's version must be an integer, got {version!r}")
+    if version > MODEL_VERSION:
+        raise ValueError(f"{path}: model version {version} is newer than this streambhmm supports")
     missing = [k for k in MODEL_KEYS if k not in document]
     if missing:
         raise ValueError(f"{path}: model lacks {', '.join(missing)}")
+    samples = document["samples"]
+    if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
+            or len(set(samples)) != len(samples):
+        raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
+    feature = document["feature"]
+    if not isinstance(feature, dict) or not isinstance(feature.get("n_bins"), int) or feature["n_bins"] < 1:
+        raise ValueError(f"{path}: feature must name n_bins, a positive integer; got {feature!r:.200}")
+    n_states = document["n_states"]
+    if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 1:
+        raise ValueError(f"{path}: n_states must be a positive integer, got {n_states!r}")
+    p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
+                                  n_samples=len(samples), source=str(path))
+    if p.shape[0] != n_states:
+        raise ValueError(f"{path}: n_states is {n_states} but methylation lists {p.shape[0]} states")
     return document
 
 
-def hmm_from_model(document: dict):
-    """A BinomialHMM with the model's parameters (for scoring and decoding)."""
+def hmm_from_model(document: dict, source: str = "model"):
+    """A BinomialHMM with the model's (validated) parameters, for scoring and decoding."""
     from .hmm import BinomialHMM
 
+    p, a, start = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
+                                      n_samples=len(document["samples"]), source=source)
     hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]))
-    hmm.startprob_ = np.asarray(document["startprob"], dtype=np.float64)
-    hmm.transmat_ = np.asarray(document["transmat"], dtype=np.float64)
-    hmm.methylation_ = np.asarray(document["methylation"], dtype=np.float64)
-    hmm._check(len(document["samples"]))
+    hmm.startprob_, hmm.transmat_, hmm.methylation_ = start, a, p
     return hmm
 
 
@@ -73,4 +99,4 @@ def model_for_store(store, model):
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
-    return counts, document, hmm_from_model(document)
+    return counts, document, hmm_from_model(document, str(model))

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import _kernels
-from .features import FeatureTable, cells_per_sample, encode, histogram_layout, thinning
+from .features import HISTOGRAM_CELL_BUDGET, FeatureTable, cells_per_sample, encode, histogram_layout, thinning
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
@@ -61,14 +61,19 @@ class Moments:
     bin_histogram: np.ndarray
     pair_histogram: np.ndarray
     sq_norm_13: float = 0.0
+    histogram_budget: int = HISTOGRAM_CELL_BUDGET  # sets the histograms' caps (features.histogram_layout)
 
     @property
     def dim(self) -> int:
         """Feature dimension S * D."""
         return self.n_samples * self.n_bins
 
+    def histogram_layout(self, width: int):
+        """The layout of ``bin_histogram`` (width 1) or ``pair_histogram`` (width 2)."""
+        return histogram_layout(self.n_samples, width, self.histogram_budget)
+
     @classmethod
-    def zeros(cls, n_samples: int, n_bins: int) -> "Moments":
+    def zeros(cls, n_samples: int, n_bins: int, histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> "Moments":
         sd = n_samples * n_bins
         return cls(
             n_samples=n_samples,
@@ -82,16 +87,18 @@ class Moments:
             b_coverage=np.zeros((n_samples, sd)),
             inv_coverage=np.zeros(n_samples),
             coverage_histogram=np.zeros((n_samples, 1)),
-            bin_histogram=np.zeros(histogram_layout(n_samples, 1).shape),
-            pair_histogram=np.zeros(histogram_layout(n_samples, 2).shape),
+            bin_histogram=np.zeros(histogram_layout(n_samples, 1, histogram_budget).shape),
+            pair_histogram=np.zeros(histogram_layout(n_samples, 2, histogram_budget).shape),
+            histogram_budget=histogram_budget,
         )
 
     def check_compatible(self, other: "Moments") -> None:
-        if (self.n_samples, self.n_bins) != (other.n_samples, other.n_bins):
+        mine = (self.n_samples, self.n_bins, self.histogram_budget)
+        theirs = (other.n_samples, other.n_bins, other.histogram_budget)
+        if mine != theirs:
             raise ValueError(
                 "cannot combine moments with different feature settings: "
-                f"(n_samples={self.n_samples}, n_bins={self.n_bins}) vs "
-                f"(n_samples={other.n_samples}, n_bins={other.n_bins})"
+                f"(n_samples, n_bins, histogram_budget) = {mine} vs {theirs}"
             )
 
     def __add__(self, other: "Moments") -> "Moments":
@@ -104,6 +111,7 @@ class Moments:
             n_bins=self.n_bins,
             n_triples=self.n_triples + other.n_triples,
             sq_norm_13=self.sq_norm_13 + other.sq_norm_13,
+            histogram_budget=self.histogram_budget,
             **arrays,
         )
 
@@ -115,7 +123,8 @@ class Moments:
 
     def allclose(self, other: "Moments", rtol: float = 1e-10) -> bool:
         """Equal up to float rounding, relative to each array's largest entry."""
-        if (self.n_samples, self.n_bins, self.n_triples) != (other.n_samples, other.n_bins, other.n_triples):
+        if (self.n_samples, self.n_bins, self.n_triples, self.histogram_budget) != \
+                (other.n_samples, other.n_bins, other.n_triples, other.histogram_budget):
             return False
         for name in _ARRAY_FIELDS + ("sq_norm_13",):
             a, b = np.asarray(getattr(self, name)), np.asarray(getattr(other, name))
@@ -159,7 +168,7 @@ class Moments:
                     f"{MOMENTS_VERSION} fits with; compute the moments again"
                 )
             values = {f.name: data[f.name] for f in fields(cls)}
-        for name in ("n_samples", "n_bins", "n_triples"):
+        for name in ("n_samples", "n_bins", "n_triples", "histogram_budget"):
             values[name] = int(values[name])
         values["sq_norm_13"] = float(values["sq_norm_13"])
         return cls(**values)
@@ -168,7 +177,7 @@ class Moments:
 def weighted_sum(parts: list[Moments], weights) -> Moments:
     """sum_i weights[i] * parts[i] (bootstrap resampling of partials)."""
     first = parts[0]
-    out = Moments.zeros(first.n_samples, first.n_bins)
+    out = Moments.zeros(first.n_samples, first.n_bins, first.histogram_budget)
     width = max(p.coverage_histogram.shape[1] for p in parts)
     out.coverage_histogram = np.zeros((first.n_samples, width))
     for w, part in zip(weights, parts):
@@ -202,11 +211,12 @@ def coverage_histogram(features: FeatureTable, bins: np.ndarray) -> np.ndarray:
     return out
 
 
-def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int) -> np.ndarray:
+def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
+                      budget: int = HISTOGRAM_CELL_BUDGET) -> np.ndarray:
     """The thinned histogram (features.histogram_layout) of the tuples of ``width``
     consecutive bins starting at ``first``."""
     n_samples = features.codes.shape[1]
-    layout = histogram_layout(n_samples, width)
+    layout = histogram_layout(n_samples, width, budget)
     thin = thinning(features.coverage, features.methylated, layout.cap)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
     out = np.zeros(layout.shape)

@@ -25,11 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import zarr
+from scipy import sparse
 
 from . import __version__
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats
+from .features import BLOCK_CELL_BUDGET, HISTOGRAM_CELL_BUDGET
 from .modelio import write_json
 from .moments import _ARRAY_FIELDS, Moments
-from .pipeline import DEFAULT_SPLIT_EVERY, _kept, add_moments, chunk_tasks, kept_partial, select_samples, tree_reduce
+from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, _kept, add_moments, chunk_tasks, kept_partial,
+                       select_samples, tree_reduce)
 from .storage import Location
 from .store import CountsStore, locked, staging_path
 
@@ -42,22 +46,45 @@ class MomentStoreError(ValueError):
     """A moment store that is incomplete, corrupted, incompatible or too new."""
 
 
-def feature_settings(n_bins: int, samples) -> dict:
-    return {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples)}
+def feature_settings(n_bins: int, samples, block_size: int = DEFAULT_BLOCK_SIZE) -> dict:
+    """Everything a partial depends on besides the counts (part of its digest)."""
+    return {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples), "block_size": int(block_size),
+            "histogram_budget": HISTOGRAM_CELL_BUDGET, "block_histogram_budget": BLOCK_CELL_BUDGET}
 
 
-def moments_sha256(moments: Moments) -> str:
+def _feature(settings: dict) -> dict:
+    """The manifest's "feature": the settings without the samples."""
+    return {k: v for k, v in settings.items() if k != "samples"}
+
+
+def partial_sha256(partial: ChunkPartial) -> str:
+    """Checksum of a partial's moments and block statistics."""
+    moments = partial.moments
     digest = hashlib.sha256()
-    digest.update(f"{moments.n_samples},{moments.n_bins},{moments.n_triples},{moments.sq_norm_13!r}".encode())
+    digest.update(f"{moments.n_samples},{moments.n_bins},{moments.n_triples},{moments.sq_norm_13!r},"
+                  f"{moments.histogram_budget}".encode())
     for name in _ARRAY_FIELDS:
         digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
+    for name, value in _block_arrays(partial.blocks).items():
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
     return digest.hexdigest()
 
 
-def chunk_digest(halo, meth: np.ndarray, cov: np.ndarray, settings: dict) -> str:
+def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
+    """A partial's block statistics as named arrays (sparse histograms by their CSR parts)."""
+    arrays = {f"block_{name}": getattr(blocks, name) for name in BlockStats.ARRAYS}
+    for name in BlockStats.HISTOGRAMS:
+        matrix = getattr(blocks, name)
+        arrays.update({f"block_{name}_data": matrix.data, f"block_{name}_indices": matrix.indices.astype(np.int64),
+                       f"block_{name}_indptr": matrix.indptr.astype(np.int64)})
+    return arrays
+
+
+def chunk_digest(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, settings: dict) -> str:
     """Digest of exactly what a chunk's partial depends on."""
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for arr in (halo[0], halo[1], meth, cov):
+    for arr in (*halo, meth, cov, positions):
         digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
         digest.update(b"|")
     return digest.hexdigest()
@@ -67,16 +94,19 @@ def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 
 
-def write_partial(path: Location, moments: Moments, attrs: dict, sha256: str) -> None:
+def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: str) -> None:
     """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
     path.parent.mkdir()
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
     group = zarr.open_group(tmp.url, mode="w", zarr_format=3)
-    for name in _ARRAY_FIELDS:
-        data = np.asarray(getattr(moments, name), dtype=np.float64)
-        group.create_array(name, data=data, chunks=data.shape or None)
+    moments, blocks = partial.moments, partial.blocks
+    arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in _ARRAY_FIELDS}
+    for name, data in {**arrays, **_block_arrays(blocks)}.items():
+        group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
     group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
                         "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
+                        "histogram_budget": moments.histogram_budget, "chromosome_of_blocks": blocks.chromosome,
+                        "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
                         "sha256": sha256})
     try:
         tmp.rename(path)
@@ -84,7 +114,7 @@ def write_partial(path: Location, moments: Moments, attrs: dict, sha256: str) ->
         tmp.rmtree()
 
 
-def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[Moments, str]:
+def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[ChunkPartial, str]:
     """Read and verify one partial, returning it and its checksum; any damage raises
     MomentStoreError naming it."""
     try:
@@ -92,34 +122,42 @@ def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[Mo
         attrs = dict(group.attrs)
         arrays = {name: group[name][...] for name in _ARRAY_FIELDS}
         moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
-                          n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]), **arrays)
+                          n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]),
+                          histogram_budget=int(attrs["histogram_budget"]), **arrays)
+        histograms = [sparse.csr_matrix(tuple(group[f"block_{name}_{part}"][...] for part in ("data", "indices", "indptr")),
+                                        shape=tuple(shape))
+                      for name, shape in zip(BlockStats.HISTOGRAMS, attrs["block_histogram_shapes"])]
+        blocks = BlockStats(attrs["chromosome_of_blocks"], moments.n_samples, moments.n_bins,
+                            *(group[f"block_{name}"][...] for name in BlockStats.ARRAYS), *histograms)
+        partial = ChunkPartial(moments, blocks)
     except Exception as exc:  # noqa: BLE001 - any failure to read is damage to report
         raise MomentStoreError(f"partial {path} is unreadable or truncated ({type(exc).__name__}: {exc})") from None
-    actual = moments_sha256(moments)
+    actual = partial_sha256(partial)
     if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
         raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
-    return moments, actual
+    return partial, actual
 
 
-def persisted_partial(halo, meth, cov, n_bins: int, settings: dict, root: str, chrom: str, chunk: int) -> dict:
+def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, root: str, chrom: str,
+                      chunk: int) -> dict:
     """Chunk task: reuse the partial with this chunk's digest, or compute and write it."""
-    kept_meth, kept_cov = _kept(meth, cov)
-    digest = chunk_digest(halo, kept_meth, kept_cov, settings)
+    kept_meth, kept_cov, kept_positions = _kept(meth, cov, positions)
+    digest = chunk_digest(halo, kept_meth, kept_cov, kept_positions, settings)
     rel = partial_relpath(chrom, chunk, digest)
     path = Location.of(root) / rel
     reused = False
     if path.exists():
         try:
-            moments, sha256 = read_partial(path)
+            partial, sha256 = read_partial(path)
             reused = True
         except MomentStoreError:
             path.rmtree()  # damaged: compute it again
     if not reused:
-        moments = kept_partial(halo, kept_meth, kept_cov, n_bins)
-        sha256 = moments_sha256(moments)
-        write_partial(path, moments, {"chromosome": chrom, "chunk": chunk, "digest": digest}, sha256)
+        partial = kept_partial(halo, kept_meth, kept_cov, kept_positions, n_bins, chrom, settings["block_size"])
+        sha256 = partial_sha256(partial)
+        write_partial(path, partial, {"chromosome": chrom, "chunk": chunk, "digest": digest}, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
-            "n_triples": moments.n_triples, "sha256": sha256, "reused": reused}
+            "n_triples": partial.moments.n_triples, "sha256": sha256, "reused": reused}
 
 
 @dataclass(frozen=True)
@@ -139,11 +177,10 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
         manifest = read_manifest(root)
         have = {**manifest["feature"], "samples": manifest["samples"]}
         if have != settings:
-            raise MomentStoreError(
-                f"{root}: mismatched feature settings: the moment store has n_bins={have['n_bins']}, "
-                f"samples {','.join(have['samples'])}; this run asks for n_bins={settings['n_bins']}, "
-                f"samples {','.join(settings['samples'])}. Use another --output."
-            )
+            differ = ", ".join(f"{k} {have.get(k)} (this run: {settings.get(k)})"
+                               for k in settings if have.get(k) != settings[k])
+            raise MomentStoreError(f"{root}: mismatched feature settings: the moment store has {differ}. "
+                                   f"Use another --output.")
         return
     if root.children():
         raise MomentStoreError(f"{root} exists and is not a moment store")
@@ -156,8 +193,7 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
 def _init_store(path: Location, settings: dict, source: dict) -> None:
     group = zarr.open_group(path.url, mode="w", zarr_format=3)
     group.attrs.update({"format": MOMENT_STORE_FORMAT, "format_version": MOMENT_STORE_VERSION,
-                        "feature": {"kind": "beta", "n_bins": settings["n_bins"]},
-                        "samples": settings["samples"]})
+                        "feature": _feature(settings), "samples": settings["samples"]})
     write_json(path / MANIFEST, _manifest(settings, [], False, source))
 
 
@@ -166,7 +202,7 @@ def _manifest(settings: dict, entries: list[dict], complete: bool, source: dict)
     return {
         "format": MOMENT_STORE_FORMAT,
         "format_version": MOMENT_STORE_VERSION,
-        "feature": {"kind": "beta", "n_bins": settings["n_bins"]},
+        "feature": _feature(settings),
         "samples": settings["samples"],
         "complete": complete,
         "chromosomes": chromosomes,
@@ -180,11 +216,15 @@ def _manifest(settings: dict, entries: list[dict], complete: bool, source: dict)
 
 
 def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = 30,
-                        progress=lambda done, total: None) -> UpdateReport:
-    """Bring the moment store ``output`` up to date with the counts store ``store``."""
+                        progress=lambda done, total: None, block_size: int | None = None) -> UpdateReport:
+    """Bring the moment store ``output`` up to date with the counts store ``store``.
+    ``block_size`` defaults to the existing store's, or DEFAULT_BLOCK_SIZE for a new one."""
     samples = select_samples(store, samples)
-    settings = feature_settings(n_bins, samples)
     root = Location.of(output)
+    if block_size is None:
+        existing = read_manifest(root)["feature"] if (root / MANIFEST).exists() else {}
+        block_size = existing.get("block_size", DEFAULT_BLOCK_SIZE)
+    settings = feature_settings(n_bins, samples, block_size)
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
@@ -242,7 +282,7 @@ def read_manifest(root) -> dict:
     return manifest
 
 
-def load_partials(root) -> tuple[list[Moments], dict]:
+def load_partials(root) -> tuple[list[ChunkPartial], dict]:
     """Every partial in plan order, verified, and the manifest."""
     root = Location.of(root)
     manifest = read_manifest(root)
@@ -270,7 +310,7 @@ def load_total(root, split_every: int = DEFAULT_SPLIT_EVERY) -> tuple[Moments, d
     partials, manifest = load_partials(root)
     if not partials:
         raise MomentStoreError(f"{root} holds no partials")
-    return tree_reduce(partials, add_moments, split_every), manifest
+    return tree_reduce([p.moments for p in partials], add_moments, split_every), manifest
 
 
 def merge_moment_stores(inputs, output) -> dict:

@@ -2,18 +2,22 @@
 
 Each chromosome is one sequence of the bins where some selected sample has coverage.
 The task for chunk i sums the triples whose last bin lies in chunk i, so it needs the
-last two kept bins before the chunk (the halo). The halo is passed along the chromosome
-by a chain of tiny tasks (``chunk_tail``); it never crosses into another chromosome.
-The partial sums are added in a tree with fan-in ``split_every``.
+last two kept bins before the chunk (the halo: their counts and positions). The halo is
+passed along the chromosome by a chain of tiny tasks (``chunk_tail``); it never crosses
+into another chromosome. Besides the Moments, each task keeps the statistics of the
+genomic blocks its triples fall in (streambhmm.blocks). The partial sums are added in a
+tree with fan-in ``split_every``.
 """
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import dask
 import numpy as np
 
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, block_stats
 from .features import encode
 from .moments import Moments, moments_from_features
 from .store import CountsStore
@@ -21,30 +25,48 @@ from .store import CountsStore
 DEFAULT_SPLIT_EVERY = 8
 
 
-def _kept(methylated: np.ndarray, coverage: np.ndarray):
-    """Rows where some sample has coverage, as int64."""
+def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
+    """Rows where some sample has coverage, as int64 (and their positions, when given)."""
     keep = coverage.sum(axis=1) > 0
-    return methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+    kept = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+    return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
 
 
-def chunk_tail(previous, methylated, coverage):
-    """The last two kept bins up to the end of this chunk: the next chunk's halo."""
-    meth, cov = _kept(methylated, coverage)
-    return np.concatenate([previous[0], meth])[-2:], np.concatenate([previous[1], cov])[-2:]
+def empty_halo(n_samples: int):
+    return np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64), np.zeros(0, np.int64)
 
 
-def chunk_partial(halo, methylated, coverage, n_bins: int) -> Moments:
+def chunk_tail(previous, methylated, coverage, positions):
+    """The last two kept bins (counts and positions) up to the end of this chunk: the next
+    chunk's halo."""
+    kept = _kept(methylated, coverage, positions)
+    return tuple(np.concatenate([before, now])[-2:] for before, now in zip(previous, kept))
+
+
+@dataclass(frozen=True)
+class ChunkPartial:
+    """A chunk's triple sums and its blocks' statistics."""
+
+    moments: Moments
+    blocks: BlockStats
+
+
+def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome: str = "",
+                  block_size: int = DEFAULT_BLOCK_SIZE) -> ChunkPartial:
     """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
-    return kept_partial(halo, *_kept(methylated, coverage), n_bins)
+    return kept_partial(halo, *_kept(methylated, coverage, positions), n_bins, chromosome, block_size)
 
 
-def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, n_bins: int) -> Moments:
+def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, n_bins: int,
+                 chromosome: str, block_size: int) -> ChunkPartial:
     """:func:`chunk_partial` of rows already reduced to the kept bins."""
-    meth = np.concatenate([halo[0], meth])
-    cov = np.concatenate([halo[1], cov])
-    if meth.shape[0] < 3:
-        return Moments.zeros(meth.shape[1], n_bins)
-    return moments_from_features(encode(meth, cov, n_bins), np.array([meth.shape[0]]))
+    meth, cov, positions = (np.concatenate([before, now]) for before, now in zip(halo, (meth, cov, positions)))
+    features = encode(meth, cov, n_bins)
+    n_triples = max(meth.shape[0] - 2, 0)
+    moments = (moments_from_features(features, np.array([meth.shape[0]])) if n_triples
+               else Moments.zeros(meth.shape[1], n_bins))
+    blocks = block_stats(chromosome, features, np.arange(n_triples), positions, block_size)
+    return ChunkPartial(moments, blocks)
 
 
 def add_moments(*parts: Moments) -> Moments:
@@ -70,7 +92,7 @@ def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
 @dataclass(frozen=True)
 class MomentsGraph:
     total: object  # dask Delayed -> Moments
-    partials: list  # dask Delayed -> Moments, one per chunk, in summation order
+    partials: list  # dask Delayed -> ChunkPartial, one per chunk, in summation order
     samples: list[str]
     chromosomes: list[str]
     n_chunks: int
@@ -88,34 +110,35 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
 
 
 def chunk_tasks(store: CountsStore, samples: list[str], task, *args) -> list:
-    """One delayed ``task(halo, methylated, coverage, *args, chrom, chunk)`` per chunk, in
-    chromosome and chunk order; each chunk's halo comes from a chain of ``chunk_tail``
-    tasks within its chromosome."""
-    empty = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
+    """One delayed ``task(halo, methylated, coverage, positions, *args, chrom, chunk)`` per
+    chunk, in chromosome and chunk order; each chunk's halo comes from a chain of
+    ``chunk_tail`` tasks within its chromosome."""
     tasks = []
     for chrom in store.chromosomes:
         ds = store.dataset(chrom).sel(sample=samples)
-        blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0])
-        halo = empty
-        for chunk, (meth, cov) in enumerate(blocks):
-            tasks.append(dask.delayed(task, pure=True)(halo, meth, cov, *args, chrom, chunk))
-            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov)
+        blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0],
+                     ds.position.data.to_delayed())
+        halo = empty_halo(len(samples))
+        for chunk, (meth, cov, pos) in enumerate(blocks):
+            tasks.append(dask.delayed(task, pure=True)(halo, meth, cov, pos, *args, chrom, chunk))
+            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov, pos)
     return tasks
 
 
-def _chunk_partial_task(halo, methylated, coverage, n_bins, chrom, chunk) -> Moments:
-    return chunk_partial(halo, methylated, coverage, n_bins)
+def _chunk_partial_task(halo, methylated, coverage, positions, n_bins, block_size, chrom, chunk) -> ChunkPartial:
+    return chunk_partial(halo, methylated, coverage, positions, n_bins, chrom, block_size)
 
 
-def moments_graph(store: CountsStore, samples=None, n_bins: int = 30,
-                  split_every: int = DEFAULT_SPLIT_EVERY) -> MomentsGraph:
+def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
+                  block_size: int = DEFAULT_BLOCK_SIZE) -> MomentsGraph:
     """Build (without computing) the graph of the store's moments."""
     samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins)
+    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins, block_size)
     if not partials:
         total = dask.delayed(Moments.zeros)(len(samples), n_bins)
     else:
-        total = tree_sum(partials, split_every)
+        total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
+                         split_every)
     return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=store.chromosomes,
                         n_chunks=len(partials))
 

@@ -39,7 +39,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit, gammaln
 
-from .features import decode_cells, histogram_layout
+from .features import decode_cells
 from .moments import Moments
 
 LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
@@ -149,7 +149,7 @@ class _Histogram:
 
     def __init__(self, moments: Moments, width: int):
         hist = moments.bin_histogram if width == 1 else moments.pair_histogram
-        self.layout = histogram_layout(moments.n_samples, width)
+        self.layout = moments.histogram_layout(width)
         self.width = width
         self.total = float(moments.n_triples)
         self.rows = []  # (slot samples, weights (n,), table offsets, index (n, slots), cov, meth, coef)
@@ -222,7 +222,10 @@ class Objective:
     """The criterion of the module docstring for one Moments, with its gradient. Build it
     once; it serves every number of states and every start."""
 
-    def __init__(self, moments: Moments, weights: Weights = Weights(), grid_points: int = GRID_POINTS):
+    def __init__(self, moments: Moments, weights: Weights = Weights(), grid_points: int = GRID_POINTS,
+                 features: list[ExpectedFeatures] | None = None):
+        """``features``: the ExpectedFeatures of another Objective with the same coverage
+        histograms (they are the costly part), e.g. for bootstrap replicates."""
         if moments.n_triples < 1:
             raise ValueError("no triples: the moments are empty")
         self.moments = moments
@@ -238,7 +241,8 @@ class Objective:
         if weights.feature_triples:
             emp = moments.p123 / n
             self.triples = (emp, *_kl_blocks(emp, self.n_samples))
-        self.features = [ExpectedFeatures(row, self.n_bins, grid_points) for row in moments.coverage_histogram]
+        self.features = features or [ExpectedFeatures(row, self.n_bins, grid_points)
+                                     for row in moments.coverage_histogram]
         self.histograms = [(weight, _Histogram(moments, width))
                            for width, weight in ((1, weights.single_bins), (2, weights.bin_pairs)) if weight]
 
@@ -255,6 +259,11 @@ class Objective:
         u = x[m * self.n_samples:].reshape(m, m)
         a = np.exp(u - u.max(axis=1, keepdims=True))
         return levels, a / a.sum(axis=1, keepdims=True)
+
+    def parameters(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(levels, transmat, stationary distribution) of a parameter vector."""
+        levels, transmat = self.unpack(x, m)
+        return levels, transmat, stationary(transmat)[0]
 
     def bounds(self, m: int) -> list[tuple[float, float]]:
         return [(-LEVEL_BOUND, LEVEL_BOUND)] * (m * self.n_samples) + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * (m * m)

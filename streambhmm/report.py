@@ -21,7 +21,6 @@ import numpy as np
 
 from .evaluate import differential_states
 from .modelio import model_for_store
-from .simulate import stationary_distribution
 from .store import replace_store
 
 REGION_BINS = 500  # default track width, in bins
@@ -127,9 +126,9 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
 def model_spectrum(counts, document, client, moments=None) -> dict:
     """P13's leading singular values and the spectrum check's noise level, from a moment
     store with the model's samples and D if given, else from one moment pass on Dask."""
-    from .model import SpectralBinomialHMM
     from .momentstore import load_total
     from .pipeline import moments_graph
+    from .spectral import whiten
 
     n_bins = int(document["feature"]["n_bins"])
     if moments is not None:
@@ -141,8 +140,9 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
     else:
         total = client.compute(moments_graph(counts, document["samples"], n_bins=n_bins).total).result()
     m = int(document["n_states"])
-    est = SpectralBinomialHMM(m, n_bins=n_bins, check_spectrum=False).fit_moments(total)
-    return {"p13_singular_values": est.spectrum_[:max(2 * m, m + 6)].tolist(), "noise_level": est.noise_level_}
+    spectrum = whiten(total, m, check_spectrum=False)
+    return {"p13_singular_values": spectrum.p13_singular_values[:max(2 * m, m + 6)].tolist(),
+            "noise_level": spectrum.noise_floor}
 
 
 def _default_region(counts) -> Region:
@@ -332,7 +332,7 @@ def _versions() -> dict:
 def render_page(counts, document, model_path, hmm, decoded, figures, region, max_gap, differential, timings) -> str:
     e = html.escape
     samples = document["samples"]
-    weight = stationary_distribution(hmm.transmat_)
+    weight = hmm.startprob_  # the model's weights, as in its JSON and fit's table
     occupancy = decoded.state_bins / max(decoded.n_bins, 1)
     head = "".join(f"<th>{e(s)}</th>" for s in samples)
     rows = []

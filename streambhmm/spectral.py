@@ -145,9 +145,11 @@ class Decomposition:
 
 
 def decompose(moments: Moments, n_components: int, rng: np.random.Generator,
-              n_restarts: int = 30, n_iter: int = 50, check_spectrum: bool = True) -> Decomposition:
-    """Estimate C = E[F(x) | h] (columns) from the moments."""
-    wh = whiten(moments, n_components, check_spectrum=check_spectrum)
+              n_restarts: int = 30, n_iter: int = 50, check_spectrum: bool = True,
+              whitened: Whitened | None = None) -> Decomposition:
+    """Estimate C = E[F(x) | h] (columns) from the moments (``whitened``: their whitening,
+    if already computed)."""
+    wh = whitened or whiten(moments, n_components, check_spectrum=check_spectrum)
     lambdas, vectors = tensor_power_method(wh.tensor, rng, n_restarts=n_restarts, n_iter=n_iter)
     observation = np.linalg.pinv(wh.whitening.T) @ (vectors.T * lambdas)
     return Decomposition(whitened=wh, eigenvalues=lambdas, observation=observation)

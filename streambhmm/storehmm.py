@@ -176,6 +176,7 @@ class StoreEMResult:
     history: list
     seconds_per_iteration: float
     converged: bool
+    n_bins: float  # covered bins fitted: transitions + sequences
 
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
@@ -188,15 +189,18 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     samples = select_samples(store, samples)
     hmm._check(len(samples))
     start = time.perf_counter()
+    last = []
 
     def e_step():
-        return client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
+        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
+        last[:] = [stats]
+        return stats
 
     history = run_em(hmm, e_step, n_iter, rel_tol, report)
     hmm.n_features_in_ = len(samples)
     hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
-                         has_converged(history, rel_tol))
+                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()))
 
 
 # -- decoding -------------------------------------------------------------------------------
@@ -357,7 +361,8 @@ def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: lis
 def _write_runs(bed, chrom, runs: Runs | None, methylation) -> int:
     if runs is None or not len(runs):
         return 0
-    score = np.rint(1000 * runs.posterior_sum / runs.n_bins).astype(np.int64)
+    # the mean posterior of the run's state, as a BED score: an integer in 0..1000
+    score = np.clip(np.rint(1000 * runs.posterior_sum / runs.n_bins), 0, 1000).astype(np.int64)
     for start, end, state, s in zip(runs.start, runs.end, runs.state, score):
         levels = "\t".join(f"{v:.4f}" for v in methylation[state])
         bed.write(f"{chrom}\t{start}\t{end}\t{state}\t{s}\t{levels}\n")

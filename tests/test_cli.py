@@ -47,8 +47,8 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
     assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == MODEL_KEYS
-    assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "ftd"
+    assert tuple(doc) == (*MODEL_KEYS, "moment_loss")
+    assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
     assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
     assert doc["feature"] == {"kind": "beta", "n_bins": 30}
     np.testing.assert_allclose(np.sum(doc["transmat"], axis=1), 1.0)
@@ -94,9 +94,12 @@ def test_unknown_and_mixed_formats_exit_nonzero(tmp_path):
 def test_fit_refuses_unsupported_states(tmp_path, dask_clients):
     store = tmp_path / "counts.zarr"
     run("ingest", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz", "--sample", "IMR90", "--store", store)
-    r = run("fit", store, "--states", "25", "--output", tmp_path / "m.json", "-q",
-            "--scheduler", dask_clients[0].scheduler.address)
-    assert r.exit_code != 0 and "do not support 25 states" in r.output
+    scheduler = dask_clients[0].scheduler.address
+    r = run("fit", store, "--states", "8", "--method", "ftd", "--output", tmp_path / "m.json", "-q",
+            "--scheduler", scheduler)
+    assert r.exit_code != 0 and "do not support 8 states" in r.output
+    r = run("fit", store, "--states", "25", "--output", tmp_path / "m.json", "-q", "--scheduler", scheduler)
+    assert r.exit_code != 0 and "too few data for 25 states: 1,560 triples of bins for 625 parameters" in r.output
     assert not (tmp_path / "m.json").exists()
 
 
@@ -181,19 +184,19 @@ def test_em_refuses_a_moment_store_and_a_foreign_model(tmp_path, dask_clients, t
     assert r.exit_code != 0 and "sample(s) Z" in r.output
 
 
-@pytest.mark.parametrize("method", ["ftd", "ftd-em"])
+@pytest.mark.parametrize("method", ["refined", "ftd-em"])
 def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, method):
     import matplotlib.image
 
     scheduler = dask_clients[1].scheduler.address
     model = tmp_path / "m.json"
-    extra = ("--bootstrap", "5") if method == "ftd" else ("--em-iter", "3")
+    extra = ("--bootstrap", "5", "--block-size", "20000") if method == "refined" else ("--em-iter", "3")
     r = run("fit", two_sample_store.path, "-m", "4", "--method", method, *extra, "-o", model, "--scheduler",
             scheduler, "-q")
     assert r.exit_code == 0, r.output
     out = tmp_path / "report"
     spectrum_source = ()
-    if method == "ftd":  # the spectrum from a moment store instead of a moment pass
+    if method == "refined":  # the spectrum from a moment store instead of a moment pass
         moments = tmp_path / "moments.zarr"
         assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", scheduler, "-q").exit_code == 0
         spectrum_source = ("--moments", moments)
@@ -203,7 +206,7 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
     page = (out / "index.html").read_text()
     referenced = re.findall(r'<img src="([^"]+)"', page)
     expected = {"methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png",
-                "bootstrap.png" if method == "ftd" else "loglik.png"}
+                "bootstrap.png" if method == "refined" else "loglik.png"}
     assert set(referenced) == expected
     for name in referenced:
         image = matplotlib.image.imread(out / name)  # a valid PNG, not an empty file

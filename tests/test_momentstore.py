@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -126,7 +127,7 @@ def moment_store(tmp_path, four_state_model, dask_clients):
     store = tmp_path / "counts.zarr"
     ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=1000)
     out = tmp_path / "moments.zarr"
-    update_moment_store(open_store(store), out, dask_clients[0])
+    update_moment_store(open_store(store), out, dask_clients[0], block_size=50_000)  # 14 blocks
     return store, out
 
 
@@ -148,11 +149,13 @@ def test_fit_from_moment_store_without_counts(tmp_path, moment_store, scheduler)
 
 def test_sweep_and_bootstrap(tmp_path, moment_store):
     _, out = moment_store
-    r = run("fit", out, "--states", "2-4", "-o", tmp_path / "model.json")
+    r = run("fit", out, "--states", "2-5", "-o", tmp_path / "model.json")
     assert r.exit_code == 0, r.output
     assert "singular values of P13" in r.output and "M = 3:" in r.output
     assert sorted(p.name for p in tmp_path.glob("model.m*.json")) == ["model.m2.json", "model.m3.json",
-                                                                      "model.m4.json"]
+                                                                      "model.m4.json", "model.m5.json"]
+    # the data hold 4 states: the held-out criterion stops improving beyond them
+    assert re.search(r"recommended: M = 4: the smallest M whose held-out criterion", r.output), r.output
     r = run("fit", out, "--states", "4", "--bootstrap", "30", "-o", tmp_path / "boot.json")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "boot.json").read_text())
@@ -162,6 +165,32 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
     point = np.array(doc["methylation"])
     assert ((ci[..., 0] - 1e-9 <= point) & (point <= ci[..., 1] + 1e-9)).mean() >= 0.75
     assert "95% CI" in r.output and "stay 95% CI" in r.output
+    assert "only 14 blocks of 50,000 bp" in r.output  # few blocks: a warning
+
+
+def test_bootstrap_intervals_have_width_on_a_store_of_one_chunk_per_chromosome(tmp_path, four_state_model,
+                                                                               dask_clients):
+    chroms = simulated_chroms(four_state_model, [4000, 3000], seed=4)
+    store = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=100_000)
+    out = tmp_path / "moments.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0], block_size=25_000)
+    assert len(json.loads((out / "manifest.json").read_text())["partials"]) == 2  # one chunk per chromosome
+    r = run("fit", out, "--states", "4", "--bootstrap", "20", "-o", tmp_path / "boot.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "boot.json").read_text())
+    width = np.diff(np.array(doc["methylation_ci"]), axis=-1)
+    assert (width > 1e-4).all()
+    assert "20 replicates of 28 blocks of 25,000 bp" in r.output
+
+
+def test_bootstrap_refuses_too_few_blocks(tmp_path, moment_store, dask_clients):
+    store, _ = moment_store
+    out = tmp_path / "coarse.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0])  # 1 Mb blocks: 2 of them
+    r = run("fit", out, "--states", "4", "--bootstrap", "20", "-o", tmp_path / "boot.json")
+    assert r.exit_code != 0 and "only 2 block(s) of 1,000,000 bp to resample" in r.output
+    assert not (tmp_path / "boot.json").exists()
 
 
 def first_partial(out):
@@ -215,7 +244,7 @@ def test_damaged_partial_is_recomputed_by_the_next_run(moment_store, dask_client
 
 def test_mismatched_settings_are_refused(moment_store, dask_clients, tmp_path):
     store, out = moment_store
-    with pytest.raises(MomentStoreError, match="mismatched feature settings.*n_bins=30.*n_bins=20"):
+    with pytest.raises(MomentStoreError, match=r"mismatched feature settings: the moment store has n_bins 30 \(this run: 20\)"):
         update_moment_store(open_store(store), out, dask_clients[0], n_bins=20)
     r = run("fit", out, "--states", "2", "--bins", "20", "-o", tmp_path / "m.json")
     assert r.exit_code != 0 and "--bins 30" in r.output

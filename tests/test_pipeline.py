@@ -82,11 +82,28 @@ def test_any_chunking_property(tmp_path_factory, four_state_model, dask_clients,
 def test_chunk_partial_counts_only_triples_ending_in_the_chunk():
     meth = np.array([[1], [2], [0], [3]])
     cov = np.array([[4], [4], [0], [5]])  # the zero-coverage row is skipped
-    halo = (np.array([[0], [1]]), np.array([[2], [2]]))
-    part = chunk_partial(halo, meth, cov, 5)
-    assert part.n_triples == 3  # halo(2) + 3 kept rows -> 5 rows -> 3 triples
+    positions = np.array([200, 300, 400, 500])
+    halo = (np.array([[0], [1]]), np.array([[2], [2]]), np.array([0, 100]))
+    part = chunk_partial(halo, meth, cov, positions, 5, "chr1", block_size=300)
+    assert part.moments.n_triples == 3  # halo(2) + 3 kept rows -> 5 rows -> 3 triples
     whole = compute_moments(np.array([0, 1, 1, 2, 3]), np.array([2, 2, 4, 4, 5]), n_bins=5)
-    assert part.allclose(whole)
+    assert part.moments.allclose(whole)
+    # middle bins at 100, 200, 300: blocks 0, 0, 1 of 300 bp
+    assert part.blocks.block.tolist() == [0, 1] and part.blocks.n_triples.tolist() == [2, 1]
+
+
+def test_blocks_add_up_to_the_chunk(four_state_model):
+    sim = simulate(four_state_model, [5000], coverage=[[30, 5]] * 4, random_state=3)
+    positions = np.arange(5000) * 100
+    empty = (np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
+    part = chunk_partial(empty, sim.methylated, sim.coverage, positions, 6, "chr1", block_size=70_000)
+    n = part.moments.n_triples
+    assert part.blocks.n_triples.sum() == n and len(part.blocks.block) == 8
+    np.testing.assert_allclose(part.blocks.p12.sum(axis=0), part.moments.p12, rtol=1e-5)
+    np.testing.assert_allclose(part.blocks.p13.sum(axis=0), part.moments.p13, rtol=1e-5)
+    for name in ("bin_histogram", "pair_histogram"):
+        # the blocks' histograms are at a coarser budget: they hold the same number of tuples
+        assert getattr(part.blocks, name).sum() == pytest.approx(n, rel=1e-5)
 
 
 def test_unknown_sample_is_named(tmp_path, four_state_model):

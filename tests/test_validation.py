@@ -49,5 +49,5 @@ def test_too_many_components_for_the_feature():
 
 def test_too_few_triples():
     # 6 bins in sequences of 4 and 2 hold 2 triples
-    with pytest.raises(ValueError, match="too few triples: 2 consecutive triples cannot support 3 states"):
+    with pytest.raises(ValueError, match="too few data for 3 states: 2 triples of bins for 9 parameters"):
         SpectralBinomialHMM(3).fit([1, 2, 3, 1, 2, 0], [5, 5, 5, 5, 5, 5], lengths=[4, 2])

@@ -1,0 +1,110 @@
+"""Statistics of fixed genomic blocks: the block bootstrap and held-out blocks.
+
+A triple belongs to the block (``block_size`` bp, 1 Mb by default) holding its middle bin,
+whatever the storage chunks. For every block a chunk touches, the moment pass keeps what the
+refinement needs, small enough to keep for every block of a genome:
+
+    n_triples, P12 and P13 (float32; P23 is taken equal to P12, as the model has it),
+    the bin and pair histograms at BLOCK_CELL_BUDGET cells (sparse, float32).
+
+Summing the statistics of resampled (or held-in) blocks gives Moments at that budget, which
+the refinement fits like any other; the coverage histogram is the whole data's, since its
+sampling noise barely moves E[F | level]. A block cut by a chunk boundary is kept in two
+parts and summed by :class:`BlockTable`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from .features import BLOCK_CELL_BUDGET, FeatureTable, histogram_layout
+from .moments import Moments, thinned_histogram
+
+DEFAULT_BLOCK_SIZE = 1_000_000
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """The blocks of one chunk of one chromosome."""
+
+    chromosome: str
+    n_samples: int
+    n_bins: int
+    block: np.ndarray  # (B,) int64: block index, position // block_size
+    n_triples: np.ndarray  # (B,) int64
+    p12: np.ndarray  # (B, SD, SD) float32
+    p13: np.ndarray  # (B, SD, SD) float32
+    bin_histogram: sparse.csr_matrix  # (B, cells) float32
+    pair_histogram: sparse.csr_matrix  # (B, cells) float32
+
+    ARRAYS = ("block", "n_triples", "p12", "p13")
+    HISTOGRAMS = ("bin_histogram", "pair_histogram")
+
+
+def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, positions: np.ndarray,
+                block_size: int) -> BlockStats:
+    """The blocks of triples starting at ``starts`` (rows of ``features``, positions in bp)."""
+    n_samples, d = features.codes.shape[1], features.n_bins
+    sd = n_samples * d
+    block_of = positions[starts + 1] // block_size
+    order = np.argsort(block_of, kind="stable")
+    starts, block_of = starts[order], block_of[order]
+    ids, first = np.unique(block_of, return_index=True)
+    bounds = np.r_[first, starts.size]
+    p12 = np.zeros((ids.size, sd, sd), np.float32)
+    p13 = np.zeros_like(p12)
+    histograms = {1: [], 2: []}
+    for b in range(ids.size):
+        chosen = starts[bounds[b]:bounds[b + 1]]
+        feats = [np.concatenate([features.table[features.codes[chosen + k, s]] for s in range(n_samples)], axis=1)
+                 for k in range(3)]
+        p12[b] = feats[0].T @ feats[1]
+        p13[b] = feats[0].T @ feats[2]
+        for width in (1, 2):
+            histograms[width].append(thinned_histogram(features, chosen + 1, width, BLOCK_CELL_BUDGET).ravel())
+    shapes = {w: int(np.prod(histogram_layout(n_samples, w, BLOCK_CELL_BUDGET).shape)) for w in (1, 2)}
+    return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
+                      *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
+                        for w in (1, 2)))
+
+
+class BlockTable:
+    """The blocks of a whole data set (parts of a block summed), ready to resample."""
+
+    def __init__(self, parts: list[BlockStats]):
+        if not parts:
+            raise ValueError("no block statistics")
+        first = parts[0]
+        self.n_samples, self.n_bins = first.n_samples, first.n_bins
+        keys = [(p.chromosome, int(b)) for p in parts for b in p.block]
+        self.keys = sorted(set(keys))
+        row_of = {key: i for i, key in enumerate(self.keys)}
+        rows = np.array([row_of[key] for key in keys], np.int64)
+        # a (blocks x parts' blocks) 0/1 matrix adds the parts of each block
+        gather = sparse.csr_matrix((np.ones(rows.size), (rows, np.arange(rows.size))), shape=(len(self.keys), rows.size))
+        self.n_triples = gather @ np.concatenate([p.n_triples for p in parts]).astype(np.float64)
+        sd = self.n_samples * self.n_bins
+        self.p12 = (gather @ np.concatenate([p.p12 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
+        self.p13 = (gather @ np.concatenate([p.p13 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
+        self.bin_histogram = (gather @ sparse.vstack([p.bin_histogram for p in parts])).tocsr()
+        self.pair_histogram = (gather @ sparse.vstack([p.pair_histogram for p in parts])).tocsr()
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def moments(self, weights: np.ndarray, coverage_histogram: np.ndarray) -> Moments:
+        """sum_b weights[b] * block b, as Moments at BLOCK_CELL_BUDGET (fields the
+        refinement does not use are zero)."""
+        w = np.asarray(weights, dtype=np.float64)
+        out = Moments.zeros(self.n_samples, self.n_bins, BLOCK_CELL_BUDGET)
+        out.n_triples = int(round(w @ self.n_triples))
+        out.p12 = np.tensordot(w, self.p12, axes=1)
+        out.p23 = out.p12.copy()
+        out.p13 = np.tensordot(w, self.p13, axes=1)
+        out.coverage_histogram = coverage_histogram
+        out.bin_histogram = np.asarray(self.bin_histogram.T @ w).reshape(out.bin_histogram.shape)
+        out.pair_histogram = np.asarray(self.pair_histogram.T @ w).reshape(out.pair_histogram.shape)
+        return out

@@ -1,0 +1,145 @@
+"""What ``streambhmm fit`` computes, as functions the command calls: the one-pass fits from
+moments, EM on a counts store, the held-out criterion and the recommended number of states.
+
+Methods (the model JSON's ``method``):
+    refined     one pass: the moments (and histograms) of the data, FTD's estimate and other
+                starts refined on them (streambhmm.refine); never reads the counts twice
+    ftd         one pass: the paper's tensor decomposition alone
+    em          Baum-Welch on the counts store from random starts, the best of --em-starts
+    refined-em  EM from the refined fit
+    ftd-em      EM from FTD's estimate
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
+from .checks import DegenerateModelWarning
+from .model import SpectralBinomialHMM
+from .moments import Moments
+
+METHODS = ("refined", "ftd", "em", "refined-em", "ftd-em")
+ONE_PASS = ("refined", "ftd")
+MOMENT_STORE_METHOD = "refined"
+# fit STORE's default: measured on the real data sets (README, "Choosing a method")
+COUNTS_STORE_METHOD = "refined"
+HELD_OUT_FOLDS = 5
+
+
+@dataclass
+class FitData:
+    """Moments to fit, where they came from, and the statistics of their genomic blocks."""
+
+    moments: Moments
+    samples: list[str]
+    chromosomes: list[str]
+    blocks: BlockTable | None
+    block_size: int
+
+
+def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: int, block_size: int | None,
+                 want_blocks: bool, compute) -> FitData:
+    """Moments from a moment store (no counts are read) or from a counts store (one pass on
+    ``client``, ``compute(client, delayed, quiet)``); with ``want_blocks`` also their blocks."""
+    from .momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
+    from .pipeline import add_moments, moments_graph, tree_reduce
+    from .store import open_store
+
+    if is_moment_store(path):
+        manifest = read_manifest(path)
+        feature = manifest["feature"]
+        if samples and list(samples) != manifest["samples"]:
+            raise MomentStoreError(f"{path} holds moments of samples {','.join(manifest['samples'])}; "
+                                   f"--samples {','.join(samples)} needs `streambhmm moments` with it")
+        if feature["n_bins"] != n_bins:
+            raise MomentStoreError(f"{path} holds moments with --bins {feature['n_bins']}, not {n_bins}")
+        if block_size is not None and block_size != feature["block_size"]:
+            raise MomentStoreError(f"{path} holds blocks of {feature['block_size']:,} bp, not {block_size:,}; "
+                                   f"the block size is set by `streambhmm moments --block-size`")
+        partials, manifest = load_partials(path)
+        moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
+        blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
+        return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"])
+    block_size = block_size or DEFAULT_BLOCK_SIZE
+    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every, block_size=block_size)
+    if want_blocks:
+        partials = compute(client, graph.partials, quiet)
+        moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
+        return FitData(moments, graph.samples, graph.chromosomes, BlockTable([p.blocks for p in partials]),
+                       block_size)
+    return FitData(compute(client, graph.total, quiet), graph.samples, graph.chromosomes, None, block_size)
+
+
+def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
+             quiet_degenerate: bool = False) -> SpectralBinomialHMM:
+    """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
+    (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start)."""
+    est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
+                              check_spectrum=method == "ftd" and not quiet_degenerate,
+                              allow_degenerate=allow_degenerate or quiet_degenerate)
+    with warnings.catch_warnings():
+        if quiet_degenerate:
+            warnings.simplefilter("ignore", DegenerateModelWarning)
+        return est.fit_moments(moments)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The refinement's criterion (per triple, lower is better) on held-out blocks: fitted
+    on all blocks but one fold, scored on that fold; mean and standard error over folds."""
+
+    loss: float
+    se: float
+    folds: int
+
+
+def held_out(table: BlockTable | None, coverage_histogram: np.ndarray, est, folds: int = HELD_OUT_FOLDS
+             ) -> HeldOut | None:
+    """Blocks go to ``folds`` folds in turn along the genome (whole blocks, never single bins).
+    Each fold's fit starts from ``est`` (the fit to all data). None with too few blocks."""
+    from .refine import Objective, refine
+
+    if table is None or len(table) < 2 * folds:
+        return None
+    m = est.n_components
+    fold = np.arange(len(table)) % folds
+    features = None
+    losses, weights = [], []
+    for f in range(folds):
+        train = Objective(table.moments((fold != f).astype(np.float64), coverage_histogram), features=features)
+        features = train.features
+        fit = refine(train, [("all data", est.methylation_, est.transmat_)], keep=1)
+        test = Objective(table.moments((fold == f).astype(np.float64), coverage_histogram), features=features)
+        losses.append(test(test.pack(fit.methylation, fit.transmat), m)[0])
+        weights.append(test.moments.n_triples)
+    losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
+    mean = float(weights @ losses / weights.sum())
+    return HeldOut(mean, float(losses.std(ddof=1) / np.sqrt(folds)), folds)
+
+
+def bic(loglik: float, m: int, n_samples: int, n_bins: float) -> float:
+    """Bayesian information criterion: -2 loglik + (levels + free transitions) log n."""
+    return -2.0 * loglik + (m * n_samples + m * (m - 1)) * np.log(n_bins)
+
+
+def recommend(rows: list[dict]) -> tuple[int, str] | None:
+    """The number of states to use from sweep rows {"m", "held_out" (HeldOut|None), "bic"}:
+    the smallest M within one standard error of the best held-out criterion, else the
+    lowest BIC."""
+    scored = [r for r in rows if r.get("held_out") is not None]
+    if scored:
+        best = min(scored, key=lambda r: r["held_out"].loss)
+        limit = best["held_out"].loss + best["held_out"].se
+        chosen = min((r for r in scored if r["held_out"].loss <= limit), key=lambda r: r["m"])
+        return chosen["m"], (f"the smallest M whose held-out criterion ({chosen['held_out'].loss:.5f}) is within one "
+                             f"standard error ({best['held_out'].se:.5f}) of the best (M = {best['m']}, "
+                             f"{best['held_out'].loss:.5f})")
+    scored = [r for r in rows if r.get("bic") is not None]
+    if scored:
+        best = min(scored, key=lambda r: r["bic"])
+        return best["m"], f"the lowest BIC ({best['bic']:.6g})"
+    return None
