@@ -50,10 +50,10 @@ def run_trial(n_bins_genome, coverage, seed, self_transition, methods):
     if "FTD" in methods or "FTD+EM" in methods:
         start = time.perf_counter()
         try:
-            ftd = SpectralBinomialHMM(4, random_state=seed).fit(meth, cov)
+            ftd = SpectralBinomialHMM(4, random_state=seed, method="ftd", allow_degenerate=True).fit(meth, cov)
         except SpectrumError:
             refused = True
-            ftd = SpectralBinomialHMM(4, random_state=seed, check_spectrum=False).fit(meth, cov)
+            ftd = SpectralBinomialHMM(4, random_state=seed, check_spectrum=False, method="ftd", allow_degenerate=True).fit(meth, cov)
         t_ftd = time.perf_counter() - start
         out["FTD"] = score(ftd, t_ftd)
         if "FTD+EM" in methods:

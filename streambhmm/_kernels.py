@@ -184,7 +184,7 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
     """Per table entry and state: log Bin(pair | level of the entry's sample), and the same
     divided by its largest over the states (with that shift kept)."""
@@ -208,7 +208,7 @@ def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
     return log_table, table, shift
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels):
     """g_levels[h, s] += sum over entries of slots of sample s: resp * d log Bin / d p."""
     for g in range(offsets.size - 1):
@@ -219,7 +219,7 @@ def _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_l
                 g_levels[h, s] += resp[k, h] * (pair_meth[k] / p - (pair_cov[k] - pair_meth[k]) / (1.0 - p))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi,
                         transmat, g_levels, g_pi, g_a):
     """sum_i weight[i] log sum_jk pi_j A_jk b_j(first bin of cell i) b_k(second bin), where
@@ -325,7 +325,7 @@ def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, p
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi, g_levels, g_pi):
     """sum_i weight[i] log sum_h pi_h b_h(cell i), b_h = prod over the cell's slots of
     Bin(pair | level of the slot's sample in state h); slot g's pair is table entry

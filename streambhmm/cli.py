@@ -338,7 +338,8 @@ def format_sweep(rows: list[dict]) -> str:
 def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
     """Fit, check, print and write one model; returns its sweep row."""
     from .checks import DegenerateModelError, DegenerateModelWarning
-    from .fitting import ONE_PASS, bic, held_out, one_pass
+    from .fitting import bic, held_out
+    from .modelio import model_to_dict, write_json
 
     if settings.sweep:
         click.echo(f"\nM = {m}:")
@@ -360,10 +361,8 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
     row.update(spectrum=getattr(est, "spectrum_supported_", None), loss=getattr(est, "loss_", None))
     if "history" in extra:
         row["bic"] = bic(extra["history"][-1], m, len(samples), extra["n_bins"])
-    if settings.sweep and method in ONE_PASS and method == "refined":
+    if settings.sweep and method == "refined":
         row["held_out"] = held_out(data.blocks, data.moments.coverage_histogram, est)
-    from .modelio import model_to_dict, write_json
-
     document = model_to_dict(est, samples, chromosomes, method=method)
     if getattr(est, "loss_", None) is not None:
         document["moment_loss"] = float(est.loss_)
@@ -393,19 +392,20 @@ def _fit_model(m: int, settings: FitSettings, data, client):
         est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate)
         if not settings.quiet and method == "refined":
             supported = "supported" if est.spectrum_supported_ else "not supported (no FTD start)"
-            click.echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
+            click.echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: "
+                       f"{supported}")
         return est, data.samples, data.chromosomes, {}
     counts = open_store(settings.store)
     samples = select_samples(counts, settings.samples)
-    starts = []
     if method == "em":
-        starts = [(f"random start {r + 1} of {settings.em_starts}", random_parameters(m, len(samples), settings.seed + r))
-                  for r in range(settings.em_starts)]
+        starts = [(f"random start {r + 1} of {settings.em_starts}",
+                   random_parameters(m, len(samples), settings.seed + r)) for r in range(settings.em_starts)]
     else:
-        start = one_pass(data.moments, m, method.split("-")[0], settings.seed, quiet_degenerate=True)
-        click.echo(f"{method.split('-')[0]} start:")
+        first = method.split("-")[0]  # refined or ftd
+        start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True)
+        click.echo(f"{first} start:")
         click.echo(format_states(start.methylation_, start.transmat_, start.startprob_, samples))
-        starts = [(f"{method.split('-')[0]} start", (start.startprob_, start.transmat_, start.methylation_))]
+        starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_))]
     best = None
     for label, params in starts:
         hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True)
@@ -414,7 +414,7 @@ def _fit_model(m: int, settings: FitSettings, data, client):
             click.echo(f"EM from {label}:")
         t = time.perf_counter()
         result = fit_store_em(counts, hmm, client, samples, settings.em_iter, settings.em_tol, settings.split_every,
-                              report=em_reporter(settings.quiet))
+                              report=em_reporter(settings.quiet), check=False)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else
                  f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "

@@ -197,8 +197,9 @@ class BinomialHMM:
                                        if self.stationary_start else stationary_weights(self.transmat_))
         if not problems:
             return
+        fewer = "fewer states, or " if self.n_components > 2 else ""
         message = (f"degenerate EM fit with {self.n_components} states: {'; '.join(problems)}. "
-                   f"Try fewer states, or another start (init, random_state).")
+                   f"Try {fewer}other starts (fit --seed, --em-starts; BinomialHMM init, random_state).")
         if not self.allow_degenerate:
             raise DegenerateModelError(message)
         warnings.warn(message, DegenerateModelWarning, stacklevel=3)

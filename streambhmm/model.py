@@ -150,9 +150,10 @@ class SpectralBinomialHMM:
         problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)
         if not problems:
             return
-        other = "method='refined'" if self.method == "ftd" else "EM (BinomialHMM)"
+        other = "method='refined' (fit --method refined)" if self.method == "ftd" else "EM (fit --method em)"
+        fewer = "fewer states, or " if self.n_components > 2 else ""
         message = (f"degenerate {self.method} fit with {self.n_components} states: {'; '.join(problems)}. "
-                   f"Try fewer states, or {other}.")
+                   f"Try {fewer}{other}.")
         if not self.allow_degenerate:
             raise DegenerateModelError(message)
         warnings.warn(message, DegenerateModelWarning, stacklevel=3)

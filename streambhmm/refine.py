@@ -1,43 +1,52 @@
 """The moment-only second stage: fit the Binomial HMM to the one-pass sums, never the counts.
 
-The tensor decomposition (FTD) is exact for a Binomial HMM and poor under the mismatch of
+The tensor decomposition (FTD) is exact for a Binomial HMM and breaks under the mismatch of
 real methylomes. This stage fits the model's parameters (levels per state and sample,
-transition matrix, stationary distribution pi) directly to the sums of a
-:class:`~streambhmm.moments.Moments` by minimizing a composite criterion, per triple:
+transition matrix A, stationary distribution pi) directly to the sums of a
+:class:`~streambhmm.moments.Moments`, minimizing a composite criterion per triple:
 
-    L = sum_{k = 12, 13, 23} mean over sample blocks of KL(P_k || P_k(theta))        (pairs)
-        - (1/N) sum_cells n(cell) log sum_h pi_h prod_s Bin(mu'_s; c'_s, p_hs)      (single bins)
-        [+ w_T mean over blocks of KL(T || T(theta))                                (triples)]
+    L =  sum_{k = 12, 13, 23} mean over sample blocks of KL(P_k / N || P_k(theta))   feature pairs
+       - w_1 (1/N) sum_cells n(cell) log sum_h pi_h b_h(cell)                        single bins
+       - w_2 (1/N) sum_cells n(cell) log sum_jk pi_j A_jk b_j(first) b_k(second)     adjacent bins
+      [+ w_T mean over sample blocks of KL(T / N || T(theta))]                        feature triples
 
-- Pairs. Each (sample, sample) block of P12 / N is the joint distribution of the Beta-map
-  features of two bins one apart (P13: two apart), so the KL divergence is a composite
-  likelihood of feature pairs. The model's is O diag(pi) A O^T (P13: A^2), where column h
-  of O holds E[phi_s(x) | level p_hs] for each sample: a function of the level and of the
-  sample's coverage distribution (``coverage_histogram``), tabulated on a grid of levels.
-- Single bins. ``pair_histogram`` counts the middle bins' (coverage, methylated) pairs,
-  each sample thinned to at most ``cap`` reads (features.histogram_layout); the term is
-  their exact Binomial-mixture log-likelihood. It weighs bins by their reads, as EM's
-  likelihood does, which the feature moments cannot.
+- Feature pairs. Each (sample, sample) block of P12 / N is the joint distribution of the
+  Beta-map features of two bins one apart (P13: two apart), so the KL divergence is a
+  composite likelihood of feature pairs. The model's is O diag(pi) A O^T (P13: A^2), where
+  column h of O holds E[phi_s(x) | level p_hs] for each sample: a function of the level and
+  of the sample's coverage distribution (``coverage_histogram``, assumed the same in every
+  state), tabulated on a grid of levels (ExpectedFeatures).
+- Single bins and adjacent bins. ``bin_histogram`` and ``pair_histogram`` count the bins'
+  (coverage, methylated) pairs, each sample thinned to a few reads (features.histogram_layout);
+  b_h is the Binomial likelihood of a cell in state h, exact under the model (a subsample
+  of Binomial reads is Binomial). These terms weigh bins by their reads, as EM's likelihood
+  does, which feature moments cannot; the adjacent pairs add the context of the neighbour.
 
-Why this and not least squares on the moments: measured on the real data sets in
-``scripts/real_data_fits.py`` (see the README), squared errors barely weigh a rare state
-far from the others (an unmethylated state of 2% of bins), which the likelihood punishes
-heavily; the composite likelihood does not miss it.
+Why this and not least squares on the moments: measured (scripts/refine_weights.py, README),
+squared errors barely weigh a rare state far from the others (an unmethylated state of 2% of
+bins), which the likelihood punishes heavily, and the feature moments alone cannot tell
+apart levels within one Beta-map bin; the histograms of single bins and of adjacent pairs
+closed the gap to EM on every real data set. The default weights (Weights) were chosen by
+the same measurement.
 
 Parameters: levels through logits (bounded, p in [1e-4, 1 - 1e-4]), transition rows through
 softmax logits (bounded, so the chain stays irreducible), pi = the stationary distribution
 of A. Gradients are analytic (d pi / d A through the fundamental matrix). L-BFGS-B runs from
 several starts (the spectral estimate, a spread of levels at the quantiles of the marginal
-features, seeded random sticky chains); the start with the lowest criterion is kept.
+features, seeded random sticky chains), screened after a few iterations; the lowest
+criterion wins.
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit, gammaln
+from threadpoolctl import threadpool_limits
 
 from .features import decode_cells
 from .moments import Moments
@@ -47,6 +56,9 @@ TRANSITION_BOUND = 10.0  # softmax logit bound: every transition at least ~1e-9
 GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
 EXACT_COVERAGE = 128  # coverages above this are grouped in buckets 2% wide
 BUCKET_RATIO = 1.02
+# above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
+# coverages are tabulated at this value (bounded memory for amplicon-deep data)
+LARGEST_TABULATED_COVERAGE = 10_000
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
@@ -60,7 +72,7 @@ def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
 
 def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(coverages, weights summing to 1): exact up to EXACT_COVERAGE, then geometric buckets
-    represented by their weighted mean coverage."""
+    represented by their weighted mean coverage (at most LARGEST_TABULATED_COVERAGE)."""
     c = np.flatnonzero(histogram)
     w = histogram[c].astype(np.float64)
     low = c <= EXACT_COVERAGE
@@ -71,7 +83,7 @@ def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         _, first, inverse = np.unique(bucket, return_index=True, return_inverse=True)
         weight = np.bincount(inverse, high_w)
         mean_c = np.rint(np.bincount(inverse, high_w * high_c) / weight).astype(np.int64)
-        cs.append(mean_c)
+        cs.append(np.minimum(mean_c, LARGEST_TABULATED_COVERAGE))
         ws.append(weight)
     cs, ws = np.concatenate(cs), np.concatenate(ws)
     return cs, ws / ws.sum()
@@ -137,6 +149,9 @@ class Weights:
     single_bins: float = 0.5  # the likelihood of the bin histogram
     bin_pairs: float = 1.0  # the likelihood of the pair histogram
     feature_triples: float = 0.0  # KL of the third-order tensor (costly, measured not to help)
+    # "kl" or "squares": squared errors of P12, P13, P23, each divided by its squared norm
+    # (a plain generalized method of moments; measured worse, kept for the comparison)
+    pair_divergence: str = "kl"
 
 
 class _Histogram:
@@ -292,8 +307,14 @@ class Objective:
         for emp, power, scale, const in self.pairs:
             core = pi[:, None] * (a if power == 1 else a2)  # P(h_t = i, h_t+k = j)
             model = np.maximum(obs @ core @ obs.T, 1e-300)
-            loss += w.feature_pairs * (const - scale * float(np.sum(emp * np.log(model))))
-            q = -w.feature_pairs * scale * emp / model  # d loss / d model
+            if w.pair_divergence == "squares":
+                residual = model - emp
+                norm = float(np.sum(emp * emp))
+                loss += w.feature_pairs * float(np.sum(residual * residual)) / norm
+                q = 2.0 * w.feature_pairs * residual / norm
+            else:
+                loss += w.feature_pairs * (const - scale * float(np.sum(emp * np.log(model))))
+                q = -w.feature_pairs * scale * emp / model  # d loss / d model
             g_obs += q @ obs @ core.T + q.T @ obs @ core
             g_core = obs.T @ q @ obs
             g_pi += (g_core * (a if power == 1 else a2)).sum(axis=1)
@@ -381,16 +402,24 @@ class Refined:
 def refine(objective: Objective, starts: list[tuple[str, np.ndarray, np.ndarray]], max_iter: int = 1000,
            screen_iter: int = 100, keep: int = 3, tol: float = 1e-10) -> Refined:
     """L-BFGS-B from each (label, levels, transmat) start for ``screen_iter`` iterations; the
-    ``keep`` lowest then continue to convergence (or ``max_iter``); the lowest criterion wins."""
+    ``keep`` lowest then continue to convergence (or ``max_iter``); the lowest criterion wins.
+    Starts run in threads, one per core (the compiled likelihoods release the GIL); each is
+    independent, so the result does not depend on the number of threads."""
     m = starts[0][1].shape[0]
 
     def run(x0, iterations):
         return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=objective.bounds(m),
-                        options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9})
+                        options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9, "maxcor": 30})
 
-    screened = [(label, run(objective.pack(levels, transmat), screen_iter)) for label, levels, transmat in starts]
-    screened.sort(key=lambda item: item[1].fun)
-    finished = [(label, run(res.x, max_iter) if res.nit >= screen_iter else res) for label, res in screened[:keep]]
+    # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
+    with threadpool_limits(1, user_api="blas"), \
+            ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+        screened = list(zip([label for label, _, _ in starts],
+                            pool.map(lambda s: run(objective.pack(s[1], s[2]), screen_iter), starts)))
+        screened.sort(key=lambda item: item[1].fun)
+        finished = list(zip([label for label, _ in screened[:keep]],
+                            pool.map(lambda item: run(item[1].x, max_iter) if item[1].nit >= screen_iter
+                                     else item[1], screened[:keep])))
     label, best = min(finished, key=lambda item: item[1].fun)
     levels, transmat = objective.unpack(best.x, m)
     pi, _ = stationary(transmat)

@@ -180,12 +180,15 @@ class StoreEMResult:
 
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
-                 rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None) -> StoreEMResult:
+                 rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None,
+                 check: bool = True) -> StoreEMResult:
     """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step.
 
     Stops after ``n_iter`` M-steps or when an iteration gains less than
     ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
-    of the final parameters; ``report(iteration, loglik)`` is called after each E-step."""
+    of the final parameters; ``report(iteration, loglik)`` is called after each E-step.
+    With ``check`` the result is checked (BinomialHMM.check_fit); a caller comparing
+    several starts checks the one it keeps."""
     samples = select_samples(store, samples)
     hmm._check(len(samples))
     start = time.perf_counter()
@@ -198,7 +201,8 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
 
     history = run_em(hmm, e_step, n_iter, rel_tol, report)
     hmm.n_features_in_ = len(samples)
-    hmm.check_fit()
+    if check:
+        hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
                          has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()))
 

@@ -26,3 +26,9 @@ def dask_clients():
     for client, cluster in zip(clients, clusters):
         client.close()
         cluster.close()
+
+
+@pytest.fixture
+def scheduler(dask_clients):
+    """The address of the two-worker test cluster (for commands run through the CLI)."""
+    return dask_clients[1].scheduler.address

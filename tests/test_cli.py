@@ -221,3 +221,15 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
             "--scheduler", scheduler, "-q")
     assert r.exit_code != 0 and "no chromosome chr9" in r.output
     assert (out / "index.html").read_text() == page and not list(tmp_path.glob(".report.tmp-*"))
+
+
+def test_em_sweep_prints_bic_and_recommends(tmp_path, dask_clients, two_sample_store):
+    scheduler = dask_clients[1].scheduler.address
+    r = run("fit", two_sample_store.path, "-m", "2-3", "--method", "em", "--em-starts", "1", "--em-iter", "6",
+            "-o", tmp_path / "em.json", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    bics = [float(v) for v in re.findall(r"^\s+[23]\s+([0-9.e+]+)\s+written to", r.output, re.M)]
+    assert len(bics) == 2
+    best = 2 + int(np.argmin(bics))
+    assert f"recommended: M = {best}: the lowest BIC" in r.output
+    assert sorted(p.name for p in tmp_path.glob("em.m*.json")) == ["em.m2.json", "em.m3.json"]

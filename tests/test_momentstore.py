@@ -41,11 +41,6 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-@pytest.fixture
-def scheduler(dask_clients):
-    return dask_clients[1].scheduler.address
-
-
 def from_scratch(store_path, samples=None):
     meth, cov, lengths = load_counts(open_store(store_path), samples)
     return compute_moments(meth, cov, lengths)
@@ -203,6 +198,7 @@ def first_partial(out):
     ("remove", "listed in the manifest is missing"),
     ("unlist", "has no manifest entry"),
     ("newer", "newer than this streambhmm supports"),
+    ("older", "format version 1 lacks the histograms .* rerun `streambhmm moments`"),
 ])
 def test_integrity_errors_name_the_partial_or_setting(moment_store, damage, message):
     _, out = moment_store
@@ -221,8 +217,8 @@ def test_integrity_errors_name_the_partial_or_setting(moment_store, damage, mess
     elif damage == "unlist":
         manifest["partials"] = manifest["partials"][1:]
         manifest_path.write_text(json.dumps(manifest))
-    elif damage == "newer":
-        manifest["format_version"] = 99
+    elif damage in ("newer", "older"):
+        manifest["format_version"] = 99 if damage == "newer" else 1
         manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(MomentStoreError, match=message) as info:
         load_total(out)

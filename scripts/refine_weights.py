@@ -1,0 +1,127 @@
+"""How the moment-only refinement's criterion is weighted, measured (issue 12).
+
+Variants of the criterion (streambhmm.refine.Weights), each fitted with the package's
+multi-start refinement:
+
+    squares          least squares on P12, P13, P23, each over its squared norm (a plain GMM)
+    KL               KL divergence of P12, P13, P23 (a composite likelihood of feature pairs)
+    KL+bins          ... plus the single-bin histogram's likelihood (weight 1)
+    KL+bins+pairs    ... single bins 0.5 and adjacent bin pairs 1 (the default)
+    ...+tensor       ... plus the third-order tensor's KL (weight 1)
+
+Real data (scripts/real_data_fits.py's data sets and splits, M = 4 and 6): held-out
+log-likelihood per bin relative to EM run to convergence (best of 3 random starts).
+Simulated data (4 states, 2 samples, 3e5 bins, 3 seeds; coverage 20, and coverage that
+depends on the state): mean matched |p - p_hat| over states and samples.
+
+    python scripts/refine_weights.py [--real ...] [--simulated]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+import real_data_fits as data  # noqa: E402
+
+from streambhmm import SpectralBinomialHMM, compute_moments, matched_error, simulate  # noqa: E402
+from streambhmm.hmm import BinomialHMM, random_parameters, run_em  # noqa: E402
+from streambhmm.refine import Objective, Weights, refine, quantile_levels, sticky_start  # noqa: E402
+from streambhmm.simulate import model  # noqa: E402
+
+VARIANTS = {
+    "squares": Weights(1.0, 0.0, 0.0, 0.0, "squares"),
+    "KL": Weights(1.0, 0.0, 0.0, 0.0),
+    "KL+bins": Weights(1.0, 1.0, 0.0, 0.0),
+    "KL+bins+pairs": Weights(),
+    "KL+bins+pairs+tensor": Weights(1.0, 0.5, 1.0, 1.0),
+}
+
+
+def refined(moments, m, weights, seed=0):
+    """The package's starts (FTD, quantiles, 8 random) and screened refinement, under ``weights``."""
+    rng = np.random.default_rng(seed)
+    ftd = SpectralBinomialHMM(m, method="ftd", check_spectrum=False, allow_degenerate=True, random_state=rng)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ftd.fit_moments(moments)
+    starts = [("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m)]
+    if np.isfinite(ftd.methylation_).all() and np.isfinite(ftd.transmat_).all():
+        starts.insert(0, ("ftd", ftd.methylation_, ftd.transmat_))
+    starts += [(f"random{i}", *sticky_start(m, moments.n_samples, rng)) for i in range(8)]
+    return refine(Objective(moments, weights), starts)
+
+
+def score(levels, transmat, startprob, test):
+    hmm = BinomialHMM(len(levels)).start_from(startprob, transmat, levels)
+    return hmm.score(*test) / test[0].shape[0]
+
+
+def real(names, states):
+    print("real data: held-out log-likelihood per bin relative to EM (%)")
+    print(f"{'data set':<12} {'M':>2} " + " ".join(f"{v:>21}" for v in VARIANTS))
+    gaps = {v: [] for v in VARIANTS}
+    for name in names:
+        with tempfile.TemporaryDirectory() as tmp:
+            train, test = data.load(name, Path(tmp))
+        moments = compute_moments(*train)
+        for m in states:
+            best = max((run_em_from(random_parameters(m, train[0].shape[1], r), train, m) for r in range(3)),
+                       key=lambda h: h[0])[1]
+            em = score(best.methylation_, best.transmat_, best.startprob_, test)
+            cells = []
+            for label, weights in VARIANTS.items():
+                t = time.perf_counter()
+                r = refined(moments, m, weights)
+                gap = 100 * (score(r.methylation, r.transmat, r.startprob, test) - em) / abs(em)
+                gaps[label].append(gap)
+                cells.append(f"{gap:>+12.2f} ({time.perf_counter() - t:4.1f} s)")
+            print(f"{name:<12} {m:>2} " + " ".join(f"{c:>21}" for c in cells), flush=True)
+    print(f"{'worst':<15} " + " ".join(f"{min(g):>+21.2f}" for g in gaps.values()))
+    print(f"{'mean':<15} " + " ".join(f"{np.mean(g):>+21.2f}" for g in gaps.values()))
+
+
+def run_em_from(start, train, m):
+    hmm = BinomialHMM(m, stationary_start=True, allow_degenerate=True).start_from(*start)
+    history = run_em(hmm, lambda: hmm.e_step(*train), 3000, 1e-8)
+    return history[-1], hmm
+
+
+def simulated():
+    levels = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])
+    transmat = np.full((4, 4), 0.1 / 3) + np.eye(4) * (0.9 - 0.1 / 3)
+    truth = model(levels, transmat)
+    print("\nsimulated (4 states, 2 samples, 3e5 bins, 3 seeds): mean matched |p - p_hat|")
+    print(f"{'coverage':<16} " + " ".join(f"{v:>21}" for v in VARIANTS))
+    for label, coverage in (("20", 20.0), ("state-dependent", [[60, 60], [12, 12], [16, 16], [20, 20]])):
+        errors = {v: [] for v in VARIANTS}
+        for seed in range(3):
+            sim = simulate(truth, [300_000], coverage=coverage, random_state=seed)
+            moments = compute_moments(sim.methylated, sim.coverage, sim.lengths)
+            for name, weights in VARIANTS.items():
+                r = refined(moments, 4, weights, seed)
+                errors[name].append(matched_error(levels, r.methylation).methylation_error / levels.size)
+        print(f"{label:<16} " + " ".join(f"{np.mean(e):>21.4f}" for e in errors.values()), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--real", default=",".join(data.DATASETS))
+    parser.add_argument("--states", default="4,6")
+    parser.add_argument("--no-simulated", action="store_true")
+    args = parser.parse_args()
+    if args.real:
+        real(args.real.split(","), [int(v) for v in args.states.split(",")])
+    if not args.no_simulated:
+        simulated()
+
+
+if __name__ == "__main__":
+    main()
