@@ -6,8 +6,11 @@ multi-start refinement:
     squares          least squares on P12, P13, P23, each over its squared norm (a plain GMM)
     KL               KL divergence of P12, P13, P23 (a composite likelihood of feature pairs)
     KL+bins          ... plus the single-bin histogram's likelihood (weight 1)
-    KL+bins+pairs    ... single bins 0.5 and adjacent bin pairs 1 (the default)
-    ...+tensor       ... plus the third-order tensor's KL (weight 1)
+    KL+bins+pairs    ... single bins 0.5 and adjacent bin pairs 1; every state has the
+                     sample's coverage distribution
+    +state coverage  ... each state its own coverage distribution, tied to the data by the KL
+                     of (coverage bucket, next bin's feature) sums (the default)
+    +tensor          ... plus the third-order tensor's KL (weight 1)
 
 Real data (scripts/real_data_fits.py's data sets and splits, M = 4 and 6): held-out
 log-likelihood per bin relative to EM run to convergence (best of 3 random starts).
@@ -32,31 +35,22 @@ import real_data_fits as data  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments, matched_error, simulate  # noqa: E402
 from streambhmm.hmm import BinomialHMM, random_parameters, run_em  # noqa: E402
-from streambhmm.refine import Objective, Weights, refine, quantile_levels, sticky_start  # noqa: E402
+from streambhmm.refine import Weights  # noqa: E402
 from streambhmm.simulate import model  # noqa: E402
 
 VARIANTS = {
-    "squares": Weights(1.0, 0.0, 0.0, 0.0, "squares"),
-    "KL": Weights(1.0, 0.0, 0.0, 0.0),
-    "KL+bins": Weights(1.0, 1.0, 0.0, 0.0),
-    "KL+bins+pairs": Weights(),
-    "KL+bins+pairs+tensor": Weights(1.0, 0.5, 1.0, 1.0),
+    "squares": Weights(1.0, 0.0, 0.0, 0.0, "squares", coverage=0.0),
+    "KL": Weights(1.0, 0.0, 0.0, 0.0, coverage=0.0),
+    "KL+bins": Weights(1.0, 1.0, 0.0, 0.0, coverage=0.0),
+    "KL+bins+pairs": Weights(coverage=0.0),
+    "+state coverage": Weights(),
+    "+tensor": Weights(1.0, 0.5, 1.0, 1.0),
 }
 
 
 def refined(moments, m, weights, seed=0):
-    """The package's starts (FTD, quantiles, 8 random) and screened refinement, under ``weights``."""
-    rng = np.random.default_rng(seed)
-    ftd = SpectralBinomialHMM(m, method="ftd", check_spectrum=False, allow_degenerate=True, random_state=rng)
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ftd.fit_moments(moments)
-    starts = [("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m)]
-    if np.isfinite(ftd.methylation_).all() and np.isfinite(ftd.transmat_).all():
-        starts.insert(0, ("ftd", ftd.methylation_, ftd.transmat_))
-    starts += [(f"random{i}", *sticky_start(m, moments.n_samples, rng)) for i in range(8)]
-    return refine(Objective(moments, weights), starts)
+    """The package's refinement (FTD, quantile and 8 random starts) under ``weights``."""
+    return SpectralBinomialHMM(m, criterion=weights, allow_degenerate=True, random_state=seed).fit_moments(moments)
 
 
 def score(levels, transmat, startprob, test):
@@ -80,7 +74,7 @@ def real(names, states):
             for label, weights in VARIANTS.items():
                 t = time.perf_counter()
                 r = refined(moments, m, weights)
-                gap = 100 * (score(r.methylation, r.transmat, r.startprob, test) - em) / abs(em)
+                gap = 100 * (score(r.methylation_, r.transmat_, r.startprob_, test) - em) / abs(em)
                 gaps[label].append(gap)
                 cells.append(f"{gap:>+12.2f} ({time.perf_counter() - t:4.1f} s)")
             print(f"{name:<12} {m:>2} " + " ".join(f"{c:>21}" for c in cells), flush=True)
@@ -107,7 +101,7 @@ def simulated():
             moments = compute_moments(sim.methylated, sim.coverage, sim.lengths)
             for name, weights in VARIANTS.items():
                 r = refined(moments, 4, weights, seed)
-                errors[name].append(matched_error(levels, r.methylation).methylation_error / levels.size)
+                errors[name].append(matched_error(levels, r.methylation_).methylation_error / levels.size)
         print(f"{label:<16} " + " ".join(f"{np.mean(e):>21.4f}" for e in errors.values()), flush=True)
 
 

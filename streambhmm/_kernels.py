@@ -185,9 +185,9 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
 
 
 @njit(cache=True, nogil=True)
-def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
-    """Per table entry and state: log Bin(pair | level of the entry's sample), and the same
-    divided by its largest over the states (with that shift kept)."""
+def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels):
+    """Per table entry and state: log Bin(pair | level of the entry's sample) + log_extra,
+    and the same divided by its largest over the states (with that shift kept)."""
     n_pairs = pair_cov.size
     m = levels.shape[0]
     log_table = np.empty((n_pairs, m))
@@ -199,7 +199,8 @@ def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
             top = -np.inf
             for h in range(m):
                 p = levels[h, s]
-                v = pair_coef[k] + pair_meth[k] * np.log(p) + (pair_cov[k] - pair_meth[k]) * np.log1p(-p)
+                v = (pair_coef[k] + pair_meth[k] * np.log(p) + (pair_cov[k] - pair_meth[k]) * np.log1p(-p)
+                     + log_extra[k, h])
                 log_table[k, h] = v
                 top = max(top, v)
             shift[k] = top
@@ -209,35 +210,72 @@ def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels):
 
 
 @njit(cache=True, nogil=True)
-def _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels):
-    """g_levels[h, s] += sum over entries of slots of sample s: resp * d log Bin / d p."""
-    for g in range(offsets.size - 1):
-        s = slot_sample[g]
-        for k in range(offsets[g], offsets[g + 1]):
-            for h in range(levels.shape[0]):
-                p = levels[h, s]
-                g_levels[h, s] += resp[k, h] * (pair_meth[k] / p - (pair_cov[k] - pair_meth[k]) / (1.0 - p))
+def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels, pi,
+                   g_pi, resp):
+    """sum_i weight[i] log sum_h pi_h b_h(cell i), b_h = prod over the cell's slots of
+    Bin(pair | level of the slot's sample in state h) * exp(log_extra of the slot's entry).
+    Slot g's pair is table entry offsets[g] + index[i, g]. Adds d/d pi into g_pi and each
+    entry's posterior-weighted count per state into resp (n_entries, m); returns the sum.
+    Linear domain with per-entry shifts, log domain on underflow."""
+    n, n_slots = index.shape
+    m = pi.size
+    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels)
+    log_pi = np.log(pi)
+    joint = np.empty(m)
+    total = 0.0
+    for i in range(n):
+        offset_sum = 0.0
+        for g in range(n_slots):
+            offset_sum += shift[offsets[g] + index[i, g]]
+        mix = 0.0
+        for h in range(m):
+            v = pi[h]
+            for g in range(n_slots):
+                v *= table[offsets[g] + index[i, g], h]
+            joint[h] = v
+            mix += v
+        if mix < 1e-280:  # underflow: the same in the log domain
+            top = -np.inf
+            for h in range(m):
+                v = log_pi[h]
+                for g in range(n_slots):
+                    v += log_table[offsets[g] + index[i, g], h]
+                joint[h] = v
+                top = max(top, v)
+            mix = 0.0
+            for h in range(m):
+                joint[h] = np.exp(joint[h] - top)
+                mix += joint[h]
+            offset_sum = top
+        total += weight[i] * (np.log(mix) + offset_sum)
+        scale = weight[i] / mix
+        for h in range(m):
+            w = joint[h] * scale
+            g_pi[h] += w / pi[h]
+            for g in range(n_slots):
+                resp[offsets[g] + index[i, g], h] += w
+    return total
 
 
 @njit(cache=True, nogil=True)
-def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi,
-                        transmat, g_levels, g_pi, g_a):
-    """sum_i weight[i] log sum_jk pi_j A_jk b_j(first bin of cell i) b_k(second bin), where
-    b_h(bin) = prod over the bin's slots of Bin(pair | level of the slot's sample in state h).
+def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra,
+                        levels, pi, transmat, g_pi, g_a, resp):
+    """sum_i weight[i] log sum_jk pi_j A_jk b_j(first bin of cell i) b_k(second bin), b as in
+    mixture_loglik over the bin's slots.
 
     ``index`` (n, 2G): the first G slots are the first bin's, the last G the second's; cells
     are sorted by their first bin, ``groups`` holds where each first bin's cells start (and
     n at the end). The first bin's part u A (u = pi * b(first)) is computed once per group,
-    so a cell costs O(m); the gradients with respect to A and the first bin's levels go
+    so a cell costs O(m); the gradients with respect to A and the first bin's posterior go
     through z = sum over the group's cells of weight b(second) / value. Adds the gradients
-    with respect to levels (m, S), pi (m,) and A (m, m); returns the sum. Linear domain with
-    per-entry shifts; a cell whose value underflows is done in the log domain."""
+    with respect to pi (m,) and A (m, m), and each entry's posterior-weighted count per
+    state into resp; returns the sum. Linear domain with per-entry shifts; a cell whose
+    value underflows is done in the log domain."""
     half = index.shape[1] // 2
     m = pi.size
-    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels)
+    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels)
     log_pi = np.log(pi)
     log_a = np.log(transmat)
-    resp = np.zeros((pair_cov.size, m))
     bx = np.empty(m)
     u = np.empty(m)
     ua = np.empty(m)
@@ -321,53 +359,4 @@ def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, p
             w = u[j] * acc + first_resp[j]
             for g in range(half):
                 resp[offsets[g] + index[i0, g], j] += w
-    _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels)
-    return total
-
-
-@njit(cache=True, nogil=True)
-def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels, pi, g_levels, g_pi):
-    """sum_i weight[i] log sum_h pi_h b_h(cell i), b_h = prod over the cell's slots of
-    Bin(pair | level of the slot's sample in state h); slot g's pair is table entry
-    offsets[g] + index[i, g]. Adds the gradients with respect to levels (m, S) and pi (m,);
-    returns the sum. Linear domain with per-entry shifts, log domain on underflow."""
-    n, n_slots = index.shape
-    m = pi.size
-    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, levels)
-    log_pi = np.log(pi)
-    resp = np.zeros((pair_cov.size, m))
-    joint = np.empty(m)
-    total = 0.0
-    for i in range(n):
-        offset_sum = 0.0
-        for g in range(n_slots):
-            offset_sum += shift[offsets[g] + index[i, g]]
-        mix = 0.0
-        for h in range(m):
-            v = pi[h]
-            for g in range(n_slots):
-                v *= table[offsets[g] + index[i, g], h]
-            joint[h] = v
-            mix += v
-        if mix < 1e-280:  # underflow: the same in the log domain
-            top = -np.inf
-            for h in range(m):
-                v = log_pi[h]
-                for g in range(n_slots):
-                    v += log_table[offsets[g] + index[i, g], h]
-                joint[h] = v
-                top = max(top, v)
-            mix = 0.0
-            for h in range(m):
-                joint[h] = np.exp(joint[h] - top)
-                mix += joint[h]
-            offset_sum = top
-        total += weight[i] * (np.log(mix) + offset_sum)
-        scale = weight[i] / mix
-        for h in range(m):
-            w = joint[h] * scale
-            g_pi[h] += w / pi[h]
-            for g in range(n_slots):
-                resp[offsets[g] + index[i, g], h] += w
-    _level_gradient(offsets, slot_sample, pair_cov, pair_meth, levels, resp, g_levels)
     return total

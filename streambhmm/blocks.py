@@ -5,6 +5,7 @@ whatever the storage chunks. For every block a chunk touches, the moment pass ke
 refinement needs, small enough to keep for every block of a genome:
 
     n_triples, P12 and P13 (float32; P23 is taken equal to P12, as the model has it),
+    the coverage-bucket features (float32),
     the bin and pair histograms at BLOCK_CELL_BUDGET cells (sparse, float32).
 
 Summing the statistics of resampled (or held-in) blocks gives Moments at that budget, which
@@ -20,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .features import BLOCK_CELL_BUDGET, FeatureTable, histogram_layout
-from .moments import Moments, thinned_histogram
+from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout
+from .moments import Moments, coverage_features, thinned_histogram
 
 DEFAULT_BLOCK_SIZE = 1_000_000
 
@@ -37,10 +38,11 @@ class BlockStats:
     n_triples: np.ndarray  # (B,) int64
     p12: np.ndarray  # (B, SD, SD) float32
     p13: np.ndarray  # (B, SD, SD) float32
+    coverage_features: np.ndarray  # (B, S, buckets, D) float32
     bin_histogram: sparse.csr_matrix  # (B, cells) float32
     pair_histogram: sparse.csr_matrix  # (B, cells) float32
 
-    ARRAYS = ("block", "n_triples", "p12", "p13")
+    ARRAYS = ("block", "n_triples", "p12", "p13", "coverage_features")
     HISTOGRAMS = ("bin_histogram", "pair_histogram")
 
 
@@ -56,6 +58,7 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     bounds = np.r_[first, starts.size]
     p12 = np.zeros((ids.size, sd, sd), np.float32)
     p13 = np.zeros_like(p12)
+    by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
     histograms = {1: [], 2: []}
     for b in range(ids.size):
         chosen = starts[bounds[b]:bounds[b + 1]]
@@ -63,11 +66,12 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
                  for k in range(3)]
         p12[b] = feats[0].T @ feats[1]
         p13[b] = feats[0].T @ feats[2]
+        by_coverage[b] = coverage_features(features, chosen)
         for width in (1, 2):
             histograms[width].append(thinned_histogram(features, chosen + 1, width, BLOCK_CELL_BUDGET).ravel())
     shapes = {w: int(np.prod(histogram_layout(n_samples, w, BLOCK_CELL_BUDGET).shape)) for w in (1, 2)}
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
-                      *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
+                      by_coverage, *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
                         for w in (1, 2)))
 
 
@@ -89,6 +93,9 @@ class BlockTable:
         sd = self.n_samples * self.n_bins
         self.p12 = (gather @ np.concatenate([p.p12 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
         self.p13 = (gather @ np.concatenate([p.p13 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
+        shape = first.coverage_features.shape[1:]
+        self.coverage_features = (gather @ np.concatenate([p.coverage_features for p in parts])
+                                  .reshape(rows.size, -1)).reshape(-1, *shape)
         self.bin_histogram = (gather @ sparse.vstack([p.bin_histogram for p in parts])).tocsr()
         self.pair_histogram = (gather @ sparse.vstack([p.pair_histogram for p in parts])).tocsr()
 
@@ -104,6 +111,7 @@ class BlockTable:
         out.p12 = np.tensordot(w, self.p12, axes=1)
         out.p23 = out.p12.copy()
         out.p13 = np.tensordot(w, self.p13, axes=1)
+        out.coverage_features = np.tensordot(w, self.coverage_features, axes=1)
         out.coverage_histogram = coverage_histogram
         out.bin_histogram = np.asarray(self.bin_histogram.T @ w).reshape(out.bin_histogram.shape)
         out.pair_histogram = np.asarray(self.pair_histogram.T @ w).reshape(out.pair_histogram.shape)

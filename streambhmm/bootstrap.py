@@ -48,15 +48,17 @@ def block_bootstrap(table: BlockTable, coverage_histogram: np.ndarray, point, n_
     rng = np.random.default_rng(random_state)
     n = len(table)
     base_objective = Objective(table.moments(np.ones(n), coverage_histogram))
-    features = base_objective.features
-    base = refine(base_objective, [("point", point.methylation_, point.transmat_)], keep=1)
+    coverage = base_objective.coverage
+    base = refine(base_objective, [("point", point.methylation_, point.transmat_,
+                                    getattr(point, "coverage_buckets_", None))], keep=1)
     perm = match_states(point.methylation_, base.methylation)
     base_levels, base_transmat = base.methylation[perm], base.transmat[np.ix_(perm, perm)]
+    base_coverage = [q[perm] for q in base.coverage]
     levels, transitions = [], []
     for _ in range(n_replicates):
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        objective = Objective(table.moments(weights, coverage_histogram), features=features)
-        rep = refine(objective, [("all blocks", base_levels, base_transmat)], keep=1)
+        objective = Objective(table.moments(weights, coverage_histogram), coverage=coverage)
+        rep = refine(objective, [("all blocks", base_levels, base_transmat, base_coverage)], keep=1)
         perm = match_states(base_levels, rep.methylation)
         levels.append(point.methylation_ + rep.methylation[perm] - base_levels)
         transitions.append(point.transmat_ + rep.transmat[np.ix_(perm, perm)] - base_transmat)

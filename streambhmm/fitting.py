@@ -107,14 +107,15 @@ def held_out(table: BlockTable | None, coverage_histogram: np.ndarray, est, fold
         return None
     m = est.n_components
     fold = np.arange(len(table)) % folds
-    features = None
+    coverage = None
     losses, weights = [], []
+    start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None))
     for f in range(folds):
-        train = Objective(table.moments((fold != f).astype(np.float64), coverage_histogram), features=features)
-        features = train.features
-        fit = refine(train, [("all data", est.methylation_, est.transmat_)], keep=1)
-        test = Objective(table.moments((fold == f).astype(np.float64), coverage_histogram), features=features)
-        losses.append(test(test.pack(fit.methylation, fit.transmat), m)[0])
+        train = Objective(table.moments((fold != f).astype(np.float64), coverage_histogram), coverage=coverage)
+        coverage = train.coverage
+        fit = refine(train, [start], keep=1)
+        test = Objective(table.moments((fold == f).astype(np.float64), coverage_histogram), coverage=coverage)
+        losses.append(test(test.pack(fit.methylation, fit.transmat, fit.coverage), m)[0])
         weights.append(test.moments.n_triples)
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
     mean = float(weights @ losses / weights.sum())

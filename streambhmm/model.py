@@ -42,6 +42,8 @@ class SpectralBinomialHMM:
     allow_degenerate : a degenerate fit (:mod:`streambhmm.checks`) raises
         :class:`~streambhmm.checks.DegenerateModelError` unless this is True; then it warns
         (:class:`~streambhmm.checks.DegenerateModelWarning`) and keeps the fit.
+    criterion : :class:`~streambhmm.refine.Weights` of the refinement's criterion; None: the
+        default, chosen by measurement (README, scripts/refine_weights.py).
 
     Fitted attributes
     -----------------
@@ -54,6 +56,10 @@ class SpectralBinomialHMM:
     noise_level_ : the level the m-th singular value must exceed (the spectrum check).
     spectrum_supported_ : whether it does.
     loss_ : the refinement's criterion at the fit (per triple; lower is better), or None for "ftd".
+    coverage_ : (n_components, n_samples) each state's expected coverage ("refined"): the
+        refinement lets coverage depend on the state (CpG-dense bins get more reads).
+    coverage_buckets_ : per sample, (n_components, buckets): each state's distribution over
+        the sample's non-empty coverage buckets (features.COVERAGE_BUCKETS).
     starts_ : {start label: criterion} of the refinement's starts; ``start_``: the winner.
     observation_ : (n_samples * n_bins, n_components) E[F(x) | h], the expected feature.
     n_triples_ : number of triples the moments were summed over.
@@ -62,7 +68,8 @@ class SpectralBinomialHMM:
 
     def __init__(self, n_components: int, n_bins: int = 30, method: str = "refined", random_state=None,
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
-                 check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False):
+                 check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
+                 criterion=None):
         self.n_components = n_components
         self.n_bins = n_bins
         self.method = method
@@ -73,6 +80,7 @@ class SpectralBinomialHMM:
         self.check_spectrum = check_spectrum
         self.n_random_starts = n_random_starts
         self.allow_degenerate = allow_degenerate
+        self.criterion = criterion
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -135,16 +143,18 @@ class SpectralBinomialHMM:
         return (levels, transmat), clipped
 
     def _refine(self, moments: Moments, ftd, rng) -> None:
-        from .refine import objective_for, quantile_levels, refine, sticky_start
+        from .refine import Weights, objective_for, quantile_levels, refine, sticky_start
 
         m, n_samples = self.n_components, moments.n_samples
         starts = [] if ftd is None else [("ftd", *ftd)]
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
         starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
-        result = refine(objective_for(moments), starts)
+        objective = objective_for(moments, self.criterion or Weights())
+        result = refine(objective, starts)
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
+        self.coverage_, self.coverage_buckets_ = result.mean_coverage, result.coverage
         self.loss_, self.starts_, self.start_ = result.loss, dict(result.starts), result.start
-        self.observation_ = objective_for(moments).observation(result.methylation)[0]
+        self.observation_ = objective.observation(result.methylation, result.coverage)[0]
 
     def _check_fit(self, clipped) -> None:
         problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)

@@ -11,6 +11,8 @@ Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the 
     inv_coverage  entry s: sum 1 / (c^s(x_t+1) + 2)  (the paper's recovery formula)
     sq_norm_13    sum |F(x_t)|^2 |F(x_t+2)|^2         (sampling-noise scale of p13)
     coverage_histogram  (S, L): row s counts the middle bins with coverage c in sample s
+    coverage_features   (S, B, D): sum onehot(coverage bucket of x_t+1 in sample s) (x)
+                        phi_s(x_t+2) (features.COVERAGE_BUCKETS): coverage against state
     bin_histogram       the middle bins' (coverage, methylated) pairs, each sample thinned
                         to at most ``cap`` reads, jointly over the samples or per sample
     pair_histogram      the same of the adjacent pairs (middle bin, third bin)
@@ -33,14 +35,15 @@ from pathlib import Path
 import numpy as np
 
 from . import _kernels
-from .features import HISTOGRAM_CELL_BUDGET, FeatureTable, cells_per_sample, encode, histogram_layout, thinning
+from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, cells_per_sample, coverage_bucket,
+                       encode, histogram_layout, thinning)
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
 MOMENTS_VERSION = 2
 
 _ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
-                 "coverage_histogram", "bin_histogram", "pair_histogram")
+                 "coverage_histogram", "coverage_features", "bin_histogram", "pair_histogram")
 
 
 @dataclass(eq=False)
@@ -58,6 +61,7 @@ class Moments:
     b_coverage: np.ndarray
     inv_coverage: np.ndarray
     coverage_histogram: np.ndarray
+    coverage_features: np.ndarray
     bin_histogram: np.ndarray
     pair_histogram: np.ndarray
     sq_norm_13: float = 0.0
@@ -87,6 +91,7 @@ class Moments:
             b_coverage=np.zeros((n_samples, sd)),
             inv_coverage=np.zeros(n_samples),
             coverage_histogram=np.zeros((n_samples, 1)),
+            coverage_features=np.zeros((n_samples, len(COVERAGE_BUCKETS), n_bins)),
             bin_histogram=np.zeros(histogram_layout(n_samples, 1, histogram_budget).shape),
             pair_histogram=np.zeros(histogram_layout(n_samples, 2, histogram_budget).shape),
             histogram_budget=histogram_budget,
@@ -211,6 +216,20 @@ def coverage_histogram(features: FeatureTable, bins: np.ndarray) -> np.ndarray:
     return out
 
 
+def coverage_features(features: FeatureTable, starts: np.ndarray) -> np.ndarray:
+    """(S, B, D): for the triples at ``starts``, each sample's coverage bucket of the middle
+    bin against its Beta-map feature of the third."""
+    n_samples, n_codes = features.codes.shape[1], features.table.shape[0]
+    n_buckets = len(COVERAGE_BUCKETS)
+    bucket_of_code = coverage_bucket(features.coverage)
+    out = np.zeros((n_samples, n_buckets, features.n_bins))
+    for s in range(n_samples):
+        key = bucket_of_code[features.codes[starts + 1, s]] * n_codes + features.codes[starts + 2, s]
+        counts = np.bincount(key, minlength=n_buckets * n_codes).reshape(n_buckets, n_codes)
+        out[s] = counts @ features.table
+    return out
+
+
 def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
                       budget: int = HISTOGRAM_CELL_BUDGET) -> np.ndarray:
     """The thinned histogram (features.histogram_layout) of the tuples of ``width``
@@ -240,10 +259,11 @@ def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows.astype(np.int64), counts
 
 
-def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moments:
+def moments_from_features(features: FeatureTable, lengths: np.ndarray,
+                          histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> Moments:
     """Triple sums of encoded bins; no triple crosses a boundary given by ``lengths``."""
     n_samples = features.codes.shape[1]
-    out = Moments.zeros(n_samples, features.n_bins)
+    out = Moments.zeros(n_samples, features.n_bins, histogram_budget)
     starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
     if starts.size == 0:
         return out
@@ -255,13 +275,16 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray) -> Moment
     sq_norm = np.einsum("kd,kd->k", features.table, features.table)
     out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
     out.coverage_histogram = coverage_histogram(features, starts + 1)
-    out.bin_histogram = thinned_histogram(features, starts + 1, 1)
-    out.pair_histogram = thinned_histogram(features, starts + 1, 2)
+    out.coverage_features = coverage_features(features, starts)
+    out.bin_histogram = thinned_histogram(features, starts + 1, 1, histogram_budget)
+    out.pair_histogram = thinned_histogram(features, starts + 1, 2, histogram_budget)
     out.n_triples = int(starts.size)
     return out
 
 
-def compute_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Moments:
-    """Validate counts of shape (n,) or (n, S) and return their :class:`Moments`."""
+def compute_moments(methylated, coverage, lengths=None, n_bins: int = 30,
+                    histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> Moments:
+    """Validate counts of shape (n,) or (n, S) and return their :class:`Moments`
+    (``histogram_budget``: cells of the thinned histograms, features.histogram_layout)."""
     mu, cov, lengths = validate_counts(methylated, coverage, lengths)
-    return moments_from_features(encode(mu, cov, n_bins), lengths)
+    return moments_from_features(encode(mu, cov, n_bins), lengths, histogram_budget)

@@ -38,7 +38,7 @@ from .storage import Location
 from .store import CountsStore, locked, staging_path
 
 MOMENT_STORE_FORMAT = "streambhmm-moment-store"
-MOMENT_STORE_VERSION = 2  # 2: coverage and pair histograms for the moment-only refinement
+MOMENT_STORE_VERSION = 3  # 2: coverage and pair histograms; 3: per-state coverage (coverage_features)
 MANIFEST = "manifest.json"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from scipy.stats import hypergeom
 
-from .features import beta_map, cells_per_sample, histogram_layout, pair_keys
+from .features import beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
 from .moments import Moments
 from .validation import validate_counts
 
@@ -36,6 +36,9 @@ def naive_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Momen
             out.sq_norm_13 += float(((f1 * f1).sum(1) * (f3 * f3).sum(1)).sum())
             c3, m3 = cov[offset + 2:offset + length], mu[offset + 2:offset + length]
             _add_naive_histograms(out, m2, c2, m3, c3)
+            for t in range(length - 2):
+                for s in range(n_samples):
+                    out.coverage_features[s, coverage_bucket(c2[t, s])] += f3[t, s * n_bins:(s + 1) * n_bins]
             out.n_triples += length - 2
         offset += length
     return out

@@ -6,20 +6,27 @@ transition matrix A, stationary distribution pi) directly to the sums of a
 :class:`~streambhmm.moments.Moments`, minimizing a composite criterion per triple:
 
     L =  sum_{k = 12, 13, 23} mean over sample blocks of KL(P_k / N || P_k(theta))   feature pairs
+       + w_c mean over samples of KL(coverage_features_s / N || model)              coverage
        - w_1 (1/N) sum_cells n(cell) log sum_h pi_h b_h(cell)                        single bins
        - w_2 (1/N) sum_cells n(cell) log sum_jk pi_j A_jk b_j(first) b_k(second)     adjacent bins
       [+ w_T mean over sample blocks of KL(T / N || T(theta))]                        feature triples
 
+- Coverage. Each state has its own distribution of each sample's coverage over fixed
+  buckets (features.COVERAGE_BUCKETS; within a bucket, the sample's observed distribution),
+  because CpG-dense, unmethylated bins get more reads. A further KL term fits it to the
+  moment of each sample's coverage bucket in the middle bin against its feature in the
+  third (``coverage_features``), the way ratio recovery reads E[c | h].
 - Feature pairs. Each (sample, sample) block of P12 / N is the joint distribution of the
   Beta-map features of two bins one apart (P13: two apart), so the KL divergence is a
   composite likelihood of feature pairs. The model's is O diag(pi) A O^T (P13: A^2), where
-  column h of O holds E[phi_s(x) | level p_hs] for each sample: a function of the level and
-  of the sample's coverage distribution (``coverage_histogram``, assumed the same in every
-  state), tabulated on a grid of levels (ExpectedFeatures).
+  column h of O holds E[phi_s(x) | h] for each sample: the state's coverage distribution
+  mixing, per bucket, E[phi_s | level, bucket] tabulated on a grid of levels
+  (ExpectedFeatures).
 - Single bins and adjacent bins. ``bin_histogram`` and ``pair_histogram`` count the bins'
   (coverage, methylated) pairs, each sample thinned to a few reads (features.histogram_layout);
-  b_h is the Binomial likelihood of a cell in state h, exact under the model (a subsample
-  of Binomial reads is Binomial). These terms weigh bins by their reads, as EM's likelihood
+  b_h is the likelihood of a cell in state h: the state's probability of the thinned
+  coverage times the Binomial probability of the methylated reads, exact under the model (a
+  subsample of Binomial reads is Binomial). These terms weigh bins by their reads, as EM's likelihood
   does, which feature moments cannot; the adjacent pairs add the context of the neighbour.
 
 Why this and not least squares on the moments: measured (scripts/refine_weights.py, README),
@@ -30,8 +37,8 @@ closed the gap to EM on every real data set. The default weights (Weights) were 
 the same measurement.
 
 Parameters: levels through logits (bounded, p in [1e-4, 1 - 1e-4]), transition rows through
-softmax logits (bounded, so the chain stays irreducible), pi = the stationary distribution
-of A. Gradients are analytic (d pi / d A through the fundamental matrix). L-BFGS-B runs from
+softmax logits (bounded, so the chain stays irreducible), each state's coverage buckets
+through softmax logits, pi = the stationary distribution of A. Gradients are analytic (d pi / d A through the fundamental matrix). L-BFGS-B runs from
 several starts (the spectral estimate, a spread of levels at the quantiles of the marginal
 features, seeded random sticky chains), screened after a few iterations; the lowest
 criterion wins.
@@ -48,7 +55,7 @@ from scipy.optimize import minimize
 from scipy.special import expit, gammaln
 from threadpoolctl import threadpool_limits
 
-from .features import decode_cells
+from .features import COVERAGE_BUCKETS, coverage_bucket, decode_cells
 from .moments import Moments
 
 LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
@@ -59,6 +66,7 @@ BUCKET_RATIO = 1.02
 # above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
 # coverages are tabulated at this value (bounded memory for amplicon-deep data)
 LARGEST_TABULATED_COVERAGE = 10_000
+COVERAGE_BOUND = 15.0  # softmax logit bound of the coverage buckets
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
@@ -152,65 +160,134 @@ class Weights:
     # "kl" or "squares": squared errors of P12, P13, P23, each divided by its squared norm
     # (a plain generalized method of moments; measured worse, kept for the comparison)
     pair_divergence: str = "kl"
+    coverage: float = 1.0  # KL of the coverage-bucket features; 0: every state has the sample's coverage
+
+
+class SampleCoverage:
+    """One sample's coverage buckets: which are non-empty, the sample's share in each, the
+    expected features of a level within each, and thinned coverage distributions."""
+
+    def __init__(self, histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
+        coverage = np.arange(histogram.size)
+        bucket = coverage_bucket(coverage)
+        mass = np.bincount(bucket, histogram, minlength=len(COVERAGE_BUCKETS))
+        if mass.sum() == 0:
+            raise ValueError("the coverage histogram is empty")
+        self.buckets = np.flatnonzero(mass)
+        self.marginal = mass[self.buckets] / mass.sum()
+        self.within = [np.where(bucket == b, histogram, 0.0) for b in self.buckets]  # per bucket
+        self.features = [ExpectedFeatures(w, n_bins, grid_points) for w in self.within]
+        self.mean = np.array([w @ coverage / w.sum() for w in self.within])
+
+    def thinned(self, cap: int) -> np.ndarray:
+        """(buckets, cap + 1): P(min(c, cap) = k | bucket)."""
+        out = np.zeros((len(self.buckets), cap + 1))
+        for i, w in enumerate(self.within):
+            out[i] = np.bincount(np.minimum(np.arange(w.size), cap), w, minlength=cap + 1) / w.sum()
+        return out
+
+
+class _Cells:
+    """One kernel input: cells as per-slot table entries (see _kernels.mixture_loglik), each
+    entry with its Binomial pair and its thinned coverage's probability given each bucket."""
+
+    def __init__(self, slot_cov, binomial_cov, binomial_meth, weight, samples, thinned, width):
+        n_slots = slot_cov.shape[1]
+        keys = slot_cov * (slot_cov.max(initial=0) + 1) ** 2 + binomial_cov * (slot_cov.max(initial=0) + 1) \
+            + binomial_meth
+        index = np.empty(slot_cov.shape, np.int64)
+        offsets, firsts = [0], []
+        for g in range(n_slots):
+            _, first, index[:, g] = np.unique(keys[:, g], return_index=True, return_inverse=True)
+            firsts.append(first)
+            offsets.append(offsets[-1] + first.size)
+        c = np.concatenate([binomial_cov[f, g] for g, f in enumerate(firsts)]).astype(np.float64)
+        mu = np.concatenate([binomial_meth[f, g] for g, f in enumerate(firsts)]).astype(np.float64)
+        self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
+        self.groups = np.zeros(1, np.int64)
+        if width == 2:  # pairs sorted by their first bin (the kernel's groups)
+            _, first_bin = np.unique(index[:, :n_slots // 2], axis=0, return_inverse=True)
+            order = np.argsort(first_bin.ravel(), kind="stable")
+            index, weight = index[order], weight[order]
+            self.groups = np.flatnonzero(np.r_[True, np.diff(first_bin.ravel()[order]) != 0, True]).astype(np.int64)
+        self.samples, self.weight, self.index, self.c, self.mu = samples, weight, index, c, mu
+        self.offsets = np.array(offsets, np.int64)
+        # per slot: its entries' thinned-coverage probabilities given each bucket
+        self.given_bucket = [thinned[samples[g]][:, slot_cov[f, g]] for g, f in enumerate(firsts)]
 
 
 class _Histogram:
     """The likelihood of a thinned histogram (features.histogram_layout) of single bins
     (a mixture over the states) or of adjacent pairs (over pairs of states, through the
-    transition matrix), and its gradient.
+    transition matrix), *given the bins' coverage*, and its gradient.
 
-    Cells are decoded to per-slot (c', mu') entries of small tables, so a state's
-    likelihood of a cell is a product of table lookups (compiled in _kernels)."""
+    A cell's likelihood is the state mixture of each slot's Binomial probability times the
+    state's probability of the slot's thinned coverage, divided by the same mixture of the
+    coverage alone (cells aggregated by their coverage). So states are rewarded for
+    explaining methylation, never coverage, as in EM's likelihood; the coverage per state
+    only weighs the states. Cells are decoded to per-slot entries of small tables, so a
+    state's likelihood of a cell is a product of table lookups (compiled in _kernels)."""
 
-    def __init__(self, moments: Moments, width: int):
+    def __init__(self, moments: Moments, width: int, coverage: list[SampleCoverage]):
         hist = moments.bin_histogram if width == 1 else moments.pair_histogram
         self.layout = moments.histogram_layout(width)
+        if hist.shape != self.layout.shape:
+            raise ValueError(f"the {'bin' if width == 1 else 'pair'} histogram has shape {hist.shape}, but its "
+                             f"layout (histogram_budget {moments.histogram_budget}) needs {self.layout.shape}")
         self.width = width
         self.total = float(moments.n_triples)
-        self.rows = []  # (slot samples, weights (n,), table offsets, index (n, slots), cov, meth, coef)
+        thinned = [c.thinned(self.layout.cap) for c in coverage]
+        self.rows = []
         for row in range(hist.shape[0]):
             cells = np.flatnonzero(hist[row])
             cov, meth = decode_cells(cells, self.layout)
-            index = np.empty(cov.shape, np.int64)
-            offsets, covs, meths = [0], [], []
-            for g in range(cov.shape[1]):
-                keys = cov[:, g] * (cov[:, g] + 1) // 2 + meth[:, g]
-                _, first, index[:, g] = np.unique(keys, return_index=True, return_inverse=True)
-                covs.append(cov[first, g])
-                meths.append(meth[first, g])
-                offsets.append(offsets[-1] + first.size)
-            c = np.concatenate(covs).astype(np.float64)
-            mu = np.concatenate(meths).astype(np.float64)
-            coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
+            samples = self.layout.slot_samples(row).astype(np.int64)
             weight = hist[row, cells].astype(np.float64)
-            groups = np.zeros(1, np.int64)
-            if width == 2:  # pairs sorted by their first bin (the kernel's groups)
-                half = index.shape[1] // 2
-                _, first_bin = np.unique(index[:, :half], axis=0, return_inverse=True)
-                order = np.argsort(first_bin.ravel(), kind="stable")
-                index, weight = index[order], weight[order]
-                groups = np.flatnonzero(np.r_[True, np.diff(first_bin.ravel()[order]) != 0, True]).astype(np.int64)
-            self.rows.append((self.layout.slot_samples(row).astype(np.int64), weight, groups,
-                              np.array(offsets, np.int64), index, c, mu, coef))
+            joint = _Cells(cov, cov, meth, weight, samples, thinned, width)
+            coverage_tuples, which = np.unique(cov, axis=0, return_inverse=True)
+            zeros = np.zeros_like(coverage_tuples)
+            coverage_only = _Cells(coverage_tuples, zeros, zeros, np.bincount(which.ravel(), weight), samples,
+                                   thinned, width)
+            self.rows.append((joint, coverage_only))
 
-    def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray):
-        """(-loglik / N, d/d levels (m, S), d/d pi (m,), d/d transmat (m, m))."""
+    def _loglik(self, cells: _Cells, levels, pi, transmat, coverage, g_levels, g_pi, g_a, g_coverage, sign):
         from . import _kernels
 
         m = levels.shape[0]
-        g_levels, g_pi, g_a = np.zeros_like(levels), np.zeros(m), np.zeros((m, m))
+        prob = [np.maximum(coverage[s] @ t, 1e-300).T for s, t in zip(cells.samples, cells.given_bucket)]
+        log_extra = np.ascontiguousarray(np.log(np.concatenate(prob)))
+        resp = np.zeros((cells.c.size, m))
+        gp, ga = np.zeros(m), np.zeros((m, m))
+        args = (cells.weight, cells.index) + ((cells.groups,) if self.width == 2 else ()) + (
+            cells.offsets, cells.samples, cells.c, cells.mu, cells.coef, log_extra, levels, pi)
+        if self.width == 1:
+            value = _kernels.mixture_loglik(*args, gp, resp)
+        else:
+            value = _kernels.pair_mixture_loglik(*args, transmat, gp, ga, resp)
+        g_pi += sign * gp
+        g_a += sign * ga
+        for g, s in enumerate(cells.samples):
+            part = slice(cells.offsets[g], cells.offsets[g + 1])
+            r = resp[part]  # (entries, m) posterior-weighted counts
+            p = levels[:, s]
+            g_levels[:, s] += sign * (r.T @ cells.mu[part] / p - r.T @ (cells.c[part] - cells.mu[part]) / (1.0 - p))
+            g_coverage[s] += sign * (r / prob[g]).T @ cells.given_bucket[g].T
+        return sign * value
+
+    def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray]):
+        """(-loglik / N, and its gradients with respect to levels (m, S), pi (m,), transmat
+        (m, m) and each sample's coverage bucket probabilities (m, buckets))."""
+        m = levels.shape[0]
+        grads = (np.zeros_like(levels), np.zeros(m), np.zeros((m, m)), [np.zeros_like(q) for q in coverage])
         levels = np.ascontiguousarray(levels)
         pi = np.maximum(pi, 1e-300)
         loglik = 0.0
-        for samples, weight, groups, offsets, index, c, mu, coef in self.rows:
-            if self.width == 1:
-                loglik += _kernels.mixture_loglik(weight, index, offsets, samples, c, mu, coef, levels, pi,
-                                                  g_levels, g_pi)
-            else:
-                loglik += _kernels.pair_mixture_loglik(weight, index, groups, offsets, samples, c, mu, coef, levels,
-                                                       pi, transmat, g_levels, g_pi, g_a)
+        for joint, coverage_only in self.rows:
+            loglik += self._loglik(joint, levels, pi, transmat, coverage, *grads, 1.0)
+            loglik += self._loglik(coverage_only, levels, pi, transmat, coverage, *grads, -1.0)
         scale = -1.0 / self.total
-        return scale * loglik, scale * g_levels, scale * g_pi, scale * g_a
+        g_levels, g_pi, g_a, g_coverage = grads
+        return (scale * loglik, scale * g_levels, scale * g_pi, scale * g_a, [scale * g for g in g_coverage])
 
 
 def stationary(transmat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,13 +301,22 @@ def stationary(transmat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pi, np.linalg.inv(np.eye(m) - transmat + np.outer(np.ones(m), pi))
 
 
-def _kl_blocks(empirical: np.ndarray, n_samples: int) -> tuple[np.ndarray, float]:
-    """Per-entry weights 1 / (number of blocks) and the constant sum e log e of a moment
-    whose (sample, sample) blocks are each a distribution."""
-    scale = 1.0 / n_samples ** (empirical.ndim)
+def _kl_blocks(empirical: np.ndarray, blocks: int) -> tuple[float, float]:
+    """The per-entry weight 1 / blocks of a moment made of ``blocks`` distributions, and the
+    constant sum e log e (times the weight)."""
     positive = empirical > 0
     const = float(np.sum(empirical[positive] * np.log(empirical[positive])))
-    return scale, const * scale
+    return 1.0 / blocks, const / blocks
+
+
+def _softmax_rows(u: np.ndarray) -> np.ndarray:
+    e = np.exp(u - u.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _softmax_gradient(q: np.ndarray, g_q: np.ndarray) -> np.ndarray:
+    """The gradient with respect to the logits of softmax rows q, from the gradient in q."""
+    return q * (g_q - (g_q * q).sum(axis=1, keepdims=True))
 
 
 class Objective:
@@ -238,9 +324,9 @@ class Objective:
     once; it serves every number of states and every start."""
 
     def __init__(self, moments: Moments, weights: Weights = Weights(), grid_points: int = GRID_POINTS,
-                 features: list[ExpectedFeatures] | None = None):
-        """``features``: the ExpectedFeatures of another Objective with the same coverage
-        histograms (they are the costly part), e.g. for bootstrap replicates."""
+                 coverage: list[SampleCoverage] | None = None):
+        """``coverage``: the SampleCoverage of another Objective with the same coverage
+        histograms (their tables are the costly part), e.g. for bootstrap replicates."""
         if moments.n_triples < 1:
             raise ValueError("no triples: the moments are empty")
         self.moments = moments
@@ -250,59 +336,87 @@ class Objective:
         self.pairs = []
         for name, power in (("p12", 1), ("p13", 2), ("p23", 1)):
             emp = getattr(moments, name) / n
-            scale, const = _kl_blocks(emp, self.n_samples)
-            self.pairs.append((emp, power, scale, const))
+            self.pairs.append((emp, power, *_kl_blocks(emp, self.n_samples ** 2)))
         self.triples = None
         if weights.feature_triples:
             emp = moments.p123 / n
-            self.triples = (emp, *_kl_blocks(emp, self.n_samples))
-        self.features = features or [ExpectedFeatures(row, self.n_bins, grid_points)
+            self.triples = (emp, *_kl_blocks(emp, self.n_samples ** 3))
+        self.coverage = coverage or [SampleCoverage(row, self.n_bins, grid_points)
                                      for row in moments.coverage_histogram]
-        self.histograms = [(weight, _Histogram(moments, width))
+        self.by_coverage = []
+        if weights.coverage:
+            for s, cov in enumerate(self.coverage):
+                emp = moments.coverage_features[s][cov.buckets] / n
+                self.by_coverage.append((emp, *_kl_blocks(emp, self.n_samples)))
+        self.histograms = [(weight, _Histogram(moments, width, self.coverage))
                            for width, weight in ((1, weights.single_bins), (2, weights.bin_pairs)) if weight]
 
     # -- parameters -----------------------------------------------------------------------
-    def pack(self, methylation: np.ndarray, transmat: np.ndarray) -> np.ndarray:
+    def _sizes(self, m: int) -> list[int]:
+        """Parameters: levels, transitions, then each sample's coverage logits."""
+        return [m * self.n_samples, m * m] + [m * (len(c.buckets) - 1) for c in self.coverage]
+
+    def pack(self, methylation: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray] | None = None
+             ) -> np.ndarray:
+        """The parameter vector of levels, a transition matrix and (optionally) each
+        sample's coverage bucket probabilities per state (default: the sample's marginal)."""
+        m = methylation.shape[0]
         p = np.clip(methylation, expit(-LEVEL_BOUND), expit(LEVEL_BOUND))
         logits = np.log(np.maximum(transmat, 1e-12))
         logits = np.clip(logits - logits.max(axis=1, keepdims=True) + TRANSITION_BOUND,
                          -TRANSITION_BOUND, TRANSITION_BOUND)
-        return np.concatenate([np.log(p / (1 - p)).ravel(), logits.ravel()])
+        parts = [np.log(p / (1 - p)).ravel(), logits.ravel()]
+        for s, cov in enumerate(self.coverage):
+            q = np.tile(cov.marginal, (m, 1)) if coverage is None else coverage[s]
+            u = np.log(np.maximum(q, 1e-12))
+            parts.append(np.clip(u[:, 1:] - u[:, :1], -COVERAGE_BOUND, COVERAGE_BOUND).ravel())
+        return np.concatenate(parts)
 
-    def unpack(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-        levels = expit(x[:m * self.n_samples].reshape(m, self.n_samples))
-        u = x[m * self.n_samples:].reshape(m, m)
-        a = np.exp(u - u.max(axis=1, keepdims=True))
-        return levels, a / a.sum(axis=1, keepdims=True)
-
-    def parameters(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(levels, transmat, stationary distribution) of a parameter vector."""
-        levels, transmat = self.unpack(x, m)
-        return levels, transmat, stationary(transmat)[0]
+    def unpack(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        """(levels (m, S), transmat (m, m), coverage bucket probabilities per sample (m, buckets))."""
+        parts = np.split(x, np.cumsum(self._sizes(m))[:-1])
+        levels = expit(parts[0].reshape(m, self.n_samples))
+        transmat = _softmax_rows(parts[1].reshape(m, m))
+        coverage = [_softmax_rows(np.hstack([np.zeros((m, 1)), u.reshape(m, -1)])) for u in parts[2:]]
+        return levels, transmat, coverage
 
     def bounds(self, m: int) -> list[tuple[float, float]]:
-        return [(-LEVEL_BOUND, LEVEL_BOUND)] * (m * self.n_samples) + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * (m * m)
+        sizes = self._sizes(m)
+        levels_and_transitions = ([(-LEVEL_BOUND, LEVEL_BOUND)] * sizes[0]
+                                  + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * sizes[1])
+        if self.weights.coverage:
+            return levels_and_transitions + [(-COVERAGE_BOUND, COVERAGE_BOUND)] * sum(sizes[2:])
+        # without the coverage term every state keeps the sample's marginal coverage
+        marginal = self.pack(np.full((m, self.n_samples), 0.5), np.eye(m))[sum(sizes[:2]):]
+        return levels_and_transitions + [(u, u) for u in marginal]
 
-    def observation(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """O = E[F(x) | h] (SD, m) and dO/dp per entry (SD, m)."""
-        d = self.n_bins
-        obs = np.empty((self.n_samples * d, levels.shape[0]))
+    def observation(self, levels: np.ndarray, coverage: list[np.ndarray]):
+        """O = E[F(x) | h] (SD, m), dO/dp per entry (SD, m), and per sample the features of
+        each bucket at the state's level (buckets, m, D): dO/d(coverage probabilities)."""
+        d, m = self.n_bins, levels.shape[0]
+        obs = np.empty((self.n_samples * d, m))
         slope = np.empty_like(obs)
-        for s, g in enumerate(self.features):
-            value, deriv = g(levels[:, s])
-            obs[s * d:(s + 1) * d], slope[s * d:(s + 1) * d] = value.T, deriv.T
-        return obs, slope
+        per_bucket = []
+        for s, (cov, q) in enumerate(zip(self.coverage, coverage)):
+            tables = [g(levels[:, s]) for g in cov.features]
+            values = np.array([v for v, _ in tables])  # (buckets, m, D)
+            slopes = np.array([sl for _, sl in tables])
+            obs[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, values)
+            slope[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, slopes)
+            per_bucket.append(values)
+        return obs, slope, per_bucket
 
     # -- criterion ------------------------------------------------------------------------
     def __call__(self, x: np.ndarray, m: int) -> tuple[float, np.ndarray]:
-        levels, a = self.unpack(x, m)
+        levels, a, coverage = self.unpack(x, m)
         pi, fundamental = stationary(a)
-        obs, slope = self.observation(levels)
+        obs, slope, per_bucket = self.observation(levels, coverage)
         w = self.weights
         loss = 0.0
         g_obs = np.zeros_like(obs)
         g_a = np.zeros((m, m))
         g_pi = np.zeros(m)
+        g_coverage = [np.zeros_like(q) for q in coverage]
         a2 = a @ a
         for emp, power, scale, const in self.pairs:
             core = pi[:, None] * (a if power == 1 else a2)  # P(h_t = i, h_t+k = j)
@@ -322,23 +436,42 @@ class Objective:
                 g_a += pi[:, None] * g_core
             else:
                 g_a += (pi[:, None] * g_core) @ a.T + (pi[:, None] * a).T @ g_core
+        d = self.n_bins
+        for s, (emp, scale, const) in enumerate(self.by_coverage):
+            # model: P(bucket of x_t+1, feature of x_t+2) = Q^T diag(pi) A O_s^T. Its joint KL
+            # holds the buckets' marginal, which ties each sample's coverage to the data (the
+            # histograms condition on coverage and do not)
+            block = slice(s * d, (s + 1) * d)
+            q_s = coverage[s]
+            later = a @ obs[block].T  # (m, D): E[F_s(x_t+2) | h_t+1]
+            model = np.maximum(q_s.T @ (pi[:, None] * later), 1e-300)
+            loss += w.coverage * (const - scale * float(np.sum(emp * np.log(model))))
+            g = -w.coverage * scale * emp / model  # (buckets, D)
+            qg = q_s @ g  # (m, D)
+            g_coverage[s] += (pi[:, None] * later) @ g.T
+            g_pi += (qg * later).sum(axis=1)
+            g_a += (pi[:, None] * qg) @ obs[block]
+            g_obs[block] += g.T @ q_s.T @ (pi[:, None] * a)
         if self.triples is not None:
             loss += self._triples(obs, a, pi, g_obs, g_a, g_pi)
         g_levels = np.zeros_like(levels)
         for weight, histogram in self.histograms:
-            value, gl, gp, ga = histogram(levels, pi, a)
+            value, gl, gp, ga, gc = histogram(levels, pi, a, coverage)
             loss += weight * value
             g_levels += weight * gl
             g_pi += weight * gp
             g_a += weight * ga
-        d = self.n_bins
+            for s in range(self.n_samples):
+                g_coverage[s] += weight * gc[s]
         for s in range(self.n_samples):
             block = slice(s * d, (s + 1) * d)
             g_levels[:, s] += (g_obs[block] * slope[block]).sum(axis=0)
+            g_coverage[s] += np.einsum("dh,bhd->hb", g_obs[block], per_bucket[s])
         g_a += np.outer(pi, fundamental @ g_pi)  # through pi = stationary(A)
-        g_logits = a * (g_a - (g_a * a).sum(axis=1, keepdims=True))
+        g_logits = _softmax_gradient(a, g_a)
         g_logit_levels = g_levels * levels * (1 - levels)
-        return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel()])
+        g_coverage_logits = [_softmax_gradient(q, gq)[:, 1:].ravel() for q, gq in zip(coverage, g_coverage)]
+        return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel(), *g_coverage_logits])
 
     def _triples(self, obs, a, pi, g_obs, g_a, g_pi) -> float:
         """KL of the third-order tensor; adds to the gradients in place."""
@@ -356,6 +489,10 @@ class Objective:
         g_pi += np.einsum("ijk,ij,jk->i", g_core, a, a)
         g_a += np.einsum("ijk,i,jk->ij", g_core, pi, a) + np.einsum("ijk,i,ij->jk", g_core, pi, a)
         return loss
+
+    def mean_coverage(self, coverage: list[np.ndarray]) -> np.ndarray:
+        """(m, S): each state's expected coverage in each sample."""
+        return np.stack([q @ cov.mean for q, cov in zip(coverage, self.coverage)], axis=1)
 
 
 def objective_for(moments: Moments, weights: Weights = Weights()) -> Objective:
@@ -393,36 +530,40 @@ class Refined:
     methylation: np.ndarray
     transmat: np.ndarray
     startprob: np.ndarray  # the stationary distribution of transmat
+    coverage: list  # per sample: (m, buckets) each state's coverage bucket probabilities
+    mean_coverage: np.ndarray  # (m, S) each state's expected coverage
     loss: float
     start: str  # the label of the winning start
     n_iter: int  # its L-BFGS-B iterations
     starts: tuple  # (label, loss) of every start
 
 
-def refine(objective: Objective, starts: list[tuple[str, np.ndarray, np.ndarray]], max_iter: int = 1000,
-           screen_iter: int = 100, keep: int = 3, tol: float = 1e-10) -> Refined:
-    """L-BFGS-B from each (label, levels, transmat) start for ``screen_iter`` iterations; the
-    ``keep`` lowest then continue to convergence (or ``max_iter``); the lowest criterion wins.
-    Starts run in threads, one per core (the compiled likelihoods release the GIL); each is
-    independent, so the result does not depend on the number of threads."""
+def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 100, keep: int = 3,
+           tol: float = 1e-10) -> Refined:
+    """L-BFGS-B from each (label, levels, transmat[, coverage]) start for ``screen_iter``
+    iterations; the ``keep`` lowest then continue to convergence (or ``max_iter``); the
+    lowest criterion wins. Starts run in threads, one per core (the compiled likelihoods
+    release the GIL); each is independent, so the result does not depend on the number of
+    threads."""
     m = starts[0][1].shape[0]
 
     def run(x0, iterations):
         return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=objective.bounds(m),
                         options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9, "maxcor": 30})
 
+    labels = [start[0] for start in starts]
     # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
     with threadpool_limits(1, user_api="blas"), \
             ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
-        screened = list(zip([label for label, _, _ in starts],
-                            pool.map(lambda s: run(objective.pack(s[1], s[2]), screen_iter), starts)))
+        screened = list(zip(labels, pool.map(lambda start: run(objective.pack(*start[1:]), screen_iter), starts)))
         screened.sort(key=lambda item: item[1].fun)
         finished = list(zip([label for label, _ in screened[:keep]],
                             pool.map(lambda item: run(item[1].x, max_iter) if item[1].nit >= screen_iter
                                      else item[1], screened[:keep])))
     label, best = min(finished, key=lambda item: item[1].fun)
-    levels, transmat = objective.unpack(best.x, m)
+    levels, transmat, coverage = objective.unpack(best.x, m)
     pi, _ = stationary(transmat)
     losses = dict((lab, float(res.fun)) for lab, res in screened) | dict((lab, float(res.fun)) for lab, res in finished)
-    return Refined(methylation=levels, transmat=transmat, startprob=pi, loss=float(best.fun), start=label,
+    return Refined(methylation=levels, transmat=transmat, startprob=pi, coverage=coverage,
+                   mean_coverage=objective.mean_coverage(coverage), loss=float(best.fun), start=label,
                    n_iter=int(best.nit), starts=tuple(losses.items()))

@@ -8,7 +8,8 @@ import numpy as np
 from numba import njit
 from scipy.stats import binom, poisson
 
-from .features import beta_map, cells_per_sample, histogram_layout, pairs_from_keys
+from .features import (COVERAGE_BUCKETS, beta_map, cells_per_sample, coverage_bucket, histogram_layout,
+                       pairs_from_keys)
 from .moments import Moments
 
 
@@ -156,6 +157,11 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
     joint12 = pi[:, None] * a  # P(h_t = i, h_t+1 = j)
     joint13 = pi[:, None] * (a @ a)
     coverage_histogram, bin_histogram, pair_histogram = _population_histograms(p, a, pi, cov_pmf)
+    # P(coverage bucket | state) per sample, against the third bin's features
+    bucket_pmf = np.stack([np.bincount(coverage_bucket(c), w, minlength=len(COVERAGE_BUCKETS))
+                           for w in cov_pmf.reshape(m * n_samples, -1)]).reshape(m, n_samples, -1)
+    obs_blocks = obs.reshape(n_samples, n_bins, m)
+    coverage_features = np.einsum("j,jsb,jk,sdk->sbd", pi, bucket_pmf, a, obs_blocks)
     out = Moments(
         n_samples=n_samples,
         n_bins=n_bins,
@@ -168,12 +174,13 @@ def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: i
         b_coverage=(mean_cov.T @ joint12 @ obs.T),
         inv_coverage=pi @ mean_inv,
         coverage_histogram=coverage_histogram,
+        coverage_features=coverage_features,
         bin_histogram=bin_histogram,
         pair_histogram=pair_histogram,
         sq_norm_13=float(sq @ joint13 @ sq),
     )
     for name in ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
-                 "coverage_histogram", "bin_histogram", "pair_histogram"):
+                 "coverage_histogram", "coverage_features", "bin_histogram", "pair_histogram"):
         setattr(out, name, getattr(out, name) * n_triples)
     out.sq_norm_13 *= n_triples
     return out

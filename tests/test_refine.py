@@ -7,7 +7,7 @@ from scipy.stats import binom
 
 from streambhmm import compute_moments, simulate
 from streambhmm.features import beta_map, decode_cells
-from streambhmm.refine import ExpectedFeatures, Objective, Weights, _Histogram, stationary
+from streambhmm.refine import ExpectedFeatures, Objective, SampleCoverage, Weights, _Histogram, stationary
 from streambhmm.simulate import model, population_moments
 
 from .conftest import STICKY, WELL_SEPARATED
@@ -17,30 +17,40 @@ def log_bin(c, mu, p):
     return gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1) + mu * np.log(p) + (c - mu) * np.log1p(-p)
 
 
-def reference_loglik(histogram: _Histogram, levels, pi, transmat) -> float:
-    """The histogram's log-likelihood per triple, cell by cell in the log domain."""
+def reference_loglik(moments, width, levels, pi, transmat, coverage_models, coverage) -> float:
+    """The histogram's log-likelihood given coverage, per triple: cell by cell from the raw
+    histogram, in the log domain: log sum over state paths of pi (A) prod_slots P(c' | state)
+    Bin(mu' | c', level), minus the same without the Binomial factors."""
+    layout = moments.histogram_layout(width)
+    hist = moments.bin_histogram if width == 1 else moments.pair_histogram
     total = 0.0
-    for samples, weight, _, offsets, index, c, mu, _ in histogram.rows:
-        slots = len(samples)
-        per_slot = [log_bin(c[offsets[g] + index[:, g]][:, None], mu[offsets[g] + index[:, g]][:, None],
-                            levels[:, samples[g]][None, :]) for g in range(slots)]  # (n, m) each
-        if histogram.width == 1:
-            cell = logsumexp(np.log(pi) + sum(per_slot), axis=1)
-        else:
-            half = slots // 2
-            first, second = sum(per_slot[:half]), sum(per_slot[half:])
-            joint = np.log(pi)[None, :, None] + first[:, :, None] + np.log(transmat)[None] + second[:, None, :]
-            cell = logsumexp(joint.reshape(len(weight), -1), axis=1)
-        total += weight @ cell
-    return total / histogram.total
+    for row in range(hist.shape[0]):
+        cells = np.flatnonzero(hist[row])
+        cov, meth = decode_cells(cells, layout)
+        samples = layout.slot_samples(row)
+        per_slot, cov_slot = [], []
+        for g, s in enumerate(samples):
+            log_cov = np.log(coverage[s] @ coverage_models[s].thinned(layout.cap)[:, cov[:, g]]).T  # (n, m)
+            per_slot.append(log_cov + log_bin(cov[:, g][:, None], meth[:, g][:, None], levels[:, s][None, :]))
+            cov_slot.append(log_cov)
+        values = []
+        for slots in (per_slot, cov_slot):
+            if width == 1:
+                values.append(logsumexp(np.log(pi) + sum(slots), axis=1))
+            else:
+                half = len(slots) // 2
+                first, second = sum(slots[:half]), sum(slots[half:])
+                joint = np.log(pi)[None, :, None] + first[:, :, None] + np.log(transmat)[None] + second[:, None, :]
+                values.append(logsumexp(joint.reshape(len(cells), -1), axis=1))
+        total += hist[row, cells] @ (values[0] - values[1])
+    return total / moments.n_triples
 
 
 @pytest.mark.parametrize("n_samples", [1, 2, 3])
 def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples):
     rng = np.random.default_rng(n_samples)
-    mdl = model(WELL_SEPARATED[:, :1].repeat(n_samples, axis=1) if n_samples == 3 else WELL_SEPARATED[:, :n_samples],
-                STICKY)
-    sim = simulate(mdl, [3000], coverage=60, random_state=1)
+    levels_true = WELL_SEPARATED[:, :1].repeat(n_samples, axis=1) if n_samples == 3 else WELL_SEPARATED[:, :n_samples]
+    sim = simulate(model(levels_true, STICKY), [3000], coverage=60, random_state=1)
     mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=6)
     levels = rng.uniform(0.05, 0.95, (4, n_samples))
     levels[0] = 1e-4  # extreme levels: many cells underflow the linear domain
@@ -48,19 +58,23 @@ def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples):
     transmat = rng.dirichlet(np.ones(4), size=4)
     transmat[0] = [1 - 3e-12, 1e-12, 1e-12, 1e-12]
     pi, _ = stationary(transmat)
+    models = [SampleCoverage(row, mom.n_bins, 16) for row in mom.coverage_histogram]
+    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=4) for c in models]
     for width in (1, 2):
-        histogram = _Histogram(mom, width)
-        value = histogram(levels, pi, transmat)[0]
-        assert value == pytest.approx(-reference_loglik(histogram, levels, pi, transmat), rel=1e-10)
+        value = _Histogram(mom, width, models)(levels, pi, transmat, coverage)[0]
+        assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat, models, coverage),
+                                      rel=1e-10)
 
 
 @pytest.mark.parametrize("n_samples", [1, 2])
 def test_the_criterion_gradient_equals_finite_differences(n_samples):
-    sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [5000], coverage=15, random_state=2)
+    coverage = [[40, 0.5], [12, 20], [15, 8], [20, 20]]  # state-dependent, and uncovered bins in sample 2
+    sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [5000], coverage=np.array(coverage)[:, :n_samples],
+                   random_state=2)
     mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=8)
     objective = Objective(mom, Weights(1.0, 0.5, 1.0, 0.7), grid_points=64)
     m = 3
-    x = np.random.default_rng(0).normal(size=m * n_samples + m * m)
+    x = np.random.default_rng(0).normal(size=sum(objective._sizes(m)))
     value, grad = objective(x, m)
     numeric = np.array([(objective(x + e, m)[0] - objective(x - e, m)[0]) / 2e-6 for e in np.eye(x.size) * 1e-6])
     np.testing.assert_allclose(grad, numeric, atol=1e-6 * max(1.0, np.abs(grad).max()))
