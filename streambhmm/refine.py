@@ -33,12 +33,13 @@ Why this and not least squares on the moments: measured (scripts/refine_weights.
 squared errors barely weigh a rare state far from the others (an unmethylated state of 2% of
 bins), which the likelihood punishes heavily, and the feature moments alone cannot tell
 apart levels within one Beta-map bin; the histograms of single bins and of adjacent pairs
-closed the gap to EM on every real data set. The default weights (Weights) were chosen by
-the same measurement.
+closed most of the gap to EM on the real data sets. The default weights (Weights) were
+chosen by the same measurement.
 
 Parameters: levels through logits (bounded, p in [1e-4, 1 - 1e-4]), transition rows through
 softmax logits (bounded, so the chain stays irreducible), each state's coverage buckets
-through softmax logits, pi = the stationary distribution of A. Gradients are analytic (d pi / d A through the fundamental matrix). L-BFGS-B runs from
+through softmax logits, pi = the stationary distribution of A. Gradients are analytic
+(d pi / d A through the fundamental matrix). L-BFGS-B runs from
 several starts (the spectral estimate, a spread of levels at the quantiles of the marginal
 features, seeded random sticky chains), screened after a few iterations; the lowest
 criterion wins.
@@ -136,17 +137,24 @@ class ExpectedFeatures:
 
     def __call__(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(g(p), g'(p)), each (len(p), D)."""
-        x = np.clip(p, 0.0, 1.0) * self.grid_points
-        i = np.minimum(np.floor(x).astype(np.int64), self.grid_points - 1)
-        t = (x - i)[:, None]
-        h = 1.0 / self.grid_points
-        y0, y1 = self.values[i], self.values[i + 1]
-        d0, d1 = self.slopes[i] * h, self.slopes[i + 1] * h
-        t2, t3 = t * t, t * t * t
-        value = (2 * t3 - 3 * t2 + 1) * y0 + (t3 - 2 * t2 + t) * d0 + (-2 * t3 + 3 * t2) * y1 + (t3 - t2) * d1
-        slope = ((6 * t2 - 6 * t) * y0 + (3 * t2 - 4 * t + 1) * d0 + (6 * t - 6 * t2) * y1
-                 + (3 * t2 - 2 * t) * d1) / h
-        return value, slope
+        return hermite(self.values, self.slopes, p)
+
+
+def hermite(values: np.ndarray, slopes: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cubic Hermite interpolation of tables (..., G + 1, D) of a function of p on the grid
+    k / G and its derivative, at the levels p: (value, slope), each (..., len(p), D)."""
+    grid_points = values.shape[-2] - 1
+    x = np.clip(p, 0.0, 1.0) * grid_points
+    i = np.minimum(np.floor(x).astype(np.int64), grid_points - 1)
+    t = (x - i)[:, None]
+    h = 1.0 / grid_points
+    y0, y1 = values[..., i, :], values[..., i + 1, :]
+    d0, d1 = slopes[..., i, :] * h, slopes[..., i + 1, :] * h
+    t2, t3 = t * t, t * t * t
+    value = (2 * t3 - 3 * t2 + 1) * y0 + (t3 - 2 * t2 + t) * d0 + (-2 * t3 + 3 * t2) * y1 + (t3 - t2) * d1
+    slope = ((6 * t2 - 6 * t) * y0 + (3 * t2 - 4 * t + 1) * d0 + (6 * t - 6 * t2) * y1
+             + (3 * t2 - 2 * t) * d1) / h
+    return value, slope
 
 
 @dataclass(frozen=True)
@@ -176,8 +184,16 @@ class SampleCoverage:
         self.buckets = np.flatnonzero(mass)
         self.marginal = mass[self.buckets] / mass.sum()
         self.within = [np.where(bucket == b, histogram, 0.0) for b in self.buckets]  # per bucket
-        self.features = [ExpectedFeatures(w, n_bins, grid_points) for w in self.within]
+        features = [ExpectedFeatures(w, n_bins, grid_points) for w in self.within]
+        # stacked (buckets, G + 1, D): one interpolation serves every bucket
+        self.values = np.stack([f.values for f in features])
+        self.slopes = np.stack([f.slopes for f in features])
         self.mean = np.array([w @ coverage / w.sum() for w in self.within])
+
+    def features(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """E[phi | level, bucket] and its derivative in the level at each of ``levels``:
+        each (buckets, len(levels), D)."""
+        return hermite(self.values, self.slopes, levels)
 
     def thinned(self, cap: int) -> np.ndarray:
         """(buckets, cap + 1): P(min(c, cap) = k | bucket)."""
@@ -398,9 +414,7 @@ class Objective:
         slope = np.empty_like(obs)
         per_bucket = []
         for s, (cov, q) in enumerate(zip(self.coverage, coverage)):
-            tables = [g(levels[:, s]) for g in cov.features]
-            values = np.array([v for v, _ in tables])  # (buckets, m, D)
-            slopes = np.array([sl for _, sl in tables])
+            values, slopes = cov.features(levels[:, s])  # (buckets, m, D)
             obs[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, values)
             slope[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, slopes)
             per_bucket.append(values)
@@ -538,8 +552,8 @@ class Refined:
     starts: tuple  # (label, loss) of every start
 
 
-def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 100, keep: int = 3,
-           tol: float = 1e-10) -> Refined:
+def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 40, keep: int = 2,
+           tol: float = 1e-8) -> Refined:
     """L-BFGS-B from each (label, levels, transmat[, coverage]) start for ``screen_iter``
     iterations; the ``keep`` lowest then continue to convergence (or ``max_iter``); the
     lowest criterion wins. Starts run in threads, one per core (the compiled likelihoods
