@@ -9,8 +9,9 @@ multi-start refinement:
     KL+bins+pairs    ... single bins 0.5 and adjacent bin pairs 1; every state has the
                      sample's coverage distribution
     +state coverage  ... each state its own coverage distribution, tied to the data by the KL
-                     of (coverage bucket, next bin's feature) sums (the default)
-    +tensor          ... plus the third-order tensor's KL (weight 1)
+                     of (coverage bucket, next bin's feature) sums
+    +tensor          ... plus the third-order tensor's KL (weight 1): the default up to
+                     S * D = 64 (two samples at D = 30)
 
 Real data (scripts/real_data_fits.py's data sets and splits, M = 4 and 6): held-out
 log-likelihood per bin relative to EM run to convergence (best of 3 random starts).
@@ -42,9 +43,9 @@ VARIANTS = {
     "squares": Weights(1.0, 0.0, 0.0, 0.0, "squares", coverage=0.0),
     "KL": Weights(1.0, 0.0, 0.0, 0.0, coverage=0.0),
     "KL+bins": Weights(1.0, 1.0, 0.0, 0.0, coverage=0.0),
-    "KL+bins+pairs": Weights(coverage=0.0),
-    "+state coverage": Weights(),
-    "+tensor": Weights(1.0, 0.5, 1.0, 1.0),
+    "KL+bins+pairs": Weights(feature_triples=0.0, coverage=0.0),
+    "+state coverage": Weights(feature_triples=0.0),
+    "+tensor": Weights(feature_triples=1.0),
 }
 
 

@@ -100,8 +100,9 @@ def read_batch_manifest(path) -> list[ManifestRow]:
         sample, group, fmt, files = (fields[header[c]] for c in COLUMNS)
         if fmt not in ("auto", *FORMATS):
             raise ManifestError(f"{where}: unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})")
-        if not GROUP_NAME.match(group):
-            raise ManifestError(f"{where}: group {group!r} is not a valid directory name")
+        if not GROUP_NAME.match(group) or group == SUMMARY:
+            raise ManifestError(f"{where}: group {group!r} is not a valid directory name"
+                                + (" (the summary file is named so)" if group == SUMMARY else ""))
         if (sample, group) in seen:
             raise ManifestError(f"{where}: sample {sample} of group {group} is listed again "
                                 f"(first on line {seen[sample, group]}); list its replicate files together")
@@ -151,6 +152,7 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
     for row in rows:
         groups.setdefault(row.group, []).append(row)
     summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
+    workdir.mkdir()  # the summary is written even when every sample fails
     partials: dict[str, tuple[int, int]] = {}
     lock = threading.Lock()
 

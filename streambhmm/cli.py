@@ -19,7 +19,7 @@ from .formats import CONTEXTS, FORMATS, ReadOptions
 from .blocks import DEFAULT_BLOCK_SIZE
 from .fitting import METHODS
 from .storage import Location
-from .store import StoreError, open_store
+from .store import StoreError, locked, open_store
 
 USER_ERRORS = (ValueError, FileNotFoundError, StoreError, SchedulerLost)  # MomentStoreError, FormatError and SpectrumError are ValueErrors
 
@@ -216,7 +216,16 @@ def cluster_for(store, scheduler):
     """A Dask client for a counts store; nothing for a moment store (no counts are read)."""
     from .momentstore import is_moment_store
 
-    return contextlib.nullcontext() if is_moment_store(store) else dask_client(scheduler)
+    return contextlib.nullcontext() if is_moment_store(store) else reading(store, scheduler)
+
+
+@contextlib.contextmanager
+def reading(store, scheduler, if_lost: str = ""):
+    """A Dask client for a command that reads the counts store ``store``, holding its shared
+    lock: an ingest into it waits until the command is done (and the command waits for a
+    running ingest), so the command never sees a mix of old and new counts."""
+    with locked(store, shared=True), dask_client(scheduler, if_lost=if_lost) as client:
+        yield client
 
 
 def em_reporter(quiet: bool):
@@ -469,9 +478,9 @@ def score(store, model, chromosomes, scheduler, quiet):
     from .storehmm import score_store
 
     start = time.perf_counter()
-    counts, document, hmm = model_for_store(store, model)
     wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
-    with dask_client(scheduler) as client:
+    with reading(store, scheduler) as client:
+        counts, document, hmm = model_for_store(store, model)
         per_chrom = score_store(counts, hmm, client, document["samples"], wanted)
     width = max(10, *(len(c) for c in per_chrom))
     click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
@@ -550,7 +559,7 @@ def moments_compute(store, output, samples, n_bins, block_size, scheduler, quiet
     show = status_line(quiet)
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     try:
-        with dask_client(scheduler, if_lost=kept) as client:
+        with reading(store, scheduler, if_lost=kept) as client:
             report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
                                          progress=lambda done, total: show(f"partials: {done}/{total}"),
                                          block_size=block_size)

@@ -57,8 +57,9 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
                                     .rstrip()) from None
         return
     workers = n_workers or os.cpu_count() or 1
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0", silence_logs=logging.ERROR) as cluster, \
+    # scheduler, workers and dashboard on the loopback interface only: never reachable from the network
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
 

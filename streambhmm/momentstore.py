@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -110,13 +111,27 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
                         "sha256": sha256})
     try:
         tmp.rename(path)
-    except OSError:  # another attempt of the same task got there first: same content
+    except OSError as exc:
         tmp.rmtree()
+        if not path.exists():
+            raise MomentStoreError(f"could not write partial {path} ({exc})") from None
+        # else another attempt of the same task got there first: same content
 
 
-def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[ChunkPartial, str]:
+def _remove(path: Location, why: str) -> None:
+    """Remove a partial directory, or stop: one left on disk would be read later."""
+    path.rmtree()
+    if path.exists():
+        raise MomentStoreError(f"could not remove the {why} partial {path} (check its permissions); remove it "
+                               f"and rerun `streambhmm moments`")
+
+
+def read_partial(path: Location, expected_sha256: str | None = None, identity: dict | None = None
+                 ) -> tuple[ChunkPartial, str]:
     """Read and verify one partial, returning it and its checksum; any damage raises
-    MomentStoreError naming it."""
+    MomentStoreError naming it. ``identity`` ({chromosome, chunk, digest}): the partial must
+    be the one for that chunk and digest (a checksum alone cannot tell another chunk's
+    self-consistent partial put in its place)."""
     try:
         group = zarr.open_group(path.url, mode="r")
         attrs = dict(group.attrs)
@@ -132,6 +147,11 @@ def read_partial(path: Location, expected_sha256: str | None = None) -> tuple[Ch
         partial = ChunkPartial(moments, blocks)
     except Exception as exc:  # noqa: BLE001 - any failure to read is damage to report
         raise MomentStoreError(f"partial {path} is unreadable or truncated ({type(exc).__name__}: {exc})") from None
+    if identity is not None:
+        found = {key: attrs.get(key) for key in identity}
+        if found != identity:
+            raise MomentStoreError(f"partial {path} is not the partial it should be: it holds {found}, the "
+                                   f"manifest expects {identity}")
     actual = partial_sha256(partial)
     if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
         raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
@@ -145,17 +165,18 @@ def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, r
     digest = chunk_digest(halo, kept_meth, kept_cov, kept_positions, settings)
     rel = partial_relpath(chrom, chunk, digest)
     path = Location.of(root) / rel
+    identity = {"chromosome": chrom, "chunk": chunk, "digest": digest}
     reused = False
     if path.exists():
         try:
-            partial, sha256 = read_partial(path)
+            partial, sha256 = read_partial(path, identity=identity)
             reused = True
         except MomentStoreError:
-            path.rmtree()  # damaged: compute it again
+            _remove(path, "damaged")  # compute it again
     if not reused:
         partial = kept_partial(halo, kept_meth, kept_cov, kept_positions, n_bins, chrom, settings["block_size"])
         sha256 = partial_sha256(partial)
-        write_partial(path, partial, {"chromosome": chrom, "chunk": chunk, "digest": digest}, sha256)
+        write_partial(path, partial, identity, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
             "n_triples": partial.moments.n_triples, "sha256": sha256, "reused": reused}
 
@@ -247,7 +268,7 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
         keep = {e["path"] for e in entries}
         stale = [path for rel, path in _partials_on_disk(root).items() if rel not in keep]
         for path in stale:
-            path.rmtree()
+            _remove(path, "stale")
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples)
@@ -270,16 +291,46 @@ def read_manifest(root) -> dict:
         raise MomentStoreError(f"{root}: no moment store here (no {MANIFEST})") from None
     except json.JSONDecodeError as exc:
         raise MomentStoreError(f"{root / MANIFEST} is not valid JSON ({exc})") from None
-    if manifest.get("format") != MOMENT_STORE_FORMAT:
-        raise MomentStoreError(f"{root}: not a streambhmm moment store")
-    if int(manifest.get("format_version", 0)) > MOMENT_STORE_VERSION:
+    if not isinstance(manifest, dict) or manifest.get("format") != MOMENT_STORE_FORMAT:
+        raise MomentStoreError(f"{root}: not a streambhmm moment store ({MANIFEST} is not one's manifest)")
+    if type(manifest.get("format_version")) is not int:
+        raise MomentStoreError(f"{root / MANIFEST}: format_version is not an integer "
+                               f"({json.dumps(manifest.get('format_version'))[:200]})")
+    if manifest["format_version"] > MOMENT_STORE_VERSION:
         raise MomentStoreError(f"{root}: moment store format version {manifest['format_version']} is newer "
                                f"than this streambhmm supports ({MOMENT_STORE_VERSION}); upgrade streambhmm")
-    if int(manifest.get("format_version", 0)) < MOMENT_STORE_VERSION:
+    if manifest["format_version"] < MOMENT_STORE_VERSION:
         raise MomentStoreError(f"{root}: moment store format version {manifest['format_version']} lacks the "
                                f"histograms that version {MOMENT_STORE_VERSION} fits with; rerun `streambhmm "
                                f"moments` with a new --output (or delete {root} and rerun it)")
+    _check_entries(root, manifest)
     return manifest
+
+
+_ENTRY_TYPES = {"chromosome": str, "chunk": int, "digest": str, "path": str, "n_triples": int, "sha256": str}
+
+
+def _check_entries(root: Location, manifest: dict) -> None:
+    """Each partial entry well formed, its path exactly the one its chromosome, chunk and
+    digest name (so no entry reaches outside the store), and no chunk listed twice."""
+    from .readers import chromosome_name_problem, quoted  # pyarrow: only here
+
+    entries = manifest.get("partials")
+    if not isinstance(entries, list):
+        raise MomentStoreError(f"{root / MANIFEST}: 'partials' is missing or not a list")
+    seen = set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or any(type(entry.get(key)) is not kind for key, kind in _ENTRY_TYPES.items()):
+            raise MomentStoreError(f"{root / MANIFEST}: partial entry {i} is malformed: {quoted(json.dumps(entry))}")
+        chrom, chunk, digest = entry["chromosome"], entry["chunk"], entry["digest"]
+        if (chromosome_name_problem(chrom) or chunk < 0 or not re.fullmatch("[0-9a-f]{64}", digest)
+                or entry["path"] != partial_relpath(chrom, chunk, digest)):
+            raise MomentStoreError(f"{root / MANIFEST}: partial entry {i} does not name a partial of this store "
+                                   f"(path {quoted(entry['path'])})")
+        if (chrom, chunk) in seen:
+            raise MomentStoreError(f"{root / MANIFEST}: {chrom} chunk {chunk} is listed twice; it would be "
+                                   f"counted twice")
+        seen.add((chrom, chunk))
 
 
 def load_partials(root) -> tuple[list[ChunkPartial], dict]:
@@ -301,8 +352,12 @@ def load_partials(root) -> tuple[list[ChunkPartial], dict]:
         if not path.exists():
             raise MomentStoreError(f"partial {entry['chromosome']} chunk {entry['chunk']} ({path}) listed in "
                                    f"the manifest is missing")
-        partials.append(read_partial(path, entry["sha256"])[0])
+        partials.append(read_partial(path, entry["sha256"], _identity(entry))[0])
     return partials, manifest
+
+
+def _identity(entry: dict) -> dict:
+    return {key: entry[key] for key in ("chromosome", "chunk", "digest")}
 
 
 def load_total(root, split_every: int = DEFAULT_SPLIT_EVERY) -> tuple[Moments, dict]:
@@ -349,7 +404,7 @@ def merge_moment_stores(inputs, output) -> dict:
             _init_store(staged, settings, {"merged_from": [str(p) for p in inputs]})
             entries = []
             for entry, source in chosen.values():
-                read_partial(source / entry["path"], entry["sha256"])  # verify before copying
+                read_partial(source / entry["path"], entry["sha256"], _identity(entry))  # verify before copying
                 (source / entry["path"]).copytree(staged / entry["path"])
                 entries.append({**entry, "reused": True})
             merged = _manifest(settings, entries, True, {"merged_from": [str(p) for p in inputs]})

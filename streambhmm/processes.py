@@ -62,6 +62,7 @@ class ProcessCluster:
     def add_worker(self) -> subprocess.Popen:
         index = len(self.workers)
         worker = self._spawn("worker", self.address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+                             "--no-dashboard",
                              "--name", f"worker-{index}", "--local-directory", str(self.directory),
                              "--death-timeout", "60", log=f"worker-{index}.log")
         self.workers.append(worker)

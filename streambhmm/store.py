@@ -16,7 +16,9 @@ in by renames (see :func:`replace_store`), so a failed or killed run leaves the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import os
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -75,22 +77,38 @@ def recover(path) -> None:
 
 
 @contextlib.contextmanager
-def locked(path):
-    """Exclusive lock for writers of ``path`` (a sibling lock file). fsspec URLs get no
-    lock: there, one writer per store at a time is the user's to ensure."""
+def locked(path, shared: bool = False):
+    """Lock ``path`` through a sibling lock file: exclusive for writers, ``shared`` for
+    readers, so a store never changes under a command reading it (an ingest waits for the
+    readers, a reader waits for the ingest). fsspec URLs get no lock: there, one writer per
+    store at a time, and no readers meanwhile, is the user's to ensure.
+
+    The lock file is opened without following a symlink and never truncated (a planted
+    link cannot make us clobber its target)."""
     path = Location.of(path)
     if not path.is_local:
         recover(path)
         yield
         return
     path.parent.mkdir()
-    with open(path.parent / f".{path.name}.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
+    lock_file = path.parent / f".{path.name}.lock"
+    try:
+        fd = os.open(lock_file.url, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise StoreError(f"cannot open the lock file {lock_file} ({why}); remove it and retry") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        if not shared:
             recover(path)
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        elif not path.exists() and path.parent.glob(f"{path.name}.old-*"):
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a writer killed mid-swap: put the store back first
+            recover(path)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def staging_path(path) -> Location:

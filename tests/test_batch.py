@@ -34,6 +34,7 @@ def write_manifest(path, rows):
     (HEADER + "A\tg\ttsv\n", "expected 4 tab-separated, non-empty fields"),
     (HEADER + "A\tg\ttsv\tx.gz\n# comment\nA\tg\ttsv\ty.gz\n", "listed again (first on line 2)"),
     ("# only a comment\n" + HEADER, "no samples"),
+    (HEADER + "A\tbatch-summary.tsv\ttsv\tx.gz\n", "the summary file is named so"),  # audit 17
 ])
 def test_manifest_errors_name_file_line_and_text(tmp_path, text, message):
     path = tmp_path / "manifest.tsv"
@@ -97,3 +98,13 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     assert "--bins 8" in run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler).output
     r = run("fit", work / "lister" / "moments.zarr", "-m", "2", "--bins", "8", "-o", tmp_path / "model.json", "-q")
     assert r.exit_code == 0, r.output
+
+
+def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, dask_clients):
+    """Audit 17: the work directory did not exist yet, so the summary was never written."""
+    (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
+    manifest = write_manifest(tmp_path / "manifest.tsv", {"broken": ("g", "tsv", str(tmp_path / "bad.tsv"))})
+    work = tmp_path / "new" / "work"
+    r = run("batch", manifest, "--workdir", work, "--scheduler", dask_clients[0].scheduler.address, "-q")
+    assert r.exit_code == 1, r.output
+    assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()

@@ -159,3 +159,16 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
     assert r.exit_code == 1
     assert "Error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.output, r.output
     assert not (tmp_path / "m.json").exists()
+
+
+def test_embedded_cluster_listens_on_loopback_only():
+    """Audit 8: the dashboard and every server of the embedded cluster bind 127.0.0.1."""
+    from urllib.parse import urlparse
+
+    from streambhmm.cluster import dask_client
+
+    with dask_client(n_workers=1) as client:
+        info = client.scheduler_info()
+        addresses = [client.scheduler.address, *info["workers"]]
+        hosts = {urlparse(a).hostname for a in addresses} | {urlparse(client.dashboard_link).hostname}
+    assert hosts == {"127.0.0.1"}, hosts

@@ -167,3 +167,33 @@ def test_files_without_usable_rows_are_refused(tmp_path):
     assert not store.exists()
     ingest([chh_only], "A", store, context="CHH")
     assert open_store(store).samples == ["A"]
+
+
+def test_an_ingest_waits_for_the_readers_of_the_store(tmp_path):
+    """Audit 1: `moments` (a reader, shared lock) and an ingest replacing a sample never
+    overlap; the ingest lands after the reader is done."""
+    import threading
+
+    from streambhmm.store import locked
+
+    store = tmp_path / "s.zarr"
+    ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store)
+    before = tree_digest(store)
+    writer = threading.Thread(target=ingest, args=([DATA / "dmrseq_IMR90_r1.chr21.tsv.gz"], "IMR90", store))
+    with locked(store, shared=True), locked(store, shared=True):  # two readers at once
+        writer.start()
+        writer.join(timeout=3)
+        assert writer.is_alive()  # blocked by the readers
+        assert tree_digest(store) == before
+    writer.join()
+    assert open_store(store).samples == ["H1", "IMR90"]
+
+
+def test_a_planted_lock_symlink_is_refused_and_its_target_untouched(tmp_path):
+    """Audit 10: the lock file is opened without following links and never truncated."""
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    (tmp_path / ".s.zarr.lock").symlink_to(target)
+    with pytest.raises(StoreError, match="lock file .* is a symbolic link"):
+        ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", tmp_path / "s.zarr")
+    assert target.read_text() == "keep me"

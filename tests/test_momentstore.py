@@ -278,3 +278,58 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     with pytest.raises(MomentStoreError, match="incompatible feature settings"):
         merge_moment_stores([parts[0], tmp_path / "m_d20.zarr"], tmp_path / "bad2.zarr")
     assert not (tmp_path / "bad.zarr").exists() and not (tmp_path / "bad2.zarr").exists()
+
+
+def test_a_partial_swapped_for_another_chunks_is_refused(moment_store, dask_clients):
+    """Audit 2: each partial is self-consistent, but not the one the manifest names."""
+    store, out = moment_store
+    manifest = json.loads((out / "manifest.json").read_text())
+    a, b = (out / e["path"] for e in manifest["partials"][:2])
+    swap = a.parent / "swap"
+    a.rename(swap), b.rename(a), swap.rename(b)
+    with pytest.raises(MomentStoreError, match="is not the partial it should be"):
+        load_total(out)
+    # the next run does not reuse them: it recomputes both and the totals are right again
+    report = update_moment_store(open_store(store), out, dask_clients[0])
+    assert report.computed == 2
+    assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m["partials"].append(dict(m["partials"][0])), "listed twice"),
+    (lambda m: m["partials"][0].update(path="../evil_src/p"), "does not name a partial of this store"),
+    (lambda m: m["partials"][0].update(chromosome="..", path="partials/../x"), "does not name a partial"),
+    (lambda m: m["partials"][0].pop("sha256"), "partial entry 0 is malformed"),
+    (lambda m: m.pop("partials"), "'partials' is missing or not a list"),
+    (lambda m: m.update(format_version="3"), "format_version is not an integer"),
+])
+def test_crafted_manifests_are_refused_before_any_path_is_used(moment_store, tmp_path, edit, message):
+    """Audit 2, 9 and 16: duplicates, paths outside the store, malformed entries."""
+    _, out = moment_store
+    manifest = json.loads((out / "manifest.json").read_text())
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(MomentStoreError, match=message):
+        load_total(out)
+    with pytest.raises(MomentStoreError, match=message):
+        merge_moment_stores([out], tmp_path / "merged.zarr")
+    assert not (tmp_path / "merged.zarr").exists() and not (tmp_path / "evil_src").exists()
+
+
+def test_a_manifest_that_is_not_an_object_is_not_a_traceback(moment_store):
+    _, out = moment_store
+    (out / "manifest.json").write_text("[1, 2, 3]")
+    with pytest.raises(MomentStoreError, match="not a streambhmm moment store"):
+        load_total(out)
+
+
+def test_a_partial_that_cannot_be_removed_stops_the_run(moment_store, monkeypatch):
+    """Audit 18: a damaged or stale partial left on disk (read-only, say) would be read later."""
+    from streambhmm.momentstore import _remove
+    from streambhmm.storage import Location
+
+    _, out = moment_store
+    partial = Location.of(first_partial(out))
+    monkeypatch.setattr(Location, "rmtree", lambda self: None)  # as if permission were denied
+    with pytest.raises(MomentStoreError, match="could not remove the damaged partial .*check its permissions"):
+        _remove(partial, "damaged")
