@@ -16,12 +16,11 @@ import numpy as np
 from . import __version__
 from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, compute, dask_client, status_line
 from .formats import CONTEXTS, FORMATS, ReadOptions
-from .blocks import DEFAULT_BLOCK_SIZE
 from .fitting import METHODS
 from .storage import Location
-from .store import StoreError, locked, open_store
 
-USER_ERRORS = (ValueError, FileNotFoundError, StoreError, SchedulerLost)  # MomentStoreError, FormatError and SpectrumError are ValueErrors
+# StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors
+USER_ERRORS = (ValueError, FileNotFoundError, SchedulerLost)
 
 
 def user_errors(fn):
@@ -58,9 +57,11 @@ scheduler_option = click.option(
     help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 DEFAULT_N_BINS = 30
-bins_option = click.option("--bins", "n_bins", default=DEFAULT_N_BINS, show_default=True,
+POSITIVE = click.IntRange(min=1)  # every count option is checked before any work
+NON_NEGATIVE = click.IntRange(min=0)
+bins_option = click.option("--bins", "n_bins", default=DEFAULT_N_BINS, show_default=True, type=POSITIVE,
                            help="Beta-map granularity D.")
-bin_size_option = click.option("--bin-size", default=100, show_default=True, help="Bin width in bp.")
+bin_size_option = click.option("--bin-size", default=100, show_default=True, type=POSITIVE, help="Bin width in bp.")
 context_option = click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
                               help="Cytosine context kept, where the format carries one.")
 
@@ -69,7 +70,7 @@ def read_options(fn):
     """The reading options of ingest and batch, gathered into ``options`` (a ReadOptions)."""
     @click.option("--merge-strands", is_flag=True,
                   help="Add each CpG's minus-strand C (at pos + 1) to its plus-strand C (formats with a strand).")
-    @click.option("--min-coverage", default=1, show_default=True, help="Drop cytosine rows with less coverage.")
+    @click.option("--min-coverage", default=1, show_default=True, type=NON_NEGATIVE, help="Drop cytosine rows with less coverage.")
     @click.option("--chromosomes", default=None, metavar="LIST", help="Keep only these chromosomes (comma-separated "
                                                                       "glob patterns, e.g. 'chr[0-9]*,chrX').")
     @click.option("--exclude-chromosomes", default=None, metavar="LIST",
@@ -120,7 +121,7 @@ def main():
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
 @bin_size_option
 @context_option
-@click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: the store's, else 1000000).")
+@click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: the store's, else 1000000).")
 @read_options
 @quiet_option
 @user_errors
@@ -145,6 +146,8 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 @user_errors
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage."""
+    from .store import open_store
+
     st = open_store(store)
     click.echo(f"{store}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {st.attrs['tool_version']}")
@@ -224,6 +227,8 @@ def reading(store, scheduler, if_lost: str = ""):
     """A Dask client for a command that reads the counts store ``store``, holding its shared
     lock: an ingest into it waits until the command is done (and the command waits for a
     running ingest), so the command never sees a mix of old and new counts."""
+    from .store import locked
+
     with locked(store, shared=True), dask_client(scheduler, if_lost=if_lost) as client:
         yield client
 
@@ -266,27 +271,27 @@ class FitSettings:
 @click.option("--method", default=None, type=click.Choice(METHODS),
               help="refined: one pass, the spectral estimate refined on the moments (default); ftd: the paper's "
                    "spectral estimate alone; em: EM from random starts; refined-em / ftd-em: EM from that start.")
-@click.option("--em-iter", default=1000, show_default=True,
+@click.option("--em-iter", default=1000, show_default=True, type=POSITIVE,
               help="EM's iteration cap (EM stops earlier once converged; hitting the cap is reported).")
-@click.option("--em-tol", default=1e-7, show_default=True,
+@click.option("--em-tol", default=1e-7, show_default=True, type=click.FloatRange(min=0.0, min_open=True),
               help="EM has converged when an iteration gains less than this fraction of |log-likelihood|.")
-@click.option("--em-starts", default=3, show_default=True, help="Random starts of --method em; the best is kept.")
+@click.option("--em-starts", default=3, show_default=True, type=POSITIVE, help="Random starts of --method em; the best is kept.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @bins_option
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="Model JSON to write (a sweep writes NAME.mM.json for each M).")
-@click.option("--bootstrap", default=0, show_default=True,
+@click.option("--bootstrap", default=0, show_default=True, type=NON_NEGATIVE,
               help="Block-bootstrap replicates (0: none; --method refined only).")
-@click.option("--block-size", default=None, type=int,
+@click.option("--block-size", default=None, type=POSITIVE,
               help="Genomic block (bp) of the bootstrap and of the held-out blocks of a sweep (default 1000000; "
                    "a moment store has the one it was computed with).")
 @click.option("--allow-degenerate", is_flag=True,
               help="Write a degenerate model (see README) anyway, with a warning, instead of refusing it.")
-@click.option("--diff-threshold", default=0.3, show_default=True,
+@click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="A state is differential when its levels across samples differ by more than this.")
-@click.option("--split-every", default=8, show_default=True, help="Fan-in of the tree reductions.")
+@click.option("--split-every", default=8, show_default=True, type=click.IntRange(min=2), help="Fan-in of the tree reductions.")
 @scheduler_option
 @quiet_option
 @user_errors
@@ -394,6 +399,7 @@ def _fit_model(m: int, settings: FitSettings, data, client):
     from .fitting import ONE_PASS, one_pass
     from .hmm import BinomialHMM, random_parameters
     from .pipeline import select_samples
+    from .store import open_store
     from .storehmm import fit_store_em
 
     method = settings.method
@@ -496,7 +502,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Segments (BED).")
 @click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
-@click.option("--max-gap", default=1000, show_default=True,
+@click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE,
               help="Split a run where more than this many bp have no coverage.")
 @scheduler_option
 @quiet_option
@@ -544,15 +550,16 @@ def moments():
 @click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
 @bins_option
-@click.option("--block-size", default=None, type=int,
+@click.option("--block-size", default=None, type=POSITIVE,
               help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
-                   f"(default: the moment store's, or {DEFAULT_BLOCK_SIZE:,} for a new one).")
+                   f"(default: the moment store's, or 1,000,000 for a new one).")
 @scheduler_option
 @quiet_option
 @user_errors
 def moments_compute(store, output, samples, n_bins, block_size, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
     from .momentstore import update_moment_store
+    from .store import open_store
 
     start = time.perf_counter()
     sample_list = [s for s in samples.split(",") if s] if samples else None
@@ -594,7 +601,7 @@ def moments_merge(inputs, output):
 @bins_option
 @bin_size_option
 @context_option
-@click.option("--chunk-size", default=None, type=int, help="Bins per Zarr chunk (default: 1000000).")
+@click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: 1000000).")
 @read_options
 @scheduler_option
 @quiet_option
@@ -632,8 +639,8 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, q
                                              "of the first chromosome).")
 @click.option("--moments", "moments_path", default=None, type=STORE,
               help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
-@click.option("--max-gap", default=1000, show_default=True, help="As for decode.")
-@click.option("--diff-threshold", default=0.3, show_default=True, help="As for fit.")
+@click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE, help="As for decode.")
+@click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0), help="As for fit.")
 @scheduler_option
 @quiet_option
 @user_errors
@@ -654,7 +661,7 @@ def report(store, model, output, region, moments_path, max_gap, diff_threshold, 
 
 
 @main.command()
-@click.option("--bins-per-chromosome", "n", default=100_000, show_default=True)
+@click.option("--bins-per-chromosome", "n", default=100_000, show_default=True, type=click.IntRange(min=1000))
 @click.option("--seed", default=0, show_default=True)
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
               help="Keep the files, store and model here (default: a temporary directory).")

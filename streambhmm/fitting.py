@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
-from .checks import DegenerateModelWarning
-from .model import SpectralBinomialHMM
-from .moments import Moments
+if TYPE_CHECKING:  # the command line imports this module to start: keep it light
+    from .blocks import BlockTable
+    from .model import SpectralBinomialHMM
+    from .moments import Moments
 
 METHODS = ("refined", "ftd", "em", "refined-em", "ftd-em")
 ONE_PASS = ("refined", "ftd")
@@ -45,6 +46,7 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
                  want_blocks: bool, compute) -> FitData:
     """Moments from a moment store (no counts are read) or from a counts store (one pass on
     ``client``, ``compute(client, delayed, quiet)``); with ``want_blocks`` also their blocks."""
+    from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
     from .momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
     from .pipeline import add_moments, moments_graph, tree_reduce
     from .store import open_store
@@ -78,6 +80,9 @@ def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate:
              quiet_degenerate: bool = False) -> SpectralBinomialHMM:
     """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
     (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start)."""
+    from .checks import DegenerateModelWarning
+    from .model import SpectralBinomialHMM
+
     est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
                               check_spectrum=method == "ftd" and not quiet_degenerate,
                               allow_degenerate=allow_degenerate or quiet_degenerate)

@@ -1,5 +1,7 @@
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +235,36 @@ def test_em_sweep_prints_bic_and_recommends(tmp_path, dask_clients, two_sample_s
     best = 2 + int(np.argmin(bics))
     assert f"recommended: M = {best}: the lowest BIC" in r.output
     assert sorted(p.name for p in tmp_path.glob("em.m*.json")) == ["em.m2.json", "em.m3.json"]
+
+
+def test_starting_the_command_imports_no_heavy_library():
+    """--version and --help must be quick: scipy, numba, zarr, xarray, dask and distributed
+    are imported only by the commands that use them."""
+    heavy = ("scipy", "numba", "zarr", "xarray", "dask", "distributed", "matplotlib")
+    code = ("import sys; from streambhmm.cli import main; import streambhmm; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    version = subprocess.run([sys.executable, "-m", "streambhmm.cli", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and "version" in version.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("ingest", "{file}", "--sample", "B", "--store", "{store}", "--chunk-size", "0"),
+    ("ingest", "{file}", "--sample", "B", "--store", "{store}", "--bin-size", "-100"),
+    ("moments", "compute", "{store}", "-o", "{out}", "--bins", "0"),
+    ("moments", "compute", "{store}", "-o", "{out}", "--block-size", "-1"),
+    ("fit", "{store}", "--states", "2", "--bootstrap", "-3", "-o", "{out}"),
+    ("fit", "{store}", "--states", "2", "--method", "em", "--em-iter", "0", "-o", "{out}"),
+    ("fit", "{store}", "--states", "2", "--method", "em", "--em-tol", "0", "-o", "{out}"),
+    ("decode", "{store}", "--model", "{file}", "--max-gap", "-1", "-o", "{out}"),
+])
+def test_numeric_options_are_checked_before_any_work(tmp_path, args):
+    """Audit 6 and 16: `moments --bins 0` used to leave a moment store recorded with n_bins 0."""
+    store = tmp_path / "s.zarr"
+    assert run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "A", "--store", store).exit_code == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    values = {"file": DATA / "dmrseq_H1_r1.chr21.tsv.gz", "store": store, "out": tmp_path / "out"}
+    r = run(*(str(a).format(**values) for a in args))
+    assert r.exit_code == 2 and "Invalid value for '--" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
