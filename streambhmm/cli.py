@@ -273,9 +273,11 @@ class FitSettings:
                    "spectral estimate alone; em: EM from random starts; refined-em / ftd-em: EM from that start.")
 @click.option("--em-iter", default=1000, show_default=True, type=POSITIVE,
               help="EM's iteration cap (EM stops earlier once converged; hitting the cap is reported).")
-@click.option("--em-tol", default=1e-7, show_default=True, type=click.FloatRange(min=0.0, min_open=True),
-              help="EM has converged when an iteration gains less than this fraction of |log-likelihood|.")
-@click.option("--em-starts", default=3, show_default=True, type=POSITIVE, help="Random starts of --method em; the best is kept.")
+@click.option("--em-tol", default=1e-7, show_default=True, type=click.FloatRange(min=0.0),
+              help="EM has converged when an iteration gains less than this fraction of |log-likelihood| "
+                   "(0: run --em-iter iterations).")
+@click.option("--em-starts", default=3, show_default=True, type=POSITIVE,
+              help="Random starts of --method em; the best is kept.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @bins_option
 @click.option("--seed", default=0, show_default=True,

@@ -256,7 +256,7 @@ def test_starting_the_command_imports_no_heavy_library():
     ("moments", "compute", "{store}", "-o", "{out}", "--block-size", "-1"),
     ("fit", "{store}", "--states", "2", "--bootstrap", "-3", "-o", "{out}"),
     ("fit", "{store}", "--states", "2", "--method", "em", "--em-iter", "0", "-o", "{out}"),
-    ("fit", "{store}", "--states", "2", "--method", "em", "--em-tol", "0", "-o", "{out}"),
+    ("fit", "{store}", "--states", "2", "--method", "em", "--em-tol", "-1", "-o", "{out}"),
     ("decode", "{store}", "--model", "{file}", "--max-gap", "-1", "-o", "{out}"),
 ])
 def test_numeric_options_are_checked_before_any_work(tmp_path, args):
