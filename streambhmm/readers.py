@@ -20,11 +20,26 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
+import importlib
+
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pcsv
-from isal import igzip
+
+
+class _OnFirstUse:
+    """A module imported when first used: the command line imports this module to start,
+    and only ingest needs pyarrow and isal."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+pa = _OnFirstUse("pyarrow")
+pc = _OnFirstUse("pyarrow.compute")
+pcsv = _OnFirstUse("pyarrow.csv")
+igzip = _OnFirstUse("isal.igzip")
 
 BLOCK_BYTES = 8 << 20  # text per parsed block
 MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
