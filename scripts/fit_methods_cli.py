@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402  (the same data sets and splits)
 
 from streambhmm.hmm import BinomialHMM  # noqa: E402
-from streambhmm.modelio import hmm_from_model  # noqa: E402
+from streambhmm.modelio import hmm_from_model, read_model  # noqa: E402
 from streambhmm.store import COUNTS_FORMAT, COUNTS_VERSION, finalize, write_chromosome  # noqa: E402
 
 METHODS = ("refined", "refined-em", "em", "ftd-em")
@@ -89,8 +89,7 @@ def main():
                     if proc.returncode != 0:
                         print(f"{name:<12} {m:>2} {method:<11} failed: {proc.stderr.strip().splitlines()[-1][:100]}")
                         continue
-                    doc = json.loads(model.read_text())
-                    value = hmm_from_model(doc).score(*test) / test[0].shape[0]
+                    value = data.score_parameters(hmm_from_model(read_model(model)), test)
                     gain = value - baseline
                     rows[method] = (seconds, value, gain, gain / seconds)
                     print(f"{name:<12} {m:>2} {method:<11} {seconds:>8.1f} {value:>16.4f} {gain:>9.4f} "

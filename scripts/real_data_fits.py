@@ -118,7 +118,8 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
                 est.fit_moments(moments)
             out[label] = dict(levels=est.methylation_, transmat=est.transmat_, startprob=est.startprob_,
                               seconds=time.perf_counter() - t, iterations=0, history=[],
-                              problems=problems_of(est.methylation_, est.transmat_, est.startprob_))
+                              problems=problems_of(est.methylation_, est.transmat_, est.startprob_),
+                              starts=est.starts_)
         except (DegenerateModelError, np.linalg.LinAlgError, ValueError) as exc:
             out[label] = dict(error=str(exc).splitlines()[0])
     for label, source in (("refined+EM", "refined"), ("FTD+EM", "FTD")):
@@ -154,9 +155,15 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
     return out
 
 
+def score_parameters(hmm, test) -> float:
+    """Held-out log-likelihood per test bin of a model with startprob_, transmat_, methylation_."""
+    scored = BinomialHMM(len(hmm.methylation_)).start_from(hmm.startprob_, hmm.transmat_, hmm.methylation_)
+    return scored.score(*test) / test[0].shape[0]
+
+
 def score(result: dict, test, m: int) -> float:
     hmm = BinomialHMM(m).start_from(result["startprob"], result["transmat"], result["levels"])
-    return hmm.score(*test) / test[0].shape[0]
+    return score_parameters(hmm, test)
 
 
 METHODS = ("FTD", "refined", "refined+EM", "FTD+EM", "EM")
@@ -217,6 +224,9 @@ def main():
                 cells = "  ".join("/".join(f"{v:.2f}" for v in r["levels"][h]) + f" ({r['startprob'][h]:.2f})"
                                   for h in order)
                 print(f"  levels {label:<8} {cells}")
+            # how distinct the refinement's optima are: the criterion of its best starts
+            best = sorted(results["refined"].get("starts", {}).items(), key=lambda item: item[1])[:3]
+            print("  refined starts (criterion per triple): " + ", ".join(f"{k} {v:.6f}" for k, v in best))
     degenerate = [r for r in summary if r["degenerate"]]
     print(f"\n{len(degenerate)} of {len(summary)} fits degenerate"
           + (": " + ", ".join(f"{r['dataset']} M={r['m']} {r['method']}" for r in degenerate) if degenerate else ""))

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments, matched_error, simulate  # noqa: E402
-from streambhmm.hmm import BinomialHMM, random_parameters, run_em  # noqa: E402
+from streambhmm.hmm import random_parameters  # noqa: E402
 from streambhmm.refine import Weights  # noqa: E402
 from streambhmm.simulate import model  # noqa: E402
 
@@ -54,11 +54,6 @@ def refined(moments, m, weights, seed=0):
     return SpectralBinomialHMM(m, criterion=weights, allow_degenerate=True, random_state=seed).fit_moments(moments)
 
 
-def score(levels, transmat, startprob, test):
-    hmm = BinomialHMM(len(levels)).start_from(startprob, transmat, levels)
-    return hmm.score(*test) / test[0].shape[0]
-
-
 def real(names, states):
     print("real data: held-out log-likelihood per bin relative to EM (%)")
     print(f"{'data set':<12} {'M':>2} " + " ".join(f"{v:>21}" for v in VARIANTS))
@@ -68,25 +63,18 @@ def real(names, states):
             train, test = data.load(name, Path(tmp))
         moments = compute_moments(*train)
         for m in states:
-            best = max((run_em_from(random_parameters(m, train[0].shape[1], r), train, m) for r in range(3)),
-                       key=lambda h: h[0])[1]
-            em = score(best.methylation_, best.transmat_, best.startprob_, test)
+            runs = [data.em(random_parameters(m, train[0].shape[1], r), train, m) for r in range(3)]
+            em = data.score_parameters(max(runs, key=lambda run: run[1][-1])[0], test)
             cells = []
             for label, weights in VARIANTS.items():
                 t = time.perf_counter()
                 r = refined(moments, m, weights)
-                gap = 100 * (score(r.methylation_, r.transmat_, r.startprob_, test) - em) / abs(em)
+                gap = 100 * (data.score_parameters(r, test) - em) / abs(em)
                 gaps[label].append(gap)
                 cells.append(f"{gap:>+12.2f} ({time.perf_counter() - t:4.1f} s)")
             print(f"{name:<12} {m:>2} " + " ".join(f"{c:>21}" for c in cells), flush=True)
     print(f"{'worst':<15} " + " ".join(f"{min(g):>+21.2f}" for g in gaps.values()))
     print(f"{'mean':<15} " + " ".join(f"{np.mean(g):>+21.2f}" for g in gaps.values()))
-
-
-def run_em_from(start, train, m):
-    hmm = BinomialHMM(m, stationary_start=True, allow_degenerate=True).start_from(*start)
-    history = run_em(hmm, lambda: hmm.e_step(*train), 3000, 1e-8)
-    return history[-1], hmm
 
 
 def simulated():

@@ -46,7 +46,7 @@ def _logsumexp(values):
 
 @njit(cache=True, nogil=True)
 def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
-                     final_beta, emis, alpha, scale, start, trans, meth_sum, cov_sum, post):
+                     final_beta, emis, alpha, start, trans, meth_sum, cov_sum, post):
     """One sequence by the scaled recursion; adds its statistics and returns (ok, loglik).
     Adds nothing and returns ok = False if a normalizer underflows."""
     m = log_b.shape[1]
@@ -54,30 +54,22 @@ def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, covera
     loglik = 0.0
     for t in range(offset, end):
         loglik += _shifted_emissions(log_b, t, emis[t])
-    total = 0.0
-    for h in range(m):
-        alpha[offset, h] = startprob[h] * emis[offset, h]
-        total += alpha[offset, h]
-    if not total > TINY:
-        return False, 0.0
-    scale[offset] = total
-    for h in range(m):
-        alpha[offset, h] /= total
-    for t in range(offset + 1, end):
+    for t in range(offset, end):
         total = 0.0
         for j in range(m):
-            acc = 0.0
-            for i in range(m):
-                acc += alpha[t - 1, i] * transmat[i, j]
+            if t == offset:
+                acc = startprob[j]
+            else:
+                acc = 0.0
+                for i in range(m):
+                    acc += alpha[t - 1, i] * transmat[i, j]
             alpha[t, j] = acc * emis[t, j]
             total += alpha[t, j]
         if not total > TINY:
             return False, 0.0
-        scale[t] = total
+        loglik += np.log(total)
         for j in range(m):
             alpha[t, j] /= total
-    for t in range(offset, end):
-        loglik += np.log(scale[t])
     # backward: each message normalized to sum 1, each posterior by its own sum
     s_start = np.zeros(m)
     s_trans = np.zeros((m, m))
@@ -195,7 +187,6 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
     n_samples = methylated.shape[1]
     emis = np.empty((n, m))
     alpha = np.empty((n, m))
-    scale = np.empty(n)
     start = np.zeros(m)
     trans = np.zeros((m, m))
     meth_sum = np.zeros((m, n_samples))
@@ -208,8 +199,8 @@ def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, 
             continue
         end = offset + length
         ok, value = _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage,
-                                     want_posteriors, final_beta, emis, alpha, scale, start, trans, meth_sum,
-                                     cov_sum, post)
+                                     want_posteriors, final_beta, emis, alpha, start, trans, meth_sum, cov_sum,
+                                     post)
         if not ok:
             value = _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
                                   final_beta, start, trans, meth_sum, cov_sum, post)

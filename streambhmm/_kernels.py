@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._hmm_kernels import TINY  # below it a mixture counts as underflowed
+
 
 @njit(cache=True)
 def triple_starts(lengths):
@@ -234,7 +236,7 @@ def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pai
                 v *= table[offsets[g] + index[i, g], h]
             joint[h] = v
             mix += v
-        if mix < 1e-280:  # underflow: the same in the log domain
+        if mix < TINY:  # underflow: the same in the log domain
             top = -np.inf
             for h in range(m):
                 v = log_pi[h]
@@ -313,7 +315,7 @@ def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, p
                     v *= table[offsets[g] + index[i, g], k]
                 by[k] = v
                 f += ua[k] * v
-            if f > 1e-280:
+            if f > TINY:
                 total += weight[i] * (np.log(f) + sx + sy)
                 scale = weight[i] / f
                 for k in range(m):

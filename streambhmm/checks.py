@@ -12,6 +12,8 @@ A fit is *degenerate* when its parameters cannot describe a methylome:
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from scipy.sparse.csgraph import connected_components
 
@@ -69,6 +71,18 @@ def degeneracy_problems(methylation, transmat, startprob, clipped=None) -> list[
         problems.append(f"level(s) clipped to exactly 0 or 1 by the estimator ({', '.join(where[:6])}"
                         f"{', ...' if len(where) > 6 else ''})")
     return problems
+
+
+def refuse_degenerate(problems: list[str], what: str, n_components: int, remedy: str, allow: bool) -> None:
+    """Raise DegenerateModelError for ``problems`` of a fit (``what``: "EM", "ftd", ...), or
+    with ``allow`` warn (DegenerateModelWarning); nothing when there are none."""
+    if not problems:
+        return
+    fewer = "fewer states, or " if n_components > 2 else ""
+    message = f"degenerate {what} fit with {n_components} states: {'; '.join(problems)}. Try {fewer}{remedy}."
+    if not allow:
+        raise DegenerateModelError(message)
+    warnings.warn(message, DegenerateModelWarning, stacklevel=4)
 
 
 def validate_parameters(methylation, transmat, startprob, n_samples: int | None = None,

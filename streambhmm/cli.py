@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from . import __version__
-from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, compute, dask_client, status_line
+from .cluster import SCHEDULER_ENV, SchedulerLost, clear_status, dask_client, status_line
 from .formats import CONTEXTS, FORMATS, ReadOptions
 from .fitting import METHODS
 from .storage import Location
@@ -320,8 +320,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, samples, n_bins, seed
         data = None
         if method != "em":
             data = load_moments(store, settings.samples, n_bins, client, quiet, split_every, block_size,
-                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS),
-                                compute=lambda c, graph, q: compute(c, graph, quiet=q))
+                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS))
             mom = data.moments
             click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
                        f"moments in {time.perf_counter() - start:.1f} s")
@@ -465,10 +464,10 @@ def _bootstrap(est, settings: FitSettings, data, document: dict, samples) -> Non
 def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
     """Moments of a counts store on Dask, then the one-pass fit (used by the demo)."""
     from .fitting import load_moments, one_pass
+    from .pipeline import DEFAULT_SPLIT_EVERY
 
     with dask_client(scheduler) as client:
-        data = load_moments(store, samples, n_bins, client, quiet, 8, None, want_blocks=False,
-                            compute=lambda c, graph, q: compute(c, graph, quiet=q))
+        data = load_moments(store, samples, n_bins, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
     return one_pass(data.moments, states, "refined", seed), data
 
 

@@ -43,10 +43,11 @@ class FitData:
 
 
 def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: int, block_size: int | None,
-                 want_blocks: bool, compute) -> FitData:
+                 want_blocks: bool) -> FitData:
     """Moments from a moment store (no counts are read) or from a counts store (one pass on
-    ``client``, ``compute(client, delayed, quiet)``); with ``want_blocks`` also their blocks."""
+    ``client``, with progress unless ``quiet``); with ``want_blocks`` also their blocks."""
     from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
+    from .cluster import compute
     from .momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
     from .pipeline import add_moments, moments_graph, tree_reduce
     from .store import open_store
@@ -69,11 +70,11 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
     block_size = block_size or DEFAULT_BLOCK_SIZE
     graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every, block_size=block_size)
     if want_blocks:
-        partials = compute(client, graph.partials, quiet)
+        partials = compute(client, graph.partials, quiet=quiet)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         return FitData(moments, graph.samples, graph.chromosomes, BlockTable([p.blocks for p in partials]),
                        block_size)
-    return FitData(compute(client, graph.total, quiet), graph.samples, graph.chromosomes, None, block_size)
+    return FitData(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes, None, block_size)
 
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,

@@ -15,7 +15,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from . import _hmm_kernels
-from .checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems, stationary_weights
+from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
 from .features import encode
 from .validation import validate_counts
 
@@ -193,16 +193,10 @@ class BinomialHMM:
 
     def check_fit(self) -> None:
         """Raise (or, with ``allow_degenerate``, warn) when the fitted model is degenerate."""
-        problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_
-                                       if self.stationary_start else stationary_weights(self.transmat_))
-        if not problems:
-            return
-        fewer = "fewer states, or " if self.n_components > 2 else ""
-        message = (f"degenerate EM fit with {self.n_components} states: {'; '.join(problems)}. "
-                   f"Try {fewer}other starts (fit --seed, --em-starts; BinomialHMM init, random_state).")
-        if not self.allow_degenerate:
-            raise DegenerateModelError(message)
-        warnings.warn(message, DegenerateModelWarning, stacklevel=3)
+        problems = degeneracy_problems(self.methylation_, self.transmat_, stationary_weights(self.transmat_))
+        refuse_degenerate(problems, "EM", self.n_components,
+                          "other starts (fit --seed, --em-starts; BinomialHMM init, random_state)",
+                          self.allow_degenerate)
 
     # -- scoring and decoding -------------------------------------------------------
     def score(self, methylated, coverage, lengths=None) -> float:

@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from . import recovery
-from .checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems, stationary_weights
+from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
 from .moments import Moments, compute_moments
 from .spectral import SpectrumError, decompose, whiten
 
@@ -158,15 +156,8 @@ class SpectralBinomialHMM:
 
     def _check_fit(self, clipped) -> None:
         problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)
-        if not problems:
-            return
         other = "method='refined' (fit --method refined)" if self.method == "ftd" else "EM (fit --method em)"
-        fewer = "fewer states, or " if self.n_components > 2 else ""
-        message = (f"degenerate {self.method} fit with {self.n_components} states: {'; '.join(problems)}. "
-                   f"Try {fewer}{other}.")
-        if not self.allow_degenerate:
-            raise DegenerateModelError(message)
-        warnings.warn(message, DegenerateModelWarning, stacklevel=3)
+        refuse_degenerate(problems, self.method, self.n_components, other, self.allow_degenerate)
 
     def _check_params(self, n_samples: int | None) -> None:
         if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:

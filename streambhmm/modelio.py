@@ -78,14 +78,14 @@ def read_model(path) -> dict:
     return document
 
 
-def hmm_from_model(document: dict, source: str = "model"):
-    """A BinomialHMM with the model's (validated) parameters, for scoring and decoding."""
+def hmm_from_model(document: dict):
+    """A BinomialHMM with the parameters of a model document from :func:`read_model` (which
+    validated them), for scoring and decoding."""
     from .hmm import BinomialHMM
 
-    p, a, start = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
-                                      n_samples=len(document["samples"]), source=source)
     hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]))
-    hmm.startprob_, hmm.transmat_, hmm.methylation_ = start, a, p
+    hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.asarray(document[key], dtype=np.float64)
+                                                       for key in ("startprob", "transmat", "methylation"))
     return hmm
 
 
@@ -99,4 +99,4 @@ def model_for_store(store, model):
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
-    return counts, document, hmm_from_model(document, str(model))
+    return counts, document, hmm_from_model(document)

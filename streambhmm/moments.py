@@ -40,7 +40,7 @@ from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, ce
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
-MOMENTS_VERSION = 2
+MOMENTS_VERSION = 3  # 3: bin and pair histograms, coverage-bucket features, histogram budget
 
 _ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
                  "coverage_histogram", "coverage_features", "bin_histogram", "pair_histogram")

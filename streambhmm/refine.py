@@ -109,7 +109,6 @@ class ExpectedFeatures:
     """
 
     def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
-        self.grid_points = grid_points
         grid = np.linspace(0.0, 1.0, grid_points + 1)
         edges = np.arange(n_bins + 1) / n_bins
         values = np.zeros((grid.size, n_bins))

@@ -10,6 +10,7 @@ from scipy.stats import binom, poisson
 
 from .features import (COVERAGE_BUCKETS, beta_map, cells_per_sample, coverage_bucket, histogram_layout,
                        pairs_from_keys)
+from .checks import stationary_weights as stationary_distribution  # noqa: F401 - also public here
 from .moments import Moments
 
 
@@ -36,19 +37,6 @@ class Simulated:
     coverage: np.ndarray  # (n, S) int64
     states: np.ndarray  # (n,) int64
     lengths: np.ndarray  # (k,) int64
-
-
-def stationary_distribution(transmat) -> np.ndarray:
-    """pi with pi @ transmat = pi, sum(pi) = 1."""
-    a = np.asarray(transmat, dtype=np.float64)
-    m = a.shape[0]
-    # solve pi (A - I) = 0 together with sum(pi) = 1 in the least-squares sense
-    system = np.vstack([(a - np.eye(m)).T, np.ones((1, m))])
-    rhs = np.zeros(m + 1)
-    rhs[-1] = 1.0
-    pi = np.linalg.lstsq(system, rhs, rcond=None)[0]
-    pi = np.clip(pi, 0.0, None)
-    return pi / pi.sum()
 
 
 def model(methylation, transmat, startprob=None) -> Model:
