@@ -60,9 +60,10 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     p13 = np.zeros_like(p12)
     by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
     histograms = {1: [], 2: []}
+    table = features.table.astype(np.float32)  # the sums are kept in float32: half the matmul work
     for b in range(ids.size):
         chosen = starts[bounds[b]:bounds[b + 1]]
-        feats = [np.concatenate([features.table[features.codes[chosen + k, s]] for s in range(n_samples)], axis=1)
+        feats = [np.concatenate([table[features.codes[chosen + k, s]] for s in range(n_samples)], axis=1)
                  for k in range(3)]
         p12[b] = feats[0].T @ feats[1]
         p13[b] = feats[0].T @ feats[2]

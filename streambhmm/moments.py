@@ -250,13 +250,22 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
 
 
 def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of a (n, G) code array and how often each occurs."""
-    if codes.shape[1] == 1:
-        counts = np.bincount(codes[:, 0])
+    """Distinct rows of a (n, G) code array and how often each occurs. Rows are numbered
+    in mixed radix (one int64 each) when that fits: sorting those is far faster than
+    sorting rows."""
+    n, n_groups = codes.shape
+    dims = (int(codes.max(initial=0)) + 1,) * n_groups
+    if float(dims[0]) ** n_groups >= 2.0 ** 62:
+        rows, counts = np.unique(codes, axis=0, return_counts=True)
+        return rows.astype(np.int64), counts
+    keys = np.ravel_multi_index(tuple(codes.T), dims)
+    if dims[0] ** n_groups <= max(4 * n, 1 << 16):
+        counts = np.bincount(keys)
         present = np.flatnonzero(counts)
-        return present[:, None].astype(np.int64), counts[present]
-    rows, counts = np.unique(codes, axis=0, return_counts=True)
-    return rows.astype(np.int64), counts
+        counts = counts[present]
+    else:
+        present, counts = np.unique(keys, return_counts=True)
+    return np.stack(np.unravel_index(present, dims), axis=1).astype(np.int64), counts
 
 
 def moments_from_features(features: FeatureTable, lengths: np.ndarray,
