@@ -148,8 +148,9 @@ def feature_sq_norm_13(codes, starts, sq_norm):
 def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, strides, hist):
     """hist[cell] += count * prod_g weight_g over every combination of the thinned cells of
     each tuple's codes (see features.Thinning). tuple_codes (T, G); strides (G,) flatten the
-    G per-sample cells into one index."""
+    G per-sample cells into one index. The last slot is the innermost, contiguous loop."""
     n_groups = tuple_codes.shape[1]
+    outer = n_groups - 1
     start = np.empty(n_groups, np.int64)
     first = np.empty(n_groups, np.int64)
     last = np.empty(n_groups, np.int64)
@@ -167,15 +168,21 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 first[g] = lo[rid[g]]
                 last[g] = hi[rid[g]]
             j[g] = first[g]
+        r_last = rid[outer]
         while True:
             w = tuple_counts[t]
             cell = 0
-            for g in range(n_groups):
+            for g in range(outer):
                 if rid[g] >= 0:
                     w *= rows[rid[g], j[g]]
                 cell += (start[g] + j[g]) * strides[g]
-            hist[cell] += w
-            g = n_groups - 1
+            cell += start[outer] * strides[outer]
+            if r_last < 0:
+                hist[cell] += w
+            else:
+                for jj in range(first[outer], last[outer] + 1):
+                    hist[cell + jj * strides[outer]] += w * rows[r_last, jj]
+            g = outer - 1
             while g >= 0:
                 j[g] += 1
                 if j[g] <= last[g]:

@@ -239,33 +239,66 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
     thin = thinning(features.coverage, features.methylated, layout.cap)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
     out = np.zeros(layout.shape)
+    # row-major flattening of the slots' cells
+    strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
     for row in range(out.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
         tuples, counts = _distinct_rows(codes[:, columns])
-        # row-major flattening of the slots' cells
-        strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
-        _kernels.accumulate_histogram(tuples, counts.astype(np.float64), thin.base, thin.row, thin.rows,
+        _add_thinned_tuples(tuples, counts, thin, strides, out[row])
+        mixed = np.any(thin.row[tuples] < 0, axis=1)
+        _kernels.accumulate_histogram(tuples[mixed], counts[mixed], thin.base, thin.row, thin.rows,
                                       thin.lo, thin.hi, strides, out[row])
     return out
 
 
+def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: np.ndarray, hist: np.ndarray,
+                        block: int = 1 << 12) -> None:
+    """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
+    each slot, so their histogram is one product A^T B: A's rows are the outer products of
+    the first slots' thinned weights, B's of the other slots' (a GEMM, not a scatter per
+    cell). A tuple with a slot that is not thinned has a zero row and is left out."""
+    n_slots = tuples.shape[1]
+    if thin.rows.shape[0] == 0:
+        return
+    weights = np.zeros((thin.row.size, thin.cap + 1))  # per code; zero for a single cell
+    weights[thin.row >= 0] = thin.rows[thin.row[thin.row >= 0]]
+    half = n_slots // 2
+    total = 0.0
+    for lo in range(0, tuples.shape[0], block):
+        part = tuples[lo:lo + block]
+        a = _outer_rows([weights[part[:, g]] for g in range(half)], part.shape[0])
+        b = _outer_rows([weights[part[:, g]] for g in range(half, n_slots)], part.shape[0])
+        total = total + (a * counts[lo:lo + block, None]).T @ b
+    # slot g's cell (cap, j) is base + j, base the same for every thinned pair
+    base = thin.base[thin.row >= 0][0]
+    index = np.zeros((thin.cap + 1,) * n_slots, dtype=np.int64)
+    for g in range(n_slots):
+        shape = [1] * n_slots
+        shape[g] = thin.cap + 1
+        index = index + ((base + np.arange(thin.cap + 1)) * strides[g]).reshape(shape)
+    np.add.at(hist, index.ravel(), np.ravel(total))
+
+
+def _outer_rows(vectors: list[np.ndarray], n: int) -> np.ndarray:
+    """Row-wise outer product (Khatri-Rao) of (n, w_i) arrays, flattened row-major; a column
+    of ones for none."""
+    out = np.ones((n, 1))
+    for v in vectors:
+        out = (out[:, :, None] * v[:, None, :]).reshape(n, -1)
+    return out
+
+
 def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct rows of a (n, G) code array and how often each occurs. Rows are numbered
-    in mixed radix (one int64 each) when that fits: sorting those is far faster than
-    sorting rows."""
+    """Rows of a (n, G) code array, each with its count (float64). Repeated rows are merged
+    when that is cheap: rows numbered in mixed radix within a key space of at most
+    max(4 n, 2^16). Otherwise (nearly all rows distinct) they are kept, each counted once."""
     n, n_groups = codes.shape
     dims = (int(codes.max(initial=0)) + 1,) * n_groups
-    if float(dims[0]) ** n_groups >= 2.0 ** 62:
-        rows, counts = np.unique(codes, axis=0, return_counts=True)
-        return rows.astype(np.int64), counts
-    keys = np.ravel_multi_index(tuple(codes.T), dims)
-    if dims[0] ** n_groups <= max(4 * n, 1 << 16):
-        counts = np.bincount(keys)
-        present = np.flatnonzero(counts)
-        counts = counts[present]
-    else:
-        present, counts = np.unique(keys, return_counts=True)
-    return np.stack(np.unravel_index(present, dims), axis=1).astype(np.int64), counts
+    if float(dims[0]) ** n_groups > max(4 * n, 1 << 16):
+        return codes.astype(np.int64), np.ones(n)
+    counts = np.bincount(np.ravel_multi_index(tuple(codes.T), dims))
+    present = np.flatnonzero(counts)
+    return np.stack(np.unravel_index(present, dims), axis=1).astype(np.int64), counts[present].astype(np.float64)
 
 
 def moments_from_features(features: FeatureTable, lengths: np.ndarray,

@@ -125,3 +125,42 @@ def test_simulated_histograms_approach_the_population_histograms(four_state_mode
     a = np.pad(emp.coverage_histogram, ((0, 0), (0, width - emp.coverage_histogram.shape[1]))) / emp.n_triples
     b = np.pad(pop.coverage_histogram, ((0, 0), (0, width - pop.coverage_histogram.shape[1]))) / pop.n_triples
     assert np.abs(a - b).sum(axis=1).max() < 0.02
+
+
+def naive_thinned_histogram(methylated, coverage, width, layout):
+    """Cell by cell: each tuple's slots thinned to at most ``cap`` reads by the hypergeometric
+    law (scipy), their product added to the row-major cell of (pair_keys per slot)."""
+    from scipy.stats import hypergeom
+    cap = layout.cap
+    n_cells = (cap + 1) * (cap + 2) // 2
+    out = np.zeros(layout.shape)
+    for row in range(out.shape[0]):
+        samples = layout.slot_samples(row)
+        for t in range(1, methylated.shape[0] - 1):  # middle bins of the triples (one sequence)
+            dist = np.ones(1)
+            for g, s in enumerate(samples):
+                b = t + g // len(set(samples)) if layout.joint else t + g
+                c, mu = int(coverage[b, s]), int(methylated[b, s])
+                slot = np.zeros(n_cells)
+                if c <= cap:
+                    slot[c * (c + 1) // 2 + mu] = 1.0
+                else:
+                    j = np.arange(cap + 1)
+                    slot[cap * (cap + 1) // 2 + j] = hypergeom(c, mu, cap).pmf(j)
+                dist = np.outer(dist, slot).ravel()
+            out[row] += dist
+    return out
+
+
+@pytest.mark.parametrize("n_samples, budget", [(1, 1 << 10), (2, 1 << 19), (2, 1 << 12), (3, 1 << 10), (3, 1 << 5)])
+def test_thinned_histograms_equal_the_naive_hypergeometric_sum(n_samples, budget):
+    rng = np.random.default_rng(7)
+    n = 150
+    coverage = rng.integers(0, 60, size=(n, n_samples))
+    methylated = rng.binomial(coverage, rng.uniform(0.05, 0.95, size=(n, n_samples)))
+    moments = compute_moments(methylated, coverage, histogram_budget=budget)
+    for width, hist in ((1, moments.bin_histogram), (2, moments.pair_histogram)):
+        layout = moments.histogram_layout(width)
+        assert (coverage > layout.cap).mean() > 0.2 and (coverage <= layout.cap).any()  # both kinds of slot
+        np.testing.assert_allclose(hist, naive_thinned_histogram(methylated, coverage, width, layout),
+                                   rtol=1e-10, atol=1e-12)
