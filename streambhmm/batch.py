@@ -138,9 +138,11 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
 
 def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
-              progress=lambda message: None, options: ReadOptions | None = None) -> BatchSummary:
-    """Ingest every sample of ``manifest`` and update each group's moment store on ``client``;
-    ``options`` (reading options) apply to every sample."""
+              progress=lambda message: None, options: ReadOptions | None = None,
+              pooled: bool = False) -> BatchSummary:
+    """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
+    (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
+    every sample."""
     from distributed import as_completed
 
     from .momentstore import update_moment_store
@@ -171,7 +173,7 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
         try:
             report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
                                          workdir / result.group / "moments.zarr", client, result.samples,
-                                         n_bins, progress=count)
+                                         n_bins, progress=count, pooled=pooled)
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(client, exc):
                 raise

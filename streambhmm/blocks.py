@@ -76,6 +76,30 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
                         for w in (1, 2)))
 
 
+def combine_blocks(parts: list[BlockStats]) -> BlockStats:
+    """One chunk's block statistics from several sequences' (the samples of a pooled pass):
+    the parts of each block summed, so the result has one row per block whatever the number
+    of parts."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    ids, rows = np.unique(np.concatenate([p.block for p in parts]), return_inverse=True)
+    # a (blocks x parts' rows) 0/1 matrix adds the parts of each block
+    gather = sparse.csr_matrix((np.ones(rows.size, np.float32), (rows, np.arange(rows.size))),
+                               shape=(ids.size, rows.size))
+
+    def summed(name):
+        stacked = np.concatenate([getattr(p, name) for p in parts])
+        flat = stacked.reshape(rows.size, int(np.prod(stacked.shape[1:])))
+        return (gather @ flat).reshape(ids.size, *stacked.shape[1:]).astype(stacked.dtype)
+
+    return BlockStats(first.chromosome, first.n_samples, first.n_bins, ids.astype(np.int64),
+                      np.bincount(rows, np.concatenate([p.n_triples for p in parts]), ids.size).astype(np.int64),
+                      summed("p12"), summed("p13"), summed("coverage_features"),
+                      *((gather @ sparse.vstack([getattr(p, name) for p in parts])).tocsr().astype(np.float32)
+                        for name in BlockStats.HISTOGRAMS))
+
+
 class BlockTable:
     """The blocks of a whole data set (parts of a block summed), ready to resample."""
 

@@ -263,6 +263,7 @@ class FitSettings:
     split_every: int
     quiet: bool
     sweep: bool
+    pooled: bool
 
 
 @main.command()
@@ -279,6 +280,8 @@ class FitSettings:
 @click.option("--em-starts", default=3, show_default=True, type=POSITIVE,
               help="Random starts of --method em; the best is kept.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
+@click.option("--pooled", is_flag=True,
+              help="One set of states shared by the samples, each sample its own sequence (replicates, single cells); cost linear in the number of samples. A moment store made with --pooled is fitted pooled without it.")
 @bins_option
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
@@ -297,8 +300,8 @@ class FitSettings:
 @scheduler_option
 @quiet_option
 @user_errors
-def fit(store, states, method, em_iter, em_tol, em_starts, samples, n_bins, seed, output, bootstrap, block_size,
-        allow_degenerate, diff_threshold, split_every, scheduler, quiet):
+def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bins, seed, output, bootstrap,
+        block_size, allow_degenerate, diff_threshold, split_every, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
     from .fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, load_moments, recommend
     from .momentstore import is_moment_store
@@ -315,12 +318,13 @@ def fit(store, states, method, em_iter, em_tol, em_starts, samples, n_bins, seed
                                    "--method refined")
     settings = FitSettings(store, method, [s for s in samples.split(",") if s] if samples else None, n_bins, seed,
                            em_iter, em_tol, em_starts, bootstrap, allow_degenerate, diff_threshold, split_every,
-                           quiet, len(state_list) > 1)
+                           quiet, len(state_list) > 1, pooled)
     with cluster_for(store, scheduler) as client:
         data = None
         if method != "em":
             data = load_moments(store, settings.samples, n_bins, client, quiet, split_every, block_size,
-                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS))
+                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS), pooled=pooled)
+            settings.pooled = data.pooled
             mom = data.moments
             click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
                        f"moments in {time.perf_counter() - start:.1f} s")
@@ -374,21 +378,24 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
         row["result"] = "degenerate: not written"
         return row
     row.update(spectrum=getattr(est, "spectrum_supported_", None), loss=getattr(est, "loss_", None))
+    columns = ["pooled"] if settings.pooled else samples
     if "history" in extra:
-        row["bic"] = bic(extra["history"][-1], m, len(samples), extra["n_bins"])
+        row["bic"] = bic(extra["history"][-1], m, len(columns), extra["n_bins"])
     if settings.sweep and method == "refined":
         row["held_out"] = held_out(data.blocks, data.moments.coverage_histogram, est)
-    document = model_to_dict(est, samples, chromosomes, method=method)
+    document = model_to_dict(est, samples, chromosomes, method=method, pooled=settings.pooled)
     if getattr(est, "loss_", None) is not None:
         document["moment_loss"] = float(est.loss_)
     if "history" in extra:
         document["loglik"] = extra["history"][-1]
         document["loglik_history"] = extra["history"]
-    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, samples))
-    if diff := format_differential(est.methylation_, samples, settings.diff_threshold):
+    if settings.pooled:
+        click.echo(f"pooled over {len(samples)} sample(s): {', '.join(samples)}")
+    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, columns))
+    if diff := format_differential(est.methylation_, columns, settings.diff_threshold):
         click.echo(diff)
     if settings.bootstrap > 0:
-        _bootstrap(est, settings, data, document, samples)
+        _bootstrap(est, settings, data, document, columns)
     write_json(path, document)
     click.echo(f"model written to {path}")
     row.update(written=True, result=f"written to {path}")
@@ -413,14 +420,15 @@ def _fit_model(m: int, settings: FitSettings, data, client):
         return est, data.samples, data.chromosomes, {}
     counts = open_store(settings.store)
     samples = select_samples(counts, settings.samples)
+    columns = ["pooled"] if settings.pooled else samples
     if method == "em":
         starts = [(f"random start {r + 1} of {settings.em_starts}",
-                   random_parameters(m, len(samples), settings.seed + r)) for r in range(settings.em_starts)]
+                   random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
     else:
         first = method.split("-")[0]  # refined or ftd
         start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True)
         click.echo(f"{first} start:")
-        click.echo(format_states(start.methylation_, start.transmat_, start.startprob_, samples))
+        click.echo(format_states(start.methylation_, start.transmat_, start.startprob_, columns))
         starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_))]
     best = None
     for label, params in starts:
@@ -430,7 +438,7 @@ def _fit_model(m: int, settings: FitSettings, data, client):
             click.echo(f"EM from {label}:")
         t = time.perf_counter()
         result = fit_store_em(counts, hmm, client, samples, settings.em_iter, settings.em_tol, settings.split_every,
-                              report=em_reporter(settings.quiet), check=False)
+                              report=em_reporter(settings.quiet), check=False, pooled=settings.pooled)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else
                  f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "
@@ -488,7 +496,7 @@ def score(store, model, chromosomes, scheduler, quiet):
     wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
     with reading(store, scheduler) as client:
         counts, document, hmm = model_for_store(store, model)
-        per_chrom = score_store(counts, hmm, client, document["samples"], wanted)
+        per_chrom = score_store(counts, hmm, client, document["samples"], wanted, bool(document.get("pooled")))
     width = max(10, *(len(c) for c in per_chrom))
     click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
     for chrom, value in per_chrom.items():
@@ -501,7 +509,9 @@ def score(store, model, chromosomes, scheduler, quiet):
 @main.command()
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="Segments (BED).")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Segments (BED). A pooled model writes one BED per sample: OUTPUT with .SAMPLE before its "
+                   "extension.")
 @click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
 @click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE,
               help="Split a run where more than this many bp have no coverage.")
@@ -516,20 +526,32 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 
     start = time.perf_counter()
     counts, document, hmm = model_for_store(store, model)
+    pooled = bool(document.get("pooled"))
+    if pooled and posteriors:
+        raise click.ClickException(f"{model} is a pooled model; --posteriors is written for joint models only")
+    # a pooled model segments each sample on its own
+    runs = [(pooled_output(output, s), [s]) for s in document["samples"]] if pooled else [(output, document["samples"])]
     show = status_line(quiet)
     with dask_client(scheduler) as client:
-        try:
-            report = decode_store(counts, hmm, client, output, document["samples"], max_gap, posteriors,
-                                  progress=lambda done, total: show(f"chunks: {done}/{total}"))
-        finally:
-            clear_status(quiet)
-    click.echo(f"{output}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
-               f"({time.perf_counter() - start:.1f} s)")
-    for h, n in enumerate(report.state_bins):
-        levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
-        click.echo(f"  state {h} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
-    if report.posterior_written:
+        for path, samples in runs:
+            try:
+                report = decode_store(counts, hmm, client, path, samples, max_gap, posteriors,
+                                      progress=lambda done, total: show(f"chunks: {done}/{total}"))
+            finally:
+                clear_status(quiet)
+            click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+                       f"({time.perf_counter() - start:.1f} s)")
+            for h, n in enumerate(report.state_bins):
+                levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
+                click.echo(f"  state {h} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
+    if posteriors:
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
+
+
+def pooled_output(output, sample: str) -> Path:
+    """A pooled model's BED of one sample: OUTPUT with .SAMPLE before its extension."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.{sample}{output.suffix}")
 
 
 class MomentsGroup(click.Group):
@@ -554,10 +576,11 @@ def moments():
 @click.option("--block-size", default=None, type=POSITIVE,
               help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
                    f"(default: the moment store's, or 1,000,000 for a new one).")
+@click.option("--pooled", is_flag=True, help="One set of states shared by the samples, each sample its own sequence (replicates, single cells); cost linear in the number of samples.")
 @scheduler_option
 @quiet_option
 @user_errors
-def moments_compute(store, output, samples, n_bins, block_size, scheduler, quiet):
+def moments_compute(store, output, samples, n_bins, block_size, pooled, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
     from .momentstore import update_moment_store
     from .store import open_store
@@ -570,7 +593,7 @@ def moments_compute(store, output, samples, n_bins, block_size, scheduler, quiet
         with reading(store, scheduler, if_lost=kept) as client:
             report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
                                          progress=lambda done, total: show(f"partials: {done}/{total}"),
-                                         block_size=block_size)
+                                         block_size=block_size, pooled=pooled)
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
@@ -603,11 +626,12 @@ def moments_merge(inputs, output):
 @bin_size_option
 @context_option
 @click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: 1000000).")
+@click.option("--pooled", is_flag=True, help="Pooled moment stores: states shared by a group's samples (see fit).")
 @read_options
 @scheduler_option
 @quiet_option
 @user_errors
-def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, quiet, options):
+def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, scheduler, quiet, options):
     """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
     update one moment store per group, all groups at once on the cluster."""
     from .batch import SUMMARY, format_summary, run_batch
@@ -618,7 +642,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, scheduler, q
     try:
         with dask_client(scheduler, if_lost=kept) as client:
             summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
-                                echo=echo, progress=status_line(quiet), options=options)
+                                echo=echo, progress=status_line(quiet), options=options, pooled=pooled)
     finally:
         clear_status(quiet)
     click.echo(format_summary(summary), nl=False)

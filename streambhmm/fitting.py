@@ -40,12 +40,19 @@ class FitData:
     chromosomes: list[str]
     blocks: BlockTable | None
     block_size: int
+    pooled: bool = False  # the moments are summed over the samples (one sample wide)
+
+    @property
+    def columns(self) -> list[str]:
+        """Names of the fitted methylation columns (modelio.model_columns)."""
+        return ["pooled"] if self.pooled else self.samples
 
 
 def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: int, block_size: int | None,
-                 want_blocks: bool) -> FitData:
+                 want_blocks: bool, pooled: bool = False) -> FitData:
     """Moments from a moment store (no counts are read) or from a counts store (one pass on
-    ``client``, with progress unless ``quiet``); with ``want_blocks`` also their blocks."""
+    ``client``, with progress unless ``quiet``); with ``want_blocks`` also their blocks.
+    ``pooled`` asks for the samples' moments summed; a moment store has what it was made with."""
     from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
     from .cluster import compute
     from .momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
@@ -60,21 +67,27 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
                                    f"--samples {','.join(samples)} needs `streambhmm moments` with it")
         if feature["n_bins"] != n_bins:
             raise MomentStoreError(f"{path} holds moments with --bins {feature['n_bins']}, not {n_bins}")
+        if pooled and not feature.get("pooled"):
+            raise MomentStoreError(f"{path} holds joint moments of its samples; --pooled needs "
+                                   f"`streambhmm moments --pooled`")
         if block_size is not None and block_size != feature["block_size"]:
             raise MomentStoreError(f"{path} holds blocks of {feature['block_size']:,} bp, not {block_size:,}; "
                                    f"the block size is set by `streambhmm moments --block-size`")
         partials, manifest = load_partials(path)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
-        return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"])
+        return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"],
+                       bool(feature.get("pooled")))
     block_size = block_size or DEFAULT_BLOCK_SIZE
-    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every, block_size=block_size)
+    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every, block_size=block_size,
+                          pooled=pooled)
     if want_blocks:
         partials = compute(client, graph.partials, quiet=quiet)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         return FitData(moments, graph.samples, graph.chromosomes, BlockTable([p.blocks for p in partials]),
-                       block_size)
-    return FitData(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes, None, block_size)
+                       block_size, pooled)
+    return FitData(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes, None, block_size,
+                   pooled)
 
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,

@@ -16,9 +16,10 @@ MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation
               "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
-def model_to_dict(est, samples, chromosomes, method: str = "ftd") -> dict:
-    """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1)."""
-    return {
+def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False) -> dict:
+    """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
+    A pooled model has one methylation column, shared by all its ``samples``."""
+    document = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
         "method": method,
@@ -32,6 +33,12 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd") -> dict:
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",
     }
+    return {**document, "pooled": True} if pooled else document
+
+
+def model_columns(document: dict) -> list[str]:
+    """Names of the model's methylation columns: its samples, or one for a pooled model."""
+    return ["pooled"] if document.get("pooled") else document["samples"]
 
 
 def write_json(path, document: dict) -> None:
@@ -71,8 +78,10 @@ def read_model(path) -> dict:
     n_states = document["n_states"]
     if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 1:
         raise ValueError(f"{path}: n_states must be a positive integer, got {n_states!r}")
+    if document.get("pooled", False) not in (True, False):
+        raise ValueError(f"{path}: pooled must be true or false, got {document['pooled']!r:.200}")
     p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
-                                  n_samples=len(samples), source=str(path))
+                                  n_samples=len(model_columns(document)), source=str(path))
     if p.shape[0] != n_states:
         raise ValueError(f"{path}: n_states is {n_states} but methylation lists {p.shape[0]} states")
     return document

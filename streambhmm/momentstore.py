@@ -33,7 +33,7 @@ from .blocks import DEFAULT_BLOCK_SIZE, BlockStats
 from .features import BLOCK_CELL_BUDGET, HISTOGRAM_CELL_BUDGET
 from .modelio import write_json
 from .moments import _ARRAY_FIELDS, Moments
-from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, _kept, add_moments, chunk_tasks, kept_partial,
+from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, add_moments, chunk_tasks, kept_sequences, sequences_partial,
                        select_samples, tree_reduce)
 from .storage import Location
 from .store import CountsStore, locked, staging_path
@@ -47,10 +47,12 @@ class MomentStoreError(ValueError):
     """A moment store that is incomplete, corrupted, incompatible or too new."""
 
 
-def feature_settings(n_bins: int, samples, block_size: int = DEFAULT_BLOCK_SIZE) -> dict:
-    """Everything a partial depends on besides the counts (part of its digest)."""
-    return {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples), "block_size": int(block_size),
-            "histogram_budget": HISTOGRAM_CELL_BUDGET, "block_histogram_budget": BLOCK_CELL_BUDGET}
+def feature_settings(n_bins: int, samples, block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> dict:
+    """Everything a partial depends on besides the counts (part of its digest). ``pooled``
+    is recorded only when set, so joint stores keep their digests."""
+    settings = {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples), "block_size": int(block_size),
+                "histogram_budget": HISTOGRAM_CELL_BUDGET, "block_histogram_budget": BLOCK_CELL_BUDGET}
+    return {**settings, "pooled": True} if pooled else settings
 
 
 def _feature(settings: dict) -> dict:
@@ -82,12 +84,14 @@ def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
     return arrays
 
 
-def chunk_digest(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, settings: dict) -> str:
-    """Digest of exactly what a chunk's partial depends on."""
+def chunk_digest(sequences: list[tuple], settings: dict) -> str:
+    """Digest of exactly what a chunk's partial depends on: the settings and its sequences'
+    (halo, methylated, coverage, positions) (pipeline.kept_sequences)."""
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for arr in (*halo, meth, cov, positions):
-        digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
-        digest.update(b"|")
+    for halo, meth, cov, positions in sequences:
+        for arr in (*halo, meth, cov, positions):
+            digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+            digest.update(b"|")
     return digest.hexdigest()
 
 
@@ -161,8 +165,8 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
 def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, root: str, chrom: str,
                       chunk: int) -> dict:
     """Chunk task: reuse the partial with this chunk's digest, or compute and write it."""
-    kept_meth, kept_cov, kept_positions = _kept(meth, cov, positions)
-    digest = chunk_digest(halo, kept_meth, kept_cov, kept_positions, settings)
+    sequences = kept_sequences(halo, meth, cov, positions, settings.get("pooled", False))
+    digest = chunk_digest(sequences, settings)
     rel = partial_relpath(chrom, chunk, digest)
     path = Location.of(root) / rel
     identity = {"chromosome": chrom, "chunk": chunk, "digest": digest}
@@ -174,7 +178,7 @@ def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, r
         except MomentStoreError:
             _remove(path, "damaged")  # compute it again
     if not reused:
-        partial = kept_partial(halo, kept_meth, kept_cov, kept_positions, n_bins, chrom, settings["block_size"])
+        partial = sequences_partial(sequences, n_bins, chrom, settings["block_size"])
         sha256 = partial_sha256(partial)
         write_partial(path, partial, identity, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
@@ -199,7 +203,7 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
         have = {**manifest["feature"], "samples": manifest["samples"]}
         if have != settings:
             differ = ", ".join(f"{k} {have.get(k)} (this run: {settings.get(k)})"
-                               for k in settings if have.get(k) != settings[k])
+                               for k in dict.fromkeys([*have, *settings]) if have.get(k) != settings.get(k))
             raise MomentStoreError(f"{root}: mismatched feature settings: the moment store has {differ}. "
                                    f"Use another --output.")
         return
@@ -237,19 +241,21 @@ def _manifest(settings: dict, entries: list[dict], complete: bool, source: dict)
 
 
 def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = 30,
-                        progress=lambda done, total: None, block_size: int | None = None) -> UpdateReport:
+                        progress=lambda done, total: None, block_size: int | None = None,
+                        pooled: bool = False) -> UpdateReport:
     """Bring the moment store ``output`` up to date with the counts store ``store``.
-    ``block_size`` defaults to the existing store's, or DEFAULT_BLOCK_SIZE for a new one."""
+    ``block_size`` defaults to the existing store's, or DEFAULT_BLOCK_SIZE for a new one.
+    ``pooled``: the samples' moments summed, each sample its own sequence (pipeline)."""
     samples = select_samples(store, samples)
     root = Location.of(output)
     if block_size is None:
         existing = read_manifest(root)["feature"] if (root / MANIFEST).exists() else {}
         block_size = existing.get("block_size", DEFAULT_BLOCK_SIZE)
-    settings = feature_settings(n_bins, samples, block_size)
+    settings = feature_settings(n_bins, samples, block_size, pooled)
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
-        tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, root.resolve())
+        tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, root.resolve(), pooled=pooled)
         entries: list[dict | None] = [None] * len(tasks)
         from distributed import as_completed
 

@@ -1,12 +1,15 @@
 """Moments of a counts store on Dask: one task per chunk, then a tree reduction.
 
-Each chromosome is one sequence of the bins where some selected sample has coverage.
+Joint (the default): each chromosome is one sequence of the bins where some selected
+sample has coverage, each bin a vector of the samples' counts. Pooled: each sample's bins
+with coverage are a sequence of their own, and the sequences' moments (one sample wide)
+are summed: one set of states shared by all samples, at a cost linear in their number.
 The task for chunk i sums the triples whose last bin lies in chunk i, so it needs the
-last two kept bins before the chunk (the halo: their counts and positions). The halo is
-passed along the chromosome by a chain of tiny tasks (``chunk_tail``); it never crosses
-into another chromosome. Besides the Moments, each task keeps the statistics of the
-genomic blocks its triples fall in (streambhmm.blocks). The partial sums are added in a
-tree with fan-in ``split_every``.
+last two kept bins before the chunk (the halo: their counts and positions; one halo per
+sample when pooled). The halo is passed along the chromosome by a chain of tiny tasks
+(``chunk_tail``); it never crosses into another chromosome. Besides the Moments, each
+task keeps the statistics of the genomic blocks its triples fall in (streambhmm.blocks).
+The partial sums are added in a tree with fan-in ``split_every``.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, block_stats
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, block_stats, combine_blocks
 from .features import encode
 from .moments import Moments, moments_from_features
 from .store import CountsStore
@@ -32,15 +35,29 @@ def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
     return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
 
 
-def empty_halo(n_samples: int):
+def empty_halo(n_samples: int, pooled: bool = False):
+    if pooled:
+        return [empty_halo(1) for _ in range(n_samples)]
     return np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64), np.zeros(0, np.int64)
 
 
-def chunk_tail(previous, methylated, coverage, positions):
+def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
     """The last two kept bins (counts and positions) up to the end of this chunk: the next
-    chunk's halo."""
+    chunk's halo (per sample when pooled)."""
+    if pooled:
+        return [chunk_tail(before, methylated[:, [s]], coverage[:, [s]], positions)
+                for s, before in enumerate(previous)]
     kept = _kept(methylated, coverage, positions)
     return tuple(np.concatenate([before, now])[-2:] for before, now in zip(previous, kept))
+
+
+def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) -> list[tuple]:
+    """The chunk's sequences, each (halo, methylated, coverage, positions) of its kept bins:
+    one of all samples, or one per sample when pooled."""
+    if pooled:
+        return [(before, *_kept(methylated[:, [s]], coverage[:, [s]], positions))
+                for s, before in enumerate(halo)]
+    return [(halo, *_kept(methylated, coverage, positions))]
 
 
 @dataclass(frozen=True)
@@ -52,14 +69,21 @@ class ChunkPartial:
 
 
 def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome: str = "",
-                  block_size: int = DEFAULT_BLOCK_SIZE) -> ChunkPartial:
+                  block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> ChunkPartial:
     """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
-    return kept_partial(halo, *_kept(methylated, coverage, positions), n_bins, chromosome, block_size)
+    return sequences_partial(kept_sequences(halo, methylated, coverage, positions, pooled), n_bins, chromosome,
+                             block_size)
+
+
+def sequences_partial(sequences: list[tuple], n_bins: int, chromosome: str, block_size: int) -> ChunkPartial:
+    """The sum of :func:`kept_partial` over a chunk's sequences."""
+    parts = [kept_partial(*sequence, n_bins, chromosome, block_size) for sequence in sequences]
+    return ChunkPartial(add_moments(*(p.moments for p in parts)), combine_blocks([p.blocks for p in parts]))
 
 
 def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, n_bins: int,
                  chromosome: str, block_size: int) -> ChunkPartial:
-    """:func:`chunk_partial` of rows already reduced to the kept bins."""
+    """The partial of one sequence of rows already reduced to the kept bins."""
     meth, cov, positions = (np.concatenate([before, now]) for before, now in zip(halo, (meth, cov, positions)))
     features = encode(meth, cov, n_bins)
     n_triples = max(meth.shape[0] - 2, 0)
@@ -109,7 +133,7 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
     return list(samples)
 
 
-def chunk_tasks(store: CountsStore, samples: list[str], task, *args) -> list:
+def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: bool = False) -> list:
     """One delayed ``task(halo, methylated, coverage, positions, *args, chrom, chunk)`` per
     chunk, in chromosome and chunk order; each chunk's halo comes from a chain of
     ``chunk_tail`` tasks within its chromosome."""
@@ -118,24 +142,26 @@ def chunk_tasks(store: CountsStore, samples: list[str], task, *args) -> list:
         ds = store.dataset(chrom).sel(sample=samples)
         blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0],
                      ds.position.data.to_delayed())
-        halo = empty_halo(len(samples))
+        halo = empty_halo(len(samples), pooled)
         for chunk, (meth, cov, pos) in enumerate(blocks):
             tasks.append(dask.delayed(task, pure=True)(halo, meth, cov, pos, *args, chrom, chunk))
-            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov, pos)
+            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov, pos, pooled)
     return tasks
 
 
-def _chunk_partial_task(halo, methylated, coverage, positions, n_bins, block_size, chrom, chunk) -> ChunkPartial:
-    return chunk_partial(halo, methylated, coverage, positions, n_bins, chrom, block_size)
+def _chunk_partial_task(halo, methylated, coverage, positions, n_bins, block_size, pooled, chrom,
+                        chunk) -> ChunkPartial:
+    return chunk_partial(halo, methylated, coverage, positions, n_bins, chrom, block_size, pooled)
 
 
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
-                  block_size: int = DEFAULT_BLOCK_SIZE) -> MomentsGraph:
-    """Build (without computing) the graph of the store's moments."""
+                  block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> MomentsGraph:
+    """Build (without computing) the graph of the store's moments (``pooled``: summed over
+    the samples, each its own sequence)."""
     samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins, block_size)
+    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins, block_size, pooled, pooled=pooled)
     if not partials:
-        total = dask.delayed(Moments.zeros)(len(samples), n_bins)
+        total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins)
     else:
         total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
                          split_every)

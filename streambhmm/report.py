@@ -71,6 +71,9 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
     start = time.perf_counter()
     timings = {}
     counts, document, hmm = model_for_store(store, model)
+    if document.get("pooled"):
+        raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
+                         f"model with `streambhmm decode`)")
     samples = document["samples"]
     where = parse_region(region) if region else _default_region(counts)
     if where.chrom not in counts.chromosomes:

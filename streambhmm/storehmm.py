@@ -10,7 +10,8 @@ the store's chunks. Chunk k needs two messages from the rest of its chromosome:
 
 With both, a chunk's forward-backward gives exactly the statistics, posteriors and
 log-likelihood of the whole-chromosome recursion, so results do not depend on the chunk
-size. The chains are sequential within a chromosome (chromosomes run in parallel); the
+size. A pooled model (one sample wide, shared by the samples) runs each sample as its own
+sequences and sums what they give. The chains are sequential within a chromosome (chromosomes run in parallel); the
 statistics tasks are independent. Every task holds one chunk, so memory stays bounded.
 """
 
@@ -142,10 +143,15 @@ def message_graph(store: CountsStore, samples: list[str], params: Params, chromo
     return out
 
 
+def sequence_samples(samples: list[str], pooled: bool) -> list[list[str]]:
+    """The samples of each set of sequences: all together (joint), or each alone (pooled)."""
+    return [[s] for s in samples] if pooled else [samples]
+
+
 def stats_graph(store: CountsStore, samples: list[str], params: Params,
-                split_every: int = DEFAULT_SPLIT_EVERY):
+                split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
     """Delayed total SufficientStats of the store under ``params``."""
-    chunks = message_graph(store, samples, params)
+    chunks = [c for group in sequence_samples(samples, pooled) for c in message_graph(store, group, params)]
     parts = [dask.delayed(_stats_task, pure=True)(c.forward_in, c.backward_in, c.methylated, c.coverage, params)
              for c in chunks]
     if not parts:
@@ -153,16 +159,18 @@ def stats_graph(store: CountsStore, samples: list[str], params: Params,
     return tree_reduce(parts, dask.delayed(_add_stats, pure=True), split_every)
 
 
-def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chromosomes=None) -> dict:
-    """Log-likelihood of each chromosome (binomial coefficients included), exact."""
+def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chromosomes=None,
+                pooled: bool = False) -> dict:
+    """Log-likelihood of each chromosome (binomial coefficients included), exact; pooled:
+    summed over the samples."""
     samples = select_samples(store, samples)
-    hmm._check(len(samples))
+    hmm._check(1 if pooled else len(samples))
     params = Params.of(hmm)
     wanted = store.chromosomes if not chromosomes else list(chromosomes)
     unknown = [c for c in wanted if c not in store.chromosomes]
     if unknown:
         raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
-    per_chunk = message_graph(store, samples, params, wanted)
+    per_chunk = [c for group in sequence_samples(samples, pooled) for c in message_graph(store, group, params, wanted)]
     logliks = client.compute([c.forward_out for c in per_chunk])
     result = dict.fromkeys(wanted, 0.0)
     for c, value in zip(per_chunk, client.gather(logliks)):
@@ -181,26 +189,28 @@ class StoreEMResult:
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
                  rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None,
-                 check: bool = True) -> StoreEMResult:
+                 check: bool = True, pooled: bool = False) -> StoreEMResult:
     """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step.
 
     Stops after ``n_iter`` M-steps or when an iteration gains less than
     ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
     of the final parameters; ``report(iteration, loglik)`` is called after each E-step.
     With ``check`` the result is checked (BinomialHMM.check_fit); a caller comparing
-    several starts checks the one it keeps."""
+    several starts checks the one it keeps. ``pooled``: one sample-wide model shared by the
+    samples, each sample its own sequences, their statistics summed."""
     samples = select_samples(store, samples)
-    hmm._check(len(samples))
+    width = 1 if pooled else len(samples)
+    hmm._check(width)
     start = time.perf_counter()
     last = []
 
     def e_step():
-        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every)).result()
+        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled)).result()
         last[:] = [stats]
         return stats
 
     history = run_em(hmm, e_step, n_iter, rel_tol, report)
-    hmm.n_features_in_ = len(samples)
+    hmm.n_features_in_ = width
     if check:
         hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
