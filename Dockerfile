@@ -14,6 +14,11 @@ COPY scripts/ scripts/
 # Non-editable install; bokeh serves the Dask dashboard (optional for distributed).
 RUN pip install --no-cache-dir /opt/streambhmm "bokeh>=3.1"
 
+# Workers keep glibc's memory trimming: the nanny's MALLOC_TRIM_THRESHOLD_=65536 made the
+# moment tasks 2.7x slower (see WORKER_CONFIG in streambhmm/cluster.py).
+RUN mkdir -p /etc/dask && printf 'distributed:\n  nanny:\n    pre-spawn-environ:\n      MALLOC_TRIM_THRESHOLD_: null\n' \
+    > /etc/dask/streambhmm.yaml
+
 # Non-root user with a home (numba's cache and matplotlib's config go there).
 # /data is created owned by it, so an empty named volume mounted there starts
 # out writable by this user.

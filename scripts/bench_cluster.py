@@ -39,7 +39,7 @@ import zarr  # noqa: E402
 
 from streambhmm.demo import build_synthetic_store  # noqa: E402
 from streambhmm.moments import Moments  # noqa: E402
-from streambhmm.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, chunk_tail,  # noqa: E402
+from streambhmm.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, chunk_tail, empty_halo,  # noqa: E402
                                  moments_graph, select_samples, tree_reduce)
 from streambhmm.processes import ProcessCluster  # noqa: E402
 from streambhmm.store import open_store  # noqa: E402
@@ -59,10 +59,10 @@ def available_cores() -> int:
 
 
 def chromosome_arrays(path: str, chrom: str, samples: list[str]):
-    """The chromosome's Zarr arrays (methylated, coverage) and the column of each sample."""
+    """The chromosome's Zarr arrays (methylated, coverage, position) and the column of each sample."""
     group = zarr.open_group(path, mode="r")[chrom]
     names = [str(s) for s in group["sample"][:]]
-    return group["methylated"], group["coverage"], [names.index(s) for s in samples]
+    return group["methylated"], group["coverage"], group["position"], [names.index(s) for s in samples]
 
 
 def store_bins(path: str, chromosomes: list[str]) -> tuple[int, int]:
@@ -80,14 +80,15 @@ def loop_moments(path: str, store, samples: list[str], split_every: int) -> Mome
     chromosome's Zarr chunks (the graph's chunks, in its order), added in its tree."""
     partials = []
     for chrom in store.chromosomes:
-        meth_arr, cov_arr, cols = chromosome_arrays(path, chrom, samples)
+        meth_arr, cov_arr, pos_arr, cols = chromosome_arrays(path, chrom, samples)
         step = meth_arr.chunks[0]
-        halo = (np.zeros((0, len(samples)), np.int64), np.zeros((0, len(samples)), np.int64))
+        halo = empty_halo(len(samples))
         for start in range(0, meth_arr.shape[0], step):
             meth = meth_arr[start:start + step][:, cols]
             cov = cov_arr[start:start + step][:, cols]
-            partials.append(chunk_partial(halo, meth, cov, N_BINS))
-            halo = chunk_tail(halo, meth, cov)
+            pos = pos_arr[start:start + step]
+            partials.append(chunk_partial(halo, meth, cov, pos, N_BINS, chrom).moments)
+            halo = chunk_tail(halo, meth, cov, pos)
     return tree_reduce(partials, add_moments, split_every)
 
 

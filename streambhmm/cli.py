@@ -229,8 +229,16 @@ def reading(store, scheduler, if_lost: str = ""):
     running ingest), so the command never sees a mix of old and new counts."""
     from .store import locked
 
-    with locked(store, shared=True), dask_client(scheduler, if_lost=if_lost) as client:
+    with locked(store, shared=True), store_client(store, scheduler, if_lost) as client:
         yield client
+
+
+def store_client(store, scheduler, if_lost: str = ""):
+    """A Dask client for work on the counts store ``store``: in process when it is small
+    (cluster.is_small) and no scheduler is given."""
+    from .cluster import is_small, scheduler_address
+
+    return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
 
 
 def em_reporter(quiet: bool):
@@ -474,7 +482,7 @@ def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
     from .fitting import load_moments, one_pass
     from .pipeline import DEFAULT_SPLIT_EVERY
 
-    with dask_client(scheduler) as client:
+    with store_client(store, scheduler) as client:
         data = load_moments(store, samples, n_bins, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
     return one_pass(data.moments, states, "refined", seed), data
 
@@ -532,7 +540,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     # a pooled model segments each sample on its own
     runs = [(pooled_output(output, s), [s]) for s in document["samples"]] if pooled else [(output, document["samples"])]
     show = status_line(quiet)
-    with dask_client(scheduler) as client:
+    with store_client(store, scheduler) as client:
         for path, samples in runs:
             try:
                 report = decode_store(counts, hmm, client, path, samples, max_gap, posteriors,
@@ -675,7 +683,7 @@ def report(store, model, output, region, moments_path, max_gap, diff_threshold, 
     from .report import write_report
 
     show = status_line(quiet)
-    with dask_client(scheduler) as client:
+    with store_client(store, scheduler) as client:
         try:
             result = write_report(store, model, output, client, region, max_gap, diff_threshold, moments_path,
                                   progress=lambda done, total: show(f"decoding chunks: {done}/{total}"))

@@ -79,8 +79,9 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
         return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"],
                        bool(feature.get("pooled")))
     block_size = block_size or DEFAULT_BLOCK_SIZE
-    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every, block_size=block_size,
-                          pooled=pooled)
+    # the block statistics cost more than the moments on one sample: computed only when used
+    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every,
+                          block_size=block_size if want_blocks else None, pooled=pooled)
     if want_blocks:
         partials = compute(client, graph.partials, quiet=quiet)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)

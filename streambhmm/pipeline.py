@@ -62,35 +62,38 @@ def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) 
 
 @dataclass(frozen=True)
 class ChunkPartial:
-    """A chunk's triple sums and its blocks' statistics."""
+    """A chunk's triple sums and its blocks' statistics (None when not asked for)."""
 
     moments: Moments
-    blocks: BlockStats
+    blocks: BlockStats | None
 
 
 def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome: str = "",
-                  block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> ChunkPartial:
+                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> ChunkPartial:
     """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
     return sequences_partial(kept_sequences(halo, methylated, coverage, positions, pooled), n_bins, chromosome,
                              block_size)
 
 
-def sequences_partial(sequences: list[tuple], n_bins: int, chromosome: str, block_size: int) -> ChunkPartial:
+def sequences_partial(sequences: list[tuple], n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
     """The sum of :func:`kept_partial` over a chunk's sequences."""
     parts = [kept_partial(*sequence, n_bins, chromosome, block_size) for sequence in sequences]
-    return ChunkPartial(add_moments(*(p.moments for p in parts)), combine_blocks([p.blocks for p in parts]))
+    blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
+    return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
 
 
 def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, n_bins: int,
-                 chromosome: str, block_size: int) -> ChunkPartial:
-    """The partial of one sequence of rows already reduced to the kept bins."""
+                 chromosome: str, block_size: int | None) -> ChunkPartial:
+    """The partial of one sequence of rows already reduced to the kept bins (without block
+    statistics when ``block_size`` is None)."""
     meth, cov, positions = (np.concatenate([before, now]) for before, now in zip(halo, (meth, cov, positions)))
     features = encode(meth, cov, n_bins)
     n_triples = max(meth.shape[0] - 2, 0)
     moments = (moments_from_features(features, np.array([meth.shape[0]])) if n_triples
                else Moments.zeros(meth.shape[1], n_bins))
-    blocks = block_stats(chromosome, features, np.arange(n_triples), positions, block_size)
-    return ChunkPartial(moments, blocks)
+    if block_size is None:
+        return ChunkPartial(moments, None)
+    return ChunkPartial(moments, block_stats(chromosome, features, np.arange(n_triples), positions, block_size))
 
 
 def add_moments(*parts: Moments) -> Moments:
@@ -155,9 +158,9 @@ def _chunk_partial_task(halo, methylated, coverage, positions, n_bins, block_siz
 
 
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
-                  block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> MomentsGraph:
+                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> MomentsGraph:
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
-    the samples, each its own sequence)."""
+    the samples, each its own sequence; ``block_size`` None: no block statistics)."""
     samples = select_samples(store, samples)
     partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins, block_size, pooled, pooled=pooled)
     if not partials:

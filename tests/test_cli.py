@@ -268,3 +268,33 @@ def test_numeric_options_are_checked_before_any_work(tmp_path, args):
     r = run(*(str(a).format(**values) for a in args))
     assert r.exit_code == 2 and "Invalid value for '--" in r.output, r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_store, monkeypatch):
+    from streambhmm.cluster import IN_PROCESS_ENV, is_small
+    from streambhmm.momentstore import load_total
+
+    assert is_small(two_sample_store.path) and not is_small(tmp_path / "missing.zarr")
+    cells = sum(two_sample_store.dataset(c).methylated.size for c in two_sample_store.chromosomes)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells))
+    assert is_small(two_sample_store.path)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells - 1))
+    assert not is_small(two_sample_store.path)
+    outputs = {}
+    for path, limit in (("in_process", ""), ("processes", "0")):
+        env = {IN_PROCESS_ENV: limit}
+        out = tmp_path / path
+        assert run("moments", two_sample_store.path, "-o", out / "m.zarr", "-q", env=env).exit_code == 0
+        r = run("fit", two_sample_store.path, "-m", "4", "--method", "refined-em", "--em-iter", "3", "-o",
+                out / "model.json", "-q", env=env)
+        assert r.exit_code == 0, r.output
+        r = run("decode", two_sample_store.path, "--model", out / "model.json", "-o", out / "seg.bed", "-q", env=env)
+        assert r.exit_code == 0, r.output
+        outputs[path] = (load_total(out / "m.zarr")[0], (out / "model.json").read_text(),
+                         (out / "seg.bed").read_bytes())
+    (m1, model1, bed1), (m2, model2, bed2) = outputs.values()
+    for name in ("p12", "p123", "pair_histogram", "coverage_features"):
+        np.testing.assert_array_equal(getattr(m1, name), getattr(m2, name))
+    assert model1 == model2 and bed1 == bed2
+    r = run("moments", two_sample_store.path, "-o", tmp_path / "x.zarr", env={IN_PROCESS_ENV: "many"})
+    assert r.exit_code != 0 and "STREAMBHMM_IN_PROCESS_MAX must be an integer" in r.output

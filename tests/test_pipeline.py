@@ -110,3 +110,14 @@ def test_unknown_sample_is_named(tmp_path, four_state_model):
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [50], 10)
     with pytest.raises(ValueError, match="unknown sample.* C; the store has A, B"):
         moments_graph(store, ["A", "C"])
+
+
+def test_moments_without_block_statistics_are_the_same(tmp_path, four_state_model, dask_clients):
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [300, 200], chunk_size=90)
+    client = dask_clients[1]
+    bare = moments_graph(store, block_size=None)
+    partials = client.compute(bare.partials, sync=True)
+    assert all(p.blocks is None for p in partials)
+    got, expected = client.compute([bare.total, moments_graph(store).total], sync=True)
+    np.testing.assert_array_equal(got.p123, expected.p123)
+    np.testing.assert_array_equal(got.pair_histogram, expected.pair_histogram)
