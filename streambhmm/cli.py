@@ -253,6 +253,10 @@ def em_reporter(quiet: bool):
     return report
 
 
+POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "
+               "cells); cost linear in the number of samples.")
+
+
 @dataclass
 class FitSettings:
     """The options of one `fit` call that every number of states shares."""
@@ -289,7 +293,7 @@ class FitSettings:
               help="Random starts of --method em; the best is kept.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @click.option("--pooled", is_flag=True,
-              help="One set of states shared by the samples, each sample its own sequence (replicates, single cells); cost linear in the number of samples. A moment store made with --pooled is fitted pooled without it.")
+              help=POOLED_HELP + " A moment store made with --pooled is fitted pooled without it.")
 @bins_option
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
@@ -584,7 +588,7 @@ def moments():
 @click.option("--block-size", default=None, type=POSITIVE,
               help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
                    f"(default: the moment store's, or 1,000,000 for a new one).")
-@click.option("--pooled", is_flag=True, help="One set of states shared by the samples, each sample its own sequence (replicates, single cells); cost linear in the number of samples.")
+@click.option("--pooled", is_flag=True, help=POOLED_HELP)
 @scheduler_option
 @quiet_option
 @user_errors

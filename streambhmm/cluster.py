@@ -20,7 +20,8 @@ IN_PROCESS_MAX_CELLS = 20_000_000  # bins x samples: a chromosome or two of 100 
 # The nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand freed
 # memory back at once: our chunk tasks (many mid-sized temporary arrays) ran 2.7x slower
 # with it (a one-sample chunk with its block statistics). Workers keep glibc's default.
-WORKER_CONFIG = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+TRIM, NANNY_TRIM = "MALLOC_TRIM_THRESHOLD_", 65536
+WORKER_CONFIG = {f"distributed.nanny.pre-spawn-environ.{TRIM}": None}
 
 
 def scheduler_address(scheduler: str | None) -> str | None:
@@ -107,11 +108,27 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
             yield client
         return
     # scheduler, workers and dashboard on the loopback interface only: never reachable from the network
-    with dask.config.set(WORKER_CONFIG), \
+    with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+@contextlib.contextmanager
+def _without_nanny_trim():
+    """A nanny started earlier in this process (any LocalCluster) leaves its
+    MALLOC_TRIM_THRESHOLD_=65536 in os.environ, where our workers would inherit it: take it
+    out while our cluster runs (a value the user chose is kept)."""
+    value = os.environ.get(TRIM)
+    if value != str(NANNY_TRIM):
+        yield
+        return
+    del os.environ[TRIM]
+    try:
+        yield
+    finally:
+        os.environ[TRIM] = value
 
 
 def show_progress(quiet: bool) -> bool:
