@@ -14,7 +14,7 @@ each sample's bins uncovered; --bins bins per sample. For each S:
   - partial: the size on disk of that chunk's moment-store partial (momentstore.write_partial);
   - ingest: seconds of `ingest` adding the S-th sample (a Bismark .cov of --ingest-bins
     bins) to a store holding S - 1, against adding the 2nd;
-  - EM: seconds of one pooled EM iteration on the counts store (LocalCluster, 2 workers),
+  - EM: seconds of one pooled EM iteration on the counts store (the embedded cluster, 2 workers),
     up to --em-max samples;
   - error: the pooled refined one-pass fit's mean |p - p_hat| over states (Hungarian
     matched), and after in-memory EM from it to convergence (up to --em-max samples).
@@ -155,35 +155,36 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",")]
     n_bins = int(args.bins)
     workdir = Path(tempfile.mkdtemp(prefix="streambhmm-many-"))
-    from distributed import Client, LocalCluster
+    from streambhmm.cluster import dask_client
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           host="127.0.0.1")
-    client = Client(cluster)
-    try:
-        chunk_partial(empty_halo(1, True), *replicates(1, 5000, 0), np.arange(5000) * BIN_SIZE, N_BINS, "c",
-                      pooled=True)  # compile the kernels
-        added = ingest_seconds(max(sizes), int(args.ingest_bins), workdir)
-        rows, first = [], {}
-        for n in sizes:
-            meth, cov = replicates(n, n_bins, seed=n)
-            row = {"S": n}
-            for kind, pooled in (("joint", False), ("pooled", True)):
-                if kind == "joint" and n > args.joint_max:
-                    continue
-                rate, size, moments = moments_row(meth, cov, pooled, workdir)
-                first.setdefault(kind, rate)
-                row[kind] = (rate, rate / first[kind], size)
-            row["error"] = errors(moments, meth, cov, n <= args.em_max)  # the pooled moments
-            row["em"] = em_seconds(meth, cov, workdir, client) if n <= args.em_max else None
-            row["ingest"] = added[n - 1]
-            rows.append(row)
-            print(f"S = {n} done", flush=True)
-        print_table(rows, added, args)
-    finally:
-        client.close()
-        cluster.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with dask_client(n_workers=2) as client:  # the commands' embedded cluster
+        try:
+            run(args, sizes, n_bins, workdir, client)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run(args, sizes, n_bins: int, workdir: Path, client) -> None:
+    """Measure every size and print the table."""
+    chunk_partial(empty_halo(1, True), *replicates(1, 5000, 0), np.arange(5000) * BIN_SIZE, N_BINS, "c",
+                  pooled=True)  # compile the kernels
+    added = ingest_seconds(max(sizes), int(args.ingest_bins), workdir)
+    rows, first = [], {}
+    for n in sizes:
+        meth, cov = replicates(n, n_bins, seed=n)
+        row = {"S": n}
+        for kind, pooled in (("joint", False), ("pooled", True)):
+            if kind == "joint" and n > args.joint_max:
+                continue
+            rate, size, moments = moments_row(meth, cov, pooled, workdir)
+            first.setdefault(kind, rate)
+            row[kind] = (rate, rate / first[kind], size)
+        row["error"] = errors(moments, meth, cov, n <= args.em_max)  # the pooled moments
+        row["em"] = em_seconds(meth, cov, workdir, client) if n <= args.em_max else None
+        row["ingest"] = added[n - 1]
+        rows.append(row)
+        print(f"S = {n} done", flush=True)
+    print_table(rows, added, args)
 
 
 def print_table(rows, added, args) -> None:
