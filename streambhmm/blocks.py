@@ -22,7 +22,7 @@ import numpy as np
 from scipy import sparse
 
 from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout
-from .moments import Moments, coverage_features, thinned_histogram
+from .moments import Moments, coverage_features, histogram_thinning, thinned_histogram
 
 DEFAULT_BLOCK_SIZE = 1_000_000
 
@@ -60,6 +60,7 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     p13 = np.zeros_like(p12)
     by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
     histograms = {1: [], 2: []}
+    thins = {w: histogram_thinning(features, w, BLOCK_CELL_BUDGET) for w in (1, 2)}  # once, not per block
     table = features.table.astype(np.float32)  # the sums are kept in float32: half the matmul work
     for b in range(ids.size):
         chosen = starts[bounds[b]:bounds[b + 1]]
@@ -69,11 +70,28 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
         p13[b] = feats[0].T @ feats[2]
         by_coverage[b] = coverage_features(features, chosen)
         for width in (1, 2):
-            histograms[width].append(thinned_histogram(features, chosen + 1, width, BLOCK_CELL_BUDGET).ravel())
+            histograms[width].append(thinned_histogram(features, chosen + 1, width, BLOCK_CELL_BUDGET,
+                                                       thins[width]).ravel())
     shapes = {w: int(np.prod(histogram_layout(n_samples, w, BLOCK_CELL_BUDGET).shape)) for w in (1, 2)}
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
                       by_coverage, *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
                         for w in (1, 2)))
+
+
+def _gather(rows: np.ndarray, n_keys: int, dtype) -> sparse.csr_matrix:
+    """The (keys x rows) 0/1 matrix that adds the rows belonging to each key."""
+    return sparse.csr_matrix((np.ones(rows.size, dtype), (rows, np.arange(rows.size))), shape=(n_keys, rows.size))
+
+
+def _summed(gather: sparse.csr_matrix, arrays: list) -> np.ndarray:
+    """The stacked ``arrays`` (each (rows, ...)) with the rows of each key added."""
+    stacked = np.concatenate(arrays)
+    flat = stacked.reshape(stacked.shape[0], int(np.prod(stacked.shape[1:])))
+    return (gather @ flat).reshape(gather.shape[0], *stacked.shape[1:])
+
+
+def _summed_sparse(gather: sparse.csr_matrix, matrices: list) -> sparse.csr_matrix:
+    return (gather @ sparse.vstack(matrices)).tocsr()
 
 
 def combine_blocks(parts: list[BlockStats]) -> BlockStats:
@@ -84,20 +102,12 @@ def combine_blocks(parts: list[BlockStats]) -> BlockStats:
         return parts[0]
     first = parts[0]
     ids, rows = np.unique(np.concatenate([p.block for p in parts]), return_inverse=True)
-    # a (blocks x parts' rows) 0/1 matrix adds the parts of each block
-    gather = sparse.csr_matrix((np.ones(rows.size, np.float32), (rows, np.arange(rows.size))),
-                               shape=(ids.size, rows.size))
-
-    def summed(name):
-        stacked = np.concatenate([getattr(p, name) for p in parts])
-        flat = stacked.reshape(rows.size, int(np.prod(stacked.shape[1:])))
-        return (gather @ flat).reshape(ids.size, *stacked.shape[1:]).astype(stacked.dtype)
-
+    gather = _gather(rows, ids.size, np.float32)  # the statistics are kept in float32
     return BlockStats(first.chromosome, first.n_samples, first.n_bins, ids.astype(np.int64),
                       np.bincount(rows, np.concatenate([p.n_triples for p in parts]), ids.size).astype(np.int64),
-                      summed("p12"), summed("p13"), summed("coverage_features"),
-                      *((gather @ sparse.vstack([getattr(p, name) for p in parts])).tocsr().astype(np.float32)
-                        for name in BlockStats.HISTOGRAMS))
+                      *(_summed(gather, [getattr(p, name) for p in parts]) for name in ("p12", "p13",
+                                                                                       "coverage_features")),
+                      *(_summed_sparse(gather, [getattr(p, name) for p in parts]) for name in BlockStats.HISTOGRAMS))
 
 
 class BlockTable:
@@ -111,18 +121,13 @@ class BlockTable:
         keys = [(p.chromosome, int(b)) for p in parts for b in p.block]
         self.keys = sorted(set(keys))
         row_of = {key: i for i, key in enumerate(self.keys)}
-        rows = np.array([row_of[key] for key in keys], np.int64)
-        # a (blocks x parts' blocks) 0/1 matrix adds the parts of each block
-        gather = sparse.csr_matrix((np.ones(rows.size), (rows, np.arange(rows.size))), shape=(len(self.keys), rows.size))
+        gather = _gather(np.array([row_of[key] for key in keys], np.int64), len(self.keys), np.float64)
         self.n_triples = gather @ np.concatenate([p.n_triples for p in parts]).astype(np.float64)
-        sd = self.n_samples * self.n_bins
-        self.p12 = (gather @ np.concatenate([p.p12 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
-        self.p13 = (gather @ np.concatenate([p.p13 for p in parts]).reshape(rows.size, -1)).reshape(-1, sd, sd)
-        shape = first.coverage_features.shape[1:]
-        self.coverage_features = (gather @ np.concatenate([p.coverage_features for p in parts])
-                                  .reshape(rows.size, -1)).reshape(-1, *shape)
-        self.bin_histogram = (gather @ sparse.vstack([p.bin_histogram for p in parts])).tocsr()
-        self.pair_histogram = (gather @ sparse.vstack([p.pair_histogram for p in parts])).tocsr()
+        self.p12 = _summed(gather, [p.p12 for p in parts])
+        self.p13 = _summed(gather, [p.p13 for p in parts])
+        self.coverage_features = _summed(gather, [p.coverage_features for p in parts])
+        self.bin_histogram = _summed_sparse(gather, [p.bin_histogram for p in parts])
+        self.pair_histogram = _summed_sparse(gather, [p.pair_histogram for p in parts])
 
     def __len__(self) -> int:
         return len(self.keys)

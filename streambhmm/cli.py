@@ -370,7 +370,7 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
     """Fit, check, print and write one model; returns its sweep row."""
     from .checks import DegenerateModelError, DegenerateModelWarning
     from .fitting import bic, held_out
-    from .modelio import model_to_dict, write_json
+    from .modelio import model_columns, model_to_dict, write_json
 
     if settings.sweep:
         click.echo(f"\nM = {m}:")
@@ -390,7 +390,7 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
         row["result"] = "degenerate: not written"
         return row
     row.update(spectrum=getattr(est, "spectrum_supported_", None), loss=getattr(est, "loss_", None))
-    columns = ["pooled"] if settings.pooled else samples
+    columns = model_columns(samples, settings.pooled)
     if "history" in extra:
         row["bic"] = bic(extra["history"][-1], m, len(columns), extra["n_bins"])
     if settings.sweep and method == "refined":
@@ -418,6 +418,7 @@ def _fit_model(m: int, settings: FitSettings, data, client):
     """(estimator, samples, chromosomes, extra) for one M; extra has EM's history."""
     from .fitting import ONE_PASS, one_pass
     from .hmm import BinomialHMM, random_parameters
+    from .modelio import model_columns
     from .pipeline import select_samples
     from .store import open_store
     from .storehmm import fit_store_em
@@ -432,7 +433,7 @@ def _fit_model(m: int, settings: FitSettings, data, client):
         return est, data.samples, data.chromosomes, {}
     counts = open_store(settings.store)
     samples = select_samples(counts, settings.samples)
-    columns = ["pooled"] if settings.pooled else samples
+    columns = model_columns(samples, settings.pooled)
     if method == "em":
         starts = [(f"random start {r + 1} of {settings.em_starts}",
                    random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]

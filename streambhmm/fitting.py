@@ -42,11 +42,6 @@ class FitData:
     block_size: int
     pooled: bool = False  # the moments are summed over the samples (one sample wide)
 
-    @property
-    def columns(self) -> list[str]:
-        """Names of the fitted methylation columns (modelio.model_columns)."""
-        return ["pooled"] if self.pooled else self.samples
-
 
 def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: int, block_size: int | None,
                  want_blocks: bool, pooled: bool = False) -> FitData:

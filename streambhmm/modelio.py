@@ -36,9 +36,9 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
     return {**document, "pooled": True} if pooled else document
 
 
-def model_columns(document: dict) -> list[str]:
-    """Names of the model's methylation columns: its samples, or one for a pooled model."""
-    return ["pooled"] if document.get("pooled") else document["samples"]
+def model_columns(samples, pooled: bool) -> list[str]:
+    """Names of a model's methylation columns: its samples, or one for a pooled model."""
+    return ["pooled"] if pooled else list(samples)
 
 
 def write_json(path, document: dict) -> None:
@@ -80,8 +80,9 @@ def read_model(path) -> dict:
         raise ValueError(f"{path}: n_states must be a positive integer, got {n_states!r}")
     if document.get("pooled", False) not in (True, False):
         raise ValueError(f"{path}: pooled must be true or false, got {document['pooled']!r:.200}")
+    columns = model_columns(samples, document.get("pooled"))
     p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
-                                  n_samples=len(model_columns(document)), source=str(path))
+                                  n_samples=len(columns), source=str(path))
     if p.shape[0] != n_states:
         raise ValueError(f"{path}: n_states is {n_states} but methylation lists {p.shape[0]} states")
     return document

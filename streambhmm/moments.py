@@ -230,13 +230,21 @@ def coverage_features(features: FeatureTable, starts: np.ndarray) -> np.ndarray:
     return out
 
 
+def histogram_thinning(features: FeatureTable, width: int, budget: int = HISTOGRAM_CELL_BUDGET):
+    """The thinning of ``features``' pairs for the histogram of ``width`` bins at ``budget``."""
+    layout = histogram_layout(features.codes.shape[1], width, budget)
+    return thinning(features.coverage, features.methylated, layout.cap)
+
+
 def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
-                      budget: int = HISTOGRAM_CELL_BUDGET) -> np.ndarray:
+                      budget: int = HISTOGRAM_CELL_BUDGET, thin=None) -> np.ndarray:
     """The thinned histogram (features.histogram_layout) of the tuples of ``width``
-    consecutive bins starting at ``first``."""
+    consecutive bins starting at ``first`` (``thin``: histogram_thinning of the same
+    arguments, when the caller reuses it)."""
     n_samples = features.codes.shape[1]
     layout = histogram_layout(n_samples, width, budget)
-    thin = thinning(features.coverage, features.methylated, layout.cap)
+    if thin is None:
+        thin = histogram_thinning(features, width, budget)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
     out = np.zeros(layout.shape)
     # row-major flattening of the slots' cells
@@ -260,8 +268,7 @@ def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: n
     n_slots = tuples.shape[1]
     if thin.rows.shape[0] == 0:
         return
-    weights = np.zeros((thin.row.size, thin.cap + 1))  # per code; zero for a single cell
-    weights[thin.row >= 0] = thin.rows[thin.row[thin.row >= 0]]
+    weights = thin.by_code
     half = n_slots // 2
     total = 0.0
     for lo in range(0, tuples.shape[0], block):
@@ -269,13 +276,12 @@ def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: n
         a = _outer_rows([weights[part[:, g]] for g in range(half)], part.shape[0])
         b = _outer_rows([weights[part[:, g]] for g in range(half, n_slots)], part.shape[0])
         total = total + (a * counts[lo:lo + block, None]).T @ b
-    # slot g's cell (cap, j) is base + j, base the same for every thinned pair
-    base = thin.base[thin.row >= 0][0]
+    cells = thin.spread_base + np.arange(thin.cap + 1)  # each slot's cells (cap, j)
     index = np.zeros((thin.cap + 1,) * n_slots, dtype=np.int64)
     for g in range(n_slots):
         shape = [1] * n_slots
         shape[g] = thin.cap + 1
-        index = index + ((base + np.arange(thin.cap + 1)) * strides[g]).reshape(shape)
+        index = index + (cells * strides[g]).reshape(shape)
     np.add.at(hist, index.ravel(), np.ravel(total))
 
 

@@ -44,11 +44,9 @@ def empty_halo(n_samples: int, pooled: bool = False):
 def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
     """The last two kept bins (counts and positions) up to the end of this chunk: the next
     chunk's halo (per sample when pooled)."""
-    if pooled:
-        return [chunk_tail(before, methylated[:, [s]], coverage[:, [s]], positions)
-                for s, before in enumerate(previous)]
-    kept = _kept(methylated, coverage, positions)
-    return tuple(np.concatenate([before, now])[-2:] for before, now in zip(previous, kept))
+    tails = [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, kept))
+             for halo, *kept in kept_sequences(previous, methylated, coverage, positions, pooled)]
+    return tails if pooled else tails[0]
 
 
 def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) -> list[tuple]:

@@ -14,13 +14,12 @@ CRLF line ends are ignored, and blank lines are skipped.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import queue
 import re
 import threading
 from dataclasses import dataclass
 from typing import Iterator
-
-import importlib
 
 import numpy as np
 

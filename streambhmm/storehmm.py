@@ -11,8 +11,9 @@ the store's chunks. Chunk k needs two messages from the rest of its chromosome:
 With both, a chunk's forward-backward gives exactly the statistics, posteriors and
 log-likelihood of the whole-chromosome recursion, so results do not depend on the chunk
 size. A pooled model (one sample wide, shared by the samples) runs each sample as its own
-sequences and sums what they give. The chains are sequential within a chromosome (chromosomes run in parallel); the
-statistics tasks are independent. Every task holds one chunk, so memory stays bounded.
+sequences and sums what they give. The chains are sequential within a chromosome
+(chromosomes run in parallel); the statistics tasks are independent. Every task holds one
+chunk, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -124,11 +125,14 @@ class ChunkMessages:
     forward_out: object  # Delayed (loglik, message) of this chunk
 
 
-def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None) -> list[ChunkMessages]:
-    """Forward and backward message chains of every chromosome (or of ``chromosomes``)."""
+def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None,
+                  pooled: bool = False) -> list[ChunkMessages]:
+    """Forward and backward message chains of every chromosome (or of ``chromosomes``): of
+    the samples together, or (``pooled``) of each sample on its own."""
     out = []
-    for chrom in chromosomes or store.chromosomes:
-        ds = store.dataset(chrom).sel(sample=samples)
+    groups = [[s] for s in samples] if pooled else [samples]
+    for chrom, group in ((c, g) for g in groups for c in chromosomes or store.chromosomes):
+        ds = store.dataset(chrom).sel(sample=group)
         meth = list(ds.methylated.data.to_delayed()[:, 0])
         cov = list(ds.coverage.data.to_delayed()[:, 0])
         offsets = np.concatenate([[0], np.cumsum(ds.methylated.chunks[0])])
@@ -143,17 +147,11 @@ def message_graph(store: CountsStore, samples: list[str], params: Params, chromo
     return out
 
 
-def sequence_samples(samples: list[str], pooled: bool) -> list[list[str]]:
-    """The samples of each set of sequences: all together (joint), or each alone (pooled)."""
-    return [[s] for s in samples] if pooled else [samples]
-
-
 def stats_graph(store: CountsStore, samples: list[str], params: Params,
                 split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
     """Delayed total SufficientStats of the store under ``params``."""
-    chunks = [c for group in sequence_samples(samples, pooled) for c in message_graph(store, group, params)]
     parts = [dask.delayed(_stats_task, pure=True)(c.forward_in, c.backward_in, c.methylated, c.coverage, params)
-             for c in chunks]
+             for c in message_graph(store, samples, params, pooled=pooled)]
     if not parts:
         raise ValueError(f"{store.path}: the store has no bins")
     return tree_reduce(parts, dask.delayed(_add_stats, pure=True), split_every)
@@ -170,7 +168,7 @@ def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chro
     unknown = [c for c in wanted if c not in store.chromosomes]
     if unknown:
         raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
-    per_chunk = [c for group in sequence_samples(samples, pooled) for c in message_graph(store, group, params, wanted)]
+    per_chunk = message_graph(store, samples, params, wanted, pooled)
     logliks = client.compute([c.forward_out for c in per_chunk])
     result = dict.fromkeys(wanted, 0.0)
     for c, value in zip(per_chunk, client.gather(logliks)):
