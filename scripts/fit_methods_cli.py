@@ -32,23 +32,18 @@ import real_data_fits as data  # noqa: E402  (the same data sets and splits)
 
 from streambhmm.hmm import BinomialHMM  # noqa: E402
 from streambhmm.modelio import hmm_from_model, read_model  # noqa: E402
-from streambhmm.store import COUNTS_FORMAT, COUNTS_VERSION, finalize, write_chromosome  # noqa: E402
+from streambhmm.store import write_store  # noqa: E402
 
 METHODS = ("refined", "refined-em", "em", "ftd-em")
 
 
-def write_store(path: Path, meth, cov, lengths, samples) -> None:
+def write_counts(path: Path, meth, cov, lengths, samples) -> None:
     """One chromosome per sequence, consecutive 100 bp bins."""
-    attrs = {"format": COUNTS_FORMAT, "format_version": COUNTS_VERSION, "bin_size": 100, "chunk_size": 1_000_000,
-             "tool_version": "fit_methods_cli", "samples": {s: {} for s in samples}}
-    chromosomes, offset = [], 0
+    chromosomes, offset = {}, 0
     for i, length in enumerate(lengths):
-        name = f"part{i + 1}"
-        write_chromosome(path, name, np.arange(length) * 100, meth[offset:offset + length],
-                         cov[offset:offset + length], samples, 1_000_000, {**attrs, "chromosome": name})
-        chromosomes.append(name)
+        chromosomes[f"part{i + 1}"] = (np.arange(length), meth[offset:offset + length], cov[offset:offset + length])
         offset += length
-    finalize(path, {**attrs, "chromosomes": chromosomes})
+    write_store(path, chromosomes, list(samples))
 
 
 def one_state_score(train, test) -> float:
@@ -76,7 +71,7 @@ def main():
             train, test = data.load(name, tmp)
             samples = list(data.DATASETS[name]["train"])
             store = tmp / "train.zarr"
-            write_store(store, *train, samples)
+            write_counts(store, *train, samples)
             baseline = one_state_score(train, test)
             for m in (int(v) for v in args.states.split(",")):
                 rows = {}

@@ -5,9 +5,10 @@ per group up to date (the samples of a group are fitted jointly).
     WORKDIR/<group>/moments.zarr    its moment store (input to `streambhmm fit`)
     WORKDIR/batch-summary.tsv       the summary of the last run
 
-Each group's samples are ingested one after another by one Dask task (they rewrite the same
-store), different groups at once. A group's moment pass starts as soon as its samples are
-in, so the chunks of all genomes share the cluster. A failed sample is reported with its
+Every sample is ingested by a Dask task of its own, all at once (samples of one store
+write their own columns; their commits take turns); on stores at URLs, which have no lock,
+a group's samples go in one after another. A group's moment pass starts as soon as its
+samples are in, so the chunks of all genomes share the cluster. A failed sample is reported with its
 cause and leaves everything else in place; its group's moments are not updated, since
 they would lack it. A rerun skips unchanged samples and reuses every finished partial.
 """
@@ -114,26 +115,28 @@ def read_batch_manifest(path) -> list[ManifestRow]:
     return rows
 
 
-def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
-                 chunk_size: int | None, options: ReadOptions | None = None) -> list[SampleResult]:
-    """Dask task: ingest a group's samples into its store, one after another. A sample's
-    failure is recorded, not raised, so the group's other samples still go in."""
+def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
+                  options: ReadOptions | None = None) -> SampleResult:
+    """Dask task: ingest one sample into its group's store. A failure is recorded, not
+    raised, so the group's other samples still go in."""
     from .ingest import ingest
 
-    results = []
-    for row in rows:
-        start = time.perf_counter()
-        try:
-            report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                            chunk_size=chunk_size, options=options)
-        except Exception as exc:  # noqa: BLE001 - reported per sample
-            results.append(SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
-                                        error=f"{type(exc).__name__}: {exc}"))
-            continue
-        status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
-        results.append(SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
-                                    time.perf_counter() - start))
-    return results
+    start = time.perf_counter()
+    try:
+        report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
+                        chunk_size=chunk_size, options=options)
+    except Exception as exc:  # noqa: BLE001 - reported per sample
+        return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
+                            error=f"{type(exc).__name__}: {exc}")
+    status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
+    return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins, time.perf_counter() - start)
+
+
+def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
+                 chunk_size: int | None, options: ReadOptions | None = None) -> list[SampleResult]:
+    """Dask task: a group's samples one after another (stores at URLs have no lock, so
+    their ingests must not overlap)."""
+    return [ingest_sample(row, store, bin_size, context, chunk_size, options) for row in rows]
 
 
 def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
@@ -187,25 +190,38 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
              + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
                                                           f"{result.reused} reused"))
 
-    futures = {client.submit(ingest_group, groups[g.group], (workdir / g.group / "counts.zarr").url, bin_size,
-                             context, chunk_size, options, pure=False): g for g in summary.groups}
+    # local stores: every sample its own task (ingests of one store may overlap, their commits
+    # take turns); stores at URLs have no lock: a group's samples in one task, in turn
+    futures = {}
+    for g in summary.groups:
+        store = (workdir / g.group / "counts.zarr").url
+        if workdir.is_local:
+            futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
+                                          pure=False): (g, [row]) for row in groups[g.group]})
+        else:
+            futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
+                                  pure=False)] = (g, groups[g.group])
+    waiting = {g.group: len(g.samples) for g in summary.groups}
     running = []
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         for future in as_completed(futures):
-            group = futures[future]
+            group, group_rows = futures[future]
             try:
                 results = future.result()
+                results = results if isinstance(results, list) else [results]
             except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
                 if lost_scheduler(client, exc):
                     raise
-                results = [SampleResult(s, group.group, "failed", error=f"{type(exc).__name__}: {exc}")
-                           for s in group.samples]
+                results = [SampleResult(r.sample, group.group, "failed", error=f"{type(exc).__name__}: {exc}")
+                           for r in group_rows]
             summary.samples.extend(results)
             for r in results:
                 rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
                 echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
             if any(r.status == "failed" for r in results):
                 group.status, group.error = "skipped", "a sample failed; moments not updated"
+            waiting[group.group] -= len(results)
+            if waiting[group.group] or group.status == "skipped":
                 continue
             group.status = "running"
             running.append(pool.submit(update_moments, group))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .simulate import model, simulate
-from .store import COUNTS_FORMAT, COUNTS_VERSION, finalize, write_chromosome
+from .store import SampleWriter
 
 DEMO_SAMPLES = ("sample_A", "sample_B")
 DEMO_TRUTH = model(
@@ -87,17 +87,18 @@ def build_synthetic_store(path: Path, total: int, chunk_size: int, echo=lambda m
     import time
 
     start = time.perf_counter()
-    attrs = {"format": COUNTS_FORMAT, "format_version": COUNTS_VERSION, "bin_size": 100,
-             "chunk_size": chunk_size, "tool_version": "synthetic", "samples": {"A": {}, "B": {}}}
     sizes = [CHROM_BINS] * (total // CHROM_BINS) + ([total % CHROM_BINS] if total % CHROM_BINS else [])
-    chroms = []
-    for i, size in enumerate(sizes):
-        sim = simulate(BENCH_TRUTH, [size], coverage=BENCH_COVERAGE, random_state=i)
-        keep = sim.coverage.sum(axis=1) > 0
-        name = f"chr{i + 1}"
-        write_chromosome(path, name, np.flatnonzero(keep) * 100, sim.methylated[keep], sim.coverage[keep],
-                         ["A", "B"], chunk_size, {**attrs, "chromosome": name})
-        chroms.append(name)
-        echo(f"  wrote {name} ({sum(sizes[:i + 1]):,} of {total:,} bins)")
-    finalize(path, {**attrs, "chromosomes": chroms})
+    writers = [SampleWriter(path, 100, chunk_size) for _ in range(2)]
+    try:
+        for i, size in enumerate(sizes):
+            sim = simulate(BENCH_TRUTH, [size], coverage=BENCH_COVERAGE, random_state=i)
+            for s, writer in enumerate(writers):
+                covered = np.flatnonzero(sim.coverage[:, s] > 0)
+                writer.add(f"chr{i + 1}", covered, sim.methylated[covered, s], sim.coverage[covered, s])
+            echo(f"  wrote chr{i + 1} ({sum(sizes[:i + 1]):,} of {total:,} bins)")
+        for name, writer in zip("AB", writers):
+            writer.commit(name, {"synthetic": True})
+    finally:
+        for writer in writers:
+            writer.close()
     return time.perf_counter() - start

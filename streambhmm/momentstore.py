@@ -5,10 +5,12 @@
                                partial, in summation order) and whether it is complete
     MOMENTS/partials/<chrom>/<chunk>-<digest>/   one Zarr group per partial (raw sums)
 
-A partial's digest covers the counts it sums (its chunk's kept bins and the two-bin halo
-before them) and the feature settings. A chunk task first computes its digest; if a
-verified partial with that digest exists it is reused, otherwise the partial is computed
-and written atomically (temporary directory, then rename) as soon as it is done. Resuming
+A partial's digest covers the counts it sums (the digests of its chunk's counts of the
+selected samples, from the counts store's index, and the two-bin halo before them) and
+the feature settings, so adding a sample to the counts store leaves the partials of other
+sample selections valid. A chunk task first computes its digest; if a verified partial
+with that digest exists it is reused (no counts are read), otherwise the partial is
+computed and written atomically (temporary directory, then rename) as soon as it is done. Resuming
 a killed run and updating after an ingest are therefore the same operation: only
 partials whose digest is new are computed. Partials no longer in the plan are dropped.
 Totals are summed in plan order with a fixed tree, so they are bitwise reproducible.
@@ -33,7 +35,7 @@ from .blocks import DEFAULT_BLOCK_SIZE, BlockStats
 from .features import BLOCK_CELL_BUDGET, HISTOGRAM_CELL_BUDGET
 from .modelio import write_json
 from .moments import _ARRAY_FIELDS, Moments
-from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, add_moments, chunk_tasks, kept_sequences, sequences_partial,
+from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_partial,
                        select_samples, tree_reduce)
 from .storage import Location
 from .store import CountsStore, locked, staging_path
@@ -84,12 +86,16 @@ def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
     return arrays
 
 
-def chunk_digest(sequences: list[tuple], settings: dict) -> str:
-    """Digest of exactly what a chunk's partial depends on: the settings and its sequences'
-    (halo, methylated, coverage, positions) (pipeline.kept_sequences)."""
+def plan_digest(plan: PlannedChunk, settings: dict) -> str:
+    """Digest of exactly what a chunk's partial depends on: the settings, the chunk (its
+    chromosome, index and bins), the digests of the selected samples' counts in it (from the
+    counts store's index, so no counts are read) and the halo before it."""
+    ref = plan.ref
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for halo, meth, cov, positions in sequences:
-        for arr in (*halo, meth, cov, positions):
+    # not the chunk's end: a later sample may lengthen the axis, which changes no count
+    digest.update(json.dumps([ref.chrom, ref.chunk, ref.start, ref.bin_size, ref.digests]).encode())
+    for halo in (plan.halo if settings.get("pooled") else [plan.halo]):
+        for arr in halo:
             digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
             digest.update(b"|")
     return digest.hexdigest()
@@ -162,11 +168,11 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
     return partial, actual
 
 
-def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, root: str, chrom: str,
-                      chunk: int) -> dict:
-    """Chunk task: reuse the partial with this chunk's digest, or compute and write it."""
-    sequences = kept_sequences(halo, meth, cov, positions, settings.get("pooled", False))
-    digest = chunk_digest(sequences, settings)
+def persisted_partial(plan: PlannedChunk, n_bins: int, settings: dict, root: str) -> dict:
+    """Chunk task: reuse the partial with this chunk's digest (reading no counts), or read
+    the chunk, compute the partial and write it."""
+    digest = plan_digest(plan, settings)
+    chrom, chunk = plan.ref.chrom, plan.ref.chunk
     rel = partial_relpath(chrom, chunk, digest)
     path = Location.of(root) / rel
     identity = {"chromosome": chrom, "chunk": chunk, "digest": digest}
@@ -178,7 +184,7 @@ def persisted_partial(halo, meth, cov, positions, n_bins: int, settings: dict, r
         except MomentStoreError:
             _remove(path, "damaged")  # compute it again
     if not reused:
-        partial = sequences_partial(sequences, n_bins, chrom, settings["block_size"])
+        partial = plan_partial(plan, n_bins, settings["block_size"], settings.get("pooled", False))
         sha256 = partial_sha256(partial)
         write_partial(path, partial, identity, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,

@@ -6,10 +6,12 @@ with coverage are a sequence of their own, and the sequences' moments (one sampl
 are summed: one set of states shared by all samples, at a cost linear in their number.
 The task for chunk i sums the triples whose last bin lies in chunk i, so it needs the
 last two kept bins before the chunk (the halo: their counts and positions; one halo per
-sample when pooled). The halo is passed along the chromosome by a chain of tiny tasks
-(``chunk_tail``); it never crosses into another chromosome. Besides the Moments, each
-task keeps the statistics of the genomic blocks its triples fall in (streambhmm.blocks).
-The partial sums are added in a tree with fan-in ``split_every``.
+sample when pooled). The halos come from the store's chunk summaries (each sample's last
+two covered bins of each chunk), so the plan is made before any counts are read and the
+tasks are independent; a halo never crosses into another chromosome. Each task reads its
+chunk itself (store.ChunkRef), one sample at a time when pooled. Besides the Moments,
+each task keeps the statistics of the genomic blocks its triples fall in
+(streambhmm.blocks). The partial sums are added in a tree with fan-in ``split_every``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, block_stats, combine_blocks
 from .features import encode
 from .moments import Moments, moments_from_features
-from .store import CountsStore
+from .store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
 
 DEFAULT_SPLIT_EVERY = 8
 
@@ -134,25 +136,92 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
     return list(samples)
 
 
-def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: bool = False) -> list:
-    """One delayed ``task(halo, methylated, coverage, positions, *args, chrom, chunk)`` per
-    chunk, in chromosome and chunk order; each chunk's halo comes from a chain of
-    ``chunk_tail`` tasks within its chromosome."""
-    tasks = []
-    for chrom in store.chromosomes:
-        ds = store.dataset(chrom).sel(sample=samples)
-        blocks = zip(ds.methylated.data.to_delayed()[:, 0], ds.coverage.data.to_delayed()[:, 0],
-                     ds.position.data.to_delayed())
+@dataclass(frozen=True, eq=False)
+class PlannedChunk:
+    """A chunk to process: where to read it, and the halo before it."""
+
+    ref: ChunkRef
+    halo: object  # (methylated (<=2, S), coverage, positions); pooled: a list of one per sample
+
+
+def next_halo(halo, ref: ChunkRef, pooled: bool = False):
+    """The halo after ``ref``'s chunk, from its chunk summaries: each sample's last two covered
+    bins. Jointly, the last two kept bins are the last two of all samples' last two, and a
+    sample's counts there are among its own last two (it has no coverage in between)."""
+    tails = [_column_tail(ref.summary[k], ref.bin_size) for k in range(len(ref.columns))]
+    if pooled:
+        return [tuple(np.concatenate([before, now])[-2:] for before, now in zip(h, tail))
+                for h, tail in zip(halo, tails)]
+    positions = np.unique(np.concatenate([tail[2] for tail in tails]))[-2:]
+    meth = np.zeros((positions.size, len(tails)), np.int64)
+    cov = np.zeros_like(meth)
+    for k, (m, c, pos) in enumerate(tails):
+        for i, p in enumerate(pos):
+            at = np.searchsorted(positions, p)
+            if at < positions.size and positions[at] == p:
+                meth[at, k], cov[at, k] = m[i, 0], c[i, 0]
+    return tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, (meth, cov, positions)))
+
+
+def _column_tail(summary: np.ndarray, bin_size: int):
+    """(methylated (k, 1), coverage (k, 1), positions (k,)) of one column's last k <= 2
+    covered bins in a chunk, in order."""
+    k = min(int(summary[COVERED]), 2)
+    fields = [summary[PREVIOUS], summary[LAST]][2 - k:]
+    return (np.array([[f[1]] for f in fields], np.int64).reshape(k, 1),
+            np.array([[f[2]] for f in fields], np.int64).reshape(k, 1),
+            np.array([f[0] * bin_size for f in fields], np.int64))
+
+
+def plan_chunks(store: CountsStore, samples: list[str], pooled: bool = False, chromosomes=None) -> list[PlannedChunk]:
+    """The chunks with coverage in ``samples``, in chromosome and chunk order, each with its halo."""
+    plans = []
+    for chrom in chromosomes or store.chromosomes:
         halo = empty_halo(len(samples), pooled)
-        for chunk, (meth, cov, pos) in enumerate(blocks):
-            tasks.append(dask.delayed(task, pure=True)(halo, meth, cov, pos, *args, chrom, chunk))
-            halo = dask.delayed(chunk_tail, pure=True)(halo, meth, cov, pos, pooled)
-    return tasks
+        for ref in store.chunk_refs(chrom, samples):
+            plans.append(PlannedChunk(ref, halo))
+            halo = next_halo(halo, ref, pooled)
+    return plans
 
 
-def _chunk_partial_task(halo, methylated, coverage, positions, n_bins, block_size, pooled, chrom,
-                        chunk) -> ChunkPartial:
-    return chunk_partial(halo, methylated, coverage, positions, n_bins, chrom, block_size, pooled)
+def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: bool = False) -> list:
+    """One delayed ``task(plan, *args)`` per planned chunk (plan_chunks)."""
+    return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, samples, pooled)]
+
+
+def plan_partial(plan: PlannedChunk, n_bins: int, block_size: int | None = DEFAULT_BLOCK_SIZE,
+                 pooled: bool = False) -> ChunkPartial:
+    """The partial of one planned chunk, read from the store (pooled: one sample at a time)."""
+    ref = plan.ref
+    positions = ref.positions()
+    if not pooled:
+        return chunk_partial(plan.halo, *ref.read(), positions, n_bins, ref.chrom, block_size)
+    parts = []
+    for k, halo in enumerate(plan.halo):
+        meth, cov = ref.read([k])
+        parts.append(kept_partial(halo, *_kept(meth, cov, positions), n_bins, ref.chrom, block_size))
+    blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
+    return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
+
+
+@dataclass(frozen=True)
+class MomentsGraph:
+    total: object  # dask Delayed -> Moments
+    partials: list  # dask Delayed -> ChunkPartial, one per chunk, in summation order
+    samples: list[str]
+    chromosomes: list[str]
+    n_chunks: int
+
+
+def select_samples(store: CountsStore, samples=None) -> list[str]:
+    if not samples:
+        return store.samples
+    unknown = [s for s in samples if s not in store.samples]
+    if unknown:
+        raise ValueError(f"unknown sample(s) {', '.join(unknown)}; the store has {', '.join(store.samples)}")
+    if len(set(samples)) != len(samples):
+        raise ValueError(f"sample listed twice in {','.join(samples)}")
+    return list(samples)
 
 
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
@@ -160,7 +229,7 @@ def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_ever
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
     the samples, each its own sequence; ``block_size`` None: no block statistics)."""
     samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, _chunk_partial_task, n_bins, block_size, pooled, pooled=pooled)
+    partials = chunk_tasks(store, samples, plan_partial, n_bins, block_size, pooled, pooled=pooled)
     if not partials:
         total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins)
     else:
@@ -176,9 +245,9 @@ def load_counts(store: CountsStore, samples=None):
     samples = select_samples(store, samples)
     meth, cov, lengths = [], [], []
     for chrom in store.chromosomes:
-        ds = store.dataset(chrom).sel(sample=samples)
-        m, c = _kept(ds.methylated.values, ds.coverage.values)
-        meth.append(m)
-        cov.append(c)
-        lengths.append(m.shape[0])
-    return np.concatenate(meth), np.concatenate(cov), np.array(lengths, dtype=np.int64)
+        kept = [_kept(*plan.ref.read()) for plan in plan_chunks(store, samples, chromosomes=[chrom])]
+        meth += [m for m, _ in kept]
+        cov += [c for _, c in kept]
+        lengths.append(sum(m.shape[0] for m, _ in kept))
+    empty = np.zeros((0, len(samples)), np.int64)
+    return np.concatenate(meth or [empty]), np.concatenate(cov or [empty]), np.array(lengths, dtype=np.int64)

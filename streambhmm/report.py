@@ -75,7 +75,7 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
     samples = document["samples"]
-    where = parse_region(region) if region else _default_region(counts)
+    where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
     output = Path(output)
@@ -148,9 +148,12 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
             "noise_level": spectrum.noise_floor}
 
 
-def _default_region(counts) -> Region:
+def _default_region(counts, samples) -> Region:
+    """REGION_BINS bins from the first covered bin of the first chromosome."""
     chrom = counts.chromosomes[0]
-    first = int(counts.dataset(chrom).position[0])
+    ref = counts.chunk_refs(chrom, samples)[0]
+    _, cov = ref.read()
+    first = int(ref.positions([np.flatnonzero(cov.sum(axis=1))[0]])[0])
     return Region(chrom, first, first + REGION_BINS * counts.bin_size)
 
 
@@ -263,12 +266,10 @@ def region_segments(bed_path, region: Region):
 def plot_track(path, counts, samples, region: Region, bed_path, methylation) -> None:
     import matplotlib.pyplot as plt
 
-    ds = counts.dataset(region.chrom).sel(sample=samples)
-    position = ds.position.values
-    lo, hi = np.searchsorted(position, [region.start, region.end])
-    meth = ds.methylated[lo:hi].values.astype(float)
-    cov = ds.coverage[lo:hi].values.astype(float)
-    pos = position[lo:hi] + counts.bin_size / 2
+    ds = counts.dataset(region.chrom).sel(sample=samples, position=slice(region.start, region.end - 1))
+    meth = ds.methylated.values.astype(float)
+    cov = ds.coverage.values.astype(float)
+    pos = ds.position.values + counts.bin_size / 2
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 2.2 + 0.25 * len(samples)), sharex=True,
                                       gridspec_kw={"height_ratios": [4, 1]})
     for s, name in enumerate(samples):

@@ -116,6 +116,14 @@ class Location:
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(self.fs_path, recursive=True)
 
+    def unlink(self) -> None:
+        """Remove a file, if it exists."""
+        if self.is_local:
+            Path(self.url).unlink(missing_ok=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(self.fs_path)
+
     def copytree(self, target: "Location") -> None:
         if self.is_local and target.is_local:
             shutil.copytree(self.url, target.url)

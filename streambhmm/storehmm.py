@@ -30,8 +30,8 @@ import zarr
 
 from . import _hmm_kernels
 from .hmm import BinomialHMM, SufficientStats, has_converged, log_emissions, run_em
-from .pipeline import DEFAULT_SPLIT_EVERY, _kept, select_samples, tree_reduce
-from .store import CountsStore, finalize, locked
+from .pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce
+from .store import ChunkRef, CountsStore, locked, mark_changed
 
 
 @dataclass(frozen=True)
@@ -94,17 +94,23 @@ def segment_stats(previous, following, meth, cov, params: Params, want_posterior
 
 
 # -- Dask graphs over a store -------------------------------------------------------------
-def _forward_task(previous, methylated, coverage, params):
-    return segment_forward(None if previous is None else previous[1], *_kept(methylated, coverage), params)
+def _kept_counts(ref: ChunkRef):
+    """The chunk's kept bins (some of the ref's samples covered): (methylated, coverage, rows)."""
+    meth, cov = ref.read()
+    rows = np.flatnonzero(cov.sum(axis=1) > 0)
+    return meth[rows], cov[rows], rows
 
 
-def _backward_task(following, methylated, coverage, params):
-    return segment_backward(following, *_kept(methylated, coverage), params)
+def _forward_task(previous, ref: ChunkRef, params):
+    return segment_forward(None if previous is None else previous[1], *_kept_counts(ref)[:2], params)
 
 
-def _stats_task(previous, following, methylated, coverage, params):
-    return segment_stats(None if previous is None else previous[1], following,
-                         *_kept(methylated, coverage), params)[0]
+def _backward_task(following, ref: ChunkRef, params):
+    return segment_backward(following, *_kept_counts(ref)[:2], params)
+
+
+def _stats_task(previous, following, ref: ChunkRef, params):
+    return segment_stats(None if previous is None else previous[1], following, *_kept_counts(ref)[:2], params)[0]
 
 
 def _add_stats(*parts: SufficientStats) -> SufficientStats:
@@ -113,16 +119,16 @@ def _add_stats(*parts: SufficientStats) -> SufficientStats:
 
 @dataclass(frozen=True)
 class ChunkMessages:
-    """Per chromosome and chunk: the delayed counts and both incoming messages."""
+    """Per chromosome and chunk with coverage: where to read it and both incoming messages."""
 
-    chrom: str
-    chunk: int
-    offset: int  # first bin of the chunk in the chromosome group
-    methylated: object
-    coverage: object
+    ref: ChunkRef
     forward_in: object  # Delayed (loglik, message) of the previous chunk, or None
     backward_in: object  # Delayed message from the next chunk, or None
     forward_out: object  # Delayed (loglik, message) of this chunk
+
+    @property
+    def chrom(self) -> str:
+        return self.ref.chrom
 
 
 def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None,
@@ -132,25 +138,21 @@ def message_graph(store: CountsStore, samples: list[str], params: Params, chromo
     out = []
     groups = [[s] for s in samples] if pooled else [samples]
     for chrom, group in ((c, g) for g in groups for c in chromosomes or store.chromosomes):
-        ds = store.dataset(chrom).sel(sample=group)
-        meth = list(ds.methylated.data.to_delayed()[:, 0])
-        cov = list(ds.coverage.data.to_delayed()[:, 0])
-        offsets = np.concatenate([[0], np.cumsum(ds.methylated.chunks[0])])
+        refs = [plan.ref for plan in plan_chunks(store, group, chromosomes=[chrom])]
         forward, backward = [None], [None]
-        for k in range(len(meth)):
-            forward.append(dask.delayed(_forward_task, pure=True)(forward[-1], meth[k], cov[k], params))
-        for k in reversed(range(len(meth))):
-            backward.insert(0, dask.delayed(_backward_task, pure=True)(backward[0], meth[k], cov[k], params))
-        for k in range(len(meth)):
-            out.append(ChunkMessages(chrom, k, int(offsets[k]), meth[k], cov[k], forward[k], backward[k + 1],
-                                     forward[k + 1]))
+        for ref in refs:
+            forward.append(dask.delayed(_forward_task, pure=True)(forward[-1], ref, params))
+        for ref in reversed(refs):
+            backward.insert(0, dask.delayed(_backward_task, pure=True)(backward[0], ref, params))
+        for k, ref in enumerate(refs):
+            out.append(ChunkMessages(ref, forward[k], backward[k + 1], forward[k + 1]))
     return out
 
 
 def stats_graph(store: CountsStore, samples: list[str], params: Params,
                 split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
     """Delayed total SufficientStats of the store under ``params``."""
-    parts = [dask.delayed(_stats_task, pure=True)(c.forward_in, c.backward_in, c.methylated, c.coverage, params)
+    parts = [dask.delayed(_stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
              for c in message_graph(store, samples, params, pooled=pooled)]
     if not parts:
         raise ValueError(f"{store.path}: the store has no bins")
@@ -259,17 +261,15 @@ def join_runs(left: Runs, right: Runs, bin_size: int, max_gap: int) -> Runs:
     return Runs(*(np.concatenate([a, b]) for a, b in zip(left.columns(), right.columns())))
 
 
-def _decode_task(previous, following, methylated, coverage, position, params, bin_size, max_gap,
-                 posterior_array, offset):
-    keep = coverage.sum(axis=1) > 0
-    meth, cov = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+def _decode_task(previous, following, ref: ChunkRef, params, max_gap, posterior_array):
+    meth, cov, rows = _kept_counts(ref)
     _, post = segment_stats(None if previous is None else previous[1], following, meth, cov, params, True)
     if posterior_array is not None:
-        block = np.full((len(keep), params.transmat.shape[0]), np.nan, np.float32)
-        block[keep] = post
-        zarr.open_array(posterior_array, mode="r+")[offset:offset + len(keep)] = block
+        block = np.full((ref.n_bins, params.transmat.shape[0]), np.nan, np.float32)
+        block[rows] = post
+        zarr.open_array(posterior_array, mode="r+")[ref.start:ref.stop] = block
     states = post.argmax(axis=1)
-    return runs_of(np.asarray(position)[keep], states, post[np.arange(len(states)), states], bin_size, max_gap)
+    return runs_of(ref.positions(rows), states, post[np.arange(len(states)), states], ref.bin_size, max_gap)
 
 
 def decode_graph(store: CountsStore, samples: list[str], params: Params, max_gap: int,
@@ -277,13 +277,11 @@ def decode_graph(store: CountsStore, samples: list[str], params: Params, max_gap
     """Per chromosome, the delayed Runs of each chunk (posterior decoding: each kept bin
     gets its most probable state); optionally each task writes its posteriors into
     ``posterior_arrays[chrom]`` (a Zarr array path)."""
-    positions = {chrom: list(store.dataset(chrom).position.data.to_delayed()) for chrom in store.chromosomes}
     graph = {chrom: [] for chrom in store.chromosomes}
     for c in message_graph(store, samples, params):
         target = posterior_arrays[c.chrom] if posterior_arrays else None
         graph[c.chrom].append(dask.delayed(_decode_task, pure=True)(
-            c.forward_in, c.backward_in, c.methylated, c.coverage, positions[c.chrom][c.chunk], params,
-            store.bin_size, max_gap, target, c.offset))
+            c.forward_in, c.backward_in, c.ref, params, max_gap, target))
     return graph
 
 
@@ -348,7 +346,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
                         target.rename(aside)
                         aside.rmtree()
                     (store.path / chrom / tag).rename(target)
-                finalize(store.path, {})  # re-consolidate so plain xarray sees the variable
+                mark_changed(store.path)  # re-consolidate so plain xarray sees the variable
             os.replace(tmp_bed, output)
         finally:
             tmp_bed.unlink(missing_ok=True)
@@ -360,10 +358,10 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
 def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: list[str]) -> dict:
     arrays = {}
     for chrom in store.chromosomes:
-        counts = store.dataset(chrom).methylated
-        n, chunk = counts.shape[0], counts.chunks[0][0]  # the counts' chunks, so writes align
-        zarr.create_array((store.path / chrom).url, name=name, shape=(n, m), chunks=(chunk, m),
-                          dtype="float32", fill_value=np.nan, dimension_names=("bin", "state"),
+        # the counts' chunks, so the tasks' writes align
+        zarr.create_array((store.path / chrom).url, name=name, shape=(store.n_bins(chrom), m),
+                          chunks=(store.chunk_size, m), dtype="float32", fill_value=np.nan,
+                          dimension_names=("position", "state"),
                           attributes={"description": "posterior probability of each state (NaN: no coverage "
                                                      "in the model's samples)", "samples": samples})
         arrays[chrom] = (store.path / chrom / name).url

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from streambhmm.momentstore import load_total
-from streambhmm.pipeline import moments_graph
+from streambhmm.pipeline import moments_graph, plan_chunks
 from streambhmm.processes import ProcessCluster
 from streambhmm.simulate import model
 
@@ -98,7 +98,7 @@ def test_cli_on_process_cluster_equals_embedded_cluster(tmp_path, few_chunks):
 
 def test_worker_killed_during_moments(tmp_path, many_chunks, reference_moments):
     moments = tmp_path / "m.zarr"
-    n_chunks = sum(-(-many_chunks.dataset(c).sizes["bin"] // 500) for c in many_chunks.chromosomes)
+    n_chunks = len(plan_chunks(many_chunks, many_chunks.samples))
     with ProcessCluster(n_workers=2) as cluster:
         proc = start("moments", "compute", many_chunks.path, "-o", moments, *BINS, "--scheduler", cluster.address, "-q")
         seen = wait_for_partials(moments, n_chunks // 5, proc)

@@ -79,6 +79,23 @@ def test_incremental_updates_equal_from_scratch(tmp_path, four_state_model, dask
     assert (again.computed, again.dropped) == (0, 0)
 
 
+def test_adding_a_sample_leaves_the_partials_of_other_selections_valid(tmp_path, four_state_model, dask_clients):
+    """Partial digests cover only the selected samples' columns of a fixed chunk: a third
+    sample (reaching further along chr1) changes nothing for `moments --samples A,B`."""
+    client = dask_clients[1]
+    store, out = tmp_path / "counts.zarr", tmp_path / "ab.zarr"
+    for s, name in enumerate("AB"):
+        ingest([write_tsv(tmp_path / f"{name}.tsv", simulated_chroms(four_state_model, [3000, 900], seed=s))],
+               name, store, chunk_size=400)
+    first = update_moment_store(open_store(store), out, client, ["A", "B"])
+    digests = [p["digest"] for p in json.loads((out / "manifest.json").read_text())["partials"]]
+    ingest([write_tsv(tmp_path / "C.tsv", simulated_chroms(four_state_model, [5000, 900], seed=7))], "C", store)
+    again = update_moment_store(open_store(store), out, client, ["A", "B"])
+    assert (again.computed, again.reused, again.dropped) == (0, first.computed, 0)
+    assert [p["digest"] for p in json.loads((out / "manifest.json").read_text())["partials"]] == digests
+    assert load_total(out)[0].allclose(from_scratch(store, ["A", "B"]), rtol=1e-12)
+
+
 def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, scheduler):
     store = tmp_path / "counts.zarr"
     for s in (0, 1):  # two samples make each partial slower to compute

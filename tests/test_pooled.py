@@ -14,7 +14,7 @@ from streambhmm.moments import compute_moments
 from streambhmm.momentstore import MomentStoreError, load_partials, load_total, update_moment_store
 from streambhmm.pipeline import load_counts, moments_graph
 from streambhmm.simulate import model, simulate
-from streambhmm.store import finalize, open_store, write_chromosome
+from streambhmm.store import open_store, write_store
 from streambhmm.storehmm import fit_store_em, score_store
 
 from .conftest import STICKY
@@ -42,12 +42,7 @@ def replicate_store(path, n_samples: int, n_bins: int, chunk_size: int, seed: in
         cov.append(np.where(gone, 0, sim.coverage[:, 0]))
     meth, cov = np.stack(meth, axis=1), np.stack(cov, axis=1)
     names = [f"S{i}" for i in range(n_samples)]
-    attrs = {"format": "streambhmm-counts", "format_version": 1, "bin_size": 100, "chunk_size": chunk_size,
-             "tool_version": "test", "samples": {name: {} for name in names}}
-    keep = cov.sum(axis=1) > 0
-    write_chromosome(path, "chr1", np.flatnonzero(keep) * 100, meth[keep], cov[keep], names, chunk_size, attrs)
-    finalize(path, {**attrs, "chromosomes": ["chr1"]})
-    return open_store(path)
+    return write_store(path, {"chr1": (np.arange(n_bins), meth, cov)}, names, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 3, 64, 10_000])

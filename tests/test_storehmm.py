@@ -129,7 +129,7 @@ def test_decode_writes_bed_and_posteriors(tmp_path, four_state_model, dask_clien
                                      ds.coverage.values[keep].astype(np.int64))
         np.testing.assert_array_equal(states[chrom], expected.argmax(axis=1))
         posterior = xr.open_zarr(tmp_path / "s.zarr", group=chrom)["state_posterior"]
-        assert posterior.dims == ("bin", "state")
+        assert posterior.dims == ("position", "state")
         np.testing.assert_allclose(posterior.values[keep], expected, atol=1e-6)
     # consecutive runs of one chromosome differ in state (merged across chunk seams)
     for a, b in zip(rows[1:-1], rows[2:]):
