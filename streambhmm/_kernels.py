@@ -369,3 +369,14 @@ def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, p
             for g in range(half):
                 resp[offsets[g] + index[i0, g], j] += w
     return total
+
+
+@njit(cache=True, nogil=True)
+def gather_add(out, table, codes, rows):
+    """out[rows[i]] += table[codes[i]] (the projected feature: one sample's rows added)."""
+    dim = out.shape[1]
+    for i in range(rows.size):
+        r = rows[i]
+        c = codes[i]
+        for k in range(dim):
+            out[r, k] += table[c, k]

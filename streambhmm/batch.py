@@ -142,12 +142,13 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
 def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
               progress=lambda message: None, options: ReadOptions | None = None,
-              pooled: bool = False) -> BatchSummary:
+              pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
     every sample."""
     from distributed import as_completed
 
+    from .features import projection_for
     from .momentstore import update_moment_store
     from .store import open_store
 
@@ -174,9 +175,11 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
                 partials[result.group] = (done, total)
                 show()
         try:
+            width = 1 if pooled else len(result.samples)
             report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
                                          workdir / result.group / "moments.zarr", client, result.samples,
-                                         n_bins, progress=count, pooled=pooled)
+                                         n_bins, progress=count, pooled=pooled,
+                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(client, exc):
                 raise

@@ -12,6 +12,12 @@ Summing the statistics of resampled (or held-in) blocks gives Moments at that bu
 the refinement fits like any other; the coverage histogram is the whole data's, since its
 sampling noise barely moves E[F | level]. A block cut by a chunk boundary is kept in two
 parts and summed by :class:`BlockTable`.
+
+For the projected feature (many samples) a block keeps P12 and P13 of the projected feature
+(K x K) and the histograms per sample, but not the coverage-bucket features, which are
+S x buckets x D per block (30 MB per chunk of 100 blocks at S = 100): resampled blocks then
+take the whole data's coverage-bucket features, scaled to their number of triples, so the
+bootstrap does not resample the per-state coverage model (a nuisance parameter).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import numpy as np
 from scipy import sparse
 
 from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout
-from .moments import Moments, coverage_features, histogram_thinning, thinned_histogram
+from .moments import Moments, coverage_features, histogram_thinning, sample_layouts, thinned_histogram
 
 DEFAULT_BLOCK_SIZE = 1_000_000
 
@@ -38,7 +44,7 @@ class BlockStats:
     n_triples: np.ndarray  # (B,) int64
     p12: np.ndarray  # (B, SD, SD) float32
     p13: np.ndarray  # (B, SD, SD) float32
-    coverage_features: np.ndarray  # (B, S, buckets, D) float32
+    coverage_features: np.ndarray  # (B, S, buckets, D) float32; (B, 0, 0, 0) for the projected feature
     bin_histogram: sparse.csr_matrix  # (B, cells) float32
     pair_histogram: sparse.csr_matrix  # (B, cells) float32
 
@@ -76,6 +82,49 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
                       by_coverage, *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
                         for w in (1, 2)))
+
+
+class ProjectedBlocks:
+    """The block statistics of a chunk of the projected feature, built one sample at a time:
+    ``add_sample`` adds a sample's block histograms (its row of the per-sample layout),
+    ``finish`` the feature's P12 and P13 per block."""
+
+    def __init__(self, chromosome: str, n_samples: int, n_bins: int, starts: np.ndarray, positions: np.ndarray,
+                 block_size: int):
+        self.chromosome, self.n_samples, self.n_bins = chromosome, n_samples, n_bins
+        block_of = positions[starts + 1] // block_size
+        order = np.argsort(block_of, kind="stable")
+        self.starts = starts[order]
+        self.ids, first = np.unique(block_of[order], return_index=True)
+        self.bounds = np.r_[first, starts.size]
+        self.layouts = sample_layouts(n_samples, BLOCK_CELL_BUDGET)
+        self.histograms = {w: np.zeros((self.ids.size, n_samples, self.layouts[w].shape[1]), np.float32)
+                           for w in (1, 2)}
+
+    def _block(self, b: int) -> np.ndarray:
+        return self.starts[self.bounds[b]:self.bounds[b + 1]]
+
+    def add_sample(self, s: int, features: FeatureTable) -> None:
+        thins = {w: histogram_thinning(features, w, layout=self.layouts[w]) for w in (1, 2)}
+        for b in range(self.ids.size):
+            for w in (1, 2):
+                self.histograms[w][b, s] = thinned_histogram(features, self._block(b) + 1, w, thin=thins[w],
+                                                             layout=self.layouts[w])[0]
+
+    def finish(self, feature: np.ndarray) -> BlockStats:
+        dim = feature.shape[1]
+        p12 = np.zeros((self.ids.size, dim, dim), np.float32)
+        p13 = np.zeros_like(p12)
+        for b in range(self.ids.size):
+            chosen = self._block(b)
+            first = feature[chosen]
+            p12[b] = first.T @ feature[chosen + 1]
+            p13[b] = first.T @ feature[chosen + 2]
+        return BlockStats(self.chromosome, self.n_samples, self.n_bins, self.ids.astype(np.int64),
+                          np.diff(self.bounds).astype(np.int64), p12, p13,
+                          np.zeros((self.ids.size, 0, 0, 0), np.float32),
+                          *(sparse.csr_matrix(h.reshape(h.shape[0], h.shape[1] * h.shape[2]))
+                            for h in (self.histograms[1], self.histograms[2])))
 
 
 def _gather(rows: np.ndarray, n_keys: int, dtype) -> sparse.csr_matrix:
@@ -132,17 +181,25 @@ class BlockTable:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def moments(self, weights: np.ndarray, coverage_histogram: np.ndarray) -> Moments:
+    def moments(self, weights: np.ndarray, total: Moments) -> Moments:
         """sum_b weights[b] * block b, as Moments at BLOCK_CELL_BUDGET (fields the
-        refinement does not use are zero)."""
+        refinement does not use are zero); ``total``: the whole data's moments (their
+        coverage histogram, feature settings and, for the projected feature, the
+        coverage-bucket features scaled to the blocks' triples)."""
         w = np.asarray(weights, dtype=np.float64)
-        out = Moments.zeros(self.n_samples, self.n_bins, BLOCK_CELL_BUDGET)
+        out = Moments.zeros(self.n_samples, self.n_bins, BLOCK_CELL_BUDGET, total.projection_dim,
+                            total.projection_seed)
         out.n_triples = int(round(w @ self.n_triples))
         out.p12 = np.tensordot(w, self.p12, axes=1)
         out.p23 = out.p12.copy()
         out.p13 = np.tensordot(w, self.p13, axes=1)
-        out.coverage_features = np.tensordot(w, self.coverage_features, axes=1)
-        out.coverage_histogram = coverage_histogram
+        if self.coverage_features.size or not total.projected:
+            out.coverage_features = np.tensordot(w, self.coverage_features, axes=1)
+        else:
+            out.coverage_features = total.coverage_features * (out.n_triples / max(total.n_triples, 1))
+        # (what refine.projected_weight reads: the spread of the feature's products)
+        out.sq_norm_13 = total.sq_norm_13 * (out.n_triples / max(total.n_triples, 1))
+        out.coverage_histogram = total.coverage_histogram
         out.bin_histogram = np.asarray(self.bin_histogram.T @ w).reshape(out.bin_histogram.shape)
         out.pair_histogram = np.asarray(self.pair_histogram.T @ w).reshape(out.pair_histogram.shape)
         return out

@@ -42,12 +42,13 @@ def check_blocks(n_blocks: int, block_size: int) -> str | None:
     return None
 
 
-def block_bootstrap(table: BlockTable, coverage_histogram: np.ndarray, point, n_replicates: int,
-                    random_state=None, level: float = 0.95) -> BootstrapIntervals:
-    """Percentile intervals of levels and transitions; ``point`` has methylation_ and transmat_."""
+def block_bootstrap(table: BlockTable, total, point, n_replicates: int, random_state=None,
+                    level: float = 0.95) -> BootstrapIntervals:
+    """Percentile intervals of levels and transitions; ``point`` has methylation_ and transmat_;
+    ``total``: the whole data's Moments."""
     rng = np.random.default_rng(random_state)
     n = len(table)
-    base_objective = Objective(table.moments(np.ones(n), coverage_histogram))
+    base_objective = Objective(table.moments(np.ones(n), total))
     coverage = base_objective.coverage
     base = refine(base_objective, [("point", point.methylation_, point.transmat_,
                                     getattr(point, "coverage_buckets_", None))], keep=1)
@@ -57,7 +58,7 @@ def block_bootstrap(table: BlockTable, coverage_histogram: np.ndarray, point, n_
     levels, transitions = [], []
     for _ in range(n_replicates):
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        objective = Objective(table.moments(weights, coverage_histogram), coverage=coverage)
+        objective = Objective(table.moments(weights, total), coverage=coverage)
         rep = refine(objective, [("all blocks", base_levels, base_transmat, base_coverage)], keep=1)
         perm = match_states(base_levels, rep.methylation)
         levels.append(point.methylation_ + rep.methylation[perm] - base_levels)

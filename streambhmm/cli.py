@@ -66,6 +66,19 @@ context_option = click.option("--context", default="CG", show_default=True, type
                               help="Cytosine context kept, where the format carries one.")
 
 
+def feature_options(fn):
+    """--feature and --projection-dim: which feature the moments are summed of."""
+    from .fitting import DEFAULT_PROJECTION_DIM, FEATURES
+
+    fn = click.option("--projection-dim", default=DEFAULT_PROJECTION_DIM, show_default=True, type=POSITIVE,
+                      help="Dimension K of the projected feature.")(fn)
+    return click.option("--feature", default="auto", show_default=True, type=click.Choice(FEATURES),
+                        help="beta: the samples' Beta maps side by side (dimension samples x --bins); projected: "
+                             "a seeded projection of them to --projection-dim dimensions, whatever the number "
+                             "of samples; auto: projected above 64 dimensions (3 or more samples at --bins 30). "
+                             "Pooled moments are one sample wide: beta.")(fn)
+
+
 def read_options(fn):
     """The reading options of ingest and batch, gathered into ``options`` (a ReadOptions)."""
     @click.option("--merge-strands", is_flag=True,
@@ -294,6 +307,8 @@ class FitSettings:
     quiet: bool
     sweep: bool
     pooled: bool
+    feature: str = "auto"
+    projection_dim: int = 32
 
 
 @main.command()
@@ -327,11 +342,12 @@ class FitSettings:
 @click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="A state is differential when its levels across samples differ by more than this.")
 @click.option("--split-every", default=8, show_default=True, type=click.IntRange(min=2), help="Fan-in of the tree reductions.")
+@feature_options
 @scheduler_option
 @quiet_option
 @user_errors
 def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bins, seed, output, bootstrap,
-        block_size, allow_degenerate, diff_threshold, split_every, scheduler, quiet):
+        block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
     from .fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, load_moments, recommend
     from .momentstore import is_moment_store
@@ -348,12 +364,13 @@ def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bi
                                    "--method refined")
     settings = FitSettings(store, method, [s for s in samples.split(",") if s] if samples else None, n_bins, seed,
                            em_iter, em_tol, em_starts, bootstrap, allow_degenerate, diff_threshold, split_every,
-                           quiet, len(state_list) > 1, pooled)
+                           quiet, len(state_list) > 1, pooled, feature, projection_dim)
     with cluster_for(store, scheduler) as client:
         data = None
         if method != "em":
             data = load_moments(store, settings.samples, n_bins, client, quiet, split_every, block_size,
-                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS), pooled=pooled)
+                                want_blocks=bootstrap > 0 or (settings.sweep and method in ONE_PASS), pooled=pooled,
+                                feature=feature, projection_dim=projection_dim)
             settings.pooled = data.pooled
             mom = data.moments
             click.echo(f"{mom.n_triples:,} triples from {len(data.chromosomes)} chromosome(s); "
@@ -412,7 +429,7 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
     if "history" in extra:
         row["bic"] = bic(extra["history"][-1], m, len(columns), extra["n_bins"])
     if settings.sweep and method == "refined":
-        row["held_out"] = held_out(data.blocks, data.moments.coverage_histogram, est)
+        row["held_out"] = held_out(data.blocks, data.moments, est)
     document = model_to_dict(est, samples, chromosomes, method=method, pooled=settings.pooled)
     if getattr(est, "loss_", None) is not None:
         document["moment_loss"] = float(est.loss_)
@@ -445,7 +462,8 @@ def _fit_model(m: int, settings: FitSettings, data, client):
     if method in ONE_PASS:
         est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate)
         if not settings.quiet and method == "refined":
-            supported = "supported" if est.spectrum_supported_ else "not supported (no FTD start)"
+            supported = "supported" if est.spectrum_supported_ else \
+                "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
             click.echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: "
                        f"{supported}")
         return est, data.samples, data.chromosomes, {}
@@ -492,7 +510,7 @@ def _bootstrap(est, settings: FitSettings, data, document: dict, samples) -> Non
     warning = check_blocks(len(data.blocks), data.block_size)
     if warning:
         click.echo(f"warning: {warning}")
-    ci = block_bootstrap(data.blocks, data.moments.coverage_histogram, est, settings.bootstrap,
+    ci = block_bootstrap(data.blocks, data.moments, est, settings.bootstrap,
                          random_state=settings.seed)
     document["methylation_ci"] = ci.methylation_ci.tolist()
     document["transmat_ci"] = ci.transmat_ci.tolist()
@@ -608,12 +626,15 @@ def moments():
               help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
                    f"(default: the moment store's, or 1,000,000 for a new one).")
 @click.option("--pooled", is_flag=True, help=POOLED_HELP)
+@feature_options
 @scheduler_option
 @quiet_option
 @user_errors
-def moments_compute(store, output, samples, n_bins, block_size, pooled, scheduler, quiet):
+def moments_compute(store, output, samples, n_bins, block_size, pooled, feature, projection_dim, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
+    from .features import projection_for
     from .momentstore import update_moment_store
+    from .pipeline import select_samples
     from .store import open_store
 
     start = time.perf_counter()
@@ -622,9 +643,12 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, schedule
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     try:
         with reading(store, scheduler, if_lost=kept) as client:
-            report = update_moment_store(open_store(store), output, client, sample_list, n_bins,
+            counts = open_store(store)
+            width = 1 if pooled else len(select_samples(counts, sample_list))
+            report = update_moment_store(counts, output, client, sample_list, n_bins,
                                          progress=lambda done, total: show(f"partials: {done}/{total}"),
-                                         block_size=block_size, pooled=pooled)
+                                         block_size=block_size, pooled=pooled,
+                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
@@ -658,11 +682,13 @@ def moments_merge(inputs, output):
 @context_option
 @click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: 1000000).")
 @click.option("--pooled", is_flag=True, help="Pooled moment stores: states shared by a group's samples (see fit).")
+@feature_options
 @read_options
 @scheduler_option
 @quiet_option
 @user_errors
-def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, scheduler, quiet, options):
+def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feature, projection_dim, scheduler, quiet,
+          options):
     """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
     update one moment store per group, all groups at once on the cluster."""
     from .batch import SUMMARY, format_summary, run_batch
@@ -673,7 +699,8 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, sche
     try:
         with dask_client(scheduler, if_lost=kept) as client:
             summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
-                                echo=echo, progress=status_line(quiet), options=options, pooled=pooled)
+                                echo=echo, progress=status_line(quiet), options=options, pooled=pooled,
+                                feature=feature, projection_dim=projection_dim)
     finally:
         clear_status(quiet)
     click.echo(format_summary(summary), nl=False)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betainc, betaincc, gammaln
 
 # Above this many possible pair keys, fall back from a direct-address lookup to np.unique.
 _DIRECT_KEY_LIMIT = 1 << 23
@@ -25,6 +24,8 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     distribution (CDF or survival function) where both values are small, so bins far in
     the upper tail keep full relative precision at any coverage.
     """
+    from scipy.special import betainc, betaincc  # scipy on first use: the command line starts without it
+
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
     c = np.asarray(coverage, dtype=np.float64)[..., None]
@@ -166,13 +167,52 @@ class HistogramLayout:
         return np.tile(samples, self.width)
 
 
-def histogram_layout(n_samples: int, width: int = 1, budget: int = HISTOGRAM_CELL_BUDGET) -> HistogramLayout:
+def histogram_layout(n_samples: int, width: int = 1, budget: int = HISTOGRAM_CELL_BUDGET,
+                     joint: bool | None = None) -> HistogramLayout:
     """Joint over the samples when a cap of at least 1 fits the budget (for single bins: at
-    least 3), otherwise per sample."""
+    least 3), otherwise per sample; ``joint=False`` asks for per sample (the projected
+    feature's moments, whose cost must stay linear in the samples)."""
     cap = _largest_cap(width * n_samples, 1, budget)
-    if cap >= (3 if width == 1 else 1):
+    if joint is not False and cap >= (3 if width == 1 else 1):
         return HistogramLayout(n_samples, width, cap, True)
     return HistogramLayout(n_samples, width, max(_largest_cap(width, n_samples, budget), 1), False)
+
+
+# -- the projected feature ---------------------------------------------------------------------
+# With many samples the concatenated Beta maps (dimension S * D) make the triple tensor
+# (S * D)^3. The projected feature F(x) = sum_s R_s phi(x^s) has a dimension K that does
+# not grow with S. Each R_s (K x D) has seeded exponential entries and columns summing to 1,
+# so F is nonnegative and sums to S (its pair and triple moments are distributions, as the
+# refinement's KL divergences need), and since each sample's Beta map sums to 1, the
+# projection's constant part cancels from every difference between states: those are
+# projected as by a random (Johnson-Lindenstrauss) map. A sample's projection depends only
+# on the seed and its place in the selection.
+DEFAULT_PROJECTION_DIM = 32
+# "auto" projects when the concatenated feature's dimension S * D exceeds this (measured,
+# README "Many samples"): there the refinement drops its (S * D)^3 tensor term anyway
+AUTO_PROJECTION_ABOVE = 64
+FEATURES = ("auto", "beta", "projected")
+
+
+def projection_for(feature: str, n_samples: int, n_bins: int, dim: int = DEFAULT_PROJECTION_DIM) -> int:
+    """The projected dimension K to use (0: the concatenated Beta maps) for ``feature``
+    ("auto", "beta" or "projected") and S samples."""
+    if feature not in FEATURES:
+        raise ValueError(f"feature must be one of {', '.join(FEATURES)}, got {feature!r}")
+    if dim < 1:
+        raise ValueError(f"the projected dimension must be >= 1, got {dim}")
+    if feature == "projected" or (feature == "auto" and n_samples * n_bins > AUTO_PROJECTION_ABOVE):
+        return dim
+    return 0
+
+
+def projection_matrix(n_samples: int, n_bins: int, dim: int, seed: int = 0) -> np.ndarray:
+    """(S, K, D): R_s of the projected feature F(x) = sum_s R_s phi(x^s)."""
+    out = np.empty((n_samples, dim, n_bins))
+    for s in range(n_samples):
+        r = np.random.default_rng([seed, s]).exponential(size=(dim, n_bins))
+        out[s] = r / r.sum(axis=0, keepdims=True)
+    return out
 
 
 @dataclass(frozen=True)
@@ -200,6 +240,8 @@ class Thinning:
 
 def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning:
     """The thinned distribution of each pair (c, mu) of a feature table."""
+    from scipy.special import gammaln
+
     c = np.asarray(coverage, dtype=np.int64)
     mu = np.asarray(methylated, dtype=np.int64)
     over = c > cap

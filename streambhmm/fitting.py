@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .features import DEFAULT_PROJECTION_DIM, FEATURES, projection_for  # noqa: F401 - FEATURES: the CLI's choices
+
 if TYPE_CHECKING:  # the command line imports this module to start: keep it light
     from .blocks import BlockTable
     from .model import SpectralBinomialHMM
@@ -44,24 +46,30 @@ class FitData:
 
 
 def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: int, block_size: int | None,
-                 want_blocks: bool, pooled: bool = False) -> FitData:
+                 want_blocks: bool, pooled: bool = False, feature: str = "auto",
+                 projection_dim: int = DEFAULT_PROJECTION_DIM) -> FitData:
     """Moments from a moment store (no counts are read) or from a counts store (one pass on
     ``client``, with progress unless ``quiet``); with ``want_blocks`` also their blocks.
-    ``pooled`` asks for the samples' moments summed; a moment store has what it was made with."""
+    ``pooled`` asks for the samples' moments summed, ``feature`` ("auto", "beta",
+    "projected") which feature's; a moment store has what it was made with."""
     from .blocks import DEFAULT_BLOCK_SIZE, BlockTable
     from .cluster import compute
     from .momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
-    from .pipeline import add_moments, moments_graph, tree_reduce
+    from .pipeline import add_moments, moments_graph, select_samples, tree_reduce
     from .store import open_store
 
     if is_moment_store(path):
         manifest = read_manifest(path)
-        feature = manifest["feature"]
+        feature_settings = manifest["feature"]
         if samples and list(samples) != manifest["samples"]:
             raise MomentStoreError(f"{path} holds moments of samples {','.join(manifest['samples'])}; "
                                    f"--samples {','.join(samples)} needs `streambhmm moments` with it")
-        if feature["n_bins"] != n_bins:
-            raise MomentStoreError(f"{path} holds moments with --bins {feature['n_bins']}, not {n_bins}")
+        if feature_settings["n_bins"] != n_bins:
+            raise MomentStoreError(f"{path} holds moments with --bins {feature_settings['n_bins']}, not {n_bins}")
+        if feature != "auto" and feature != feature_settings.get("kind", "beta"):
+            raise MomentStoreError(f"{path} holds moments of the {feature_settings.get('kind', 'beta')} feature, "
+                                   f"not --feature {feature}")
+        feature = feature_settings
         if pooled and not feature.get("pooled"):
             raise MomentStoreError(f"{path} holds joint moments of its samples; --pooled needs "
                                    f"`streambhmm moments --pooled`")
@@ -74,9 +82,12 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
         return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"],
                        bool(feature.get("pooled")))
     block_size = block_size or DEFAULT_BLOCK_SIZE
+    counts = open_store(path)
+    width = 1 if pooled else len(select_samples(counts, samples))
+    dim = projection_for(feature, width, n_bins, projection_dim)
     # the block statistics cost more than the moments on one sample: computed only when used
-    graph = moments_graph(open_store(path), samples, n_bins=n_bins, split_every=split_every,
-                          block_size=block_size if want_blocks else None, pooled=pooled)
+    graph = moments_graph(counts, samples, n_bins=n_bins, split_every=split_every,
+                          block_size=block_size if want_blocks else None, pooled=pooled, projection_dim=dim)
     if want_blocks:
         partials = compute(client, graph.partials, quiet=quiet)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
@@ -112,7 +123,7 @@ class HeldOut:
     folds: int
 
 
-def held_out(table: BlockTable | None, coverage_histogram: np.ndarray, est, folds: int = HELD_OUT_FOLDS
+def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OUT_FOLDS
              ) -> HeldOut | None:
     """Blocks go to ``folds`` folds in turn along the genome (whole blocks, never single bins).
     Each fold's fit starts from ``est`` (the fit to all data). None with too few blocks."""
@@ -126,10 +137,10 @@ def held_out(table: BlockTable | None, coverage_histogram: np.ndarray, est, fold
     losses, weights = [], []
     start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None))
     for f in range(folds):
-        train = Objective(table.moments((fold != f).astype(np.float64), coverage_histogram), coverage=coverage)
+        train = Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage)
         coverage = train.coverage
         fit = refine(train, [start], keep=1)
-        test = Objective(table.moments((fold == f).astype(np.float64), coverage_histogram), coverage=coverage)
+        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=coverage)
         losses.append(test(test.pack(fit.methylation, fit.transmat, fit.coverage), m)[0])
         weights.append(test.moments.n_triples)
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)

@@ -8,6 +8,7 @@ import numpy as np
 
 from . import recovery
 from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
+from .features import DEFAULT_PROJECTION_DIM, projection_for
 from .moments import Moments, compute_moments
 from .spectral import SpectrumError, decompose, whiten
 
@@ -42,6 +43,11 @@ class SpectralBinomialHMM:
         (:class:`~streambhmm.checks.DegenerateModelWarning`) and keeps the fit.
     criterion : :class:`~streambhmm.refine.Weights` of the refinement's criterion; None: the
         default, chosen by measurement (README, scripts/refine_weights.py).
+    feature : the feature ``fit`` sums moments of: "beta" (each sample's D-bin Beta map,
+        concatenated: dimension S * D), "projected" (a seeded projection of those to
+        ``projection_dim`` dimensions, whatever S; features.projection_matrix) or "auto"
+        (projected when S * D > 64). ``fit_moments`` fits the moments it is given.
+    projection_dim, projection_seed : K and the seed of the projected feature.
 
     Fitted attributes
     -----------------
@@ -59,7 +65,8 @@ class SpectralBinomialHMM:
     coverage_buckets_ : per sample, (n_components, buckets): each state's distribution over
         the sample's non-empty coverage buckets (features.COVERAGE_BUCKETS).
     starts_ : {start label: criterion} of the refinement's starts; ``start_``: the winner.
-    observation_ : (n_samples * n_bins, n_components) E[F(x) | h], the expected feature.
+    observation_ : (dim, n_components) E[F(x) | h], the expected feature (dim: S * D, or K
+        when projected).
     n_triples_ : number of triples the moments were summed over.
     moments_ : the :class:`~streambhmm.moments.Moments` fitted.
     """
@@ -67,7 +74,8 @@ class SpectralBinomialHMM:
     def __init__(self, n_components: int, n_bins: int = 30, method: str = "refined", random_state=None,
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
-                 criterion=None):
+                 criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
+                 projection_seed: int = 0):
         self.n_components = n_components
         self.n_bins = n_bins
         self.method = method
@@ -79,17 +87,23 @@ class SpectralBinomialHMM:
         self.n_random_starts = n_random_starts
         self.allow_degenerate = allow_degenerate
         self.criterion = criterion
+        self.feature = feature
+        self.projection_dim = projection_dim
+        self.projection_seed = projection_seed
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
         self._check_params(n_samples=None)
-        return self.fit_moments(compute_moments(methylated, coverage, lengths, n_bins=self.n_bins))
+        n_samples = 1 if np.ndim(methylated) == 1 else np.shape(methylated)[1]
+        dim = projection_for(self.feature, n_samples, self.n_bins, self.projection_dim)
+        return self.fit_moments(compute_moments(methylated, coverage, lengths, n_bins=self.n_bins,
+                                                projection_dim=dim, projection_seed=self.projection_seed))
 
     def fit_moments(self, moments: Moments) -> "SpectralBinomialHMM":
         """Fit from precomputed :class:`~streambhmm.moments.Moments`."""
         if moments.n_bins != self.n_bins:
             raise ValueError(f"moments use n_bins={moments.n_bins} but the model has n_bins={self.n_bins}")
-        self._check_params(moments.n_samples)
+        self._check_params(moments.n_samples, moments.projection_dim or None)
         m = self.n_components
         n_parameters = m * moments.n_samples + m * (m - 1)
         if moments.n_triples < TRIPLES_PER_PARAMETER * n_parameters:
@@ -124,7 +138,7 @@ class SpectralBinomialHMM:
             return None, None  # the refinement starts from the other starts only
         try:
             dec = decompose(moments, m, rng, n_restarts=self.n_restarts, n_iter=self.n_iter, whitened=wh)
-            observation = recovery.normalize_observation(dec.observation, moments.n_samples)
+            observation = recovery.normalize_observation(dec.observation, moments.n_samples, moments.projected)
             if self.methylation_recovery == "ratio":
                 levels, clipped = recovery.methylation_ratio(observation, dec.whitened.s3, moments)
             else:
@@ -152,14 +166,15 @@ class SpectralBinomialHMM:
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
         self.coverage_, self.coverage_buckets_ = result.mean_coverage, result.coverage
         self.loss_, self.starts_, self.start_ = result.loss, dict(result.starts), result.start
-        self.observation_ = objective.observation(result.methylation, result.coverage)[0]
+        observation = objective.observation(result.methylation, result.coverage)[0]
+        self.observation_ = observation if objective.projection is None else objective.projection @ observation
 
     def _check_fit(self, clipped) -> None:
         problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)
         other = "method='refined' (fit --method refined)" if self.method == "ftd" else "EM (fit --method em)"
         refuse_degenerate(problems, self.method, self.n_components, other, self.allow_degenerate)
 
-    def _check_params(self, n_samples: int | None) -> None:
+    def _check_params(self, n_samples: int | None, dim: int | None = None) -> None:
         if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
             raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}")
         if not isinstance(self.n_bins, (int, np.integer)) or self.n_bins < 1:
@@ -174,3 +189,6 @@ class SpectralBinomialHMM:
                 f"n_components={self.n_components} is larger than the feature dimension "
                 f"n_samples * n_bins = {n_samples} * {self.n_bins} = {n_samples * self.n_bins}"
             )
+        if dim is not None and self.n_components > dim:
+            raise ValueError(f"n_components={self.n_components} is larger than the projected feature's dimension "
+                             f"{dim}; use a larger projection_dim")

@@ -28,7 +28,7 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
         "methylation": est.methylation_.tolist(),
         "transmat": est.transmat_.tolist(),
         "startprob": est.startprob_.tolist(),
-        "feature": {"kind": "beta", "n_bins": int(est.n_bins)},
+        "feature": est.moments_.feature if hasattr(est, "moments_") else {"kind": "beta", "n_bins": int(est.n_bins)},
         "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",

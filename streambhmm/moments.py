@@ -21,6 +21,13 @@ Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the 
 The histograms feed the moment-only refinement (streambhmm.refine): the first gives
 E[F(x) | level] for any level, the others the likelihood of single bins and of pairs.
 
+With many samples the feature is the projected one (``projection_dim`` K > 0, see
+features.projection_matrix): F(x) = sum_s R_s phi(x^s) of dimension K, so p12, p13, p23
+are K x K, p123 K^3 and b_methylated, b_coverage S x K, whatever S. The per-sample sums
+(inv_coverage, the coverage histogram and features, the histograms, kept per sample)
+are unchanged. Every sum is linear in F, so the projected sums are exactly the beta
+feature's sums multiplied by R in each mode (tests/test_projected.py).
+
 They are sums, not means, so partial sums over chunks, chromosomes or files add up
 exactly (``a + b``); that is what tree reduction, resume and incremental updates use.
 """
@@ -35,12 +42,12 @@ from pathlib import Path
 import numpy as np
 
 from . import _kernels
-from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, cells_per_sample, coverage_bucket,
-                       encode, histogram_layout, thinning)
+from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, HistogramLayout, cells_per_sample,
+                       coverage_bucket, encode, histogram_layout, projection_matrix, thinning)
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
-MOMENTS_VERSION = 3  # 3: bin and pair histograms, coverage-bucket features, histogram budget
+MOMENTS_VERSION = 4  # 3: bin and pair histograms, coverage-bucket features, histogram budget; 4: projection
 
 _ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
                  "coverage_histogram", "coverage_features", "bin_histogram", "pair_histogram")
@@ -66,44 +73,74 @@ class Moments:
     pair_histogram: np.ndarray
     sq_norm_13: float = 0.0
     histogram_budget: int = HISTOGRAM_CELL_BUDGET  # sets the histograms' caps (features.histogram_layout)
+    projection_dim: int = 0  # K of the projected feature; 0: the concatenated Beta maps (S * D)
+    projection_seed: int = 0
+
+    @property
+    def projected(self) -> bool:
+        return self.projection_dim > 0
 
     @property
     def dim(self) -> int:
-        """Feature dimension S * D."""
-        return self.n_samples * self.n_bins
+        """Feature dimension: S * D, or K when projected."""
+        return self.projection_dim or self.n_samples * self.n_bins
+
+    @property
+    def projection(self) -> np.ndarray | None:
+        """(S, K, D) the projection R_s of each sample (None for the concatenated feature)."""
+        if not self.projected:
+            return None
+        return projection_matrix(self.n_samples, self.n_bins, self.projection_dim, self.projection_seed)
+
+    @property
+    def feature(self) -> dict:
+        """The feature's settings, as the model JSON and the moment store record them."""
+        if not self.projected:
+            return {"kind": "beta", "n_bins": self.n_bins}
+        return {"kind": "projected", "n_bins": self.n_bins, "dim": self.projection_dim, "seed": self.projection_seed}
 
     def histogram_layout(self, width: int):
         """The layout of ``bin_histogram`` (width 1) or ``pair_histogram`` (width 2)."""
-        return histogram_layout(self.n_samples, width, self.histogram_budget)
+        return histogram_layout(self.n_samples, width, self.histogram_budget, joint=False if self.projected else None)
 
     @classmethod
-    def zeros(cls, n_samples: int, n_bins: int, histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> "Moments":
-        sd = n_samples * n_bins
+    def zeros(cls, n_samples: int, n_bins: int, histogram_budget: int = HISTOGRAM_CELL_BUDGET,
+              projection_dim: int = 0, projection_seed: int = 0) -> "Moments":
+        dim = projection_dim or n_samples * n_bins
+        joint = False if projection_dim else None
         return cls(
             n_samples=n_samples,
             n_bins=n_bins,
             n_triples=0,
-            p12=np.zeros((sd, sd)),
-            p13=np.zeros((sd, sd)),
-            p23=np.zeros((sd, sd)),
-            p123=np.zeros((sd, sd, sd)),
-            b_methylated=np.zeros((n_samples, sd)),
-            b_coverage=np.zeros((n_samples, sd)),
+            p12=np.zeros((dim, dim)),
+            p13=np.zeros((dim, dim)),
+            p23=np.zeros((dim, dim)),
+            p123=np.zeros((dim, dim, dim)),
+            b_methylated=np.zeros((n_samples, dim)),
+            b_coverage=np.zeros((n_samples, dim)),
             inv_coverage=np.zeros(n_samples),
             coverage_histogram=np.zeros((n_samples, 1)),
             coverage_features=np.zeros((n_samples, len(COVERAGE_BUCKETS), n_bins)),
-            bin_histogram=np.zeros(histogram_layout(n_samples, 1, histogram_budget).shape),
-            pair_histogram=np.zeros(histogram_layout(n_samples, 2, histogram_budget).shape),
+            bin_histogram=np.zeros(histogram_layout(n_samples, 1, histogram_budget, joint).shape),
+            pair_histogram=np.zeros(histogram_layout(n_samples, 2, histogram_budget, joint).shape),
             histogram_budget=histogram_budget,
+            projection_dim=projection_dim,
+            projection_seed=projection_seed,
         )
 
+    def like(self) -> "Moments":
+        """Zero moments with these feature settings."""
+        return Moments.zeros(self.n_samples, self.n_bins, self.histogram_budget, self.projection_dim,
+                             self.projection_seed)
+
+    def _settings(self) -> tuple:
+        return self.n_samples, self.n_bins, self.histogram_budget, self.projection_dim, self.projection_seed
+
     def check_compatible(self, other: "Moments") -> None:
-        mine = (self.n_samples, self.n_bins, self.histogram_budget)
-        theirs = (other.n_samples, other.n_bins, other.histogram_budget)
-        if mine != theirs:
+        if self._settings() != other._settings():
             raise ValueError(
-                "cannot combine moments with different feature settings: "
-                f"(n_samples, n_bins, histogram_budget) = {mine} vs {theirs}"
+                "cannot combine moments with different feature settings: (n_samples, n_bins, histogram_budget, "
+                f"projection_dim, projection_seed) = {self._settings()} vs {other._settings()}"
             )
 
     def __add__(self, other: "Moments") -> "Moments":
@@ -117,6 +154,8 @@ class Moments:
             n_triples=self.n_triples + other.n_triples,
             sq_norm_13=self.sq_norm_13 + other.sq_norm_13,
             histogram_budget=self.histogram_budget,
+            projection_dim=self.projection_dim,
+            projection_seed=self.projection_seed,
             **arrays,
         )
 
@@ -128,8 +167,7 @@ class Moments:
 
     def allclose(self, other: "Moments", rtol: float = 1e-10) -> bool:
         """Equal up to float rounding, relative to each array's largest entry."""
-        if (self.n_samples, self.n_bins, self.n_triples, self.histogram_budget) != \
-                (other.n_samples, other.n_bins, other.n_triples, other.histogram_budget):
+        if self._settings() != other._settings() or self.n_triples != other.n_triples:
             return False
         for name in _ARRAY_FIELDS + ("sq_norm_13",):
             a, b = np.asarray(getattr(self, name)), np.asarray(getattr(other, name))
@@ -167,14 +205,16 @@ class Moments:
                     f"{path}: moments format version {version} is newer than this "
                     f"streambhmm supports ({MOMENTS_VERSION}); upgrade streambhmm"
                 )
-            if version < MOMENTS_VERSION:
+            if version < 3:
                 raise ValueError(
                     f"{path}: moments format version {version} lacks the histograms that version "
                     f"{MOMENTS_VERSION} fits with; compute the moments again"
                 )
-            values = {f.name: data[f.name] for f in fields(cls)}
-        for name in ("n_samples", "n_bins", "n_triples", "histogram_budget"):
-            values[name] = int(values[name])
+            # version 3 had no projection fields: the concatenated feature (their defaults)
+            values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        for name in ("n_samples", "n_bins", "n_triples", "histogram_budget", "projection_dim", "projection_seed"):
+            if name in values:
+                values[name] = int(values[name])
         values["sq_norm_13"] = float(values["sq_norm_13"])
         return cls(**values)
 
@@ -182,7 +222,7 @@ class Moments:
 def weighted_sum(parts: list[Moments], weights) -> Moments:
     """sum_i weights[i] * parts[i] (bootstrap resampling of partials)."""
     first = parts[0]
-    out = Moments.zeros(first.n_samples, first.n_bins, first.histogram_budget)
+    out = first.like()
     width = max(p.coverage_histogram.shape[1] for p in parts)
     out.coverage_histogram = np.zeros((first.n_samples, width))
     for w, part in zip(weights, parts):
@@ -230,21 +270,24 @@ def coverage_features(features: FeatureTable, starts: np.ndarray) -> np.ndarray:
     return out
 
 
-def histogram_thinning(features: FeatureTable, width: int, budget: int = HISTOGRAM_CELL_BUDGET):
-    """The thinning of ``features``' pairs for the histogram of ``width`` bins at ``budget``."""
-    layout = histogram_layout(features.codes.shape[1], width, budget)
+def histogram_thinning(features: FeatureTable, width: int, budget: int = HISTOGRAM_CELL_BUDGET,
+                       layout: HistogramLayout | None = None):
+    """The thinning of ``features``' pairs for the histogram of ``width`` bins at ``budget``
+    (or in ``layout``)."""
+    layout = layout or histogram_layout(features.codes.shape[1], width, budget)
     return thinning(features.coverage, features.methylated, layout.cap)
 
 
 def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
-                      budget: int = HISTOGRAM_CELL_BUDGET, thin=None) -> np.ndarray:
-    """The thinned histogram (features.histogram_layout) of the tuples of ``width``
-    consecutive bins starting at ``first`` (``thin``: histogram_thinning of the same
-    arguments, when the caller reuses it)."""
+                      budget: int = HISTOGRAM_CELL_BUDGET, thin=None, layout: HistogramLayout | None = None
+                      ) -> np.ndarray:
+    """The thinned histogram (features.histogram_layout, or ``layout``) of the tuples of
+    ``width`` consecutive bins starting at ``first`` (``thin``: histogram_thinning of the
+    same arguments, when the caller reuses it)."""
     n_samples = features.codes.shape[1]
-    layout = histogram_layout(n_samples, width, budget)
+    layout = layout or histogram_layout(n_samples, width, budget)
     if thin is None:
-        thin = histogram_thinning(features, width, budget)
+        thin = histogram_thinning(features, width, budget, layout)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
     out = np.zeros(layout.shape)
     # row-major flattening of the slots' cells
@@ -330,9 +373,83 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray,
     return out
 
 
+def sample_layouts(n_samples: int, budget: int = HISTOGRAM_CELL_BUDGET) -> dict[int, HistogramLayout]:
+    """Per width, one sample's row of the per-sample histogram layout of ``n_samples``."""
+    return {w: HistogramLayout(1, w, histogram_layout(n_samples, w, budget, joint=False).cap, True) for w in (1, 2)}
+
+
+def contiguous_runs(starts: np.ndarray) -> list[tuple[int, int]]:
+    """(first, last + 1) of each run of consecutive values in the sorted ``starts``."""
+    if starts.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(starts) != 1) + 1
+    return [(int(starts[a]), int(starts[b - 1]) + 1) for a, b in zip(np.r_[0, cut], np.r_[cut, starts.size])]
+
+
+def add_feature_triples(features: np.ndarray, starts: np.ndarray, out: Moments, block: int = 4096) -> None:
+    """Add the pair and triple sums of a dense feature (n, K) over the triples at ``starts``
+    to ``out``: the tensor as one GEMM per block of triples, (F_t (x) F_t+1)^T F_t+2 with the
+    row-wise Khatri-Rao product of the first two bins' features."""
+    dim = features.shape[1]
+    for first, end in contiguous_runs(starts):
+        for lo in range(first, end, block):
+            hi = min(end, lo + block)
+            a, b, c = features[lo:hi], features[lo + 1:hi + 1], features[lo + 2:hi + 2]
+            out.p12 += a.T @ b
+            out.p13 += a.T @ c
+            out.p23 += b.T @ c
+            out.p123 += ((a[:, :, None] * b[:, None, :]).reshape(hi - lo, dim * dim).T @ c).reshape(dim, dim, dim)
+            out.sq_norm_13 += float(np.einsum("ij,ij->i", a, a) @ np.einsum("ij,ij->i", c, c))
+
+
+def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n_bins: int, dim: int, seed: int = 0,
+                      histogram_budget: int = HISTOGRAM_CELL_BUDGET, on_sample=None) -> tuple[Moments, np.ndarray]:
+    """Moments of the projected feature over the triples at ``starts`` of ``n_rows`` bins,
+    whose counts ``column(s)`` gives one sample at a time ((methylated, coverage), each
+    (n_rows,)): memory holds one sample's counts and the (n_rows, K) feature, never all
+    samples. ``on_sample(s, features)`` sees each sample's FeatureTable (the block
+    statistics). Returns the Moments and the feature."""
+    out = Moments.zeros(n_samples, n_bins, histogram_budget, dim, seed)
+    projection = projection_matrix(n_samples, n_bins, dim, seed)
+    uniform = np.full(n_bins, 1.0 / n_bins)  # the Beta map of no reads
+    feature = np.tile(np.einsum("skd,d->k", projection, uniform), (n_rows, 1))
+    layouts = sample_layouts(n_samples, histogram_budget)
+    histograms = []
+    middle = starts + 1
+    for s in range(n_samples):
+        meth, cov = column(s)
+        table = encode(meth[:, None], cov[:, None], n_bins)
+        covered = np.flatnonzero(cov)
+        _kernels.gather_add(feature, (table.table - uniform) @ projection[s].T, table.codes[covered, 0], covered)
+        out.inv_coverage[s] = float(np.sum(1.0 / (cov[middle] + 2.0)))
+        histograms.append(np.bincount(cov[middle]).astype(np.float64))
+        out.coverage_features[s] = coverage_features(table, starts)[0]
+        out.bin_histogram[s] = thinned_histogram(table, middle, 1, layout=layouts[1])[0]
+        out.pair_histogram[s] = thinned_histogram(table, middle, 2, layout=layouts[2])[0]
+        if on_sample is not None:
+            on_sample(s, table)
+    width = max([1] + [h.size for h in histograms])
+    out.coverage_histogram = np.array([np.pad(h, (0, width - h.size)) for h in histograms]).reshape(n_samples, width)
+    add_feature_triples(feature, starts, out)
+    for s in range(n_samples):  # the ratio recovery's sums need the whole feature
+        meth, cov = column(s)
+        for first, end in contiguous_runs(starts):
+            later = feature[first + 2:end + 2]
+            out.b_methylated[s] += meth[first + 1:end + 1] @ later
+            out.b_coverage[s] += cov[first + 1:end + 1] @ later
+    out.n_triples = int(starts.size)
+    return out, feature
+
+
 def compute_moments(methylated, coverage, lengths=None, n_bins: int = 30,
-                    histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> Moments:
+                    histogram_budget: int = HISTOGRAM_CELL_BUDGET, projection_dim: int = 0,
+                    projection_seed: int = 0) -> Moments:
     """Validate counts of shape (n,) or (n, S) and return their :class:`Moments`
-    (``histogram_budget``: cells of the thinned histograms, features.histogram_layout)."""
+    (``histogram_budget``: cells of the thinned histograms, features.histogram_layout;
+    ``projection_dim`` K > 0: the projected feature, features.projection_matrix)."""
     mu, cov, lengths = validate_counts(methylated, coverage, lengths)
-    return moments_from_features(encode(mu, cov, n_bins), lengths, histogram_budget)
+    if not projection_dim:
+        return moments_from_features(encode(mu, cov, n_bins), lengths, histogram_budget)
+    starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
+    return projected_moments(lambda s: (mu[:, s], cov[:, s]), mu.shape[0], mu.shape[1], starts, n_bins,
+                             projection_dim, projection_seed, histogram_budget)[0]

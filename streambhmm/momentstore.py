@@ -49,11 +49,15 @@ class MomentStoreError(ValueError):
     """A moment store that is incomplete, corrupted, incompatible or too new."""
 
 
-def feature_settings(n_bins: int, samples, block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> dict:
+def feature_settings(n_bins: int, samples, block_size: int = DEFAULT_BLOCK_SIZE, pooled: bool = False,
+                     projection_dim: int = 0, projection_seed: int = 0) -> dict:
     """Everything a partial depends on besides the counts (part of its digest). ``pooled``
-    is recorded only when set, so joint stores keep their digests."""
-    settings = {"kind": "beta", "n_bins": int(n_bins), "samples": list(samples), "block_size": int(block_size),
-                "histogram_budget": HISTOGRAM_CELL_BUDGET, "block_histogram_budget": BLOCK_CELL_BUDGET}
+    and the projection are recorded only when set, so other stores keep their digests."""
+    settings = {"kind": "projected" if projection_dim else "beta", "n_bins": int(n_bins), "samples": list(samples),
+                "block_size": int(block_size), "histogram_budget": HISTOGRAM_CELL_BUDGET,
+                "block_histogram_budget": BLOCK_CELL_BUDGET}
+    if projection_dim:
+        settings.update(dim=int(projection_dim), seed=int(projection_seed))
     return {**settings, "pooled": True} if pooled else settings
 
 
@@ -68,6 +72,8 @@ def partial_sha256(partial: ChunkPartial) -> str:
     digest = hashlib.sha256()
     digest.update(f"{moments.n_samples},{moments.n_bins},{moments.n_triples},{moments.sq_norm_13!r},"
                   f"{moments.histogram_budget}".encode())
+    if moments.projected:  # (absent otherwise: other partials keep their checksums)
+        digest.update(f",{moments.projection_dim},{moments.projection_seed}".encode())
     for name in _ARRAY_FIELDS:
         digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
     for name, value in _block_arrays(partial.blocks).items():
@@ -116,7 +122,8 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
         group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
     group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
                         "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
-                        "histogram_budget": moments.histogram_budget, "chromosome_of_blocks": blocks.chromosome,
+                        "histogram_budget": moments.histogram_budget, "projection_dim": moments.projection_dim,
+                        "projection_seed": moments.projection_seed, "chromosome_of_blocks": blocks.chromosome,
                         "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
                         "sha256": sha256})
     try:
@@ -148,7 +155,9 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
         arrays = {name: group[name][...] for name in _ARRAY_FIELDS}
         moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
                           n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]),
-                          histogram_budget=int(attrs["histogram_budget"]), **arrays)
+                          histogram_budget=int(attrs["histogram_budget"]),
+                          projection_dim=int(attrs.get("projection_dim", 0)),
+                          projection_seed=int(attrs.get("projection_seed", 0)), **arrays)
         histograms = [sparse.csr_matrix(tuple(group[f"block_{name}_{part}"][...] for part in ("data", "indices", "indptr")),
                                         shape=tuple(shape))
                       for name, shape in zip(BlockStats.HISTOGRAMS, attrs["block_histogram_shapes"])]
@@ -184,7 +193,8 @@ def persisted_partial(plan: PlannedChunk, n_bins: int, settings: dict, root: str
         except MomentStoreError:
             _remove(path, "damaged")  # compute it again
     if not reused:
-        partial = plan_partial(plan, n_bins, settings["block_size"], settings.get("pooled", False))
+        partial = plan_partial(plan, n_bins, settings["block_size"], settings.get("pooled", False),
+                               settings.get("dim", 0), settings.get("seed", 0))
         sha256 = partial_sha256(partial)
         write_partial(path, partial, identity, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
@@ -248,16 +258,17 @@ def _manifest(settings: dict, entries: list[dict], complete: bool, source: dict)
 
 def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = 30,
                         progress=lambda done, total: None, block_size: int | None = None,
-                        pooled: bool = False) -> UpdateReport:
+                        pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> UpdateReport:
     """Bring the moment store ``output`` up to date with the counts store ``store``.
     ``block_size`` defaults to the existing store's, or DEFAULT_BLOCK_SIZE for a new one.
-    ``pooled``: the samples' moments summed, each sample its own sequence (pipeline)."""
+    ``pooled``: the samples' moments summed, each sample its own sequence (pipeline);
+    ``projection_dim`` K > 0: the projected feature."""
     samples = select_samples(store, samples)
     root = Location.of(output)
     if block_size is None:
         existing = read_manifest(root)["feature"] if (root / MANIFEST).exists() else {}
         block_size = existing.get("block_size", DEFAULT_BLOCK_SIZE)
-    settings = feature_settings(n_bins, samples, block_size, pooled)
+    settings = feature_settings(n_bins, samples, block_size, pooled, projection_dim, projection_seed)
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)

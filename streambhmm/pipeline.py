@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, block_stats, combine_blocks
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, ProjectedBlocks, block_stats, combine_blocks
 from .features import encode
-from .moments import Moments, moments_from_features
+from .moments import Moments, moments_from_features, projected_moments
 from .store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
 
 DEFAULT_SPLIT_EVERY = 8
@@ -116,6 +116,34 @@ def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
     return tree_reduce(items, dask.delayed(add_moments, pure=True), split_every)
 
 
+def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
+    """The projected feature's partial of one planned chunk. The samples are read one at a
+    time (three times: which bins are kept, their features, the ratio recovery's sums), so
+    memory holds one sample's chunk and the (bins, K) feature, whatever the samples."""
+    ref = plan.ref
+    n_samples = len(ref.columns)
+    kept = np.zeros(ref.n_bins, bool)
+    for k in range(n_samples):
+        kept |= ref.read([k], verify=False)[1][:, 0] > 0
+    rows = np.flatnonzero(kept)
+    halo_meth, halo_cov, halo_positions = plan.halo
+    verified = set()
+
+    def column(k):
+        meth, cov = ref.read([k], verify=k not in verified)
+        verified.add(k)
+        return (np.concatenate([halo_meth[:, k], meth[rows, 0]]), np.concatenate([halo_cov[:, k], cov[rows, 0]]))
+
+    n_rows = halo_meth.shape[0] + rows.size
+    starts = np.arange(max(n_rows - 2, 0), dtype=np.int64)
+    positions = np.concatenate([halo_positions, ref.positions(rows)])
+    blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
+                                                             block_size)
+    moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
+                                         on_sample=None if blocks is None else blocks.add_sample)
+    return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
+
+
 @dataclass(frozen=True)
 class MomentsGraph:
     total: object  # dask Delayed -> Moments
@@ -190,10 +218,13 @@ def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: boo
 
 
 def plan_partial(plan: PlannedChunk, n_bins: int, block_size: int | None = DEFAULT_BLOCK_SIZE,
-                 pooled: bool = False) -> ChunkPartial:
-    """The partial of one planned chunk, read from the store (pooled: one sample at a time)."""
+                 pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> ChunkPartial:
+    """The partial of one planned chunk, read from the store (pooled or projected: one
+    sample at a time)."""
     ref = plan.ref
     positions = ref.positions()
+    if projection_dim:
+        return projected_partial(plan, n_bins, block_size, projection_dim, projection_seed)
     if not pooled:
         return chunk_partial(plan.halo, *ref.read(), positions, n_bins, ref.chrom, block_size)
     parts = []
@@ -202,6 +233,34 @@ def plan_partial(plan: PlannedChunk, n_bins: int, block_size: int | None = DEFAU
         parts.append(kept_partial(halo, *_kept(meth, cov, positions), n_bins, ref.chrom, block_size))
     blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
     return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
+
+
+def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
+    """The projected feature's partial of one planned chunk. The samples are read one at a
+    time (three times: which bins are kept, their features, the ratio recovery's sums), so
+    memory holds one sample's chunk and the (bins, K) feature, whatever the samples."""
+    ref = plan.ref
+    n_samples = len(ref.columns)
+    kept = np.zeros(ref.n_bins, bool)
+    for k in range(n_samples):
+        kept |= ref.read([k], verify=False)[1][:, 0] > 0
+    rows = np.flatnonzero(kept)
+    halo_meth, halo_cov, halo_positions = plan.halo
+    verified = set()
+
+    def column(k):
+        meth, cov = ref.read([k], verify=k not in verified)
+        verified.add(k)
+        return (np.concatenate([halo_meth[:, k], meth[rows, 0]]), np.concatenate([halo_cov[:, k], cov[rows, 0]]))
+
+    n_rows = halo_meth.shape[0] + rows.size
+    starts = np.arange(max(n_rows - 2, 0), dtype=np.int64)
+    positions = np.concatenate([halo_positions, ref.positions(rows)])
+    blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
+                                                             block_size)
+    moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
+                                         on_sample=None if blocks is None else blocks.add_sample)
+    return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
 
 
 @dataclass(frozen=True)
@@ -225,13 +284,17 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
 
 
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
-                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> MomentsGraph:
+                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False, projection_dim: int = 0,
+                  projection_seed: int = 0) -> MomentsGraph:
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
-    the samples, each its own sequence; ``block_size`` None: no block statistics)."""
+    the samples, each its own sequence; ``projection_dim`` K > 0: the projected feature;
+    ``block_size`` None: no block statistics)."""
     samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, plan_partial, n_bins, block_size, pooled, pooled=pooled)
+    partials = chunk_tasks(store, samples, plan_partial, n_bins, block_size, pooled, projection_dim, projection_seed,
+                           pooled=pooled)
     if not partials:
-        total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins)
+        total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins, projection_dim=projection_dim,
+                                            projection_seed=projection_seed)
     else:
         total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
                          split_every)

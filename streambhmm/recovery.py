@@ -8,12 +8,15 @@ from scipy.optimize import nnls
 from .moments import Moments
 
 
-def normalize_observation(observation: np.ndarray, n_samples: int) -> np.ndarray:
-    """Rescale each column of C so its per-sample blocks sum to 1 on average.
+def normalize_observation(observation: np.ndarray, n_samples: int, projected: bool = False) -> np.ndarray:
+    """Rescale each column of C so its per-sample blocks sum to 1 on average (projected:
+    so it sums to S, as the projected feature does).
 
     Each block of a true column is a probability vector; the decomposition's column
     scales (lambda_j) carry sampling error that this removes. Entries are not clipped.
     """
+    if projected:
+        return observation / (observation.sum(axis=0) / n_samples)
     m = observation.shape[1]
     blocks = observation.reshape(n_samples, -1, m)
     return observation / blocks.sum(axis=1).mean(axis=0)
@@ -47,6 +50,9 @@ def methylation_paper(observation: np.ndarray, moments: Moments) -> tuple[np.nda
     right-endpoint bias of up to 1/D); a = E[1/(c+2)] per sample. Assumes coverage is
     independent of the state.
     """
+    if moments.projected:
+        raise ValueError("methylation_recovery='paper' reads each sample's Beta-map bins, which the projected "
+                         "feature mixes; use 'ratio'")
     d, s = moments.n_bins, moments.n_samples
     midpoints = (np.arange(d) + 0.5) / d
     means = np.einsum("i,sih->hs", midpoints, observation.reshape(s, d, -1))

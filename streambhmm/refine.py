@@ -320,12 +320,27 @@ def stationary(transmat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pi, np.linalg.inv(np.eye(m) - transmat + np.outer(np.ones(m), pi))
 
 
-def _kl_blocks(empirical: np.ndarray, blocks: int) -> tuple[float, float]:
-    """The per-entry weight 1 / blocks of a moment made of ``blocks`` distributions, and the
-    constant sum e log e (times the weight)."""
+def _kl_blocks(empirical: np.ndarray, blocks: int, weight: float = 1.0) -> tuple[float, float]:
+    """The per-entry weight ``weight`` / blocks of a moment made of ``blocks`` distributions,
+    and the constant sum e log e (times the weight)."""
     positive = empirical > 0
     const = float(np.sum(empirical[positive] * np.log(empirical[positive])))
-    return 1.0 / blocks, const / blocks
+    return weight / blocks, weight * const / blocks
+
+
+def projected_weight(moments: Moments) -> float:
+    """The weight of the projected feature's KL terms. A KL divergence of feature moments is
+    a multinomial pseudo-likelihood: it expects each normalized product F_t F_t+2^T / S^2
+    to vary like a draw from the distribution P13 / (N S^2), which a Beta map at good
+    coverage nearly is (close to one bin). The projected feature is smooth (a mixture over
+    every sample and bin), so its products vary far less, and the KL would weigh the only
+    terms that tie the samples' levels together (which levels share a state) next to
+    nothing. The weight is the ratio of the two variances: 1 (a multinomial's total
+    variance) over the products' actual one, (E|F_1|^2 |F_3|^2 - |P13|^2) / S^4 from the
+    moments' own sums."""
+    n = float(max(moments.n_triples, 1))
+    spread = (moments.sq_norm_13 / n - float(np.sum((moments.p13 / n) ** 2))) / moments.n_samples ** 4
+    return 1.0 / max(spread, 1e-12)
 
 
 def _softmax_rows(u: np.ndarray) -> np.ndarray:
@@ -351,18 +366,23 @@ class Objective:
         self.moments = moments
         self.weights = weights
         self.n_samples, self.n_bins = moments.n_samples, moments.n_bins
+        # the projected feature's moments are R O diag(pi) A O^T R^T: R (K, S * D) maps O
+        projection = moments.projection
+        self.projection = None if projection is None else \
+            projection.transpose(1, 0, 2).reshape(moments.projection_dim, -1)
         n = float(moments.n_triples)
+        self.feature_weight = projected_weight(moments) if moments.projected else 1.0
         self.pairs = []
         for name, power in (("p12", 1), ("p13", 2), ("p23", 1)):
             emp = getattr(moments, name) / n
-            self.pairs.append((emp, power, *_kl_blocks(emp, self.n_samples ** 2)))
+            self.pairs.append((emp, power, *_kl_blocks(emp, self.n_samples ** 2, self.feature_weight)))
         self.triples = None
         self.triples_weight = weights.feature_triples
         if self.triples_weight is None:
-            self.triples_weight = 1.0 if self.n_samples * self.n_bins <= TENSOR_MAX_DIMENSION else 0.0
+            self.triples_weight = 1.0 if moments.dim <= TENSOR_MAX_DIMENSION else 0.0
         if self.triples_weight:
             emp = moments.p123 / n
-            self.triples = (emp, *_kl_blocks(emp, self.n_samples ** 3))
+            self.triples = (emp, *_kl_blocks(emp, self.n_samples ** 3, self.feature_weight))
         self.coverage = coverage or [SampleCoverage(row, self.n_bins, grid_points)
                                      for row in moments.coverage_histogram]
         self.by_coverage = []
@@ -413,8 +433,9 @@ class Objective:
         return levels_and_transitions + [(u, u) for u in marginal]
 
     def observation(self, levels: np.ndarray, coverage: list[np.ndarray]):
-        """O = E[F(x) | h] (SD, m), dO/dp per entry (SD, m), and per sample the features of
-        each bucket at the state's level (buckets, m, D): dO/d(coverage probabilities)."""
+        """O = E[phi(x^s) | h] stacked over the samples (SD, m), dO/dp per entry (SD, m), and
+        per sample the features of each bucket at the state's level (buckets, m, D):
+        dO/d(coverage probabilities). (The projected feature's E[F | h] is R O.)"""
         d, m = self.n_bins, levels.shape[0]
         obs = np.empty((self.n_samples * d, m))
         slope = np.empty_like(obs)
@@ -431,16 +452,18 @@ class Objective:
         levels, a, coverage = self.unpack(x, m)
         pi, fundamental = stationary(a)
         obs, slope, per_bucket = self.observation(levels, coverage)
+        # E[F | h] of the moments' feature: O itself, or its projection
+        view = obs if self.projection is None else self.projection @ obs
         w = self.weights
         loss = 0.0
-        g_obs = np.zeros_like(obs)
+        g_view = np.zeros_like(view)
         g_a = np.zeros((m, m))
         g_pi = np.zeros(m)
         g_coverage = [np.zeros_like(q) for q in coverage]
         a2 = a @ a
         for emp, power, scale, const in self.pairs:
             core = pi[:, None] * (a if power == 1 else a2)  # P(h_t = i, h_t+k = j)
-            model = np.maximum(obs @ core @ obs.T, 1e-300)
+            model = np.maximum(view @ core @ view.T, 1e-300)
             if w.pair_divergence == "squares":
                 residual = model - emp
                 norm = float(np.sum(emp * emp))
@@ -449,13 +472,16 @@ class Objective:
             else:
                 loss += w.feature_pairs * (const - scale * float(np.sum(emp * np.log(model))))
                 q = -w.feature_pairs * scale * emp / model  # d loss / d model
-            g_obs += q @ obs @ core.T + q.T @ obs @ core
-            g_core = obs.T @ q @ obs
+            g_view += q @ view @ core.T + q.T @ view @ core
+            g_core = view.T @ q @ view
             g_pi += (g_core * (a if power == 1 else a2)).sum(axis=1)
             if power == 1:
                 g_a += pi[:, None] * g_core
             else:
                 g_a += (pi[:, None] * g_core) @ a.T + (pi[:, None] * a).T @ g_core
+        if self.triples is not None:
+            loss += self._triples(view, a, pi, g_view, g_a, g_pi)
+        g_obs = g_view if self.projection is None else self.projection.T @ g_view
         d = self.n_bins
         for s, (emp, scale, const) in enumerate(self.by_coverage):
             # model: P(bucket of x_t+1, feature of x_t+2) = Q^T diag(pi) A O_s^T. Its joint KL
@@ -472,8 +498,6 @@ class Objective:
             g_pi += (qg * later).sum(axis=1)
             g_a += (pi[:, None] * qg) @ obs[block]
             g_obs[block] += g.T @ q_s.T @ (pi[:, None] * a)
-        if self.triples is not None:
-            loss += self._triples(obs, a, pi, g_obs, g_a, g_pi)
         g_levels = np.zeros_like(levels)
         for weight, histogram in self.histograms:
             value, gl, gp, ga, gc = histogram(levels, pi, a, coverage)
@@ -527,10 +551,13 @@ def objective_for(moments: Moments, weights: Weights = Weights()) -> Objective:
 # -- starts and the optimizer ----------------------------------------------------------------
 def quantile_levels(moments: Moments, n_components: int) -> np.ndarray:
     """Levels at the quantiles (h + 0.5) / m of each sample's marginal Beta-map feature
-    distribution (the rows of P12 summed over the second bin), in the same order for all
-    samples."""
+    distribution (the rows of P12 summed over the second bin; for the projected feature the
+    coverage-bucket features summed over buckets), in the same order for all samples."""
     d, n_samples = moments.n_bins, moments.n_samples
-    marginal = moments.p12.sum(axis=1).reshape(n_samples, d)
+    if moments.projected:  # each sample's features of the triples' third bins
+        marginal = moments.coverage_features.sum(axis=1)
+    else:
+        marginal = moments.p12.sum(axis=1).reshape(n_samples, d)
     cdf = np.cumsum(marginal, axis=1) / marginal.sum(axis=1, keepdims=True)
     q = (np.arange(n_components) + 0.5) / n_components
     return np.stack([(np.searchsorted(cdf[s], q) + 0.5) / d for s in range(n_samples)], axis=1)

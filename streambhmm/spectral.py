@@ -58,7 +58,8 @@ def whiten(moments: Moments, n_components: int, check_spectrum: bool = True) -> 
 
     The check compares the m-th singular value of P13 (normalized) with NOISE_MARGIN
     times sqrt(E|F_1|^2 |F_3|^2 / N), the Frobenius norm of P13's estimation error for
-    independent triples, and requires M2's m-th eigenvalue to be positive.
+    independent triples (for the projected feature sqrt((E|F_1|^2 |F_3|^2 - |P13|^2) / N),
+    its variance without the mean's share), and requires M2's m-th eigenvalue to be positive.
     """
     m = n_components
     n = moments.n_triples
@@ -72,7 +73,12 @@ def whiten(moments: Moments, n_components: int, check_spectrum: bool = True) -> 
     order = np.argsort(evals)[::-1]
     evals, evecs = evals[order], evecs[:, order]
     p13_sv = np.linalg.svd(p13, compute_uv=False)
-    noise = NOISE_MARGIN * float(np.sqrt(moments.sq_norm_13 / n) / np.sqrt(n))
+    second = moments.sq_norm_13 / n
+    if getattr(moments, "projected", False):
+        # the projected feature is mostly a constant (it sums to S): its products' mean
+        # square is mostly their mean squared, which is signal, not noise
+        second = max(second - float(np.sum(p13 * p13)), 0.0)
+    noise = NOISE_MARGIN * float(np.sqrt(second) / np.sqrt(n))
     top = evals[0] if evals.size else 0.0
     weak = not (evals[m - 1] > 1e-12 * max(top, 1e-300))
     refusal = None

@@ -48,69 +48,137 @@ class Params:
                      for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)))
 
 
-# -- one chunk, its kept rows in memory --------------------------------------------------
+# -- one segment of kept bins ---------------------------------------------------------------
 def segment_forward(previous, meth, cov, params: Params):
     """(log P(segment | earlier bins), forward message after the segment).
 
     ``previous`` is the forward message before the segment, None at a chromosome's start.
     An empty segment passes the message through."""
-    if meth.shape[0] == 0:
-        return 0.0, previous
-    start = params.startprob if previous is None else previous @ params.transmat
-    return _hmm_kernels.forward_message(log_emissions(meth, cov, params.methylation), start, params.transmat)
+    return _forward(previous, log_emissions(meth, cov, params.methylation), params)
 
 
 def segment_backward(following, meth, cov, params: Params):
     """The backward message into the bin before the segment (None: nothing follows)."""
-    if meth.shape[0] == 0:
-        return following
-    final = np.ones(params.transmat.shape[0]) if following is None else following
-    return _hmm_kernels.backward_message(log_emissions(meth, cov, params.methylation), params.transmat, final)
+    return _backward(following, log_emissions(meth, cov, params.methylation), params)
 
 
 def segment_stats(previous, following, meth, cov, params: Params, want_posteriors: bool = False):
     """Exact sufficient statistics of one segment (and its posteriors, shape (n, m))."""
+    return _stats(previous, following, log_emissions(meth, cov, params.methylation), params, (meth, cov),
+                  want_posteriors)
+
+
+def _forward(previous, log_b: np.ndarray, params: Params):
+    if log_b.shape[0] == 0:
+        return 0.0, previous
+    start = params.startprob if previous is None else previous @ params.transmat
+    return _hmm_kernels.forward_message(log_b, start, params.transmat)
+
+
+def _backward(following, log_b: np.ndarray, params: Params):
+    if log_b.shape[0] == 0:
+        return following
+    final = np.ones(params.transmat.shape[0]) if following is None else following
+    return _hmm_kernels.backward_message(log_b, params.transmat, final)
+
+
+def _stats(previous, following, log_b: np.ndarray, params: Params, counts, want_posteriors: bool,
+           weighted_sums=None):
+    """The segment's statistics from its log-emissions. The posterior-weighted counts come
+    from ``counts`` (methylated, coverage) in the compiled recursion, or, when the counts of
+    all samples would not fit in memory, from ``weighted_sums(posteriors)`` ((m, S) each)."""
     m, n_samples = params.methylation.shape
-    if meth.shape[0] == 0:
+    if log_b.shape[0] == 0:
         zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
                                np.zeros((m, n_samples)))
         return zero, np.zeros((0, m))
-    log_b = log_emissions(meth, cov, params.methylation)
-    meth, cov, start = meth.astype(np.float64), cov.astype(np.float64), params.startprob
+    width = n_samples if counts is not None else 0
+    meth, cov = (np.asarray(c, np.float64) for c in counts) if counts is not None else \
+        (np.zeros((log_b.shape[0], 0)), np.zeros((log_b.shape[0], 0)))
+    start = params.startprob
     if previous is not None:
         # a virtual first bin whose "emission" is the incoming forward message: the
         # kernel then counts the transition across the boundary, and adds log 1 = 0
         with np.errstate(divide="ignore"):
             log_b = np.vstack([np.log(previous)[None, :], log_b])
-        meth = np.vstack([np.zeros((1, n_samples)), meth])
-        cov = np.vstack([np.zeros((1, n_samples)), cov])
+        meth = np.vstack([np.zeros((1, width)), meth])
+        cov = np.vstack([np.zeros((1, width)), cov])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
+    want = want_posteriors or counts is None
     loglik, first, trans, msum, csum, post = _hmm_kernels.forward_backward(
-        log_b, np.array([log_b.shape[0]]), start, params.transmat, meth, cov, want_posteriors, final)
+        log_b, np.array([log_b.shape[0]]), start, params.transmat, meth, cov, want, final)
     if previous is not None:
         first, post = np.zeros(m), post[1:]
+    if counts is None:
+        msum, csum = weighted_sums(post)
     return SufficientStats(loglik, first, trans, msum, csum), post
 
 
 # -- Dask graphs over a store -------------------------------------------------------------
-def _kept_counts(ref: ChunkRef):
-    """The chunk's kept bins (some of the ref's samples covered): (methylated, coverage, rows)."""
-    meth, cov = ref.read()
-    rows = np.flatnonzero(cov.sum(axis=1) > 0)
-    return meth[rows], cov[rows], rows
+# Up to this many bins x samples a chunk's counts are read together and kept in memory
+# (256 MB as int64); beyond (many samples), one sample at a time: the log-emissions (bins
+# x states) and the posteriors are all a task holds, whatever the number of samples.
+IN_MEMORY_CELLS = 1 << 24
+
+
+@dataclass
+class ChunkData:
+    """A chunk's kept bins (some of the ref's samples covered) as the tasks use them."""
+
+    ref: ChunkRef
+    rows: np.ndarray
+    log_b: np.ndarray  # (kept bins, m)
+    counts: tuple | None  # (methylated, coverage) of the kept bins, when they fit in memory
+
+    def weighted_sums(self, posteriors: np.ndarray):
+        """(m, S) posterior-weighted methylated and coverage sums, one sample read at a time."""
+        m = posteriors.shape[1]
+        msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
+        for k in range(len(self.ref.columns)):
+            meth, cov = self.ref.read([k], verify=False)  # verified when the emissions were made
+            msum[:, k] = posteriors.T @ meth[self.rows, 0]
+            csum[:, k] = posteriors.T @ cov[self.rows, 0]
+        return msum, csum
+
+
+def chunk_data(ref: ChunkRef, methylation: np.ndarray) -> ChunkData:
+    """Read a chunk and compute its kept bins' log-emissions (emission cost: samples x
+    states per bin)."""
+    n_samples = len(ref.columns)
+    if ref.n_bins * n_samples <= IN_MEMORY_CELLS:
+        meth, cov = ref.read()
+        rows = np.flatnonzero(cov.sum(axis=1) > 0)
+        meth, cov = meth[rows], cov[rows]
+        return ChunkData(ref, rows, log_emissions(meth, cov, methylation), (meth, cov))
+    kept = np.zeros(ref.n_bins, bool)
+    for k in range(n_samples):
+        kept |= ref.read([k], verify=False)[1][:, 0] > 0
+    rows = np.flatnonzero(kept)
+    log_b = np.zeros((rows.size, methylation.shape[0]))
+    for k in range(n_samples):
+        meth, cov = ref.read([k])
+        log_b += log_emissions(meth[rows], cov[rows], methylation[:, [k]])
+    return ChunkData(ref, rows, log_b, None)
 
 
 def _forward_task(previous, ref: ChunkRef, params):
-    return segment_forward(None if previous is None else previous[1], *_kept_counts(ref)[:2], params)
+    return _forward(None if previous is None else previous[1], chunk_data(ref, params.methylation).log_b, params)
 
 
 def _backward_task(following, ref: ChunkRef, params):
-    return segment_backward(following, *_kept_counts(ref)[:2], params)
+    return _backward(following, chunk_data(ref, params.methylation).log_b, params)
+
+
+def _chunk_stats(previous, following, ref: ChunkRef, params, want_posteriors: bool = False):
+    data = chunk_data(ref, params.methylation)
+    stats, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts,
+                         want_posteriors, data.weighted_sums)
+    return stats, post, data.rows
 
 
 def _stats_task(previous, following, ref: ChunkRef, params):
-    return segment_stats(None if previous is None else previous[1], following, *_kept_counts(ref)[:2], params)[0]
+    return _chunk_stats(previous, following, ref, params)[0]
 
 
 def _add_stats(*parts: SufficientStats) -> SufficientStats:
@@ -262,8 +330,7 @@ def join_runs(left: Runs, right: Runs, bin_size: int, max_gap: int) -> Runs:
 
 
 def _decode_task(previous, following, ref: ChunkRef, params, max_gap, posterior_array):
-    meth, cov, rows = _kept_counts(ref)
-    _, post = segment_stats(None if previous is None else previous[1], following, meth, cov, params, True)
+    _, post, rows = _chunk_stats(previous, following, ref, params, want_posteriors=True)
     if posterior_array is not None:
         block = np.full((ref.n_bins, params.transmat.shape[0]), np.nan, np.float32)
         block[rows] = post

@@ -77,7 +77,7 @@ def test_pooled_moment_store_resumes_and_keeps_its_kind(tmp_path, four_state_mod
     assert manifest["feature"]["pooled"] is True and total.allclose(per_sample_sum(store), rtol=1e-10)
     # the blocks (bootstrap, held-out folds) hold the samples' triples summed, one row per block
     blocks = BlockTable([p.blocks for p in load_partials(out)[0]])
-    whole = blocks.moments(np.ones(len(blocks)), total.coverage_histogram)
+    whole = blocks.moments(np.ones(len(blocks)), total)
     assert len(blocks) == len(set(blocks.keys)) and whole.n_triples == total.n_triples
     np.testing.assert_allclose(whole.p12, total.p12, rtol=1e-5)
     again = update_moment_store(store, out, client, pooled=True)
