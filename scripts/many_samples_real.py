@@ -35,29 +35,31 @@ from real_data_fits import REAL, em, split  # noqa: E402  (the same splits and E
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
 from streambhmm.checks import DegenerateModelWarning, degeneracy_problems  # noqa: E402
+from streambhmm.formats import ReadOptions  # noqa: E402
 from streambhmm.hmm import BinomialHMM, random_parameters  # noqa: E402
 from streambhmm.ingest import ingest  # noqa: E402
 from streambhmm.pipeline import load_counts  # noqa: E402
 from streambhmm.store import open_store  # noqa: E402
 
 DATASETS = {
-    "h1-imr90-4": ("H1 x 2, IMR90 x 2, chr21 (WGBS)", "dmrseq_BS.chr21_H1_IMR90", "*.tsv.gz"),
-    "m3d-4": ("H1 x 2, K562 x 2, chr1 (RRBS)", "M3D_rrbsDemo_H1_K562", "*.tsv.gz"),
-    "biseq-10": ("5 APL, 5 controls (RRBS)", "BiSeq_rrbs_APL", "*.rrbs.tsv.gz"),
+    "h1-imr90-4": ("H1 x 2, IMR90 x 2, chr21 (WGBS)", "dmrseq_BS.chr21_H1_IMR90", "*.tsv.gz", None),
+    "m3d-4": ("H1 x 2, K562 x 2, chr1 (RRBS)", "M3D_rrbsDemo_H1_K562", "*.tsv.gz", None),
+    "biseq-10": ("5 APL, 5 controls (RRBS)", "BiSeq_rrbs_APL", "*.rrbs.tsv.gz", None),
     "methcp-24": ("A. thaliana Col-0 / rdd, 6 times x 2 (WGBS)", "MethCP_arabidopsis/timecourse_GSE94712",
-                  "GSM*.tsv.gz"),
+                  "GSM*.tsv.gz", "chrom=1,pos=2,strand=3,meth=4,total=5"),
 }
 BETA_MAX_SAMPLES = 5
 
 
 def load(name: str, tmp: Path):
-    _, directory, pattern = DATASETS[name]
+    _, directory, pattern, columns = DATASETS[name]
     store = tmp / f"{name}.zarr"
     files = sorted((REAL / directory).glob(pattern))
     if not files:
         sys.exit(f"no {pattern} in {REAL / directory} (the shared data must sit beside the repository)")
+    options = ReadOptions(columns=ReadOptions.parse_columns(columns)) if columns else None
     for f in files:
-        ingest([f], f.name.split(".")[0], store, bin_size=100, context="CG")
+        ingest([f], f.name.split(".")[0], store, bin_size=100, context="CG", options=options)
     meth, cov, _ = load_counts(open_store(store))
     return split(meth, cov), [f.name.split(".")[0] for f in files]
 

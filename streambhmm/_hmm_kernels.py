@@ -317,3 +317,13 @@ def viterbi(log_b, lengths, log_startprob, log_transmat):
             states[t - 1] = arg
         offset = end
     return states, total
+
+
+@njit(cache=True, nogil=True)
+def add_rows(out, table, codes):
+    """out[t] += table[codes[t]] for every t (each sample's per-pair emission terms)."""
+    m = out.shape[1]
+    for t in range(codes.size):
+        c = codes[t]
+        for h in range(m):
+            out[t, h] += table[c, h]

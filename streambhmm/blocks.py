@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout
-from .moments import Moments, coverage_features, histogram_thinning, sample_layouts, thinned_histogram
+from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout, projected_layout
+from .moments import Moments, coverage_features, histogram_thinning, thinned_histogram
 
 DEFAULT_BLOCK_SIZE = 1_000_000
 
@@ -85,8 +85,8 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
 
 
 class ProjectedBlocks:
-    """The block statistics of a chunk of the projected feature, built one sample at a time:
-    ``add_sample`` adds a sample's block histograms (its row of the per-sample layout),
+    """The block statistics of a chunk of the projected feature, built one histogram row at
+    a time: ``add_rows`` (projected_moments' on_rows) adds a row's block histograms,
     ``finish`` the feature's P12 and P13 per block."""
 
     def __init__(self, chromosome: str, n_samples: int, n_bins: int, starts: np.ndarray, positions: np.ndarray,
@@ -97,19 +97,18 @@ class ProjectedBlocks:
         self.starts = starts[order]
         self.ids, first = np.unique(block_of[order], return_index=True)
         self.bounds = np.r_[first, starts.size]
-        self.layouts = sample_layouts(n_samples, BLOCK_CELL_BUDGET)
-        self.histograms = {w: np.zeros((self.ids.size, n_samples, self.layouts[w].shape[1]), np.float32)
-                           for w in (1, 2)}
+        self.layouts = {w: projected_layout(n_samples, w, BLOCK_CELL_BUDGET) for w in (1, 2)}
+        self.histograms = {w: np.zeros((self.ids.size, *self.layouts[w].shape), np.float32) for w in (1, 2)}
 
     def _block(self, b: int) -> np.ndarray:
         return self.starts[self.bounds[b]:self.bounds[b + 1]]
 
-    def add_sample(self, s: int, features: FeatureTable) -> None:
-        thins = {w: histogram_thinning(features, w, layout=self.layouts[w]) for w in (1, 2)}
+    def add_rows(self, width: int, row: int, features: FeatureTable) -> None:
+        layout = self.layouts[width].row_layout()
+        thin = histogram_thinning(features, width, layout=layout)
         for b in range(self.ids.size):
-            for w in (1, 2):
-                self.histograms[w][b, s] = thinned_histogram(features, self._block(b) + 1, w, thin=thins[w],
-                                                             layout=self.layouts[w])[0]
+            self.histograms[width][b, row] = thinned_histogram(features, self._block(b) + 1, width, thin=thin,
+                                                               layout=layout)[0]
 
     def finish(self, feature: np.ndarray) -> BlockStats:
         dim = feature.shape[1]

@@ -309,6 +309,7 @@ class FitSettings:
     pooled: bool
     feature: str = "auto"
     projection_dim: int = 32
+    local_em: bool = False  # a small store: EM in this process, without a Dask graph per iteration
 
 
 @main.command()
@@ -365,6 +366,10 @@ def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bi
     settings = FitSettings(store, method, [s for s in samples.split(",") if s] if samples else None, n_bins, seed,
                            em_iter, em_tol, em_starts, bootstrap, allow_degenerate, diff_threshold, split_every,
                            quiet, len(state_list) > 1, pooled, feature, projection_dim)
+    if not moment_store:
+        from .cluster import is_small, scheduler_address
+
+        settings.local_em = not scheduler_address(scheduler) and is_small(store)
     with cluster_for(store, scheduler) as client:
         data = None
         if method != "em":
@@ -486,7 +491,8 @@ def _fit_model(m: int, settings: FitSettings, data, client):
         if len(starts) > 1:
             click.echo(f"EM from {label}:")
         t = time.perf_counter()
-        result = fit_store_em(counts, hmm, client, samples, settings.em_iter, settings.em_tol, settings.split_every,
+        result = fit_store_em(counts, hmm, None if settings.local_em else client, samples, settings.em_iter,
+                              settings.em_tol, settings.split_every,
                               report=em_reporter(settings.quiet), check=False, pooled=settings.pooled)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else

@@ -144,27 +144,41 @@ def _largest_cap(n_slots: int, n_groups: int, budget: int) -> int:
 class HistogramLayout:
     """How a histogram of single bins (width 1) or adjacent pairs (width 2) is kept for S
     samples: ``joint`` over all samples (one row of cells^(width S) cells), or one row per
-    sample (cells^width each); ``cap`` reads per slot."""
+    sample (cells^width each), or with ``ring`` one row per pair of neighbouring samples
+    (s, s + 1 mod S; single bins only); ``cap`` reads per slot."""
 
     n_samples: int
     width: int
     cap: int
     joint: bool
+    ring: bool = False
 
     @property
     def slots(self) -> int:
-        """Counts per tuple: width * S jointly, width per sample."""
-        return self.width * (self.n_samples if self.joint else 1)
+        """Counts per tuple: width * S jointly, 2 per ring pair, width per sample."""
+        return self.width * (self.n_samples if self.joint else 2 if self.ring else 1)
+
+    @property
+    def rows(self) -> int:
+        return 1 if self.joint or (self.ring and self.n_samples == 2) else self.n_samples
 
     @property
     def shape(self) -> tuple[int, int]:
-        rows = 1 if self.joint else self.n_samples
-        return rows, cells_per_sample(self.cap) ** self.slots
+        return self.rows, cells_per_sample(self.cap) ** self.slots
 
     def slot_samples(self, row: int) -> np.ndarray:
         """The sample of each slot of a row (bin-major: the first bin's samples, then the second's)."""
-        samples = np.arange(self.n_samples) if self.joint else np.array([row])
+        if self.joint:
+            samples = np.arange(self.n_samples)
+        elif self.ring:
+            samples = np.array([row, (row + 1) % self.n_samples])
+        else:
+            samples = np.array([row])
         return np.tile(samples, self.width)
+
+    def row_layout(self) -> "HistogramLayout":
+        """The layout of one row, as a joint layout of the row's own samples."""
+        return HistogramLayout(len(self.slot_samples(0)) // self.width, self.width, self.cap, True)
 
 
 def histogram_layout(n_samples: int, width: int = 1, budget: int = HISTOGRAM_CELL_BUDGET,
@@ -176,6 +190,17 @@ def histogram_layout(n_samples: int, width: int = 1, budget: int = HISTOGRAM_CEL
     if joint is not False and cap >= (3 if width == 1 else 1):
         return HistogramLayout(n_samples, width, cap, True)
     return HistogramLayout(n_samples, width, max(_largest_cap(width, n_samples, budget), 1), False)
+
+
+def projected_layout(n_samples: int, width: int, budget: int = HISTOGRAM_CELL_BUDGET) -> HistogramLayout:
+    """The projected feature's histograms, a row per sample or per pair, so their cost and
+    size stay linear in S: single bins jointly in each pair of neighbouring samples (a ring,
+    which ties every sample's levels to its neighbour's: which levels share a state), and
+    adjacent pairs of bins per sample."""
+    if width == 1 and n_samples >= 2:
+        rows = 1 if n_samples == 2 else n_samples
+        return HistogramLayout(n_samples, 1, max(_largest_cap(2, rows, budget), 1), False, ring=True)
+    return histogram_layout(n_samples, width, budget, joint=False)
 
 
 # -- the projected feature ---------------------------------------------------------------------

@@ -59,19 +59,32 @@ class ConvergenceMonitor:
         return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
 
 
+class EmissionTable:
+    """Counts (n, S) encoded once: each bin's code per sample into the table of distinct
+    (coverage, methylated) pairs, with each pair's log binomial coefficient. EM's iterations
+    reuse it, so an iteration's emissions cost one lookup per bin, sample and state."""
+
+    def __init__(self, methylated: np.ndarray, coverage: np.ndarray):
+        table = encode(methylated, coverage, 1)  # codes and the distinct pairs; D is irrelevant here
+        self.codes = np.ascontiguousarray(table.codes.T)  # (S, n): one sample's codes contiguous
+        self.coverage = table.coverage.astype(np.float64)[:, None]
+        self.methylated = table.methylated.astype(np.float64)[:, None]
+        self.coef = gammaln(self.coverage + 1) - gammaln(self.methylated + 1) - gammaln(self.coverage - self.methylated + 1)
+
+    def log_b(self, methylation: np.ndarray) -> np.ndarray:
+        """Per-bin log P(x_t | h), shape (n, m), for levels ``methylation`` (m, S)."""
+        p = np.clip(methylation, _EPS, 1 - _EPS)
+        log_p, log_q = np.log(p), np.log1p(-p)
+        out = np.zeros((self.codes.shape[1], p.shape[0]))
+        for s in range(self.codes.shape[0]):
+            per_pair = self.coef + self.methylated * log_p[:, s] + (self.coverage - self.methylated) * log_q[:, s]
+            _hmm_kernels.add_rows(out, per_pair, self.codes[s])
+        return out
+
+
 def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray) -> np.ndarray:
     """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts."""
-    p = np.clip(methylation, _EPS, 1 - _EPS)
-    log_p, log_q = np.log(p), np.log1p(-p)
-    table = encode(methylated, coverage, 1)  # codes and the distinct pairs; D is irrelevant here
-    c = table.coverage.astype(np.float64)[:, None]
-    mu = table.methylated.astype(np.float64)[:, None]
-    coef = gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1)
-    out = np.zeros((methylated.shape[0], p.shape[0]))
-    for s in range(methylated.shape[1]):
-        per_pair = coef + mu * log_p[:, s] + (c - mu) * log_q[:, s]  # (K, m)
-        out += per_pair[table.codes[:, s]]
-    return out
+    return EmissionTable(methylated, coverage).log_b(methylation)
 
 
 INITS = ("spectral", "ftd", "random")
@@ -150,18 +163,19 @@ class BinomialHMM:
             raise ValueError("methylation_ must lie in [0, 1]")
 
     # -- E and M steps --------------------------------------------------------------
-    def _fb(self, meth, cov, lengths, want_posteriors=False):
-        self._check(meth.shape[1])
-        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64))
-        return _hmm_kernels.forward_backward(log_b, lengths, np.asarray(self.startprob_, dtype=np.float64),
-                                             np.asarray(self.transmat_, dtype=np.float64),
-                                             meth.astype(np.float64), cov.astype(np.float64), want_posteriors,
-                                             np.ones(self.n_components))
+    def _fb(self, data: "_Encoded", want_posteriors=False):
+        self._check(data.methylated.shape[1])
+        log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64))
+        return _hmm_kernels.forward_backward(log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
+                                             np.asarray(self.transmat_, dtype=np.float64), data.methylated,
+                                             data.coverage, want_posteriors, np.ones(self.n_components))
 
     def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
         """Sufficient statistics of the current parameters (add them across data)."""
-        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
-        loglik, start, trans, msum, csum, _ = self._fb(meth, cov, lengths)
+        return self._e_step(_Encoded(*validate_counts(methylated, coverage, lengths)))
+
+    def _e_step(self, data: "_Encoded") -> SufficientStats:
+        loglik, start, trans, msum, csum, _ = self._fb(data)
         return SufficientStats(loglik, start, trans, msum, csum)
 
     def m_step(self, stats: SufficientStats) -> None:
@@ -181,8 +195,9 @@ class BinomialHMM:
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
         self._initialize(meth, cov, lengths)
         self.monitor_ = ConvergenceMonitor(self.tol, self.n_iter)
+        data = _Encoded(meth, cov, lengths)  # once for all iterations
         while True:
-            stats = self.e_step(meth, cov, lengths)
+            stats = self._e_step(data)
             self.monitor_.report(stats.loglik)
             if self.monitor_.converged:
                 break
@@ -201,13 +216,11 @@ class BinomialHMM:
     # -- scoring and decoding -------------------------------------------------------
     def score(self, methylated, coverage, lengths=None) -> float:
         """Total log-likelihood, binomial coefficients included."""
-        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
-        return float(self._fb(meth, cov, lengths)[0])
+        return float(self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)))[0])
 
     def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
         """Posterior state probabilities, shape (n, n_components)."""
-        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
-        return self._fb(meth, cov, lengths, want_posteriors=True)[5]
+        return self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)), want_posteriors=True)[5]
 
     def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
         """Viterbi: (log-probability of the best paths, states)."""
@@ -230,6 +243,16 @@ class BinomialHMM:
         sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
                        random_state=random_state)
         return sim.methylated, sim.coverage, sim.states
+
+
+class _Encoded:
+    """Validated counts ready for the recursion: their emission table, as float64, and lengths."""
+
+    def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
+        self.table = EmissionTable(methylated, coverage)
+        self.methylated = methylated.astype(np.float64)
+        self.coverage = coverage.astype(np.float64)
+        self.lengths = lengths
 
 
 def run_em(hmm: "BinomialHMM", e_step, n_iter: int, rel_tol: float, report=None) -> list[float]:

@@ -43,7 +43,7 @@ import numpy as np
 
 from . import _kernels
 from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, HistogramLayout, cells_per_sample,
-                       coverage_bucket, encode, histogram_layout, projection_matrix, thinning)
+                       coverage_bucket, encode, histogram_layout, projected_layout, projection_matrix, thinning)
 from .validation import validate_counts
 
 MOMENTS_FORMAT = "streambhmm-moments"
@@ -101,13 +101,15 @@ class Moments:
 
     def histogram_layout(self, width: int):
         """The layout of ``bin_histogram`` (width 1) or ``pair_histogram`` (width 2)."""
-        return histogram_layout(self.n_samples, width, self.histogram_budget, joint=False if self.projected else None)
+        if self.projected:
+            return projected_layout(self.n_samples, width, self.histogram_budget)
+        return histogram_layout(self.n_samples, width, self.histogram_budget)
 
     @classmethod
     def zeros(cls, n_samples: int, n_bins: int, histogram_budget: int = HISTOGRAM_CELL_BUDGET,
               projection_dim: int = 0, projection_seed: int = 0) -> "Moments":
         dim = projection_dim or n_samples * n_bins
-        joint = False if projection_dim else None
+        layout = projected_layout if projection_dim else histogram_layout
         return cls(
             n_samples=n_samples,
             n_bins=n_bins,
@@ -121,8 +123,8 @@ class Moments:
             inv_coverage=np.zeros(n_samples),
             coverage_histogram=np.zeros((n_samples, 1)),
             coverage_features=np.zeros((n_samples, len(COVERAGE_BUCKETS), n_bins)),
-            bin_histogram=np.zeros(histogram_layout(n_samples, 1, histogram_budget, joint).shape),
-            pair_histogram=np.zeros(histogram_layout(n_samples, 2, histogram_budget, joint).shape),
+            bin_histogram=np.zeros(layout(n_samples, 1, histogram_budget).shape),
+            pair_histogram=np.zeros(layout(n_samples, 2, histogram_budget).shape),
             histogram_budget=histogram_budget,
             projection_dim=projection_dim,
             projection_seed=projection_seed,
@@ -373,11 +375,6 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray,
     return out
 
 
-def sample_layouts(n_samples: int, budget: int = HISTOGRAM_CELL_BUDGET) -> dict[int, HistogramLayout]:
-    """Per width, one sample's row of the per-sample histogram layout of ``n_samples``."""
-    return {w: HistogramLayout(1, w, histogram_layout(n_samples, w, budget, joint=False).cap, True) for w in (1, 2)}
-
-
 def contiguous_runs(starts: np.ndarray) -> list[tuple[int, int]]:
     """(first, last + 1) of each run of consecutive values in the sorted ``starts``."""
     if starts.size == 0:
@@ -403,19 +400,27 @@ def add_feature_triples(features: np.ndarray, starts: np.ndarray, out: Moments, 
 
 
 def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n_bins: int, dim: int, seed: int = 0,
-                      histogram_budget: int = HISTOGRAM_CELL_BUDGET, on_sample=None) -> tuple[Moments, np.ndarray]:
+                      histogram_budget: int = HISTOGRAM_CELL_BUDGET, on_rows=None) -> tuple[Moments, np.ndarray]:
     """Moments of the projected feature over the triples at ``starts`` of ``n_rows`` bins,
     whose counts ``column(s)`` gives one sample at a time ((methylated, coverage), each
-    (n_rows,)): memory holds one sample's counts and the (n_rows, K) feature, never all
-    samples. ``on_sample(s, features)`` sees each sample's FeatureTable (the block
-    statistics). Returns the Moments and the feature."""
+    (n_rows,)): memory holds a few samples' counts and the (n_rows, K) feature, never all
+    samples. ``on_rows(width, row, features)`` sees the FeatureTable of each histogram row
+    (the block statistics). Returns the Moments and the feature."""
     out = Moments.zeros(n_samples, n_bins, histogram_budget, dim, seed)
     projection = projection_matrix(n_samples, n_bins, dim, seed)
     uniform = np.full(n_bins, 1.0 / n_bins)  # the Beta map of no reads
     feature = np.tile(np.einsum("skd,d->k", projection, uniform), (n_rows, 1))
-    layouts = sample_layouts(n_samples, histogram_budget)
+    layouts = {w: out.histogram_layout(w) for w in (1, 2)}
     histograms = []
     middle = starts + 1
+
+    def add_row(width: int, row: int, table: FeatureTable) -> None:
+        hist = out.bin_histogram if width == 1 else out.pair_histogram
+        hist[row] = thinned_histogram(table, middle, width, layout=layouts[width].row_layout())[0]
+        if on_rows is not None:
+            on_rows(width, row, table)
+
+    first = previous = None
     for s in range(n_samples):
         meth, cov = column(s)
         table = encode(meth[:, None], cov[:, None], n_bins)
@@ -424,19 +429,26 @@ def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n
         out.inv_coverage[s] = float(np.sum(1.0 / (cov[middle] + 2.0)))
         histograms.append(np.bincount(cov[middle]).astype(np.float64))
         out.coverage_features[s] = coverage_features(table, starts)[0]
-        out.bin_histogram[s] = thinned_histogram(table, middle, 1, layout=layouts[1])[0]
-        out.pair_histogram[s] = thinned_histogram(table, middle, 2, layout=layouts[2])[0]
-        if on_sample is not None:
-            on_sample(s, table)
+        add_row(2, s, table)
+        if not layouts[1].ring:
+            add_row(1, s, table)
+        elif previous is not None:  # the ring pair (s - 1, s)
+            add_row(1, s - 1, encode(np.stack([previous[0], meth], axis=1), np.stack([previous[1], cov], axis=1),
+                                     n_bins))
+        first = first or (meth, cov)
+        previous = meth, cov
+    if layouts[1].ring and layouts[1].rows > 1:  # and (S - 1, 0)
+        add_row(1, n_samples - 1, encode(np.stack([previous[0], first[0]], axis=1),
+                                         np.stack([previous[1], first[1]], axis=1), n_bins))
     width = max([1] + [h.size for h in histograms])
     out.coverage_histogram = np.array([np.pad(h, (0, width - h.size)) for h in histograms]).reshape(n_samples, width)
     add_feature_triples(feature, starts, out)
     for s in range(n_samples):  # the ratio recovery's sums need the whole feature
         meth, cov = column(s)
-        for first, end in contiguous_runs(starts):
-            later = feature[first + 2:end + 2]
-            out.b_methylated[s] += meth[first + 1:end + 1] @ later
-            out.b_coverage[s] += cov[first + 1:end + 1] @ later
+        for first_start, end in contiguous_runs(starts):
+            later = feature[first_start + 2:end + 2]
+            out.b_methylated[s] += meth[first_start + 1:end + 1] @ later
+            out.b_coverage[s] += cov[first_start + 1:end + 1] @ later
     out.n_triples = int(starts.size)
     return out, feature
 

@@ -140,7 +140,7 @@ def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, d
     blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
                                                              block_size)
     moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
-                                         on_sample=None if blocks is None else blocks.add_sample)
+                                         on_rows=None if blocks is None else blocks.add_rows)
     return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
 
 
@@ -259,7 +259,7 @@ def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, d
     blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
                                                              block_size)
     moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
-                                         on_sample=None if blocks is None else blocks.add_sample)
+                                         on_rows=None if blocks is None else blocks.add_rows)
     return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
 
 

@@ -69,6 +69,7 @@ BUCKET_RATIO = 1.02
 LARGEST_TABULATED_COVERAGE = 10_000
 COVERAGE_BOUND = 15.0  # softmax logit bound of the coverage buckets
 TENSOR_MAX_DIMENSION = 64  # the tensor term by default up to S * D = 64 (two samples at D = 30)
+PROJECTED_SCALE = 0.01  # of the projected moments' variance-matched weight (refine.projected_weight)
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
@@ -166,7 +167,8 @@ class Weights:
     bin_pairs: float = 1.0  # the likelihood of the pair histogram
     # KL of the third-order tensor; None: weight 1 when the feature's dimension S * D is at
     # most TENSOR_MAX_DIMENSION, else 0 (measured: it helps on real data, and its cost grows
-    # as (S * D)^3: 10-17x the rest of the criterion at S = 4)
+    # as (S * D)^3: 10-17x the rest of the criterion at S = 4); 0 for the projected feature
+    # (measured: scripts/projected_weights.py)
     feature_triples: float | None = None
     # "kl" or "squares": squared errors of P12, P13, P23, each divided by its squared norm
     # (a plain generalized method of moments; measured worse, kept for the comparison)
@@ -333,14 +335,16 @@ def projected_weight(moments: Moments) -> float:
     a multinomial pseudo-likelihood: it expects each normalized product F_t F_t+2^T / S^2
     to vary like a draw from the distribution P13 / (N S^2), which a Beta map at good
     coverage nearly is (close to one bin). The projected feature is smooth (a mixture over
-    every sample and bin), so its products vary far less, and the KL would weigh the only
-    terms that tie the samples' levels together (which levels share a state) next to
-    nothing. The weight is the ratio of the two variances: 1 (a multinomial's total
-    variance) over the products' actual one, (E|F_1|^2 |F_3|^2 - |P13|^2) / S^4 from the
-    moments' own sums."""
+    every sample and bin), so its products vary far less, and unweighted the KL counts for
+    next to nothing. The variance-matched weight is the ratio of the two variances: 1 (a
+    multinomial's total variance) over the products' actual one, (E|F_1|^2 |F_3|^2 -
+    |P13|^2) / S^4 from the moments' own sums. The ring histograms carry most of what ties
+    the samples' levels together, and on real data, where the model is misspecified, these
+    moments are best trusted less: PROJECTED_SCALE of that weight, chosen by measurement
+    (scripts/projected_weights.py, README)."""
     n = float(max(moments.n_triples, 1))
     spread = (moments.sq_norm_13 / n - float(np.sum((moments.p13 / n) ** 2))) / moments.n_samples ** 4
-    return 1.0 / max(spread, 1e-12)
+    return PROJECTED_SCALE / max(spread, 1e-12)
 
 
 def _softmax_rows(u: np.ndarray) -> np.ndarray:
@@ -379,7 +383,8 @@ class Objective:
         self.triples = None
         self.triples_weight = weights.feature_triples
         if self.triples_weight is None:
-            self.triples_weight = 1.0 if moments.dim <= TENSOR_MAX_DIMENSION else 0.0
+            # measured: it helps the concatenated feature up to S * D = 64, not the projected one
+            self.triples_weight = 1.0 if not moments.projected and moments.dim <= TENSOR_MAX_DIMENSION else 0.0
         if self.triples_weight:
             emp = moments.p123 / n
             self.triples = (emp, *_kl_blocks(emp, self.n_samples ** 3, self.feature_weight))

@@ -29,7 +29,7 @@ import numpy as np
 import zarr
 
 from . import _hmm_kernels
-from .hmm import BinomialHMM, SufficientStats, has_converged, log_emissions, run_em
+from .hmm import BinomialHMM, EmissionTable, SufficientStats, has_converged, log_emissions, run_em
 from .pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce
 from .store import ChunkRef, CountsStore, locked, mark_changed
 
@@ -217,6 +217,46 @@ def message_graph(store: CountsStore, samples: list[str], params: Params, chromo
     return out
 
 
+class LocalEStep:
+    """The E-step of a small store in this process, without a Dask graph per iteration: the
+    same chunk functions, chains and reduction tree as stats_graph, so the same statistics
+    bitwise; each chunk is read (and verified) once, and its emission table kept for every
+    iteration. The chunks' counts stay in memory: only for stores that fit (cluster.is_small)."""
+
+    def __init__(self, store: CountsStore, samples: list[str], pooled: bool = False,
+                 split_every: int = DEFAULT_SPLIT_EVERY):
+        groups = [[s] for s in samples] if pooled else [samples]
+        self.chains = [[plan.ref for plan in plan_chunks(store, group, chromosomes=[chrom])]
+                       for group in groups for chrom in store.chromosomes]
+        self.split_every = split_every
+        self.cache = {}
+
+    def _chunk(self, ref: ChunkRef):
+        if ref not in self.cache:
+            meth, cov = ref.read()
+            rows = np.flatnonzero(cov.sum(axis=1) > 0)
+            self.cache[ref] = (EmissionTable(meth[rows], cov[rows]), (meth[rows], cov[rows]))
+        return self.cache[ref]
+
+    def __call__(self, params: Params) -> SufficientStats:
+        parts = []
+        for refs in self.chains:
+            chunks = [self._chunk(ref) for ref in refs]
+            log_bs = [table.log_b(params.methylation) for table, _ in chunks]
+            forward, backward = [None], [None]
+            for log_b in log_bs:
+                forward.append(_forward(None if forward[-1] is None else forward[-1][1], log_b, params))
+            for log_b in reversed(log_bs):
+                backward.insert(0, _backward(backward[0], log_b, params))
+            for k, (log_b, (_, counts)) in enumerate(zip(log_bs, chunks)):
+                previous = forward[k]
+                parts.append(_stats(None if previous is None else previous[1], backward[k + 1], log_b, params,
+                                    counts, False)[0])
+        if not parts:
+            raise ValueError("the store has no bins")
+        return tree_reduce(parts, _add_stats, self.split_every)
+
+
 def stats_graph(store: CountsStore, samples: list[str], params: Params,
                 split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
     """Delayed total SufficientStats of the store under ``params``."""
@@ -258,7 +298,8 @@ class StoreEMResult:
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
                  rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None,
                  check: bool = True, pooled: bool = False) -> StoreEMResult:
-    """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step.
+    """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step
+    (``client`` None: in this process, LocalEStep, for small stores).
 
     Stops after ``n_iter`` M-steps or when an iteration gains less than
     ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
@@ -272,8 +313,13 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     start = time.perf_counter()
     last = []
 
+    local = LocalEStep(store, samples, pooled, split_every) if client is None else None
+
     def e_step():
-        stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled)).result()
+        if local is not None:
+            stats = local(Params.of(hmm))
+        else:
+            stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled)).result()
         last[:] = [stats]
         return stats
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from streambhmm import storehmm
 from streambhmm.evaluate import matched_error
-from streambhmm.features import histogram_layout, projection_for, projection_matrix
+from streambhmm.features import projected_layout, projection_for, projection_matrix
 from streambhmm.model import SpectralBinomialHMM
 from streambhmm.moments import compute_moments, thinned_histogram
 from streambhmm.features import encode
@@ -52,16 +52,30 @@ def test_projected_sums_are_the_beta_sums_projected_in_every_mode():
     np.testing.assert_allclose(proj.inv_coverage, beta.inv_coverage, rtol=1e-12)
     np.testing.assert_allclose(proj.coverage_features, beta.coverage_features, rtol=1e-12)
     np.testing.assert_array_equal(proj.coverage_histogram, beta.coverage_histogram)
-    # the histograms are kept per sample: each row is that sample's own thinned histogram
+    # the histograms: single bins of each pair of neighbouring samples (a ring), adjacent
+    # bins of each sample; each row is the thinned histogram of its own samples
     starts = np.concatenate([np.arange(a, a + n - 2) for a, n in zip(np.r_[0, np.cumsum(sim.lengths)[:-1]],
                                                                       sim.lengths) if n > 2])
+    rings = []
     for width, hist in ((1, proj.bin_histogram), (2, proj.pair_histogram)):
-        layout = histogram_layout(3, width, proj.histogram_budget, joint=False)
-        assert hist.shape == layout.shape
-        for s in range(3):
-            one = encode(sim.methylated[:, [s]], sim.coverage[:, [s]], d)
-            row = thinned_histogram(one, starts + 1, width, layout=type(layout)(1, width, layout.cap, True))[0]
-            np.testing.assert_allclose(hist[s], row, rtol=1e-12)
+        layout = proj.histogram_layout(width)
+        assert hist.shape == layout.shape == (3, layout.shape[1])
+        for row in range(3):
+            samples = layout.slot_samples(row)[:layout.slots // width]
+            rings.append(samples.tolist()) if width == 1 else None
+            own = encode(sim.methylated[:, samples], sim.coverage[:, samples], d)
+            np.testing.assert_allclose(hist[row], thinned_histogram(own, starts + 1, width,
+                                                                    layout=layout.row_layout())[0], rtol=1e-12)
+    assert rings == [[0, 1], [1, 2], [2, 0]]
+
+
+def test_the_projected_histograms_grow_linearly_with_the_samples():
+    for n_samples in (2, 3, 100, 1000):
+        single, pairs = projected_layout(n_samples, 1), projected_layout(n_samples, 2)
+        assert single.ring and single.rows == (1 if n_samples == 2 else n_samples)
+        assert not pairs.joint and pairs.rows == n_samples
+        assert np.prod(single.shape) <= 1 << 19 and np.prod(pairs.shape) <= 1 << 19 and single.cap >= 1
+    assert projected_layout(1, 1).rows == 1 and not projected_layout(1, 1).ring
 
 
 def test_projection_is_seeded_nonnegative_and_sums_to_one_per_sample_bin():
@@ -102,7 +116,6 @@ def test_the_refined_fit_recovers_levels_of_many_samples(tmp_path):
         assert est.spectrum_supported_
         err = matched_error(mdl.methylation, est.methylation_)
         assert err.methylation_error / mdl.methylation.size < 0.01, method
-    assert est.start_ == "ftd"  # the refinement keeps the decomposition's pairing of levels across samples
 
 
 def test_auto_projects_above_64_dimensions():
