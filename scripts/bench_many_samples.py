@@ -196,6 +196,11 @@ def run(args, sizes, n_bins: int, workdir: Path) -> None:
     rows = []
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as one_core, \
             Client(one_core) as core, dask_client(n_workers=2) as cluster:
+        meth, cov, _ = simulated(2, 20_000, False, seed=0)  # warm up: load the compiled kernels, start the workers
+        warm = write_store(workdir / "warm.zarr", {"chr1": (np.arange(20_000), meth, cov)}, ["a", "b"], BIN_SIZE)
+        for kwargs in ({}, {"projection_dim": DIM}, {"pooled": True}):
+            moment_pass(warm, workdir, "warm", core, **kwargs)
+        em_run(warm, (np.full(6, 1 / 6), TRANSMAT, np.tile(BASE[:, None], (1, 2))), cluster, False, 1)
         for n in sizes:
             row = {"S": n, "ingest": added[n - 1]}
             for kind, pooled in (("joint", False), ("pooled", True)):

@@ -110,14 +110,16 @@ def read_options(fn):
     return wrapper
 
 
-def format_states(methylation, transmat, startprob, samples) -> str:
+def format_states(methylation, transmat, startprob, samples, labels=None) -> str:
     """One row per state: its level in each sample, its weight (the model's startprob: the
-    stationary distribution, each state's share of the bins) and its self-transition."""
+    stationary distribution, each state's share of the bins), its self-transition and its
+    label (streambhmm.states)."""
     width = max(10, *(len(s) for s in samples))
-    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}"]
+    label = "  label" if labels else ""
+    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}{label}"]
     for h, levels in enumerate(methylation):
         rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
-                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}")
+                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}" + (f"  {labels[h]}" if labels else ""))
     return "\n".join(rows)
 
 
@@ -310,6 +312,7 @@ class FitSettings:
     feature: str = "auto"
     projection_dim: int = 32
     local_em: bool = False  # a small store: EM in this process, without a Dask graph per iteration
+    emission: str = "binomial"  # of the EM methods
 
 
 @main.command()
@@ -325,6 +328,10 @@ class FitSettings:
                    "(0: run --em-iter iterations).")
 @click.option("--em-starts", default=3, show_default=True, type=POSITIVE,
               help="Random starts of --method em; the best is kept.")
+@click.option("--emission", default=None, type=click.Choice(["binomial", "betabinomial"]),
+              help="EM's emission model: betabinomial gives each state and sample an overdispersion (real "
+                   "methylomes vary more than a binomial allows; see README). Default: betabinomial for the EM "
+                   "methods; the one-pass fits are binomial.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @click.option("--pooled", is_flag=True,
               help=POOLED_HELP + " A moment store made with --pooled is fitted pooled without it.")
@@ -347,10 +354,10 @@ class FitSettings:
 @scheduler_option
 @quiet_option
 @user_errors
-def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bins, seed, output, bootstrap,
+def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, pooled, n_bins, seed, output, bootstrap,
         block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
-    from .fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, load_moments, recommend
+    from .fitting import COUNTS_STORE_METHOD, EM_EMISSION, MOMENT_STORE_METHOD, ONE_PASS, load_moments, recommend
     from .momentstore import is_moment_store
 
     start = time.perf_counter()
@@ -363,9 +370,13 @@ def fit(store, states, method, em_iter, em_tol, em_starts, samples, pooled, n_bi
     if bootstrap and method != "refined":
         raise click.ClickException("--bootstrap refits the refined one-pass model to resampled blocks; it needs "
                                    "--method refined")
+    if method in ONE_PASS and emission == "betabinomial":
+        raise click.ClickException(f"--method {method} fits the binomial model to the moments; a beta-binomial "
+                                   f"model needs EM: --method {method}-em (EM from the {method} fit) or em")
     settings = FitSettings(store, method, [s for s in samples.split(",") if s] if samples else None, n_bins, seed,
                            em_iter, em_tol, em_starts, bootstrap, allow_degenerate, diff_threshold, split_every,
                            quiet, len(state_list) > 1, pooled, feature, projection_dim)
+    settings.emission = emission or EM_EMISSION
     if not moment_store:
         from .cluster import is_small, scheduler_address
 
@@ -432,10 +443,12 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
     row.update(spectrum=getattr(est, "spectrum_supported_", None), loss=getattr(est, "loss_", None))
     columns = model_columns(samples, settings.pooled)
     if "history" in extra:
-        row["bic"] = bic(extra["history"][-1], m, len(columns), extra["n_bins"])
+        row["bic"] = bic(extra["history"][-1], m, len(columns), extra["n_bins"],
+                         getattr(est, "emission", "") == "betabinomial")
     if settings.sweep and method == "refined":
         row["held_out"] = held_out(data.blocks, data.moments, est)
-    document = model_to_dict(est, samples, chromosomes, method=method, pooled=settings.pooled)
+    document = model_to_dict(est, samples, chromosomes, method=method, pooled=settings.pooled,
+                             diff_threshold=settings.diff_threshold)
     if getattr(est, "loss_", None) is not None:
         document["moment_loss"] = float(est.loss_)
     if "history" in extra:
@@ -443,7 +456,10 @@ def fit_one(m: int, settings: FitSettings, data, client, path: Path) -> dict:
         document["loglik_history"] = extra["history"]
     if settings.pooled:
         click.echo(f"pooled over {len(samples)} sample(s): {', '.join(samples)}")
-    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, columns))
+    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, columns, document["labels"]))
+    if "dispersion" in document:
+        click.echo("overdispersion (beta-binomial), per state: " + "; ".join(
+            ", ".join(f"{v:.3f}" for v in row) for row in document["dispersion"]))
     if diff := format_differential(est.methylation_, columns, settings.diff_threshold):
         click.echo(diff)
     if settings.bootstrap > 0:
@@ -486,7 +502,8 @@ def _fit_model(m: int, settings: FitSettings, data, client):
         starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_))]
     best = None
     for label, params in starts:
-        hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True)
+        hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True,
+                          emission=settings.emission)
         hmm.start_from(*params)
         if len(starts) > 1:
             click.echo(f"EM from {label}:")
@@ -575,12 +592,14 @@ def score(store, model, chromosomes, scheduler, quiet):
 @user_errors
 def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
-    decoding), and runs of one state are written as BED."""
-    from .modelio import model_for_store
+    decoding), and runs of one state are written as BED9 (named by the states' labels,
+    coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
+    from .modelio import model_for_store, model_labels, write_state_table
     from .storehmm import decode_store
 
     start = time.perf_counter()
     counts, document, hmm = model_for_store(store, model)
+    labels = model_labels(document)
     pooled = bool(document.get("pooled"))
     if pooled and posteriors:
         raise click.ClickException(f"{model} is a pooled model; --posteriors is written for joint models only")
@@ -591,16 +610,26 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
         for path, samples in runs:
             try:
                 report = decode_store(counts, hmm, client, path, samples, max_gap, posteriors,
-                                      progress=lambda done, total: show(f"chunks: {done}/{total}"))
+                                      progress=lambda done, total: show(f"chunks: {done}/{total}"), labels=labels,
+                                      track=f"{Path(model).stem} states" + (f" ({samples[0]})" if pooled else ""))
             finally:
                 clear_status(quiet)
             click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
                        f"({time.perf_counter() - start:.1f} s)")
             for h, n in enumerate(report.state_bins):
                 levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
-                click.echo(f"  state {h} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
+                click.echo(f"  state {h} {labels[h]} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
+    table = state_table_path(output)
+    write_state_table(table, document)
+    click.echo(f"states (labels, colours, levels) in {table}")
     if posteriors:
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
+
+
+def state_table_path(output) -> Path:
+    """The states' table beside a BED: OUTPUT's stem + .states.tsv."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.states.tsv")
 
 
 def pooled_output(output, sample: str) -> Path:

@@ -30,6 +30,8 @@ ONE_PASS = ("refined", "ftd")
 MOMENT_STORE_METHOD = "refined"
 # fit STORE's default: measured on the real data sets (README, "Choosing a method")
 COUNTS_STORE_METHOD = "refined"
+# the EM methods' emission: measured on the real data sets (README, "Emissions")
+EM_EMISSION = "betabinomial"
 HELD_OUT_FOLDS = 5
 
 
@@ -148,9 +150,11 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
     return HeldOut(mean, float(losses.std(ddof=1) / np.sqrt(folds)), folds)
 
 
-def bic(loglik: float, m: int, n_samples: int, n_bins: float) -> float:
-    """Bayesian information criterion: -2 loglik + (levels + free transitions) log n."""
-    return -2.0 * loglik + (m * n_samples + m * (m - 1)) * np.log(n_bins)
+def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:
+    """Bayesian information criterion: -2 loglik + (levels [+ overdispersions] + free
+    transitions) log n."""
+    n_parameters = m * n_samples * (2 if betabinomial else 1) + m * (m - 1)
+    return -2.0 * loglik + n_parameters * np.log(n_bins)
 
 
 def recommend(rows: list[dict]) -> tuple[int, str] | None:

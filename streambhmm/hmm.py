@@ -1,9 +1,12 @@
-"""Binomial HMM by EM (Baum-Welch), with scoring, decoding and sampling (hmmlearn-style API).
+"""Binomial (or beta-binomial) HMM by EM (Baum-Welch), with scoring, decoding and sampling
+(hmmlearn-style API).
 
 log P(x_t | h) = sum_s [log C(c, mu) + mu log p[h, s] + (c - mu) log(1 - p[h, s])]; zero
 coverage contributes 0. Including the binomial coefficient makes log-likelihoods comparable
 with other tools (hmmlearn's MultinomialHMM on [[mu, c - mu]] rows is the same model for
-one sample). Emissions are computed once per distinct (c, mu) pair and state.
+one sample). With ``emission="betabinomial"`` each state and sample also has an
+overdispersion (streambhmm.emissions). Emissions are computed once per distinct (c, mu)
+pair and state.
 """
 
 from __future__ import annotations
@@ -12,11 +15,10 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import gammaln
 
 from . import _hmm_kernels
 from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
-from .features import encode
+from .emissions import EMISSIONS, START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
 from .validation import validate_counts
 
 _EPS = 1e-10
@@ -31,10 +33,12 @@ class SufficientStats:
     trans: np.ndarray  # (m, m) expected transitions
     methylated: np.ndarray  # (m, S) posterior-weighted methylated counts
     coverage: np.ndarray  # (m, S) posterior-weighted coverage
+    pairs: list | None = None  # per sample, PairWeights (the beta-binomial's M-step)
 
     def __add__(self, other: "SufficientStats") -> "SufficientStats":
         return SufficientStats(self.loglik + other.loglik, self.start + other.start, self.trans + other.trans,
-                               self.methylated + other.methylated, self.coverage + other.coverage)
+                               self.methylated + other.methylated, self.coverage + other.coverage,
+                               add_pair_weights(self.pairs, other.pairs))
 
 
 @dataclass
@@ -59,32 +63,11 @@ class ConvergenceMonitor:
         return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
 
 
-class EmissionTable:
-    """Counts (n, S) encoded once: each bin's code per sample into the table of distinct
-    (coverage, methylated) pairs, with each pair's log binomial coefficient. EM's iterations
-    reuse it, so an iteration's emissions cost one lookup per bin, sample and state."""
-
-    def __init__(self, methylated: np.ndarray, coverage: np.ndarray):
-        table = encode(methylated, coverage, 1)  # codes and the distinct pairs; D is irrelevant here
-        self.codes = np.ascontiguousarray(table.codes.T)  # (S, n): one sample's codes contiguous
-        self.coverage = table.coverage.astype(np.float64)[:, None]
-        self.methylated = table.methylated.astype(np.float64)[:, None]
-        self.coef = gammaln(self.coverage + 1) - gammaln(self.methylated + 1) - gammaln(self.coverage - self.methylated + 1)
-
-    def log_b(self, methylation: np.ndarray) -> np.ndarray:
-        """Per-bin log P(x_t | h), shape (n, m), for levels ``methylation`` (m, S)."""
-        p = np.clip(methylation, _EPS, 1 - _EPS)
-        log_p, log_q = np.log(p), np.log1p(-p)
-        out = np.zeros((self.codes.shape[1], p.shape[0]))
-        for s in range(self.codes.shape[0]):
-            per_pair = self.coef + self.methylated * log_p[:, s] + (self.coverage - self.methylated) * log_q[:, s]
-            _hmm_kernels.add_rows(out, per_pair, self.codes[s])
-        return out
-
-
-def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray) -> np.ndarray:
-    """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts."""
-    return EmissionTable(methylated, coverage).log_b(methylation)
+def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray,
+                  dispersion: np.ndarray | None = None) -> np.ndarray:
+    """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts (``dispersion``:
+    the beta-binomial's, (m, S))."""
+    return EmissionTable(methylated, coverage).log_b(methylation, dispersion)
 
 
 INITS = ("spectral", "ftd", "random")
@@ -105,11 +88,18 @@ class BinomialHMM:
     few long sequences (chromosomes), whose first bins say little. ``fit`` checks its result
     like :class:`~streambhmm.model.SpectralBinomialHMM`: a degenerate model raises
     :class:`~streambhmm.checks.DegenerateModelError` unless ``allow_degenerate`` (then it warns).
+
+    ``emission="betabinomial"`` gives each state and sample an overdispersion too
+    (``dispersion_``, (n_components, n_samples), the correlation of two reads of a bin;
+    streambhmm.emissions), updated with the levels ("m" in ``params``).
     """
 
     def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
                  random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
-                 stationary_start: bool = False, allow_degenerate: bool = False):
+                 stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial"):
+        if emission not in EMISSIONS:
+            raise ValueError(f"emission must be one of {', '.join(EMISSIONS)}, got {emission!r}")
+        self.emission = emission
         self.n_components = n_components
         self.n_iter = n_iter
         self.tol = tol
@@ -138,18 +128,27 @@ class BinomialHMM:
             spectral.fit(meth, cov, lengths)
         self.start_from(spectral.startprob_, spectral.transmat_, spectral.methylation_)
 
-    def start_from(self, startprob, transmat, methylation) -> "BinomialHMM":
+    def start_from(self, startprob, transmat, methylation, dispersion=None) -> "BinomialHMM":
         """Set EM's starting point: the parameters named in ``init_params`` (and any not
-        yet set) are moved strictly inside their ranges so that EM can move all of them."""
+        yet set) are moved strictly inside their ranges so that EM can move all of them.
+        A beta-binomial model without ``dispersion`` starts from START_DISPERSION."""
         if "s" in self.init_params or not hasattr(self, "startprob_"):
             self.startprob_ = _normalize(np.maximum(startprob, 1e-6))
         if "t" in self.init_params or not hasattr(self, "transmat_"):
             self.transmat_ = _normalize(np.maximum(transmat, 1e-6), axis=1)
         if "m" in self.init_params or not hasattr(self, "methylation_"):
             self.methylation_ = np.clip(methylation, 1e-4, 1 - 1e-4)
+        if self.emission == "betabinomial" and ("m" in self.init_params or not hasattr(self, "dispersion_")):
+            self.dispersion_ = np.full(np.shape(self.methylation_), START_DISPERSION) if dispersion is None \
+                else np.asarray(dispersion, np.float64).copy()
         if self.stationary_start:
             self.startprob_ = stationary_weights(self.transmat_)
         return self
+
+    @property
+    def dispersion(self) -> np.ndarray | None:
+        """The emissions' overdispersion (None for the binomial)."""
+        return np.asarray(self.dispersion_, dtype=np.float64) if self.emission == "betabinomial" else None
 
     def _check(self, n_samples: int) -> None:
         m = self.n_components
@@ -165,7 +164,7 @@ class BinomialHMM:
     # -- E and M steps --------------------------------------------------------------
     def _fb(self, data: "_Encoded", want_posteriors=False):
         self._check(data.methylated.shape[1])
-        log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64))
+        log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
         return _hmm_kernels.forward_backward(log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
                                              np.asarray(self.transmat_, dtype=np.float64), data.methylated,
                                              data.coverage, want_posteriors, np.ones(self.n_components))
@@ -175,8 +174,9 @@ class BinomialHMM:
         return self._e_step(_Encoded(*validate_counts(methylated, coverage, lengths)))
 
     def _e_step(self, data: "_Encoded") -> SufficientStats:
-        loglik, start, trans, msum, csum, _ = self._fb(data)
-        return SufficientStats(loglik, start, trans, msum, csum)
+        beta = self.emission == "betabinomial"
+        loglik, start, trans, msum, csum, post = self._fb(data, want_posteriors=beta)
+        return SufficientStats(loglik, start, trans, msum, csum, data.table.pair_weights(post) if beta else None)
 
     def m_step(self, stats: SufficientStats) -> None:
         if "s" in self.params and stats.start.sum() > 0 and not self.stationary_start:
@@ -190,6 +190,12 @@ class BinomialHMM:
             with np.errstate(invalid="ignore", divide="ignore"):
                 levels = stats.methylated / stats.coverage
             self.methylation_ = np.where(stats.coverage > 0, levels, self.methylation_)
+            if self.emission == "betabinomial":  # from the binomial update and the current overdispersion
+                start = np.clip(self.methylation_, 1e-4, 1 - 1e-4)
+                updated = [betabinomial_mstep(pairs, start[:, s], self.dispersion_[:, s])
+                           for s, pairs in enumerate(stats.pairs)]
+                self.methylation_ = np.stack([u[0] for u in updated], axis=1)
+                self.dispersion_ = np.stack([u[1] for u in updated], axis=1)
 
     def fit(self, methylated, coverage, lengths=None) -> "BinomialHMM":
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
@@ -226,7 +232,7 @@ class BinomialHMM:
         """Viterbi: (log-probability of the best paths, states)."""
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
         self._check(meth.shape[1])
-        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64))
+        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
         with np.errstate(divide="ignore"):
             states, logprob = _hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
         return float(logprob), states
@@ -241,7 +247,7 @@ class BinomialHMM:
 
         mdl = Model(np.asarray(self.methylation_), np.asarray(self.transmat_), np.asarray(self.startprob_))
         sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
-                       random_state=random_state)
+                       random_state=random_state, dispersion=self.dispersion)
         return sim.methylated, sim.coverage, sim.states
 
 

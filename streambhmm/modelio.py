@@ -8,6 +8,8 @@ import numpy as np
 
 from . import __version__
 from .checks import validate_parameters
+from .emissions import EMISSIONS
+from .states import DIFF_THRESHOLD, state_labels
 from .storage import Location
 
 MODEL_FORMAT = "streambhmm-model"
@@ -16,9 +18,11 @@ MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation
               "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
-def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False) -> dict:
+def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False,
+                  diff_threshold: float = DIFF_THRESHOLD) -> dict:
     """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
-    A pooled model has one methylation column, shared by all its ``samples``."""
+    A pooled model has one methylation column, shared by all its ``samples``; ``labels``
+    name the states from their levels (streambhmm.states)."""
     document = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -32,8 +36,18 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
         "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",
+        "labels": state_labels(est.methylation_, model_columns(samples, pooled), diff_threshold),
     }
+    if getattr(est, "emission", "binomial") == "betabinomial":
+        document.update(emission="betabinomial", dispersion=np.asarray(est.dispersion_).tolist())
     return {**document, "pooled": True} if pooled else document
+
+
+def model_labels(document: dict) -> list[str]:
+    """The states' labels: the model file's, or (older files) made from its levels."""
+    if "labels" in document:
+        return list(document["labels"])
+    return state_labels(document["methylation"], model_columns(document["samples"], document.get("pooled")))
 
 
 def model_columns(samples, pooled: bool) -> list[str]:
@@ -85,6 +99,21 @@ def read_model(path) -> dict:
                                   n_samples=len(columns), source=str(path))
     if p.shape[0] != n_states:
         raise ValueError(f"{path}: n_states is {n_states} but methylation lists {p.shape[0]} states")
+    emission = document.get("emission", "binomial")
+    if emission not in EMISSIONS:
+        raise ValueError(f"{path}: emission must be one of {', '.join(EMISSIONS)}, got {emission!r:.100}")
+    if emission == "betabinomial":
+        try:
+            rho = np.asarray(document.get("dispersion"), dtype=np.float64)
+        except (TypeError, ValueError):
+            rho = np.full(1, np.nan)
+        if rho.shape != p.shape or not np.isfinite(rho).all() or (rho < 0).any() or (rho >= 1).any():
+            raise ValueError(f"{path}: a beta-binomial model needs dispersion: {p.shape[0]} x {p.shape[1]} values "
+                             f"in [0, 1), got {str(document.get('dispersion'))[:200]}")
+    labels = document.get("labels", [f"{h}" for h in range(n_states)])
+    if not isinstance(labels, list) or len(labels) != n_states or not all(isinstance(v, str) and v for v in labels) \
+            or len(set(labels)) != n_states or any(c.isspace() for v in labels for c in v):
+        raise ValueError(f"{path}: labels must be {n_states} distinct names without spaces, got {labels!r:.200}")
     return document
 
 
@@ -93,9 +122,12 @@ def hmm_from_model(document: dict):
     validated them), for scoring and decoding."""
     from .hmm import BinomialHMM
 
-    hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]))
+    hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]),
+                      emission=document.get("emission", "binomial"))
     hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.asarray(document[key], dtype=np.float64)
                                                        for key in ("startprob", "transmat", "methylation"))
+    if hmm.emission == "betabinomial":
+        hmm.dispersion_ = np.asarray(document["dispersion"], dtype=np.float64)
     return hmm
 
 
@@ -110,3 +142,24 @@ def model_for_store(store, model):
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
     return counts, document, hmm_from_model(document)
+
+
+def write_state_table(path, document: dict) -> None:
+    """A TSV of the model's states: index, label, BED itemRgb colour, weight (stationary
+    share of the bins), self-transition, the level in each sample and, for a beta-binomial
+    model, the overdispersion in each sample."""
+    from .states import item_rgb, state_colours
+
+    columns = model_columns(document["samples"], document.get("pooled"))
+    colours = state_colours(document["methylation"])
+    header = ["state", "label", "itemRgb", "weight", "stay", *(f"level_{c}" for c in columns)]
+    if "dispersion" in document:
+        header += [f"dispersion_{c}" for c in columns]
+    lines = ["\t".join(header)]
+    for h, label in enumerate(model_labels(document)):
+        values = [str(h), label, item_rgb(colours[h]), f"{document['startprob'][h]:.6f}",
+                  f"{document['transmat'][h][h]:.6f}", *(f"{v:.6f}" for v in document["methylation"][h])]
+        if "dispersion" in document:
+            values += [f"{v:.6f}" for v in document["dispersion"][h]]
+        lines.append("\t".join(values))
+    Location.of(path).write_text("\n".join(lines) + "\n")

@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from .evaluate import differential_states
-from .modelio import model_for_store
+from .modelio import model_for_store, model_labels
+from .states import state_colours as rgb_colours
+from .states import state_order
 from .store import replace_store
 
 REGION_BINS = 500  # default track width, in bins
@@ -55,11 +57,6 @@ class ReportResult:
     timings: dict = field(default_factory=dict)
 
 
-def state_order(methylation) -> np.ndarray:
-    """States from least to most methylated (mean over samples)."""
-    return np.argsort(np.asarray(methylation).mean(axis=1), kind="stable")
-
-
 def write_report(store, model, output, client, region: str | None = None, max_gap: int = 1000,
                  diff_threshold: float = 0.3, moments=None, progress=None) -> ReportResult:
     """Decode ``store`` with ``model`` and write DIR/index.html, its PNGs and segments.bed."""
@@ -75,6 +72,7 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
     samples = document["samples"]
+    labels = model_labels(document)
     where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
@@ -83,7 +81,8 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
     stage.mkdir(parents=True)
     try:
         t = time.perf_counter()
-        decoded = decode_store(counts, hmm, client, stage / "segments.bed", samples, max_gap, progress=progress)
+        decoded = decode_store(counts, hmm, client, stage / "segments.bed", samples, max_gap, progress=progress,
+                               labels=labels, track=f"{Path(model).stem} states")
         timings["decode on Dask"] = time.perf_counter() - t
         t = time.perf_counter()
         spectrum = model_spectrum(counts, document, client, moments)
@@ -94,17 +93,18 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
             ("methylation.png", "Methylation level by state and sample. States are ordered from least to most "
                                 f"methylated; differential states (levels differ by more than {diff_threshold:g} "
                                 "across samples) are marked *.",
-             lambda path: plot_methylation(path, hmm.methylation_, samples, diff)),
+             lambda path: plot_methylation(path, hmm.methylation_, samples, diff, labels)),
             ("transmat.png", "Transition probabilities (row: from, column: to), states in the same order.",
              lambda path: plot_transmat(path, hmm.transmat_, hmm.methylation_)),
             ("spectrum.png", "Singular values of the normalized P13 moment. The chosen number of states m is "
                              "marked; the spectrum check needs the m-th value above the noise level.",
              lambda path: plot_spectrum(path, spectrum, hmm.n_components)),
             ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome.",
-             lambda path: plot_occupancy(path, decoded.chromosome_state_bins, hmm.methylation_)),
+             lambda path: plot_occupancy(path, decoded.chromosome_state_bins, hmm.methylation_, labels)),
             ("track.png", f"{where}: methylation fraction per covered bin and sample (point size grows with "
                           "coverage), and the decoded states below.",
-             lambda path: plot_track(path, counts, samples, where, stage / "segments.bed", hmm.methylation_)),
+             lambda path: plot_track(path, counts, samples, where, stage / "segments.bed", hmm.methylation_,
+                                     labels)),
         ]
         if "methylation_ci" in document:
             figures.append(("bootstrap.png", "Block-bootstrap 95% intervals of each state's levels.",
@@ -159,14 +159,8 @@ def _default_region(counts, samples) -> Region:
 
 # -- figures ----------------------------------------------------------------------------------
 def state_colours(methylation):
-    """One distinct colour per state, assigned from least to most methylated."""
-    import matplotlib
-
-    palette = matplotlib.colormaps["tab10" if len(methylation) <= 10 else "tab20"]
-    colours = [None] * len(methylation)
-    for rank, h in enumerate(state_order(methylation)):
-        colours[h] = palette(rank % palette.N)
-    return colours
+    """The states' colours (states.state_colours, as in the BED files) for matplotlib."""
+    return [tuple(v / 255 for v in colour) for colour in rgb_colours(methylation)]
 
 
 def _save(fig, path) -> None:
@@ -177,7 +171,7 @@ def _save(fig, path) -> None:
     plt.close(fig)
 
 
-def plot_methylation(path, methylation, samples, differential) -> None:
+def plot_methylation(path, methylation, samples, differential, labels) -> None:
     import matplotlib.pyplot as plt
 
     order = state_order(methylation)
@@ -188,7 +182,8 @@ def plot_methylation(path, methylation, samples, differential) -> None:
         for j in range(levels.shape[1]):
             ax.text(j, i, f"{levels[i, j]:.2f}", ha="center", va="center",
                     color="white" if levels[i, j] < 0.6 else "black", fontsize=8)
-    ax.set_xticks(range(len(order)), [f"{h}{'*' if h in differential else ''}" for h in order])
+    ax.set_xticks(range(len(order)), [f"{h}{'*' if h in differential else ''} {labels[h]}" for h in order],
+                  rotation=30, ha="right", fontsize=7)
     ax.set_yticks(range(len(samples)), samples)
     ax.set_xlabel("state (* differential)")
     fig.colorbar(image, ax=ax, label="methylation level")
@@ -230,7 +225,7 @@ def plot_spectrum(path, spectrum: dict, m: int) -> None:
     _save(fig, path)
 
 
-def plot_occupancy(path, chromosome_state_bins: dict, methylation) -> None:
+def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> None:
     import matplotlib.pyplot as plt
 
     chroms = list(chromosome_state_bins)
@@ -241,7 +236,7 @@ def plot_occupancy(path, chromosome_state_bins: dict, methylation) -> None:
     left = np.zeros(len(chroms))
     for h in state_order(methylation):
         ax.barh(chroms, fractions[:, h], left=left, color=colours[h], edgecolor="white", linewidth=0.5,
-                label=f"state {h}")
+                label=f"{h} {labels[h]}")
         left += fractions[:, h]
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
@@ -250,20 +245,21 @@ def plot_occupancy(path, chromosome_state_bins: dict, methylation) -> None:
     _save(fig, path)
 
 
-def region_segments(bed_path, region: Region):
-    """(start, end, state) of the BED runs overlapping ``region``."""
+def region_segments(bed_path, region: Region, labels: list[str]):
+    """(start, end, state) of the BED runs (named by the states' ``labels``) overlapping ``region``."""
+    state_of = {label: h for h, label in enumerate(labels)}
     out = []
     with open(bed_path) as bed:
         for line in bed:
-            if line.startswith("#"):
+            if line.startswith(("#", "track", "browser")):
                 continue
-            chrom, start, end, state = line.split("\t", 4)[:4]
+            chrom, start, end, name = line.split("\t", 4)[:4]
             if chrom == region.chrom and int(end) > region.start and int(start) < region.end:
-                out.append((max(int(start), region.start), min(int(end), region.end), int(state)))
+                out.append((max(int(start), region.start), min(int(end), region.end), state_of[name]))
     return out
 
 
-def plot_track(path, counts, samples, region: Region, bed_path, methylation) -> None:
+def plot_track(path, counts, samples, region: Region, bed_path, methylation, labels) -> None:
     import matplotlib.pyplot as plt
 
     ds = counts.dataset(region.chrom).sel(sample=samples, position=slice(region.start, region.end - 1))
@@ -280,7 +276,7 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation) -> 
     top.set_ylabel("methylation\nfraction")
     top.legend(fontsize=7, loc="upper right", ncol=len(samples))
     colours = state_colours(methylation)
-    for start, end, state in region_segments(bed_path, region):
+    for start, end, state in region_segments(bed_path, region, labels):
         bottom.broken_barh([(start, end - start)], (0, 1), color=colours[state])
         if end - start > (region.end - region.start) / 40:
             bottom.text((start + end) / 2, 0.5, str(state), ha="center", va="center", fontsize=7)
@@ -340,10 +336,13 @@ def render_page(counts, document, model_path, hmm, decoded, figures, region, max
     occupancy = decoded.state_bins / max(decoded.n_bins, 1)
     head = "".join(f"<th>{e(s)}</th>" for s in samples)
     rows = []
+    colours, labels = rgb_colours(hmm.methylation_), model_labels(document)
     for h in state_order(hmm.methylation_):
+        label = labels[h]
         cells = "".join(f"<td>{v:.3f}</td>" for v in hmm.methylation_[h])
-        rows.append(f"<tr><td>{h}{' *' if h in differential else ''}</td>{cells}<td>{weight[h]:.3f}</td>"
-                    f"<td>{hmm.transmat_[h, h]:.3f}</td><td>{occupancy[h]:.1%}</td></tr>")
+        swatch = f'<span style="color:rgb{tuple(colours[h])}">&#9632;</span>'
+        rows.append(f"<tr><td>{h}{' *' if h in differential else ''}</td><td>{swatch} {e(label)}</td>{cells}"
+                    f"<td>{weight[h]:.3f}</td><td>{hmm.transmat_[h, h]:.3f}</td><td>{occupancy[h]:.1%}</td></tr>")
     inputs = []
     for name in samples:
         prov = counts.attrs["samples"].get(name, {})
@@ -381,7 +380,7 @@ figcaption {{ font-size: 0.9em; color: #555; }}
 covered bins in {decoded.n_segments:,} segments (<a href="segments.bed">segments.bed</a>).
 Differential states: {e(diff_text)}.</p>
 <h2>States</h2>
-<table><tr><th>state</th>{head}<th>weight</th><th>stay</th><th>decoded bins</th></tr>
+<table><tr><th>state</th><th>label</th>{head}<th>weight</th><th>stay</th><th>decoded bins</th></tr>
 {''.join(rows)}</table>
 <h2>Figures</h2>
 {figure_html}

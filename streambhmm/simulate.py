@@ -91,12 +91,14 @@ def _coverage_means(coverage, m: int, n_samples: int) -> np.ndarray:
     return means
 
 
-def simulate(mdl: Model, lengths, coverage=20.0, random_state=None) -> Simulated:
+def simulate(mdl: Model, lengths, coverage=20.0, random_state=None, dispersion=None) -> Simulated:
     """Sample a methylome from ``mdl``.
 
     ``coverage`` is the Poisson mean of each bin's coverage: a scalar, one value per
     sample (S,), or one per state and sample (m, S) for state-dependent coverage.
-    Each sequence in ``lengths`` starts from ``mdl.startprob``.
+    Each sequence in ``lengths`` starts from ``mdl.startprob``. ``dispersion`` (scalar or
+    (m, S)): beta-binomial counts of that overdispersion (each bin's level drawn from the
+    Beta distribution of the state's level and overdispersion; streambhmm.emissions).
     """
     rng = np.random.default_rng(random_state)
     lengths = np.atleast_1d(np.asarray(lengths, dtype=np.int64))
@@ -108,7 +110,11 @@ def simulate(mdl: Model, lengths, coverage=20.0, random_state=None) -> Simulated
     cum_start[-1] = cum_trans[:, -1] = 2.0
     states = _markov_chain(cum_start, cum_trans, lengths, rng.random(n))
     cov = rng.poisson(_coverage_means(coverage, m, n_samples)[states])
-    meth = rng.binomial(cov, mdl.methylation[states])
+    level = mdl.methylation[states]
+    if dispersion is not None:
+        rho = np.broadcast_to(np.asarray(dispersion, dtype=np.float64), (m, n_samples))[states]
+        level = rng.beta(level * (1 - rho) / rho, (1 - level) * (1 - rho) / rho)
+    meth = rng.binomial(cov, level)
     return Simulated(methylated=meth.astype(np.int64), coverage=cov.astype(np.int64),
                      states=states, lengths=lengths)
 

@@ -29,8 +29,10 @@ import numpy as np
 import zarr
 
 from . import _hmm_kernels
-from .hmm import BinomialHMM, EmissionTable, SufficientStats, has_converged, log_emissions, run_em
+from .emissions import EmissionTable
+from .hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from .pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce
+from .states import item_rgb, state_colours, state_labels
 from .store import ChunkRef, CountsStore, locked, mark_changed
 
 
@@ -41,11 +43,18 @@ class Params:
     startprob: np.ndarray
     transmat: np.ndarray
     methylation: np.ndarray
+    dispersion: np.ndarray | None = None  # the beta-binomial's overdispersion (m, S)
 
     @classmethod
     def of(cls, hmm: BinomialHMM) -> "Params":
+        dispersion = None if hmm.dispersion is None else hmm.dispersion.copy()
         return cls(*(np.asarray(a, dtype=np.float64).copy()
-                     for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)))
+                     for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)), dispersion)
+
+    def log_b(self, table: EmissionTable, columns=None) -> np.ndarray:
+        """The emissions of a table of counts (of the samples ``columns``, default all)."""
+        columns = slice(None) if columns is None else columns
+        return table.log_b(self.methylation[:, columns], None if self.dispersion is None else self.dispersion[:, columns])
 
 
 # -- one segment of kept bins ---------------------------------------------------------------
@@ -54,18 +63,19 @@ def segment_forward(previous, meth, cov, params: Params):
 
     ``previous`` is the forward message before the segment, None at a chromosome's start.
     An empty segment passes the message through."""
-    return _forward(previous, log_emissions(meth, cov, params.methylation), params)
+    return _forward(previous, params.log_b(EmissionTable(meth, cov)), params)
 
 
 def segment_backward(following, meth, cov, params: Params):
     """The backward message into the bin before the segment (None: nothing follows)."""
-    return _backward(following, log_emissions(meth, cov, params.methylation), params)
+    return _backward(following, params.log_b(EmissionTable(meth, cov)), params)
 
 
 def segment_stats(previous, following, meth, cov, params: Params, want_posteriors: bool = False):
     """Exact sufficient statistics of one segment (and its posteriors, shape (n, m))."""
-    return _stats(previous, following, log_emissions(meth, cov, params.methylation), params, (meth, cov),
-                  want_posteriors)
+    table = EmissionTable(meth, cov)
+    return _stats(previous, following, params.log_b(table), params, (meth, cov), want_posteriors,
+                  pair_weights=table.pair_weights)
 
 
 def _forward(previous, log_b: np.ndarray, params: Params):
@@ -83,15 +93,17 @@ def _backward(following, log_b: np.ndarray, params: Params):
 
 
 def _stats(previous, following, log_b: np.ndarray, params: Params, counts, want_posteriors: bool,
-           weighted_sums=None):
+           weighted_sums=None, pair_weights=None):
     """The segment's statistics from its log-emissions. The posterior-weighted counts come
     from ``counts`` (methylated, coverage) in the compiled recursion, or, when the counts of
-    all samples would not fit in memory, from ``weighted_sums(posteriors)`` ((m, S) each)."""
+    all samples would not fit in memory, from ``weighted_sums(posteriors)`` ((m, S) each);
+    a beta-binomial model's pair weights from ``pair_weights(posteriors)``."""
     m, n_samples = params.methylation.shape
     if log_b.shape[0] == 0:
         zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
                                np.zeros((m, n_samples)))
         return zero, np.zeros((0, m))
+    beta = params.dispersion is not None
     width = n_samples if counts is not None else 0
     meth, cov = (np.asarray(c, np.float64) for c in counts) if counts is not None else \
         (np.zeros((log_b.shape[0], 0)), np.zeros((log_b.shape[0], 0)))
@@ -105,14 +117,14 @@ def _stats(previous, following, log_b: np.ndarray, params: Params, counts, want_
         cov = np.vstack([np.zeros((1, width)), cov])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
-    want = want_posteriors or counts is None
+    want = want_posteriors or counts is None or beta
     loglik, first, trans, msum, csum, post = _hmm_kernels.forward_backward(
         log_b, np.array([log_b.shape[0]]), start, params.transmat, meth, cov, want, final)
     if previous is not None:
         first, post = np.zeros(m), post[1:]
     if counts is None:
         msum, csum = weighted_sums(post)
-    return SufficientStats(loglik, first, trans, msum, csum), post
+    return SufficientStats(loglik, first, trans, msum, csum, pair_weights(post) if beta else None), post
 
 
 # -- Dask graphs over a store -------------------------------------------------------------
@@ -129,20 +141,32 @@ class ChunkData:
     ref: ChunkRef
     rows: np.ndarray
     log_b: np.ndarray  # (kept bins, m)
+    table: EmissionTable | None  # of the kept bins' counts, when they fit in memory
     counts: tuple | None  # (methylated, coverage) of the kept bins, when they fit in memory
 
+    def _columns(self):
+        """Each sample's kept counts, read one at a time (verified when the emissions were made)."""
+        for k in range(len(self.ref.columns)):
+            meth, cov = self.ref.read([k], verify=False)
+            yield k, meth[self.rows], cov[self.rows]
+
     def weighted_sums(self, posteriors: np.ndarray):
-        """(m, S) posterior-weighted methylated and coverage sums, one sample read at a time."""
+        """(m, S) posterior-weighted methylated and coverage sums, one sample at a time."""
         m = posteriors.shape[1]
         msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
-        for k in range(len(self.ref.columns)):
-            meth, cov = self.ref.read([k], verify=False)  # verified when the emissions were made
-            msum[:, k] = posteriors.T @ meth[self.rows, 0]
-            csum[:, k] = posteriors.T @ cov[self.rows, 0]
+        for k, meth, cov in self._columns():
+            msum[:, k] = posteriors.T @ meth[:, 0]
+            csum[:, k] = posteriors.T @ cov[:, 0]
         return msum, csum
 
+    def pair_weights(self, posteriors: np.ndarray) -> list:
+        """Per sample, the beta-binomial M-step's weights of distinct pairs."""
+        if self.table is not None:
+            return self.table.pair_weights(posteriors)
+        return [EmissionTable(meth, cov).pair_weights(posteriors)[0] for _, meth, cov in self._columns()]
 
-def chunk_data(ref: ChunkRef, methylation: np.ndarray) -> ChunkData:
+
+def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
     """Read a chunk and compute its kept bins' log-emissions (emission cost: samples x
     states per bin)."""
     n_samples = len(ref.columns)
@@ -150,30 +174,31 @@ def chunk_data(ref: ChunkRef, methylation: np.ndarray) -> ChunkData:
         meth, cov = ref.read()
         rows = np.flatnonzero(cov.sum(axis=1) > 0)
         meth, cov = meth[rows], cov[rows]
-        return ChunkData(ref, rows, log_emissions(meth, cov, methylation), (meth, cov))
+        table = EmissionTable(meth, cov)
+        return ChunkData(ref, rows, params.log_b(table), table, (meth, cov))
     kept = np.zeros(ref.n_bins, bool)
     for k in range(n_samples):
         kept |= ref.read([k], verify=False)[1][:, 0] > 0
     rows = np.flatnonzero(kept)
-    log_b = np.zeros((rows.size, methylation.shape[0]))
+    log_b = np.zeros((rows.size, params.methylation.shape[0]))
     for k in range(n_samples):
         meth, cov = ref.read([k])
-        log_b += log_emissions(meth[rows], cov[rows], methylation[:, [k]])
-    return ChunkData(ref, rows, log_b, None)
+        log_b += params.log_b(EmissionTable(meth[rows], cov[rows]), [k])
+    return ChunkData(ref, rows, log_b, None, None)
 
 
 def _forward_task(previous, ref: ChunkRef, params):
-    return _forward(None if previous is None else previous[1], chunk_data(ref, params.methylation).log_b, params)
+    return _forward(None if previous is None else previous[1], chunk_data(ref, params).log_b, params)
 
 
 def _backward_task(following, ref: ChunkRef, params):
-    return _backward(following, chunk_data(ref, params.methylation).log_b, params)
+    return _backward(following, chunk_data(ref, params).log_b, params)
 
 
 def _chunk_stats(previous, following, ref: ChunkRef, params, want_posteriors: bool = False):
-    data = chunk_data(ref, params.methylation)
+    data = chunk_data(ref, params)
     stats, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts,
-                         want_posteriors, data.weighted_sums)
+                         want_posteriors, data.weighted_sums, data.pair_weights)
     return stats, post, data.rows
 
 
@@ -242,16 +267,16 @@ class LocalEStep:
         parts = []
         for refs in self.chains:
             chunks = [self._chunk(ref) for ref in refs]
-            log_bs = [table.log_b(params.methylation) for table, _ in chunks]
+            log_bs = [params.log_b(table) for table, _ in chunks]
             forward, backward = [None], [None]
             for log_b in log_bs:
                 forward.append(_forward(None if forward[-1] is None else forward[-1][1], log_b, params))
             for log_b in reversed(log_bs):
                 backward.insert(0, _backward(backward[0], log_b, params))
-            for k, (log_b, (_, counts)) in enumerate(zip(log_bs, chunks)):
+            for k, (log_b, (table, counts)) in enumerate(zip(log_bs, chunks)):
                 previous = forward[k]
                 parts.append(_stats(None if previous is None else previous[1], backward[k + 1], log_b, params,
-                                    counts, False)[0])
+                                    counts, False, pair_weights=table.pair_weights)[0])
         if not parts:
             raise ValueError("the store has no bins")
         return tree_reduce(parts, _add_stats, self.split_every)
@@ -415,12 +440,16 @@ class DecodeReport:
 
 
 def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=None, max_gap: int = 1000,
-                 posteriors: bool = False, progress=None) -> DecodeReport:
-    """Write the segmentation of ``store`` as BED (atomically), and with ``posteriors`` the
-    per-bin ``state_posterior`` (bin x state, NaN where the samples have no coverage) into
-    each chromosome group, swapped in only when every chunk has been written."""
+                 posteriors: bool = False, progress=None, labels=None, track: str = "streambhmm states"
+                 ) -> DecodeReport:
+    """Write the segmentation of ``store`` as BED9 (atomically; ``labels`` name the states,
+    states.state_labels by default), and with ``posteriors`` the per-bin ``state_posterior``
+    (position x state, NaN where the samples have no coverage) into each chromosome group,
+    swapped in only when every chunk has been written."""
     samples = select_samples(store, samples)
     hmm._check(len(samples))
+    labels = labels or state_labels(hmm.methylation_, samples if hmm.methylation_.shape[1] > 1 else ["pooled"])
+    style = SegmentStyle(labels, [item_rgb(c) for c in state_colours(hmm.methylation_)])
     params = Params.of(hmm)
     m = hmm.n_components
     output = Path(output)
@@ -437,20 +466,20 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
         n_segments = 0
         try:
             with open(tmp_bed, "w") as bed:
-                bed.write("#chrom\tstart\tend\tstate\tscore\t" + "\t".join(f"level_{s}" for s in samples) + "\n")
+                bed.write(track_line(track, f"states of {','.join(samples)}"))
                 chrom_runs, current = None, None
                 for done, ((chrom, _), future) in enumerate(zip(flat, futures), 1):
                     runs = future.result()
                     future.release()
                     if chrom != current:
-                        n_segments += _write_runs(bed, current, chrom_runs, hmm.methylation_)
+                        n_segments += _write_runs(bed, current, chrom_runs, style)
                         chrom_runs, current = runs, chrom
                     else:
                         chrom_runs = join_runs(chrom_runs, runs, store.bin_size, max_gap)
                     np.add.at(per_chrom[chrom], runs.state, runs.n_bins)
                     if progress is not None:
                         progress(done, len(flat))
-                n_segments += _write_runs(bed, current, chrom_runs, hmm.methylation_)
+                n_segments += _write_runs(bed, current, chrom_runs, style)
             if arrays:
                 for chrom in arrays:
                     target = store.path / chrom / POSTERIOR
@@ -481,12 +510,26 @@ def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: lis
     return arrays
 
 
-def _write_runs(bed, chrom, runs: Runs | None, methylation) -> int:
+@dataclass(frozen=True)
+class SegmentStyle:
+    """How the states appear in a BED: their names and itemRgb colours."""
+
+    labels: list
+    colours: list
+
+
+def track_line(name: str, description: str) -> str:
+    """A BED track line: genome browsers colour the items by itemRgb."""
+    clean = [v.replace('"', "'").replace("\n", " ") for v in (name, description)]
+    return f'track name="{clean[0]}" description="{clean[1]}" itemRgb="On"\n'
+
+
+def _write_runs(bed, chrom, runs: Runs | None, style: SegmentStyle) -> int:
+    """BED9 lines: the state's label as the name, the mean posterior of the run's state as
+    the score (an integer in 0..1000), no strand, the whole run thick, the state's colour."""
     if runs is None or not len(runs):
         return 0
-    # the mean posterior of the run's state, as a BED score: an integer in 0..1000
     score = np.clip(np.rint(1000 * runs.posterior_sum / runs.n_bins), 0, 1000).astype(np.int64)
     for start, end, state, s in zip(runs.start, runs.end, runs.state, score):
-        levels = "\t".join(f"{v:.4f}" for v in methylation[state])
-        bed.write(f"{chrom}\t{start}\t{end}\t{state}\t{s}\t{levels}\n")
+        bed.write(f"{chrom}\t{start}\t{end}\t{style.labels[state]}\t{s}\t.\t{start}\t{end}\t{style.colours[state]}\n")
     return len(runs)

@@ -184,7 +184,7 @@ def test_fit_table_shows_the_weights_written_to_the_json(tmp_path, store_and_mod
                 model_path, "--scheduler", scheduler, "-q")
         assert r.exit_code == 0, r.output
         doc = json.loads(model_path.read_text())
-        table = re.findall(r"^\s+(\d)\s+\S+\s+\S+\s+(\S+)\s+(\S+)$", r.output, re.M)[-3:]
+        table = re.findall(r"^\s+(\d)\s+\S+\s+\S+\s+(\S+)\s+(\S+)\s+\S+$", r.output, re.M)[-3:]  # ... label
         assert [float(weight) for _, weight, _ in table] == pytest.approx(doc["startprob"], abs=5e-4)
         assert [float(stay) for _, _, stay in table] == pytest.approx(np.diag(doc["transmat"]), abs=5e-4)
 

@@ -49,7 +49,7 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
     assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == (*MODEL_KEYS, "moment_loss")
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "moment_loss")
     assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
     assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
     assert doc["feature"] == {"kind": "beta", "n_bins": 30}
@@ -131,7 +131,8 @@ def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, tw
     assert "EM iteration 1: log-likelihood" in r.output
     assert re.search(r"differential states \(levels differ across samples by more than 0.3\): \d", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == (*MODEL_KEYS, "loglik", "loglik_history") and doc["method"] == method
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "loglik", "loglik_history")
+    assert doc["method"] == method and doc["emission"] == "betabinomial"  # the EM methods' default
     history = doc["loglik_history"]
     assert 2 <= len(history) <= 9 and np.all(np.diff(history) >= -1e-6) and doc["loglik"] == history[-1]
     assert (doc["n_triples"] > 0) == (method == "ftd-em")
@@ -139,9 +140,9 @@ def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, tw
     r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
     assert r.exit_code == 0, r.output
     total = float(re.search(r"^total\s+(\S+)", r.output, re.M).group(1))
-    hmm = BinomialHMM(4)
-    hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.array(doc[k]) for k in ("startprob", "transmat",
-                                                                                    "methylation"))
+    hmm = BinomialHMM(4, emission="betabinomial")
+    hmm.startprob_, hmm.transmat_, hmm.methylation_, hmm.dispersion_ = (
+        np.array(doc[k]) for k in ("startprob", "transmat", "methylation", "dispersion"))
     assert total == pytest.approx(hmm.score(*load_counts(two_sample_store)), rel=1e-9)
     # the history's last entry is the log-likelihood of the written parameters
     assert total == pytest.approx(doc["loglik"], rel=1e-9)
@@ -160,12 +161,22 @@ def test_decode_cli_writes_bed_and_posteriors(tmp_path, dask_clients, two_sample
     assert r.exit_code == 0, r.output
     n_segments = int(re.search(r"seg.bed: ([0-9,]+) segments", r.output).group(1).replace(",", ""))
     lines = (tmp_path / "seg.bed").read_text().splitlines()
-    assert lines[0].startswith("#chrom\tstart\tend\tstate\tscore\tlevel_A\tlevel_B") and len(lines) == n_segments + 1
-    levels = json.loads(model.read_text())["methylation"]
-    for line in lines[1:]:
-        chrom, start, end, state, score, *level = line.split("\t")
+    assert lines[0] == 'track name="m states" description="states of A,B" itemRgb="On"'
+    assert len(lines) == n_segments + 1
+    document = json.loads(model.read_text())
+    colours = {}
+    for line in lines[1:]:  # BED9: chrom start end name score strand thickStart thickEnd itemRgb
+        chrom, start, end, name, score, strand, thick_start, thick_end, rgb = line.split("\t")
         assert chrom in ("chr1", "chr2") and int(start) < int(end) and 0 <= int(score) <= 1000
-        np.testing.assert_allclose([float(v) for v in level], levels[int(state)], atol=5e-5)
+        assert name in document["labels"] and strand == "." and (thick_start, thick_end) == (start, end)
+        assert colours.setdefault(name, rgb) == rgb and all(0 <= int(v) <= 255 for v in rgb.split(","))
+    assert len(set(colours.values())) == len(colours)  # one colour per state
+    table = (tmp_path / "seg.states.tsv").read_text().splitlines()
+    assert table[0].split("\t") == ["state", "label", "itemRgb", "weight", "stay", "level_A", "level_B"]
+    for h, row in enumerate(table[1:]):
+        fields = row.split("\t")
+        assert fields[1] == document["labels"][h] and colours.get(fields[1], fields[2]) == fields[2]
+        np.testing.assert_allclose([float(v) for v in fields[5:]], document["methylation"][h], atol=1e-6)
     ds = xr.open_zarr(two_sample_store.path, group="chr2")
     assert ds.state_posterior.shape == (ds.sizes["position"], 4)
     covered = ds.coverage.values.sum(axis=1) > 0  # the bin axis also holds bins nobody covers: NaN there
@@ -218,7 +229,7 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
     assert "chr2:0-50,000" in page and "segments.bed" in page and "zarr" in page and "numpy" in page
     for level in json.loads(model.read_text())["methylation"][0]:
         assert f"{level:.3f}" in page
-    assert (out / "segments.bed").read_text().startswith("#chrom")
+    assert (out / "segments.bed").read_text().startswith('track name="')
     assert not list(tmp_path.glob(".report.tmp-*"))
     # a bad region fails cleanly and keeps the previous report
     r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr9:0-10",

@@ -128,7 +128,8 @@ def test_pooled_cli_fits_shared_states_and_decodes_each_sample(tmp_path, dask_cl
     assert r.exit_code == 0, r.output
     for sample in doc["samples"]:
         bed = (tmp_path / f"seg.{sample}.bed").read_text().splitlines()
-        assert bed[0] == "#chrom\tstart\tend\tstate\tscore\tlevel_" + sample and len(bed) > 100
+        assert bed[0].startswith('track name="') and f"({sample})" in bed[0] and len(bed) > 100
+        assert {line.split("\t")[3] for line in bed[1:]} <= set(doc["labels"])
         n_bins = int(re.search(rf"seg.{sample}.bed: [0-9,]+ segments over ([0-9,]+) covered bins",
                                r.output).group(1).replace(",", ""))
         assert n_bins == load_counts(store, [sample])[0].shape[0]

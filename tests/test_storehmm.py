@@ -91,10 +91,14 @@ def test_score_per_chromosome(tmp_path, four_state_model, dask_clients):
         score_store(store, hmm, dask_clients[0], chromosomes=["chr9"])
 
 
-def _bed_states(path, store, samples):
-    """Per chromosome, the state of each kept bin according to the BED file."""
+def _bed_states(path, store, samples, levels):
+    """Per chromosome, the state of each kept bin according to the BED9 file, whose names are
+    the labels of the decoding model's ``levels``."""
+    from streambhmm.states import state_labels
+
     lines = Path(path).read_text().splitlines()
-    assert lines[0] == "#chrom\tstart\tend\tstate\tscore\t" + "\t".join(f"level_{s}" for s in samples)
+    assert lines[0].startswith('track name="') and lines[0].endswith('itemRgb="On"')
+    labels = state_labels(levels, samples)
     rows = [line.split("\t") for line in lines[1:]]
     states = {}
     for chrom in store.chromosomes:
@@ -102,8 +106,9 @@ def _bed_states(path, store, samples):
         position = ds.position.values[ds.coverage.values.sum(axis=1) > 0]
         got = np.full(len(position), -1)
         for row in (r for r in rows if r[0] == chrom):
-            start, end, state, score = int(row[1]), int(row[2]), int(row[3]), int(row[4])
-            assert start < end and 0 <= score <= 1000 and len(row) == 5 + len(samples)
+            start, end, state, score = int(row[1]), int(row[2]), labels.index(row[3]), int(row[4])
+            assert start < end and 0 <= score <= 1000 and len(row) == 9
+            assert row[5] == "." and (int(row[6]), int(row[7])) == (start, end) and len(row[8].split(",")) == 3
             inside = (position >= start) & (position < end)
             assert (got[inside] == -1).all(), "BED runs overlap"
             got[inside] = state
@@ -120,7 +125,7 @@ def test_decode_writes_bed_and_posteriors(tmp_path, four_state_model, dask_clien
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [300, 120], chunk_size)
     hmm = _hmm(four_state_model)
     report = decode_store(store, hmm, dask_clients[1], tmp_path / "seg.bed", max_gap=10**9, posteriors=True)
-    states, rows = _bed_states(tmp_path / "seg.bed", store, store.samples)
+    states, rows = _bed_states(tmp_path / "seg.bed", store, store.samples, hmm.methylation_)
     assert report.n_segments == len(rows) and report.posterior_written
     for chrom in store.chromosomes:
         ds = store.dataset(chrom)
@@ -149,9 +154,9 @@ def test_decode_breaks_runs_at_long_gaps_and_replaces_posteriors(tmp_path, four_
     hmm.methylation_ = levels[:, :1]
     decode_store(store, hmm, dask_clients[0], tmp_path / "a.bed", samples=["A"], max_gap=0, posteriors=True)
     decode_store(store, hmm, dask_clients[0], tmp_path / "b.bed", samples=["A"], max_gap=10**9)
+    _, tight = _bed_states(tmp_path / "a.bed", store, ["A"], hmm.methylation_)
+    _, loose = _bed_states(tmp_path / "b.bed", store, ["A"], hmm.methylation_)
     hmm.methylation_ = levels
-    _, tight = _bed_states(tmp_path / "a.bed", store, ["A"])
-    _, loose = _bed_states(tmp_path / "b.bed", store, ["A"])
     assert len(tight) > len(loose)
     for row in tight:  # with max_gap 0 a run never spans a bin without coverage in A
         ds = store.dataset("chr1").sel(sample="A")
