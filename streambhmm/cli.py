@@ -626,6 +626,66 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
 
 
+@main.command()
+@click.argument("store", type=STORE)
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
+              help="hmr: hypomethylated regions (states below 0.5 in every sample); pmd: partially methylated "
+                   "domains (states at most 0.75, on a store of large bins; see README). The options below "
+                   "change a preset's settings.")
+@click.option("--states", "state_names", default=None,
+              help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
+@click.option("--min-posterior", default=None, type=click.FloatRange(0.0, 1.0),
+              help="A bin belongs to a region when the posterior of the states is at least this (0.5).")
+@click.option("--max-gap", default=None, type=NON_NEGATIVE,
+              help="Bins of a region lie at most this many bp apart (hmr 200, pmd 25000, --states 200).")
+@click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
+@click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 3).")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv.")
+@scheduler_option
+@quiet_option
+@user_errors
+def regions(store, model, preset, state_names, min_posterior, max_gap, min_length, min_bins, output, scheduler,
+            quiet):
+    """Regions of a counts store under a model: runs of bins whose posterior of chosen states
+    (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
+    from .modelio import model_for_store, model_labels
+    from .regions import RegionRule, find_regions, preset_rule, rule_with, write_regions
+
+    start = time.perf_counter()
+    if (preset is None) == (state_names is None):
+        raise click.UsageError("give one of --preset and --states")
+    counts, document, hmm = model_for_store(store, model)
+    if document.get("pooled"):
+        raise click.ClickException(f"{model} is a pooled model; regions are found with joint models (fit without "
+                                   f"--pooled, or with --samples for one sample)")
+    labels = model_labels(document)
+    if preset:
+        rule = preset_rule(preset, hmm.methylation_)
+    else:
+        targets = []
+        for name in (v for v in state_names.split(",") if v):
+            if name not in labels and not (name.isdigit() and int(name) < len(labels)):
+                raise click.BadParameter(f"no state {name!r}; the model's are {', '.join(labels)} (or 0.."
+                                         f"{len(labels) - 1})", param_hint="--states")
+            targets.append(labels.index(name) if name in labels else int(name))
+        rule = RegionRule(tuple(sorted(set(targets))), name="region")
+    rule = rule_with(rule, min_posterior=min_posterior, max_gap=max_gap, min_length=min_length, min_bins=min_bins)
+    show = status_line(quiet)
+    with reading(store, scheduler) as client:
+        try:
+            found = find_regions(counts, hmm, client, rule, document["samples"],
+                                 progress=lambda done, total: show(f"chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    n = write_regions(found, rule, hmm.methylation_, document["samples"], output,
+                      f"{Path(model).stem} {preset or 'regions'}")
+    lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(1)
+    click.echo(f"{output}: {n:,} regions of states {', '.join(labels[h] for h in rule.targets)}, median "
+               f"{np.median(lengths):,.0f} bp, {lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
+
+
 def state_table_path(output) -> Path:
     """The states' table beside a BED: OUTPUT's stem + .states.tsv."""
     output = Path(output)
