@@ -4,8 +4,9 @@
 
 Data: ../shared/data/real/MethylSeekR_IMR90_chr22 (200,000 CpGs, Lister et al. 2009).
   streambhmm  three commands, each a new process, as the README shows them:
-              `ingest FILE --format methylseekr`, `fit STORE --method em --em-starts 1`
-              (EM to convergence: --em-tol 1e-7) and `decode`.
+              `ingest FILE --format methylseekr`, `fit STORE --method em --em-starts 1
+              --emission binomial` (the model hmmlearn fits; EM to convergence: --em-tol
+              1e-7) and `decode`.
   hmmlearn    one process: read the same file (numpy), sum it into the same 100 bp bins,
               MultinomialHMM (n_trials = coverage: the same Binomial HMM) fitted for as
               many EM iterations as streambhmm's fit ran (tol 0), then predict.
@@ -64,7 +65,8 @@ def streambhmm_run(workdir: Path, m: int) -> tuple:
     store, model = workdir / "counts.zarr", workdir / "model.json"
     shutil.rmtree(store, ignore_errors=True)
     steps = [timed([*command, "ingest", FILE, "--format", "methylseekr", "--sample", "IMR90", "--store", store]),
-             timed([*command, "fit", store, "-m", m, "--method", "em", "--em-starts", "1", "-o", model, "-q"]),
+             timed([*command, "fit", store, "-m", m, "--method", "em", "--em-starts", "1", "--emission", "binomial",
+                    "-o", model, "-q"]),
              timed([*command, "decode", store, "--model", model, "-o", workdir / "segments.bed", "-q"])]
     iterations = len(json.loads(model.read_text())["loglik_history"]) - 1
     return (sum(s[0] for s in steps), max(s[1] for s in steps), iterations,
