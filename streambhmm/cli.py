@@ -664,12 +664,7 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
     if preset:
         rule = preset_rule(preset, hmm.methylation_)
     else:
-        targets = []
-        for name in (v for v in state_names.split(",") if v):
-            if name not in labels and not (name.isdigit() and int(name) < len(labels)):
-                raise click.BadParameter(f"no state {name!r}; the model's are {', '.join(labels)} (or 0.."
-                                         f"{len(labels) - 1})", param_hint="--states")
-            targets.append(labels.index(name) if name in labels else int(name))
+        targets = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
         rule = RegionRule(tuple(sorted(set(targets))), name="region")
     rule = rule_with(rule, min_posterior=min_posterior, max_gap=max_gap, min_length=min_length, min_bins=min_bins)
     show = status_line(quiet)
@@ -684,6 +679,79 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
     lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(1)
     click.echo(f"{output}: {n:,} regions of states {', '.join(labels[h] for h in rule.targets)}, median "
                f"{np.median(lengths):,.0f} bp, {lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
+
+
+@main.command()
+@click.argument("store", type=STORE)
+@click.option("--output", "-o", "prefix", required=True, metavar="PREFIX",
+              help="Files are PREFIX.SAMPLE.methylation.bw and PREFIX.stateH-LABEL.posterior.bw (pooled model: "
+                   "PREFIX.SAMPLE.stateH-LABEL.posterior.bw).")
+@click.option("--samples", default=None, help="Comma-separated samples whose methylation is written (default: the "
+                                             "model's, else all).")
+@click.option("--model", "model", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A model: also write the posterior of --states.")
+@click.option("--states", "state_names", default=None,
+              help="Comma-separated states (labels or indices) whose posterior is written, one file each "
+                   "(default with --model: every state).")
+@click.option("--min-coverage", default=1, show_default=True, type=POSITIVE,
+              help="Methylation of bins with at least this many reads.")
+@click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="UCSC chrom.sizes for the header (default: each chromosome ends at the store's last bin).")
+@scheduler_option
+@quiet_option
+@user_errors
+def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes, scheduler, quiet):
+    """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
+    with --model, the posterior probability of states."""
+    from .modelio import model_for_store, model_labels
+    from .store import open_store
+    from .tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
+
+    start = time.perf_counter()
+    counts, document, hmm = model_for_store(store, model) if model else (open_store(store), None, None)
+    if samples:
+        chosen = [s for s in samples.split(",") if s]
+        unknown = [s for s in chosen if s not in counts.samples]
+        if unknown:
+            raise click.BadParameter(f"unknown sample(s) {', '.join(unknown)}; the store has "
+                                     f"{', '.join(counts.samples)}", param_hint="--samples")
+    else:
+        chosen = document["samples"] if document else counts.samples
+    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
+    for sample in chosen:
+        path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
+        n = write_methylation(counts, sample, path, lengths, min_coverage)
+        click.echo(f"{path}: methylation of {sample} in {n:,} bins")
+    if not model:
+        return
+    labels = model_labels(document)
+    states = list(range(len(labels)))
+    if state_names:
+        states = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
+    names = [f"state{h}-{safe_name(labels[h])}" for h in states]
+    runs = ([([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in document["samples"]]
+            if document.get("pooled") else [(document["samples"], [Path(f"{prefix}.{n}.posterior.bw") for n in names])])
+    show = status_line(quiet)
+    with reading(store, scheduler) as client:
+        for group, paths in runs:
+            try:
+                n = write_posteriors(counts, hmm, client, group, states, paths, lengths,
+                                     progress=lambda done, total: show(f"chunks: {done}/{total}"))
+            finally:
+                clear_status(quiet)
+            for h, path in zip(states, paths):
+                click.echo(f"{path}: posterior of state {h} {labels[h]} in {n:,} bins")
+    click.echo(f"({time.perf_counter() - start:.1f} s)")
+
+
+def state_index(name: str, labels: list[str], option: str) -> int:
+    """A state given by its label or its index."""
+    if name in labels:
+        return labels.index(name)
+    if name.isdigit() and int(name) < len(labels):
+        return int(name)
+    raise click.BadParameter(f"no state {name!r}; the model's are {', '.join(labels)} (or 0..{len(labels) - 1})",
+                             param_hint=option)
 
 
 def state_table_path(output) -> Path:

@@ -272,17 +272,6 @@ class MomentsGraph:
     n_chunks: int
 
 
-def select_samples(store: CountsStore, samples=None) -> list[str]:
-    if not samples:
-        return store.samples
-    unknown = [s for s in samples if s not in store.samples]
-    if unknown:
-        raise ValueError(f"unknown sample(s) {', '.join(unknown)}; the store has {', '.join(store.samples)}")
-    if len(set(samples)) != len(samples):
-        raise ValueError(f"sample listed twice in {','.join(samples)}")
-    return list(samples)
-
-
 def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
                   block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False, projection_dim: int = 0,
                   projection_seed: int = 0) -> MomentsGraph:

@@ -1,5 +1,5 @@
 """Regions from posteriors: the cutting rule on known answers, invariance to the chunking,
-the presets' choice of states, and the command's BED9 and table."""
+the presets' choice of states, and the command's BED9 and table; bigWig tracks."""
 
 import json
 
@@ -110,3 +110,39 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     assert r.exit_code != 0 and "no state 'nope'" in r.output
     r = run("regions", stores[0].path, "--model", path, "-o", tmp_path / "x.bed")
     assert r.exit_code != 0 and "give one of --preset and --states" in r.output
+
+
+def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, one_sample, scheduler):
+    import pyBigWig
+
+    from streambhmm.modelio import model_to_dict
+
+    stores, hmm = one_sample
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
+    sizes = tmp_path / "chrom.sizes"
+    sizes.write_text("chr10\t249950\nchr2\t700000\n")  # chr10's last bin (249900-250000) is clipped
+    r = run("tracks", stores[0].path, "--model", path, "--states", "unmethylated,3", "--min-coverage", "2",
+            "--chrom-sizes", sizes, "-o", tmp_path / "t", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    for chrom, n, length in (("chr2", 6000, 700000), ("chr10", 2500, 249950)):
+        ds = stores[0].dataset(chrom).sel(sample="A")
+        meth, cov = ds.methylated.values.astype(np.int64), ds.coverage.values.astype(np.int64)
+        with pyBigWig.open(str(tmp_path / "t.A.methylation.bw")) as bw:
+            assert bw.chroms() == {"chr2": 700000, "chr10": 249950}
+            got = np.array(bw.values(chrom, 0, bw.chroms(chrom)))[::100][:n]
+        expected = np.where(cov >= 2, meth / np.maximum(cov, 1), np.nan)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)  # NaN where no entry
+        covered = cov > 0
+        post = hmm.predict_proba(meth[covered], cov[covered])
+        for h, name in ((0, "state0-unmethylated"), (3, "state3-high")):
+            with pyBigWig.open(str(tmp_path / f"t.{name}.posterior.bw")) as bw:
+                intervals = np.array(bw.intervals(chrom))
+            np.testing.assert_array_equal(intervals[:, 0], ds.position.values[covered])
+            np.testing.assert_array_equal(intervals[:, 1], np.minimum(ds.position.values[covered] + 100, length))
+            np.testing.assert_allclose(intervals[:, 2], post[:, h], atol=1e-6)
+    r = run("tracks", stores[0].path, "--model", path, "--states", "nope", "-o", tmp_path / "x")
+    assert r.exit_code != 0 and "no state 'nope'" in r.output
+    sizes.write_text("chr2\t700000\n")
+    r = run("tracks", stores[0].path, "--chrom-sizes", sizes, "-o", tmp_path / "x")
+    assert r.exit_code != 0 and "no 'chr10'" in r.output
