@@ -99,10 +99,11 @@ def test_adding_a_sample_leaves_the_partials_of_other_selections_valid(tmp_path,
 def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, scheduler):
     store = tmp_path / "counts.zarr"
     for s in (0, 1):  # two samples make each partial slower to compute
-        sim_rows = simulated_chroms(four_state_model, [20000, 20000], seed=2, sample=s)
+        sim_rows = simulated_chroms(four_state_model, [10000, 10000], seed=2, sample=s)
         ingest([write_tsv(tmp_path / f"s{s}.tsv", sim_rows)], f"S{s}", store, chunk_size=250)
     out = tmp_path / "moments.zarr"
-    cmd = [sys.executable, "-m", "streambhmm.cli", "moments", str(store), "--output", str(out),
+    bins = ["--bins", "10"]  # small partials: the test is about resuming, not about their size
+    cmd = [sys.executable, "-m", "streambhmm.cli", "moments", str(store), "--output", str(out), *bins,
            "--scheduler", scheduler, "--quiet"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
@@ -113,20 +114,20 @@ def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, sched
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    n_chunks = 160
+    n_chunks = 80
     manifest = out / "manifest.json"
     killed_midway = not manifest.exists() or not json.loads(manifest.read_text())["complete"]
     assert killed_midway, "the run finished before it could be killed; make it longer"
     with pytest.raises(MomentStoreError, match="is incomplete"):
         load_total(out)
     time.sleep(1.0)  # let tasks of the dead client drain
-    r = run("moments", store, "--output", out, "--scheduler", scheduler, "--quiet")
+    r = run("moments", store, "--output", out, *bins, "--scheduler", scheduler, "--quiet")
     assert r.exit_code == 0, r.output
     reused = int(r.output.split("reused ")[1].split(",")[0])
     assert reused >= 10
     resumed, _ = load_total(out)
     uninterrupted = tmp_path / "fresh.zarr"
-    assert run("moments", store, "--output", uninterrupted, "--scheduler", scheduler, "-q").exit_code == 0
+    assert run("moments", store, "--output", uninterrupted, *bins, "--scheduler", scheduler, "-q").exit_code == 0
     fresh, manifest = load_total(uninterrupted)
     assert len(manifest["partials"]) == n_chunks
     assert resumed.allclose(fresh, rtol=1e-12)
