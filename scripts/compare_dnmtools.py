@@ -6,9 +6,9 @@ Data: IMR90 chr22 (MethylSeekR_IMR90_chr22, 200,000 CpGs, hg18) and DNMTools v1.
 calls on it (../shared/data/reference/dnmtools_IMR90_chr22: `dnmtools hmr` and `dnmtools pmd`,
 default settings). Each recipe runs the commands a user runs, each a new process:
 
-  HMR  ingest --format methylseekr (100 bp bins); fit --states 4 --method refined-em
+  HMR  ingest --format methylseekr (100 bp bins); fit --states 3 --method refined-em
        (beta-binomial EM); regions --preset hmr
-  PMD  ingest --format methylseekr --bin-size 5000; fit --states 3 --method refined-em;
+  PMD  ingest --format methylseekr --bin-size 5000; fit --states 2 --method refined-em;
        regions --preset pmd
 
 Variant "binomial" fits with --emission binomial instead (what the beta-binomial changes).
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
 INPUT = ROOT / "real" / "MethylSeekR_IMR90_chr22"
 REFERENCE = ROOT / "reference" / "dnmtools_IMR90_chr22"
 RECIPES = {
-    "HMR": {"bin_size": 100, "states": 4, "preset": "hmr", "reference": "IMR90.hmr.bed"},
-    "PMD": {"bin_size": 5000, "states": 3, "preset": "pmd", "reference": "IMR90.pmd.bed"},
+    "HMR": {"bin_size": 100, "states": 3, "preset": "hmr", "reference": "IMR90.hmr.bed"},
+    "PMD": {"bin_size": 5000, "states": 2, "preset": "pmd", "reference": "IMR90.pmd.bed"},
 }
 
 

@@ -9,13 +9,20 @@ bins. Each region gets its mean posterior of the targets (the BED score, times 1
 number of target bins, its length, and its mean methylation in each sample (methylated
 over covered reads in its target bins).
 
-Presets choose the target states from their levels (streambhmm.states) and the lengths:
+Presets choose the target states from their levels (streambhmm.states) and the lengths;
+each is a recipe of bin size, number of states and cutting rule (README, "Regions"),
+measured against DNMTools' calls by scripts/compare_dnmtools.py:
 
-    hmr   states whose level is below 0.5 in every sample (unmethylated, low), at the bin
-          size of the store (100 bp); gaps up to 200 bp (one bin); at least 3 target bins
-    pmd   states whose level is at most 0.75 in every sample (unmethylated, low,
-          intermediate), on a store of large bins (the PMD recipe: --bin-size 5000; README);
-          gaps up to 25 kb; at least 50 kb long
+    hmr   states whose level is below 0.5 in every sample; on the default 100 bp bins with
+          a 3-state model (hypomethylated, partially methylated, methylated); bins of a
+          region at most 1 kb apart (CpG-poor stretches inside an HMR do not cut it); at
+          least 5 target bins (so at least 5 CpGs)
+    pmd   states whose level is below 0.7 in every sample (Lister et al. 2009's definition
+          of a PMD: mean methylation under 70%); on 5 kb bins (--bin-size 5000) with a
+          2-state model (as DNMTools' pmd); gaps up to 10 kb; at least 50 kb long
+
+A preset refuses a model in which no state, or every state, is a target: there is no
+region, or no background to set one against.
 
 The computation runs on Dask like decoding (exact messages between chunks); each chunk's
 regions are joined at the seams, so memory holds a chunk, not a chromosome.
@@ -54,15 +61,19 @@ def preset_rule(preset: str, methylation: np.ndarray) -> RegionRule:
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
         targets = np.flatnonzero((levels < 0.5).all(axis=1))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 200, 0, 3, "HMR")
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, 5, "HMR")
     elif preset == "pmd":
-        targets = np.flatnonzero((levels <= 0.75).all(axis=1))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 25_000, 50_000, 1, "PMD")
+        targets = np.flatnonzero((levels < 0.7).all(axis=1))
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     if not rule.targets:
         raise ValueError(f"the model has no state that a {preset} is made of (levels {levels.round(2).tolist()}); "
                          f"choose --states")
+    if len(rule.targets) == len(levels):
+        raise ValueError(f"every state of the model is one a {preset} is made of (levels "
+                         f"{levels.round(2).tolist()}): no background to call regions against; fit more states, "
+                         f"or choose --states")
     return rule
 
 
@@ -157,10 +168,10 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
 
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
     """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
-    '.', the whole region thick, the colour of the lowest target state) and, beside it
+    BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
     (OUTPUT's stem + .tsv), each region's target bins, length, score and mean level per
     sample. Both are written to temporary names and renamed when complete."""
-    from .storehmm import track_line
+    from .storehmm import BED_STRAND, track_line
 
     output = Path(output)
     table = output.with_name(f"{output.stem}.tsv")
@@ -178,7 +189,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
                     levels = regions.methylated / regions.coverage
                 for i in range(len(regions)):
                     name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
-                    bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t.\t{start}\t{end}\t{colour}\n")
+                    bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t{BED_STRAND}\t{start}\t{end}\t"
+                              f"{colour}\n")
                     tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
                                          str(end - start), str(int(score[i])),
                                          *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")

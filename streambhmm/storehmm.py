@@ -524,12 +524,18 @@ def track_line(name: str, description: str) -> str:
     return f'track name="{clean[0]}" description="{clean[1]}" itemRgb="On"\n'
 
 
+# Strand of every BED line: CpG methylation is strand-symmetric, and BED tools' -s skips '.'
+# (bedtools merge -s, intersect -s return nothing), so '+', as DNMTools writes its regions.
+BED_STRAND = "+"
+
+
 def _write_runs(bed, chrom, runs: Runs | None, style: SegmentStyle) -> int:
     """BED9 lines: the state's label as the name, the mean posterior of the run's state as
-    the score (an integer in 0..1000), no strand, the whole run thick, the state's colour."""
+    the score (an integer in 0..1000), BED_STRAND, the whole run thick, the state's colour."""
     if runs is None or not len(runs):
         return 0
     score = np.clip(np.rint(1000 * runs.posterior_sum / runs.n_bins), 0, 1000).astype(np.int64)
     for start, end, state, s in zip(runs.start, runs.end, runs.state, score):
-        bed.write(f"{chrom}\t{start}\t{end}\t{style.labels[state]}\t{s}\t.\t{start}\t{end}\t{style.colours[state]}\n")
+        bed.write(f"{chrom}\t{start}\t{end}\t{style.labels[state]}\t{s}\t{BED_STRAND}\t{start}\t{end}\t"
+                  f"{style.colours[state]}\n")
     return len(runs)

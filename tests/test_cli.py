@@ -168,7 +168,7 @@ def test_decode_cli_writes_bed_and_posteriors(tmp_path, dask_clients, two_sample
     for line in lines[1:]:  # BED9: chrom start end name score strand thickStart thickEnd itemRgb
         chrom, start, end, name, score, strand, thick_start, thick_end, rgb = line.split("\t")
         assert chrom in ("chr1", "chr2") and int(start) < int(end) and 0 <= int(score) <= 1000
-        assert name in document["labels"] and strand == "." and (thick_start, thick_end) == (start, end)
+        assert name in document["labels"] and strand == "+" and (thick_start, thick_end) == (start, end)
         assert colours.setdefault(name, rgb) == rgb and all(0 <= int(v) <= 255 for v in rgb.split(","))
     assert len(set(colours.values())) == len(colours)  # one colour per state
     table = (tmp_path / "seg.states.tsv").read_text().splitlines()

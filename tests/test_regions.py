@@ -41,10 +41,12 @@ def test_regions_merge_across_small_gaps_and_keep_their_counts():
 def test_presets_choose_states_by_their_levels():
     levels = np.array([[0.05, 0.1], [0.3, 0.6], [0.6, 0.7], [0.9, 0.9]])
     assert preset_rule("hmr", levels).targets == (0,)
-    assert preset_rule("pmd", levels).targets == (0, 1, 2)
+    assert preset_rule("pmd", levels).targets == (0, 1)  # below 0.7 in every sample
     assert preset_rule("pmd", levels).min_length == 50_000
     with pytest.raises(ValueError, match="no state that a hmr is made of"):
         preset_rule("hmr", np.array([[0.8], [0.9]]))
+    with pytest.raises(ValueError, match="every state of the model is one a pmd is made of"):
+        preset_rule("pmd", np.array([[0.3], [0.6]]))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +88,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     rows = [line.split("\t") for line in lines[1:]]
     assert rows and [r[0] for r in rows] == sorted((r[0] for r in rows), key=["chr2", "chr10"].index)
     for i, (chrom, start, end, name, score, strand, thick_start, thick_end, rgb) in enumerate(rows):
-        assert name == f"HMR{i}" and strand == "." and (thick_start, thick_end) == (start, end)
+        assert name == f"HMR{i}" and strand == "+" and (thick_start, thick_end) == (start, end)
         assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3
     table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
     assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
@@ -99,7 +101,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     assert len(chr2) > 5
     for chrom, start, end, name, n_bins, length, score, level in chr2:
         inside = target & (positions >= int(start)) & (positions < int(end))
-        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 3  # the preset's minimum
+        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 5  # the preset's minimum
         assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5e-5)
     r = run("regions", stores[0].path, "--model", path, "--states", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
