@@ -630,7 +630,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
-              help="hmr: hypomethylated regions (states below 0.5 in every sample; a 3-state model on 100 bp "
+              help="hmr: hypomethylated regions (states below 0.4 in every sample; a 3-state model on 100 bp "
                    "bins); pmd: partially methylated domains (states below 0.7; a 2-state model on 5 kb bins); "
                    "see README. The options below change a preset's settings.")
 @click.option("--states", "state_names", default=None,

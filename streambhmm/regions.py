@@ -13,7 +13,7 @@ Presets choose the target states from their levels (streambhmm.states) and the l
 each is a recipe of bin size, number of states and cutting rule (README, "Regions"),
 measured against DNMTools' calls by scripts/compare_dnmtools.py:
 
-    hmr   states whose level is below 0.5 in every sample; on the default 100 bp bins with
+    hmr   states whose level is below 0.4 in every sample; on the default 100 bp bins with
           a 3-state model (hypomethylated, partially methylated, methylated); bins of a
           region at most 1 kb apart (CpG-poor stretches inside an HMR do not cut it); at
           least 5 target bins (so at least 5 CpGs)
@@ -60,7 +60,7 @@ def preset_rule(preset: str, methylation: np.ndarray) -> RegionRule:
     """The rule of a preset for a model's levels (see the module docstring)."""
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
-        targets = np.flatnonzero((levels < 0.5).all(axis=1))
+        targets = np.flatnonzero((levels < 0.4).all(axis=1))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, 5, "HMR")
     elif preset == "pmd":
         targets = np.flatnonzero((levels < 0.7).all(axis=1))
@@ -68,8 +68,8 @@ def preset_rule(preset: str, methylation: np.ndarray) -> RegionRule:
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     if not rule.targets:
-        raise ValueError(f"the model has no state that a {preset} is made of (levels {levels.round(2).tolist()}); "
-                         f"choose --states")
+        raise ValueError(f"the model has no state that a {preset} is made of (levels {levels.round(2).tolist()}): "
+                         f"the data may hold none (see README, Regions); or choose --states")
     if len(rule.targets) == len(levels):
         raise ValueError(f"every state of the model is one a {preset} is made of (levels "
                          f"{levels.round(2).tolist()}): no background to call regions against; fit more states, "

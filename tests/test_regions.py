@@ -13,7 +13,7 @@ from streambhmm.store import write_store
 
 from .test_cli import run
 
-LEVELS = np.array([[0.05], [0.45], [0.7], [0.92]])
+LEVELS = np.array([[0.05], [0.35], [0.7], [0.92]])
 STICKY = np.full((4, 4), 0.03 / 3) + np.eye(4) * (0.97 - 0.03 / 3)
 
 
