@@ -6,7 +6,8 @@
 Same simulated single-sample data (Poisson(20) coverage) for both, in this run. hmmlearn's
 MultinomialHMM with n_trials = coverage per row is the same model. One "iteration" is an
 E-step plus M-step as `BinomialHMM.fit` runs it (the counts encoded once per fit); for
-hmmlearn, fit(n_iter=1) with init_params="" from the same start. Best of 3 (hmmlearn: 2).
+hmmlearn, fit(n_iter=1) with init_params="" from the same start. Best of 10 (hmmlearn: best of 3): one of our iterations on a chromosome takes 10-50 ms,
+so a single run is at the mercy of the scheduler.
 
 With --real, the same comparison on real single-sample data (100 bp bins, CG, replicates
 merged): IMR90 and H1 chr21 (dmrseq_BS.chr21_H1_IMR90) and IMR90 chr22
@@ -54,7 +55,7 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> tuple[float,
 
     our_iteration()  # compile outside the timing
     ours.methylation_ = start_levels
-    t_ours = best(our_iteration)
+    t_ours = best(our_iteration, repeat=10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = MultinomialHMM(n_components=m, n_trials=cov, n_iter=1, init_params="", tol=0,
@@ -62,7 +63,7 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> tuple[float,
         ref.startprob_, ref.transmat_ = np.full(m, 1 / m), ours.transmat_.copy()
         ref.emissionprob_ = np.hstack([start_levels, 1 - start_levels])
         x = np.column_stack([meth, cov - meth])
-        t_ref = best(lambda: ref.fit(x), repeat=2)
+        t_ref = best(lambda: ref.fit(x), repeat=3)
     return t_ours, t_ref
 
 
