@@ -108,7 +108,7 @@ def _bed_states(path, store, samples, levels):
         for row in (r for r in rows if r[0] == chrom):
             start, end, state, score = int(row[1]), int(row[2]), labels.index(row[3]), int(row[4])
             assert start < end and 0 <= score <= 1000 and len(row) == 9
-            assert row[5] == "." and (int(row[6]), int(row[7])) == (start, end) and len(row[8].split(",")) == 3
+            assert row[5] == "+" and (int(row[6]), int(row[7])) == (start, end) and len(row[8].split(",")) == 3
             inside = (position >= start) & (position < end)
             assert (got[inside] == -1).all(), "BED runs overlap"
             got[inside] = state
