@@ -786,8 +786,8 @@ def moments():
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
 @bins_option
 @click.option("--block-size", default=None, type=POSITIVE,
-              help=f"Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
-                   f"(default: the moment store's, or 1,000,000 for a new one).")
+              help="Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
+                   "(default: the moment store's, or 1,000,000 for a new one).")
 @click.option("--pooled", is_flag=True, help=POOLED_HELP)
 @feature_options
 @scheduler_option

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import stat
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 

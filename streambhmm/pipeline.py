@@ -116,43 +116,6 @@ def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
     return tree_reduce(items, dask.delayed(add_moments, pure=True), split_every)
 
 
-def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
-    """The projected feature's partial of one planned chunk. The samples are read one at a
-    time (three times: which bins are kept, their features, the ratio recovery's sums), so
-    memory holds one sample's chunk and the (bins, K) feature, whatever the samples."""
-    ref = plan.ref
-    n_samples = len(ref.columns)
-    kept = np.zeros(ref.n_bins, bool)
-    for k in range(n_samples):
-        kept |= ref.read([k], verify=False)[1][:, 0] > 0
-    rows = np.flatnonzero(kept)
-    halo_meth, halo_cov, halo_positions = plan.halo
-    verified = set()
-
-    def column(k):
-        meth, cov = ref.read([k], verify=k not in verified)
-        verified.add(k)
-        return (np.concatenate([halo_meth[:, k], meth[rows, 0]]), np.concatenate([halo_cov[:, k], cov[rows, 0]]))
-
-    n_rows = halo_meth.shape[0] + rows.size
-    starts = np.arange(max(n_rows - 2, 0), dtype=np.int64)
-    positions = np.concatenate([halo_positions, ref.positions(rows)])
-    blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
-                                                             block_size)
-    moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
-                                         on_rows=None if blocks is None else blocks.add_rows)
-    return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
-
-
-@dataclass(frozen=True)
-class MomentsGraph:
-    total: object  # dask Delayed -> Moments
-    partials: list  # dask Delayed -> ChunkPartial, one per chunk, in summation order
-    samples: list[str]
-    chromosomes: list[str]
-    n_chunks: int
-
-
 def select_samples(store: CountsStore, samples=None) -> list[str]:
     if not samples:
         return store.samples
