@@ -5,7 +5,7 @@
     python scripts/bench_cluster.py --bins 1e6          # a quick run
 
 A two-sample synthetic store of ``--bins`` covered bins (chromosomes of 2.5e6 bins, the
-benchmark coverage of streambhmm.demo) is built in a temporary directory (kept in
+benchmark coverage of streambhmm.app.demo) is built in a temporary directory (kept in
 ``--workdir`` if given; ``--store`` reuses an existing store instead). For each worker
 count n, a ``ProcessCluster(n)`` is started (a ``dask scheduler`` process and n ``dask
 worker`` processes on 127.0.0.1, one thread each, no nanny) and warmed up by the same
@@ -37,12 +37,12 @@ import dask  # noqa: E402
 import numpy as np  # noqa: E402
 import zarr  # noqa: E402
 
-from streambhmm.demo import build_synthetic_store  # noqa: E402
-from streambhmm.moments import Moments  # noqa: E402
-from streambhmm.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, chunk_tail, empty_halo,  # noqa: E402
+from streambhmm.app.demo import build_synthetic_store  # noqa: E402
+from streambhmm.moments.sums import Moments  # noqa: E402
+from streambhmm.moments.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, chunk_tail, empty_halo,  # noqa: E402
                                  moments_graph, select_samples, tree_reduce)
-from streambhmm.processes import ProcessCluster  # noqa: E402
-from streambhmm.store import open_store  # noqa: E402
+from streambhmm.distributed.processes import ProcessCluster  # noqa: E402
+from streambhmm.io.store import open_store  # noqa: E402
 
 RTOL = 1e-12
 WARM_UP_BINS = 4000

@@ -25,8 +25,8 @@ import warnings
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM
-from streambhmm.hmm import BinomialHMM
-from streambhmm.simulate import model, simulate
+from streambhmm.learn.hmm import BinomialHMM
+from streambhmm.learn.simulate import model, simulate
 
 
 def best(fn, repeat=3):
@@ -42,7 +42,7 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> tuple[float,
     """(ours, hmmlearn's) seconds per EM iteration on one sample's counts, from the same start."""
     from hmmlearn.hmm import MultinomialHMM
 
-    from streambhmm.hmm import _Encoded
+    from streambhmm.learn.hmm import _Encoded
 
     start_levels = np.linspace(0.1, 0.9, m)[:, None]
     ours = BinomialHMM(m, n_iter=1, init_params="", tol=0)
@@ -71,9 +71,9 @@ def real_data(states: list[int]) -> None:
     import tempfile
     from pathlib import Path
 
-    from streambhmm.ingest import ingest
-    from streambhmm.pipeline import load_counts
-    from streambhmm.store import open_store
+    from streambhmm.io.ingest import ingest
+    from streambhmm.moments.pipeline import load_counts
+    from streambhmm.io.store import open_store
 
     real = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
     sets = {"IMR90 chr21": ("dmrseq_BS.chr21_H1_IMR90", "IMR90_r*", "auto"),
@@ -124,11 +124,11 @@ def bench_store(n_bins: int, m: int):
     import tempfile
     from pathlib import Path
 
-    from streambhmm.cluster import dask_client
-    from streambhmm.demo import build_synthetic_store
-    from streambhmm.pipeline import load_counts
-    from streambhmm.store import open_store
-    from streambhmm.storehmm import fit_store_em
+    from streambhmm.distributed.cluster import dask_client
+    from streambhmm.app.demo import build_synthetic_store
+    from streambhmm.moments.pipeline import load_counts
+    from streambhmm.io.store import open_store
+    from streambhmm.distributed.storehmm import fit_store_em
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "counts.zarr"

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from streambhmm.formats import read_rows
+from streambhmm.io.formats import read_rows
 
 CONTEXTS = np.array(["CG", "CHG", "CHH"])
 BASES = np.array(list("ACT"))
@@ -75,8 +75,8 @@ def compare_libraries(path: Path) -> None:
     """Decompressors and CSV parsers on the same file, one after the other."""
     from isal import igzip
 
-    from streambhmm.formats import FORMATS
-    from streambhmm.readers import Parser, blocks
+    from streambhmm.io.formats import FORMATS
+    from streambhmm.io.readers import Parser, blocks
 
     print(f"{'library':<44} {'seconds':>8}")
     candidates = [("gzip (Python zlib)", lambda: drain(gzip.open(path, "rb"))),

@@ -46,12 +46,12 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from streambhmm.evaluate import matched_error  # noqa: E402
-from streambhmm.hmm import BinomialHMM  # noqa: E402
-from streambhmm.model import SpectralBinomialHMM  # noqa: E402
-from streambhmm.momentstore import load_total, update_moment_store  # noqa: E402
-from streambhmm.simulate import model, simulate  # noqa: E402
-from streambhmm.store import open_store, write_store  # noqa: E402
+from streambhmm.learn.evaluate import matched_error  # noqa: E402
+from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
+from streambhmm.learn.model import SpectralBinomialHMM  # noqa: E402
+from streambhmm.moments.momentstore import load_total, update_moment_store  # noqa: E402
+from streambhmm.learn.simulate import model, simulate  # noqa: E402
+from streambhmm.io.store import open_store, write_store  # noqa: E402
 
 BASE = np.array([0.03, 0.2, 0.4, 0.6, 0.8, 0.97])
 STAY = 0.95
@@ -126,7 +126,7 @@ def ingest_seconds(n_max: int, n_bins: int, workdir: Path) -> list[float]:
         path = workdir / f"s{s}.cov"
         write_cov(path, meth[:, 0], cov[:, 0])
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "streambhmm.cli", "ingest", str(path), "--sample", f"S{s}",
+        subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "ingest", str(path), "--sample", f"S{s}",
                         "--store", str(store), "--format", "bismark-cov"], check=True, capture_output=True)
         times.append(time.perf_counter() - start)
         path.unlink()
@@ -144,7 +144,7 @@ def mean_errors(truth: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
 
 def em_run(store, start, client, pooled: bool, n_iter: int):
     """(seconds per iteration, the fitted BinomialHMM) of EM on the store from ``start``."""
-    from streambhmm.storehmm import fit_store_em
+    from streambhmm.distributed.storehmm import fit_store_em
 
     hmm = BinomialHMM(6, stationary_start=True, allow_degenerate=True).start_from(*start)
     t = time.perf_counter()
@@ -162,7 +162,7 @@ def allcools_sizes(workdir: Path) -> dict:
     for label, extra in (("joint", []), ("pooled", ["--pooled"])):
         work = workdir / f"batch-{label}"
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "streambhmm.cli", "batch", str(manifest), "--workdir", str(work),
+        subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "batch", str(manifest), "--workdir", str(work),
                         "-q", *extra], check=True, capture_output=True)
         out[label] = (du(work / "cells" / "moments.zarr") / 1e6, du(work / "cells" / "counts.zarr") / 1e6,
                       time.perf_counter() - start)
@@ -189,7 +189,7 @@ def main():
 def run(args, sizes, n_bins: int, workdir: Path) -> None:
     from distributed import Client, LocalCluster
 
-    from streambhmm.cluster import dask_client
+    from streambhmm.distributed.cluster import dask_client
 
     print(f"ingest: adding samples of {args.ingest_bins:.0e} bins one by one", flush=True)
     added = ingest_seconds(max(sizes), int(args.ingest_bins), workdir)

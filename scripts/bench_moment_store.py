@@ -18,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from streambhmm.demo import build_synthetic_store
+from streambhmm.app.demo import build_synthetic_store
 
 
 def timed(*args) -> float:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "streambhmm.cli", *map(str, args)], check=True,
+    subprocess.run([sys.executable, "-m", "streambhmm.app.cli", *map(str, args)], check=True,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from streambhmm.cluster import dask_client
-from streambhmm.demo import BENCH_COVERAGE, BENCH_TRUTH, build_synthetic_store, cpg_rows, write_bismark_cov
-from streambhmm.ingest import ingest
-from streambhmm.moments import compute_moments
-from streambhmm.pipeline import moments_graph
-from streambhmm.simulate import simulate
-from streambhmm.store import open_store
+from streambhmm.distributed.cluster import dask_client
+from streambhmm.app.demo import BENCH_COVERAGE, BENCH_TRUTH, build_synthetic_store, cpg_rows, write_bismark_cov
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.sums import compute_moments
+from streambhmm.moments.pipeline import moments_graph
+from streambhmm.learn.simulate import simulate
+from streambhmm.io.store import open_store
 
 def peak_rss_mib() -> float:
     """This process's peak resident memory (VmHWM: its own address space's high-water
@@ -47,7 +47,7 @@ def worker_peak_mib(client) -> list[float]:
 
 def warm_up() -> None:
     """Imports and the kernel's compiled code, loaded once per worker before timing."""
-    from streambhmm.moments import compute_moments as moments
+    from streambhmm.moments.sums import compute_moments as moments
     moments(np.array([[1, 2], [0, 1], [3, 3], [2, 2]]), np.array([[2, 2], [1, 1], [4, 3], [2, 2]]))
 
 

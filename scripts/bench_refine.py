@@ -24,10 +24,10 @@ import warnings
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, compute_moments, simulate
-from streambhmm.checks import DegenerateModelWarning
-from streambhmm.hmm import BinomialHMM
-from streambhmm.refine import objective_for
-from streambhmm.simulate import model
+from streambhmm.learn.checks import DegenerateModelWarning
+from streambhmm.learn.hmm import BinomialHMM
+from streambhmm.learn.refine import objective_for
+from streambhmm.learn.simulate import model
 
 
 def truth(m: int, n_samples: int, rng) -> object:

@@ -61,7 +61,7 @@ def timed(args: list, **kwargs) -> tuple[float, float, str]:
 
 def streambhmm_run(workdir: Path, m: int) -> tuple:
     """(wall, peak MiB, EM iterations, decode's summary line, per-command walls) of ingest + fit + decode."""
-    command = [sys.executable, "-m", "streambhmm.cli"]
+    command = [sys.executable, "-m", "streambhmm.app.cli"]
     store, model = workdir / "counts.zarr", workdir / "model.json"
     shutil.rmtree(store, ignore_errors=True)
     steps = [timed([*command, "ingest", FILE, "--format", "methylseekr", "--sample", "IMR90", "--store", store]),

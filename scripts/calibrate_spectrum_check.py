@@ -1,4 +1,4 @@
-"""Calibrate the spectrum check's margin (streambhmm.spectral.NOISE_MARGIN).
+"""Calibrate the spectrum check's margin (streambhmm.learn.spectral.NOISE_MARGIN).
 
     python scripts/calibrate_spectrum_check.py [--seeds 4]
 
@@ -14,8 +14,8 @@ import argparse
 import numpy as np
 
 from streambhmm import compute_moments, simulate
-from streambhmm.simulate import model
-from streambhmm.spectral import NOISE_MARGIN
+from streambhmm.learn.simulate import model
+from streambhmm.learn.spectral import NOISE_MARGIN
 
 SETTINGS = [  # (levels per state and sample, self-transition probability)
     ([[0.1, 0.2], [0.9, 0.8]], 0.95),

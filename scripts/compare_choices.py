@@ -17,9 +17,9 @@ import argparse
 import numpy as np
 
 from streambhmm import compute_moments, matched_error, paper_model, simulate
-from streambhmm.recovery import methylation_paper, methylation_ratio, normalize_observation, transitions
-from streambhmm.simulate import model
-from streambhmm.spectral import tensor_power_method, whiten
+from streambhmm.learn.recovery import methylation_paper, methylation_ratio, normalize_observation, transitions
+from streambhmm.learn.simulate import model
+from streambhmm.learn.spectral import tensor_power_method, whiten
 
 LEVELS = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])
 STICKY = np.full((4, 4), 0.1 / 3) + np.eye(4) * (0.9 - 0.1 / 3)

@@ -47,7 +47,7 @@ RECIPES = {
 
 
 def streambhmm(*args) -> str:
-    result = subprocess.run([sys.executable, "-m", "streambhmm.cli", *map(str, args)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", *map(str, args)], capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"streambhmm {' '.join(map(str, args))} failed:\n{result.stdout}{result.stderr}")
     return result.stdout
@@ -118,7 +118,7 @@ def run_recipe(name: str, recipe: dict, variant: str, workdir: Path, files=None,
                "--format", fmt, "--bin-size", recipe["bin_size"])
     emission = ["--emission", "binomial"] if variant == "binomial" else []
     streambhmm("fit", store, "--states", recipe["states"], "--method", "refined-em", *emission, "-o", model, "-q")
-    result = subprocess.run([sys.executable, "-m", "streambhmm.cli", "regions", str(store), "--model", str(model),
+    result = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "regions", str(store), "--model", str(model),
                              "--preset", recipe["preset"], "-o", str(bed), "-q"], capture_output=True, text=True)
     print((result.stdout + result.stderr).strip())
     return (bed if result.returncode == 0 else None), time.perf_counter() - start

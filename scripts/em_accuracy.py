@@ -19,9 +19,9 @@ import time
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, matched_error, paper_model, simulate
-from streambhmm.hmm import BinomialHMM, random_parameters, run_em
-from streambhmm.simulate import model
-from streambhmm.spectral import SpectrumError
+from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
+from streambhmm.learn.simulate import model
+from streambhmm.learn.spectral import SpectrumError
 
 LEVELS = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])
 STICKY = np.full((4, 4), 0.1 / 3) + np.eye(4) * (0.9 - 0.1 / 3)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
-from streambhmm.hmm import BinomialHMM, run_em  # noqa: E402
+from streambhmm.learn.hmm import BinomialHMM, run_em  # noqa: E402
 
 
 def median_run(states: np.ndarray, lengths: np.ndarray) -> float:

@@ -30,9 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402  (the same data sets and splits)
 
-from streambhmm.hmm import BinomialHMM  # noqa: E402
-from streambhmm.modelio import hmm_from_model, read_model  # noqa: E402
-from streambhmm.store import write_store  # noqa: E402
+from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
+from streambhmm.app.modelio import hmm_from_model, read_model  # noqa: E402
+from streambhmm.io.store import write_store  # noqa: E402
 
 METHODS = ("refined", "refined-em", "em", "ftd-em")
 
@@ -78,7 +78,7 @@ def main():
                 for method in methods:
                     model = tmp / f"{method}.m{m}.json"
                     t = time.perf_counter()
-                    proc = subprocess.run([sys.executable, "-m", "streambhmm.cli", "fit", str(store), "-m", str(m),
+                    proc = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "fit", str(store), "-m", str(m),
                                            "--method", method, "-o", str(model), "-q"], capture_output=True, text=True)
                     seconds = time.perf_counter() - t
                     if proc.returncode != 0:

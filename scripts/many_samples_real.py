@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from real_data_fits import REAL, em, split  # noqa: E402  (the same splits and EM)
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
-from streambhmm.checks import DegenerateModelWarning, degeneracy_problems  # noqa: E402
-from streambhmm.formats import ReadOptions  # noqa: E402
-from streambhmm.hmm import BinomialHMM, random_parameters  # noqa: E402
-from streambhmm.ingest import ingest  # noqa: E402
-from streambhmm.pipeline import load_counts  # noqa: E402
-from streambhmm.store import open_store  # noqa: E402
+from streambhmm.learn.checks import DegenerateModelWarning, degeneracy_problems  # noqa: E402
+from streambhmm.io.formats import ReadOptions  # noqa: E402
+from streambhmm.learn.hmm import BinomialHMM, random_parameters  # noqa: E402
+from streambhmm.io.ingest import ingest  # noqa: E402
+from streambhmm.moments.pipeline import load_counts  # noqa: E402
+from streambhmm.io.store import open_store  # noqa: E402
 
 DATASETS = {
     "h1-imr90-4": ("H1 x 2, IMR90 x 2, chr21 (WGBS)", "dmrseq_BS.chr21_H1_IMR90", "*.tsv.gz", None),

@@ -8,7 +8,7 @@ Data sets (../shared/data/real; replicates merged by adding counts, as the paper
   h1-imr90:    dmrseq_BS.chr21_H1_IMR90, human H1 ESC vs IMR90 fibroblasts, chr21 (WGBS);
   arabidopsis: DMRcaller_arabidopsis_chr3, A. thaliana wild type vs met1-3, Chr3 1-1 Mb
                (Bismark CX reports; CG context).
-Files are ingested with `streambhmm.ingest` (100 bp bins) into a temporary store and read
+Files are ingested with `streambhmm.io.ingest` (100 bp bins) into a temporary store and read
 back in memory (both are small).
 
 Held-out split: the covered bins are cut into 20 contiguous blocks; even blocks train,
@@ -30,12 +30,12 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from streambhmm import SpectralBinomialHMM
-from streambhmm.hmm import BinomialHMM, random_parameters, run_em
-from streambhmm.ingest import ingest
-from streambhmm.pipeline import load_counts
-from streambhmm.simulate import stationary_distribution
-from streambhmm.spectral import SpectrumError
-from streambhmm.store import open_store
+from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.pipeline import load_counts
+from streambhmm.learn.simulate import stationary_distribution
+from streambhmm.learn.spectral import SpectrumError
+from streambhmm.io.store import open_store
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 DATASETS = {

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, SpectrumError, matched_error, paper_model, simulate
-from streambhmm.hmm import BinomialHMM, random_parameters, run_em
+from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
 
 
 METHODS = ("FTD", "EM", "FTD+EM")

@@ -31,11 +31,11 @@ import many_samples_real as real  # noqa: E402
 from real_data_fits import em  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
-from streambhmm import refine as refine_module  # noqa: E402
-from streambhmm.evaluate import matched_error  # noqa: E402
-from streambhmm.hmm import random_parameters  # noqa: E402
-from streambhmm.refine import Weights  # noqa: E402
-from streambhmm.simulate import model, simulate  # noqa: E402
+from streambhmm.learn import refine as refine_module  # noqa: E402
+from streambhmm.learn.evaluate import matched_error  # noqa: E402
+from streambhmm.learn.hmm import random_parameters  # noqa: E402
+from streambhmm.learn.refine import Weights  # noqa: E402
+from streambhmm.learn.simulate import model, simulate  # noqa: E402
 
 MEASURED = refine_module.projected_weight
 

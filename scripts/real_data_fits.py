@@ -18,7 +18,7 @@ replicates merged by adding counts) and read back in memory:
 
 EM runs to a relative gain below 1e-8 per iteration (at most 3000 iterations). "EM to
 0.01%" counts the iterations until the training log-likelihood is within 0.01% of the best
-random start's converged value. Fits that are degenerate (streambhmm.checks) are reported
+random start's converged value. Fits that are degenerate (streambhmm.learn.checks) are reported
 as such; ``--sweep`` also fits M = 2..6 with every method and counts them.
 
     python scripts/real_data_fits.py [--datasets ...] [--states 4,6] [--sweep] [--json out.jsonl]
@@ -37,11 +37,11 @@ from pathlib import Path
 import numpy as np
 
 from streambhmm import SpectralBinomialHMM, compute_moments
-from streambhmm.checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems
-from streambhmm.hmm import BinomialHMM, random_parameters, run_em
-from streambhmm.ingest import ingest
-from streambhmm.pipeline import load_counts
-from streambhmm.store import open_store
+from streambhmm.learn.checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems
+from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.pipeline import load_counts
+from streambhmm.io.store import open_store
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
 DATASETS = {

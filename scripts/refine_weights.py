@@ -1,6 +1,6 @@
 """How the moment-only refinement's criterion is weighted, measured (issue 12).
 
-Variants of the criterion (streambhmm.refine.Weights), each fitted with the package's
+Variants of the criterion (streambhmm.learn.refine.Weights), each fitted with the package's
 multi-start refinement:
 
     squares          least squares on P12, P13, P23, each over its squared norm (a plain GMM)
@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments, matched_error, simulate  # noqa: E402
-from streambhmm.hmm import random_parameters  # noqa: E402
-from streambhmm.refine import Weights  # noqa: E402
-from streambhmm.simulate import model  # noqa: E402
+from streambhmm.learn.hmm import random_parameters  # noqa: E402
+from streambhmm.learn.refine import Weights  # noqa: E402
+from streambhmm.learn.simulate import model  # noqa: E402
 
 VARIANTS = {
     "squares": Weights(1.0, 0.0, 0.0, 0.0, "squares", coverage=0.0),

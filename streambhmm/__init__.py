@@ -1,19 +1,21 @@
 """streambhmm: spectral and EM learning of Binomial HMMs for DNA methylation.
 
+The subpackages follow the data flow: io (text to counts store), moments (the one pass),
+learn (in-memory estimators), distributed (work on a store on Dask), app (commands).
+
 The public names are imported on first use, so the command line starts quickly
 (``streambhmm --version`` imports neither scipy nor numba nor zarr)."""
 
 import importlib
-import sys
-import types
 
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "MatchedError": "evaluate", "match_states": "evaluate", "matched_error": "evaluate",
-    "beta_map": "features", "SpectralBinomialHMM": "model", "Moments": "moments",
-    "compute_moments": "moments", "Model": "simulate", "paper_model": "simulate",
-    "population_moments": "simulate", "simulate": "simulate", "SpectrumError": "spectral",
+    "MatchedError": "learn.evaluate", "match_states": "learn.evaluate", "matched_error": "learn.evaluate",
+    "beta_map": "moments.features", "SpectralBinomialHMM": "learn.model", "BinomialHMM": "learn.hmm",
+    "Moments": "moments.sums", "compute_moments": "moments.sums", "Model": "learn.simulate",
+    "paper_model": "learn.simulate", "population_moments": "learn.simulate", "simulate": "learn.simulate",
+    "SpectrumError": "learn.spectral",
 }
 __all__ = sorted(_PUBLIC)
 
@@ -29,15 +31,3 @@ def __getattr__(name: str):
 def __dir__():
     return sorted([*globals(), *_PUBLIC])
 
-
-class _Package(types.ModuleType):
-    """Keeps the public function ``simulate`` from being replaced by the submodule of the
-    same name when that is imported (eager imports used to override it the same way)."""
-
-    def __setattr__(self, name, value):
-        if name in _PUBLIC and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from streambhmm.simulate import model
+from streambhmm.learn.simulate import model
 
 # Four well-separated states, two samples, a sticky chain.
 WELL_SEPARATED = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])

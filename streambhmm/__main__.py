@@ -1,0 +1,5 @@
+"""`python -m streambhmm`: the command line."""
+
+from .app.cli import main
+
+main()

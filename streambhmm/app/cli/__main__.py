@@ -1,0 +1,5 @@
+"""`python -m streambhmm.app.cli`: the command line."""
+
+from . import main
+
+main()

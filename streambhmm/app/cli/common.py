@@ -1,0 +1,155 @@
+"""What the commands share: errors, parameter types, options, Dask clients, the states table."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from pathlib import Path
+
+import click
+
+from ...distributed.cluster import SCHEDULER_ENV, SchedulerLost, dask_client
+from ...io.formats import CONTEXTS, ReadOptions
+from ...io.storage import Location
+
+
+# StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors
+USER_ERRORS = (ValueError, FileNotFoundError, SchedulerLost)
+
+
+def user_errors(fn):
+    """Turn expected errors into a one-line message and a non-zero exit."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as exc:
+            raise click.ClickException(str(exc)) from None
+    return wrapper
+
+
+class StoreParam(click.ParamType):
+    """A store: a local directory or an fsspec URL (s3://..., memory://...)."""
+    name = "store"
+
+    def __init__(self, exists: bool):
+        self.exists = exists
+
+    def convert(self, value, param, ctx):
+        location = Location.of(value)
+        if location.is_local and Path(location.url).is_file():
+            self.fail(f"{value}: is a file, not a store directory", param, ctx)
+        if self.exists and not location.exists():
+            self.fail(f"{value}: does not exist", param, ctx)
+        return location.url
+
+
+STORE, NEW_STORE = StoreParam(exists=True), StoreParam(exists=False)
+
+
+scheduler_option = click.option(
+    "--scheduler", default=None, metavar="ADDRESS",
+    help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")
+
+
+quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+
+
+DEFAULT_N_BINS = 30
+
+
+POSITIVE = click.IntRange(min=1)  # every count option is checked before any work
+
+
+NON_NEGATIVE = click.IntRange(min=0)
+
+
+bins_option = click.option("--bins", "n_bins", default=DEFAULT_N_BINS, show_default=True, type=POSITIVE,
+                           help="Beta-map granularity D.")
+
+
+bin_size_option = click.option("--bin-size", default=100, show_default=True, type=POSITIVE, help="Bin width in bp.")
+
+
+context_option = click.option("--context", default="CG", show_default=True, type=click.Choice(CONTEXTS),
+                              help="Cytosine context kept, where the format carries one.")
+
+
+def feature_options(fn):
+    """--feature and --projection-dim: which feature the moments are summed of."""
+    from ...distributed.fitting import DEFAULT_PROJECTION_DIM, FEATURES
+
+    fn = click.option("--projection-dim", default=DEFAULT_PROJECTION_DIM, show_default=True, type=POSITIVE,
+                      help="Dimension K of the projected feature.")(fn)
+    return click.option("--feature", default="auto", show_default=True, type=click.Choice(FEATURES),
+                        help="beta: the samples' Beta maps side by side (dimension samples x --bins); projected: "
+                             "a seeded projection of them to --projection-dim dimensions, whatever the number "
+                             "of samples; auto: projected above 64 dimensions (3 or more samples at --bins 30). "
+                             "Pooled moments are one sample wide: beta.")(fn)
+
+
+def read_options(fn):
+    """The reading options of ingest and batch, gathered into ``options`` (a ReadOptions)."""
+    @click.option("--merge-strands", is_flag=True,
+                  help="Add each CpG's minus-strand C (at pos + 1) to its plus-strand C (formats with a strand).")
+    @click.option("--min-coverage", default=1, show_default=True, type=NON_NEGATIVE, help="Drop cytosine rows with less coverage.")
+    @click.option("--chromosomes", default=None, metavar="LIST", help="Keep only these chromosomes (comma-separated "
+                                                                      "glob patterns, e.g. 'chr[0-9]*,chrX').")
+    @click.option("--exclude-chromosomes", default=None, metavar="LIST",
+                  help="Drop these chromosomes (comma-separated glob patterns, e.g. 'chrM,chrUn*,lambda').")
+    @click.option("--columns", default=None, metavar="SPEC",
+                  help="Describe any other format: chrom=N,pos=N,meth=N,total=N (or unmeth=N; strand=N optional), "
+                       "1-based column numbers. Implies --format columns.")
+    @click.option("--zero-based", is_flag=True, help="With --columns: positions are 0-based (default 1-based).")
+    @click.option("--header", is_flag=True, help="With --columns: the first line is a header (default: skipped "
+                                                 "when its fields after the first are not numbers).")
+    @functools.wraps(fn)
+    def wrapper(*args, merge_strands, min_coverage, chromosomes, exclude_chromosomes, columns, zero_based, header,
+                **kwargs):
+        try:
+            kwargs["options"] = ReadOptions(
+                merge_strands=merge_strands, min_coverage=min_coverage,
+                chromosomes=ReadOptions.parse_patterns(chromosomes),
+                exclude_chromosomes=ReadOptions.parse_patterns(exclude_chromosomes) or (),
+                columns=ReadOptions.parse_columns(columns) if columns else None, zero_based=zero_based,
+                header=header)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+def format_states(methylation, transmat, startprob, samples, labels=None) -> str:
+    """One row per state: its level in each sample, its weight (the model's startprob: the
+    stationary distribution, each state's share of the bins), its self-transition and its
+    label (streambhmm.learn.states)."""
+    width = max(10, *(len(s) for s in samples))
+    label = "  label" if labels else ""
+    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}{label}"]
+    for h, levels in enumerate(methylation):
+        rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
+                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}" + (f"  {labels[h]}" if labels else ""))
+    return "\n".join(rows)
+
+
+@contextlib.contextmanager
+def reading(store, scheduler, if_lost: str = ""):
+    """A Dask client for a command that reads the counts store ``store``, holding its shared
+    lock: an ingest into it waits until the command is done (and the command waits for a
+    running ingest), so the command never sees a mix of old and new counts."""
+    from ...io.store import locked
+
+    with locked(store, shared=True), store_client(store, scheduler, if_lost) as client:
+        yield client
+
+
+def store_client(store, scheduler, if_lost: str = ""):
+    """A Dask client for work on the counts store ``store``: in process when it is small
+    (cluster.is_small) and no scheduler is given."""
+    from ...distributed.cluster import is_small, scheduler_address
+
+    return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
+
+
+POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "
+               "cells); cost linear in the number of samples.")

@@ -1,0 +1,81 @@
+"""`moments` (compute, merge): the moment store."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from ...distributed.cluster import clear_status, status_line
+from .common import (NEW_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
+                     scheduler_option, user_errors)
+
+
+class MomentsGroup(click.Group):
+    """`streambhmm moments STORE ...` computes; `streambhmm moments merge ...` merges."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["compute", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=MomentsGroup)
+def moments():
+    """Persist per-chunk moment sums (resumable, incremental): `moments STORE --output M`."""
+
+
+@moments.command("compute")
+@click.argument("store", type=STORE)
+@click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
+@click.option("--samples", default=None, help="Comma-separated samples (default: all).")
+@bins_option
+@click.option("--block-size", default=None, type=POSITIVE,
+              help="Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
+                   "(default: the moment store's, or 1,000,000 for a new one).")
+@click.option("--pooled", is_flag=True, help=POOLED_HELP)
+@feature_options
+@scheduler_option
+@quiet_option
+@user_errors
+def moments_compute(store, output, samples, n_bins, block_size, pooled, feature, projection_dim, scheduler, quiet):
+    """Compute or update the moment store OUTPUT from the counts store STORE."""
+    from ...moments.features import projection_for
+    from ...moments.momentstore import update_moment_store
+    from ...moments.pipeline import select_samples
+    from ...io.store import open_store
+
+    start = time.perf_counter()
+    sample_list = [s for s in samples.split(",") if s] if samples else None
+    show = status_line(quiet)
+    kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
+    try:
+        with reading(store, scheduler, if_lost=kept) as client:
+            counts = open_store(store)
+            width = 1 if pooled else len(select_samples(counts, sample_list))
+            report = update_moment_store(counts, output, client, sample_list, n_bins,
+                                         progress=lambda done, total: show(f"partials: {done}/{total}"),
+                                         block_size=block_size, pooled=pooled,
+                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
+    finally:
+        clear_status(quiet)
+    click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
+               f"dropped {report.dropped} stale; samples {','.join(report.samples)}; "
+               f"{time.perf_counter() - start:.1f} s")
+    if report.computed == 0 and report.dropped == 0:
+        click.echo("nothing changed: the moment store was already up to date")
+
+
+@moments.command("merge")
+@click.argument("inputs", nargs=-1, required=True, type=STORE)
+@click.option("--output", "-o", required=True, type=NEW_STORE)
+@user_errors
+def moments_merge(inputs, output):
+    """Merge moment stores computed separately (same samples and feature settings)."""
+    from ...moments.momentstore import merge_moment_stores
+
+    if len(inputs) < 2:
+        raise click.UsageError("merge needs at least two moment stores")
+    result = merge_moment_stores(list(inputs), output)
+    click.echo(f"{output}: {result['partials']} partial(s) on {len(result['chromosomes'])} chromosome(s); "
+               f"{result['duplicates']} duplicate partial(s) kept once")

@@ -1,0 +1,104 @@
+"""`batch` and `demo`: whole runs, from files to models."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ...distributed.cluster import clear_status, dask_client, status_line
+from ...io.storage import Location
+from .common import (DEFAULT_N_BINS, NEW_STORE, POSITIVE, bin_size_option, bins_option, context_option,
+                     feature_options, format_states, quiet_option, read_options, scheduler_option, user_errors)
+from .fit import fit_store
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(exists=True, dir_okay=False))
+@click.option("--workdir", required=True, type=NEW_STORE,
+              help="Directory (or fsspec URL) for one counts store and one moment store per group.")
+@bins_option
+@bin_size_option
+@context_option
+@click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: 1000000).")
+@click.option("--pooled", is_flag=True, help="Pooled moment stores: states shared by a group's samples (see fit).")
+@feature_options
+@read_options
+@scheduler_option
+@quiet_option
+@user_errors
+def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feature, projection_dim, scheduler, quiet,
+          options):
+    """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
+    update one moment store per group, all groups at once on the cluster."""
+    from ...distributed.batch import SUMMARY, format_summary, run_batch
+
+    start = time.perf_counter()
+    echo = (lambda message: None) if quiet else click.echo
+    kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
+    try:
+        with dask_client(scheduler, if_lost=kept) as client:
+            summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
+                                echo=echo, progress=status_line(quiet), options=options, pooled=pooled,
+                                feature=feature, projection_dim=projection_dim)
+    finally:
+        clear_status(quiet)
+    click.echo(format_summary(summary), nl=False)
+    click.echo(f"{len(summary.samples)} sample(s), {len(summary.groups)} group(s) in "
+               f"{time.perf_counter() - start:.1f} s; summary in {Location.of(workdir) / SUMMARY}")
+    if summary.failed:
+        raise click.ClickException(f"{len(summary.failed)} failure(s): {', '.join(summary.failed)}. Everything "
+                                   f"else is kept; fix the cause and rerun to resume.")
+    bins = f" --bins {n_bins}" if n_bins != DEFAULT_N_BINS else ""
+    click.echo(f"fit a group with: streambhmm fit {Location.of(workdir) / '<group>' / 'moments.zarr'} "
+               f"--states M{bins} --output model.json")
+
+
+@click.command()
+@click.option("--bins-per-chromosome", "n", default=100_000, show_default=True, type=click.IntRange(min=1000))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--workdir", default=None, type=click.Path(file_okay=False),
+              help="Keep the files, store and model here (default: a temporary directory).")
+@scheduler_option
+@quiet_option
+@user_errors
+def demo(n, seed, workdir, scheduler, quiet):
+    """End to end on synthetic data: write real-format files, ingest, fit, compare."""
+    from ..demo import DEMO_COVERAGE, DEMO_SAMPLES, DEMO_TRUTH, write_demo_files
+    from ...learn.evaluate import matched_error
+    from ...io.ingest import ingest as run_ingest
+    from ...io.storage import write_json
+    from ..modelio import model_to_dict
+    from ...learn.simulate import simulate
+
+    with tempfile.TemporaryDirectory(prefix="streambhmm-demo-") as tmp:
+        directory = Path(workdir or tmp)
+        directory.mkdir(parents=True, exist_ok=True)
+        chromosomes = ["chr1", "chr2", "chr3"]
+        rng = np.random.default_rng(seed)
+        data = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)
+        files = write_demo_files(directory, data, chromosomes, rng)
+        click.echo(f"wrote {n * len(chromosomes):,} bins x 2 samples: {files[0].name} (Bismark coverage), "
+                   f"{files[1].name} (allc, with CHH rows)")
+        store = directory / "counts.zarr"
+        for sample, path in zip(DEMO_SAMPLES, files):
+            report = run_ingest([path], sample, store, echo=click.echo)
+            click.echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
+        start = time.perf_counter()
+        est, data = fit_store(store, 4, None, 30, seed, scheduler, quiet)
+        write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes))
+        click.echo(f"moments on Dask and fit: {time.perf_counter() - start:.1f} s, {est.n_triples_:,} triples\n")
+        err = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
+        perm = err.permutation
+        click.echo("true states:")
+        click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.transmat, DEMO_TRUTH.startprob, DEMO_SAMPLES))
+        click.echo("\nrecovered states (matched to the true order):")
+        click.echo(format_states(est.methylation_[perm], est.transmat_[np.ix_(perm, perm)], est.startprob_[perm],
+                                 DEMO_SAMPLES))
+        click.echo(f"\nmethylation error (sum |p - p_hat|): {err.methylation_error:.4f}")
+        click.echo(f"transition error (Frobenius):        {err.transmat_error:.4f}")
+        if workdir:
+            click.echo(f"files, store and model.json kept in {directory}")

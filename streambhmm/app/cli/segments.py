@@ -1,0 +1,256 @@
+"""`score`, `decode`, `regions`, `tracks`, `report`: what a model says of a store."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ...distributed.cluster import clear_status, status_line
+from .common import NON_NEGATIVE, POSITIVE, STORE, quiet_option, reading, scheduler_option, store_client, user_errors
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--chromosomes", default=None, help="Comma-separated chromosomes (default: all).")
+@scheduler_option
+@quiet_option
+@user_errors
+def score(store, model, chromosomes, scheduler, quiet):
+    """Log-likelihood of a counts store under a model, per chromosome and in total
+    (binomial coefficients included; exact across chunks)."""
+    from ..modelio import model_for_store
+    from ...distributed.storehmm import score_store
+
+    start = time.perf_counter()
+    wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
+    with reading(store, scheduler) as client:
+        counts, document, hmm = model_for_store(store, model)
+        per_chrom = score_store(counts, hmm, client, document["samples"], wanted, bool(document.get("pooled")))
+    width = max(10, *(len(c) for c in per_chrom))
+    click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
+    for chrom, value in per_chrom.items():
+        click.echo(f"{chrom:<{width}} {value:>18.6f}")
+    click.echo(f"{'total':<{width}} {sum(per_chrom.values()):>18.6f}")
+    if not quiet:
+        click.echo(f"scored in {time.perf_counter() - start:.1f} s")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Segments (BED). A pooled model writes one BED per sample: OUTPUT with .SAMPLE before its "
+                   "extension.")
+@click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
+@click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE,
+              help="Split a run where more than this many bp have no coverage.")
+@scheduler_option
+@quiet_option
+@user_errors
+def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
+    """Segment a counts store: each covered bin gets its most probable state (posterior
+    decoding), and runs of one state are written as BED9 (named by the states' labels,
+    coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
+    from ..modelio import model_for_store, model_labels, write_state_table
+    from ...distributed.storehmm import decode_store
+
+    start = time.perf_counter()
+    counts, document, hmm = model_for_store(store, model)
+    labels = model_labels(document)
+    pooled = bool(document.get("pooled"))
+    if pooled and posteriors:
+        raise click.ClickException(f"{model} is a pooled model; --posteriors is written for joint models only")
+    # a pooled model segments each sample on its own
+    runs = [(pooled_output(output, s), [s]) for s in document["samples"]] if pooled else [(output, document["samples"])]
+    show = status_line(quiet)
+    with store_client(store, scheduler) as client:
+        for path, samples in runs:
+            try:
+                report = decode_store(counts, hmm, client, path, samples, max_gap, posteriors,
+                                      progress=lambda done, total: show(f"chunks: {done}/{total}"), labels=labels,
+                                      track=f"{Path(model).stem} states" + (f" ({samples[0]})" if pooled else ""))
+            finally:
+                clear_status(quiet)
+            click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+                       f"({time.perf_counter() - start:.1f} s)")
+            for h, n in enumerate(report.state_bins):
+                levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
+                click.echo(f"  state {h} {labels[h]} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
+    table = state_table_path(output)
+    write_state_table(table, document)
+    click.echo(f"states (labels, colours, levels) in {table}")
+    if posteriors:
+        click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
+              help="hmr: hypomethylated regions (states below 0.4 in every sample; a 3-state model on 100 bp "
+                   "bins); pmd: partially methylated domains (states below 0.7; a 2-state model on 5 kb bins); "
+                   "see README. The options below change a preset's settings.")
+@click.option("--states", "state_names", default=None,
+              help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
+@click.option("--min-posterior", default=None, type=click.FloatRange(0.0, 1.0),
+              help="A bin belongs to a region when the posterior of the states is at least this (0.5).")
+@click.option("--max-gap", default=None, type=NON_NEGATIVE,
+              help="Bins of a region lie at most this many bp apart (hmr 1000, pmd 10000, --states 200).")
+@click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
+@click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 5).")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv.")
+@scheduler_option
+@quiet_option
+@user_errors
+def regions(store, model, preset, state_names, min_posterior, max_gap, min_length, min_bins, output, scheduler,
+            quiet):
+    """Regions of a counts store under a model: runs of bins whose posterior of chosen states
+    (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
+    from ..modelio import model_for_store, model_labels
+    from ...distributed.regions import RegionRule, find_regions, preset_rule, rule_with, write_regions
+
+    start = time.perf_counter()
+    if (preset is None) == (state_names is None):
+        raise click.UsageError("give one of --preset and --states")
+    counts, document, hmm = model_for_store(store, model)
+    if document.get("pooled"):
+        raise click.ClickException(f"{model} is a pooled model; regions are found with joint models (fit without "
+                                   f"--pooled, or with --samples for one sample)")
+    labels = model_labels(document)
+    if preset:
+        rule = preset_rule(preset, hmm.methylation_)
+    else:
+        targets = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
+        rule = RegionRule(tuple(sorted(set(targets))), name="region")
+    rule = rule_with(rule, min_posterior=min_posterior, max_gap=max_gap, min_length=min_length, min_bins=min_bins)
+    show = status_line(quiet)
+    with reading(store, scheduler) as client:
+        try:
+            found = find_regions(counts, hmm, client, rule, document["samples"],
+                                 progress=lambda done, total: show(f"chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    n = write_regions(found, rule, hmm.methylation_, document["samples"], output,
+                      f"{Path(model).stem} {preset or 'regions'}")
+    lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(1)
+    click.echo(f"{output}: {n:,} regions of states {', '.join(labels[h] for h in rule.targets)}, median "
+               f"{np.median(lengths):,.0f} bp, {lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--output", "-o", "prefix", required=True, metavar="PREFIX",
+              help="Files are PREFIX.SAMPLE.methylation.bw and PREFIX.stateH-LABEL.posterior.bw (pooled model: "
+                   "PREFIX.SAMPLE.stateH-LABEL.posterior.bw).")
+@click.option("--samples", default=None, help="Comma-separated samples whose methylation is written (default: the "
+                                             "model's, else all).")
+@click.option("--model", "model", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="A model: also write the posterior of --states.")
+@click.option("--states", "state_names", default=None,
+              help="Comma-separated states (labels or indices) whose posterior is written, one file each "
+                   "(default with --model: every state).")
+@click.option("--min-coverage", default=1, show_default=True, type=POSITIVE,
+              help="Methylation of bins with at least this many reads.")
+@click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="UCSC chrom.sizes for the header (default: each chromosome ends at the store's last bin).")
+@scheduler_option
+@quiet_option
+@user_errors
+def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes, scheduler, quiet):
+    """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
+    with --model, the posterior probability of states."""
+    from ..modelio import model_for_store, model_labels
+    from ...io.store import open_store
+    from ...distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
+
+    start = time.perf_counter()
+    counts, document, hmm = model_for_store(store, model) if model else (open_store(store), None, None)
+    if samples:
+        chosen = [s for s in samples.split(",") if s]
+        unknown = [s for s in chosen if s not in counts.samples]
+        if unknown:
+            raise click.BadParameter(f"unknown sample(s) {', '.join(unknown)}; the store has "
+                                     f"{', '.join(counts.samples)}", param_hint="--samples")
+    else:
+        chosen = document["samples"] if document else counts.samples
+    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
+    for sample in chosen:
+        path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
+        n = write_methylation(counts, sample, path, lengths, min_coverage)
+        click.echo(f"{path}: methylation of {sample} in {n:,} bins")
+    if not model:
+        return
+    labels = model_labels(document)
+    states = list(range(len(labels)))
+    if state_names:
+        states = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
+    names = [f"state{h}-{safe_name(labels[h])}" for h in states]
+    runs = ([([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in document["samples"]]
+            if document.get("pooled") else [(document["samples"], [Path(f"{prefix}.{n}.posterior.bw") for n in names])])
+    show = status_line(quiet)
+    with reading(store, scheduler) as client:
+        for group, paths in runs:
+            try:
+                n = write_posteriors(counts, hmm, client, group, states, paths, lengths,
+                                     progress=lambda done, total: show(f"chunks: {done}/{total}"))
+            finally:
+                clear_status(quiet)
+            for h, path in zip(states, paths):
+                click.echo(f"{path}: posterior of state {h} {labels[h]} in {n:,} bins")
+    click.echo(f"({time.perf_counter() - start:.1f} s)")
+
+
+def state_index(name: str, labels: list[str], option: str) -> int:
+    """A state given by its label or its index."""
+    if name in labels:
+        return labels.index(name)
+    if name.isdigit() and int(name) < len(labels):
+        return int(name)
+    raise click.BadParameter(f"no state {name!r}; the model's are {', '.join(labels)} (or 0..{len(labels) - 1})",
+                             param_hint=option)
+
+
+def state_table_path(output) -> Path:
+    """The states' table beside a BED: OUTPUT's stem + .states.tsv."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.states.tsv")
+
+
+def pooled_output(output, sample: str) -> Path:
+    """A pooled model's BED of one sample: OUTPUT with .SAMPLE before its extension."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.{sample}{output.suffix}")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")
+@click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
+                                             "of the first chromosome).")
+@click.option("--moments", "moments_path", default=None, type=STORE,
+              help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
+@click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE, help="As for decode.")
+@click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0), help="As for fit.")
+@scheduler_option
+@quiet_option
+@user_errors
+def report(store, model, output, region, moments_path, max_gap, diff_threshold, scheduler, quiet):
+    """Write DIR/index.html with figures (levels, transitions, spectrum, occupancy, a
+    genome track, bootstrap and EM history when present) and DIR/segments.bed."""
+    from ..report import write_report
+
+    show = status_line(quiet)
+    with store_client(store, scheduler) as client:
+        try:
+            result = write_report(store, model, output, client, region, max_gap, diff_threshold, moments_path,
+                                  progress=lambda done, total: show(f"decoding chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
+               f"{result.timings['total']:.1f} s")

@@ -1,0 +1,92 @@
+"""`ingest`, `info`, `upgrade`: the counts store."""
+
+from __future__ import annotations
+
+import time
+
+import click
+import numpy as np
+
+from ...distributed.cluster import clear_status, status_line
+from ...io.formats import FORMATS
+from .common import NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, user_errors
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
+@click.option("--store", required=True, type=NEW_STORE, help="Counts store (Zarr directory or fsspec URL).")
+@click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
+@bin_size_option
+@context_option
+@click.option("--chunk-size", default=None, type=POSITIVE,
+              help="Bins per Zarr chunk of a new store (default 1000000); fixed once the store exists.")
+@read_options
+@quiet_option
+@user_errors
+def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, options):
+    """Add FILES (replicates of one sample) to a counts store."""
+    from ...io.ingest import ingest as run_ingest
+
+    start = time.perf_counter()
+    try:
+        report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
+                            chunk_size=chunk_size, echo=click.echo, progress=status_line(quiet), options=options)
+    finally:
+        clear_status(quiet)
+    if not report.unchanged:
+        click.echo(f"sample {sample}: {report.n_rows:,} rows from {len(files)} {report.format} file(s) -> "
+                   f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "
+                   f"({time.perf_counter() - start:.1f} s)")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@user_errors
+def info(store):
+    """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
+    counts are read)."""
+    from ...io.store import COVERED, SUMS, open_store
+
+    st = open_store(store)
+    click.echo(f"{store}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
+               f"chunk size {st.chunk_size:,} bins, written by streambhmm {st.attrs['tool_version']}")
+    for name in st.samples:
+        prov = st.attrs["samples"][name]
+        files = f"{len(prov['files'])} {prov['format']} file(s), context {prov['context']}" if "files" in prov else \
+            "no input files recorded"
+        click.echo(f"  sample {name}: {files}")
+    samples = st.samples
+    columns = [st.column(s) for s in samples]
+    totals = np.zeros((3, len(samples)))
+    n_total = 0
+    width = max(10, *(len(c) for c in st.chromosomes)) if st.chromosomes else 10
+    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " + " ".join(f"{s + ' covered':>16}" for s in samples))
+    for chrom in st.chromosomes:
+        summary = st.summary(chrom, columns).sum(axis=0)  # (samples, fields)
+        totals += [summary[:, COVERED], summary[:, SUMS][:, 1], summary[:, SUMS][:, 0]]
+        n_bins = st.n_bins(chrom)
+        n_total += n_bins
+        click.echo(f"{chrom:<{width}} {n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in summary[:, COVERED]))
+    click.echo(f"{'total':<{width}} {n_total:>11,} " + " ".join(f"{int(c):>16,}" for c in totals[0]))
+    click.echo("\ncoverage summary:")
+    for i, name in enumerate(samples):
+        covered, reads, meth = totals[:, i]
+        click.echo(f"  {name}: {int(covered):,} of {n_total:,} bins covered ({covered / max(n_total, 1):.1%}), "
+                   f"mean coverage {reads / max(covered, 1):.1f} per covered bin, "
+                   f"pooled methylation {meth / max(reads, 1):.3f}")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@quiet_option
+@user_errors
+def upgrade(store, quiet):
+    """Convert a version-1 counts store to the current format, in place (every sample and its
+    provenance are kept; the old store is replaced only once the new one is complete)."""
+    from ...io.store import upgrade_store
+
+    start = time.perf_counter()
+    n = upgrade_store(store, echo=(lambda message: None) if quiet else click.echo)
+    click.echo(f"{store}: {n} sample(s) converted to counts store format version 2 "
+               f"({time.perf_counter() - start:.1f} s)")

@@ -1,0 +1,104 @@
+"""A synthetic methylome written as real-format files, for the demo and benchmarks.
+
+Each simulated bin's counts are split over the two strands of one CpG (rows at offsets
+o and o+1 in the bin), so binning the files gives back exactly the simulated counts.
+The allc writer adds CHH rows, which the default CG context filter must drop.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..learn.simulate import model, simulate
+from ..io.store import SampleWriter
+
+DEMO_SAMPLES = ("sample_A", "sample_B")
+DEMO_TRUTH = model(
+    methylation=[[0.03, 0.05], [0.90, 0.92], [0.85, 0.20], [0.50, 0.55]],
+    transmat=np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3),
+)
+# unmethylated (CpG-island-like) bins get more reads, as in real methylomes
+DEMO_COVERAGE = [[40, 35], [15, 18], [15, 18], [12, 14]]
+
+
+def cpg_rows(bin_start: np.ndarray, methylated: np.ndarray, coverage: np.ndarray, rng, bin_size: int = 100):
+    """Split bin counts over a CpG's two strands; returns sorted 0-based rows without zero coverage."""
+    offset = rng.integers(0, bin_size - 2, bin_start.size)
+    plus_cov = rng.binomial(coverage, 0.5)
+    plus_meth = rng.hypergeometric(methylated, coverage - methylated, plus_cov)
+    pos0 = np.stack([bin_start + offset, bin_start + offset + 1], axis=1).ravel()
+    meth = np.stack([plus_meth, methylated - plus_meth], axis=1).ravel()
+    cov = np.stack([plus_cov, coverage - plus_cov], axis=1).ravel()
+    strand = np.tile(np.array(["+", "-"]), bin_start.size)
+    keep = cov > 0
+    return pos0[keep], meth[keep], cov[keep], strand[keep]
+
+
+def write_bismark_cov(fh, chrom: str, pos0, meth, cov) -> None:
+    """Append rows in Bismark coverage format (1-based start = end)."""
+    pct = np.round(100.0 * meth / cov, 4)
+    pd.DataFrame({"c": chrom, "s": pos0 + 1, "e": pos0 + 1, "p": pct, "m": meth, "u": cov - meth}).to_csv(
+        fh, sep="\t", header=False, index=False)
+
+
+def write_allc(fh, chrom: str, pos0, meth, cov, strand, rng) -> None:
+    """Append rows in allc format (1-based), with a CHH row after each CpG row."""
+    n = pos0.size
+    chh_cov = rng.poisson(5, n)
+    frame = pd.DataFrame({
+        "c": chrom,
+        "p": np.stack([pos0 + 1, pos0 + 1], axis=1).ravel(),  # the CHH row sits at the same base
+        "s": np.stack([strand, strand], axis=1).ravel(),
+        "x": np.tile(np.array(["CGA", "CTT"]), n),
+        "m": np.stack([meth, rng.binomial(chh_cov, 0.02)], axis=1).ravel(),
+        "v": np.stack([cov, chh_cov], axis=1).ravel(),
+        "f": 1,
+    })
+    frame.to_csv(fh, sep="\t", header=False, index=False)
+
+
+def write_demo_files(directory: Path, simulated, chromosomes: list[str], rng, bin_size: int = 100):
+    """Write sample_A as a Bismark .cov.gz and sample_B as an allc.tsv.gz; returns the paths."""
+    paths = [directory / "sample_A.bismark.cov.gz", directory / "sample_B.allc.tsv.gz"]
+    per_chrom = np.array_split(np.arange(simulated.coverage.shape[0]), len(chromosomes))
+    with gzip.open(paths[0], "wt", compresslevel=1) as cov_fh, gzip.open(paths[1], "wt", compresslevel=1) as allc_fh:
+        for chrom, index in zip(chromosomes, per_chrom):
+            bin_start = np.arange(index.size, dtype=np.int64) * bin_size
+            a = cpg_rows(bin_start, simulated.methylated[index, 0], simulated.coverage[index, 0], rng, bin_size)
+            write_bismark_cov(cov_fh, chrom, *a[:3])
+            b = cpg_rows(bin_start, simulated.methylated[index, 1], simulated.coverage[index, 1], rng, bin_size)
+            write_allc(allc_fh, chrom, *b, rng)
+    return paths
+
+
+CHROM_BINS = 2_500_000  # like human chr1 at 100 bp
+BENCH_TRUTH = model([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]],
+                    np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3))
+BENCH_COVERAGE = [[30, 25], [15, 18], [15, 18], [12, 14]]
+
+
+def build_synthetic_store(path: Path, total: int, chunk_size: int, echo=lambda message: None) -> float:
+    """A two-sample counts store of ``total`` simulated bins, written one chromosome
+    (CHROM_BINS bins) at a time so the genome is never whole in memory; returns seconds."""
+    import time
+
+    start = time.perf_counter()
+    sizes = [CHROM_BINS] * (total // CHROM_BINS) + ([total % CHROM_BINS] if total % CHROM_BINS else [])
+    writers = [SampleWriter(path, 100, chunk_size) for _ in range(2)]
+    try:
+        for i, size in enumerate(sizes):
+            sim = simulate(BENCH_TRUTH, [size], coverage=BENCH_COVERAGE, random_state=i)
+            for s, writer in enumerate(writers):
+                covered = np.flatnonzero(sim.coverage[:, s] > 0)
+                writer.add(f"chr{i + 1}", covered, sim.methylated[covered, s], sim.coverage[covered, s])
+            echo(f"  wrote chr{i + 1} ({sum(sizes[:i + 1]):,} of {total:,} bins)")
+        for name, writer in zip("AB", writers):
+            writer.commit(name, {"synthetic": True})
+    finally:
+        for writer in writers:
+            writer.close()
+    return time.perf_counter() - start

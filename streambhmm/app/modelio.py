@@ -1,0 +1,160 @@
+"""The JSON model file: exactly the documented keys, written atomically."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .. import __version__
+from ..learn.checks import validate_parameters
+from ..learn.emissions import EMISSIONS
+from ..learn.states import DIFF_THRESHOLD, state_labels
+from ..io.storage import Location
+
+MODEL_FORMAT = "streambhmm-model"
+MODEL_VERSION = 1
+MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
+              "startprob", "feature", "n_triples", "chromosomes", "created_by")
+
+
+def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False,
+                  diff_threshold: float = DIFF_THRESHOLD) -> dict:
+    """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
+    A pooled model has one methylation column, shared by all its ``samples``; ``labels``
+    name the states from their levels (streambhmm.learn.states)."""
+    document = {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "method": method,
+        "n_states": int(est.n_components),
+        "samples": list(samples),
+        "methylation": est.methylation_.tolist(),
+        "transmat": est.transmat_.tolist(),
+        "startprob": est.startprob_.tolist(),
+        "feature": est.moments_.feature if hasattr(est, "moments_") else {"kind": "beta", "n_bins": int(est.n_bins)},
+        "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
+        "chromosomes": list(chromosomes),
+        "created_by": f"streambhmm {__version__}",
+        "labels": state_labels(est.methylation_, model_columns(samples, pooled), diff_threshold),
+    }
+    if getattr(est, "emission", "binomial") == "betabinomial":
+        document.update(emission="betabinomial", dispersion=np.asarray(est.dispersion_).tolist())
+    return {**document, "pooled": True} if pooled else document
+
+
+def model_labels(document: dict) -> list[str]:
+    """The states' labels: the model file's, or (older files) made from its levels."""
+    if "labels" in document:
+        return list(document["labels"])
+    return state_labels(document["methylation"], model_columns(document["samples"], document.get("pooled")))
+
+
+def model_columns(samples, pooled: bool) -> list[str]:
+    """Names of a model's methylation columns: its samples, or one for a pooled model."""
+    return ["pooled"] if pooled else list(samples)
+
+
+def read_model(path) -> dict:
+    """The model document at ``path``, validated: every problem raises ValueError naming the
+    file (malformed JSON, wrong format or version, missing keys, parameters of the wrong
+    shape, not finite, outside [0, 1] or not normalized)."""
+    try:
+        with open(path) as fh:
+            document = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a valid model file: malformed JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a valid model file: not UTF-8 text") from None
+    if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path}: not a streambhmm model (format {found!r})")
+    version = document.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ValueError(f"{path}: the model's version must be an integer, got {version!r}")
+    if version > MODEL_VERSION:
+        raise ValueError(f"{path}: model version {version} is newer than this streambhmm supports")
+    missing = [k for k in MODEL_KEYS if k not in document]
+    if missing:
+        raise ValueError(f"{path}: model lacks {', '.join(missing)}")
+    samples = document["samples"]
+    if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
+            or len(set(samples)) != len(samples):
+        raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
+    feature = document["feature"]
+    if not isinstance(feature, dict) or not isinstance(feature.get("n_bins"), int) or feature["n_bins"] < 1:
+        raise ValueError(f"{path}: feature must name n_bins, a positive integer; got {feature!r:.200}")
+    n_states = document["n_states"]
+    if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 1:
+        raise ValueError(f"{path}: n_states must be a positive integer, got {n_states!r}")
+    if document.get("pooled", False) not in (True, False):
+        raise ValueError(f"{path}: pooled must be true or false, got {document['pooled']!r:.200}")
+    columns = model_columns(samples, document.get("pooled"))
+    p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
+                                  n_samples=len(columns), source=str(path))
+    if p.shape[0] != n_states:
+        raise ValueError(f"{path}: n_states is {n_states} but methylation lists {p.shape[0]} states")
+    emission = document.get("emission", "binomial")
+    if emission not in EMISSIONS:
+        raise ValueError(f"{path}: emission must be one of {', '.join(EMISSIONS)}, got {emission!r:.100}")
+    if emission == "betabinomial":
+        try:
+            rho = np.asarray(document.get("dispersion"), dtype=np.float64)
+        except (TypeError, ValueError):
+            rho = np.full(1, np.nan)
+        if rho.shape != p.shape or not np.isfinite(rho).all() or (rho < 0).any() or (rho >= 1).any():
+            raise ValueError(f"{path}: a beta-binomial model needs dispersion: {p.shape[0]} x {p.shape[1]} values "
+                             f"in [0, 1), got {str(document.get('dispersion'))[:200]}")
+    labels = document.get("labels", [f"{h}" for h in range(n_states)])
+    if not isinstance(labels, list) or len(labels) != n_states or not all(isinstance(v, str) and v for v in labels) \
+            or len(set(labels)) != n_states or any(c.isspace() for v in labels for c in v):
+        raise ValueError(f"{path}: labels must be {n_states} distinct names without spaces, got {labels!r:.200}")
+    return document
+
+
+def hmm_from_model(document: dict):
+    """A BinomialHMM with the parameters of a model document from :func:`read_model` (which
+    validated them), for scoring and decoding."""
+    from ..learn.hmm import BinomialHMM
+
+    hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]),
+                      emission=document.get("emission", "binomial"))
+    hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.asarray(document[key], dtype=np.float64)
+                                                       for key in ("startprob", "transmat", "methylation"))
+    if hmm.emission == "betabinomial":
+        hmm.dispersion_ = np.asarray(document["dispersion"], dtype=np.float64)
+    return hmm
+
+
+def model_for_store(store, model):
+    """(counts store, model document, BinomialHMM), checking that the store has the
+    model's samples."""
+    from ..io.store import open_store
+
+    counts, document = open_store(store), read_model(model)
+    missing = [s for s in document["samples"] if s not in counts.samples]
+    if missing:
+        raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
+                         f"lacks (it has {', '.join(counts.samples)})")
+    return counts, document, hmm_from_model(document)
+
+
+def write_state_table(path, document: dict) -> None:
+    """A TSV of the model's states: index, label, BED itemRgb colour, weight (stationary
+    share of the bins), self-transition, the level in each sample and, for a beta-binomial
+    model, the overdispersion in each sample."""
+    from ..learn.states import item_rgb, state_colours
+
+    columns = model_columns(document["samples"], document.get("pooled"))
+    colours = state_colours(document["methylation"])
+    header = ["state", "label", "itemRgb", "weight", "stay", *(f"level_{c}" for c in columns)]
+    if "dispersion" in document:
+        header += [f"dispersion_{c}" for c in columns]
+    lines = ["\t".join(header)]
+    for h, label in enumerate(model_labels(document)):
+        values = [str(h), label, item_rgb(colours[h]), f"{document['startprob'][h]:.6f}",
+                  f"{document['transmat'][h][h]:.6f}", *(f"{v:.6f}" for v in document["methylation"][h])]
+        if "dispersion" in document:
+            values += [f"{v:.6f}" for v in document["dispersion"][h]]
+        lines.append("\t".join(values))
+    Location.of(path).write_text("\n".join(lines) + "\n")

@@ -1,0 +1,1 @@
+"""Work on a counts store on Dask: the cluster, EM, scoring, decoding, regions and tracks, fits and batches."""

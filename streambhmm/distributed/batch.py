@@ -1,0 +1,254 @@
+"""Many genomes in one run: ingest every sample of a manifest, then bring one moment store
+per group up to date (the samples of a group are fitted jointly).
+
+    WORKDIR/<group>/counts.zarr     the group's counts store
+    WORKDIR/<group>/moments.zarr    its moment store (input to `streambhmm fit`)
+    WORKDIR/batch-summary.tsv       the summary of the last run
+
+Every sample is ingested by a Dask task of its own, all at once (samples of one store
+write their own columns; their commits take turns); on stores at URLs, which have no lock,
+a group's samples go in one after another. A group's moment pass starts as soon as its
+samples are in, so the chunks of all genomes share the cluster. A failed sample is reported with its
+cause and leaves everything else in place; its group's moments are not updated, since
+they would lack it. A rerun skips unchanged samples and reuses every finished partial.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cluster import lost_scheduler
+from ..io.formats import FORMATS, ReadOptions, quoted
+from ..io.storage import Location
+
+COLUMNS = ("sample", "group", "format", "files")
+SUMMARY = "batch-summary.tsv"
+GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ManifestError(ValueError):
+    """A malformed manifest; the message names the file, the line and the text."""
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    sample: str
+    group: str
+    format: str
+    files: tuple[str, ...]
+    line: int
+
+
+@dataclass
+class SampleResult:
+    sample: str
+    group: str
+    status: str  # ingested, replaced, unchanged or failed
+    n_rows: int = 0
+    n_bins: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class GroupResult:
+    group: str
+    samples: list[str]
+    status: str = "pending"  # updated, unchanged, skipped or failed
+    computed: int = 0
+    reused: int = 0
+    chromosomes: int = 0
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class BatchSummary:
+    samples: list[SampleResult] = field(default_factory=list)
+    groups: list[GroupResult] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[str]:
+        return [f"sample {s.sample}" for s in self.samples if s.status == "failed"] + \
+               [f"group {g.group}" for g in self.groups if g.status == "failed"]
+
+
+def read_batch_manifest(path) -> list[ManifestRow]:
+    """Parse MANIFEST.tsv: a header naming the columns sample, group, format and files (any
+    order); files are comma-separated, relative to the manifest's directory; '#' starts a
+    comment line."""
+    path = Path(path)
+    rows, header, seen = [], None, {}
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        fields = [f.strip() for f in text.split("\t")]
+        where = f"{path}, line {number}: {quoted(text)}"
+        if header is None:
+            missing = [c for c in COLUMNS if c not in fields]
+            if missing:
+                raise ManifestError(f"{where}: the header lacks column(s) {', '.join(missing)} "
+                                    f"(tab-separated: {', '.join(COLUMNS)})")
+            header = {c: fields.index(c) for c in COLUMNS}
+            continue
+        if len(fields) < len(header) or any(not fields[i] for i in header.values()):
+            raise ManifestError(f"{where}: expected {len(header)} tab-separated, non-empty fields")
+        sample, group, fmt, files = (fields[header[c]] for c in COLUMNS)
+        if fmt not in ("auto", *FORMATS):
+            raise ManifestError(f"{where}: unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})")
+        if not GROUP_NAME.match(group) or group == SUMMARY:
+            raise ManifestError(f"{where}: group {group!r} is not a valid directory name"
+                                + (" (the summary file is named so)" if group == SUMMARY else ""))
+        if (sample, group) in seen:
+            raise ManifestError(f"{where}: sample {sample} of group {group} is listed again "
+                                f"(first on line {seen[sample, group]}); list its replicate files together")
+        seen[sample, group] = number
+        paths = tuple(str(path.parent / f.strip()) for f in files.split(",") if f.strip())
+        rows.append(ManifestRow(sample, group, fmt, paths, number))
+    if not rows:
+        raise ManifestError(f"{path}: no samples (a header line and one line per sample are expected)")
+    return rows
+
+
+def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
+                  options: ReadOptions | None = None) -> SampleResult:
+    """Dask task: ingest one sample into its group's store. A failure is recorded, not
+    raised, so the group's other samples still go in."""
+    from ..io.ingest import ingest
+
+    start = time.perf_counter()
+    try:
+        report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
+                        chunk_size=chunk_size, options=options)
+    except Exception as exc:  # noqa: BLE001 - reported per sample
+        return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
+                            error=f"{type(exc).__name__}: {exc}")
+    status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
+    return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins, time.perf_counter() - start)
+
+
+def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
+                 chunk_size: int | None, options: ReadOptions | None = None) -> list[SampleResult]:
+    """Dask task: a group's samples one after another (stores at URLs have no lock, so
+    their ingests must not overlap)."""
+    return [ingest_sample(row, store, bin_size, context, chunk_size, options) for row in rows]
+
+
+def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
+              chunk_size: int | None = None, echo=lambda message: None,
+              progress=lambda message: None, options: ReadOptions | None = None,
+              pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
+    """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
+    (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
+    every sample."""
+    from distributed import as_completed
+
+    from ..moments.features import projection_for
+    from ..moments.momentstore import update_moment_store
+    from ..io.store import open_store
+
+    rows = read_batch_manifest(manifest)
+    workdir = Location.of(workdir)
+    groups: dict[str, list[ManifestRow]] = {}
+    for row in rows:
+        groups.setdefault(row.group, []).append(row)
+    summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
+    workdir.mkdir()  # the summary is written even when every sample fails
+    partials: dict[str, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def show() -> None:
+        done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
+        ingesting = sum(g.status == "pending" for g in summary.groups)
+        progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+
+    def update_moments(result: GroupResult) -> None:
+        start = time.perf_counter()
+
+        def count(done: int, total: int) -> None:
+            with lock:
+                partials[result.group] = (done, total)
+                show()
+        try:
+            width = 1 if pooled else len(result.samples)
+            report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
+                                         workdir / result.group / "moments.zarr", client, result.samples,
+                                         n_bins, progress=count, pooled=pooled,
+                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
+        except Exception as exc:  # noqa: BLE001 - reported per group
+            if lost_scheduler(client, exc):
+                raise
+            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            result.status = "updated" if report.computed or report.dropped else "unchanged"
+            result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
+                len(report.chromosomes)
+        result.seconds = time.perf_counter() - start
+        echo(f"group {result.group}: moments {result.status}"
+             + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
+                                                          f"{result.reused} reused"))
+
+    # local stores: every sample its own task (ingests of one store may overlap, their commits
+    # take turns); stores at URLs have no lock: a group's samples in one task, in turn
+    futures = {}
+    for g in summary.groups:
+        store = (workdir / g.group / "counts.zarr").url
+        if workdir.is_local:
+            futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
+                                          pure=False): (g, [row]) for row in groups[g.group]})
+        else:
+            futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
+                                  pure=False)] = (g, groups[g.group])
+    waiting = {g.group: len(g.samples) for g in summary.groups}
+    running = []
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        for future in as_completed(futures):
+            group, group_rows = futures[future]
+            try:
+                results = future.result()
+                results = results if isinstance(results, list) else [results]
+            except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
+                if lost_scheduler(client, exc):
+                    raise
+                results = [SampleResult(r.sample, group.group, "failed", error=f"{type(exc).__name__}: {exc}")
+                           for r in group_rows]
+            summary.samples.extend(results)
+            for r in results:
+                rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
+                echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
+            if any(r.status == "failed" for r in results):
+                group.status, group.error = "skipped", "a sample failed; moments not updated"
+            waiting[group.group] -= len(results)
+            if waiting[group.group] or group.status == "skipped":
+                continue
+            group.status = "running"
+            running.append(pool.submit(update_moments, group))
+    for thread in running:
+        thread.result()  # re-raise a lost scheduler
+    order = {(row.sample, row.group): i for i, row in enumerate(rows)}
+    summary.samples.sort(key=lambda r: order[r.sample, r.group])
+    (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
+    return summary
+
+
+def format_summary(summary: BatchSummary, sep: str | None = None) -> str:
+    """Two tables (samples, then groups): aligned text, or with ``sep`` a TSV."""
+    samples = [("sample", "group", "status", "rows", "bins", "seconds", "error")] + [
+        (r.sample, r.group, r.status, f"{r.n_rows}", f"{r.n_bins}", f"{r.seconds:.1f}", r.error)
+        for r in summary.samples]
+    groups = [("group", "samples", "moments", "computed", "reused", "chromosomes", "seconds", "error")] + [
+        (g.group, ",".join(g.samples), g.status, f"{g.computed}", f"{g.reused}", f"{g.chromosomes}",
+         f"{g.seconds:.1f}", g.error) for g in summary.groups]
+    return _table(samples, sep) + "\n" + _table(groups, sep)
+
+
+def _table(rows, sep: str | None) -> str:
+    if sep is not None:  # errors may hold any text: keep one row per line
+        return "".join(sep.join(" ".join(v.split()) for v in row) + "\n" for row in rows)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]  # the last column is free
+    return "".join("  ".join(v.ljust(w) for v, w in zip(row, widths)) + "  " + row[-1] + "\n" for row in rows)

@@ -1,0 +1,164 @@
+"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster.
+
+The embedded cluster runs worker processes, one per core, unless the counts store is small
+(at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
+one in-process worker with a thread per core does the same tasks without starting
+processes (0.05 s instead of seconds). The tasks, and so the results, are the same."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import sys
+
+SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
+IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
+IN_PROCESS_MAX_CELLS = 20_000_000  # bins x samples: a chromosome or two of 100 bp bins for a few samples
+# The nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand freed
+# memory back at once: our chunk tasks (many mid-sized temporary arrays) ran 2.7x slower
+# with it (a one-sample chunk with its block statistics). Workers keep glibc's default.
+TRIM, NANNY_TRIM = "MALLOC_TRIM_THRESHOLD_", 65536
+WORKER_CONFIG = {f"distributed.nanny.pre-spawn-environ.{TRIM}": None}
+
+
+def scheduler_address(scheduler: str | None) -> str | None:
+    """The --scheduler value, else $STREAMBHMM_SCHEDULER, else None (embedded cluster)."""
+    return scheduler or os.environ.get(SCHEDULER_ENV) or None
+
+
+class SchedulerLost(RuntimeError):
+    """The Dask scheduler cannot be reached, or went away during the run."""
+
+
+def lost_scheduler(client, exc: BaseException) -> bool:
+    """Whether ``exc`` means the client lost its scheduler (so the run cannot go on)."""
+    from distributed.comm import CommClosedError
+
+    cancelled = isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError))
+    return cancelled or isinstance(exc, CommClosedError) or client.status != "running"
+
+
+def in_process_limit() -> int:
+    """Bins x samples up to which the embedded cluster runs in process."""
+    value = os.environ.get(IN_PROCESS_ENV, "")
+    try:
+        return int(value) if value else IN_PROCESS_MAX_CELLS
+    except ValueError:
+        raise ValueError(f"${IN_PROCESS_ENV} must be an integer (bins x samples), got {value!r:.100}") from None
+
+
+def is_small(store) -> bool:
+    """Whether a counts store has at most in_process_limit() bins x samples (from its
+    consolidated metadata: no counts are read)."""
+    import numpy as np
+    import zarr
+
+    from ..io.storage import Location
+
+    limit = in_process_limit()
+    try:
+        root = zarr.open_group(Location.of(store).url, mode="r")
+        cells = sum(int(np.prod(root[f"{chrom}/methylated"].shape)) for chrom in root.attrs.get("chromosomes", []))
+    except Exception:  # noqa: BLE001 - not a readable counts store: the command itself says why
+        return False
+    return cells <= limit
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_lost: str = "",
+                in_process: bool = False):
+    """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
+    to a LocalCluster of one single-threaded worker process per core, or with
+    ``in_process`` of one worker in this process with a thread per core.
+
+    Losing the scheduler raises :class:`SchedulerLost` (tasks cancelled for that reason,
+    closed connections), its message ending with ``if_lost`` (what the user keeps); a
+    killed worker is not an error: the scheduler reruns its tasks."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    address = scheduler_address(scheduler)
+    if address:
+        try:
+            client = Client(address)  # waits distributed.comm.timeouts.connect (30 s)
+        except OSError as exc:
+            raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        with client:
+            try:
+                yield client
+            except (asyncio.CancelledError, concurrent.futures.CancelledError, OSError) as exc:
+                if not lost_scheduler(client, exc):
+                    raise  # a file error, not the cluster
+                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
+                cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                raise SchedulerLost(f"lost the Dask scheduler at {address} during the run ({cause}). {if_lost}"
+                                    .rstrip()) from None
+        return
+    workers = n_workers or os.cpu_count() or 1
+    if in_process:
+        from threadpoolctl import threadpool_limits
+
+        # the tasks' threads are the parallelism: one BLAS thread each, as worker processes have
+        with threadpool_limits(limits=1, user_api="blas"), \
+                LocalCluster(n_workers=1, threads_per_worker=workers, processes=False, dashboard_address=None,
+                             silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+            yield client
+        return
+    # scheduler, workers and dashboard on the loopback interface only: never reachable from the network
+    with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                         dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _without_nanny_trim():
+    """A nanny started earlier in this process (any LocalCluster) leaves its
+    MALLOC_TRIM_THRESHOLD_=65536 in os.environ, where our workers would inherit it: take it
+    out while our cluster runs (a value the user chose is kept)."""
+    value = os.environ.get(TRIM)
+    if value != str(NANNY_TRIM):
+        yield
+        return
+    del os.environ[TRIM]
+    try:
+        yield
+    finally:
+        os.environ[TRIM] = value
+
+
+def show_progress(quiet: bool) -> bool:
+    return not quiet and sys.stdout.isatty()
+
+
+def status_line(quiet: bool):
+    """A callback that keeps one status line updated on a terminal (else does nothing)."""
+    if not show_progress(quiet):
+        return lambda message: None
+
+    def update(message: str) -> None:
+        sys.stdout.write("\r\033[K" + message[:150])
+        sys.stdout.flush()
+    return update
+
+
+def clear_status(quiet: bool) -> None:
+    if show_progress(quiet):
+        sys.stdout.write("\r\033[K")
+        sys.stdout.flush()
+
+
+def compute(client, delayed, quiet: bool = False):
+    """Compute a delayed value (or a list of them) on ``client``, with a progress bar on a
+    terminal."""
+    futures = client.compute(delayed)
+    if show_progress(quiet):
+        from distributed import progress
+
+        progress(futures)
+        print(file=sys.stdout, flush=True)
+    return client.gather(futures)

@@ -1,0 +1,208 @@
+"""Regions from a model's posteriors: hypomethylated regions (HMRs), partially methylated
+domains (PMDs), or runs of any chosen states (`streambhmm regions`).
+
+A region is a run of covered bins whose posterior probability of the target states is at
+least ``min_posterior``, where consecutive such bins lie at most ``max_gap`` bp apart (so a
+few bins of other states, or bins without coverage, inside a region do not cut it); it is
+kept when it is at least ``min_length`` bp long and holds at least ``min_bins`` target
+bins. Each region gets its mean posterior of the targets (the BED score, times 1000), its
+number of target bins, its length, and its mean methylation in each sample (methylated
+over covered reads in its target bins).
+
+Presets choose the target states from their levels (streambhmm.learn.states) and the lengths;
+each is a recipe of bin size, number of states and cutting rule (README, "Regions"),
+measured against DNMTools' calls by scripts/compare_dnmtools.py:
+
+    hmr   states whose level is below 0.4 in every sample; on the default 100 bp bins with
+          a 3-state model (hypomethylated, partially methylated, methylated); bins of a
+          region at most 1 kb apart (CpG-poor stretches inside an HMR do not cut it); at
+          least 5 target bins (so at least 5 CpGs)
+    pmd   states whose level is below 0.7 in every sample (Lister et al. 2009's definition
+          of a PMD: mean methylation under 70%); on 5 kb bins (--bin-size 5000) with a
+          2-state model (as DNMTools' pmd); gaps up to 10 kb; at least 50 kb long
+
+A preset refuses a model in which no state, or every state, is a target: there is no
+region, or no background to set one against.
+
+The computation runs on Dask like decoding (exact messages between chunks); each chunk's
+regions are joined at the seams, so memory holds a chunk, not a chromosome.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import dask
+import numpy as np
+
+from ..learn.states import item_rgb, state_colours
+from ..io.store import ChunkRef, CountsStore
+
+PRESETS = ("hmr", "pmd")
+
+
+@dataclass(frozen=True)
+class RegionRule:
+    """Which states a region is made of, and how it is cut."""
+
+    targets: tuple  # state indices
+    min_posterior: float = 0.5
+    max_gap: int = 200
+    min_length: int = 0
+    min_bins: int = 1
+    name: str = "region"  # regions are named name0, name1, ...
+
+
+def preset_rule(preset: str, methylation: np.ndarray) -> RegionRule:
+    """The rule of a preset for a model's levels (see the module docstring)."""
+    levels = np.atleast_2d(np.asarray(methylation))
+    if preset == "hmr":
+        targets = np.flatnonzero((levels < 0.4).all(axis=1))
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, 5, "HMR")
+    elif preset == "pmd":
+        targets = np.flatnonzero((levels < 0.7).all(axis=1))
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
+    else:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if not rule.targets:
+        raise ValueError(f"the model has no state that a {preset} is made of (levels {levels.round(2).tolist()}): "
+                         f"the data may hold none (see README, Regions); or choose --states")
+    if len(rule.targets) == len(levels):
+        raise ValueError(f"every state of the model is one a {preset} is made of (levels "
+                         f"{levels.round(2).tolist()}): no background to call regions against; fit more states, "
+                         f"or choose --states")
+    return rule
+
+
+@dataclass
+class Regions:
+    """Regions along one chromosome (or part of one), in bp (0-based, half-open)."""
+
+    start: np.ndarray
+    end: np.ndarray
+    n_bins: np.ndarray  # target bins
+    posterior_sum: np.ndarray  # summed posterior of the targets over the target bins
+    methylated: np.ndarray  # (regions, S) methylated reads of the target bins
+    coverage: np.ndarray  # (regions, S)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def take(self, index) -> "Regions":
+        return Regions(self.start[index], self.end[index], self.n_bins[index], self.posterior_sum[index],
+                       self.methylated[index], self.coverage[index])
+
+    @classmethod
+    def empty(cls, n_samples: int) -> "Regions":
+        zero = np.zeros(0, np.int64)
+        return cls(zero, zero, zero, np.zeros(0), np.zeros((0, n_samples)), np.zeros((0, n_samples)))
+
+
+def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: int, bin_size: int,
+               rule: RegionRule) -> Regions:
+    """The regions of one segment of kept bins (positions, the targets' posterior) whose
+    counts ``columns`` yields one sample at a time ((sample, methylated, coverage))."""
+    chosen = np.flatnonzero(target >= rule.min_posterior)
+    if chosen.size == 0:
+        return Regions.empty(n_samples)
+    starts = positions[chosen]
+    cut = np.flatnonzero(starts[1:] - (starts[:-1] + bin_size) > rule.max_gap) + 1
+    first = np.r_[0, cut]
+    last = np.r_[cut, chosen.size] - 1
+    meth, cov = np.zeros((first.size, n_samples)), np.zeros((first.size, n_samples))
+    for s, m, c in columns:
+        meth[:, s] = np.add.reduceat(np.asarray(m, np.float64)[chosen], first)
+        cov[:, s] = np.add.reduceat(np.asarray(c, np.float64)[chosen], first)
+    return Regions(starts[first], starts[last] + bin_size, last - first + 1, np.add.reduceat(target[chosen], first),
+                   meth, cov)
+
+
+def join_regions(left: Regions, right: Regions, max_gap: int) -> Regions:
+    """Concatenate consecutive regions of one chromosome, merging across the seam."""
+    if len(left) and len(right) and right.start[0] - left.end[-1] <= max_gap:
+        merged = left.take(slice(None))
+        merged.end[-1] = right.end[0]
+        for name in ("n_bins", "posterior_sum", "methylated", "coverage"):
+            getattr(merged, name)[-1] += getattr(right, name)[0]
+        left, right = merged, right.take(slice(1, None))
+    return Regions(*(np.concatenate([getattr(left, f), getattr(right, f)])
+                     for f in ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage")))
+
+
+def _regions_task(previous, following, ref: ChunkRef, params, rule: RegionRule) -> Regions:
+    from .storehmm import _stats, chunk_data
+
+    data = chunk_data(ref, params)
+    _, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts, True,
+                     data.weighted_sums, data.pair_weights)
+    target = post[:, list(rule.targets)].sum(axis=1)
+    if data.counts is not None:
+        columns = ((s, data.counts[0][:, s], data.counts[1][:, s]) for s in range(len(ref.columns)))
+    else:  # one sample at a time
+        columns = ((s, m[:, 0], c[:, 0]) for s, m, c in data._columns())
+    return regions_of(ref.positions(data.rows), target, columns, len(ref.columns), ref.bin_size, rule)
+
+
+def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
+    """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``)."""
+    from .storehmm import Params, message_graph
+
+    params = Params.of(hmm)
+    tasks = [(c.chrom, dask.delayed(_regions_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, rule))
+             for c in message_graph(store, samples, params)]
+    futures = client.compute([task for _, task in tasks])
+    found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
+    for done, ((chrom, _), future) in enumerate(zip(tasks, futures), 1):
+        found[chrom] = join_regions(found[chrom], future.result(), rule.max_gap)
+        future.release()
+        if progress is not None:
+            progress(done, len(tasks))
+    for chrom, regions in found.items():
+        keep = (regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins)
+        found[chrom] = regions.take(keep)
+    return found
+
+
+def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
+    """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
+    BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
+    (OUTPUT's stem + .tsv), each region's target bins, length, score and mean level per
+    sample. Both are written to temporary names and renamed when complete."""
+    from .storehmm import BED_STRAND, track_line
+
+    output = Path(output)
+    table = output.with_name(f"{output.stem}.tsv")
+    colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
+    n = 0
+    temporary = [p.with_name(f".{p.name}.tmp-{uuid.uuid4().hex[:12]}") for p in (output, table)]
+    try:
+        with open(temporary[0], "w") as bed, open(temporary[1], "w") as tsv:
+            bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
+            tsv.write("\t".join(["chrom", "start", "end", "name", "n_bins", "length", "score",
+                                 *(f"level_{s}" for s in samples)]) + "\n")
+            for chrom, regions in found.items():
+                score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    levels = regions.methylated / regions.coverage
+                for i in range(len(regions)):
+                    name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
+                    bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t{BED_STRAND}\t{start}\t{end}\t"
+                              f"{colour}\n")
+                    tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
+                                         str(end - start), str(int(score[i])),
+                                         *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")
+                    n += 1
+        for tmp, final in zip(temporary, (output, table)):
+            os.replace(tmp, final)
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)
+    return n
+
+
+def rule_with(rule: RegionRule, **changes) -> RegionRule:
+    """The rule with the options the user gave (None: the preset's)."""
+    return replace(rule, **{k: v for k, v in changes.items() if v is not None})

@@ -1,0 +1,149 @@
+"""Per-bin signal tracks as bigWig files, for IGV and the UCSC browser (`streambhmm tracks`):
+each sample's methylation fraction, and the posterior probability of chosen states under a
+model.
+
+A bin is one entry (its start to its end, clipped to the chromosome's length); bins without
+coverage have no entry (a gap in the browser, not a zero). The chromosome lengths in the
+header are the store's bin axes (the last bin's end) unless a chrom.sizes file gives them.
+Files are written with pyBigWig (the UCSC library's format, zoom levels included) to a
+temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from pathlib import Path
+
+import dask
+import numpy as np
+
+from ..io.store import ChunkRef, CountsStore
+
+
+def read_chrom_sizes(path) -> dict[str, int]:
+    """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated)."""
+    sizes = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        fields = line.split()
+        if not fields or line.startswith("#"):
+            continue
+        if len(fields) < 2 or not fields[1].isdigit():
+            raise ValueError(f"{path}, line {number}: expected 'chrom length', got {line[:200]!r}")
+        sizes[fields[0]] = int(fields[1])
+    return sizes
+
+
+def chromosome_lengths(store: CountsStore, sizes: dict | None) -> dict[str, int]:
+    """The header's lengths: from ``sizes`` where given (each must hold the store's covered
+    bins), else the end of the store's last bin."""
+    lengths = {}
+    for chrom in store.chromosomes:
+        axis_end = store.n_bins(chrom) * store.bin_size
+        if sizes is None:
+            lengths[chrom] = axis_end
+        elif chrom not in sizes:
+            raise ValueError(f"the chrom.sizes file has no {chrom!r}, which the store has")
+        else:
+            lengths[chrom] = sizes[chrom]
+    return lengths
+
+
+def safe_name(label: str) -> str:
+    """A state label as part of a file name (high:H1|low:IMR90 -> high-H1_low-IMR90)."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", label.replace(":", "-"))
+
+
+class BigWigWriter:
+    """One bigWig file written chromosome by chromosome in the header's order; entries of a
+    chromosome arrive in position order, chunk by chunk."""
+
+    def __init__(self, path, lengths: dict[str, int], bin_size: int):
+        import pyBigWig
+
+        self.path = Path(path)
+        self.lengths, self.bin_size = lengths, bin_size
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
+        self.file = pyBigWig.open(str(self.tmp), "w")
+        self.file.addHeader(list(lengths.items()), maxZooms=10)
+        self.entries = 0
+
+    def add(self, chrom: str, starts: np.ndarray, values: np.ndarray) -> None:
+        """Bins starting at ``starts`` (bp, ascending), one value each (NaN: no entry)."""
+        keep = np.isfinite(values) & (starts < self.lengths[chrom])
+        starts, values = starts[keep].astype(np.int64), values[keep].astype(np.float64)
+        if not starts.size:
+            return
+        # the last bin may pass the chromosome's end: its entry is clipped
+        whole = starts + self.bin_size <= self.lengths[chrom]
+        if whole.all():
+            self.file.addEntries(chrom, starts, values=values, span=self.bin_size)
+        else:
+            self.file.addEntries([chrom] * int(starts.size), starts,
+                                 ends=np.minimum(starts + self.bin_size, self.lengths[chrom]), values=values)
+        self.entries += int(starts.size)
+
+    def close(self) -> None:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1) -> int:
+    """The methylation fraction (methylated / covered reads) of each bin of ``sample`` with at
+    least ``min_coverage`` reads, one chunk in memory at a time; returns the entries written."""
+    writer = BigWigWriter(path, lengths, store.bin_size)
+    try:
+        for chrom in store.chromosomes:
+            for ref in store.chunk_refs(chrom, [sample]):
+                meth, cov = ref.read()
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    fraction = np.where(cov[:, 0] >= max(min_coverage, 1), meth[:, 0] / cov[:, 0], np.nan)
+                writer.add(chrom, ref.positions(), fraction)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return writer.entries
+
+
+def _posterior_task(previous, following, ref: ChunkRef, params, states: tuple):
+    from .storehmm import _chunk_stats
+
+    _, post, rows = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+    return ref.positions(rows), post[:, list(states)].astype(np.float32)
+
+
+def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states: list[int], paths: list,
+                     lengths: dict, progress=None) -> int:
+    """The posterior of each of ``states`` (one file each, ``paths``) in every bin the
+    ``samples`` cover, computed on Dask with exact messages between chunks (as decoding);
+    returns the bins written."""
+    from .storehmm import Params, message_graph
+
+    params = Params.of(hmm)
+    graph = message_graph(store, samples, params)
+    tasks = [dask.delayed(_posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, tuple(states))
+             for c in graph]
+    writers = []
+    try:
+        writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
+        futures = client.compute(tasks)
+        for done, (chunk, future) in enumerate(zip(graph, futures), 1):
+            positions, post = future.result()
+            future.release()
+            for k, writer in enumerate(writers):
+                writer.add(chunk.chrom, positions, post[:, k])
+            if progress is not None:
+                progress(done, len(tasks))
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    for writer in writers:
+        writer.close()
+    return writers[0].entries if writers else 0

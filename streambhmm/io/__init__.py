@@ -1,0 +1,1 @@
+"""Text to store: formats, readers, ingest, the counts store and storage locations."""

@@ -1,0 +1,168 @@
+"""Where stores live: a local directory, or any fsspec URL (``s3://``, ``gs://``, ``memory://``...).
+
+Zarr and xarray open both through the same string (:attr:`Location.url`). The few file
+operations the stores need besides Zarr (listing, renaming, removing, small JSON files) go
+through ``os``/``shutil`` locally and through fsspec otherwise. ``file://`` URLs are local
+paths. Renames are atomic locally; on object stores a rename is a copy and a delete, so
+readers rely on the checksums and manifests (written last) instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Location:
+    url: str  # a plain path when local
+
+    @classmethod
+    def of(cls, where) -> "Location":
+        if isinstance(where, Location):
+            return where
+        text = os.fspath(where)
+        if text.startswith("file://"):
+            text = text[len("file://"):] or "/"
+        return cls(text.rstrip("/") if "://" in text else text)
+
+    @property
+    def is_local(self) -> bool:
+        return "://" not in self.url
+
+    @cached_property
+    def _fs(self):
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(self.url)
+        return fs, path
+
+    @property
+    def fs(self):
+        return self._fs[0]
+
+    @property
+    def fs_path(self) -> str:
+        return self._fs[1]
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __fspath__(self) -> str:
+        if not self.is_local:
+            raise TypeError(f"{self.url} is not a local path")
+        return self.url
+
+    def __truediv__(self, part: str) -> "Location":
+        if self.is_local:
+            return Location(str(Path(self.url) / part))
+        return Location(f"{self.url}/{part}")
+
+    @property
+    def name(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> "Location":
+        if self.is_local:
+            return Location(str(Path(self.url).parent))
+        return Location(self.url.rstrip("/").rsplit("/", 1)[0])
+
+    def resolve(self) -> str:
+        return str(Path(self.url).resolve()) if self.is_local else self.url
+
+    def exists(self) -> bool:
+        return Path(self.url).exists() if self.is_local else self.fs.exists(self.fs_path)
+
+    def children(self) -> list["Location"]:
+        if self.is_local:
+            path = Path(self.url)
+            return [Location(str(p)) for p in sorted(path.iterdir())] if path.is_dir() else []
+        if not self.fs.isdir(self.fs_path):
+            return []
+        return [self / Path(p).name for p in sorted(self.fs.ls(self.fs_path, detail=False))]
+
+    def glob(self, pattern: str) -> list["Location"]:
+        """Entries matching ``pattern``, a '/'-separated sequence of fnmatch parts."""
+        found = [self]
+        for part in pattern.split("/"):
+            found = [c for loc in found for c in loc.children() if fnmatch.fnmatchcase(c.name, part)]
+        return found
+
+    def mkdir(self) -> None:
+        if self.is_local:
+            Path(self.url).mkdir(parents=True, exist_ok=True)
+        # object stores have no directories; memory:// and others create them implicitly
+
+    def rename(self, target: "Location") -> None:
+        """Move this entry to ``target`` (which must not exist): atomic locally."""
+        if self.is_local:
+            os.rename(self.url, target.url)
+        elif target.exists():
+            raise FileExistsError(target.url)
+        else:
+            self.fs.mv(self.fs_path, target.fs_path, recursive=True)
+
+    def rmtree(self) -> None:
+        if self.is_local:
+            shutil.rmtree(self.url, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(self.fs_path, recursive=True)
+
+    def unlink(self) -> None:
+        """Remove a file, if it exists."""
+        if self.is_local:
+            Path(self.url).unlink(missing_ok=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(self.fs_path)
+
+    def copytree(self, target: "Location") -> None:
+        if self.is_local and target.is_local:
+            shutil.copytree(self.url, target.url)
+            return
+        root = self.fs_path.rstrip("/")
+        for path in self.fs.find(root):
+            (target / path[len(root) + 1:]).write_bytes(self.fs.cat_file(path))
+
+    def read_text(self) -> str:
+        if self.is_local:
+            return Path(self.url).read_text()
+        with self.fs.open(self.fs_path, "r") as fh:
+            return fh.read()
+
+    def write_bytes(self, data: bytes) -> None:
+        if self.is_local:
+            Path(self.url).parent.mkdir(parents=True, exist_ok=True)
+            Path(self.url).write_bytes(data)
+        else:
+            self.fs.pipe_file(self.fs_path, data)
+
+    def write_text(self, text: str) -> None:
+        """Write a small file whole: locally through a temporary file and a rename; on
+        fsspec filesystems by a single put of the object."""
+        if not self.is_local:
+            self.fs.pipe_file(self.fs_path, text.encode())
+            return
+        path = Path(self.url)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def write_json(path, document: dict) -> None:
+    """Write JSON whole (locally: to a temporary file beside ``path``, renamed into place)."""
+    Location.of(path).write_text(json.dumps(document, indent=2) + "\n")

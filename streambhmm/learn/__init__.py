@@ -1,0 +1,1 @@
+"""In-memory estimators: spectral learning, recovery, refinement, the HMMs and their kernels, checks, simulation."""

@@ -1,0 +1,329 @@
+"""Compiled forward-backward and Viterbi for the Binomial HMM (scaled, so safe on 1e8 bins).
+
+Emissions come in as per-bin log-likelihoods log_b (n, m); each bin's row is shifted by its
+maximum before exponentiating, and forward messages are normalized at every step, with the
+shifts and normalizers summed into the log-likelihood.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def _shifted_emissions(log_b, t, out):
+    """exp(log_b[t] - max(log_b[t])) into ``out``; returns the shift."""
+    m = log_b.shape[1]
+    top = log_b[t, 0]
+    for h in range(1, m):
+        if log_b[t, h] > top:
+            top = log_b[t, h]
+    for h in range(m):
+        out[h] = np.exp(log_b[t, h] - top)
+    return top
+
+
+# The scaled recursion underflows only on extreme models (zeros in the transition matrix meeting
+# emissions thousands of nats apart); the sequence is then redone in the log domain, which is
+# exact for every valid model. Below TINY a normalizer counts as underflowed.
+from ..moments._kernels import TINY  # noqa: E402  (the moment kernels' underflow bound too)
+
+
+@njit(cache=True, nogil=True)
+def _logsumexp(values):
+    top = -np.inf
+    for v in values:
+        if v > top:
+            top = v
+    if top == -np.inf:
+        return top
+    total = 0.0
+    for v in values:
+        total += np.exp(v - top)
+    return top + np.log(total)
+
+
+@njit(cache=True, nogil=True)
+def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                     final_beta, emis, alpha, start, trans, meth_sum, cov_sum, post):
+    """One sequence by the scaled recursion; adds its statistics and returns (ok, loglik).
+    Adds nothing and returns ok = False if a normalizer underflows."""
+    m = log_b.shape[1]
+    n_samples = methylated.shape[1]
+    loglik = 0.0
+    for t in range(offset, end):
+        loglik += _shifted_emissions(log_b, t, emis[t])
+    for t in range(offset, end):
+        total = 0.0
+        for j in range(m):
+            if t == offset:
+                acc = startprob[j]
+            else:
+                acc = 0.0
+                for i in range(m):
+                    acc += alpha[t - 1, i] * transmat[i, j]
+            alpha[t, j] = acc * emis[t, j]
+            total += alpha[t, j]
+        if not total > TINY:
+            return False, 0.0
+        loglik += np.log(total)
+        for j in range(m):
+            alpha[t, j] /= total
+    # backward: each message normalized to sum 1, each posterior by its own sum
+    s_start = np.zeros(m)
+    s_trans = np.zeros((m, m))
+    s_meth = np.zeros((m, n_samples))
+    s_cov = np.zeros((m, n_samples))
+    beta = final_beta / final_beta.sum()
+    new_beta = np.empty(m)
+    gamma = np.empty(m)
+    w = np.empty((m, m))
+    for t in range(end - 1, offset - 1, -1):
+        norm = 0.0
+        for h in range(m):
+            gamma[h] = alpha[t, h] * beta[h]
+            norm += gamma[h]
+        if not (norm > TINY and norm < np.inf):
+            return False, 0.0
+        for h in range(m):
+            gamma[h] /= norm
+            for s in range(n_samples):
+                s_meth[h, s] += gamma[h] * methylated[t, s]
+                s_cov[h, s] += gamma[h] * coverage[t, s]
+            if want_posteriors:
+                post[t, h] = gamma[h]
+        if t == offset:
+            for h in range(m):
+                s_start[h] += gamma[h]
+            break
+        xi_norm = 0.0
+        beta_norm = 0.0
+        for i in range(m):
+            acc = 0.0
+            for j in range(m):
+                v = transmat[i, j] * emis[t, j] * beta[j]
+                w[i, j] = alpha[t - 1, i] * v
+                xi_norm += w[i, j]
+                acc += v
+            new_beta[i] = acc
+            beta_norm += acc
+        if not (xi_norm > TINY and beta_norm > TINY and xi_norm < np.inf and beta_norm < np.inf):
+            return False, 0.0
+        for i in range(m):
+            for j in range(m):
+                s_trans[i, j] += w[i, j] / xi_norm
+            beta[i] = new_beta[i] / beta_norm
+    start += s_start
+    trans += s_trans
+    meth_sum += s_meth
+    cov_sum += s_cov
+    return True, loglik
+
+
+@njit(cache=True, nogil=True)
+def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                  final_beta, start, trans, meth_sum, cov_sum, post):
+    """One sequence in the log domain (exact for any valid model); adds its statistics,
+    returns its log-likelihood."""
+    n = end - offset
+    m = log_b.shape[1]
+    n_samples = methylated.shape[1]
+    log_a = np.log(transmat)
+    la = np.empty((n, m))
+    lb = np.empty((n, m))
+    terms = np.empty(m)
+    for h in range(m):
+        la[0, h] = np.log(startprob[h]) + log_b[offset, h]
+    for t in range(1, n):
+        for j in range(m):
+            for i in range(m):
+                terms[i] = la[t - 1, i] + log_a[i, j]
+            la[t, j] = _logsumexp(terms) + log_b[offset + t, j]
+    loglik = _logsumexp(la[n - 1])
+    for h in range(m):
+        lb[n - 1, h] = np.log(final_beta[h])
+    for t in range(n - 1, 0, -1):
+        for i in range(m):
+            for j in range(m):
+                terms[j] = log_a[i, j] + log_b[offset + t, j] + lb[t, j]
+            lb[t - 1, i] = _logsumexp(terms)
+    pair = np.empty(m * m)
+    for t in range(n):
+        for h in range(m):
+            terms[h] = la[t, h] + lb[t, h]
+        z = _logsumexp(terms)
+        for h in range(m):
+            g = np.exp(terms[h] - z)
+            for s in range(n_samples):
+                meth_sum[h, s] += g * methylated[offset + t, s]
+                cov_sum[h, s] += g * coverage[offset + t, s]
+            if want_posteriors:
+                post[offset + t, h] = g
+            if t == 0:
+                start[h] += g
+        if t > 0:
+            for i in range(m):
+                for j in range(m):
+                    pair[i * m + j] = la[t - 1, i] + log_a[i, j] + log_b[offset + t, j] + lb[t, j]
+            z = _logsumexp(pair)
+            for i in range(m):
+                for j in range(m):
+                    trans[i, j] += np.exp(pair[i * m + j] - z)
+    return loglik
+
+
+@njit(cache=True, nogil=True)
+def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta):
+    """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
+
+    ``final_beta`` (m,) is the backward message into the last bin of each sequence: ones
+    for a sequence that really ends, P(later data | state) for a segment cut out of one.
+
+    Returns loglik, start (m,), trans (m, m) expected transition counts, meth (m, S) and
+    cov (m, S) posterior-weighted count sums, posteriors (n, m) or (0, m).
+    """
+    n, m = log_b.shape
+    n_samples = methylated.shape[1]
+    emis = np.empty((n, m))
+    alpha = np.empty((n, m))
+    start = np.zeros(m)
+    trans = np.zeros((m, m))
+    meth_sum = np.zeros((m, n_samples))
+    cov_sum = np.zeros((m, n_samples))
+    post = np.empty((n if want_posteriors else 0, m))
+    loglik = 0.0
+    offset = 0
+    for length in lengths:
+        if length == 0:
+            continue
+        end = offset + length
+        ok, value = _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage,
+                                     want_posteriors, final_beta, emis, alpha, start, trans, meth_sum, cov_sum,
+                                     post)
+        if not ok:
+            value = _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                                  final_beta, start, trans, meth_sum, cov_sum, post)
+        loglik += value
+        offset = end
+    return loglik, start, trans, meth_sum, cov_sum, post
+
+
+@njit(cache=True, nogil=True)
+def forward_message(log_b, startprob, transmat):
+    """One sequence forward: (log-likelihood, filtered state distribution at its last bin)."""
+    n, m = log_b.shape
+    alpha = startprob.copy()
+    new_alpha = np.empty(m)
+    emis = np.empty(m)
+    loglik = 0.0
+    for t in range(n):
+        shift = _shifted_emissions(log_b, t, emis)
+        if t > 0:
+            for j in range(m):
+                acc = 0.0
+                for i in range(m):
+                    acc += alpha[i] * transmat[i, j]
+                new_alpha[j] = acc
+            alpha[:] = new_alpha
+        total = 0.0
+        for h in range(m):
+            new_alpha[h] = alpha[h] * emis[h]
+            total += new_alpha[h]
+        if total > TINY:
+            loglik += shift + np.log(total)
+            for h in range(m):
+                alpha[h] = new_alpha[h] / total
+        else:  # underflow: this step in the log domain
+            for h in range(m):
+                new_alpha[h] = np.log(alpha[h]) + log_b[t, h]
+            z = _logsumexp(new_alpha)
+            loglik += z
+            for h in range(m):
+                alpha[h] = np.exp(new_alpha[h] - z)
+    return loglik, alpha
+
+
+@njit(cache=True, nogil=True)
+def backward_message(log_b, transmat, final_beta):
+    """One sequence backward, from ``final_beta`` at its last bin, to the message into the
+    bin before it: P(this sequence and later data | state of the previous bin), rescaled
+    to sum to 1."""
+    n, m = log_b.shape
+    beta = final_beta / final_beta.sum()
+    new_beta = np.empty(m)
+    emis = np.empty(m)
+    terms = np.empty(m)
+    for t in range(n - 1, -1, -1):
+        _shifted_emissions(log_b, t, emis)
+        total = 0.0
+        for i in range(m):
+            acc = 0.0
+            for j in range(m):
+                acc += transmat[i, j] * emis[j] * beta[j]
+            new_beta[i] = acc
+            total += acc
+        if total > TINY:
+            for i in range(m):
+                beta[i] = new_beta[i] / total
+        else:  # underflow: this step in the log domain
+            for i in range(m):
+                for j in range(m):
+                    terms[j] = np.log(transmat[i, j]) + log_b[t, j] + np.log(beta[j])
+                new_beta[i] = _logsumexp(terms)
+            z = _logsumexp(new_beta)
+            for i in range(m):
+                beta[i] = np.exp(new_beta[i] - z)
+    return beta
+
+
+@njit(cache=True, nogil=True)
+def viterbi(log_b, lengths, log_startprob, log_transmat):
+    """Most probable state path of each sequence; returns (states (n,), total log-probability)."""
+    n, m = log_b.shape
+    states = np.empty(n, np.int64)
+    back = np.empty((n, m), np.int16)
+    delta = np.empty(m)
+    new_delta = np.empty(m)
+    total = 0.0
+    offset = 0
+    for length in lengths:
+        if length == 0:
+            continue
+        end = offset + length
+        for h in range(m):
+            delta[h] = log_startprob[h] + log_b[offset, h]
+        for t in range(offset + 1, end):
+            for j in range(m):
+                best = -np.inf
+                arg = 0
+                for i in range(m):
+                    v = delta[i] + log_transmat[i, j]
+                    if v > best:
+                        best = v
+                        arg = i
+                new_delta[j] = best + log_b[t, j]
+                back[t, j] = arg
+            for j in range(m):
+                delta[j] = new_delta[j]
+        arg = 0
+        for h in range(1, m):
+            if delta[h] > delta[arg]:
+                arg = h
+        total += delta[arg]
+        states[end - 1] = arg
+        for t in range(end - 1, offset, -1):
+            arg = back[t, arg]
+            states[t - 1] = arg
+        offset = end
+    return states, total
+
+
+@njit(cache=True, nogil=True)
+def add_rows(out, table, codes):
+    """out[t] += table[codes[t]] for every t (each sample's per-pair emission terms)."""
+    m = out.shape[1]
+    for t in range(codes.size):
+        c = codes[t]
+        for h in range(m):
+            out[t, h] += table[c, h]

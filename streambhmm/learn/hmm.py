@@ -1,0 +1,296 @@
+"""Binomial (or beta-binomial) HMM by EM (Baum-Welch), with scoring, decoding and sampling
+(hmmlearn-style API).
+
+log P(x_t | h) = sum_s [log C(c, mu) + mu log p[h, s] + (c - mu) log(1 - p[h, s])]; zero
+coverage contributes 0. Including the binomial coefficient makes log-likelihoods comparable
+with other tools (hmmlearn's MultinomialHMM on [[mu, c - mu]] rows is the same model for
+one sample). With ``emission="betabinomial"`` each state and sample also has an
+overdispersion (streambhmm.learn.emissions). Emissions are computed once per distinct (c, mu)
+pair and state.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _hmm_kernels
+from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
+from .emissions import EMISSIONS, START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
+from ..moments.validation import validate_counts
+
+_EPS = 1e-10
+
+
+@dataclass
+class SufficientStats:
+    """E-step sums; they add across sequences, chromosomes and segments like moments."""
+
+    loglik: float
+    start: np.ndarray  # (m,) posterior of the first bin of each sequence
+    trans: np.ndarray  # (m, m) expected transitions
+    methylated: np.ndarray  # (m, S) posterior-weighted methylated counts
+    coverage: np.ndarray  # (m, S) posterior-weighted coverage
+    pairs: list | None = None  # per sample, PairWeights (the beta-binomial's M-step)
+
+    def __add__(self, other: "SufficientStats") -> "SufficientStats":
+        return SufficientStats(self.loglik + other.loglik, self.start + other.start, self.trans + other.trans,
+                               self.methylated + other.methylated, self.coverage + other.coverage,
+                               add_pair_weights(self.pairs, other.pairs))
+
+
+@dataclass
+class ConvergenceMonitor:
+    """Log-likelihood history; converged when an iteration gains less than ``tol``."""
+
+    tol: float
+    n_iter: int
+    history: list = field(default_factory=list)
+
+    def report(self, loglik: float) -> None:
+        self.history.append(float(loglik))
+
+    @property
+    def iter(self) -> int:
+        return len(self.history)
+
+    @property
+    def converged(self) -> bool:
+        if self.iter >= self.n_iter:
+            return True
+        return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
+
+
+def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray,
+                  dispersion: np.ndarray | None = None) -> np.ndarray:
+    """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts (``dispersion``:
+    the beta-binomial's, (m, S))."""
+    return EmissionTable(methylated, coverage).log_b(methylation, dispersion)
+
+
+INITS = ("spectral", "ftd", "random")
+
+
+class BinomialHMM:
+    """Binomial HMM fitted by EM.
+
+    Parameters follow hmmlearn: ``init_params`` names what ``fit`` initializes and
+    ``params`` what EM updates ("s" startprob, "t" transmat, "m" methylation); attributes
+    the user set and left out of ``init_params`` are kept. ``init="spectral"`` starts from
+    the one-pass estimate of the same data (:class:`~streambhmm.learn.model.SpectralBinomialHMM`,
+    refined), ``"ftd"`` from the paper's tensor decomposition, ``"random"`` from random
+    levels. Each sequence in ``lengths`` starts from ``startprob_``.
+
+    ``stationary_start=True`` keeps ``startprob_`` equal to the stationary distribution of
+    ``transmat_`` instead of estimating it from the first bins: the natural choice for a
+    few long sequences (chromosomes), whose first bins say little. ``fit`` checks its result
+    like :class:`~streambhmm.learn.model.SpectralBinomialHMM`: a degenerate model raises
+    :class:`~streambhmm.learn.checks.DegenerateModelError` unless ``allow_degenerate`` (then it warns).
+
+    ``emission="betabinomial"`` gives each state and sample an overdispersion too
+    (``dispersion_``, (n_components, n_samples), the correlation of two reads of a bin;
+    streambhmm.learn.emissions), updated with the levels ("m" in ``params``).
+    """
+
+    def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
+                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
+                 stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial"):
+        if emission not in EMISSIONS:
+            raise ValueError(f"emission must be one of {', '.join(EMISSIONS)}, got {emission!r}")
+        self.emission = emission
+        self.n_components = n_components
+        self.n_iter = n_iter
+        self.tol = tol
+        self.init = init
+        self.random_state = random_state
+        self.params = params
+        self.init_params = init_params
+        self.n_bins = n_bins
+        self.stationary_start = stationary_start
+        self.allow_degenerate = allow_degenerate
+
+    # -- initialization -------------------------------------------------------------
+    def _initialize(self, meth, cov, lengths) -> None:
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        if self.init == "random":
+            self.start_from(*random_parameters(self.n_components, meth.shape[1], self.random_state))
+            return
+        from .model import SpectralBinomialHMM
+
+        spectral = SpectralBinomialHMM(self.n_components, n_bins=self.n_bins, random_state=self.random_state,
+                                       method="refined" if self.init == "spectral" else "ftd",
+                                       check_spectrum=self.init == "spectral", allow_degenerate=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a poor start is EM's to improve; the result is checked
+            spectral.fit(meth, cov, lengths)
+        self.start_from(spectral.startprob_, spectral.transmat_, spectral.methylation_)
+
+    def start_from(self, startprob, transmat, methylation, dispersion=None) -> "BinomialHMM":
+        """Set EM's starting point: the parameters named in ``init_params`` (and any not
+        yet set) are moved strictly inside their ranges so that EM can move all of them.
+        A beta-binomial model without ``dispersion`` starts from START_DISPERSION."""
+        if "s" in self.init_params or not hasattr(self, "startprob_"):
+            self.startprob_ = _normalize(np.maximum(startprob, 1e-6))
+        if "t" in self.init_params or not hasattr(self, "transmat_"):
+            self.transmat_ = _normalize(np.maximum(transmat, 1e-6), axis=1)
+        if "m" in self.init_params or not hasattr(self, "methylation_"):
+            self.methylation_ = np.clip(methylation, 1e-4, 1 - 1e-4)
+        if self.emission == "betabinomial" and ("m" in self.init_params or not hasattr(self, "dispersion_")):
+            self.dispersion_ = np.full(np.shape(self.methylation_), START_DISPERSION) if dispersion is None \
+                else np.asarray(dispersion, np.float64).copy()
+        if self.stationary_start:
+            self.startprob_ = stationary_weights(self.transmat_)
+        return self
+
+    @property
+    def dispersion(self) -> np.ndarray | None:
+        """The emissions' overdispersion (None for the binomial)."""
+        return np.asarray(self.dispersion_, dtype=np.float64) if self.emission == "betabinomial" else None
+
+    def _check(self, n_samples: int) -> None:
+        m = self.n_components
+        for name, shape in (("startprob_", (m,)), ("transmat_", (m, m)), ("methylation_", (m, n_samples))):
+            value = np.asarray(getattr(self, name))
+            if value.shape != shape:
+                raise ValueError(f"{name} has shape {value.shape}, expected {shape}")
+        if not np.allclose(self.transmat_.sum(axis=1), 1.0) or not np.isclose(self.startprob_.sum(), 1.0):
+            raise ValueError("startprob_ and the rows of transmat_ must sum to 1")
+        if ((self.methylation_ < 0) | (self.methylation_ > 1)).any():
+            raise ValueError("methylation_ must lie in [0, 1]")
+
+    # -- E and M steps --------------------------------------------------------------
+    def _fb(self, data: "_Encoded", want_posteriors=False):
+        self._check(data.methylated.shape[1])
+        log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
+        return _hmm_kernels.forward_backward(log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
+                                             np.asarray(self.transmat_, dtype=np.float64), data.methylated,
+                                             data.coverage, want_posteriors, np.ones(self.n_components))
+
+    def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
+        """Sufficient statistics of the current parameters (add them across data)."""
+        return self._e_step(_Encoded(*validate_counts(methylated, coverage, lengths)))
+
+    def _e_step(self, data: "_Encoded") -> SufficientStats:
+        beta = self.emission == "betabinomial"
+        loglik, start, trans, msum, csum, post = self._fb(data, want_posteriors=beta)
+        return SufficientStats(loglik, start, trans, msum, csum, data.table.pair_weights(post) if beta else None)
+
+    def m_step(self, stats: SufficientStats) -> None:
+        if "s" in self.params and stats.start.sum() > 0 and not self.stationary_start:
+            self.startprob_ = _normalize(stats.start)
+        if "t" in self.params:
+            rows = stats.trans.sum(axis=1, keepdims=True)
+            self.transmat_ = np.where(rows > 0, stats.trans / np.where(rows > 0, rows, 1), self.transmat_)
+        if self.stationary_start:
+            self.startprob_ = stationary_weights(self.transmat_)
+        if "m" in self.params:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                levels = stats.methylated / stats.coverage
+            self.methylation_ = np.where(stats.coverage > 0, levels, self.methylation_)
+            if self.emission == "betabinomial":  # from the binomial update and the current overdispersion
+                start = np.clip(self.methylation_, 1e-4, 1 - 1e-4)
+                updated = [betabinomial_mstep(pairs, start[:, s], self.dispersion_[:, s])
+                           for s, pairs in enumerate(stats.pairs)]
+                self.methylation_ = np.stack([u[0] for u in updated], axis=1)
+                self.dispersion_ = np.stack([u[1] for u in updated], axis=1)
+
+    def fit(self, methylated, coverage, lengths=None) -> "BinomialHMM":
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        self._initialize(meth, cov, lengths)
+        self.monitor_ = ConvergenceMonitor(self.tol, self.n_iter)
+        data = _Encoded(meth, cov, lengths)  # once for all iterations
+        while True:
+            stats = self._e_step(data)
+            self.monitor_.report(stats.loglik)
+            if self.monitor_.converged:
+                break
+            self.m_step(stats)
+        self.n_features_in_ = meth.shape[1]
+        self.check_fit()
+        return self
+
+    def check_fit(self) -> None:
+        """Raise (or, with ``allow_degenerate``, warn) when the fitted model is degenerate."""
+        problems = degeneracy_problems(self.methylation_, self.transmat_, stationary_weights(self.transmat_))
+        refuse_degenerate(problems, "EM", self.n_components,
+                          "other starts (fit --seed, --em-starts; BinomialHMM init, random_state)",
+                          self.allow_degenerate)
+
+    # -- scoring and decoding -------------------------------------------------------
+    def score(self, methylated, coverage, lengths=None) -> float:
+        """Total log-likelihood, binomial coefficients included."""
+        return float(self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)))[0])
+
+    def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
+        """Posterior state probabilities, shape (n, n_components)."""
+        return self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)), want_posteriors=True)[5]
+
+    def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
+        """Viterbi: (log-probability of the best paths, states)."""
+        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        self._check(meth.shape[1])
+        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
+        with np.errstate(divide="ignore"):
+            states, logprob = _hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
+        return float(logprob), states
+
+    def predict(self, methylated, coverage, lengths=None) -> np.ndarray:
+        """Most probable state of each bin along the best path (Viterbi)."""
+        return self.decode(methylated, coverage, lengths)[1]
+
+    def sample(self, n_samples: int = 1, coverage=20.0, random_state=None, lengths=None):
+        """Draw (methylated, coverage, states); coverage is Poisson with the given mean(s)."""
+        from .simulate import Model, simulate
+
+        mdl = Model(np.asarray(self.methylation_), np.asarray(self.transmat_), np.asarray(self.startprob_))
+        sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
+                       random_state=random_state, dispersion=self.dispersion)
+        return sim.methylated, sim.coverage, sim.states
+
+
+class _Encoded:
+    """Validated counts ready for the recursion: their emission table, as float64, and lengths."""
+
+    def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
+        self.table = EmissionTable(methylated, coverage)
+        self.methylated = methylated.astype(np.float64)
+        self.coverage = coverage.astype(np.float64)
+        self.lengths = lengths
+
+
+def run_em(hmm: "BinomialHMM", e_step, n_iter: int, rel_tol: float, report=None) -> list[float]:
+    """Alternate ``e_step()`` (SufficientStats of ``hmm``'s current parameters, from any
+    data source) and ``hmm.m_step`` for at most ``n_iter`` M-steps, stopping early when an
+    iteration gains less than ``rel_tol * |loglik|``. Returns the log-likelihood of each
+    E-step; the last is that of ``hmm``'s final parameters. ``report(iteration, loglik)``
+    is called after each E-step."""
+    history = []
+    for iteration in range(n_iter + 1):
+        stats = e_step()
+        history.append(float(stats.loglik))
+        if report is not None:
+            report(iteration, stats.loglik)
+        if has_converged(history, rel_tol) or iteration == n_iter:
+            break
+        hmm.m_step(stats)
+    return history
+
+
+def has_converged(history: list, rel_tol: float) -> bool:
+    return len(history) >= 2 and history[-1] - history[-2] < rel_tol * abs(history[-1])
+
+
+def random_parameters(n_components: int, n_samples: int, random_state=None):
+    """(startprob, transmat, methylation) for a random start: sorted uniform levels and a
+    transition matrix with at least 0.5 on the diagonal."""
+    rng = np.random.default_rng(random_state)
+    levels = np.sort(rng.uniform(0.02, 0.98, (n_components, n_samples)), axis=0)
+    trans = rng.dirichlet(np.ones(n_components), size=n_components) * 0.5 + np.eye(n_components) * 0.5
+    return np.full(n_components, 1.0 / n_components), trans, levels
+
+
+def _normalize(a: np.ndarray, axis=None) -> np.ndarray:
+    return a / a.sum(axis=axis, keepdims=axis is not None)

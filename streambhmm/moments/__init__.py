@@ -1,0 +1,1 @@
+"""The one pass: features, moment sums and kernels, block statistics, the Dask moment graph and the moment store."""

@@ -1,0 +1,268 @@
+"""Moments of a counts store on Dask: one task per chunk, then a tree reduction.
+
+Joint (the default): each chromosome is one sequence of the bins where some selected
+sample has coverage, each bin a vector of the samples' counts. Pooled: each sample's bins
+with coverage are a sequence of their own, and the sequences' moments (one sample wide)
+are summed: one set of states shared by all samples, at a cost linear in their number.
+The task for chunk i sums the triples whose last bin lies in chunk i, so it needs the
+last two kept bins before the chunk (the halo: their counts and positions; one halo per
+sample when pooled). The halos come from the store's chunk summaries (each sample's last
+two covered bins of each chunk), so the plan is made before any counts are read and the
+tasks are independent; a halo never crosses into another chromosome. Each task reads its
+chunk itself (store.ChunkRef), one sample at a time when pooled. Besides the Moments,
+each task keeps the statistics of the genomic blocks its triples fall in
+(streambhmm.moments.blocks). The partial sums are added in a tree with fan-in ``split_every``.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import dask
+import numpy as np
+
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, ProjectedBlocks, block_stats, combine_blocks
+from .features import encode
+from .sums import Moments, moments_from_features, projected_moments
+from ..io.store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
+
+DEFAULT_SPLIT_EVERY = 8
+
+
+def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
+    """Rows where some sample has coverage, as int64 (and their positions, when given)."""
+    keep = coverage.sum(axis=1) > 0
+    kept = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
+    return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
+
+
+def empty_halo(n_samples: int, pooled: bool = False):
+    if pooled:
+        return [empty_halo(1) for _ in range(n_samples)]
+    return np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64), np.zeros(0, np.int64)
+
+
+def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
+    """The last two kept bins (counts and positions) up to the end of this chunk: the next
+    chunk's halo (per sample when pooled)."""
+    tails = [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, kept))
+             for halo, *kept in kept_sequences(previous, methylated, coverage, positions, pooled)]
+    return tails if pooled else tails[0]
+
+
+def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) -> list[tuple]:
+    """The chunk's sequences, each (halo, methylated, coverage, positions) of its kept bins:
+    one of all samples, or one per sample when pooled."""
+    if pooled:
+        return [(before, *_kept(methylated[:, [s]], coverage[:, [s]], positions))
+                for s, before in enumerate(halo)]
+    return [(halo, *_kept(methylated, coverage, positions))]
+
+
+@dataclass(frozen=True)
+class ChunkPartial:
+    """A chunk's triple sums and its blocks' statistics (None when not asked for)."""
+
+    moments: Moments
+    blocks: BlockStats | None
+
+
+def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome: str = "",
+                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> ChunkPartial:
+    """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
+    return sequences_partial(kept_sequences(halo, methylated, coverage, positions, pooled), n_bins, chromosome,
+                             block_size)
+
+
+def sequences_partial(sequences: list[tuple], n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
+    """The sum of :func:`kept_partial` over a chunk's sequences."""
+    parts = [kept_partial(*sequence, n_bins, chromosome, block_size) for sequence in sequences]
+    blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
+    return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
+
+
+def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, n_bins: int,
+                 chromosome: str, block_size: int | None) -> ChunkPartial:
+    """The partial of one sequence of rows already reduced to the kept bins (without block
+    statistics when ``block_size`` is None)."""
+    meth, cov, positions = (np.concatenate([before, now]) for before, now in zip(halo, (meth, cov, positions)))
+    features = encode(meth, cov, n_bins)
+    n_triples = max(meth.shape[0] - 2, 0)
+    moments = (moments_from_features(features, np.array([meth.shape[0]])) if n_triples
+               else Moments.zeros(meth.shape[1], n_bins))
+    if block_size is None:
+        return ChunkPartial(moments, None)
+    return ChunkPartial(moments, block_stats(chromosome, features, np.arange(n_triples), positions, block_size))
+
+
+def add_moments(*parts: Moments) -> Moments:
+    return sum(parts[1:], parts[0])
+
+
+def tree_reduce(items: list, combine, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Combine ``items`` in a fixed tree with fan-in ``split_every`` (the same tree for
+    delayed and in-memory values, so totals agree bitwise)."""
+    if split_every < 2:
+        raise ValueError(f"split_every must be >= 2, got {split_every}")
+    level = list(items)
+    while len(level) > 1:
+        level = [combine(*level[i:i + split_every]) for i in range(0, len(level), split_every)]
+    return level[0]
+
+
+def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Balanced tree of delayed additions of Moments."""
+    return tree_reduce(items, dask.delayed(add_moments, pure=True), split_every)
+
+
+def select_samples(store: CountsStore, samples=None) -> list[str]:
+    if not samples:
+        return store.samples
+    unknown = [s for s in samples if s not in store.samples]
+    if unknown:
+        raise ValueError(f"unknown sample(s) {', '.join(unknown)}; the store has {', '.join(store.samples)}")
+    if len(set(samples)) != len(samples):
+        raise ValueError(f"sample listed twice in {','.join(samples)}")
+    return list(samples)
+
+
+@dataclass(frozen=True, eq=False)
+class PlannedChunk:
+    """A chunk to process: where to read it, and the halo before it."""
+
+    ref: ChunkRef
+    halo: object  # (methylated (<=2, S), coverage, positions); pooled: a list of one per sample
+
+
+def next_halo(halo, ref: ChunkRef, pooled: bool = False):
+    """The halo after ``ref``'s chunk, from its chunk summaries: each sample's last two covered
+    bins. Jointly, the last two kept bins are the last two of all samples' last two, and a
+    sample's counts there are among its own last two (it has no coverage in between)."""
+    tails = [_column_tail(ref.summary[k], ref.bin_size) for k in range(len(ref.columns))]
+    if pooled:
+        return [tuple(np.concatenate([before, now])[-2:] for before, now in zip(h, tail))
+                for h, tail in zip(halo, tails)]
+    positions = np.unique(np.concatenate([tail[2] for tail in tails]))[-2:]
+    meth = np.zeros((positions.size, len(tails)), np.int64)
+    cov = np.zeros_like(meth)
+    for k, (m, c, pos) in enumerate(tails):
+        for i, p in enumerate(pos):
+            at = np.searchsorted(positions, p)
+            if at < positions.size and positions[at] == p:
+                meth[at, k], cov[at, k] = m[i, 0], c[i, 0]
+    return tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, (meth, cov, positions)))
+
+
+def _column_tail(summary: np.ndarray, bin_size: int):
+    """(methylated (k, 1), coverage (k, 1), positions (k,)) of one column's last k <= 2
+    covered bins in a chunk, in order."""
+    k = min(int(summary[COVERED]), 2)
+    fields = [summary[PREVIOUS], summary[LAST]][2 - k:]
+    return (np.array([[f[1]] for f in fields], np.int64).reshape(k, 1),
+            np.array([[f[2]] for f in fields], np.int64).reshape(k, 1),
+            np.array([f[0] * bin_size for f in fields], np.int64))
+
+
+def plan_chunks(store: CountsStore, samples: list[str], pooled: bool = False, chromosomes=None) -> list[PlannedChunk]:
+    """The chunks with coverage in ``samples``, in chromosome and chunk order, each with its halo."""
+    plans = []
+    for chrom in chromosomes or store.chromosomes:
+        halo = empty_halo(len(samples), pooled)
+        for ref in store.chunk_refs(chrom, samples):
+            plans.append(PlannedChunk(ref, halo))
+            halo = next_halo(halo, ref, pooled)
+    return plans
+
+
+def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: bool = False) -> list:
+    """One delayed ``task(plan, *args)`` per planned chunk (plan_chunks)."""
+    return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, samples, pooled)]
+
+
+def plan_partial(plan: PlannedChunk, n_bins: int, block_size: int | None = DEFAULT_BLOCK_SIZE,
+                 pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> ChunkPartial:
+    """The partial of one planned chunk, read from the store (pooled or projected: one
+    sample at a time)."""
+    ref = plan.ref
+    positions = ref.positions()
+    if projection_dim:
+        return projected_partial(plan, n_bins, block_size, projection_dim, projection_seed)
+    if not pooled:
+        return chunk_partial(plan.halo, *ref.read(), positions, n_bins, ref.chrom, block_size)
+    parts = []
+    for k, halo in enumerate(plan.halo):
+        meth, cov = ref.read([k])
+        parts.append(kept_partial(halo, *_kept(meth, cov, positions), n_bins, ref.chrom, block_size))
+    blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
+    return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
+
+
+def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
+    """The projected feature's partial of one planned chunk. The samples are read one at a
+    time (three times: which bins are kept, their features, the ratio recovery's sums), so
+    memory holds one sample's chunk and the (bins, K) feature, whatever the samples."""
+    ref = plan.ref
+    n_samples = len(ref.columns)
+    kept = np.zeros(ref.n_bins, bool)
+    for k in range(n_samples):
+        kept |= ref.read([k], verify=False)[1][:, 0] > 0
+    rows = np.flatnonzero(kept)
+    halo_meth, halo_cov, halo_positions = plan.halo
+    verified = set()
+
+    def column(k):
+        meth, cov = ref.read([k], verify=k not in verified)
+        verified.add(k)
+        return (np.concatenate([halo_meth[:, k], meth[rows, 0]]), np.concatenate([halo_cov[:, k], cov[rows, 0]]))
+
+    n_rows = halo_meth.shape[0] + rows.size
+    starts = np.arange(max(n_rows - 2, 0), dtype=np.int64)
+    positions = np.concatenate([halo_positions, ref.positions(rows)])
+    blocks = None if block_size is None else ProjectedBlocks(ref.chrom, n_samples, n_bins, starts, positions,
+                                                             block_size)
+    moments, feature = projected_moments(column, n_rows, n_samples, starts, n_bins, dim, seed,
+                                         on_rows=None if blocks is None else blocks.add_rows)
+    return ChunkPartial(moments, None if blocks is None else blocks.finish(feature))
+
+
+@dataclass(frozen=True)
+class MomentsGraph:
+    total: object  # dask Delayed -> Moments
+    partials: list  # dask Delayed -> ChunkPartial, one per chunk, in summation order
+    samples: list[str]
+    chromosomes: list[str]
+    n_chunks: int
+
+
+def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
+                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False, projection_dim: int = 0,
+                  projection_seed: int = 0) -> MomentsGraph:
+    """Build (without computing) the graph of the store's moments (``pooled``: summed over
+    the samples, each its own sequence; ``projection_dim`` K > 0: the projected feature;
+    ``block_size`` None: no block statistics)."""
+    samples = select_samples(store, samples)
+    partials = chunk_tasks(store, samples, plan_partial, n_bins, block_size, pooled, projection_dim, projection_seed,
+                           pooled=pooled)
+    if not partials:
+        total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins, projection_dim=projection_dim,
+                                            projection_seed=projection_seed)
+    else:
+        total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
+                         split_every)
+    return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=store.chromosomes,
+                        n_chunks=len(partials))
+
+
+def load_counts(store: CountsStore, samples=None):
+    """All kept bins of the store in memory: (methylated, coverage, lengths), one length
+    per chromosome. For in-memory use and tests only; it loads the whole genome."""
+    samples = select_samples(store, samples)
+    meth, cov, lengths = [], [], []
+    for chrom in store.chromosomes:
+        kept = [_kept(*plan.ref.read()) for plan in plan_chunks(store, samples, chromosomes=[chrom])]
+        meth += [m for m, _ in kept]
+        cov += [c for _, c in kept]
+        lengths.append(sum(m.shape[0] for m, _ in kept))
+    empty = np.zeros((0, len(samples)), np.int64)
+    return np.concatenate(meth or [empty]), np.concatenate(cov or [empty]), np.array(lengths, dtype=np.int64)

@@ -1,0 +1,78 @@
+"""Slow, obviously correct implementations: baselines for tests and benchmarks.
+
+Nothing here is used by the fitting path. The moments are built position by position
+with an einsum over all triples, costing (S*D)^3 per triple.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scipy.stats import hypergeom
+
+from .features import beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
+from .sums import Moments
+from .validation import validate_counts
+
+
+def naive_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Moments:
+    mu, cov, lengths = validate_counts(methylated, coverage, lengths)
+    n, n_samples = mu.shape
+    feats = beta_map(cov, mu, n_bins).reshape(n, n_samples * n_bins)
+    out = Moments.zeros(n_samples, n_bins)
+    offset = 0
+    for length in lengths:
+        if length >= 3:
+            f = feats[offset:offset + length]
+            f1, f2, f3 = f[:-2], f[1:-1], f[2:]
+            c2, m2 = cov[offset + 1:offset + length - 1], mu[offset + 1:offset + length - 1]
+            out.p12 += np.einsum("ti,tj->ij", f1, f2)
+            out.p13 += np.einsum("ti,tj->ij", f1, f3)
+            out.p23 += np.einsum("ti,tj->ij", f2, f3)
+            out.p123 += np.einsum("ti,tj,tk->ijk", f1, f2, f3)
+            out.b_methylated += np.einsum("ts,tj->sj", m2, f3)
+            out.b_coverage += np.einsum("ts,tj->sj", c2, f3)
+            out.inv_coverage += (1.0 / (c2 + 2.0)).sum(axis=0)
+            out.sq_norm_13 += float(((f1 * f1).sum(1) * (f3 * f3).sum(1)).sum())
+            c3, m3 = cov[offset + 2:offset + length], mu[offset + 2:offset + length]
+            _add_naive_histograms(out, m2, c2, m3, c3)
+            for t in range(length - 2):
+                for s in range(n_samples):
+                    out.coverage_features[s, coverage_bucket(c2[t, s])] += f3[t, s * n_bins:(s + 1) * n_bins]
+            out.n_triples += length - 2
+        offset += length
+    return out
+
+
+def _add_naive_histograms(out: Moments, meth: np.ndarray, cov: np.ndarray, meth3: np.ndarray,
+                          cov3: np.ndarray) -> None:
+    """Bin by bin (middle bins, and the pairs of middle and third bins): coverage counts, and
+    each sample's thinned distribution from scipy.stats.hypergeom combined over the slots by
+    explicit outer products."""
+    n_samples = cov.shape[1]
+    width = max(out.coverage_histogram.shape[1], int(cov.max(initial=0)) + 1)
+    out.coverage_histogram = np.pad(out.coverage_histogram, ((0, 0), (0, width - out.coverage_histogram.shape[1])))
+    for c_row in cov:
+        for s, c in enumerate(c_row):
+            out.coverage_histogram[s, c] += 1
+    for hist, bins in ((out.bin_histogram, [(meth, cov)]), (out.pair_histogram, [(meth, cov), (meth3, cov3)])):
+        layout = histogram_layout(n_samples, len(bins))
+        rows = [list(range(n_samples))] if layout.joint else [[s] for s in range(n_samples)]
+        for t in range(cov.shape[0]):
+            for row, samples in enumerate(rows):
+                outer = np.ones(1)
+                for m_arr, c_arr in bins:
+                    for s in samples:
+                        outer = np.multiply.outer(outer, _thinned(m_arr[t, s], c_arr[t, s], layout.cap)).ravel()
+                hist[row] += outer
+
+
+def _thinned(mu: int, c: int, cap: int) -> np.ndarray:
+    dist = np.zeros(cells_per_sample(cap))
+    if c <= cap:
+        dist[pair_keys(np.array(mu), np.array(c))] = 1.0
+    else:
+        j = np.arange(cap + 1)
+        weights = hypergeom.pmf(j, c, mu, cap)
+        dist[pair_keys(j, np.full(cap + 1, cap))] = np.where(weights >= 1e-15, weights, 0.0)
+    return dist

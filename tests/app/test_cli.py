@@ -1,0 +1,313 @@
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from streambhmm.app.cli import main
+from streambhmm.app.modelio import MODEL_KEYS
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).parents[1] / "data"
+
+
+def run(*args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
+
+
+def test_demo_recovers_states():
+    result = run("demo", "--bins-per-chromosome", "30000", "--seed", "1")
+    assert result.exit_code == 0, result.output
+    assert "sample_A.bismark.cov.gz" in result.output and "ingested sample_B" in result.output
+    err = float(re.search(r"methylation error \(sum \|p - p_hat\|\): ([0-9.]+)", result.output).group(1))
+    assert err < 0.05
+
+
+def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
+    store = tmp_path / "counts.zarr"
+    r = run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", DATA / "dmrseq_H1_r2.chr21.tsv.gz",
+            "--sample", "H1", "--store", store, "--chunk-size", "300")
+    assert r.exit_code == 0, r.output
+    assert "sample H1: 6,000 rows from 2 tsv file(s)" in r.output
+    r = run("ingest", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz", "--sample", "IMR90", "--store", store)
+    assert r.exit_code == 0, r.output
+    r = run("ingest", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz", "--sample", "IMR90", "--store", store)
+    assert "store unchanged" in r.output
+
+    r = run("info", store)
+    assert r.exit_code == 0, r.output
+    assert "chr21" in r.output and "sample H1: 2 tsv file(s), context CG" in r.output
+    assert re.search(r"IMR90: [0-9,]+ of [0-9,]+ bins covered", r.output)
+
+    model = tmp_path / "model.json"
+    scheduler = dask_clients[1].scheduler.address
+    r = run("fit", store, "--states", "2", "--seed", "3", "--output", model, "--scheduler", scheduler, "--quiet")
+    assert r.exit_code == 0, r.output
+    assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
+    doc = json.loads(model.read_text())
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "moment_loss")
+    assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
+    assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
+    assert doc["feature"] == {"kind": "beta", "n_bins": 30}
+    np.testing.assert_allclose(np.sum(doc["transmat"], axis=1), 1.0)
+    assert np.array(doc["methylation"]).shape == (2, 2) and doc["n_triples"] > 0
+
+    # one sample, through the environment variable instead of --scheduler
+    r = run("fit", store, "--states", "2", "--samples", "IMR90", "--output", tmp_path / "m1.json", "-q",
+            env={"STREAMBHMM_SCHEDULER": scheduler})
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "m1.json").read_text())["samples"] == ["IMR90"]
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t5\n", ":3: malformed tsv line: expected 5 fields, found 4: 'chr1\\t20\\t+\\t5'"),
+    ("chr1\t10\t+\t9\t5\n", ":2: methylated count 9 exceeds coverage 5"),
+    ("chr1\t10\t+\t-2\t5\n", ":2: negative count"),
+    ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\n", ":3: position out of order within chr1"),
+    ("", ": the file is empty"),
+])
+def test_bad_input_exits_nonzero_and_keeps_the_store(tmp_path, body, fragment):
+    store = tmp_path / "counts.zarr"
+    assert run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store).exit_code == 0
+    before = sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*"))
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(("chrom\tpos\tstrand\tmc\tcov\n" + body) if body else "")
+    r = run("ingest", bad, "--sample", "X", "--store", store)
+    assert r.exit_code != 0
+    assert f"{bad}{fragment}" in r.output
+    assert sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*")) == before
+
+
+def test_unknown_and_mixed_formats_exit_nonzero(tmp_path):
+    odd = tmp_path / "odd.txt"
+    odd.write_text("hello there\n")
+    r = run("ingest", odd, "--sample", "X", "--store", tmp_path / "s.zarr")
+    assert r.exit_code != 0 and f"{odd}:1: unknown format" in r.output and "'hello there'" in r.output
+    r = run("ingest", DATA / "bsseq_bismark.cov.gz", DATA / "ALLCools_Cell01.allc.tsv.gz",
+            "--sample", "X", "--store", tmp_path / "s.zarr")
+    assert r.exit_code != 0 and "mixed formats" in r.output
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_fit_refuses_unsupported_states(tmp_path, dask_clients):
+    store = tmp_path / "counts.zarr"
+    run("ingest", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz", "--sample", "IMR90", "--store", store)
+    scheduler = dask_clients[0].scheduler.address
+    r = run("fit", store, "--states", "8", "--method", "ftd", "--output", tmp_path / "m.json", "-q",
+            "--scheduler", scheduler)
+    assert r.exit_code != 0 and "do not support 8 states" in r.output
+    r = run("fit", store, "--states", "25", "--output", tmp_path / "m.json", "-q", "--scheduler", scheduler)
+    assert r.exit_code != 0 and "too few data for 25 states: 1,560 triples of bins for 625 parameters" in r.output
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = re.search(r"^TEST_COMMAND='(.+)'$", ci, re.M).group(1)
+    assert command in (ROOT / "README.md").read_text()
+
+
+@pytest.fixture
+def two_sample_store(tmp_path, four_state_model):
+    from ..moments.test_pipeline import synthetic_store
+
+    return synthetic_store(tmp_path / "counts.zarr", four_state_model, [3000, 1500], chunk_size=700)
+
+
+@pytest.mark.parametrize("method", ["em", "ftd-em"])
+def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, two_sample_store, method):
+    from streambhmm.learn.hmm import BinomialHMM
+    from streambhmm.moments.pipeline import load_counts
+
+    scheduler = dask_clients[1].scheduler.address
+    model = tmp_path / f"{method}.json"
+    r = run("fit", two_sample_store.path, "-m", "4", "--method", method, "--em-iter", "8", "--seed", "2",
+            "--output", model, "--scheduler", scheduler)
+    assert r.exit_code == 0, r.output
+    assert "EM iteration 1: log-likelihood" in r.output
+    assert re.search(r"differential states \(levels differ across samples by more than 0.3\): \d", r.output)
+    doc = json.loads(model.read_text())
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "loglik", "loglik_history")
+    assert doc["method"] == method and doc["emission"] == "betabinomial"  # the EM methods' default
+    history = doc["loglik_history"]
+    assert 2 <= len(history) <= 9 and np.all(np.diff(history) >= -1e-6) and doc["loglik"] == history[-1]
+    assert (doc["n_triples"] > 0) == (method == "ftd-em")
+
+    r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
+    assert r.exit_code == 0, r.output
+    total = float(re.search(r"^total\s+(\S+)", r.output, re.M).group(1))
+    hmm = BinomialHMM(4, emission="betabinomial")
+    hmm.startprob_, hmm.transmat_, hmm.methylation_, hmm.dispersion_ = (
+        np.array(doc[k]) for k in ("startprob", "transmat", "methylation", "dispersion"))
+    assert total == pytest.approx(hmm.score(*load_counts(two_sample_store)), rel=1e-9)
+    # the history's last entry is the log-likelihood of the written parameters
+    assert total == pytest.approx(doc["loglik"], rel=1e-9)
+    r = run("score", two_sample_store.path, "--model", model, "--chromosomes", "chr2", "--scheduler", scheduler)
+    assert re.search(r"^chr2\s", r.output, re.M) and not re.search(r"^chr1\s", r.output, re.M)
+
+
+def test_decode_cli_writes_bed_and_posteriors(tmp_path, dask_clients, two_sample_store):
+    import xarray as xr
+
+    scheduler = dask_clients[0].scheduler.address
+    model = tmp_path / "m.json"
+    assert run("fit", two_sample_store.path, "-m", "4", "-o", model, "--scheduler", scheduler, "-q").exit_code == 0
+    r = run("decode", two_sample_store.path, "--model", model, "--output", tmp_path / "seg.bed", "--posteriors",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    n_segments = int(re.search(r"seg.bed: ([0-9,]+) segments", r.output).group(1).replace(",", ""))
+    lines = (tmp_path / "seg.bed").read_text().splitlines()
+    assert lines[0] == 'track name="m states" description="states of A,B" itemRgb="On"'
+    assert len(lines) == n_segments + 1
+    document = json.loads(model.read_text())
+    colours = {}
+    for line in lines[1:]:  # BED9: chrom start end name score strand thickStart thickEnd itemRgb
+        chrom, start, end, name, score, strand, thick_start, thick_end, rgb = line.split("\t")
+        assert chrom in ("chr1", "chr2") and int(start) < int(end) and 0 <= int(score) <= 1000
+        assert name in document["labels"] and strand == "+" and (thick_start, thick_end) == (start, end)
+        assert colours.setdefault(name, rgb) == rgb and all(0 <= int(v) <= 255 for v in rgb.split(","))
+    assert len(set(colours.values())) == len(colours)  # one colour per state
+    table = (tmp_path / "seg.states.tsv").read_text().splitlines()
+    assert table[0].split("\t") == ["state", "label", "itemRgb", "weight", "stay", "level_A", "level_B"]
+    for h, row in enumerate(table[1:]):
+        fields = row.split("\t")
+        assert fields[1] == document["labels"][h] and colours.get(fields[1], fields[2]) == fields[2]
+        np.testing.assert_allclose([float(v) for v in fields[5:]], document["methylation"][h], atol=1e-6)
+    ds = xr.open_zarr(two_sample_store.path, group="chr2")
+    assert ds.state_posterior.shape == (ds.sizes["position"], 4)
+    covered = ds.coverage.values.sum(axis=1) > 0  # the bin axis also holds bins nobody covers: NaN there
+    np.testing.assert_allclose(ds.state_posterior.values[covered].sum(axis=1), 1.0, atol=1e-5)
+    assert np.isnan(ds.state_posterior.values[~covered]).all()
+
+
+def test_em_refuses_a_moment_store_and_a_foreign_model(tmp_path, dask_clients, two_sample_store):
+    scheduler = dask_clients[0].scheduler.address
+    moments = tmp_path / "m.zarr"
+    assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", scheduler, "-q").exit_code == 0
+    r = run("fit", moments, "-m", "3", "--method", "em", "-o", tmp_path / "x.json")
+    assert r.exit_code != 0 and "needs the counts store" in r.output
+    model = tmp_path / "a.json"
+    assert run("fit", moments, "-m", "3", "-o", model).exit_code == 0
+    doc = json.loads(model.read_text())
+    doc["samples"] = ["A", "Z"]
+    model.write_text(json.dumps(doc))
+    r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
+    assert r.exit_code != 0 and "sample(s) Z" in r.output
+
+
+@pytest.mark.parametrize("method", ["refined", "ftd-em"])
+def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, method):
+    import matplotlib.image
+
+    scheduler = dask_clients[1].scheduler.address
+    model = tmp_path / "m.json"
+    extra = ("--bootstrap", "5", "--block-size", "20000") if method == "refined" else ("--em-iter", "3")
+    r = run("fit", two_sample_store.path, "-m", "4", "--method", method, *extra, "-o", model, "--scheduler",
+            scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "report"
+    spectrum_source = ()
+    if method == "refined":  # the spectrum from a moment store instead of a moment pass
+        moments = tmp_path / "moments.zarr"
+        assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", scheduler, "-q").exit_code == 0
+        spectrum_source = ("--moments", moments)
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr2:0-50,000",
+            *spectrum_source, "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    page = (out / "index.html").read_text()
+    referenced = re.findall(r'<img src="([^"]+)"', page)
+    expected = {"methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png",
+                "bootstrap.png" if method == "refined" else "loglik.png"}
+    assert set(referenced) == expected
+    for name in referenced:
+        image = matplotlib.image.imread(out / name)  # a valid PNG, not an empty file
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    assert "chr2:0-50,000" in page and "segments.bed" in page and "zarr" in page and "numpy" in page
+    for level in json.loads(model.read_text())["methylation"][0]:
+        assert f"{level:.3f}" in page
+    assert (out / "segments.bed").read_text().startswith('track name="')
+    assert not list(tmp_path.glob(".report.tmp-*"))
+    # a bad region fails cleanly and keeps the previous report
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr9:0-10",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code != 0 and "no chromosome chr9" in r.output
+    assert (out / "index.html").read_text() == page and not list(tmp_path.glob(".report.tmp-*"))
+
+
+def test_em_sweep_prints_bic_and_recommends(tmp_path, dask_clients, two_sample_store):
+    scheduler = dask_clients[1].scheduler.address
+    r = run("fit", two_sample_store.path, "-m", "2-3", "--method", "em", "--em-starts", "1", "--em-iter", "6",
+            "-o", tmp_path / "em.json", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    bics = [float(v) for v in re.findall(r"^\s+[23]\s+([0-9.e+]+)\s+written to", r.output, re.M)]
+    assert len(bics) == 2
+    best = 2 + int(np.argmin(bics))
+    assert f"recommended: M = {best}: the lowest BIC" in r.output
+    assert sorted(p.name for p in tmp_path.glob("em.m*.json")) == ["em.m2.json", "em.m3.json"]
+
+
+def test_starting_the_command_imports_no_heavy_library():
+    """--version and --help must be quick: scipy, numba, zarr, xarray, dask, distributed,
+    pyarrow and isal are imported only by the commands that use them."""
+    heavy = ("scipy", "numba", "zarr", "xarray", "dask", "distributed", "matplotlib", "pyarrow", "isal")
+    code = ("import sys; from streambhmm.app.cli import main; import streambhmm; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    version = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and "version" in version.stdout
+
+
+@pytest.mark.parametrize("args", [
+    ("ingest", "{file}", "--sample", "B", "--store", "{store}", "--chunk-size", "0"),
+    ("ingest", "{file}", "--sample", "B", "--store", "{store}", "--bin-size", "-100"),
+    ("moments", "compute", "{store}", "-o", "{out}", "--bins", "0"),
+    ("moments", "compute", "{store}", "-o", "{out}", "--block-size", "-1"),
+    ("fit", "{store}", "--states", "2", "--bootstrap", "-3", "-o", "{out}"),
+    ("fit", "{store}", "--states", "2", "--method", "em", "--em-iter", "0", "-o", "{out}"),
+    ("fit", "{store}", "--states", "2", "--method", "em", "--em-tol", "-1", "-o", "{out}"),
+    ("decode", "{store}", "--model", "{file}", "--max-gap", "-1", "-o", "{out}"),
+])
+def test_numeric_options_are_checked_before_any_work(tmp_path, args):
+    """Audit 6 and 16: `moments --bins 0` used to leave a moment store recorded with n_bins 0."""
+    store = tmp_path / "s.zarr"
+    assert run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "A", "--store", store).exit_code == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    values = {"file": DATA / "dmrseq_H1_r1.chr21.tsv.gz", "store": store, "out": tmp_path / "out"}
+    r = run(*(str(a).format(**values) for a in args))
+    assert r.exit_code == 2 and "Invalid value for '--" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_store, monkeypatch):
+    from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small
+    from streambhmm.moments.momentstore import load_total
+
+    assert is_small(two_sample_store.path) and not is_small(tmp_path / "missing.zarr")
+    cells = sum(two_sample_store.dataset(c).methylated.size for c in two_sample_store.chromosomes)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells))
+    assert is_small(two_sample_store.path)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells - 1))
+    assert not is_small(two_sample_store.path)
+    outputs = {}
+    for path, limit in (("in_process", ""), ("processes", "0")):
+        env = {IN_PROCESS_ENV: limit}
+        out = tmp_path / path
+        assert run("moments", two_sample_store.path, "-o", out / "m.zarr", "-q", env=env).exit_code == 0
+        r = run("fit", two_sample_store.path, "-m", "4", "--method", "refined-em", "--em-iter", "3", "-o",
+                out / "model.json", "-q", env=env)
+        assert r.exit_code == 0, r.output
+        r = run("decode", two_sample_store.path, "--model", out / "model.json", "-o", out / "seg.bed", "-q", env=env)
+        assert r.exit_code == 0, r.output
+        outputs[path] = (load_total(out / "m.zarr")[0], (out / "model.json").read_text(),
+                         (out / "seg.bed").read_bytes())
+    (m1, model1, bed1), (m2, model2, bed2) = outputs.values()
+    for name in ("p12", "p123", "pair_histogram", "coverage_features"):
+        np.testing.assert_array_equal(getattr(m1, name), getattr(m2, name))
+    assert model1 == model2 and bed1 == bed2
+    r = run("moments", two_sample_store.path, "-o", tmp_path / "x.zarr", env={IN_PROCESS_ENV: "many"})
+    assert r.exit_code != 0 and "STREAMBHMM_IN_PROCESS_MAX must be an integer" in r.output

@@ -1,0 +1,52 @@
+"""The package's layout as a contract: the in-memory estimators import nothing from Dask,
+Zarr, xarray or click, and the public names stay where the README shows them."""
+
+import subprocess
+import sys
+
+import pytest
+
+BLOCKED = ("dask", "distributed", "zarr", "xarray", "click", "fsspec")
+IN_MEMORY = ("streambhmm.learn.spectral", "streambhmm.learn.recovery", "streambhmm.learn.refine",
+             "streambhmm.learn.model", "streambhmm.learn.hmm", "streambhmm.learn.emissions", "streambhmm.learn.checks",
+             "streambhmm.learn.simulate", "streambhmm.learn.evaluate", "streambhmm.learn.states",
+             "streambhmm.learn.bootstrap", "streambhmm.moments.features", "streambhmm.moments.sums",
+             "streambhmm.moments.blocks", "streambhmm.moments.validation", "streambhmm.moments.reference")
+PROGRAM = f"""
+import importlib.abc, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in {BLOCKED!r}:
+            raise ImportError(f"blocked: {{name}}")
+
+sys.meta_path.insert(0, Block())
+import importlib
+for module in {IN_MEMORY!r}:
+    importlib.import_module(module)
+from streambhmm import BinomialHMM, Moments, SpectralBinomialHMM, compute_moments, simulate
+import numpy as np
+sim = simulate(__import__("streambhmm").paper_model(), [3000], coverage=10, random_state=0)
+SpectralBinomialHMM(n_components=2, random_state=0).fit_moments(compute_moments(sim.methylated, sim.coverage))
+BinomialHMM(2, n_iter=2).fit(sim.methylated, sim.coverage)
+print("ok")
+"""
+
+
+def test_in_memory_estimators_import_no_dask_zarr_or_click():
+    result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_the_blocker_blocks():  # the test above could not fail if the blocker did nothing
+    program = PROGRAM.replace("for module in", "import dask\nfor module in")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert result.returncode != 0 and "blocked: dask" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["SpectralBinomialHMM", "BinomialHMM", "Moments", "compute_moments", "simulate",
+                                  "paper_model", "population_moments", "matched_error", "beta_map"])
+def test_public_names_at_the_top_level(name):
+    import streambhmm
+
+    assert name in streambhmm.__all__ and getattr(streambhmm, name).__name__ == name

@@ -1,0 +1,110 @@
+"""`streambhmm batch`: many samples in groups, one moment store per group."""
+
+import numpy as np
+import pytest
+
+from streambhmm.distributed.batch import ManifestError, read_batch_manifest
+from streambhmm.moments.momentstore import load_total
+from streambhmm.io.store import open_store
+
+from ..app.test_cli import DATA, run
+
+HEADER = "sample\tgroup\tformat\tfiles\n"
+GOOD = {
+    "H1": ("lister", "tsv", "dmrseq_H1_r1.chr21.tsv.gz,dmrseq_H1_r2.chr21.tsv.gz"),
+    "IMR90": ("lister", "auto", "dmrseq_IMR90_r1.chr21.tsv.gz"),
+    "HG002": ("nanopore", "modkit", "bsseq_modkit_HG002.bed.gz"),
+    "ctr1": ("nanopore", "bedmethyl", "bsseq_modbam2bed_ctr1.encode11.bed"),
+    "ok": ("third", "bismark-cov", "bsseq_bismark.cov.gz"),
+}
+
+
+def write_manifest(path, rows):
+    """Rows name files in tests/data, or absolute paths."""
+    lines = [f"{s}\t{g}\t{f}\t{','.join(str(DATA / x) for x in files.split(','))}\n"
+             for s, (g, f, files) in rows.items()]
+    path.write_text(HEADER + "".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sample\tgroup\tfiles\n", "the header lacks column(s) format"),
+    (HEADER + "A\tg\tcram\tx.gz\n", "unknown format 'cram'"),
+    (HEADER + "A\tg/h\ttsv\tx.gz\n", "group 'g/h' is not a valid directory name"),
+    (HEADER + "A\tg\ttsv\n", "expected 4 tab-separated, non-empty fields"),
+    (HEADER + "A\tg\ttsv\tx.gz\n# comment\nA\tg\ttsv\ty.gz\n", "listed again (first on line 2)"),
+    ("# only a comment\n" + HEADER, "no samples"),
+    (HEADER + "A\tbatch-summary.tsv\ttsv\tx.gz\n", "the summary file is named so"),  # audit 17
+])
+def test_manifest_errors_name_file_line_and_text(tmp_path, text, message):
+    path = tmp_path / "manifest.tsv"
+    path.write_text(text)
+    with pytest.raises(ManifestError) as err:
+        read_batch_manifest(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+    if "line" in str(err.value) and "no samples" not in message:
+        bad_line = text.splitlines()[int(str(err.value).split("line ")[1].split(":")[0]) - 1]
+        assert repr(bad_line) in str(err.value)
+
+
+def test_manifest_columns_in_any_order_and_relative_paths(tmp_path):
+    path = tmp_path / "m.tsv"
+    path.write_text("files\tsample\tformat\tgroup\na.gz, b.gz\tS\tauto\tg\n")
+    (row,) = read_batch_manifest(path)
+    assert (row.sample, row.group, row.format, row.files) == ("S", "g", "auto", (str(tmp_path / "a.gz"),
+                                                                               str(tmp_path / "b.gz")))
+
+
+def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
+    scheduler = dask_clients[1].scheduler.address
+    (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
+    rows = {**GOOD, "broken": ("third", "tsv", str(tmp_path / "bad.tsv"))}
+    manifest = write_manifest(tmp_path / "manifest.tsv", rows)
+    work = tmp_path / "work"
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
+    assert r.exit_code == 1, r.output
+    assert f"{tmp_path / 'bad.tsv'}:2" in r.output and "'chr1\\t2x0\\t+\\t1\\t2'" in r.output  # cause: file, line, text
+    assert "1 failure(s): sample broken" in r.output
+    summary = (work / "batch-summary.tsv").read_text()
+    assert "broken\tthird\tfailed" in summary and "third\tok,broken\tskipped" in summary
+    assert open_store(work / "third" / "counts.zarr").samples == ["ok"]  # the good sample of the group is kept
+    assert not (work / "third" / "moments.zarr").exists()
+
+    for group, samples in (("lister", ["H1", "IMR90"]), ("nanopore", ["HG002", "ctr1"])):
+        # the same samples ingested and summed one command at a time
+        store = tmp_path / f"{group}.zarr"
+        for sample in samples:
+            g, fmt, files = GOOD[sample]
+            assert run("ingest", *(DATA / f for f in files.split(",")), "--sample", sample, "--format", fmt,
+                       "--store", store).exit_code == 0
+        assert run("moments", "compute", store, "-o", tmp_path / f"{group}_m.zarr", "--bins", "8",
+                   "--scheduler", scheduler, "-q").exit_code == 0
+        expected = load_total(tmp_path / f"{group}_m.zarr")[0]
+        got, manifest_doc = load_total(work / group / "moments.zarr")
+        assert manifest_doc["samples"] == samples
+        np.testing.assert_array_equal(got.p123, expected.p123)
+        np.testing.assert_array_equal(got.p12, expected.p12)
+
+    rows["broken"] = ("third", "bismark-report", "bsseq_CpG_report.txt.gz")  # fixed
+    write_manifest(manifest, rows)
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    summary = (work / "batch-summary.tsv").read_text()
+    for sample in GOOD:
+        assert f"{sample}\t{GOOD[sample][0]}\tunchanged" in summary
+    assert "lister\tH1,IMR90\tunchanged\t0\t1" in summary and "nanopore\tHG002,ctr1\tunchanged\t0\t4" in summary
+    assert "broken\tthird\tingested" in summary and "third\tok,broken\tupdated" in summary
+    assert open_store(work / "third" / "counts.zarr").samples == ["ok", "broken"]
+    assert "--bins 8" in run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler).output
+    r = run("fit", work / "lister" / "moments.zarr", "-m", "2", "--bins", "8", "-o", tmp_path / "model.json", "-q")
+    assert r.exit_code == 0, r.output
+
+
+def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, dask_clients):
+    """Audit 17: the work directory did not exist yet, so the summary was never written."""
+    (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
+    manifest = write_manifest(tmp_path / "manifest.tsv", {"broken": ("g", "tsv", str(tmp_path / "bad.tsv"))})
+    work = tmp_path / "new" / "work"
+    r = run("batch", manifest, "--workdir", work, "--scheduler", dask_clients[0].scheduler.address, "-q")
+    assert r.exit_code == 1, r.output
+    assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()

@@ -1,0 +1,150 @@
+"""Regions from posteriors: the cutting rule on known answers, invariance to the chunking,
+the presets' choice of states, and the command's BED9 and table; bigWig tracks."""
+
+import json
+
+import numpy as np
+import pytest
+
+from streambhmm.learn.hmm import BinomialHMM
+from streambhmm.distributed.regions import RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of
+from streambhmm.learn.simulate import model, simulate
+from streambhmm.io.store import write_store
+
+from ..app.test_cli import run
+
+LEVELS = np.array([[0.05], [0.35], [0.7], [0.92]])
+STICKY = np.full((4, 4), 0.03 / 3) + np.eye(4) * (0.97 - 0.03 / 3)
+
+
+def test_regions_merge_across_small_gaps_and_keep_their_counts():
+    positions = np.array([0, 100, 200, 500, 600, 1200, 1300]) * 1
+    target = np.array([0.9, 0.2, 0.8, 0.7, 0.6, 0.95, 0.1])
+    meth, cov = np.array([[1], [5], [2], [0], [1], [3], [9]]), np.array([[10], [5], [4], [2], [2], [3], [9]])
+    columns = [(0, meth[:, 0], cov[:, 0])]
+    got = regions_of(positions, target, columns, 1, 100, RegionRule((0,), 0.5, max_gap=200))
+    # bins 0, 200 (gap 100 <= 200), 500 and 600 (gap 200): one region; 1200 is 500 bp further
+    assert got.start.tolist() == [0, 1200] and got.end.tolist() == [700, 1300]
+    assert got.n_bins.tolist() == [4, 1] and got.methylated[:, 0].tolist() == [4, 3]
+    assert got.coverage[:, 0].tolist() == [18, 3] and got.posterior_sum.tolist() == pytest.approx([3.0, 0.95])
+    tight = regions_of(positions, target, columns, 1, 100, RegionRule((0,), 0.5, max_gap=0))
+    assert tight.start.tolist() == [0, 200, 500, 1200]
+    # a seam between chunks merges the same way
+    left = regions_of(positions[:3], target[:3], [(0, meth[:3, 0], cov[:3, 0])], 1, 100, RegionRule((0,), 0.5, 200))
+    right = regions_of(positions[3:], target[3:], [(0, meth[3:, 0], cov[3:, 0])], 1, 100, RegionRule((0,), 0.5, 200))
+    joined = join_regions(left, right, 200)
+    for name in ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(got, name))
+    assert len(join_regions(Regions.empty(1), right, 200)) == len(right)
+
+
+def test_presets_choose_states_by_their_levels():
+    levels = np.array([[0.05, 0.1], [0.3, 0.6], [0.6, 0.7], [0.9, 0.9]])
+    assert preset_rule("hmr", levels).targets == (0,)
+    assert preset_rule("pmd", levels).targets == (0, 1)  # below 0.7 in every sample
+    assert preset_rule("pmd", levels).min_length == 50_000
+    with pytest.raises(ValueError, match="no state that a hmr is made of"):
+        preset_rule("hmr", np.array([[0.8], [0.9]]))
+    with pytest.raises(ValueError, match="every state of the model is one a pmd is made of"):
+        preset_rule("pmd", np.array([[0.3], [0.6]]))
+
+
+@pytest.fixture(scope="module")
+def one_sample(tmp_path_factory):
+    sim = simulate(model(LEVELS, STICKY), [6000, 2500], coverage=8, random_state=0, dispersion=0.05)
+    chroms = {"chr2": (np.arange(6000), sim.methylated[:6000], sim.coverage[:6000]),
+              "chr10": (np.arange(2500), sim.methylated[6000:], sim.coverage[6000:])}
+    root = tmp_path_factory.mktemp("regions")
+    stores = [write_store(root / f"s{size}.zarr", chroms, ["A"], chunk_size=size) for size in (333, 100_000)]
+    hmm = BinomialHMM(4, emission="betabinomial").start_from(np.full(4, 0.25), STICKY, LEVELS, np.full((4, 1), 0.05))
+    return stores, hmm
+
+
+def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
+    stores, hmm = one_sample
+    rule = RegionRule((0, 1), 0.5, 300, 500, 2)
+    found = [find_regions(store, hmm, dask_clients[1], rule, ["A"]) for store in stores]
+    for chrom in ("chr2", "chr10"):
+        a, b = found[0][chrom], found[1][chrom]
+        assert len(a) > 3
+        for name in ("start", "end", "n_bins", "methylated", "coverage"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        np.testing.assert_allclose(a.posterior_sum, b.posterior_sum, rtol=1e-9)
+        assert ((a.end - a.start) >= 500).all() and (a.n_bins >= 2).all()
+
+
+def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler):
+    from streambhmm.app.modelio import model_to_dict
+
+    stores, hmm = one_sample
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
+    r = run("regions", stores[0].path, "--model", path, "--preset", "hmr", "-o", tmp_path / "hmr.bed",
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    assert "regions of states unmethylated, low" in r.output
+    lines = (tmp_path / "hmr.bed").read_text().splitlines()
+    assert lines[0] == 'track name="m hmr" description="HMR regions of A" itemRgb="On"'
+    rows = [line.split("\t") for line in lines[1:]]
+    assert rows and [r[0] for r in rows] == sorted((r[0] for r in rows), key=["chr2", "chr10"].index)
+    for i, (chrom, start, end, name, score, strand, thick_start, thick_end, rgb) in enumerate(rows):
+        assert name == f"HMR{i}" and strand == "+" and (thick_start, thick_end) == (start, end)
+        assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3
+    table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
+    assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
+    # against the in-memory recursion: the target bins (posterior of states 0, 1 >= 0.5) in each region
+    ds = stores[0].dataset("chr2").sel(sample="A")
+    covered = ds.coverage.values > 0
+    meth, cov, positions = ds.methylated.values[covered], ds.coverage.values[covered], ds.position.values[covered]
+    target = hmm.predict_proba(meth.astype(np.int64), cov.astype(np.int64))[:, :2].sum(axis=1) >= 0.5
+    chr2 = [row for row in table[1:] if row[0] == "chr2"]
+    assert len(chr2) > 5
+    for chrom, start, end, name, n_bins, length, score, level in chr2:
+        inside = target & (positions >= int(start)) & (positions < int(end))
+        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 5  # the preset's minimum
+        assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5e-5)
+    r = run("regions", stores[0].path, "--model", path, "--states", "unmethylated", "--min-length", "1000",
+            "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    assert all(int(e) - int(s) >= 1000 for _, s, e, *_ in (l.split("\t") for l in
+                                                             (tmp_path / "u.bed").read_text().splitlines()[1:]))
+    r = run("regions", stores[0].path, "--model", path, "--states", "nope", "-o", tmp_path / "x.bed")
+    assert r.exit_code != 0 and "no state 'nope'" in r.output
+    r = run("regions", stores[0].path, "--model", path, "-o", tmp_path / "x.bed")
+    assert r.exit_code != 0 and "give one of --preset and --states" in r.output
+
+
+def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, one_sample, scheduler):
+    import pyBigWig
+
+    from streambhmm.app.modelio import model_to_dict
+
+    stores, hmm = one_sample
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
+    sizes = tmp_path / "chrom.sizes"
+    sizes.write_text("chr10\t249950\nchr2\t700000\n")  # chr10's last bin (249900-250000) is clipped
+    r = run("tracks", stores[0].path, "--model", path, "--states", "unmethylated,3", "--min-coverage", "2",
+            "--chrom-sizes", sizes, "-o", tmp_path / "t", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    for chrom, n, length in (("chr2", 6000, 700000), ("chr10", 2500, 249950)):
+        ds = stores[0].dataset(chrom).sel(sample="A")
+        meth, cov = ds.methylated.values.astype(np.int64), ds.coverage.values.astype(np.int64)
+        with pyBigWig.open(str(tmp_path / "t.A.methylation.bw")) as bw:
+            assert bw.chroms() == {"chr2": 700000, "chr10": 249950}
+            got = np.array(bw.values(chrom, 0, bw.chroms(chrom)))[::100][:n]
+        expected = np.where(cov >= 2, meth / np.maximum(cov, 1), np.nan)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)  # NaN where no entry
+        covered = cov > 0
+        post = hmm.predict_proba(meth[covered], cov[covered])
+        for h, name in ((0, "state0-unmethylated"), (3, "state3-high")):
+            with pyBigWig.open(str(tmp_path / f"t.{name}.posterior.bw")) as bw:
+                intervals = np.array(bw.intervals(chrom))
+            np.testing.assert_array_equal(intervals[:, 0], ds.position.values[covered])
+            np.testing.assert_array_equal(intervals[:, 1], np.minimum(ds.position.values[covered] + 100, length))
+            np.testing.assert_allclose(intervals[:, 2], post[:, h], atol=1e-6)
+    r = run("tracks", stores[0].path, "--model", path, "--states", "nope", "-o", tmp_path / "x")
+    assert r.exit_code != 0 and "no state 'nope'" in r.output
+    sizes.write_text("chr2\t700000\n")
+    r = run("tracks", stores[0].path, "--chrom-sizes", sizes, "-o", tmp_path / "x")
+    assert r.exit_code != 0 and "no 'chr10'" in r.output

@@ -1,0 +1,451 @@
+"""The text-to-rows stage: detection rules, reading options, and the input failures an
+audit found (each test here failed before its fix)."""
+
+import gzip
+import os
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streambhmm.io.formats import FormatError, ReadOptions, detect_common_format, detect_format, read_rows
+from streambhmm.io.ingest import ingest
+from streambhmm.io.store import natural_sorted, open_store
+
+from .test_ingest import chrom_table, tree_digest
+
+HEADER = "chrom\tpos\tstrand\tmc\tcov\n"
+
+
+def write(tmp_path, name, text, gz=False):
+    data = text.encode() if isinstance(text, str) else text
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def rows_of(path, fmt=None, context="CG", **options):
+    opts = ReadOptions(**options)
+    fmt = fmt or detect_common_format([path], "auto", opts)
+    return [(r.chrom, int(p), int(m), int(c)) for r in read_rows(path, fmt, context, options=opts)
+            for p, m, c in zip(r.pos0, r.methylated, r.coverage)]
+
+
+def error_of(path, fmt=None, context="CG", **options) -> FormatError:
+    with pytest.raises(FormatError) as err:
+        rows_of(path, fmt, context, **options)
+    return err.value
+
+
+# --- detection ---
+
+
+@pytest.mark.parametrize("body,fmt", [
+    ("chr1\t10\t10\t50\t1\t1\nchr1\t11\t11\t0\t0\t2\n", "bismark-cov"),  # end = start: 1-based single C
+    ("chr1\t9\t11\t50\t1\t1\n", "methyldackel"),  # end = start + 2: a merged CpG, 0-based
+    ("track type=\"bedGraph\"\nchr1\t9\t10\t50\t1\t1\n", "methyldackel"),
+])
+def test_bedgraph_and_bismark_cov_are_told_apart_by_content(tmp_path, body, fmt):
+    assert detect_format(write(tmp_path, "f.txt", body)) == fmt
+
+
+def test_methyldackel_without_its_track_line_is_ambiguous_not_shifted(tmp_path):
+    path = write(tmp_path, "md.bedGraph", "chr1\t9\t10\t50\t1\t1\nchr1\t10\t11\t100\t2\t0\n")
+    with pytest.raises(FormatError, match=r"ambiguous format: .*fit 2 formats: bismark-cov .*methyldackel .*"
+                                          r"Pass --format bismark-cov or --format methyldackel"):
+        detect_format(path)
+    assert rows_of(path, "methyldackel") == [("chr1", 9, 1, 2), ("chr1", 10, 2, 2)]  # 0-based start
+    assert rows_of(path, "bismark-cov") == [("chr1", 8, 1, 2), ("chr1", 9, 2, 2)]  # merged CpG: 1-based C
+
+
+@pytest.mark.parametrize("name", ["chr", "chrom", "chromosome", "Chr"])
+def test_a_chromosome_named_like_a_header_is_data(tmp_path, name):
+    path = write(tmp_path, "c.cov", f"{name}\t10\t10\t50\t1\t1\n{name}\t20\t20\t0\t0\t3\n")
+    assert detect_format(path) == "bismark-cov"
+    assert rows_of(path) == [(name, 9, 1, 2), (name, 19, 0, 3)]
+
+
+def test_values_decide_total_first_against_methylated_first(tmp_path):
+    tm = write(tmp_path, "tm.txt", "chr1\t10\t5\t3\nchr1\t20\t4\t4\n")  # col3 >= col4 everywhere
+    with pytest.raises(FormatError, match="fit 2 formats: methylseekr .* methrix"):
+        detect_format(tm)
+    assert rows_of(tm, "methylseekr") == [("chr1", 9, 3, 5), ("chr1", 19, 4, 4)]
+    mu = write(tmp_path, "mu.txt", "chr1\t10\t5\t3\nchr1\t20\t2\t4\n")  # 2 < 4: col3 cannot be the total
+    assert detect_format(mu) == "methrix"
+    assert rows_of(mu) == [("chr1", 9, 5, 8), ("chr1", 19, 2, 6)]
+
+
+def test_a_bom_before_the_header_is_accepted(tmp_path):
+    path = write(tmp_path, "bom.tsv", "\ufeff" + HEADER + "chr1\t10\t+\t1\t5\n")
+    assert detect_format(path) == "tsv"
+    assert rows_of(path) == [("chr1", 9, 1, 5)]
+
+
+def test_methylpipe_is_no_longer_read_as_allc(tmp_path):
+    # chrom pos strand context nC nT score: read as allc, cov was the score
+    path = write(tmp_path, "mp.txt", "chr20\t8179\t+\tCG\t2\t4\t20\nchr20\t8180\t-\tCG\t4\t4\t48\n")
+    assert detect_format(path) == "methylpipe"
+    assert rows_of(path) == [("chr20", 8178, 2, 6), ("chr20", 8179, 4, 8)]
+
+
+def test_the_header_of_another_format_is_refused(tmp_path):
+    path = write(tmp_path, "dss.txt", "chr\tpos\tN\tX\nchr1\t10\t5\t3\n")
+    assert rows_of(path) == [("chr1", 9, 3, 5)]
+    with pytest.raises(FormatError, match="this is the header line of format dss, not methrix"):
+        rows_of(path, "methrix")
+
+
+def test_unknown_files_are_told_about_columns(tmp_path):
+    path = write(tmp_path, "x.txt", "chr1\t10\t+\t3\t5\n")
+    with pytest.raises(FormatError, match=r"x.txt:1: unknown format .*--columns chrom=N"):
+        detect_format(path)
+    assert rows_of(path, columns=ReadOptions.parse_columns("chrom=1,pos=2,meth=4,total=5,strand=3")) == \
+        [("chr1", 9, 3, 5)]
+    assert rows_of(path, columns=ReadOptions.parse_columns("chrom=1,pos=2,meth=4,unmeth=5"),
+                   zero_based=True) == [("chr1", 10, 3, 8)]
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("chrom=1,pos=2,meth=4", "one of total or unmeth"),
+    ("chrom=1,pos=2,meth=4,total=5,unmeth=6", "one of total or unmeth"),
+    ("chrom=1,pos=2,meth=2,total=5", "share a column"),
+    ("chrom=1,pos=0,meth=4,total=5", "column number from 1"),
+    ("chrom=1,place=2,meth=4,total=5", "'place=2' is not ROLE=N"),
+])
+def test_columns_spec_errors(spec, message):
+    with pytest.raises(ValueError, match=message):
+        ReadOptions.parse_columns(spec)
+
+
+def test_columns_options_belong_to_columns(tmp_path):
+    with pytest.raises(ValueError, match="--zero-based and --header describe a --columns file"):
+        ReadOptions(zero_based=True)
+    path = write(tmp_path, "x.txt", "chr1\t10\t3\t5\n")
+    with pytest.raises(ValueError, match="names column 9, but the first data line has 4 fields"):
+        rows_of(path, columns=ReadOptions.parse_columns("chrom=1,pos=2,meth=9,total=3"))
+    with pytest.raises(ValueError, match="cannot be combined with --format methrix"):
+        detect_common_format([path], "methrix", ReadOptions(columns=ReadOptions.parse_columns(
+            "chrom=1,pos=2,meth=3,total=4")))
+
+
+def test_header_option_skips_a_first_line_that_looks_like_data(tmp_path):
+    path = write(tmp_path, "h.txt", "1\t2\t3\t4\nchr1\t10\t3\t5\n")
+    columns = ReadOptions.parse_columns("chrom=1,pos=2,meth=3,total=4")
+    assert rows_of(path, columns=columns, header=True) == [("chr1", 9, 3, 5)]
+    assert rows_of(path, columns=columns) == [("1", 1, 3, 4), ("chr1", 9, 3, 5)]
+
+
+def test_a_context_cannot_be_asked_of_a_format_without_one(tmp_path):
+    path = write(tmp_path, "c.cov", "chr1\t10\t10\t50\t1\t1\n")
+    assert rows_of(path, context="CG") == rows_of(path, context="all") == [("chr1", 9, 1, 2)]
+    with pytest.raises(ValueError, match="--context CHH: format bismark-cov records no cytosine context"):
+        rows_of(path, context="CHH")
+
+
+# --- options ---
+
+
+CX = ("chr1\t100\t+\t3\t1\tCG\tCGA\n"
+      "chr1\t101\t-\t2\t2\tCG\tCGT\n"
+      "chr1\t103\t-\t1\t0\tCHG\tCTG\n"
+      "chr1\t200\t-\t5\t0\tCG\tCGG\n"  # a minus C whose plus partner (199) has no row
+      "chr2\t1\t+\t0\t7\tCG\tCGA\n"
+      "chr2\t2\t-\t1\t1\tCG\tCGA\n")
+
+
+def test_merge_strands_moves_minus_cpg_cs_onto_their_plus_partner(tmp_path):
+    path = write(tmp_path, "cx.txt", CX)
+    plain = rows_of(path, context="all")
+    merged = rows_of(path, context="all", merge_strands=True)
+    assert [r[1] for r in plain] == [99, 100, 102, 199, 0, 1]
+    assert [r[1] for r in merged] == [99, 99, 102, 198, 0, 0]  # CHG rows stay where they are
+    assert [r[2:] for r in merged] == [r[2:] for r in plain]
+    store = tmp_path / "s.zarr"
+    ingest([path], "A", store, bin_size=1, options=ReadOptions(merge_strands=True))
+    assert chrom_table(store, "chr1") == ([99, 198], [[5], [5]], [[8], [5]])
+    assert chrom_table(store, "chr2") == ([0], [[1]], [[9]])
+
+
+def test_merge_strands_needs_a_strand(tmp_path):
+    cov = write(tmp_path, "c.cov", "chr1\t10\t10\t50\t1\t1\n")
+    with pytest.raises(ValueError, match="--merge-strands: format bismark-cov has one row per cytosine but no "
+                                         "strand column"):
+        rows_of(cov, merge_strands=True)
+    tsv = write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t1\nchr1\t30\t*\t4\t4\n")
+    assert rows_of(tsv, merge_strands=True) == [("chr1", 9, 1, 2), ("chr1", 9, 1, 1), ("chr1", 29, 4, 4)]
+    seekr = write(tmp_path, "s.tab", "chr1\t10\t5\t3\n")  # one row per CpG already: nothing to move
+    assert rows_of(seekr, "methylseekr", merge_strands=True) == [("chr1", 9, 3, 5)]
+
+
+def test_min_coverage_and_chromosome_filters(tmp_path):
+    body = "".join(f"{c}\t{p}\t+\t1\t{v}\n" for c, p, v in [
+        ("chr1", 10, 1), ("chr1", 20, 5), ("chrM", 5, 9), ("chrUn_gl1", 3, 9), ("chrUn_gl2", 3, 2),
+        ("lambda", 1, 7), ("chrX", 4, 3)])
+    path = write(tmp_path, "f.tsv", HEADER + body)
+    assert [r[0] for r in rows_of(path, min_coverage=3)] == ["chr1", "chrM", "chrUn_gl1", "lambda", "chrX"]
+    assert [r[0] for r in rows_of(path, exclude_chromosomes=("chrM", "chrUn*", "lambda"))] == \
+        ["chr1", "chr1", "chrX"]
+    assert [r[0] for r in rows_of(path, chromosomes=("chr?", "chr[0-9]*"), exclude_chromosomes=("chrX",))] == \
+        ["chr1", "chr1", "chrM"]
+
+
+def test_options_are_recorded_and_a_change_reingests(tmp_path):
+    path = write(tmp_path, "f.tsv", HEADER + "chr1\t10\t+\t1\t1\nchr1\t20\t+\t2\t4\nchrM\t5\t+\t1\t9\n")
+    store = tmp_path / "s.zarr"
+    options = ReadOptions(min_coverage=2, exclude_chromosomes=("chrM",))
+    ingest([path], "A", store, options=options)
+    recorded = open_store(store).attrs["samples"]["A"]["options"]
+    assert recorded == {"merge_strands": False, "min_coverage": 2, "chromosomes": None,
+                        "exclude_chromosomes": ["chrM"], "columns": None, "zero_based": False, "header": False}
+    assert chrom_table(store, "chr1") == ([0], [[2]], [[4]]) and open_store(store).chromosomes == ["chr1"]
+    assert ingest([path], "A", store, options=options).unchanged
+    report = ingest([path], "A", store, options=ReadOptions(min_coverage=1))
+    assert report.replaced and chrom_table(store, "chr1") == ([0], [[3]], [[5]])
+
+
+# --- audit findings ---
+
+
+@pytest.mark.parametrize("value,message", [
+    ("4294967296", "count 4294967296 too large (the store holds counts up to 4,294,967,295)"),
+    ("9007199254740993", "count 9007199254740993 too large"),  # beyond float64's integers
+    ("9223372036854775808", "field 5 ('9223372036854775808'): too large"),  # 2^63
+    ("1e30", "field 5 ('1e30'): not an integer"),
+    ("inf", "field 5 ('inf'): not an integer"),
+    ("-1", "negative count -1"),
+])
+def test_counts_are_integers_that_fit_the_store(tmp_path, value, message):
+    path = write(tmp_path, "big.tsv", HEADER + "chr1\t5\t+\t0\t1\n" + f"chr1\t10\t+\t0\t{value}\n")
+    err = error_of(path)
+    assert (err.line, err.text) == (3, f"chr1\t10\t+\t0\t{value}") and message in str(err)
+
+
+def test_methylated_above_coverage_is_seen_at_any_size(tmp_path):
+    path = write(tmp_path, "m.tsv", HEADER + "chr1\t10\t+\t4294967295\t4294967294\n")
+    assert "methylated count 4294967295 exceeds coverage 4294967294" in str(error_of(path))
+    cov = write(tmp_path, "c.cov", "chr1\t10\t10\t50\t4294967295\t1\n")
+    assert "coverage 4294967296 too large" in str(error_of(cov))
+
+
+def test_a_bin_whose_sum_overflows_the_store_is_refused(tmp_path):
+    store = tmp_path / "s.zarr"
+    ingest([write(tmp_path, "a.tsv", HEADER + "chr1\t10\t+\t1\t2\n")], "A", store)
+    before = tree_digest(store)
+    path = write(tmp_path, "b.tsv", HEADER + "chr1\t10\t+\t0\t3000000000\nchr1\t11\t+\t0\t3000000000\n")
+    with pytest.raises(ValueError, match="chr1: the bin at 0 sums coverage 6,000,000,000, more than the store's"):
+        ingest([path], "B", store)
+    assert tree_digest(store) == before
+
+
+def test_the_same_file_twice_is_refused(tmp_path):
+    path = write(tmp_path, "a.tsv", HEADER + "chr1\t10\t+\t1\t2\n")
+    copy = tmp_path / "copy.tsv"
+    shutil.copy(path, copy)
+    link = tmp_path / "link.tsv"
+    link.symlink_to(path)
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match="link.tsv is the same file as .*a.tsv: each replicate must be given once"):
+        ingest([path, link], "A", store)
+    with pytest.raises(ValueError, match="copy.tsv has the same content .* as .*a.tsv"):
+        ingest([path, copy], "A", store)
+    assert not store.exists()
+
+
+def test_invalid_utf8_in_a_chromosome_name(tmp_path):
+    path = write(tmp_path, "u.tsv", HEADER.encode() + b"chr1\t10\t+\t1\t2\nchr\xff2\t10\t+\t1\t2\n")
+    err = error_of(path)
+    assert err.line == 3 and "field 1 ('chr\\\\xff2'): invalid UTF-8" in str(err)
+    assert err.text == "chr\\xff2\t10\t+\t1\t2"
+
+
+@pytest.mark.parametrize("damage", ["truncated", "crc"])
+def test_corrupt_gzip_names_the_file_and_line(tmp_path, damage):
+    from ..app.test_cli import run
+
+    data = bytearray(gzip.compress((HEADER + "".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(1, 200001))).encode()))
+    if damage == "truncated":
+        data = data[:len(data) // 2]
+    else:
+        data[-6] ^= 0xFF  # the CRC
+    path = write(tmp_path, "bad.tsv.gz", bytes(data))
+    err = error_of(path)
+    assert "corrupt or truncated compressed data at this line" in str(err) and err.line > 1
+    r = run("ingest", path, "--sample", "A", "--store", tmp_path / "s.zarr")
+    assert r.exit_code == 1 and f"{path}:{err.line}: corrupt or truncated" in r.output
+    assert "Aborted" not in r.output and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("name", ["x" * 256, "é" * 128, ".", "..", ".hidden", "zarr.json", "ZARR.JSON", "__meta",
+                                  "chr1/random", "chr1\\random", "chr\x011"])
+def test_chromosome_names_that_cannot_name_a_store_group(tmp_path, name):
+    path = write(tmp_path, "n.tsv", HEADER + "chr1\t10\t+\t1\t2\n" + f"{name}\t10\t+\t1\t2\n")
+    err = error_of(path)
+    assert err.line == 3 and "invalid chromosome name" in str(err)
+    assert rows_of(path, exclude_chromosomes=(name,)) == [("chr1", 9, 1, 2)]  # unless it is excluded
+
+
+def test_unusual_but_valid_chromosome_names_round_trip(tmp_path):
+    import xarray as xr
+
+    names = ["HLA-A*01:01:01:01", "gi|9626243|ref|NC_001416.1|", "chrUn_KI270742v1", "1", "é" * 127, "x" * 255]
+    path = write(tmp_path, "n.tsv", HEADER + "".join(f"{n}\t10\t+\t1\t2\n" for n in names))
+    store = tmp_path / "s.zarr"
+    ingest([path], "A", store)
+    assert open_store(store).chromosomes == natural_sorted(names)  # "1" first
+    assert [int(xr.open_zarr(store, group=n).coverage.sum()) for n in names] == [2] * len(names)
+
+
+@pytest.mark.parametrize("block_bytes", [1 << 10, 1 << 23])
+def test_a_line_without_end_is_refused_early(tmp_path, block_bytes):
+    body = HEADER + "chr1\t10\t+\t1\t2\n" + "chr1\t" + "7" * 300_000  # no newline: the file's last 300 kB
+    with pytest.raises(FormatError) as info:
+        list(read_rows(write(tmp_path, "long.tsv.gz", body, gz=True), "tsv", block_bytes=block_bytes))
+    err = info.value
+    assert err.line == 3 and "line longer than 65,536 bytes" in str(err) and err.text == ("chr1\t" + "7" * 300)[:200]
+    body = HEADER + "chr1\t1\t+\t1\t2\n" * 5 + "chr2\t" + "9" * 70_000 + "\nchr2\t1\t+\t1\t2\n"
+    with pytest.raises(FormatError, match=r"long2.tsv:7: line longer than 65,536 bytes: 'chr2\\t9999") as err:
+        list(read_rows(write(tmp_path, "long2.tsv", body), "tsv", block_bytes=block_bytes))
+    assert len(str(err.value)) < 400
+
+
+def test_messages_quote_at_most_200_characters(tmp_path):
+    path = write(tmp_path, "wide.tsv", HEADER + "chr1\t10\t+\t1\t" + "x" * 5000 + "\n")
+    err = error_of(path)
+    assert err.text == ("chr1\t10\t+\t1\t" + "x" * 5000)[:200]
+    assert str(err).count("(the first 200 of") == 2 and "x" * 201 not in str(err)  # the field and the line
+    assert "(the first 200 of 5,012 characters)" in str(err) and len(str(err)) < 700
+
+
+def test_a_fifo_is_named_as_such(tmp_path):
+    fifo = tmp_path / "calls.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="calls.fifo: is a FIFO \\(named pipe\\), not a regular file"):
+        ingest([fifo], "A", tmp_path / "s.zarr")
+    with pytest.raises(FileNotFoundError, match="missing.tsv: no such file"):
+        ingest([tmp_path / "missing.tsv"], "A", tmp_path / "s.zarr")
+    with pytest.raises(ValueError, match="is a directory"):
+        ingest([tmp_path], "A", tmp_path / "s.zarr")
+
+
+BED11 = "chr1\t10\t11\t5mC\t5\t+\t10\t11\t0,0,0\t4\t50\n"
+BED14 = "chr1\t20\t21\t5mC\t5\t+\t20\t21\t0,0,0\t4\t50\t2\t2\t0\n"
+
+
+@pytest.mark.parametrize("body,line,message", [
+    (BED11 + BED14, 2, "expected 11 fields, found 14 (the number of columns changed: the first data line has 11)"),
+    (BED11 + "chr1\t30\t29\t5mC\t5\t+\t30\t31\t0,0,0\t4\t50\n", 2, "end 29 not after start 30"),
+    (BED11 + "chr1\t30\t31\t5mC\t5\tX\t30\t31\t0,0,0\t4\t50\n", 2, "strand 'X' (expected one of +, -, ., *)"),
+    (BED11 + "chr1\t30\t31\t5mC\t5\t+\t30\t31\t0,0,0\t4\t150\n", 2, "methylation percent 150.0 outside 0 to 100"),
+])
+def test_bedmethyl_checks(tmp_path, body, line, message):
+    err = error_of(write(tmp_path, "b.bed", body), "bedmethyl")
+    assert err.line == line and message in str(err) and "(format bedmethyl, given)" in str(err)
+
+
+def test_batch_manifest_lines_are_quoted_short(tmp_path):
+    from streambhmm.distributed.batch import ManifestError, read_batch_manifest
+
+    path = write(tmp_path, "m.tsv", "sample\tgroup\tformat\tfiles\nA\tg\tcram\t" + "x" * 3000 + "\n")
+    with pytest.raises(ManifestError) as err:
+        read_batch_manifest(path)
+    assert "unknown format 'cram'" in str(err.value) and "x" * 190 in str(err.value)
+    assert "x" * 201 not in str(err.value) and "(the first 200 of 3,009 characters)" in str(err.value)
+
+
+# --- exact line numbers whatever the blocks ---
+
+
+KINDS = ["fields", "letters", "float", "negative", "exceeds", "order", "strand", "name", "utf8", "huge"]
+
+
+def corrupt(fields: list[str], previous_pos: int, kind: str) -> bytes:
+    chrom, pos, strand, mc, cov = fields
+    line = {"fields": f"{chrom}\t{pos}\t{strand}\t{mc}",
+            "letters": f"{chrom}\t{pos}\t{strand}\tab\t{cov}",
+            "float": f"{chrom}\t{pos}\t{strand}\t{mc}.5\t{cov}",
+            "negative": f"{chrom}\t{pos}\t{strand}\t-1\t{cov}",
+            "exceeds": f"{chrom}\t{pos}\t{strand}\t{int(cov) + 1}\t{cov}",
+            "order": f"{chrom}\t{previous_pos - 1}\t{strand}\t{mc}\t{cov}",
+            "strand": f"{chrom}\t{pos}\tX\t{mc}\t{cov}",
+            "name": f"..\t{pos}\t{strand}\t{mc}\t{cov}",
+            "huge": f"{chrom}\t{pos}\t{strand}\t{mc}\t{2 ** 40}"}.get(kind)
+    return line.encode() if line is not None else f"{chrom}\xff\t{pos}\t{strand}\t{mc}\t{cov}".encode("latin-1")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 400), at=st.floats(0, 1, exclude_max=True), kind=st.sampled_from(KINDS),
+       blanks=st.booleans(), spaces=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_the_first_bad_line_is_named_exactly_for_any_blocking(tmp_path, n, at, kind, blanks, spaces, seed):
+    rng = np.random.default_rng(seed)
+    positions = np.cumsum(rng.integers(2, 50, n)) + 10
+    lines = [[f"chr{1 + i * 3 // n}", str(p), "+-"[i % 2], "1", str(1 + i % 7)] for i, p in enumerate(positions)]
+    k = max(1, int(at * n))  # never the first data line: it sets the number of fields
+    if kind == "order" and lines[k][0] != lines[k - 1][0]:
+        kind = "exceeds"
+    text = [("\t" if not spaces else "  \t ").join(f).encode() for f in lines]
+    text[k] = corrupt(lines[k], int(lines[k - 1][1]), kind)
+    if blanks:
+        text = [t for i, line in enumerate(text) for t in ((line, b"") if i % 5 == 4 else (line,))]
+    line_no = 2 + k + (k // 5 if blanks else 0)
+    path = tmp_path / f"f{seed}.tsv"
+    path.write_bytes(HEADER.encode() + b"\n".join(text) + b"\n")
+    errors = set()
+    for block_bytes in (37, 1000, 1 << 20):
+        with pytest.raises(FormatError) as err:
+            list(read_rows(path, "tsv", options=ReadOptions(), block_bytes=block_bytes))
+        errors.add((err.value.line, err.value.message))
+    assert len(errors) == 1 and errors.pop()[0] == line_no
+
+
+# --- the options on the command line ---
+
+
+def test_cli_ingest_options(tmp_path):
+    from ..app.test_cli import run
+
+    path = write(tmp_path, "calls.txt", "chrM\t5\t9\t0\nchr1\t10\t3\t5\nchr1\t11\t1\t1\nchr1\t250\t2\t0\n")
+    store = tmp_path / "s.zarr"
+    r = run("ingest", path, "--sample", "A", "--store", store, "--columns", "chrom=1,pos=2,meth=3,unmeth=4",
+            "--zero-based", "--min-coverage", "3", "--exclude-chromosomes", "chrM", "--bin-size", "10")
+    assert r.exit_code == 0, r.output
+    assert "1 rows from 1 columns file(s)" in r.output
+    assert chrom_table(store, "chr1") == ([10], [[3]], [[8]])
+    options = open_store(store).attrs["samples"]["A"]["options"]
+    assert options["columns"] == {"chrom": 1, "pos": 2, "meth": 3, "unmeth": 4} and options["zero_based"]
+    r = run("ingest", path, "--sample", "B", "--store", store, "--columns", "chrom=1,pos=2")
+    assert r.exit_code == 2 and "--columns needs chrom, pos, meth and one of total or unmeth" in r.output
+    r = run("ingest", path, "--sample", "B", "--store", store, "--zero-based")
+    assert r.exit_code == 2 and "--zero-based and --header describe a --columns file" in r.output
+    r = run("ingest", path, "--sample", "B", "--store", tmp_path / "t.zarr", "--merge-strands", "--format", "methrix")
+    assert r.exit_code == 1 and "--merge-strands: format methrix has one row per cytosine" in r.output
+
+
+def test_batch_applies_the_options_to_every_sample(tmp_path, dask_clients):
+    from ..app.test_cli import run
+
+    cx = write(tmp_path, "cx.txt", CX)
+    tsv = write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t1\nchr2\t5\t+\t1\t1\n")
+    manifest = write(tmp_path, "m.tsv", "sample\tgroup\tformat\tfiles\nA\tg\tauto\tcx.txt\nB\tg\ttsv\tt.tsv\n")
+    work = tmp_path / "work"
+    r = run("batch", manifest, "--workdir", work, "--bins", "4", "--bin-size", "1", "--merge-strands",
+            "--exclude-chromosomes", "chr2", "--scheduler", dask_clients[1].scheduler.address, "-q")
+    assert r.exit_code == 0, r.output
+    store = open_store(work / "g" / "counts.zarr")
+    assert store.chromosomes == ["chr1"]
+    assert all(store.attrs["samples"][s]["options"]["merge_strands"] for s in "AB")
+    import xarray as xr
+
+    ds = xr.open_zarr(work / "g" / "counts.zarr", group="chr1").sel(sample=["A", "B"])  # concurrent ingests:
+    covered = ds.coverage.values.sum(axis=1) > 0  # the columns are in the order the commits came
+    assert (ds.position.values[covered].tolist(), ds.methylated.values[covered].tolist(),
+            ds.coverage.values[covered].tolist()) == ([9, 99, 198], [[0, 2], [5, 0], [5, 0]], [[0, 3], [8, 0], [5, 0]])
+
+
+def test_format_errors_survive_pickling():
+    import pickle
+
+    err = FormatError("a.tsv", 3, "x" * 300, "bad count", "tsv, detected")
+    again = pickle.loads(pickle.dumps(err))
+    assert str(again) == str(err) and (again.line, again.text, again.fmt) == (3, "x" * 200, "tsv, detected")

@@ -1,0 +1,107 @@
+"""Stores at fsspec URLs: memory:// (a non-local filesystem, in this process) and file://."""
+
+import uuid
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from streambhmm.learn.hmm import BinomialHMM, random_parameters
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.momentstore import load_total, merge_moment_stores, update_moment_store
+from streambhmm.moments.pipeline import moments_graph
+from streambhmm.io.storage import Location
+from streambhmm.io.store import open_store
+from streambhmm.distributed.storehmm import POSTERIOR, decode_store, fit_store_em
+
+from ..app.test_cli import DATA, run
+
+FILES = {"H1": [DATA / "dmrseq_H1_r1.chr21.tsv.gz", DATA / "dmrseq_H1_r2.chr21.tsv.gz"],
+         "IMR90": [DATA / "dmrseq_IMR90_r1.chr21.tsv.gz"]}
+
+
+@pytest.fixture(scope="module")
+def threaded_client():
+    """memory:// is per process, so this cluster's workers are threads of the test process."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def ingest_both(store, chunk_size=250):
+    for sample, files in FILES.items():
+        ingest(files, sample, store, chunk_size=chunk_size)
+    return open_store(store)
+
+
+def test_location_paths():
+    assert Location.of("file:///tmp/a/b").url == "/tmp/a/b" and Location.of("file:///tmp/a").is_local
+    remote = Location.of("s3://bucket/runs/counts.zarr/")
+    assert not remote.is_local and remote.name == "counts.zarr"
+    assert str(remote.parent / "moments.zarr") == "s3://bucket/runs/moments.zarr"
+    with pytest.raises(TypeError, match="not a local path"):
+        open(remote)  # noqa: SIM115 - must refuse before opening anything
+
+
+def test_memory_store_matches_local_store(tmp_path, threaded_client):
+    root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
+    local = ingest_both(tmp_path / "counts.zarr")
+    remote = ingest_both(f"{root}/counts.zarr")
+    assert remote.path.url == f"{root}/counts.zarr" and remote.samples == local.samples == ["H1", "IMR90"]
+    for chrom in local.chromosomes:
+        a = xr.open_zarr(f"{root}/counts.zarr", group=chrom)  # plain xarray reads the URL
+        b = xr.open_zarr(tmp_path / "counts.zarr", group=chrom)
+        np.testing.assert_array_equal(a.coverage.values, b.coverage.values)
+        np.testing.assert_array_equal(a.position.values, b.position.values)
+    assert not Location.of(root).glob("counts.zarr.tmp-*")  # staging removed
+
+    first = update_moment_store(remote, f"{root}/moments.zarr", threaded_client)
+    assert first.computed > 1 and first.reused == 0
+    again = update_moment_store(remote, f"{root}/moments.zarr", threaded_client)
+    assert again.computed == 0 and again.reused == first.computed
+    total, manifest = load_total(f"{root}/moments.zarr")
+    expected = threaded_client.compute(moments_graph(local).total).result()
+    np.testing.assert_allclose(total.p12, expected.p12, rtol=1e-12)
+    np.testing.assert_allclose(total.p123, expected.p123, rtol=1e-12)
+    assert manifest["complete"] and manifest["source"]["counts_store"] == f"{root}/counts.zarr"
+
+    merge_moment_stores([f"{root}/moments.zarr"], tmp_path / "merged.zarr")  # remote to local
+    np.testing.assert_array_equal(load_total(tmp_path / "merged.zarr")[0].p123, total.p123)
+
+
+def test_memory_store_em_and_decode(tmp_path, threaded_client):
+    root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
+    store = ingest_both(f"{root}/counts.zarr")
+
+    def start():
+        hmm = BinomialHMM(3)
+        hmm.start_from(*random_parameters(3, 2, 0))
+        return hmm
+
+    result = fit_store_em(store, start(), threaded_client, n_iter=3)
+    reference = fit_store_em(ingest_both(tmp_path / "counts.zarr"), start(), threaded_client, n_iter=3)
+    np.testing.assert_allclose(result.history, reference.history, rtol=1e-10)
+    decode_store(store, result.hmm, threaded_client, tmp_path / "seg.bed", posteriors=True)
+    posterior = xr.open_zarr(f"{root}/counts.zarr", group=store.chromosomes[0])[POSTERIOR].values
+    covered = ~np.isnan(posterior).any(axis=1)
+    assert covered.any()
+    np.testing.assert_allclose(posterior[covered].sum(axis=1), 1, atol=1e-5)
+    assert not Location.of(root).glob(f"counts.zarr/*/{POSTERIOR}_tmp_*")
+
+
+def test_cli_with_file_urls(tmp_path, dask_clients):
+    scheduler = dask_clients[1].scheduler.address
+    url = f"file://{tmp_path}/counts.zarr"
+    for sample, files in FILES.items():
+        assert run("ingest", *files, "--sample", sample, "--store", url, "--chunk-size", "250").exit_code == 0
+    r = run("moments", "compute", url, "-o", f"file://{tmp_path}/m.zarr", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    via_url = run("fit", url, "-m", "2", "--seed", "1", "-o", tmp_path / "a.json", "--scheduler", scheduler, "-q")
+    via_path = run("fit", tmp_path / "counts.zarr", "-m", "2", "--seed", "1", "-o", tmp_path / "b.json",
+                   "--scheduler", scheduler, "-q")
+    assert via_url.exit_code == 0 and via_path.exit_code == 0, via_url.output + via_path.output
+    assert (tmp_path / "a.json").read_text().split('"created_by"')[0] == \
+        (tmp_path / "b.json").read_text().split('"created_by"')[0]
+    assert run("fit", "file:///nonexistent/store.zarr", "-m", "3").exit_code == 2

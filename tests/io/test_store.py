@@ -1,0 +1,260 @@
+"""The counts store, format version 2: a fixed bin axis, one sample per chunk column, commits
+that touch only the sample written, concurrent ingests, recovery, checksums, upgrade."""
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from streambhmm.io import store as store_module
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.pipeline import load_counts
+from streambhmm.io.store import COMMIT, StoreError, chunk_digest, locked, open_store, upgrade_store, write_store
+
+from ..app.test_cli import run
+
+HEADER = "chrom\tpos\tstrand\tmc\tcov\n"
+
+
+def write_sample(path: Path, seed: int, chroms=("chr1", "chr2", "chr10"), n_rows: int = 400, step: int = 37) -> Path:
+    """A TSV of random counts on a few chromosomes, each sample reaching its own extent."""
+    rng = np.random.default_rng(seed)
+    lines = [HEADER]
+    for chrom in chroms:
+        pos = np.cumsum(rng.integers(1, 2 * step, n_rows + seed * 50))
+        cov = rng.integers(0, 9, pos.size)
+        meth = rng.binomial(cov, 0.6)
+        lines += [f"{chrom}\t{p}\t+\t{m}\t{c}\n" for p, m, c in zip(pos, meth, cov)]
+    path.write_text("".join(lines))
+    return path
+
+
+def column_files(store: Path, column: int) -> dict[str, bytes]:
+    """Every chunk file of one sample column, by its path without the column."""
+    out = {}
+    for path in sorted(store.rglob("*")):
+        parts = path.relative_to(store).parts
+        if path.is_file() and "c" in parts and len(parts) >= 5 and parts[1] in ("methylated", "coverage") \
+                and parts[-1] == str(column):
+            out[str(path.relative_to(store).parent)] = path.read_bytes()
+    return out
+
+
+def by_sample(store_path) -> dict:
+    """Each sample's counts (covered bins) and index per chromosome, by name: what must not
+    depend on the order of ingests."""
+    st = open_store(store_path)
+    out = {}
+    for name in st.samples:
+        for chrom in st.chromosomes:
+            ds = xr.open_zarr(store_path, group=chrom).sel(sample=name)
+            cov = ds.coverage.values
+            covered = cov > 0
+            out[name, chrom] = (ds.position.values[covered].tolist(), ds.methylated.values[covered].tolist(),
+                                cov[covered].tolist(), st.summary(chrom, [st.column(name)]).tolist())
+    return out
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    root = tmp_path_factory.mktemp("samples")
+    return [write_sample(root / f"s{i}.tsv", seed=i) for i in range(3)]
+
+
+def test_the_bin_axis_is_fixed_and_position_is_the_index(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    ingest(samples[:1], "A", store, chunk_size=100)
+    ds = xr.open_zarr(store, group="chr1")
+    n_before = ds.sizes["position"]
+    np.testing.assert_array_equal(ds.position.values, np.arange(n_before) * 100)
+    assert ds.methylated.data.chunks[1] == (1,)  # one sample per chunk
+    window = ds.sel(position=slice(2_000, 2_999))  # plain xarray selects bins by position
+    assert window.position.values.tolist() == list(range(2_000, 3_000, 100))
+    ingest(samples[2:3], "C", store)  # reaches further: the axis grows, never moves
+    ds = xr.open_zarr(store, group="chr1")
+    assert ds.sizes["position"] > n_before
+    np.testing.assert_array_equal(ds.position.values[:n_before], np.arange(n_before) * 100)
+    np.testing.assert_array_equal(ds.sel(sample="A").coverage.values[n_before:], 0)
+
+
+def test_samples_ingested_in_any_order_give_the_same_store(tmp_path, samples):
+    stores = []
+    for k, order in enumerate(([0, 1, 2], [2, 0, 1])):
+        path = tmp_path / f"s{k}.zarr"
+        for i in order:
+            ingest([samples[i]], "ABC"[i], path, chunk_size=300)
+        stores.append(path)
+    assert open_store(stores[0]).chromosomes == open_store(stores[1]).chromosomes == ["chr1", "chr2", "chr10"]
+    assert by_sample(stores[0]) == by_sample(stores[1])
+    np.testing.assert_array_equal(*(load_counts(open_store(p), ["A", "C"])[1] for p in stores))
+
+
+def test_adding_or_replacing_a_sample_writes_only_its_column(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    ingest(samples[:1], "A", store, chunk_size=300)
+    ingest(samples[1:2], "B", store)
+    before = column_files(store, 0)
+    assert before
+    ingest(samples[2:3], "C", store)
+    ingest(samples[2:3], "B", store)  # replaces B's column
+    assert column_files(store, 0) == before
+    assert column_files(store, 1) == column_files(store, 2)  # B now holds C's counts
+
+
+def test_two_concurrent_ingests_both_land(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    ingest(samples[:1], "A", store, chunk_size=300)
+    errors = []
+
+    def add(i):
+        try:
+            ingest([samples[i]], "ABC"[i], store)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(open_store(store).samples) == ["A", "B", "C"]
+    reference = tmp_path / "ref.zarr"
+    for i in range(3):
+        ingest([samples[i]], "ABC"[i], reference, chunk_size=300)
+    assert by_sample(store) == by_sample(reference)
+
+
+def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_recovers(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    for i in (0, 1):
+        ingest([samples[i]], "AB"[i], store, chunk_size=300)
+    kept = {c: column_files(store, c) for c in (0, 1)}
+    metadata = {p: p.read_bytes() for p in store.rglob("zarr.json")}
+    big = write_sample(tmp_path / "big.tsv", seed=7, chroms=[f"chr{i}" for i in range(1, 23)], n_rows=40_000)
+    code = ("import sys; from streambhmm.io.ingest import ingest; "
+            f"ingest([{str(big)!r}], 'C', {str(store)!r}, progress=lambda m: print(m, flush=True))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if "chr3" in line:  # well into staging
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    assert {c: column_files(store, c) for c in (0, 1)} == kept
+    assert {p: p.read_bytes() for p in store.rglob("zarr.json")} == metadata
+    assert open_store(store).samples == ["A", "B"]
+    assert list(tmp_path.glob("s.zarr.ingest-*"))  # the dead staging directory is still there
+    ingest([samples[2]], "C", store)  # the rerun (or any writer) removes it
+    assert not list(tmp_path.glob("s.zarr.ingest-*")) and open_store(store).samples == ["A", "B", "C"]
+    assert {c: column_files(store, c) for c in (0, 1)} == kept
+
+
+def test_a_commit_killed_half_way_is_completed_by_the_next_writer(tmp_path, samples, monkeypatch):
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=100)
+    reference = tmp_path / "ref.zarr"
+    ingest([samples[0]], "A", reference, chunk_size=100)
+    ingest([samples[1]], "B", reference)
+    moves = []
+    real_move = store_module._replace_file
+
+    def dies_midway(source, target):
+        if len(moves) == 5:
+            raise KeyboardInterrupt("killed")  # as if the process died after the commit point
+        moves.append(target)
+        real_move(source, target)
+
+    monkeypatch.setattr(store_module, "_replace_file", dies_midway)
+    monkeypatch.setattr(store_module.SampleWriter, "close", lambda self: None)  # a dead process cleans nothing
+    with pytest.raises(KeyboardInterrupt):
+        ingest([samples[1]], "B", store)
+    monkeypatch.undo()
+    staging = list(tmp_path.glob("s.zarr.ingest-*"))
+    assert len(staging) == 1 and (staging[0] / COMMIT).exists() and len(moves) == 5
+    assert open_store(store).samples == ["A"]  # past the commit point, not yet in the metadata
+    with locked(store, shared=True):  # a reader finishes the commit before it reads
+        pass
+    assert by_sample(store) == by_sample(reference)
+    assert not list(tmp_path.glob("s.zarr.ingest-*"))
+
+
+def test_a_missing_or_damaged_chunk_is_detected_when_read(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=100)
+    st = open_store(store)
+    chunk = next(iter((store / "chr2" / "coverage" / "c").glob("*/0")))
+    chunk.unlink()
+    with pytest.raises(StoreError, match=r"sample A on chr2, chunk \d+ .* missing or damaged"):
+        load_counts(st)
+    r = run("fit", store, "-m", "2", "-o", tmp_path / "m.json", "-q")
+    assert r.exit_code == 1 and "missing or damaged" in r.output
+
+
+def test_chunk_digest_covers_counts_up_to_the_last_covered_bin():
+    meth, cov = np.array([1, 0, 2, 0, 0]), np.array([3, 0, 2, 0, 0])
+    assert chunk_digest(meth, cov) == chunk_digest(meth[:3], cov[:3]) != (0, 0)
+    assert chunk_digest(meth, cov) != chunk_digest(np.array([1, 0, 1, 0]), cov[:4])
+    assert chunk_digest(np.zeros(4), np.zeros(4)) == (0, 0)
+
+
+def write_version_1(path: Path, chromosomes: dict, names: list[str], chunk_size: int = 50) -> None:
+    """A store as streambhmm 0.1 wrote it: covered bins only, all samples in each chunk."""
+    import zarr
+
+    attrs = {"format": "streambhmm-counts", "format_version": 1, "bin_size": 100, "chunk_size": chunk_size,
+             "tool_version": "0.1.0", "samples": {n: {"files": [], "format": "tsv", "context": "CG"} for n in names}}
+    for chrom, (position, meth, cov) in chromosomes.items():
+        ds = xr.Dataset({"methylated": (("bin", "sample"), meth.astype(np.uint32)),
+                         "coverage": (("bin", "sample"), cov.astype(np.uint32))},
+                        coords={"position": ("bin", position), "sample": ("sample", np.array(names, dtype=object))})
+        ds.to_zarr(path, group=chrom, mode="w", zarr_format=3, consolidated=False,
+                   encoding={v: {"chunks": (chunk_size, len(names))} for v in ("methylated", "coverage")})
+    group = zarr.open_group(path, mode="a")
+    group.attrs.update({**attrs, "chromosomes": list(chromosomes)})
+
+
+def test_a_version_1_store_is_refused_by_name_and_upgraded_in_place(tmp_path):
+    rng = np.random.default_rng(3)
+    chroms = {}
+    for chrom, n in (("chr2", 130), ("chr1", 90)):
+        position = np.sort(rng.choice(10_000, n, replace=False)) * 100
+        cov = rng.integers(0, 6, (n, 2))
+        cov[cov.sum(axis=1) == 0, 0] = 1
+        chroms[chrom] = (position, rng.binomial(cov, 0.3), cov)
+    v1 = tmp_path / "old.zarr"
+    write_version_1(v1, chroms, ["A", "B"])
+    with pytest.raises(StoreError, match=r"version-1 counts store .* `streambhmm upgrade"):
+        open_store(v1)
+    r = run("fit", v1, "-m", "2", "-o", tmp_path / "m.json", "-q")
+    assert r.exit_code == 1 and "streambhmm upgrade" in r.output
+    r = run("upgrade", v1)
+    assert r.exit_code == 0 and "2 sample(s) converted" in r.output, r.output
+    st = open_store(v1)
+    assert st.samples == ["A", "B"] and st.chromosomes == ["chr1", "chr2"]
+    assert st.attrs["samples"]["B"]["format"] == "tsv"
+    for chrom, (position, meth, cov) in chroms.items():
+        ds = xr.open_zarr(v1, group=chrom)
+        np.testing.assert_array_equal(ds.coverage.values[position // 100], cov)
+        np.testing.assert_array_equal(ds.methylated.values[position // 100], meth)
+        assert ds.coverage.values.sum() == cov.sum()
+    with pytest.raises(StoreError, match="converts version 1 only"):
+        upgrade_store(v1)
+    assert not list(tmp_path.glob("old.zarr.*"))
+
+
+def test_write_store_round_trips_through_load_counts(tmp_path):
+    rng = np.random.default_rng(0)
+    cov = rng.integers(0, 4, (500, 3))
+    meth = rng.binomial(cov, 0.5)
+    st = write_store(tmp_path / "w.zarr", {"chrX": (np.arange(500), meth, cov)}, ["a", "b", "c"], chunk_size=64)
+    got_meth, got_cov, lengths = load_counts(st)
+    keep = cov.sum(axis=1) > 0
+    np.testing.assert_array_equal(got_cov, cov[keep])
+    np.testing.assert_array_equal(got_meth, meth[keep])
+    assert lengths.tolist() == [int(keep.sum())]

@@ -1,0 +1,166 @@
+"""The moment-only refinement's parts against independent code, and its gradient."""
+
+import numpy as np
+import pytest
+from scipy.special import gammaln, logsumexp
+from scipy.stats import binom
+
+from streambhmm import compute_moments, simulate
+from streambhmm.moments.features import beta_map, decode_cells
+from streambhmm.learn.refine import ExpectedFeatures, Objective, SampleCoverage, Weights, _Histogram, stationary
+from streambhmm.learn.simulate import model, population_moments
+
+from ..conftest import STICKY, WELL_SEPARATED
+
+
+def log_bin(c, mu, p):
+    return gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1) + mu * np.log(p) + (c - mu) * np.log1p(-p)
+
+
+def reference_loglik(moments, width, levels, pi, transmat, coverage_models, coverage) -> float:
+    """The histogram's log-likelihood given coverage, per triple: cell by cell from the raw
+    histogram, in the log domain: log sum over state paths of pi (A) prod_slots P(c' | state)
+    Bin(mu' | c', level), minus the same without the Binomial factors."""
+    layout = moments.histogram_layout(width)
+    hist = moments.bin_histogram if width == 1 else moments.pair_histogram
+    total = 0.0
+    for row in range(hist.shape[0]):
+        cells = np.flatnonzero(hist[row])
+        cov, meth = decode_cells(cells, layout)
+        samples = layout.slot_samples(row)
+        per_slot, cov_slot = [], []
+        for g, s in enumerate(samples):
+            log_cov = np.log(coverage[s] @ coverage_models[s].thinned(layout.cap)[:, cov[:, g]]).T  # (n, m)
+            per_slot.append(log_cov + log_bin(cov[:, g][:, None], meth[:, g][:, None], levels[:, s][None, :]))
+            cov_slot.append(log_cov)
+        values = []
+        for slots in (per_slot, cov_slot):
+            if width == 1:
+                values.append(logsumexp(np.log(pi) + sum(slots), axis=1))
+            else:
+                half = len(slots) // 2
+                first, second = sum(slots[:half]), sum(slots[half:])
+                joint = np.log(pi)[None, :, None] + first[:, :, None] + np.log(transmat)[None] + second[:, None, :]
+                values.append(logsumexp(joint.reshape(len(cells), -1), axis=1))
+        total += hist[row, cells] @ (values[0] - values[1])
+    return total / moments.n_triples
+
+
+@pytest.mark.parametrize("n_samples", [1, 2, 3])
+def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples):
+    rng = np.random.default_rng(n_samples)
+    levels_true = WELL_SEPARATED[:, :1].repeat(n_samples, axis=1) if n_samples == 3 else WELL_SEPARATED[:, :n_samples]
+    sim = simulate(model(levels_true, STICKY), [3000], coverage=60, random_state=1)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=6)
+    levels = rng.uniform(0.05, 0.95, (4, n_samples))
+    levels[0] = 1e-4  # extreme levels: many cells underflow the linear domain
+    levels[3] = 1 - 1e-4
+    transmat = rng.dirichlet(np.ones(4), size=4)
+    transmat[0] = [1 - 3e-12, 1e-12, 1e-12, 1e-12]
+    pi, _ = stationary(transmat)
+    models = [SampleCoverage(row, mom.n_bins, 16) for row in mom.coverage_histogram]
+    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=4) for c in models]
+    for width in (1, 2):
+        value = _Histogram(mom, width, models)(levels, pi, transmat, coverage)[0]
+        assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat, models, coverage),
+                                      rel=1e-10)
+
+
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_the_criterion_gradient_equals_finite_differences(n_samples):
+    coverage = [[40, 0.5], [12, 20], [15, 8], [20, 20]]  # state-dependent, and uncovered bins in sample 2
+    sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [5000], coverage=np.array(coverage)[:, :n_samples],
+                   random_state=2)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=8)
+    objective = Objective(mom, Weights(1.0, 0.5, 1.0, 0.7), grid_points=64)
+    m = 3
+    x = np.random.default_rng(0).normal(size=sum(objective._sizes(m)))
+    value, grad = objective(x, m)
+    numeric = np.array([(objective(x + e, m)[0] - objective(x - e, m)[0]) / 2e-6 for e in np.eye(x.size) * 1e-6])
+    np.testing.assert_allclose(grad, numeric, atol=1e-6 * max(1.0, np.abs(grad).max()))
+
+
+def test_expected_features_equal_the_naive_expectation():
+    """E[phi(c, mu) | p] for c from a histogram and mu ~ Bin(c, p), against beta_map summed
+    over every (c, mu), with the tabulated derivative against finite differences."""
+    histogram = np.zeros(400)
+    histogram[[0, 3, 17, 40, 128, 300, 399]] = [5, 1, 2, 3, 1, 1, 2]  # 300 and 399 fall in buckets
+    g = ExpectedFeatures(histogram, n_bins=10)
+    levels = np.array([0.0, 0.013, 0.3, 0.71, 0.999, 1.0])
+    value, slope = g(levels)
+    expected = np.zeros((levels.size, 10))
+    weights = histogram / histogram.sum()
+    for c in np.flatnonzero(histogram):
+        mu = np.arange(c + 1)
+        expected += weights[c] * binom.pmf(mu[None, :], c, levels[:, None]) @ beta_map(np.full(c + 1, c), mu, 10)
+    # coverage buckets 2% wide above 128 move the mass by far less than the interpolation error
+    np.testing.assert_allclose(value, expected, atol=2e-3)
+    np.testing.assert_allclose(value.sum(axis=1), 1.0, atol=1e-9)
+    inner = levels[1:-1]
+    numeric = (g(inner + 1e-6)[0] - g(inner - 1e-6)[0]) / 2e-6
+    np.testing.assert_allclose(slope[1:-1], numeric, atol=1e-4)
+
+
+def test_simulated_histograms_approach_the_population_histograms(four_state_model):
+    sim = simulate(four_state_model, [300_000], coverage=[[60, 12], [12, 60], [30, 30], [20, 40]],
+                   random_state=5)
+    emp = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=6)
+    pop = population_moments(four_state_model, n_bins=6, coverage=[[60, 12], [12, 60], [30, 30], [20, 40]],
+                             n_triples=emp.n_triples)
+    for width, name in ((1, "bin_histogram"), (2, "pair_histogram")):
+        a, b = getattr(emp, name)[0] / emp.n_triples, getattr(pop, name)[0] / pop.n_triples
+        assert a.sum() == pytest.approx(1.0) and b.sum() == pytest.approx(1.0)
+        cells = np.flatnonzero((a > 0) | (b > 0))
+        cov, meth = decode_cells(cells, emp.histogram_layout(width))
+        for slot in range(cov.shape[1]):  # each slot's thinned coverage, and its mean methylated reads
+            coverage_a = np.bincount(cov[:, slot], a[cells])
+            coverage_b = np.bincount(cov[:, slot], b[cells], minlength=coverage_a.size)
+            assert np.abs(coverage_a - coverage_b).sum() < 0.01, (name, slot)
+            assert meth[:, slot] @ a[cells] == pytest.approx(meth[:, slot] @ b[cells], rel=0.01)
+        # the slots' dependence: their methylated reads' covariance
+        assert ((meth[:, 0] * meth[:, -1]) @ a[cells] - (meth[:, 0] @ a[cells]) * (meth[:, -1] @ a[cells])
+                == pytest.approx((meth[:, 0] * meth[:, -1]) @ b[cells] - (meth[:, 0] @ b[cells])
+                                 * (meth[:, -1] @ b[cells]), rel=0.03))
+    width = max(emp.coverage_histogram.shape[1], pop.coverage_histogram.shape[1])
+    a = np.pad(emp.coverage_histogram, ((0, 0), (0, width - emp.coverage_histogram.shape[1]))) / emp.n_triples
+    b = np.pad(pop.coverage_histogram, ((0, 0), (0, width - pop.coverage_histogram.shape[1]))) / pop.n_triples
+    assert np.abs(a - b).sum(axis=1).max() < 0.02
+
+
+def naive_thinned_histogram(methylated, coverage, width, layout):
+    """Cell by cell: each tuple's slots thinned to at most ``cap`` reads by the hypergeometric
+    law (scipy), their product added to the row-major cell of (pair_keys per slot)."""
+    from scipy.stats import hypergeom
+    cap = layout.cap
+    n_cells = (cap + 1) * (cap + 2) // 2
+    out = np.zeros(layout.shape)
+    for row in range(out.shape[0]):
+        samples = layout.slot_samples(row)
+        for t in range(1, methylated.shape[0] - 1):  # middle bins of the triples (one sequence)
+            dist = np.ones(1)
+            for g, s in enumerate(samples):
+                b = t + g // len(set(samples)) if layout.joint else t + g
+                c, mu = int(coverage[b, s]), int(methylated[b, s])
+                slot = np.zeros(n_cells)
+                if c <= cap:
+                    slot[c * (c + 1) // 2 + mu] = 1.0
+                else:
+                    j = np.arange(cap + 1)
+                    slot[cap * (cap + 1) // 2 + j] = hypergeom(c, mu, cap).pmf(j)
+                dist = np.outer(dist, slot).ravel()
+            out[row] += dist
+    return out
+
+
+@pytest.mark.parametrize("n_samples, budget", [(1, 1 << 10), (2, 1 << 19), (2, 1 << 12), (3, 1 << 10), (3, 1 << 5)])
+def test_thinned_histograms_equal_the_naive_hypergeometric_sum(n_samples, budget):
+    rng = np.random.default_rng(7)
+    n = 150
+    coverage = rng.integers(0, 60, size=(n, n_samples))
+    methylated = rng.binomial(coverage, rng.uniform(0.05, 0.95, size=(n, n_samples)))
+    moments = compute_moments(methylated, coverage, histogram_budget=budget)
+    for width, hist in ((1, moments.bin_histogram), (2, moments.pair_histogram)):
+        layout = moments.histogram_layout(width)
+        assert (coverage > layout.cap).mean() > 0.2 and (coverage <= layout.cap).any()  # both kinds of slot
+        np.testing.assert_allclose(hist, naive_thinned_histogram(methylated, coverage, width, layout),
+                                   rtol=1e-10, atol=1e-12)

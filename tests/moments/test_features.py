@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.integrate import quad
+from scipy.stats import beta as beta_dist
+
+from streambhmm.moments.features import _DIRECT_KEY_LIMIT, beta_map, encode, pair_keys, pairs_from_keys
+
+
+def integrated_beta(c, mu, n_bins):
+    """Independent reference: integrate the Beta(mu+1, c-mu+1) density over each bin."""
+    dist = beta_dist(mu + 1, c - mu + 1)
+    mean, sd = dist.mean(), dist.std()
+    out = []
+    for i in range(n_bins):
+        lo, hi = i / n_bins, (i + 1) / n_bins
+        # integrate only where the density lives, so quad sees it at high coverage
+        a, b = max(lo, mean - 40 * sd), min(hi, mean + 40 * sd)
+        out.append(quad(dist.pdf, a, b, epsabs=1e-14, epsrel=1e-12, limit=200)[0] if a < b else 0.0)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("c,mu", [(0, 0), (1, 0), (1, 1), (10, 3), (37, 37), (200, 17), (5000, 4100), (10**6, 312_345)])
+def test_beta_map_matches_integrated_density(c, mu):
+    got = beta_map(np.array([c]), np.array([mu]), 30)[0]
+    np.testing.assert_allclose(got, integrated_beta(c, mu, 30), atol=1e-11)
+    assert abs(got.sum() - 1.0) < 1e-12
+    assert (got >= 0).all()
+
+
+def test_zero_coverage_is_uniform():
+    np.testing.assert_allclose(beta_map(np.array([0]), np.array([0]), 7)[0], np.full(7, 1 / 7), rtol=1e-14)
+
+
+def test_upper_tail_keeps_relative_precision():
+    # mass in the last bin when mu = c: 1 - (1 - 1/D)^(c+1), computed without cancellation
+    c, d = 2000, 30
+    got = beta_map(np.array([c]), np.array([c]), d)[0]
+    np.testing.assert_allclose(got[-1], -np.expm1((c + 1) * np.log1p(-1 / d)), rtol=1e-12)
+    # the bin just below: (1-1/D)^(c+1) - (1-2/D)^(c+1), tiny but positive and exact
+    expected = np.exp((c + 1) * np.log1p(-1 / d)) - np.exp((c + 1) * np.log1p(-2 / d))
+    np.testing.assert_allclose(got[-2], expected, rtol=1e-9)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**7), st.integers(0, 10**7)), min_size=1, max_size=50))
+def test_pair_keys_round_trip(pairs):
+    c = np.array([max(a, b) for a, b in pairs])
+    mu = np.array([min(a, b) for a, b in pairs])
+    c2, mu2 = pairs_from_keys(pair_keys(mu, c))
+    np.testing.assert_array_equal(c2, c)
+    np.testing.assert_array_equal(mu2, mu)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 60), st.integers(0, 2**31 - 1), st.booleans())
+def test_encode_reproduces_features(n_samples, n, seed, huge):
+    rng = np.random.default_rng(seed)
+    cov = rng.poisson(15, (n, n_samples))
+    if huge:  # keys beyond the direct-address limit take the np.unique path
+        cov[0, 0] = 5 * int(np.sqrt(_DIRECT_KEY_LIMIT))
+    mu = rng.binomial(cov, 0.3)
+    ft = encode(mu, cov, 9)
+    np.testing.assert_array_equal(ft.coverage[ft.codes], cov)
+    np.testing.assert_array_equal(ft.methylated[ft.codes], mu)
+    np.testing.assert_allclose(ft.table[ft.codes], beta_map(cov, mu, 9), rtol=0, atol=0)
+    assert len(np.unique(pair_keys(ft.methylated, ft.coverage))) == len(ft.table)

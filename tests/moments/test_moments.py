@@ -1,0 +1,109 @@
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streambhmm.moments.sums import MOMENTS_VERSION, Moments, compute_moments
+from streambhmm.moments.reference import naive_moments
+from streambhmm.learn.simulate import population_moments, simulate
+
+
+@st.composite
+def counts_and_lengths(draw):
+    n_samples = draw(st.integers(1, 3))
+    lengths = draw(st.lists(st.integers(0, 25), min_size=1, max_size=5))
+    n = sum(lengths)
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    cov = rng.poisson(draw(st.sampled_from([0.5, 4.0, 30.0])), (n, n_samples))
+    mu = rng.binomial(cov, rng.uniform(0, 1, (n, n_samples)))
+    n_bins = draw(st.integers(1, 8))
+    return mu, cov, lengths, n_bins
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts_and_lengths())
+def test_grouped_kernel_equals_naive_einsum(case):
+    mu, cov, lengths, n_bins = case
+    fast = compute_moments(mu, cov, lengths, n_bins=n_bins)
+    slow = naive_moments(mu, cov, lengths, n_bins=n_bins)
+    assert fast.n_triples == slow.n_triples == sum(max(length - 2, 0) for length in lengths)
+    assert fast.allclose(slow, rtol=1e-10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts_and_lengths(), st.data())
+def test_sums_of_split_sequences_equal_the_whole(case, data):
+    """Cutting the sequences anywhere and adding the parts' moments changes nothing
+    when each part carries the two bins before it (the chunk halo)."""
+    mu, cov, lengths, n_bins = case
+    whole = compute_moments(mu, cov, lengths, n_bins=n_bins)
+    parts = []
+    offset = 0
+    for length in lengths:
+        cuts = sorted(data.draw(st.lists(st.integers(0, length), max_size=4)))
+        bounds = [0, *cuts, length]
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            if hi > lo:
+                start = offset + max(lo - 2, 0)
+                parts.append(compute_moments(mu[start:offset + hi], cov[start:offset + hi], n_bins=n_bins))
+        offset += length
+    total = sum(parts, Moments.zeros(mu.shape[1] if mu.ndim > 1 else 1, n_bins))
+    assert total.allclose(whole, rtol=1e-10)
+
+
+def test_no_triple_crosses_a_sequence_boundary():
+    # two sequences whose bins are all distinct: any crossing triple would add a term
+    mu = np.array([0, 0, 0, 5, 5, 5])
+    cov = np.array([5, 5, 5, 5, 5, 5])
+    split = compute_moments(mu, cov, [3, 3], n_bins=4)
+    assert split.n_triples == 2
+    first = compute_moments(mu[:3], cov[:3], n_bins=4)
+    second = compute_moments(mu[3:], cov[3:], n_bins=4)
+    assert split.allclose(first + second)
+    assert not split.allclose(compute_moments(mu, cov, n_bins=4) + Moments.zeros(1, 4))
+
+
+def test_empirical_moments_approach_population_moments(four_state_model):
+    """Independent check of population_moments: a long simulation's means agree with it
+    to a few sampling standard errors, and much better than a wrong model does."""
+    sim = simulate(four_state_model, [400_000], coverage=20.0, random_state=3)
+    emp = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=10)
+    pop = population_moments(four_state_model, n_bins=10, coverage=20.0, n_triples=emp.n_triples)
+    n = emp.n_triples
+    for name in ("p12", "p13", "p23", "p123"):
+        diff = np.abs(getattr(emp, name) - getattr(pop, name)).max() / n
+        assert diff < 4e-3, name
+    np.testing.assert_allclose(emp.b_coverage / n, pop.b_coverage / n, rtol=0, atol=0.1)
+    np.testing.assert_allclose(emp.inv_coverage / n, pop.inv_coverage / n, rtol=2e-3)
+    wrong = population_moments(four_state_model, n_bins=10, coverage=30.0, n_triples=n)
+    assert np.abs(emp.p123 - wrong.p123).max() / n > 5 * np.abs(emp.p123 - pop.p123).max() / n
+
+
+def test_add_requires_same_feature_settings():
+    with pytest.raises(ValueError, match="different feature settings"):
+        Moments.zeros(1, 30) + Moments.zeros(1, 20)
+    with pytest.raises(ValueError, match="different feature settings"):
+        Moments.zeros(2, 30) + Moments.zeros(1, 30)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    cov = rng.poisson(10, (200, 2))
+    mom = compute_moments(rng.binomial(cov, 0.5), cov, [100, 100], n_bins=6)
+    path = tmp_path / "m.npz"
+    mom.save(path)
+    back = Moments.load(path)
+    assert back.allclose(mom, rtol=0)
+    assert back.n_triples == mom.n_triples == 196
+    assert os.listdir(tmp_path) == ["m.npz"]  # no temporary left behind
+
+
+def test_load_refuses_newer_version(tmp_path):
+    mom = Moments.zeros(1, 3)
+    path = tmp_path / "m.npz"
+    np.savez(path, format="streambhmm-moments", version=MOMENTS_VERSION + 1, **mom.to_dict())
+    with pytest.raises(ValueError, match="newer than this streambhmm supports"):
+        Moments.load(path)

@@ -1,0 +1,353 @@
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from streambhmm.app.cli import main
+from streambhmm.io.ingest import ingest
+from streambhmm.moments.sums import compute_moments
+from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores, update_moment_store
+from streambhmm.moments.pipeline import load_counts
+from streambhmm.learn.simulate import simulate
+from streambhmm.io.store import open_store
+
+
+
+def write_tsv(path, chrom_rows):
+    with open(path, "w") as fh:
+        fh.write("chrom\tpos\tstrand\tmc\tcov\n")
+        for chrom, (meth, cov) in chrom_rows.items():
+            for i in np.flatnonzero(cov > 0):
+                fh.write(f"{chrom}\t{100 * i + 1}\t+\t{meth[i]}\t{cov[i]}\n")
+    return path
+
+
+def simulated_chroms(four_state_model, lengths, seed, sample=0):
+    sim = simulate(four_state_model, lengths, coverage=15, random_state=seed)
+    bounds = np.cumsum([0, *lengths])
+    return {f"chr{i + 1}": (sim.methylated[a:b, sample], sim.coverage[a:b, sample])
+            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))}
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def from_scratch(store_path, samples=None):
+    meth, cov, lengths = load_counts(open_store(store_path), samples)
+    return compute_moments(meth, cov, lengths)
+
+
+def test_incremental_updates_equal_from_scratch(tmp_path, four_state_model, dask_clients):
+    client = dask_clients[1]
+    chroms = simulated_chroms(four_state_model, [3000, 2000, 1500], seed=1)
+    f12 = write_tsv(tmp_path / "a12.tsv", {k: chroms[k] for k in ("chr1", "chr2")})
+    f3 = write_tsv(tmp_path / "a3.tsv", {"chr3": chroms["chr3"]})
+    store, out = tmp_path / "counts.zarr", tmp_path / "moments.zarr"
+    ingest([f12], "A", store, chunk_size=400)
+    first = update_moment_store(open_store(store), out, client)
+    assert (first.computed, first.reused, first.dropped) == (13, 0, 0)  # 8 + 5 chunks
+
+    # a chromosome is added: only its chunks are computed
+    ingest([f12, f3], "A", store)
+    second = update_moment_store(open_store(store), out, client)
+    assert (second.computed, second.reused, second.dropped) == (4, 13, 0)
+    assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
+
+    # files replaced with a change late in chr2: chunks from there on are recomputed
+    meth2, cov2 = chroms["chr2"]
+    changed = {"chr1": chroms["chr1"], "chr2": (meth2.copy(), cov2.copy()), "chr3": chroms["chr3"]}
+    changed["chr2"][1][1500] += 5
+    ingest([write_tsv(tmp_path / "changed.tsv", changed)], "A", store)
+    third = update_moment_store(open_store(store), out, client)
+    assert third.computed in (1, 2) and third.dropped == third.computed
+    assert third.computed + third.reused == 17
+    total, manifest = load_total(out)
+    assert total.allclose(from_scratch(store), rtol=1e-12)
+    assert manifest["complete"] and len(manifest["partials"]) == 17
+
+    # nothing changed: nothing computed
+    again = update_moment_store(open_store(store), out, client)
+    assert (again.computed, again.dropped) == (0, 0)
+
+
+def test_adding_a_sample_leaves_the_partials_of_other_selections_valid(tmp_path, four_state_model, dask_clients):
+    """Partial digests cover only the selected samples' columns of a fixed chunk: a third
+    sample (reaching further along chr1) changes nothing for `moments --samples A,B`."""
+    client = dask_clients[1]
+    store, out = tmp_path / "counts.zarr", tmp_path / "ab.zarr"
+    for s, name in enumerate("AB"):
+        ingest([write_tsv(tmp_path / f"{name}.tsv", simulated_chroms(four_state_model, [3000, 900], seed=s))],
+               name, store, chunk_size=400)
+    first = update_moment_store(open_store(store), out, client, ["A", "B"])
+    digests = [p["digest"] for p in json.loads((out / "manifest.json").read_text())["partials"]]
+    ingest([write_tsv(tmp_path / "C.tsv", simulated_chroms(four_state_model, [5000, 900], seed=7))], "C", store)
+    again = update_moment_store(open_store(store), out, client, ["A", "B"])
+    assert (again.computed, again.reused, again.dropped) == (0, first.computed, 0)
+    assert [p["digest"] for p in json.loads((out / "manifest.json").read_text())["partials"]] == digests
+    assert load_total(out)[0].allclose(from_scratch(store, ["A", "B"]), rtol=1e-12)
+
+
+def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, scheduler):
+    store = tmp_path / "counts.zarr"
+    for s in (0, 1):  # two samples make each partial slower to compute
+        sim_rows = simulated_chroms(four_state_model, [10000, 10000], seed=2, sample=s)
+        ingest([write_tsv(tmp_path / f"s{s}.tsv", sim_rows)], f"S{s}", store, chunk_size=250)
+    out = tmp_path / "moments.zarr"
+    bins = ["--bins", "10"]  # small partials: the test is about resuming, not about their size
+    cmd = [sys.executable, "-m", "streambhmm.app.cli", "moments", str(store), "--output", str(out), *bins,
+           "--scheduler", scheduler, "--quiet"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = list((out / "partials").glob("*/0*")) if (out / "partials").exists() else []
+        if len(done) >= 10:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    n_chunks = 80
+    manifest = out / "manifest.json"
+    killed_midway = not manifest.exists() or not json.loads(manifest.read_text())["complete"]
+    assert killed_midway, "the run finished before it could be killed; make it longer"
+    with pytest.raises(MomentStoreError, match="is incomplete"):
+        load_total(out)
+    time.sleep(1.0)  # let tasks of the dead client drain
+    r = run("moments", store, "--output", out, *bins, "--scheduler", scheduler, "--quiet")
+    assert r.exit_code == 0, r.output
+    reused = int(r.output.split("reused ")[1].split(",")[0])
+    assert reused >= 10
+    resumed, _ = load_total(out)
+    uninterrupted = tmp_path / "fresh.zarr"
+    assert run("moments", store, "--output", uninterrupted, *bins, "--scheduler", scheduler, "-q").exit_code == 0
+    fresh, manifest = load_total(uninterrupted)
+    assert len(manifest["partials"]) == n_chunks
+    assert resumed.allclose(fresh, rtol=1e-12)
+    np.testing.assert_array_equal(resumed.p123, fresh.p123)  # same partials, same tree: bitwise
+
+
+@pytest.fixture
+def moment_store(tmp_path, four_state_model, dask_clients):
+    chroms = simulated_chroms(four_state_model, [4000, 3000], seed=3)
+    store = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=1000)
+    out = tmp_path / "moments.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0], block_size=50_000)  # 14 blocks
+    return store, out
+
+
+def test_fit_from_moment_store_without_counts(tmp_path, moment_store, scheduler):
+    store, out = moment_store
+    assert run("fit", store, "--states", "4", "-o", tmp_path / "from_counts.json", "--scheduler", scheduler,
+               "-q").exit_code == 0
+    shutil.rmtree(store)
+    r = run("fit", out, "--states", "4", "-o", tmp_path / "from_moments.json")
+    assert r.exit_code == 0, r.output
+    a = json.loads((tmp_path / "from_counts.json").read_text())
+    b = json.loads((tmp_path / "from_moments.json").read_text())
+    assert list(a) == list(b)
+    for key in ("n_triples", "samples", "chromosomes", "feature"):
+        assert a[key] == b[key]
+    for key in ("methylation", "transmat", "startprob"):
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-9)
+
+
+def test_sweep_and_bootstrap(tmp_path, moment_store):
+    _, out = moment_store
+    r = run("fit", out, "--states", "2-5", "-o", tmp_path / "model.json")
+    assert r.exit_code == 0, r.output
+    assert "singular values of P13" in r.output and "M = 3:" in r.output
+    assert sorted(p.name for p in tmp_path.glob("model.m*.json")) == ["model.m2.json", "model.m3.json",
+                                                                      "model.m4.json", "model.m5.json"]
+    # the data hold 4 states: the held-out criterion stops improving beyond them
+    assert re.search(r"recommended: M = 4: the smallest M whose held-out criterion", r.output), r.output
+    r = run("fit", out, "--states", "4", "--bootstrap", "30", "-o", tmp_path / "boot.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "boot.json").read_text())
+    ci, tci = np.array(doc["methylation_ci"]), np.array(doc["transmat_ci"])
+    assert ci.shape == (4, 1, 2) and tci.shape == (4, 4, 2)
+    assert (ci[..., 0] <= ci[..., 1]).all() and (tci[..., 0] <= tci[..., 1]).all()
+    point = np.array(doc["methylation"])
+    assert ((ci[..., 0] - 1e-9 <= point) & (point <= ci[..., 1] + 1e-9)).mean() >= 0.75
+    assert "95% CI" in r.output and "stay 95% CI" in r.output
+    assert "only 14 blocks of 50,000 bp" in r.output  # few blocks: a warning
+
+
+def test_bootstrap_intervals_have_width_on_a_store_of_one_chunk_per_chromosome(tmp_path, four_state_model,
+                                                                               dask_clients):
+    chroms = simulated_chroms(four_state_model, [4000, 3000], seed=4)
+    store = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=100_000)
+    out = tmp_path / "moments.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0], block_size=25_000)
+    assert len(json.loads((out / "manifest.json").read_text())["partials"]) == 2  # one chunk per chromosome
+    r = run("fit", out, "--states", "4", "--bootstrap", "20", "-o", tmp_path / "boot.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "boot.json").read_text())
+    width = np.diff(np.array(doc["methylation_ci"]), axis=-1)
+    assert (width > 1e-4).all()
+    assert "20 replicates of 28 blocks of 25,000 bp" in r.output
+
+
+def test_bootstrap_refuses_too_few_blocks(tmp_path, moment_store, dask_clients):
+    store, _ = moment_store
+    out = tmp_path / "coarse.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0])  # 1 Mb blocks: 2 of them
+    r = run("fit", out, "--states", "4", "--bootstrap", "20", "-o", tmp_path / "boot.json")
+    assert r.exit_code != 0 and "only 2 block(s) of 1,000,000 bp to resample" in r.output
+    assert not (tmp_path / "boot.json").exists()
+
+
+def first_partial(out):
+    return sorted((out / "partials").glob("*/*"))[0]
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("corrupt", "is corrupted: its checksum does not match"),
+    ("truncate", "is corrupted|unreadable or truncated"),
+    ("remove", "listed in the manifest is missing"),
+    ("unlist", "has no manifest entry"),
+    ("newer", "newer than this streambhmm supports"),
+    ("older", "format version 1 lacks the histograms .* rerun `streambhmm moments`"),
+])
+def test_integrity_errors_name_the_partial_or_setting(moment_store, damage, message):
+    _, out = moment_store
+    partial = first_partial(out)
+    chunk_file = next(p for p in (partial / "p123").rglob("*") if p.is_file() and p.name != "zarr.json")
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if damage == "corrupt":
+        data = bytearray(chunk_file.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        chunk_file.write_bytes(bytes(data))
+    elif damage == "truncate":
+        chunk_file.write_bytes(chunk_file.read_bytes()[:10])
+    elif damage == "remove":
+        shutil.rmtree(partial)
+    elif damage == "unlist":
+        manifest["partials"] = manifest["partials"][1:]
+        manifest_path.write_text(json.dumps(manifest))
+    elif damage in ("newer", "older"):
+        manifest["format_version"] = 99 if damage == "newer" else 1
+        manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(MomentStoreError, match=message) as info:
+        load_total(out)
+    if damage in ("corrupt", "truncate", "remove", "unlist"):
+        assert partial.name in str(info.value) or "chunk 0" in str(info.value)
+    r = run("fit", out, "--states", "2", "-o", out.parent / "m.json")
+    assert r.exit_code != 0 and r.output.strip()
+
+
+def test_damaged_partial_is_recomputed_by_the_next_run(moment_store, dask_clients):
+    store, out = moment_store
+    before, _ = load_total(out)
+    chunk_file = next(p for p in (first_partial(out) / "p12").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk_file.write_bytes(b"garbage")
+    report = update_moment_store(open_store(store), out, dask_clients[0])
+    assert report.computed == 1
+    assert load_total(out)[0].allclose(before, rtol=0)
+
+
+def test_mismatched_settings_are_refused(moment_store, dask_clients, tmp_path):
+    store, out = moment_store
+    with pytest.raises(MomentStoreError, match=r"mismatched feature settings: the moment store has n_bins 30 \(this run: 20\)"):
+        update_moment_store(open_store(store), out, dask_clients[0], n_bins=20)
+    r = run("fit", out, "--states", "2", "--bins", "20", "-o", tmp_path / "m.json")
+    assert r.exit_code != 0 and "--bins 30" in r.output
+
+
+def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_model, dask_clients):
+    client = dask_clients[1]
+    chroms = simulated_chroms(four_state_model, [2500, 1800], seed=4)
+    both = tmp_path / "both.zarr"
+    ingest([write_tsv(tmp_path / "all.tsv", chroms)], "A", both, chunk_size=500)
+    parts = []
+    for name in ("chr1", "chr2"):
+        counts = tmp_path / f"{name}.zarr"
+        ingest([write_tsv(tmp_path / f"{name}.tsv", {name: chroms[name]})], "A", counts, chunk_size=500)
+        update_moment_store(open_store(counts), tmp_path / f"m_{name}.zarr", client)
+        parts.append(tmp_path / f"m_{name}.zarr")
+    update_moment_store(open_store(both), tmp_path / "m_both.zarr", client)
+    result = merge_moment_stores(parts, tmp_path / "merged.zarr")
+    assert result["partials"] == 9 and result["duplicates"] == 0
+    merged, _ = load_total(tmp_path / "merged.zarr")
+    single, _ = load_total(tmp_path / "m_both.zarr")
+    np.testing.assert_array_equal(merged.p123, single.p123)  # same partials in the same order
+    # an overlapping copy is counted once
+    r = run("moments", "merge", tmp_path / "merged.zarr", parts[0], "--output", tmp_path / "again.zarr")
+    assert r.exit_code == 0 and "5 duplicate partial(s) kept once" in r.output
+    assert load_total(tmp_path / "again.zarr")[0].allclose(single, rtol=0)
+    # the same chunk with other contents is refused; so are other settings
+    other = tmp_path / "other.zarr"
+    ingest([write_tsv(tmp_path / "o.tsv", {"chr1": (chroms["chr2"][0][:2500], chroms["chr2"][1][:2500])})], "A",
+           other, chunk_size=500)
+    update_moment_store(open_store(other), tmp_path / "m_other.zarr", client)
+    with pytest.raises(MomentStoreError, match="both hold chr1 chunk 0 with different contents"):
+        merge_moment_stores([parts[0], tmp_path / "m_other.zarr"], tmp_path / "bad.zarr")
+    update_moment_store(open_store(both), tmp_path / "m_d20.zarr", client, n_bins=20)
+    with pytest.raises(MomentStoreError, match="incompatible feature settings"):
+        merge_moment_stores([parts[0], tmp_path / "m_d20.zarr"], tmp_path / "bad2.zarr")
+    assert not (tmp_path / "bad.zarr").exists() and not (tmp_path / "bad2.zarr").exists()
+
+
+def test_a_partial_swapped_for_another_chunks_is_refused(moment_store, dask_clients):
+    """Audit 2: each partial is self-consistent, but not the one the manifest names."""
+    store, out = moment_store
+    manifest = json.loads((out / "manifest.json").read_text())
+    a, b = (out / e["path"] for e in manifest["partials"][:2])
+    swap = a.parent / "swap"
+    a.rename(swap), b.rename(a), swap.rename(b)
+    with pytest.raises(MomentStoreError, match="is not the partial it should be"):
+        load_total(out)
+    # the next run does not reuse them: it recomputes both and the totals are right again
+    report = update_moment_store(open_store(store), out, dask_clients[0])
+    assert report.computed == 2
+    assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m["partials"].append(dict(m["partials"][0])), "listed twice"),
+    (lambda m: m["partials"][0].update(path="../evil_src/p"), "does not name a partial of this store"),
+    (lambda m: m["partials"][0].update(chromosome="..", path="partials/../x"), "does not name a partial"),
+    (lambda m: m["partials"][0].pop("sha256"), "partial entry 0 is malformed"),
+    (lambda m: m.pop("partials"), "'partials' is missing or not a list"),
+    (lambda m: m.update(format_version="3"), "format_version is not an integer"),
+])
+def test_crafted_manifests_are_refused_before_any_path_is_used(moment_store, tmp_path, edit, message):
+    """Audit 2, 9 and 16: duplicates, paths outside the store, malformed entries."""
+    _, out = moment_store
+    manifest = json.loads((out / "manifest.json").read_text())
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(MomentStoreError, match=message):
+        load_total(out)
+    with pytest.raises(MomentStoreError, match=message):
+        merge_moment_stores([out], tmp_path / "merged.zarr")
+    assert not (tmp_path / "merged.zarr").exists() and not (tmp_path / "evil_src").exists()
+
+
+def test_a_manifest_that_is_not_an_object_is_not_a_traceback(moment_store):
+    _, out = moment_store
+    (out / "manifest.json").write_text("[1, 2, 3]")
+    with pytest.raises(MomentStoreError, match="not a streambhmm moment store"):
+        load_total(out)
+
+
+def test_a_partial_that_cannot_be_removed_stops_the_run(moment_store, monkeypatch):
+    """Audit 18: a damaged or stale partial left on disk (read-only, say) would be read later."""
+    from streambhmm.moments.momentstore import _remove
+    from streambhmm.io.storage import Location
+
+    _, out = moment_store
+    partial = Location.of(first_partial(out))
+    monkeypatch.setattr(Location, "rmtree", lambda self: None)  # as if permission were denied
+    with pytest.raises(MomentStoreError, match="could not remove the damaged partial .*check its permissions"):
+        _remove(partial, "damaged")
