@@ -133,17 +133,11 @@ def join_regions(left: Regions, right: Regions, max_gap: int) -> Regions:
 
 
 def _regions_task(previous, following, ref: ChunkRef, params, rule: RegionRule) -> Regions:
-    from .storehmm import _stats, chunk_data
+    from .storehmm import _chunk_stats
 
-    data = chunk_data(ref, params)
-    _, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts, True,
-                     data.weighted_sums, data.pair_weights)
+    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
     target = post[:, list(rule.targets)].sum(axis=1)
-    if data.counts is not None:
-        columns = ((s, data.counts[0][:, s], data.counts[1][:, s]) for s in range(len(ref.columns)))
-    else:  # one sample at a time
-        columns = ((s, m[:, 0], c[:, 0]) for s, m, c in data._columns())
-    return regions_of(ref.positions(data.rows), target, columns, len(ref.columns), ref.bin_size, rule)
+    return regions_of(ref.positions(data.rows), target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:

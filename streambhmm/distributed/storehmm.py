@@ -144,26 +144,39 @@ class ChunkData:
     table: EmissionTable | None  # of the kept bins' counts, when they fit in memory
     counts: tuple | None  # (methylated, coverage) of the kept bins, when they fit in memory
 
-    def _columns(self):
-        """Each sample's kept counts, read one at a time (verified when the emissions were made)."""
+    def sample_counts(self):
+        """(k, methylated, coverage) of each sample's kept bins, each (kept bins,): from
+        memory, or read one sample at a time (verified when the emissions were made)."""
         for k in range(len(self.ref.columns)):
-            meth, cov = self.ref.read([k], verify=False)
-            yield k, meth[self.rows], cov[self.rows]
+            if self.counts is not None:
+                yield k, self.counts[0][:, k], self.counts[1][:, k]
+            else:
+                meth, cov = self.ref.read([k], verify=False)
+                yield k, meth[self.rows, 0], cov[self.rows, 0]
 
     def weighted_sums(self, posteriors: np.ndarray):
         """(m, S) posterior-weighted methylated and coverage sums, one sample at a time."""
         m = posteriors.shape[1]
         msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
-        for k, meth, cov in self._columns():
-            msum[:, k] = posteriors.T @ meth[:, 0]
-            csum[:, k] = posteriors.T @ cov[:, 0]
+        for k, meth, cov in self.sample_counts():
+            msum[:, k] = posteriors.T @ meth
+            csum[:, k] = posteriors.T @ cov
         return msum, csum
 
     def pair_weights(self, posteriors: np.ndarray) -> list:
         """Per sample, the beta-binomial M-step's weights of distinct pairs."""
         if self.table is not None:
             return self.table.pair_weights(posteriors)
-        return [EmissionTable(meth, cov).pair_weights(posteriors)[0] for _, meth, cov in self._columns()]
+        return [EmissionTable(meth[:, None], cov[:, None]).pair_weights(posteriors)[0]
+                for _, meth, cov in self.sample_counts()]
+
+
+def kept_counts(ref: ChunkRef) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, methylated, coverage) of a chunk's kept bins (some of its samples covered),
+    all samples read together."""
+    meth, cov = ref.read()
+    rows = np.flatnonzero(cov.sum(axis=1) > 0)
+    return rows, meth[rows], cov[rows]
 
 
 def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
@@ -171,9 +184,7 @@ def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
     states per bin)."""
     n_samples = len(ref.columns)
     if ref.n_bins * n_samples <= IN_MEMORY_CELLS:
-        meth, cov = ref.read()
-        rows = np.flatnonzero(cov.sum(axis=1) > 0)
-        meth, cov = meth[rows], cov[rows]
+        rows, meth, cov = kept_counts(ref)
         table = EmissionTable(meth, cov)
         return ChunkData(ref, rows, params.log_b(table), table, (meth, cov))
     kept = np.zeros(ref.n_bins, bool)
@@ -196,10 +207,11 @@ def _backward_task(following, ref: ChunkRef, params):
 
 
 def _chunk_stats(previous, following, ref: ChunkRef, params, want_posteriors: bool = False):
+    """(statistics, posteriors, ChunkData) of one chunk between its incoming messages."""
     data = chunk_data(ref, params)
     stats, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts,
                          want_posteriors, data.weighted_sums, data.pair_weights)
-    return stats, post, data.rows
+    return stats, post, data
 
 
 def _stats_task(previous, following, ref: ChunkRef, params):
@@ -258,9 +270,8 @@ class LocalEStep:
 
     def _chunk(self, ref: ChunkRef):
         if ref not in self.cache:
-            meth, cov = ref.read()
-            rows = np.flatnonzero(cov.sum(axis=1) > 0)
-            self.cache[ref] = (EmissionTable(meth[rows], cov[rows]), (meth[rows], cov[rows]))
+            _, meth, cov = kept_counts(ref)
+            self.cache[ref] = (EmissionTable(meth, cov), (meth, cov))
         return self.cache[ref]
 
     def __call__(self, params: Params) -> SufficientStats:
@@ -401,7 +412,8 @@ def join_runs(left: Runs, right: Runs, bin_size: int, max_gap: int) -> Runs:
 
 
 def _decode_task(previous, following, ref: ChunkRef, params, max_gap, posterior_array):
-    _, post, rows = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+    rows = data.rows
     if posterior_array is not None:
         block = np.full((ref.n_bins, params.transmat.shape[0]), np.nan, np.float32)
         block[rows] = post

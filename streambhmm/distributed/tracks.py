@@ -114,8 +114,8 @@ def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_
 def _posterior_task(previous, following, ref: ChunkRef, params, states: tuple):
     from .storehmm import _chunk_stats
 
-    _, post, rows = _chunk_stats(previous, following, ref, params, want_posteriors=True)
-    return ref.positions(rows), post[:, list(states)].astype(np.float32)
+    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+    return ref.positions(data.rows), post[:, list(states)].astype(np.float32)
 
 
 def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states: list[int], paths: list,

@@ -21,7 +21,6 @@ from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
 from .emissions import EMISSIONS, START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
 from ..moments.validation import validate_counts
 
-_EPS = 1e-10
 
 
 @dataclass

@@ -9,7 +9,7 @@ the pairs present.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -198,8 +198,8 @@ def projected_layout(n_samples: int, width: int, budget: int = HISTOGRAM_CELL_BU
     which ties every sample's levels to its neighbour's: which levels share a state), and
     adjacent pairs of bins per sample."""
     if width == 1 and n_samples >= 2:
-        rows = 1 if n_samples == 2 else n_samples
-        return HistogramLayout(n_samples, 1, max(_largest_cap(2, rows, budget), 1), False, ring=True)
+        ring = HistogramLayout(n_samples, 1, 1, False, ring=True)
+        return replace(ring, cap=max(_largest_cap(ring.slots, ring.rows, budget), 1))
     return histogram_layout(n_samples, width, budget, joint=False)
 
 

@@ -435,7 +435,8 @@ def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n
         elif previous is not None:  # the ring pair (s - 1, s)
             add_row(1, s - 1, encode(np.stack([previous[0], meth], axis=1), np.stack([previous[1], cov], axis=1),
                                      n_bins))
-        first = first or (meth, cov)
+        if first is None:
+            first = meth, cov
         previous = meth, cov
     if layouts[1].ring and layouts[1].rows > 1:  # and (S - 1, 0)
         add_row(1, n_samples - 1, encode(np.stack([previous[0], first[0]], axis=1),

@@ -166,8 +166,8 @@ def test_em_statistics_read_one_sample_at_a_time_equal_the_in_memory_ones(five_s
     together = [storehmm._chunk_stats(None, None, p.ref, params, True) for p in plans]
     monkeypatch.setattr(storehmm, "IN_MEMORY_CELLS", 0)
     apart = [storehmm._chunk_stats(None, None, p.ref, params, True) for p in plans]
-    for (a, post_a, rows_a), (b, post_b, rows_b) in zip(together, apart):
-        np.testing.assert_array_equal(rows_a, rows_b)
+    for (a, post_a, data_a), (b, post_b, data_b) in zip(together, apart):
+        np.testing.assert_array_equal(data_a.rows, data_b.rows)
         np.testing.assert_allclose(post_a, post_b, rtol=1e-10, atol=1e-12)
         for name in ("loglik", "start", "trans", "methylated", "coverage"):
             np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-10, atol=1e-9)

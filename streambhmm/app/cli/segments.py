@@ -166,18 +166,13 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
     with --model, the posterior probability of states."""
     from ..modelio import model_for_store, model_labels
     from ...io.store import open_store
+    from ...moments.pipeline import select_samples
     from ...distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
 
     start = time.perf_counter()
     counts, document, hmm = model_for_store(store, model) if model else (open_store(store), None, None)
-    if samples:
-        chosen = [s for s in samples.split(",") if s]
-        unknown = [s for s in chosen if s not in counts.samples]
-        if unknown:
-            raise click.BadParameter(f"unknown sample(s) {', '.join(unknown)}; the store has "
-                                     f"{', '.join(counts.samples)}", param_hint="--samples")
-    else:
-        chosen = document["samples"] if document else counts.samples
+    chosen = select_samples(counts, [s for s in samples.split(",") if s] if samples else
+                            (document["samples"] if document else None))
     lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
     for sample in chosen:
         path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
