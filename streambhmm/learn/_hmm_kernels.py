@@ -45,40 +45,53 @@ def _logsumexp(values):
 
 
 @njit(cache=True, nogil=True)
-def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
-                     final_beta, emis, alpha, start, trans, meth_sum, cov_sum, post):
-    """One sequence by the scaled recursion; adds its statistics and returns (ok, loglik).
-    Adds nothing and returns ok = False if a normalizer underflows."""
-    m = log_b.shape[1]
+def _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
+                     final_beta, alpha, start, trans, meth_sum, cov_sum, post):
+    """One sequence by the scaled recursion on the shifted emissions ``emis``; adds its
+    statistics and returns (ok, log-likelihood less the shifts). Adds nothing and returns
+    ok = False if a normalizer underflows."""
+    m = emis.shape[1]
     n_samples = methylated.shape[1]
     loglik = 0.0
+    product = 1.0
+    predicted = np.empty(m)
     for t in range(offset, end):
-        loglik += _shifted_emissions(log_b, t, emis[t])
-    for t in range(offset, end):
+        if t == offset:
+            predicted[:] = startprob
+        else:  # row by row: contiguous in transmat
+            predicted[:] = 0.0
+            for i in range(m):
+                a = alpha[t - 1, i]
+                for j in range(m):
+                    predicted[j] += a * transmat[i, j]
         total = 0.0
         for j in range(m):
-            if t == offset:
-                acc = startprob[j]
-            else:
-                acc = 0.0
-                for i in range(m):
-                    acc += alpha[t - 1, i] * transmat[i, j]
-            alpha[t, j] = acc * emis[t, j]
+            alpha[t, j] = predicted[j] * emis[t, j]
             total += alpha[t, j]
         if not total > TINY:
             return False, 0.0
-        loglik += np.log(total)
+        if total > 1e-140:  # normalizers multiplied, one log per hundred-odd bins
+            product *= total
+            if product < 1e-140:
+                loglik += np.log(product)
+                product = 1.0
+        else:
+            loglik += np.log(total)
+        scale = 1.0 / total
         for j in range(m):
-            alpha[t, j] /= total
-    # backward: each message normalized to sum 1, each posterior by its own sum
+            alpha[t, j] *= scale
+    loglik += np.log(product)
+    # Backward: each message normalized to sum 1, each posterior by its own sum. The expected
+    # transitions xi_t(i, j) = alpha_{t-1}(i) a_ij e_t(j) beta_t(j) / Z_t are summed without
+    # a_ij, an outer product per bin, and multiplied by a_ij once at the end.
     s_start = np.zeros(m)
-    s_trans = np.zeros((m, m))
+    s_pairs = np.zeros((m, m))
     s_meth = np.zeros((m, n_samples))
     s_cov = np.zeros((m, n_samples))
     beta = final_beta / final_beta.sum()
+    weighted = np.empty(m)
     new_beta = np.empty(m)
     gamma = np.empty(m)
-    w = np.empty((m, m))
     for t in range(end - 1, offset - 1, -1):
         norm = 0.0
         for h in range(m):
@@ -86,36 +99,42 @@ def _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, covera
             norm += gamma[h]
         if not (norm > TINY and norm < np.inf):
             return False, 0.0
+        scale = 1.0 / norm
         for h in range(m):
-            gamma[h] /= norm
-            for s in range(n_samples):
-                s_meth[h, s] += gamma[h] * methylated[t, s]
-                s_cov[h, s] += gamma[h] * coverage[t, s]
-            if want_posteriors:
-                post[t, h] = gamma[h]
-        if t == offset:
+            gamma[h] *= scale
+        for s in range(n_samples):
+            mt, ct = methylated[t, s], coverage[t, s]
             for h in range(m):
-                s_start[h] += gamma[h]
+                s_meth[h, s] += gamma[h] * mt
+                s_cov[h, s] += gamma[h] * ct
+        if want_posteriors:
+            post[t, :] = gamma
+        if t == offset:
+            s_start += gamma
             break
+        for j in range(m):
+            weighted[j] = emis[t, j] * beta[j]
         xi_norm = 0.0
         beta_norm = 0.0
         for i in range(m):
             acc = 0.0
             for j in range(m):
-                v = transmat[i, j] * emis[t, j] * beta[j]
-                w[i, j] = alpha[t - 1, i] * v
-                xi_norm += w[i, j]
-                acc += v
+                acc += transmat[i, j] * weighted[j]
             new_beta[i] = acc
             beta_norm += acc
+            xi_norm += alpha[t - 1, i] * acc
         if not (xi_norm > TINY and beta_norm > TINY and xi_norm < np.inf and beta_norm < np.inf):
             return False, 0.0
+        scale = 1.0 / xi_norm
         for i in range(m):
+            a = alpha[t - 1, i] * scale
             for j in range(m):
-                s_trans[i, j] += w[i, j] / xi_norm
-            beta[i] = new_beta[i] / beta_norm
+                s_pairs[i, j] += a * weighted[j]
+        scale = 1.0 / beta_norm
+        for i in range(m):
+            beta[i] = new_beta[i] * scale
     start += s_start
-    trans += s_trans
+    trans += s_pairs * transmat
     meth_sum += s_meth
     cov_sum += s_cov
     return True, loglik
@@ -174,34 +193,76 @@ def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage,
 
 
 @njit(cache=True, nogil=True)
-def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta):
+def _shift_rows(log_b, shift, out):
+    """Each row's maximum into ``shift``, the row less it into ``out``."""
+    n, m = log_b.shape
+    for t in range(n):
+        top = log_b[t, 0]
+        for h in range(1, m):
+            if log_b[t, h] > top:
+                top = log_b[t, h]
+        shift[t] = top
+        for h in range(m):
+            out[t, h] = log_b[t, h] - top
+
+
+class Workspace:
+    """Buffers for forward_backward on n bins and m states, kept across EM iterations: a
+    fresh 10 MB array costs more in page faults than a pass of the recursion over it."""
+
+    def __init__(self):
+        self.n, self.m = -1, -1
+
+    def arrays(self, n: int, m: int, want_posteriors: bool):
+        if (n, m) != (self.n, self.m):
+            self.n, self.m = n, m
+            self.emis, self.alpha, self.shift = np.empty((n, m)), np.empty((n, m)), np.empty(n)
+            self.post = None
+        if want_posteriors and self.post is None:
+            self.post = np.empty((n, m))
+        return self.emis, self.alpha, self.shift, self.post if want_posteriors else np.empty((0, m))
+
+
+def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta,
+                     workspace=None):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
 
     ``final_beta`` (m,) is the backward message into the last bin of each sequence: ones
     for a sequence that really ends, P(later data | state) for a segment cut out of one.
+    ``workspace`` (a Workspace) lends the buffers; the posteriors returned are then its own.
 
     Returns loglik, start (m,), trans (m, m) expected transition counts, meth (m, S) and
     cov (m, S) posterior-weighted count sums, posteriors (n, m) or (0, m).
     """
     n, m = log_b.shape
+    emis, alpha, shift, post = (workspace or Workspace()).arrays(n, m, want_posteriors)
+    _shift_rows(log_b, shift, emis)
+    np.exp(emis, out=emis)  # numpy's vector exp: a third of the recursion's time by numba's scalar one
+    return _forward_backward(log_b, emis, shift, alpha, post, lengths, startprob, transmat, methylated, coverage,
+                             want_posteriors, final_beta)
+
+
+@njit(cache=True, nogil=True)
+def _forward_backward(log_b, emis, shift, alpha, post, lengths, startprob, transmat, methylated, coverage,
+                      want_posteriors, final_beta):
+    n, m = log_b.shape
     n_samples = methylated.shape[1]
-    emis = np.empty((n, m))
-    alpha = np.empty((n, m))
     start = np.zeros(m)
     trans = np.zeros((m, m))
     meth_sum = np.zeros((m, n_samples))
     cov_sum = np.zeros((m, n_samples))
-    post = np.empty((n if want_posteriors else 0, m))
     loglik = 0.0
     offset = 0
     for length in lengths:
         if length == 0:
             continue
         end = offset + length
-        ok, value = _sequence_scaled(log_b, offset, end, startprob, transmat, methylated, coverage,
-                                     want_posteriors, final_beta, emis, alpha, start, trans, meth_sum, cov_sum,
-                                     post)
-        if not ok:
+        ok, value = _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverage,
+                                     want_posteriors, final_beta, alpha, start, trans, meth_sum, cov_sum, post)
+        if ok:
+            for t in range(offset, end):
+                value += shift[t]
+        else:
             value = _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
                                   final_beta, start, trans, meth_sum, cov_sum, post)
         loglik += value

@@ -70,10 +70,13 @@ class EmissionTable:
     def n_bins(self) -> int:
         return self.codes.shape[1]
 
-    def log_b(self, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> np.ndarray:
+    def log_b(self, methylation: np.ndarray, dispersion: np.ndarray | None = None, out=None) -> np.ndarray:
         """Per-bin log P(x_t | h), shape (n, m), for levels ``methylation`` (m, S) [and
-        overdispersions ``dispersion`` (m, S): the beta-binomial]."""
-        out = np.zeros((self.n_bins, methylation.shape[0]))
+        overdispersions ``dispersion`` (m, S): the beta-binomial], into ``out`` if given."""
+        shape = (self.n_bins, methylation.shape[0])
+        if out is None or out.shape != shape:
+            out = np.empty(shape)
+        out.fill(0.0)
         for s in range(self.codes.shape[0]):
             per_pair = pair_loglik(self.coverage, self.methylated, self.coef, methylation[:, s],
                                    None if dispersion is None else dispersion[:, s])

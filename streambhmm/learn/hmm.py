@@ -42,7 +42,8 @@ class SufficientStats:
 
 @dataclass
 class ConvergenceMonitor:
-    """Log-likelihood history; converged when an iteration gains less than ``tol``."""
+    """Log-likelihood history, before each M-step and of the final parameters; converged
+    after ``n_iter`` M-steps (as hmmlearn's) or when an iteration gains less than ``tol``."""
 
     tol: float
     n_iter: int
@@ -57,7 +58,7 @@ class ConvergenceMonitor:
 
     @property
     def converged(self) -> bool:
-        if self.iter >= self.n_iter:
+        if self.iter > self.n_iter:
             return True
         return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
 
@@ -80,7 +81,9 @@ class BinomialHMM:
     the user set and left out of ``init_params`` are kept. ``init="spectral"`` starts from
     the one-pass estimate of the same data (:class:`~streambhmm.learn.model.SpectralBinomialHMM`,
     refined), ``"ftd"`` from the paper's tensor decomposition, ``"random"`` from random
-    levels. Each sequence in ``lengths`` starts from ``startprob_``.
+    levels. Each sequence in ``lengths`` starts from ``startprob_``. ``fit`` makes at most
+    ``n_iter`` M-steps; ``monitor_.history`` holds the log-likelihood before each and of
+    the final parameters.
 
     ``stationary_start=True`` keeps ``startprob_`` equal to the stationary distribution of
     ``transmat_`` instead of estimating it from the first bins: the natural choice for a
@@ -114,6 +117,11 @@ class BinomialHMM:
     def _initialize(self, meth, cov, lengths) -> None:
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
+        names = {"s": "startprob_", "t": "transmat_", "m": "methylation_"}
+        if self.emission == "betabinomial":
+            names["d"] = "dispersion_"
+        if not any(k in self.init_params or not hasattr(self, name) for k, name in names.items()):
+            return  # all set by the user, none to initialize (hmmlearn's init_params="")
         if self.init == "random":
             self.start_from(*random_parameters(self.n_components, meth.shape[1], self.random_state))
             return
@@ -163,10 +171,11 @@ class BinomialHMM:
     # -- E and M steps --------------------------------------------------------------
     def _fb(self, data: "_Encoded", want_posteriors=False):
         self._check(data.methylated.shape[1])
-        log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
-        return _hmm_kernels.forward_backward(log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
+        data.log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion, data.log_b)
+        return _hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
                                              np.asarray(self.transmat_, dtype=np.float64), data.methylated,
-                                             data.coverage, want_posteriors, np.ones(self.n_components))
+                                             data.coverage, want_posteriors, np.ones(self.n_components),
+                                             data.workspace)
 
     def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
         """Sufficient statistics of the current parameters (add them across data)."""
@@ -251,13 +260,16 @@ class BinomialHMM:
 
 
 class _Encoded:
-    """Validated counts ready for the recursion: their emission table, as float64, and lengths."""
+    """Validated counts ready for the recursion: their emission table, as float64, and
+    lengths; with the recursion's buffers, reused by every iteration."""
 
     def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
         self.table = EmissionTable(methylated, coverage)
         self.methylated = methylated.astype(np.float64)
         self.coverage = coverage.astype(np.float64)
         self.lengths = lengths
+        self.log_b = None
+        self.workspace = _hmm_kernels.Workspace()
 
 
 def run_em(hmm: "BinomialHMM", e_step, n_iter: int, rel_tol: float, report=None) -> list[float]:

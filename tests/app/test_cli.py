@@ -134,7 +134,10 @@ def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, tw
     assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "loglik", "loglik_history")
     assert doc["method"] == method and doc["emission"] == "betabinomial"  # the EM methods' default
     history = doc["loglik_history"]
-    assert 2 <= len(history) <= 9 and np.all(np.diff(history) >= -1e-6) and doc["loglik"] == history[-1]
+    # fit's EM keeps startprob the stationary distribution of transmat: not the start term's
+    # maximizer, so near convergence the likelihood may dip by a hair (here by 2e-4 in 1.3e4)
+    assert 2 <= len(history) <= 9 and doc["loglik"] == history[-1]
+    assert np.all(np.diff(history) >= -1e-7 * np.abs(history[1:]))
     assert (doc["n_triples"] > 0) == (method == "ftd-em")
 
     r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)

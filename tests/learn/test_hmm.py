@@ -43,6 +43,32 @@ def test_score_equals_hmmlearn(seed, lengths, coverage):
     assert ours == pytest.approx(ref, rel=1e-6)
 
 
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), lengths=st.lists(st.integers(2, 400), min_size=1, max_size=4))
+def test_one_em_iteration_equals_hmmlearn(seed, lengths):
+    """The whole iteration (expected starts, transitions and counts, then the M-step) against
+    hmmlearn's fit(n_iter=1) from the same parameters."""
+    from hmmlearn.hmm import MultinomialHMM
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(2, 9))
+    trans = rng.dirichlet(np.ones(m), size=m) * 0.5 + np.eye(m) * 0.5
+    mdl = model(rng.uniform(0.01, 0.99, (m, 1)), trans, rng.dirichlet(np.ones(m)))
+    sim = simulate(mdl, lengths, coverage=8.0, random_state=rng)
+    ours = with_params(mdl, n_iter=1, init_params="", tol=-np.inf, allow_degenerate=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # few bins give degenerate models: their arithmetic is compared all the same
+        ours.fit(sim.methylated, sim.coverage, lengths)
+        ref = MultinomialHMM(n_components=m, n_trials=sim.coverage[:, 0], n_iter=1, init_params="", tol=0,
+                             implementation="scaling")
+        ref.startprob_, ref.transmat_ = mdl.startprob, mdl.transmat
+        ref.emissionprob_ = np.hstack([mdl.methylation, 1 - mdl.methylation])
+        ref.fit(np.column_stack([sim.methylated[:, 0], sim.coverage[:, 0] - sim.methylated[:, 0]]), lengths)
+    np.testing.assert_allclose(ours.startprob_, ref.startprob_, atol=1e-9)
+    np.testing.assert_allclose(ours.transmat_, ref.transmat_, atol=1e-9)
+    np.testing.assert_allclose(ours.methylation_[:, 0], ref.emissionprob_[:, 0], atol=1e-9)
+
+
 def test_zero_coverage_carries_no_information():
     mdl = model(WELL_SEPARATED, STICKY)
     sim = simulate(mdl, [500], coverage=10, random_state=0)
