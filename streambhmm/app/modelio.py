@@ -158,3 +158,16 @@ def write_state_table(path, document: dict) -> None:
             values += [f"{v:.6f}" for v in document["dispersion"][h]]
         lines.append("\t".join(values))
     Location.of(path).write_text("\n".join(lines) + "\n")
+
+
+def format_states(methylation, transmat, startprob, samples, labels=None) -> str:
+    """One row per state: its level in each sample, its weight (the model's startprob: the
+    stationary distribution, each state's share of the bins), its self-transition and its
+    label (streambhmm.learn.states)."""
+    width = max(10, *(len(s) for s in samples))
+    label = "  label" if labels else ""
+    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}{label}"]
+    for h, levels in enumerate(methylation):
+        rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
+                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}" + (f"  {labels[h]}" if labels else ""))
+    return "\n".join(rows)

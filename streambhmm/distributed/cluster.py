@@ -115,6 +115,12 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
         yield client
 
 
+def store_client(store, scheduler: str | None, if_lost: str = ""):
+    """A Dask client for work on the counts store ``store``: in process when it is small
+    (is_small) and no scheduler is given."""
+    return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
+
+
 @contextlib.contextmanager
 def _without_nanny_trim():
     """A nanny started earlier in this process (any LocalCluster) leaves its

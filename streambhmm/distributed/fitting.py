@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..moments.features import DEFAULT_PROJECTION_DIM, FEATURES, projection_for  # noqa: F401 - FEATURES: the CLI's choices
+from ..moments.features import DEFAULT_PROJECTION_DIM, projection_for
 
 if TYPE_CHECKING:  # the command line imports this module to start: keep it light
     from ..moments.blocks import BlockTable

@@ -425,8 +425,8 @@ def test_cli_ingest_options(tmp_path):
 def test_batch_applies_the_options_to_every_sample(tmp_path, dask_clients):
     from ..app.test_cli import run
 
-    cx = write(tmp_path, "cx.txt", CX)
-    tsv = write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t1\nchr2\t5\t+\t1\t1\n")
+    write(tmp_path, "cx.txt", CX)
+    write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t1\nchr2\t5\t+\t1\t1\n")
     manifest = write(tmp_path, "m.tsv", "sample\tgroup\tformat\tfiles\nA\tg\tauto\tcx.txt\nB\tg\ttsv\tt.tsv\n")
     work = tmp_path / "work"
     r = run("batch", manifest, "--workdir", work, "--bins", "4", "--bin-size", "1", "--merge-strands",

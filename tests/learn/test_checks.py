@@ -4,7 +4,6 @@ forward-backward stays finite on every valid model."""
 import itertools
 import json
 import re
-import warnings
 
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, SchedulerLost, dask_client
+from ...distributed.cluster import SCHEDULER_ENV, SchedulerLost, store_client
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.storage import Location
 
@@ -77,7 +77,7 @@ context_option = click.option("--context", default="CG", show_default=True, type
 
 def feature_options(fn):
     """--feature and --projection-dim: which feature the moments are summed of."""
-    from ...distributed.fitting import DEFAULT_PROJECTION_DIM, FEATURES
+    from ...moments.features import DEFAULT_PROJECTION_DIM, FEATURES
 
     fn = click.option("--projection-dim", default=DEFAULT_PROJECTION_DIM, show_default=True, type=POSITIVE,
                       help="Dimension K of the projected feature.")(fn)
@@ -119,19 +119,6 @@ def read_options(fn):
     return wrapper
 
 
-def format_states(methylation, transmat, startprob, samples, labels=None) -> str:
-    """One row per state: its level in each sample, its weight (the model's startprob: the
-    stationary distribution, each state's share of the bins), its self-transition and its
-    label (streambhmm.learn.states)."""
-    width = max(10, *(len(s) for s in samples))
-    label = "  label" if labels else ""
-    rows = [f"{'state':>5}  " + "  ".join(f"{s:>{width}}" for s in samples) + f"  {'weight':>7}  {'stay':>6}{label}"]
-    for h, levels in enumerate(methylation):
-        rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
-                    + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}" + (f"  {labels[h]}" if labels else ""))
-    return "\n".join(rows)
-
-
 @contextlib.contextmanager
 def reading(store, scheduler, if_lost: str = ""):
     """A Dask client for a command that reads the counts store ``store``, holding its shared
@@ -141,14 +128,6 @@ def reading(store, scheduler, if_lost: str = ""):
 
     with locked(store, shared=True), store_client(store, scheduler, if_lost) as client:
         yield client
-
-
-def store_client(store, scheduler, if_lost: str = ""):
-    """A Dask client for work on the counts store ``store``: in process when it is small
-    (cluster.is_small) and no scheduler is given."""
-    from ...distributed.cluster import is_small, scheduler_address
-
-    return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
 
 
 POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "

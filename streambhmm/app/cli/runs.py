@@ -12,8 +12,7 @@ import numpy as np
 from ...distributed.cluster import clear_status, dask_client, status_line
 from ...io.storage import Location
 from .common import (DEFAULT_N_BINS, NEW_STORE, POSITIVE, bin_size_option, bins_option, context_option,
-                     feature_options, format_states, quiet_option, read_options, scheduler_option, user_errors)
-from .fit import fit_store
+                     feature_options, quiet_option, read_options, scheduler_option, user_errors)
 
 
 @click.command()
@@ -68,10 +67,11 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
 def demo(n, seed, workdir, scheduler, quiet):
     """End to end on synthetic data: write real-format files, ingest, fit, compare."""
     from ..demo import DEMO_COVERAGE, DEMO_SAMPLES, DEMO_TRUTH, write_demo_files
+    from ..fit import fit_store
     from ...learn.evaluate import matched_error
     from ...io.ingest import ingest as run_ingest
     from ...io.storage import write_json
-    from ..modelio import model_to_dict
+    from ..modelio import format_states, model_to_dict
     from ...learn.simulate import simulate
 
     with tempfile.TemporaryDirectory(prefix="streambhmm-demo-") as tmp:

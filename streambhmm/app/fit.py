@@ -1,0 +1,261 @@
+"""The `fit` job: the moments of a counts store (or a moment store's), then for each number
+of states one model fitted, checked, described and written. The command (app/cli/fit.py)
+parses the options, calls ``run_fit`` and prints what it returns; progress goes through
+``echo``."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..distributed.fitting import (COUNTS_STORE_METHOD, EM_EMISSION, MOMENT_STORE_METHOD, ONE_PASS, FitData,
+                                   HeldOut)
+
+
+@dataclass
+class FitSettings:
+    """The options of one `fit` call."""
+
+    store: str
+    states: list[int]
+    output: str
+    method: str | None = None  # None: the store kind's default
+    samples: list | None = None
+    n_bins: int = 30
+    seed: int = 0
+    em_iter: int = 1000
+    em_tol: float = 1e-7
+    em_starts: int = 3
+    emission: str | None = None  # None: EM_EMISSION for the EM methods
+    bootstrap: int = 0
+    block_size: int | None = None
+    allow_degenerate: bool = False
+    diff_threshold: float = 0.3
+    split_every: int = 8
+    pooled: bool = False
+    feature: str = "auto"
+    projection_dim: int = 32
+    scheduler: str | None = None
+    quiet: bool = False
+    moment_store: bool = field(init=False, default=False)
+    local_em: bool = field(init=False, default=False)  # a small store: EM in process, no Dask graph per iteration
+
+    def __post_init__(self):
+        """Defaults resolved and combinations that cannot work refused (ValueError), before any work."""
+        from ..moments.momentstore import is_moment_store
+
+        self.moment_store = is_moment_store(self.store)
+        self.method = self.method or (MOMENT_STORE_METHOD if self.moment_store else COUNTS_STORE_METHOD)
+        if self.method not in ONE_PASS and self.moment_store:
+            raise ValueError(f"{self.store} is a moment store; --method {self.method} needs the counts store "
+                             f"(EM reads the counts)")
+        if self.bootstrap and self.method != "refined":
+            raise ValueError("--bootstrap refits the refined one-pass model to resampled blocks; it needs "
+                             "--method refined")
+        if self.method in ONE_PASS and self.emission == "betabinomial":
+            raise ValueError(f"--method {self.method} fits the binomial model to the moments; a beta-binomial "
+                             f"model needs EM: --method {self.method}-em (EM from the {self.method} fit) or em")
+        self.emission = self.emission or EM_EMISSION
+        if not self.moment_store:
+            from ..distributed.cluster import is_small, scheduler_address
+
+            self.local_em = not scheduler_address(self.scheduler) and is_small(self.store)
+
+    @property
+    def sweep(self) -> bool:
+        return len(self.states) > 1
+
+    def output_path(self, m: int) -> Path:
+        """The model file of M states: --output, or NAME.mM.json in a sweep."""
+        path = Path(self.output)
+        return path.with_name(f"{path.stem}.m{m}{path.suffix}") if self.sweep else path
+
+
+@dataclass
+class FitOutcome:
+    """One number of states: the model and its document, written to ``path``, or why not."""
+
+    m: int
+    path: Path
+    refused: str | None = None  # a degenerate model, not written
+    estimator: object = None
+    samples: list = field(default_factory=list)
+    columns: list = field(default_factory=list)  # the model's methylation columns
+    document: dict | None = None
+    warnings: list[str] = field(default_factory=list)  # degenerate, written with --allow-degenerate
+    bootstrap: object = None  # learn.bootstrap.BootstrapIntervals
+    block_size: int = 0
+    spectrum: bool | None = None
+    loss: float | None = None  # the moment-fit criterion
+    held_out: HeldOut | None = None
+    bic: float | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.refused is None
+
+
+@dataclass
+class FitRun:
+    """What a `fit` computed before its models: the moments (None for --method em) and,
+    in a sweep, the singular values of P13."""
+
+    data: FitData | None
+    seconds: float
+    singular_values: np.ndarray | None = None
+
+
+def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple[FitRun, Iterator[FitOutcome]]:
+    """The moments now, then an iterator that fits, checks and writes one model per number
+    of states (a degenerate one is refused, or with ``allow_degenerate`` written with a warning)."""
+    from ..distributed.fitting import load_moments
+
+    start = time.perf_counter()
+    data, singular_values = None, None
+    if settings.method != "em":
+        data = load_moments(settings.store, settings.samples, settings.n_bins, client, settings.quiet,
+                            settings.split_every, settings.block_size,
+                            want_blocks=settings.bootstrap > 0 or (settings.sweep and settings.method in ONE_PASS),
+                            pooled=settings.pooled, feature=settings.feature, projection_dim=settings.projection_dim)
+        settings.pooled = data.pooled
+        if settings.sweep:
+            mom = data.moments
+            singular_values = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
+    run = FitRun(data, time.perf_counter() - start, singular_values)
+    return run, (fit_one(m, settings, data, client, echo) for m in settings.states)
+
+
+def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -> FitOutcome:
+    """Fit, check, describe and write the model of ``m`` states."""
+    from ..distributed.fitting import bic, held_out
+    from ..io.storage import write_json
+    from ..learn.checks import DegenerateModelError, DegenerateModelWarning
+    from .modelio import model_columns, model_to_dict
+
+    if settings.sweep:
+        echo(f"\nM = {m}:")
+    outcome = FitOutcome(m, settings.output_path(m))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DegenerateModelWarning)
+            est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, client, echo)
+    except DegenerateModelError as exc:
+        outcome.refused = str(exc)
+        return outcome
+    outcome.warnings = [str(w.message) for w in caught]
+    outcome.estimator, outcome.samples = est, samples
+    outcome.columns = model_columns(samples, settings.pooled)
+    outcome.spectrum, outcome.loss = getattr(est, "spectrum_supported_", None), getattr(est, "loss_", None)
+    if history:
+        outcome.bic = bic(history[-1], m, len(outcome.columns), n_bins, getattr(est, "emission", "") == "betabinomial")
+    if settings.sweep and settings.method == "refined":
+        outcome.held_out = held_out(data.blocks, data.moments, est)
+    document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.pooled,
+                             diff_threshold=settings.diff_threshold)
+    if outcome.loss is not None:
+        document["moment_loss"] = float(outcome.loss)
+    if history:
+        document["loglik"] = history[-1]
+        document["loglik_history"] = history
+    if settings.bootstrap > 0:
+        outcome.bootstrap, outcome.block_size = _bootstrap(est, settings, data, document, echo), data.block_size
+    write_json(outcome.path, document)
+    outcome.document = document
+    return outcome
+
+
+def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
+    """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
+    from ..distributed.fitting import one_pass
+    from ..distributed.storehmm import fit_store_em
+    from ..io.store import open_store
+    from ..learn.hmm import BinomialHMM, random_parameters
+    from ..moments.pipeline import select_samples
+    from .modelio import format_states, model_columns
+
+    method = settings.method
+    if method in ONE_PASS:
+        est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate)
+        if not settings.quiet and method == "refined":
+            supported = "supported" if est.spectrum_supported_ else \
+                "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
+            echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
+        return est, data.samples, data.chromosomes, None, None
+    counts = open_store(settings.store)
+    samples = select_samples(counts, settings.samples)
+    columns = model_columns(samples, settings.pooled)
+    if method == "em":
+        starts = [(f"random start {r + 1} of {settings.em_starts}",
+                   random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
+    else:
+        first = method.split("-")[0]  # refined or ftd
+        start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True)
+        echo(f"{first} start:")
+        echo(format_states(start.methylation_, start.transmat_, start.startprob_, columns))
+        starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_))]
+    best = None
+    for label, params in starts:
+        hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True,
+                          emission=settings.emission)
+        hmm.start_from(*params)
+        if len(starts) > 1:
+            echo(f"EM from {label}:")
+        t = time.perf_counter()
+        result = fit_store_em(counts, hmm, None if settings.local_em else client, samples, settings.em_iter,
+                              settings.em_tol, settings.split_every, report=em_reporter(settings.quiet, echo),
+                              check=False, pooled=settings.pooled)
+        gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
+        state = ("converged" if result.converged else
+                 f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "
+                 f"--em-iter to continue)")
+        echo(f"EM {state} after {len(result.history) - 1} iteration(s), {time.perf_counter() - t:.1f} s; "
+             f"log-likelihood {result.history[-1]:.8g}")
+        if best is None or result.history[-1] > best.history[-1]:
+            best = result
+    est = best.hmm
+    est.allow_degenerate = settings.allow_degenerate
+    est.check_fit()
+    if data is not None:
+        est.n_triples_ = data.moments.n_triples
+    return est, samples, counts.chromosomes, best.history, best.n_bins
+
+
+def em_reporter(quiet: bool, echo):
+    """Report each EM iteration's log-likelihood and gain."""
+    history = []
+
+    def report(iteration: int, loglik: float) -> None:
+        gain = f" ({loglik - history[-1]:+.4g})" if history else ""
+        history.append(loglik)
+        if not quiet:
+            echo(f"  EM iteration {iteration}: log-likelihood {loglik:.8g}{gain}")
+    return report
+
+
+def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):
+    """Block-bootstrap intervals of the refined fit, added to ``document``."""
+    from ..learn.bootstrap import block_bootstrap, check_blocks
+
+    warning = check_blocks(len(data.blocks), data.block_size)
+    if warning:
+        echo(f"warning: {warning}")
+    ci = block_bootstrap(data.blocks, data.moments, est, settings.bootstrap, random_state=settings.seed)
+    document["methylation_ci"] = ci.methylation_ci.tolist()
+    document["transmat_ci"] = ci.transmat_ci.tolist()
+    return ci
+
+
+def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
+    """Moments of a counts store on Dask, then the one-pass fit (used by the demo)."""
+    from ..distributed.fitting import load_moments, one_pass
+    from ..distributed.cluster import store_client
+    from ..moments.pipeline import DEFAULT_SPLIT_EVERY
+
+    with store_client(store, scheduler) as client:
+        data = load_moments(store, samples, n_bins, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
+    return one_pass(data.moments, states, "refined", seed), data
