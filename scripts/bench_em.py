@@ -6,12 +6,13 @@
 Same simulated single-sample data (Poisson(20) coverage) for both, in this run. hmmlearn's
 MultinomialHMM with n_trials = coverage per row is the same model. One "iteration" is an
 E-step plus M-step as `BinomialHMM.fit` runs it (the counts encoded once per fit); for
-hmmlearn, fit(n_iter=1) with init_params="" from the same start. Best of 10 (hmmlearn: best of 3): one of our iterations on a chromosome takes 10-50 ms,
-so a single run is at the mercy of the scheduler.
+hmmlearn, fit(n_iter=1) with init_params="" from the same start. Best of 10 for both: one of
+our iterations on a chromosome takes 5-50 ms, so a single run is at the mercy of the scheduler.
 
 With --real, the same comparison on real single-sample data (100 bp bins, CG, replicates
 merged): IMR90 and H1 chr21 (dmrseq_BS.chr21_H1_IMR90) and IMR90 chr22
-(MethylSeekR_IMR90_chr22), for each number of states in --states, from evenly spread levels.
+(MethylSeekR_IMR90_chr22), for each number of states in --states, from evenly spread levels; and whole fits of 10
+iterations from the same start (ours makes one more E-step, for the final log-likelihood).
 
 With --store-bins N it also times EM iterations on a two-sample synthetic counts store of
 N bins (1e6-bin chunks) on a LocalCluster of two worker processes, against the in-memory
@@ -19,6 +20,7 @@ EM iteration on the same counts in this process.
 """
 
 import argparse
+import logging
 import time
 import warnings
 
@@ -27,6 +29,9 @@ import numpy as np
 from streambhmm import SpectralBinomialHMM
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.learn.simulate import model, simulate
+
+
+FIT_ITER = 10  # iterations of the whole fits compared with --real
 
 
 def best(fn, repeat=3):
@@ -38,11 +43,15 @@ def best(fn, repeat=3):
     return min(times)
 
 
-def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> tuple[float, float]:
-    """(ours, hmmlearn's) seconds per EM iteration on one sample's counts, from the same start."""
+def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int, fit_iter: int = 0) -> tuple[float, ...]:
+    """(ours, hmmlearn's) seconds per EM iteration on one sample's counts, from the same
+    start; with ``fit_iter``, also (ours, hmmlearn's) seconds of a whole ``fit`` of that many
+    iterations (validation and encoding of the counts included; best of 3)."""
     from hmmlearn.hmm import MultinomialHMM
 
     from streambhmm.learn.hmm import _Encoded
+
+    logging.getLogger("hmmlearn").setLevel(logging.ERROR)  # its notice that MultinomialHMM changed in 0.2.8
 
     start_levels = np.linspace(0.1, 0.9, m)[:, None]
     ours = BinomialHMM(m, n_iter=1, init_params="", tol=0)
@@ -58,13 +67,30 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> tuple[float,
     t_ours = best(our_iteration, repeat=10)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = MultinomialHMM(n_components=m, n_trials=cov, n_iter=1, init_params="", tol=0,
-                             implementation="scaling")
-        ref.startprob_, ref.transmat_ = np.full(m, 1 / m), ours.transmat_.copy()
-        ref.emissionprob_ = np.hstack([start_levels, 1 - start_levels])
+
+        def reference(n_iter):  # its convergence monitor takes n_iter when constructed
+            ref = MultinomialHMM(n_components=m, n_trials=cov, n_iter=n_iter, init_params="", tol=-np.inf,
+                                 implementation="scaling")
+            ref.startprob_, ref.transmat_ = np.full(m, 1 / m), ours.transmat_.copy()
+            ref.emissionprob_ = np.hstack([start_levels, 1 - start_levels])
+            return ref
+
         x = np.column_stack([meth, cov - meth])
-        t_ref = best(lambda: ref.fit(x), repeat=3)
-    return t_ours, t_ref
+        ref = reference(1)
+        t_ref = best(lambda: ref.fit(x), repeat=10)
+        if not fit_iter:
+            return t_ours, t_ref
+
+        def our_fit():
+            hmm = BinomialHMM(m, n_iter=fit_iter, init_params="", tol=-np.inf)
+            hmm.startprob_, hmm.transmat_, hmm.methylation_ = ref.startprob_, ref.transmat_, start_levels
+            hmm.fit(meth, cov)
+            assert len(hmm.monitor_.history) == fit_iter + 1, "streambhmm stopped early"
+
+        whole = reference(fit_iter)
+        t_fit, t_fit_ref = best(our_fit), best(lambda: whole.fit(x))
+        assert len(whole.monitor_.history) == fit_iter, "hmmlearn stopped early"
+    return t_ours, t_ref, t_fit, t_fit_ref
 
 
 def real_data(states: list[int]) -> None:
@@ -79,17 +105,18 @@ def real_data(states: list[int]) -> None:
     sets = {"IMR90 chr21": ("dmrseq_BS.chr21_H1_IMR90", "IMR90_r*", "auto"),
             "H1 chr21": ("dmrseq_BS.chr21_H1_IMR90", "H1_r*", "auto"),
             "IMR90 chr22 (MethylSeekR)": ("MethylSeekR_IMR90_chr22", "*.tab.gz", "methylseekr")}
-    print("| data set | bins | states | streambhmm s/iteration | hmmlearn s/iteration | ratio |")
-    print("|---|---|---|---|---|---|")
+    print("| data set | bins | states | streambhmm s/iteration | hmmlearn s/iteration | ratio "
+          f"| streambhmm fit of {FIT_ITER} iterations, s | hmmlearn, s | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, (directory, pattern, fmt) in sets.items():
             store = Path(tmp) / f"{name.split()[0]}{name.split()[1]}.zarr"
             ingest(sorted((real / directory).glob(pattern)), "s", store, fmt=fmt)
             meth, cov, _ = load_counts(open_store(store))
             for m in states:
-                t_ours, t_ref = iteration_seconds(meth[:, 0], cov[:, 0], m)
-                print(f"| {name} | {meth.shape[0]:,} | {m} | {t_ours:.4f} | {t_ref:.4f} | {t_ref / t_ours:.1f}x |",
-                      flush=True)
+                t_ours, t_ref, fit_ours, fit_ref = iteration_seconds(meth[:, 0], cov[:, 0], m, FIT_ITER)
+                print(f"| {name} | {meth.shape[0]:,} | {m} | {t_ours:.4f} | {t_ref:.4f} | {t_ref / t_ours:.1f}x "
+                      f"| {fit_ours:.3f} | {fit_ref:.3f} | {fit_ref / fit_ours:.1f}x |", flush=True)
 
 
 def main():
