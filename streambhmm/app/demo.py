@@ -1,4 +1,5 @@
-"""A synthetic methylome written as real-format files, for the demo and benchmarks.
+"""The demo (a synthetic methylome written as real-format files, ingested, its moments
+computed on Dask and fitted), and synthetic stores for benchmarks.
 
 Each simulated bin's counts are split over the two strands of one CpG (rows at offsets
 o and o+1 in the bin), so binning the files gives back exactly the simulated counts.
@@ -8,7 +9,10 @@ The allc writer adds CHH rows, which the default CG context filter must drop.
 from __future__ import annotations
 
 import gzip
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -75,6 +79,48 @@ def write_demo_files(directory: Path, simulated, chromosomes: list[str], rng, bi
     return paths
 
 
+@dataclass
+class DemoResult:
+    """The demo's fit: the estimator, the seconds of its moments and fit, and its errors
+    against DEMO_TRUTH (learn.evaluate.MatchedError, with the matching permutation)."""
+
+    estimator: object
+    seconds: float
+    error: object
+
+
+def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, quiet: bool = False,
+             echo: Callable[[str], None] = print) -> DemoResult:
+    """Simulate DEMO_TRUTH on three chromosomes of ``n`` bins, write the two samples as a
+    Bismark .cov and an allc file, ingest them into DIRECTORY/counts.zarr, compute the
+    moments on Dask, fit 4 states (refined) and write DIRECTORY/model.json."""
+    from ..distributed.cluster import store_client
+    from ..distributed.fitting import load_moments, one_pass
+    from ..io.ingest import ingest
+    from ..io.storage import write_json
+    from ..learn.evaluate import matched_error
+    from ..moments.pipeline import DEFAULT_SPLIT_EVERY
+    from .modelio import model_to_dict
+
+    chromosomes = ["chr1", "chr2", "chr3"]
+    rng = np.random.default_rng(seed)
+    data = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)
+    files = write_demo_files(directory, data, chromosomes, rng)
+    echo(f"wrote {n * len(chromosomes):,} bins x 2 samples: {files[0].name} (Bismark coverage), "
+         f"{files[1].name} (allc, with CHH rows)")
+    store = directory / "counts.zarr"
+    for sample, path in zip(DEMO_SAMPLES, files):
+        report = ingest([path], sample, store, echo=echo)
+        echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
+    start = time.perf_counter()
+    with store_client(store, scheduler) as client:
+        moments = load_moments(store, None, 30, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
+    est = one_pass(moments.moments, len(DEMO_TRUTH.methylation), "refined", seed)
+    write_json(directory / "model.json", model_to_dict(est, moments.samples, moments.chromosomes))
+    error = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
+    return DemoResult(est, time.perf_counter() - start, error)
+
+
 CHROM_BINS = 2_500_000  # like human chr1 at 100 bp
 BENCH_TRUTH = model([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]],
                     np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3))
@@ -84,8 +130,6 @@ BENCH_COVERAGE = [[30, 25], [15, 18], [15, 18], [12, 14]]
 def build_synthetic_store(path: Path, total: int, chunk_size: int, echo=lambda message: None) -> float:
     """A two-sample counts store of ``total`` simulated bins, written one chromosome
     (CHROM_BINS bins) at a time so the genome is never whole in memory; returns seconds."""
-    import time
-
     start = time.perf_counter()
     sizes = [CHROM_BINS] * (total // CHROM_BINS) + ([total % CHROM_BINS] if total % CHROM_BINS else [])
     writers = [SampleWriter(path, 100, chunk_size) for _ in range(2)]

@@ -249,13 +249,3 @@ def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):
     document["transmat_ci"] = ci.transmat_ci.tolist()
     return ci
 
-
-def fit_store(store, states, samples, n_bins, seed, scheduler, quiet):
-    """Moments of a counts store on Dask, then the one-pass fit (used by the demo)."""
-    from ..distributed.fitting import load_moments, one_pass
-    from ..distributed.cluster import store_client
-    from ..moments.pipeline import DEFAULT_SPLIT_EVERY
-
-    with store_client(store, scheduler) as client:
-        data = load_moments(store, samples, n_bins, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
-    return one_pass(data.moments, states, "refined", seed), data

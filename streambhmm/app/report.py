@@ -23,7 +23,7 @@ from ..learn.evaluate import differential_states
 from .modelio import model_for_store, model_labels
 from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
-from ..io.store import replace_store
+from ..io.store import locked, replace_store
 
 REGION_BINS = 500  # default track width, in bins
 VERSIONED = ("streambhmm", "numpy", "scipy", "numba", "dask", "distributed", "zarr", "xarray", "matplotlib")
@@ -59,7 +59,14 @@ class ReportResult:
 
 def write_report(store, model, output, client, region: str | None = None, max_gap: int = 1000,
                  diff_threshold: float = 0.3, moments=None, progress=None) -> ReportResult:
-    """Decode ``store`` with ``model`` and write DIR/index.html, its PNGs and segments.bed."""
+    """Decode ``store`` with ``model`` and write DIR/index.html, its PNGs and segments.bed,
+    holding the store's exclusive lock throughout (decoding may write into it, and the
+    figures read it)."""
+    with locked(store):
+        return _write_report(store, model, output, client, region, max_gap, diff_threshold, moments, progress)
+
+
+def _write_report(store, model, output, client, region, max_gap, diff_threshold, moments, progress) -> ReportResult:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,7 +89,7 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
     try:
         t = time.perf_counter()
         decoded = decode_store(counts, hmm, client, stage / "segments.bed", samples, max_gap, progress=progress,
-                               labels=labels, track=f"{Path(model).stem} states")
+                               labels=labels, track=f"{Path(model).stem} states", lock=False)
         timings["decode on Dask"] = time.perf_counter() - t
         t = time.perf_counter()
         spectrum = model_spectrum(counts, document, client, moments)

@@ -17,6 +17,7 @@ import sys
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
 IN_PROCESS_MAX_CELLS = 20_000_000  # bins x samples: a chromosome or two of 100 bp bins for a few samples
+LOOPBACK_ANY_PORT = "127.0.0.1:0"  # where the embedded clusters listen: this machine only, a free port
 # The nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand freed
 # memory back at once: our chunk tasks (many mid-sized temporary arrays) ran 2.7x slower
 # with it (a one-sample chunk with its block statistics). Workers keep glibc's default.
@@ -101,16 +102,20 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
     if in_process:
         from threadpoolctl import threadpool_limits
 
-        # the tasks' threads are the parallelism: one BLAS thread each, as worker processes have
+        # The tasks' threads are the parallelism: one BLAS thread each, as worker processes have.
+        # No dashboard, but the scheduler and the worker still serve HTTP (health, metrics): on
+        # the loopback interface, at a free port (their defaults: every interface, port 8787).
         with threadpool_limits(limits=1, user_api="blas"), \
                 LocalCluster(n_workers=1, threads_per_worker=workers, processes=False, dashboard_address=None,
-                             silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+                             scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},
+                             worker_dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
+                Client(cluster) as client:
             yield client
         return
     # scheduler, workers and dashboard on the loopback interface only: never reachable from the network
     with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR) as cluster, \
+                         dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
 

@@ -18,6 +18,7 @@ chunk, so memory stays bounded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -33,7 +34,7 @@ from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce
 from ..learn.states import item_rgb, state_colours, state_labels
-from ..io.store import ChunkRef, CountsStore, locked, mark_changed
+from ..io.store import ChunkRef, CountsStore, locked, mark_changed, open_store
 
 
 @dataclass(frozen=True)
@@ -452,12 +453,13 @@ class DecodeReport:
 
 
 def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=None, max_gap: int = 1000,
-                 posteriors: bool = False, progress=None, labels=None, track: str = "streambhmm states"
-                 ) -> DecodeReport:
+                 posteriors: bool = False, progress=None, labels=None, track: str = "streambhmm states",
+                 lock: bool = True) -> DecodeReport:
     """Write the segmentation of ``store`` as BED9 (atomically; ``labels`` name the states,
     states.state_labels by default), and with ``posteriors`` the per-bin ``state_posterior``
     (position x state, NaN where the samples have no coverage) into each chromosome group,
-    swapped in only when every chunk has been written."""
+    swapped in only when every chunk has been written. The store's exclusive lock is held
+    throughout (``lock=False``: the caller holds it, and opened ``store`` under it)."""
     samples = select_samples(store, samples)
     hmm._check(len(samples))
     labels = labels or state_labels(hmm.methylation_, samples if hmm.methylation_.shape[1] > 1 else ["pooled"])
@@ -467,7 +469,9 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     output = Path(output)
     tmp_bed = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:12]}")
     tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"
-    with locked(store.path):
+    with locked(store.path) if lock else contextlib.nullcontext():
+        if lock:
+            store = open_store(store.path)  # as it is now: a commit may have landed since it was opened
         for leftover in store.path.glob(f"*/{POSTERIOR}_tmp_*"):
             leftover.rmtree()  # from a killed run
         arrays = _create_posterior_arrays(store, m, tag, samples) if posteriors else None

@@ -85,6 +85,21 @@ def _codecs() -> dict:
 
 
 # -- the store as a reader sees it ---------------------------------------------------------
+@dataclass
+class StoreOverview:
+    """A counts store's extent and coverage (CountsStore.overview); arrays are per sample."""
+
+    samples: list[str]
+    chromosomes: dict  # chrom -> (bins on its axis, covered bins per sample)
+    covered: np.ndarray  # covered bins
+    coverage: np.ndarray  # reads summed over the bins
+    methylated: np.ndarray
+
+    @property
+    def n_bins(self) -> int:
+        return sum(n for n, _ in self.chromosomes.values())
+
+
 @dataclass(frozen=True)
 class CountsStore:
     path: Location
@@ -126,6 +141,17 @@ class CountsStore:
         import xarray as xr
 
         return xr.open_zarr(self.path.url, group=chrom)
+
+    def overview(self) -> "StoreOverview":
+        """Bins and coverage per chromosome and sample, from the chunk summaries (no counts
+        are read)."""
+        columns = [self.column(s) for s in self.samples]
+        per_chrom, totals = {}, np.zeros((3, len(columns)), np.int64)
+        for chrom in self.chromosomes:
+            summary = self.summary(chrom, columns).sum(axis=0)  # (samples, fields)
+            per_chrom[chrom] = (self.n_bins(chrom), summary[:, COVERED])
+            totals += [summary[:, COVERED], summary[:, SUMS][:, 1], summary[:, SUMS][:, 0]]
+        return StoreOverview(self.samples, per_chrom, *totals)
 
     def summary(self, chrom: str, columns) -> np.ndarray:
         """(chunks, len(columns), FIELDS) chunk summaries of those sample columns."""

@@ -163,17 +163,24 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
     assert not (tmp_path / "m.json").exists()
 
 
-def test_embedded_cluster_listens_on_loopback_only():
-    """Audit 8: the dashboard and every server of the embedded cluster bind 127.0.0.1."""
-    from urllib.parse import urlparse
+@pytest.mark.parametrize("in_process", [False, True])
+def test_embedded_cluster_listens_on_loopback_only(in_process):
+    """Audit 8: the dashboard and every server of the embedded cluster, of worker processes
+    or in process (whose scheduler and worker serve HTTP on every interface at port 8787 by
+    default), listen on 127.0.0.1 only."""
+    import psutil
 
     from streambhmm.distributed.cluster import dask_client
 
-    with dask_client(n_workers=1) as client:
-        info = client.scheduler_info()
-        addresses = [client.scheduler.address, *info["workers"]]
-        hosts = {urlparse(a).hostname for a in addresses} | {urlparse(client.dashboard_link).hostname}
-    assert hosts == {"127.0.0.1"}, hosts
+    def listening() -> set:
+        this = psutil.Process()
+        return {c.laddr for p in (this, *this.children(recursive=True)) for c in p.net_connections("inet")
+                if c.status == psutil.CONN_LISTEN}
+
+    before = listening()
+    with dask_client(n_workers=1, in_process=in_process):
+        opened = listening() - before
+    assert len(opened) >= 2 and {address.ip for address in opened} == {"127.0.0.1"}, opened
 
 
 def test_workers_keep_glibcs_memory_trimming(tmp_path):

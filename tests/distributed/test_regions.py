@@ -148,3 +148,35 @@ def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, o
     sizes.write_text("chr2\t700000\n")
     r = run("tracks", stores[0].path, "--chrom-sizes", sizes, "-o", tmp_path / "x")
     assert r.exit_code != 0 and "no 'chr10'" in r.output
+
+
+def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path, one_sample):
+    """Audit 1: a command sees the store as it was before a commit or as it is after it, never
+    during one: while a writer (an ingest's commit) holds the lock, each command waits."""
+    import subprocess
+    import sys
+    import time
+
+    from streambhmm.app.modelio import model_to_dict
+    from streambhmm.io.store import locked
+
+    stores, hmm = one_sample
+    store = str(stores[0].path)
+    model_path = tmp_path / "m.json"
+    model_path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
+    model = ["--model", str(model_path)]
+    commands = {"score": ["score", store, *model],
+                "regions": ["regions", store, *model, "--states", "0", "-o", str(tmp_path / "r.bed")],
+                "tracks": ["tracks", store, "-o", str(tmp_path / "t")],
+                "decode": ["decode", store, *model, "-o", str(tmp_path / "d.bed")],
+                "report": ["report", store, *model, "-o", str(tmp_path / "report")]}
+    with locked(store):
+        running = {name: subprocess.Popen([sys.executable, "-m", "streambhmm", *args, "-q"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True) for name, args in commands.items()}
+        time.sleep(8)  # time enough for each to finish, were it not waiting
+        assert [name for name, p in running.items() if p.poll() is not None] == []
+    for name, process in running.items():
+        output = process.communicate(timeout=600)[0]
+        assert process.returncode == 0, (name, output)
+    for written in ("r.bed", "d.bed", "t.A.methylation.bw", "report/index.html"):
+        assert (tmp_path / written).exists()

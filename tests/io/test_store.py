@@ -258,3 +258,19 @@ def test_write_store_round_trips_through_load_counts(tmp_path):
     np.testing.assert_array_equal(got_cov, cov[keep])
     np.testing.assert_array_equal(got_meth, meth[keep])
     assert lengths.tolist() == [int(keep.sum())]
+
+
+def test_overview_sums_each_samples_counts_from_the_index(tmp_path):
+    rng = np.random.default_rng(1)
+    chromosomes = {}
+    for chrom, n in (("chr1", 700), ("chr2", 90)):
+        cov = rng.integers(0, 5, (n, 2))
+        chromosomes[chrom] = (np.arange(n), rng.binomial(cov, 0.3), cov)
+    view = write_store(tmp_path / "o.zarr", chromosomes, ["a", "b"], chunk_size=64).overview()
+    assert view.samples == ["a", "b"] and list(view.chromosomes) == ["chr1", "chr2"]
+    assert view.n_bins == 790 and [n for n, _ in view.chromosomes.values()] == [700, 90]
+    for chrom, (_, meth, cov) in chromosomes.items():
+        assert view.chromosomes[chrom][1].tolist() == (cov > 0).sum(axis=0).tolist()
+    assert view.covered.tolist() == sum((c > 0).sum(axis=0) for _, _, c in chromosomes.values()).tolist()
+    assert view.coverage.tolist() == sum(c.sum(axis=0) for _, _, c in chromosomes.values()).tolist()
+    assert view.methylated.tolist() == sum(m.sum(axis=0) for _, m, _ in chromosomes.values()).tolist()

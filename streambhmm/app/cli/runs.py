@@ -66,32 +66,15 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
 @user_errors
 def demo(n, seed, workdir, scheduler, quiet):
     """End to end on synthetic data: write real-format files, ingest, fit, compare."""
-    from ..demo import DEMO_COVERAGE, DEMO_SAMPLES, DEMO_TRUTH, write_demo_files
-    from ..fit import fit_store
-    from ...learn.evaluate import matched_error
-    from ...io.ingest import ingest as run_ingest
-    from ...io.storage import write_json
-    from ..modelio import format_states, model_to_dict
-    from ...learn.simulate import simulate
+    from ..demo import DEMO_SAMPLES, DEMO_TRUTH, run_demo
+    from ..modelio import format_states
 
     with tempfile.TemporaryDirectory(prefix="streambhmm-demo-") as tmp:
         directory = Path(workdir or tmp)
         directory.mkdir(parents=True, exist_ok=True)
-        chromosomes = ["chr1", "chr2", "chr3"]
-        rng = np.random.default_rng(seed)
-        data = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)
-        files = write_demo_files(directory, data, chromosomes, rng)
-        click.echo(f"wrote {n * len(chromosomes):,} bins x 2 samples: {files[0].name} (Bismark coverage), "
-                   f"{files[1].name} (allc, with CHH rows)")
-        store = directory / "counts.zarr"
-        for sample, path in zip(DEMO_SAMPLES, files):
-            report = run_ingest([path], sample, store, echo=click.echo)
-            click.echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
-        start = time.perf_counter()
-        est, data = fit_store(store, 4, None, 30, seed, scheduler, quiet)
-        write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes))
-        click.echo(f"moments on Dask and fit: {time.perf_counter() - start:.1f} s, {est.n_triples_:,} triples\n")
-        err = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
+        result = run_demo(directory, n, seed, scheduler, quiet, echo=click.echo)
+        est, err = result.estimator, result.error
+        click.echo(f"moments on Dask and fit: {result.seconds:.1f} s, {est.n_triples_:,} triples\n")
         perm = err.permutation
         click.echo("true states:")
         click.echo(format_states(DEMO_TRUTH.methylation, DEMO_TRUTH.transmat, DEMO_TRUTH.startprob, DEMO_SAMPLES))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import click
 import numpy as np
@@ -55,34 +54,26 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
     decoding), and runs of one state are written as BED9 (named by the states' labels,
     coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
-    from ..modelio import model_for_store, model_labels, write_state_table
-    from ...distributed.storehmm import decode_store
+    from ..segments import ModelOnStore, decode_outputs, run_decode
 
     start = time.perf_counter()
-    counts, document, hmm = model_for_store(store, model)
-    labels = model_labels(document)
-    pooled = bool(document.get("pooled"))
-    if pooled and posteriors:
-        raise click.ClickException(f"{model} is a pooled model; --posteriors is written for joint models only")
-    # a pooled model segments each sample on its own
-    runs = [(pooled_output(output, s), [s]) for s in document["samples"]] if pooled else [(output, document["samples"])]
+    job = ModelOnStore.open(store, model)
+    outputs = decode_outputs(job, output, posteriors)
     show = status_line(quiet)
     with store_client(store, scheduler) as client:
-        for path, samples in runs:
-            try:
-                report = decode_store(counts, hmm, client, path, samples, max_gap, posteriors,
-                                      progress=lambda done, total: show(f"chunks: {done}/{total}"), labels=labels,
-                                      track=f"{Path(model).stem} states" + (f" ({samples[0]})" if pooled else ""))
-            finally:
+        try:
+            for path, report in run_decode(job, outputs, client, max_gap, posteriors,
+                                           progress=lambda done, total: show(f"chunks: {done}/{total}")):
                 clear_status(quiet)
-            click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
-                       f"({time.perf_counter() - start:.1f} s)")
-            for h, n in enumerate(report.state_bins):
-                levels = ", ".join(f"{v:.3f}" for v in hmm.methylation_[h])
-                click.echo(f"  state {h} {labels[h]} ({levels}): {n:,} bins ({n / max(report.n_bins, 1):.1%})")
-    table = state_table_path(output)
-    write_state_table(table, document)
-    click.echo(f"states (labels, colours, levels) in {table}")
+                click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+                           f"({time.perf_counter() - start:.1f} s)")
+                for h, n in enumerate(report.state_bins):
+                    levels = ", ".join(f"{v:.3f}" for v in job.hmm.methylation_[h])
+                    click.echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
+                               f"({n / max(report.n_bins, 1):.1%})")
+        finally:
+            clear_status(quiet)
+    click.echo(f"states (labels, colours, levels) in {outputs.table}")
     if posteriors:
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
 
@@ -111,35 +102,26 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
             quiet):
     """Regions of a counts store under a model: runs of bins whose posterior of chosen states
     (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
-    from ..modelio import model_for_store, model_labels
-    from ...distributed.regions import RegionRule, find_regions, preset_rule, rule_with, write_regions
+    from ...io.store import locked
+    from ..segments import ModelOnStore, region_rule, run_regions
 
     start = time.perf_counter()
     if (preset is None) == (state_names is None):
         raise click.UsageError("give one of --preset and --states")
-    counts, document, hmm = model_for_store(store, model)
-    if document.get("pooled"):
-        raise click.ClickException(f"{model} is a pooled model; regions are found with joint models (fit without "
-                                   f"--pooled, or with --samples for one sample)")
-    labels = model_labels(document)
-    if preset:
-        rule = preset_rule(preset, hmm.methylation_)
-    else:
-        targets = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
-        rule = RegionRule(tuple(sorted(set(targets))), name="region")
-    rule = rule_with(rule, min_posterior=min_posterior, max_gap=max_gap, min_length=min_length, min_bins=min_bins)
     show = status_line(quiet)
-    with reading(store, scheduler) as client:
-        try:
-            found = find_regions(counts, hmm, client, rule, document["samples"],
-                                 progress=lambda done, total: show(f"chunks: {done}/{total}"))
-        finally:
-            clear_status(quiet)
-    n = write_regions(found, rule, hmm.methylation_, document["samples"], output,
-                      f"{Path(model).stem} {preset or 'regions'}")
-    lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(1)
-    click.echo(f"{output}: {n:,} regions of states {', '.join(labels[h] for h in rule.targets)}, median "
-               f"{np.median(lengths):,.0f} bp, {lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
+    with locked(store, shared=True):  # the store as it is for the whole run (see `reading`)
+        job = ModelOnStore.open(store, model)
+        rule = region_rule(job, preset, state_names, min_posterior=min_posterior, max_gap=max_gap,
+                           min_length=min_length, min_bins=min_bins)
+        with store_client(store, scheduler) as client:
+            try:
+                found = run_regions(job, rule, output, client,
+                                    progress=lambda done, total: show(f"chunks: {done}/{total}"))
+            finally:
+                clear_status(quiet)
+    median = np.median(found.lengths) if found.n else 0
+    click.echo(f"{output}: {found.n:,} regions of states {', '.join(job.labels[h] for h in rule.targets)}, median "
+               f"{median:,.0f} bp, {found.lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
 
 
 @click.command()
@@ -164,62 +146,30 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
 def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes, scheduler, quiet):
     """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
     with --model, the posterior probability of states."""
-    from ..modelio import model_for_store, model_labels
-    from ...io.store import open_store
+    from ...io.store import locked, open_store
     from ...moments.pipeline import select_samples
-    from ...distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
+    from ..segments import ModelOnStore, methylation_tracks, posterior_tracks
 
     start = time.perf_counter()
-    counts, document, hmm = model_for_store(store, model) if model else (open_store(store), None, None)
-    chosen = select_samples(counts, [s for s in samples.split(",") if s] if samples else
-                            (document["samples"] if document else None))
-    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
-    for sample in chosen:
-        path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
-        n = write_methylation(counts, sample, path, lengths, min_coverage)
-        click.echo(f"{path}: methylation of {sample} in {n:,} bins")
-    if not model:
-        return
-    labels = model_labels(document)
-    states = list(range(len(labels)))
-    if state_names:
-        states = [state_index(name, labels, "--states") for name in state_names.split(",") if name]
-    names = [f"state{h}-{safe_name(labels[h])}" for h in states]
-    runs = ([([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in document["samples"]]
-            if document.get("pooled") else [(document["samples"], [Path(f"{prefix}.{n}.posterior.bw") for n in names])])
     show = status_line(quiet)
-    with reading(store, scheduler) as client:
-        for group, paths in runs:
-            try:
-                n = write_posteriors(counts, hmm, client, group, states, paths, lengths,
-                                     progress=lambda done, total: show(f"chunks: {done}/{total}"))
-            finally:
-                clear_status(quiet)
-            for h, path in zip(states, paths):
-                click.echo(f"{path}: posterior of state {h} {labels[h]} in {n:,} bins")
+    with locked(store, shared=True):  # the store as it is for the whole run (see `reading`)
+        job = ModelOnStore.open(store, model) if model else None
+        counts = job.counts if job else open_store(store)
+        chosen = select_samples(counts, [s for s in samples.split(",") if s] if samples else
+                                (job.samples if job else None))
+        states = job.states(state_names) if job else []
+        for track in methylation_tracks(counts, prefix, chosen, min_coverage, chrom_sizes):
+            click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
+        if job:
+            with store_client(store, scheduler) as client:
+                try:
+                    for track in posterior_tracks(job, client, prefix, states, chrom_sizes,
+                                                  progress=lambda done, total: show(f"chunks: {done}/{total}")):
+                        clear_status(quiet)
+                        click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
+                finally:
+                    clear_status(quiet)
     click.echo(f"({time.perf_counter() - start:.1f} s)")
-
-
-def state_index(name: str, labels: list[str], option: str) -> int:
-    """A state given by its label or its index."""
-    if name in labels:
-        return labels.index(name)
-    if name.isdigit() and int(name) < len(labels):
-        return int(name)
-    raise click.BadParameter(f"no state {name!r}; the model's are {', '.join(labels)} (or 0..{len(labels) - 1})",
-                             param_hint=option)
-
-
-def state_table_path(output) -> Path:
-    """The states' table beside a BED: OUTPUT's stem + .states.tsv."""
-    output = Path(output)
-    return output.with_name(f"{output.stem}.states.tsv")
-
-
-def pooled_output(output, sample: str) -> Path:
-    """A pooled model's BED of one sample: OUTPUT with .SAMPLE before its extension."""
-    output = Path(output)
-    return output.with_name(f"{output.stem}.{sample}{output.suffix}")
 
 
 @click.command()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import click
-import numpy as np
 
 from ...distributed.cluster import clear_status, status_line
 from ...io.formats import FORMATS
@@ -46,7 +45,7 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read)."""
-    from ...io.store import COVERED, SUMS, open_store
+    from ...io.store import open_store
 
     st = open_store(store)
     click.echo(f"{store}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
@@ -56,23 +55,16 @@ def info(store):
         files = f"{len(prov['files'])} {prov['format']} file(s), context {prov['context']}" if "files" in prov else \
             "no input files recorded"
         click.echo(f"  sample {name}: {files}")
-    samples = st.samples
-    columns = [st.column(s) for s in samples]
-    totals = np.zeros((3, len(samples)))
-    n_total = 0
-    width = max(10, *(len(c) for c in st.chromosomes)) if st.chromosomes else 10
-    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " + " ".join(f"{s + ' covered':>16}" for s in samples))
-    for chrom in st.chromosomes:
-        summary = st.summary(chrom, columns).sum(axis=0)  # (samples, fields)
-        totals += [summary[:, COVERED], summary[:, SUMS][:, 1], summary[:, SUMS][:, 0]]
-        n_bins = st.n_bins(chrom)
-        n_total += n_bins
-        click.echo(f"{chrom:<{width}} {n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in summary[:, COVERED]))
-    click.echo(f"{'total':<{width}} {n_total:>11,} " + " ".join(f"{int(c):>16,}" for c in totals[0]))
+    view = st.overview()
+    width = max(10, *(len(c) for c in view.chromosomes)) if view.chromosomes else 10
+    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " + " ".join(f"{s + ' covered':>16}" for s in view.samples))
+    for chrom, (n_bins, covered) in view.chromosomes.items():
+        click.echo(f"{chrom:<{width}} {n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in covered))
+    click.echo(f"{'total':<{width}} {view.n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in view.covered))
     click.echo("\ncoverage summary:")
-    for i, name in enumerate(samples):
-        covered, reads, meth = totals[:, i]
-        click.echo(f"  {name}: {int(covered):,} of {n_total:,} bins covered ({covered / max(n_total, 1):.1%}), "
+    n_bins = view.n_bins
+    for name, covered, reads, meth in zip(view.samples, view.covered, view.coverage, view.methylated):
+        click.echo(f"  {name}: {int(covered):,} of {n_bins:,} bins covered ({covered / max(n_bins, 1):.1%}), "
                    f"mean coverage {reads / max(covered, 1):.1f} per covered bin, "
                    f"pooled methylation {meth / max(reads, 1):.3f}")
 

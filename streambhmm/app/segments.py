@@ -1,0 +1,167 @@
+"""The jobs of `decode`, `regions` and `tracks`: a model applied to a counts store, and the
+files it writes named. The commands (app/cli/segments.py) parse the options, open a Dask
+client, call one of these and print what they return; progress goes through
+``progress(done, total)``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+
+@dataclass
+class ModelOnStore:
+    """A counts store and a model of its samples: the model's document, its BinomialHMM and
+    its states' labels."""
+
+    store: str
+    model: str
+    counts: object  # io.store.CountsStore
+    document: dict
+    hmm: object  # learn.hmm.BinomialHMM
+    labels: list[str]
+
+    @classmethod
+    def open(cls, store, model) -> "ModelOnStore":
+        """Read and check the model, and that the store has its samples."""
+        from .modelio import model_for_store, model_labels
+
+        counts, document, hmm = model_for_store(store, model)
+        return cls(store, model, counts, document, hmm, model_labels(document))
+
+    @property
+    def samples(self) -> list[str]:
+        return self.document["samples"]
+
+    @property
+    def pooled(self) -> bool:
+        return bool(self.document.get("pooled"))
+
+    def states(self, names: str | None, option: str = "--states") -> list[int]:
+        """The states of a comma-separated list of labels or indices (None: every state)."""
+        if names is None:
+            return list(range(len(self.labels)))
+        return [self.state(name, option) for name in names.split(",") if name]
+
+    def state(self, name: str, option: str) -> int:
+        """A state given by its label or its index."""
+        if name in self.labels:
+            return self.labels.index(name)
+        if name.isdigit() and int(name) < len(self.labels):
+            return int(name)
+        raise ValueError(f"{option}: no state {name!r}; the model's are {', '.join(self.labels)} "
+                         f"(or 0..{len(self.labels) - 1})")
+
+
+@dataclass
+class DecodeOutputs:
+    """The files `decode` writes: a BED per segmentation (path, samples) and the states' table."""
+
+    beds: list[tuple[Path, list[str]]]
+    table: Path
+
+
+def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:
+    """Name what `decode` writes, refusing what cannot be written (before any work). A joint
+    model writes OUTPUT; a pooled model segments each sample on its own, into OUTPUT with
+    .SAMPLE before its extension. The states' table is OUTPUT's stem + .states.tsv."""
+    if job.pooled and posteriors:
+        raise ValueError(f"{job.model} is a pooled model; --posteriors is written for joint models only")
+    output = Path(output)
+    if job.pooled:
+        beds = [(output.with_name(f"{output.stem}.{s}{output.suffix}"), [s]) for s in job.samples]
+    else:
+        beds = [(output, job.samples)]
+    return DecodeOutputs(beds, output.with_name(f"{output.stem}.states.tsv"))
+
+
+def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int = 1000, posteriors: bool = False,
+               progress=None) -> Iterator[tuple[Path, object]]:
+    """Segment the store: write each BED of ``outputs`` and yield (path,
+    storehmm.DecodeReport) as it is done, then write the states' table."""
+    from ..distributed.storehmm import decode_store
+    from .modelio import write_state_table
+
+    for path, samples in outputs.beds:
+        track = f"{Path(job.model).stem} states" + (f" ({samples[0]})" if job.pooled else "")
+        yield path, decode_store(job.counts, job.hmm, client, path, samples, max_gap, posteriors, progress=progress,
+                                 labels=job.labels, track=track)
+    write_state_table(outputs.table, job.document)
+
+
+@dataclass
+class FoundRegions:
+    """What `regions` wrote: the rule it applied and the regions' count and lengths (bp)."""
+
+    rule: object  # distributed.regions.RegionRule
+    n: int
+    lengths: np.ndarray
+
+
+def region_rule(job: ModelOnStore, preset: str | None, state_names: str | None, **changes):
+    """The rule of a preset for the model's levels, or of the states named (labels or
+    indices), with the settings in ``changes`` that are not None."""
+    from ..distributed.regions import RegionRule, preset_rule, rule_with
+
+    if job.pooled:
+        raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
+                         f"--pooled, or with --samples for one sample)")
+    if preset:
+        rule = preset_rule(preset, job.hmm.methylation_)
+    else:
+        rule = RegionRule(tuple(sorted(set(job.states(state_names)))), name="region")
+    return rule_with(rule, **changes)
+
+
+def run_regions(job: ModelOnStore, rule, output, client, progress=None) -> FoundRegions:
+    """Find the regions of ``rule`` (see :func:`region_rule`) and write them as BED9 and a TSV
+    beside it (distributed.regions.write_regions)."""
+    from ..distributed.regions import find_regions, write_regions
+
+    found = find_regions(job.counts, job.hmm, client, rule, job.samples, progress=progress)
+    kind = "regions" if rule.name == "region" else rule.name.lower()
+    n = write_regions(found, rule, job.hmm.methylation_, job.samples, output, f"{Path(job.model).stem} {kind}")
+    lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(0, np.int64)
+    return FoundRegions(rule, n, lengths)
+
+
+@dataclass
+class Track:
+    """One bigWig file written: its path, what it holds and in how many bins."""
+
+    path: Path
+    description: str
+    n_bins: int
+
+
+def methylation_tracks(counts, prefix, samples: list[str], min_coverage: int = 1,
+                       chrom_sizes=None) -> Iterator[Track]:
+    """Each sample's methylation fraction (bins with at least ``min_coverage`` reads), one
+    file each: PREFIX.SAMPLE.methylation.bw."""
+    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation
+
+    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
+    for sample in samples:
+        path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
+        yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage))
+
+
+def posterior_tracks(job: ModelOnStore, client, prefix, states: list[int], chrom_sizes=None,
+                     progress=None) -> Iterator[Track]:
+    """The posterior of each of ``states``, one file each: PREFIX.stateH-LABEL.posterior.bw,
+    or for a pooled model one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw."""
+    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_posteriors
+
+    lengths = chromosome_lengths(job.counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
+    names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
+    if job.pooled:
+        runs = [([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in job.samples]
+    else:
+        runs = [(job.samples, [Path(f"{prefix}.{n}.posterior.bw") for n in names])]
+    for group, paths in runs:
+        n = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
+        for h, path in zip(states, paths):
+            yield Track(path, f"posterior of state {h} {job.labels[h]}", n)
