@@ -104,8 +104,8 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
 
     chromosomes = ["chr1", "chr2", "chr3"]
     rng = np.random.default_rng(seed)
-    data = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)
-    files = write_demo_files(directory, data, chromosomes, rng)
+    simulated = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)
+    files = write_demo_files(directory, simulated, chromosomes, rng)
     echo(f"wrote {n * len(chromosomes):,} bins x 2 samples: {files[0].name} (Bismark coverage), "
          f"{files[1].name} (allc, with CHH rows)")
     store = directory / "counts.zarr"
@@ -114,9 +114,9 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
     with store_client(store, scheduler) as client:
-        moments = load_moments(store, None, 30, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
-    est = one_pass(moments.moments, len(DEMO_TRUTH.methylation), "refined", seed)
-    write_json(directory / "model.json", model_to_dict(est, moments.samples, moments.chromosomes))
+        data = load_moments(store, None, 30, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
+    est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
+    write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes))
     error = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
     return DemoResult(est, time.perf_counter() - start, error)
 

@@ -137,25 +137,20 @@ class Track:
     n_bins: int
 
 
-def methylation_tracks(counts, prefix, samples: list[str], min_coverage: int = 1,
-                       chrom_sizes=None) -> Iterator[Track]:
-    """Each sample's methylation fraction (bins with at least ``min_coverage`` reads), one
-    file each: PREFIX.SAMPLE.methylation.bw."""
-    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation
+def run_tracks(counts, prefix, samples: list[str], min_coverage: int = 1, chrom_sizes=None,
+               job: ModelOnStore | None = None, client=None, states: list[int] = (), progress=None) -> Iterator[Track]:
+    """Write bigWig files one at a time, yielding each: the methylation fraction of each of
+    ``samples`` (bins with at least ``min_coverage`` reads), PREFIX.SAMPLE.methylation.bw;
+    with a model ``job``, the posterior of each of ``states``, PREFIX.stateH-LABEL.posterior.bw
+    (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw)."""
+    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
 
     lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
     for sample in samples:
         path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
         yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage))
-
-
-def posterior_tracks(job: ModelOnStore, client, prefix, states: list[int], chrom_sizes=None,
-                     progress=None) -> Iterator[Track]:
-    """The posterior of each of ``states``, one file each: PREFIX.stateH-LABEL.posterior.bw,
-    or for a pooled model one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw."""
-    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_posteriors
-
-    lengths = chromosome_lengths(job.counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
+    if job is None:
+        return
     names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
     if job.pooled:
         runs = [([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in job.samples]

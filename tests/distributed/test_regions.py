@@ -156,6 +156,7 @@ def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
     from streambhmm.app.modelio import model_to_dict
     from streambhmm.io.store import locked
@@ -170,11 +171,19 @@ def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path
                 "tracks": ["tracks", store, "-o", str(tmp_path / "t")],
                 "decode": ["decode", store, *model, "-o", str(tmp_path / "d.bed")],
                 "report": ["report", store, *model, "-o", str(tmp_path / "report")]}
+    def blocked_on_a_lock() -> set[int]:  # pids of processes waiting for a lock (" -> " in /proc/locks)
+        lines = Path("/proc/locks").read_text().splitlines()
+        return {int(line.split("->", 1)[1].split()[3]) for line in lines if " -> " in line}
+
     with locked(store):
         running = {name: subprocess.Popen([sys.executable, "-m", "streambhmm", *args, "-q"], stdout=subprocess.PIPE,
                                           stderr=subprocess.STDOUT, text=True) for name, args in commands.items()}
-        time.sleep(8)  # time enough for each to finish, were it not waiting
-        assert [name for name, p in running.items() if p.poll() is not None] == []
+        waiting = set()
+        while len(waiting) < len(running):  # each command reaches the lock and waits there
+            finished = [name for name, process in running.items() if process.poll() is not None]
+            assert finished == [], f"{finished} ran while a writer held the store"
+            waiting = {name for name, process in running.items() if process.pid in blocked_on_a_lock()}
+            time.sleep(0.05)
     for name, process in running.items():
         output = process.communicate(timeout=600)[0]
         assert process.returncode == 0, (name, output)

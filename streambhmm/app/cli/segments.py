@@ -102,23 +102,20 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
             quiet):
     """Regions of a counts store under a model: runs of bins whose posterior of chosen states
     (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
-    from ...io.store import locked
     from ..segments import ModelOnStore, region_rule, run_regions
 
     start = time.perf_counter()
     if (preset is None) == (state_names is None):
         raise click.UsageError("give one of --preset and --states")
     show = status_line(quiet)
-    with locked(store, shared=True):  # the store as it is for the whole run (see `reading`)
+    with reading(store, scheduler) as client:
         job = ModelOnStore.open(store, model)
         rule = region_rule(job, preset, state_names, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
-        with store_client(store, scheduler) as client:
-            try:
-                found = run_regions(job, rule, output, client,
-                                    progress=lambda done, total: show(f"chunks: {done}/{total}"))
-            finally:
-                clear_status(quiet)
+        try:
+            found = run_regions(job, rule, output, client, progress=lambda done, total: show(f"chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
     median = np.median(found.lengths) if found.n else 0
     click.echo(f"{output}: {found.n:,} regions of states {', '.join(job.labels[h] for h in rule.targets)}, median "
                f"{median:,.0f} bp, {found.lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
@@ -148,28 +145,26 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
     with --model, the posterior probability of states."""
     from ...io.store import locked, open_store
     from ...moments.pipeline import select_samples
-    from ..segments import ModelOnStore, methylation_tracks, posterior_tracks
+    from ..segments import ModelOnStore, run_tracks
 
     start = time.perf_counter()
     show = status_line(quiet)
-    with locked(store, shared=True):  # the store as it is for the whole run (see `reading`)
+    # methylation alone needs no Dask client, only the store's shared lock
+    with reading(store, scheduler) if model else locked(store, shared=True) as client:
         job = ModelOnStore.open(store, model) if model else None
         counts = job.counts if job else open_store(store)
         chosen = select_samples(counts, [s for s in samples.split(",") if s] if samples else
                                 (job.samples if job else None))
-        states = job.states(state_names) if job else []
-        for track in methylation_tracks(counts, prefix, chosen, min_coverage, chrom_sizes):
-            click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
-        if job:
-            with store_client(store, scheduler) as client:
-                try:
-                    for track in posterior_tracks(job, client, prefix, states, chrom_sizes,
-                                                  progress=lambda done, total: show(f"chunks: {done}/{total}")):
-                        clear_status(quiet)
-                        click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
-                finally:
-                    clear_status(quiet)
-    click.echo(f"({time.perf_counter() - start:.1f} s)")
+        try:
+            for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, client,
+                                    job.states(state_names) if job else [],
+                                    progress=lambda done, total: show(f"chunks: {done}/{total}")):
+                clear_status(quiet)
+                click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
+        finally:
+            clear_status(quiet)
+    if model:
+        click.echo(f"({time.perf_counter() - start:.1f} s)")
 
 
 @click.command()
