@@ -75,8 +75,7 @@ def segment_backward(following, meth, cov, params: Params):
 def segment_stats(previous, following, meth, cov, params: Params, want_posteriors: bool = False):
     """Exact sufficient statistics of one segment (and its posteriors, shape (n, m))."""
     table = EmissionTable(meth, cov)
-    return _stats(previous, following, params.log_b(table), params, (meth, cov), want_posteriors,
-                  pair_weights=table.pair_weights)
+    return _stats(previous, following, params.log_b(table), params, want_posteriors, table)
 
 
 def _forward(previous, log_b: np.ndarray, params: Params):
@@ -93,39 +92,35 @@ def _backward(following, log_b: np.ndarray, params: Params):
     return _hmm_kernels.backward_message(log_b, params.transmat, final)
 
 
-def _stats(previous, following, log_b: np.ndarray, params: Params, counts, want_posteriors: bool,
-           weighted_sums=None, pair_weights=None):
-    """The segment's statistics from its log-emissions. The posterior-weighted counts come
-    from ``counts`` (methylated, coverage) in the compiled recursion, or, when the counts of
-    all samples would not fit in memory, from ``weighted_sums(posteriors)`` ((m, S) each);
-    a beta-binomial model's pair weights from ``pair_weights(posteriors)``."""
+def _stats(previous, following, log_b: np.ndarray, params: Params, want_posteriors: bool,
+           table: EmissionTable | None = None, statistics_of=None):
+    """The segment's statistics from its log-emissions. The recursion counts the
+    posterior weight of each pair of ``table`` (the segment's counts) itself; when the counts
+    of all samples would not fit in memory, ``statistics_of(posteriors, keep_pairs)`` gives
+    the posterior-weighted sums ((m, S) each) and, for a beta-binomial model, the pairs."""
     m, n_samples = params.methylation.shape
     if log_b.shape[0] == 0:
         zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
                                np.zeros((m, n_samples)))
         return zero, np.zeros((0, m))
     beta = params.dispersion is not None
-    width = n_samples if counts is not None else 0
-    meth, cov = (np.asarray(c, np.float64) for c in counts) if counts is not None else \
-        (np.zeros((log_b.shape[0], 0)), np.zeros((log_b.shape[0], 0)))
+    codes = table.codes.T if table is not None else np.zeros((log_b.shape[0], 0), np.int32)
     start = params.startprob
     if previous is not None:
         # a virtual first bin whose "emission" is the incoming forward message: the
         # kernel then counts the transition across the boundary, and adds log 1 = 0
         with np.errstate(divide="ignore"):
             log_b = np.vstack([np.log(previous)[None, :], log_b])
-        meth = np.vstack([np.zeros((1, width)), meth])
-        cov = np.vstack([np.zeros((1, width)), cov])
+        codes = np.vstack([np.full((1, codes.shape[1]), -1, np.int32), codes])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
-    want = want_posteriors or counts is None or beta
-    loglik, first, trans, msum, csum, post = _hmm_kernels.forward_backward(
-        log_b, np.array([log_b.shape[0]]), start, params.transmat, meth, cov, want, final)
+    loglik, first, trans, code_weights, post = _hmm_kernels.forward_backward(
+        log_b, np.array([log_b.shape[0]]), start, params.transmat, codes, 0 if table is None else table.keys.size,
+        want_posteriors or table is None, final)
     if previous is not None:
         first, post = np.zeros(m), post[1:]
-    if counts is None:
-        msum, csum = weighted_sums(post)
-    return SufficientStats(loglik, first, trans, msum, csum, pair_weights(post) if beta else None), post
+    sums = table.statistics(code_weights, beta) if table is not None else statistics_of(post, beta)
+    return SufficientStats(loglik, first, trans, *sums), post
 
 
 # -- Dask graphs over a store -------------------------------------------------------------
@@ -155,21 +150,18 @@ class ChunkData:
                 meth, cov = self.ref.read([k], verify=False)
                 yield k, meth[self.rows, 0], cov[self.rows, 0]
 
-    def weighted_sums(self, posteriors: np.ndarray):
-        """(m, S) posterior-weighted methylated and coverage sums, one sample at a time."""
+    def statistics(self, posteriors: np.ndarray, keep_pairs: bool) -> tuple:
+        """(methylated, coverage) posterior-weighted sums (m, S) and, with ``keep_pairs``,
+        each sample's PairWeights: one sample at a time."""
         m = posteriors.shape[1]
         msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
+        pairs = []
         for k, meth, cov in self.sample_counts():
             msum[:, k] = posteriors.T @ meth
             csum[:, k] = posteriors.T @ cov
-        return msum, csum
-
-    def pair_weights(self, posteriors: np.ndarray) -> list:
-        """Per sample, the beta-binomial M-step's weights of distinct pairs."""
-        if self.table is not None:
-            return self.table.pair_weights(posteriors)
-        return [EmissionTable(meth[:, None], cov[:, None]).pair_weights(posteriors)[0]
-                for _, meth, cov in self.sample_counts()]
+            if keep_pairs:
+                pairs += EmissionTable(meth[:, None], cov[:, None]).pair_weights(posteriors)
+        return msum, csum, pairs if keep_pairs else None
 
 
 def kept_counts(ref: ChunkRef) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -210,8 +202,8 @@ def _backward_task(following, ref: ChunkRef, params):
 def _chunk_stats(previous, following, ref: ChunkRef, params, want_posteriors: bool = False):
     """(statistics, posteriors, ChunkData) of one chunk between its incoming messages."""
     data = chunk_data(ref, params)
-    stats, post = _stats(None if previous is None else previous[1], following, data.log_b, params, data.counts,
-                         want_posteriors, data.weighted_sums, data.pair_weights)
+    stats, post = _stats(None if previous is None else previous[1], following, data.log_b, params, want_posteriors,
+                         data.table, data.statistics)
     return stats, post, data
 
 
@@ -272,23 +264,23 @@ class LocalEStep:
     def _chunk(self, ref: ChunkRef):
         if ref not in self.cache:
             _, meth, cov = kept_counts(ref)
-            self.cache[ref] = (EmissionTable(meth, cov), (meth, cov))
+            self.cache[ref] = EmissionTable(meth, cov)
         return self.cache[ref]
 
     def __call__(self, params: Params) -> SufficientStats:
         parts = []
         for refs in self.chains:
             chunks = [self._chunk(ref) for ref in refs]
-            log_bs = [params.log_b(table) for table, _ in chunks]
+            log_bs = [params.log_b(table) for table in chunks]
             forward, backward = [None], [None]
             for log_b in log_bs:
                 forward.append(_forward(None if forward[-1] is None else forward[-1][1], log_b, params))
             for log_b in reversed(log_bs):
                 backward.insert(0, _backward(backward[0], log_b, params))
-            for k, (log_b, (table, counts)) in enumerate(zip(log_bs, chunks)):
+            for k, (log_b, table) in enumerate(zip(log_bs, chunks)):
                 previous = forward[k]
                 parts.append(_stats(None if previous is None else previous[1], backward[k + 1], log_b, params,
-                                    counts, False, pair_weights=table.pair_weights)[0])
+                                    False, table)[0])
         if not parts:
             raise ValueError("the store has no bins")
         return tree_reduce(parts, _add_stats, self.split_every)

@@ -45,13 +45,12 @@ def _logsumexp(values):
 
 
 @njit(cache=True, nogil=True)
-def _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
-                     final_beta, alpha, start, trans, meth_sum, cov_sum, post):
+def _sequence_scaled(emis, offset, end, startprob, transmat, codes, final_beta, alpha, start, trans,
+                     code_weights):
     """One sequence by the scaled recursion on the shifted emissions ``emis``; adds its
-    statistics and returns (ok, log-likelihood less the shifts). Adds nothing and returns
-    ok = False if a normalizer underflows."""
+    statistics and returns (ok, log-likelihood less the shifts), leaving the posteriors in
+    ``alpha``. Adds nothing and returns ok = False if a normalizer underflows."""
     m = emis.shape[1]
-    n_samples = methylated.shape[1]
     loglik = 0.0
     product = 1.0
     predicted = np.empty(m)
@@ -81,36 +80,25 @@ def _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverag
         for j in range(m):
             alpha[t, j] *= scale
     loglik += np.log(product)
-    # Backward: each message normalized to sum 1, each posterior by its own sum. The expected
-    # transitions xi_t(i, j) = alpha_{t-1}(i) a_ij e_t(j) beta_t(j) / Z_t are summed without
-    # a_ij, an outer product per bin, and multiplied by a_ij once at the end.
-    s_start = np.zeros(m)
+    # Backward: each message normalized to sum 1, each posterior by its own sum, written over
+    # alpha[t] (no longer needed). The expected transitions xi_t(i, j) = alpha_{t-1}(i) a_ij
+    # e_t(j) beta_t(j) / Z_t are summed without a_ij, an outer product per bin, and
+    # multiplied by a_ij once at the end.
     s_pairs = np.zeros((m, m))
-    s_meth = np.zeros((m, n_samples))
-    s_cov = np.zeros((m, n_samples))
     beta = final_beta / final_beta.sum()
     weighted = np.empty(m)
     new_beta = np.empty(m)
-    gamma = np.empty(m)
     for t in range(end - 1, offset - 1, -1):
         norm = 0.0
         for h in range(m):
-            gamma[h] = alpha[t, h] * beta[h]
-            norm += gamma[h]
+            alpha[t, h] *= beta[h]
+            norm += alpha[t, h]
         if not (norm > TINY and norm < np.inf):
             return False, 0.0
         scale = 1.0 / norm
         for h in range(m):
-            gamma[h] *= scale
-        for s in range(n_samples):
-            mt, ct = methylated[t, s], coverage[t, s]
-            for h in range(m):
-                s_meth[h, s] += gamma[h] * mt
-                s_cov[h, s] += gamma[h] * ct
-        if want_posteriors:
-            post[t, :] = gamma
+            alpha[t, h] *= scale
         if t == offset:
-            s_start += gamma
             break
         for j in range(m):
             weighted[j] = emis[t, j] * beta[j]
@@ -133,21 +121,31 @@ def _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverag
         scale = 1.0 / beta_norm
         for i in range(m):
             beta[i] = new_beta[i] * scale
-    start += s_start
+    for h in range(m):
+        start[h] += alpha[offset, h]
     trans += s_pairs * transmat
-    meth_sum += s_meth
-    cov_sum += s_cov
+    _add_code_weights(alpha, codes, offset, end, code_weights)
     return True, loglik
 
 
 @njit(cache=True, nogil=True)
-def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
-                  final_beta, start, trans, meth_sum, cov_sum, post):
+def _add_code_weights(post, codes, offset, end, code_weights):
+    """code_weights[s, codes[t, s]] += post[t] for the sequence's bins (codes < 0: none)."""
+    m = post.shape[1]
+    for t in range(offset, end):
+        for s in range(codes.shape[1]):
+            k = codes[t, s]
+            if k >= 0:
+                for h in range(m):
+                    code_weights[s, k, h] += post[t, h]
+
+
+@njit(cache=True, nogil=True)
+def _sequence_log(log_b, offset, end, startprob, transmat, codes, final_beta, start, trans, code_weights, post):
     """One sequence in the log domain (exact for any valid model); adds its statistics,
-    returns its log-likelihood."""
+    writes its posteriors into ``post`` and returns its log-likelihood."""
     n = end - offset
     m = log_b.shape[1]
-    n_samples = methylated.shape[1]
     log_a = np.log(transmat)
     la = np.empty((n, m))
     lb = np.empty((n, m))
@@ -173,14 +171,9 @@ def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage,
             terms[h] = la[t, h] + lb[t, h]
         z = _logsumexp(terms)
         for h in range(m):
-            g = np.exp(terms[h] - z)
-            for s in range(n_samples):
-                meth_sum[h, s] += g * methylated[offset + t, s]
-                cov_sum[h, s] += g * coverage[offset + t, s]
-            if want_posteriors:
-                post[offset + t, h] = g
+            post[offset + t, h] = np.exp(terms[h] - z)
             if t == 0:
-                start[h] += g
+                start[h] += post[offset + t, h]
         if t > 0:
             for i in range(m):
                 for j in range(m):
@@ -189,6 +182,7 @@ def _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage,
             for i in range(m):
                 for j in range(m):
                     trans[i, j] += np.exp(pair[i * m + j] - z)
+    _add_code_weights(post, codes, offset, end, code_weights)
     return loglik
 
 
@@ -213,61 +207,59 @@ class Workspace:
     def __init__(self):
         self.n, self.m = -1, -1
 
-    def arrays(self, n: int, m: int, want_posteriors: bool):
+    def arrays(self, n: int, m: int):
         if (n, m) != (self.n, self.m):
             self.n, self.m = n, m
             self.emis, self.alpha, self.shift = np.empty((n, m)), np.empty((n, m)), np.empty(n)
-            self.post = None
-        if want_posteriors and self.post is None:
-            self.post = np.empty((n, m))
-        return self.emis, self.alpha, self.shift, self.post if want_posteriors else np.empty((0, m))
+        return self.emis, self.alpha, self.shift
 
 
-def forward_backward(log_b, lengths, startprob, transmat, methylated, coverage, want_posteriors, final_beta,
+def forward_backward(log_b, lengths, startprob, transmat, codes, n_codes, want_posteriors, final_beta,
                      workspace=None):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
 
-    ``final_beta`` (m,) is the backward message into the last bin of each sequence: ones
-    for a sequence that really ends, P(later data | state) for a segment cut out of one.
-    ``workspace`` (a Workspace) lends the buffers; the posteriors returned are then its own.
+    ``codes`` (n, S) number each bin's (coverage, methylated) pair in each sample (a table
+    of ``n_codes`` distinct pairs; negative: add nothing); the statistics of the emissions
+    are the posterior-weighted counts of each code. ``final_beta`` (m,) is the backward
+    message into the last bin of each sequence: ones for a sequence that really ends,
+    P(later data | state) for a segment cut out of one. ``workspace`` (a Workspace) lends
+    the buffers; the posteriors returned are then its own.
 
-    Returns loglik, start (m,), trans (m, m) expected transition counts, meth (m, S) and
-    cov (m, S) posterior-weighted count sums, posteriors (n, m) or (0, m).
+    Returns loglik, start (m,), trans (m, m) expected transition counts, code weights
+    (S, n_codes, m), posteriors (n, m) or (0, m).
     """
     n, m = log_b.shape
-    emis, alpha, shift, post = (workspace or Workspace()).arrays(n, m, want_posteriors)
+    emis, alpha, shift = (workspace or Workspace()).arrays(n, m)
     _shift_rows(log_b, shift, emis)
     np.exp(emis, out=emis)  # numpy's vector exp: a third of the recursion's time by numba's scalar one
-    return _forward_backward(log_b, emis, shift, alpha, post, lengths, startprob, transmat, methylated, coverage,
-                             want_posteriors, final_beta)
+    code_weights = np.zeros((codes.shape[1], n_codes, m))
+    loglik, start, trans = _forward_backward(log_b, emis, shift, alpha, lengths, startprob, transmat, codes,
+                                             final_beta, code_weights)
+    return loglik, start, trans, code_weights, alpha if want_posteriors else np.empty((0, m))
 
 
 @njit(cache=True, nogil=True)
-def _forward_backward(log_b, emis, shift, alpha, post, lengths, startprob, transmat, methylated, coverage,
-                      want_posteriors, final_beta):
+def _forward_backward(log_b, emis, shift, alpha, lengths, startprob, transmat, codes, final_beta, code_weights):
     n, m = log_b.shape
-    n_samples = methylated.shape[1]
     start = np.zeros(m)
     trans = np.zeros((m, m))
-    meth_sum = np.zeros((m, n_samples))
-    cov_sum = np.zeros((m, n_samples))
     loglik = 0.0
     offset = 0
     for length in lengths:
         if length == 0:
             continue
         end = offset + length
-        ok, value = _sequence_scaled(emis, offset, end, startprob, transmat, methylated, coverage,
-                                     want_posteriors, final_beta, alpha, start, trans, meth_sum, cov_sum, post)
+        ok, value = _sequence_scaled(emis, offset, end, startprob, transmat, codes, final_beta, alpha, start,
+                                     trans, code_weights)
         if ok:
             for t in range(offset, end):
                 value += shift[t]
         else:
-            value = _sequence_log(log_b, offset, end, startprob, transmat, methylated, coverage, want_posteriors,
-                                  final_beta, start, trans, meth_sum, cov_sum, post)
+            value = _sequence_log(log_b, offset, end, startprob, transmat, codes, final_beta, start, trans,
+                                  code_weights, alpha)
         loglik += value
         offset = end
-    return loglik, start, trans, meth_sum, cov_sum, post
+    return loglik, start, trans
 
 
 @njit(cache=True, nogil=True)

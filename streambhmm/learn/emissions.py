@@ -18,7 +18,9 @@ Everything is computed per distinct (c, mu) pair (EmissionTable): the counts are
 once, and an iteration costs one lookup per bin, sample and state. The binomial M-step is
 closed-form (posterior-weighted methylated over coverage sums); the beta-binomial one
 maximizes, per state and sample, the posterior-weighted log-likelihood of the distinct
-pairs (PairWeights, additive across chunks like every E-step statistic) over (p, rho).
+pairs (PairWeights, additive across chunks like every E-step statistic) over (p, rho). The
+recursion counts each pair's posterior weight itself, so an E-step never holds the bins'
+posteriors, and the M-step costs what the largest coverage does (_emission_kernels).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import betaln, digamma, expit, gammaln
+from scipy.special import expit, gammaln
 
-from . import _hmm_kernels
-from ..moments.features import encode, pair_keys, pairs_from_keys
+from . import _emission_kernels, _hmm_kernels
+from ..moments.features import index_pairs, pairs_from_keys
 
 EMISSIONS = ("binomial", "betabinomial")
 MIN_DISPERSION = 1e-6  # below it the beta-binomial is the binomial (and computed as one)
@@ -48,8 +50,10 @@ def pair_loglik(coverage: np.ndarray, methylated: np.ndarray, coef: np.ndarray, 
         return binomial
     rho = np.clip(np.asarray(dispersion, np.float64), MIN_DISPERSION, MAX_DISPERSION)
     scale = (1.0 - rho) / rho
-    a, b = p * scale, (1.0 - p) * scale
-    beta = coef + betaln(methylated + a, coverage - methylated + b) - betaln(a, b)
+    beta = np.empty_like(binomial)
+    _emission_kernels.betabinomial_table(np.asarray(coverage).ravel().astype(np.int64),
+                                         np.asarray(methylated).ravel().astype(np.int64),
+                                         np.asarray(coef, np.float64).ravel(), p * scale, (1.0 - p) * scale, beta)
     return np.where(rho <= MIN_DISPERSION, binomial, beta)
 
 
@@ -59,12 +63,12 @@ class EmissionTable:
     reuse it."""
 
     def __init__(self, methylated: np.ndarray, coverage: np.ndarray):
-        table = encode(methylated, coverage, 1)  # codes and the distinct pairs; D is irrelevant here
-        self.codes = np.ascontiguousarray(table.codes.T)  # (S, n): one sample's codes contiguous
-        self.coverage = table.coverage.astype(np.float64)[:, None]
-        self.methylated = table.methylated.astype(np.float64)[:, None]
+        self.keys, codes = index_pairs(methylated, coverage)
+        self.codes = np.ascontiguousarray(codes.T)  # (S, n): one sample's codes contiguous
+        cov, meth = pairs_from_keys(self.keys)
+        self.coverage = cov.astype(np.float64)[:, None]
+        self.methylated = meth.astype(np.float64)[:, None]
         self.coef = gammaln(self.coverage + 1) - gammaln(self.methylated + 1) - gammaln(self.coverage - self.methylated + 1)
-        self.keys = pair_keys(table.methylated, table.coverage)
 
     @property
     def n_bins(self) -> int:
@@ -83,16 +87,24 @@ class EmissionTable:
             _hmm_kernels.add_rows(out, per_pair, self.codes[s])
         return out
 
+    def statistics(self, code_weights: np.ndarray, keep_pairs: bool) -> tuple:
+        """From the posterior-weighted count of each code per sample and state (S, K, m):
+        the posterior-weighted methylated and coverage sums (m, S) and, with ``keep_pairs``
+        (the beta-binomial's M-step), per sample the PairWeights of the covered pairs."""
+        methylated = np.einsum("skh,k->hs", code_weights, self.methylated[:, 0])
+        coverage = np.einsum("skh,k->hs", code_weights, self.coverage[:, 0])
+        if not keep_pairs:
+            return methylated, coverage, None
+        covered = self.coverage[:, 0] > 0
+        return methylated, coverage, [PairWeights(self.keys[covered], w[covered].T.copy()) for w in code_weights]
+
     def pair_weights(self, posteriors: np.ndarray) -> list["PairWeights"]:
         """Per sample, the posterior-weighted count of each distinct covered pair in each
-        state: the beta-binomial M-step's statistics."""
-        covered = self.coverage[:, 0] > 0
-        out = []
-        for codes in self.codes:
-            weights = np.stack([np.bincount(codes, posteriors[:, h], self.keys.size)
-                                for h in range(posteriors.shape[1])])
-            out.append(PairWeights(self.keys[covered], weights[:, covered]))
-        return out
+        state, from posteriors (n, m) (when the recursion did not count them itself)."""
+        m = posteriors.shape[1]
+        weights = np.stack([np.stack([np.bincount(codes, posteriors[:, h], self.keys.size) for h in range(m)], axis=1)
+                            for codes in self.codes])
+        return self.statistics(weights, True)[2]
 
 
 @dataclass
@@ -118,41 +130,28 @@ def add_pair_weights(a: list | None, b: list | None) -> list | None:
     return [x + y for x, y in zip(a, b)]
 
 
+LEVEL_LOGIT_BOUND = 9.2  # levels within about [1e-4, 1 - 1e-4]
+# log(a + b) = log((1 - rho) / rho) for rho in [MIN_DISPERSION, MAX_DISPERSION]
+SCALE_BOUNDS = np.array([np.log((1 - MAX_DISPERSION) / MAX_DISPERSION), np.log((1 - MIN_DISPERSION) / MIN_DISPERSION)])
+
+
 def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """(levels (m,), dispersions (m,)) maximizing each state's posterior-weighted
     beta-binomial log-likelihood of one sample's pairs, from the current values. Each state
-    is its own 2-parameter problem (logit p, log of a + b), solved by L-BFGS-B with the
-    analytic gradient."""
-    from scipy.optimize import minimize
-
-    coverage, methylated = (v.astype(np.float64) for v in pairs_from_keys(pairs.keys))
+    is its own 2-parameter problem (logit p, log of a + b), solved by Newton's method on
+    sums over the coverage (_emission_kernels), not over the pairs."""
+    coverage, methylated = pairs_from_keys(pairs.keys)
     new_levels, new_dispersion = levels.copy(), dispersion.copy()
+    level_bounds = np.array([-LEVEL_LOGIT_BOUND, LEVEL_LOGIT_BOUND])
     for h in range(pairs.weights.shape[0]):
-        w = pairs.weights[h]
-        keep = w > 0
-        if not keep.any():
+        wa, wb, wc = _emission_kernels.tail_weights(coverage, methylated, pairs.weights[h])
+        if not wc.size:
             continue
-        c, mu, wk = coverage[keep], methylated[keep], w[keep]
-        total = wk.sum()
-
-        def objective(x):
-            p, scale = expit(x[0]), np.exp(x[1])
-            a, b = p * scale, (1.0 - p) * scale
-            value = -np.sum(wk * (betaln(mu + a, c - mu + b) - betaln(a, b))) / total
-            common = digamma(a + b) - digamma(c + a + b)
-            da = np.sum(wk * (digamma(mu + a) - digamma(a) + common)) / total
-            db = np.sum(wk * (digamma(c - mu + b) - digamma(b) + common)) / total
-            grad_p = scale * (da - db) * p * (1.0 - p)
-            grad_scale = (p * da + (1.0 - p) * db) * scale
-            return value, -np.array([grad_p, grad_scale])
-
         p0 = np.clip(levels[h], 1e-4, 1 - 1e-4)
         rho0 = np.clip(dispersion[h], MIN_DISPERSION, MAX_DISPERSION)
-        x0 = np.array([np.log(p0 / (1 - p0)), np.log((1 - rho0) / rho0)])
-        bounds = [(-9.2, 9.2), (np.log((1 - MAX_DISPERSION) / MAX_DISPERSION), np.log(1 / MIN_DISPERSION))]
-        result = minimize(objective, np.clip(x0, *np.array(bounds).T), jac=True, method="L-BFGS-B", bounds=bounds,
-                          options={"maxiter": 200, "ftol": 1e-12, "gtol": 1e-10})
-        new_levels[h] = expit(result.x[0])
-        new_dispersion[h] = 1.0 / (1.0 + np.exp(result.x[1]))
+        u, v = _emission_kernels.betabinomial_newton(wa, wb, wc, np.log(p0 / (1 - p0)), np.log((1 - rho0) / rho0),
+                                                     level_bounds, SCALE_BOUNDS)
+        new_levels[h] = expit(u)
+        new_dispersion[h] = 1.0 / (1.0 + np.exp(v))
     return new_levels, new_dispersion

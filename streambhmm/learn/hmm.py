@@ -170,11 +170,11 @@ class BinomialHMM:
 
     # -- E and M steps --------------------------------------------------------------
     def _fb(self, data: "_Encoded", want_posteriors=False):
-        self._check(data.methylated.shape[1])
+        self._check(data.table.codes.shape[0])
         data.log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion, data.log_b)
         return _hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
-                                             np.asarray(self.transmat_, dtype=np.float64), data.methylated,
-                                             data.coverage, want_posteriors, np.ones(self.n_components),
+                                             np.asarray(self.transmat_, dtype=np.float64), data.table.codes.T,
+                                             data.table.keys.size, want_posteriors, np.ones(self.n_components),
                                              data.workspace)
 
     def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
@@ -182,9 +182,9 @@ class BinomialHMM:
         return self._e_step(_Encoded(*validate_counts(methylated, coverage, lengths)))
 
     def _e_step(self, data: "_Encoded") -> SufficientStats:
-        beta = self.emission == "betabinomial"
-        loglik, start, trans, msum, csum, post = self._fb(data, want_posteriors=beta)
-        return SufficientStats(loglik, start, trans, msum, csum, data.table.pair_weights(post) if beta else None)
+        loglik, start, trans, code_weights, _ = self._fb(data)
+        return SufficientStats(loglik, start, trans,
+                               *data.table.statistics(code_weights, self.emission == "betabinomial"))
 
     def m_step(self, stats: SufficientStats) -> None:
         if "s" in self.params and stats.start.sum() > 0 and not self.stationary_start:
@@ -234,7 +234,7 @@ class BinomialHMM:
 
     def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
         """Posterior state probabilities, shape (n, n_components)."""
-        return self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)), want_posteriors=True)[5]
+        return self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)), want_posteriors=True)[4]
 
     def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
         """Viterbi: (log-probability of the best paths, states)."""
@@ -260,13 +260,11 @@ class BinomialHMM:
 
 
 class _Encoded:
-    """Validated counts ready for the recursion: their emission table, as float64, and
-    lengths; with the recursion's buffers, reused by every iteration."""
+    """Validated counts ready for the recursion: their emission table and lengths; with the
+    recursion's buffers, reused by every iteration."""
 
     def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
         self.table = EmissionTable(methylated, coverage)
-        self.methylated = methylated.astype(np.float64)
-        self.coverage = coverage.astype(np.float64)
         self.lengths = lengths
         self.log_b = None
         self.workspace = _hmm_kernels.Workspace()

@@ -73,8 +73,9 @@ class FeatureTable:
         return self.table.shape[1]
 
 
-def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> FeatureTable:
-    """Encode validated counts of shape (n, S) and build their Beta-map table."""
+def index_pairs(methylated: np.ndarray, coverage: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the sorted distinct pair keys (K,), each count's index into them as int32, shaped
+    like the counts)."""
     keys = pair_keys(methylated, coverage)
     max_key = int(keys.max()) if keys.size else 0
     if max_key < _DIRECT_KEY_LIMIT:
@@ -86,9 +87,15 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
     else:
         distinct, codes = np.unique(keys, return_inverse=True)
         codes = codes.reshape(keys.shape)
+    return distinct, codes.astype(np.int32)
+
+
+def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> FeatureTable:
+    """Encode validated counts of shape (n, S) and build their Beta-map table."""
+    distinct, codes = index_pairs(methylated, coverage)
     cov, meth = pairs_from_keys(distinct)
     return FeatureTable(
-        codes=codes.astype(np.int32),
+        codes=codes,
         table=beta_map(cov, meth, n_bins),
         coverage=cov,
         methylated=meth,
