@@ -13,8 +13,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..distributed.fitting import (COUNTS_STORE_METHOD, EM_EMISSION, MOMENT_STORE_METHOD, ONE_PASS, FitData,
-                                   HeldOut)
+from ..distributed.fitting import (COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, FitData, HeldOut,
+                                   default_emission)
 
 
 @dataclass
@@ -31,7 +31,7 @@ class FitSettings:
     em_iter: int = 1000
     em_tol: float = 1e-7
     em_starts: int = 3
-    emission: str | None = None  # None: EM_EMISSION for the EM methods
+    emission: str | None = None  # None: the method's (fitting.default_emission)
     bootstrap: int = 0
     block_size: int | None = None
     allow_degenerate: bool = False
@@ -57,10 +57,10 @@ class FitSettings:
         if self.bootstrap and self.method != "refined":
             raise ValueError("--bootstrap refits the refined one-pass model to resampled blocks; it needs "
                              "--method refined")
-        if self.method in ONE_PASS and self.emission == "betabinomial":
-            raise ValueError(f"--method {self.method} fits the binomial model to the moments; a beta-binomial "
-                             f"model needs EM: --method {self.method}-em (EM from the {self.method} fit) or em")
-        self.emission = self.emission or EM_EMISSION
+        if self.method == "ftd" and self.emission == "betabinomial":
+            raise ValueError("--method ftd (the tensor decomposition) fits binomial emissions; --method refined "
+                             "fits beta-binomial ones from the same moments")
+        self.emission = self.emission or default_emission(self.method)
         if not self.moment_store:
             from ..distributed.cluster import is_small, scheduler_address
 
@@ -180,7 +180,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
 
     method = settings.method
     if method in ONE_PASS:
-        est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate)
+        est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate, emission=settings.emission)
         if not settings.quiet and method == "refined":
             supported = "supported" if est.spectrum_supported_ else \
                 "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
@@ -194,10 +194,12 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
                    random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
     else:
         first = method.split("-")[0]  # refined or ftd
-        start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True)
+        start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True,
+                         emission=default_emission(first) if settings.emission == "betabinomial" else "binomial")
         echo(f"{first} start:")
         echo(format_states(start.methylation_, start.transmat_, start.startprob_, columns))
-        starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_))]
+        starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_,
+                                      getattr(start, "dispersion_", None)))]
     best = None
     for label, params in starts:
         hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True,

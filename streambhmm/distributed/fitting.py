@@ -30,8 +30,15 @@ ONE_PASS = ("refined", "ftd")
 MOMENT_STORE_METHOD = "refined"
 # fit STORE's default: measured on the real data sets (README, "Choosing a method")
 COUNTS_STORE_METHOD = "refined"
-# the EM methods' emission: measured on the real data sets (README, "Emissions")
+# the emission of the EM methods and of the refined one-pass fit: measured on the real data sets
+# (README, "Emissions"; scripts/real_data_fits.py --emission); FTD's is binomial
 EM_EMISSION = "betabinomial"
+REFINED_EMISSION = "betabinomial"
+
+
+def default_emission(method: str) -> str:
+    """The emission a method fits unless --emission says otherwise."""
+    return "binomial" if method == "ftd" else REFINED_EMISSION if method == "refined" else EM_EMISSION
 HELD_OUT_FOLDS = 5
 
 
@@ -100,15 +107,17 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
 
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
-             quiet_degenerate: bool = False) -> SpectralBinomialHMM:
+             quiet_degenerate: bool = False, emission: str = "binomial", limits=None) -> SpectralBinomialHMM:
     """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
-    (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start)."""
+    (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start). ``limits``
+    (refine.StateLimits) caps some states' levels and overdispersions."""
     from ..learn.checks import DegenerateModelWarning
     from ..learn.model import SpectralBinomialHMM
 
     est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
                               check_spectrum=method == "ftd" and not quiet_degenerate,
-                              allow_degenerate=allow_degenerate or quiet_degenerate)
+                              allow_degenerate=allow_degenerate or quiet_degenerate, emission=emission,
+                              limits=limits)
     with warnings.catch_warnings():
         if quiet_degenerate:
             warnings.simplefilter("ignore", DegenerateModelWarning)
@@ -137,13 +146,15 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
     fold = np.arange(len(table)) % folds
     coverage = None
     losses, weights = [], []
-    start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None))
+    emission = getattr(est, "emission", "binomial")
+    start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None),
+             getattr(est, "dispersion_", None) if emission == "betabinomial" else None)
     for f in range(folds):
-        train = Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage)
+        train = Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage, emission=emission)
         coverage = train.coverage
         fit = refine(train, [start], keep=1)
-        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=coverage)
-        losses.append(test(test.pack(fit.methylation, fit.transmat, fit.coverage), m)[0])
+        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=coverage, emission=emission)
+        losses.append(test(test.pack(*fit.parameters), m)[0])
         weights.append(test.moments.n_triples)
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
     mean = float(weights @ losses / weights.sum())

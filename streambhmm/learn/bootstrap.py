@@ -48,18 +48,21 @@ def block_bootstrap(table: BlockTable, total, point, n_replicates: int, random_s
     ``total``: the whole data's Moments."""
     rng = np.random.default_rng(random_state)
     n = len(table)
-    base_objective = Objective(table.moments(np.ones(n), total))
+    emission = getattr(point, "emission", "binomial")
+    dispersion = getattr(point, "dispersion_", None) if emission == "betabinomial" else None
+    base_objective = Objective(table.moments(np.ones(n), total), emission=emission)
     coverage = base_objective.coverage
     base = refine(base_objective, [("point", point.methylation_, point.transmat_,
-                                    getattr(point, "coverage_buckets_", None))], keep=1)
+                                    getattr(point, "coverage_buckets_", None), dispersion)], keep=1)
     perm = match_states(point.methylation_, base.methylation)
     base_levels, base_transmat = base.methylation[perm], base.transmat[np.ix_(perm, perm)]
     base_coverage = [q[perm] for q in base.coverage]
+    base_dispersion = None if base.dispersion is None else base.dispersion[perm]
     levels, transitions = [], []
     for _ in range(n_replicates):
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
-        objective = Objective(table.moments(weights, total), coverage=coverage)
-        rep = refine(objective, [("all blocks", base_levels, base_transmat, base_coverage)], keep=1)
+        objective = Objective(table.moments(weights, total), coverage=coverage, emission=emission)
+        rep = refine(objective, [("all blocks", base_levels, base_transmat, base_coverage, base_dispersion)], keep=1)
         perm = match_states(base_levels, rep.methylation)
         levels.append(point.methylation_ + rep.methylation[perm] - base_levels)
         transitions.append(point.transmat_ + rep.transmat[np.ix_(perm, perm)] - base_transmat)

@@ -48,6 +48,13 @@ class SpectralBinomialHMM:
         ``projection_dim`` dimensions, whatever S; features.projection_matrix) or "auto"
         (projected when S * D > 64). ``fit_moments`` fits the moments it is given.
     projection_dim, projection_seed : K and the seed of the projected feature.
+    emission : "binomial" or "betabinomial": each state's (and sample's) level is then
+        Beta-distributed across bins with an overdispersion (``dispersion_``), fitted by the
+        refinement from the same moments (:mod:`streambhmm.learn.overdispersion`); "ftd" is
+        binomial only.
+    limits : :class:`~streambhmm.learn.refine.StateLimits` capping some states' levels and
+        overdispersions (the refinement only): states defined in advance, such as the
+        hypomethylated state of :func:`streambhmm.learn.states.hmr_model`.
 
     Fitted attributes
     -----------------
@@ -59,6 +66,7 @@ class SpectralBinomialHMM:
     spectrum_ : singular values of the normalized P13, to judge how many states the data support.
     noise_level_ : the level the m-th singular value must exceed (the spectrum check).
     spectrum_supported_ : whether it does.
+    dispersion_ : (n_components, n_samples) the overdispersion (``emission="betabinomial"``).
     loss_ : the refinement's criterion at the fit (per triple; lower is better), or None for "ftd".
     coverage_ : (n_components, n_samples) each state's expected coverage ("refined"): the
         refinement lets coverage depend on the state (CpG-dense bins get more reads).
@@ -75,7 +83,7 @@ class SpectralBinomialHMM:
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
-                 projection_seed: int = 0):
+                 projection_seed: int = 0, emission: str = "binomial", limits=None):
         self.n_components = n_components
         self.n_bins = n_bins
         self.method = method
@@ -90,6 +98,8 @@ class SpectralBinomialHMM:
         self.feature = feature
         self.projection_dim = projection_dim
         self.projection_seed = projection_seed
+        self.emission = emission
+        self.limits = limits
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -161,12 +171,14 @@ class SpectralBinomialHMM:
         starts = [] if ftd is None else [("ftd", *ftd)]
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
         starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
-        objective = objective_for(moments, self.criterion or Weights())
-        result = refine(objective, starts)
+        objective = objective_for(moments, self.criterion or Weights(), self.emission)
+        result = refine(objective, starts, limits=self.limits)
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
+        if result.dispersion is not None:
+            self.dispersion_ = result.dispersion
         self.coverage_, self.coverage_buckets_ = result.mean_coverage, result.coverage
         self.loss_, self.starts_, self.start_ = result.loss, dict(result.starts), result.start
-        observation = objective.observation(result.methylation, result.coverage)[0]
+        observation = objective.observation(result.methylation, result.coverage, result.dispersion)[0]
         self.observation_ = observation if objective.projection is None else objective.projection @ observation
 
     def _check_fit(self, clipped) -> None:
@@ -181,6 +193,11 @@ class SpectralBinomialHMM:
             raise ValueError(f"n_bins must be a positive integer, got {self.n_bins!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.emission not in ("binomial", "betabinomial"):
+            raise ValueError(f"emission must be binomial or betabinomial, got {self.emission!r}")
+        if self.emission == "betabinomial" and self.method == "ftd":
+            raise ValueError("the tensor decomposition (method='ftd') fits binomial emissions; "
+                             "use method='refined' for emission='betabinomial'")
         if self.methylation_recovery not in METHYLATION_RECOVERY:
             raise ValueError(f"methylation_recovery must be one of {METHYLATION_RECOVERY}, "
                              f"got {self.methylation_recovery!r}")

@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import minimize
@@ -58,6 +59,8 @@ from threadpoolctl import threadpool_limits
 
 from ..moments.features import COVERAGE_BUCKETS, coverage_bucket, decode_cells
 from ..moments.sums import Moments
+from .emissions import START_DISPERSION
+from .overdispersion import QUADRATURE, beta_parameters, entry_loglik, scale_bounds
 
 LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
 TRANSITION_BOUND = 10.0  # softmax logit bound: every transition at least ~1e-9
@@ -70,6 +73,30 @@ LARGEST_TABULATED_COVERAGE = 10_000
 COVERAGE_BOUND = 15.0  # softmax logit bound of the coverage buckets
 TENSOR_MAX_DIMENSION = 64  # the tensor term by default up to S * D = 64 (two samples at D = 30)
 PROJECTED_SCALE = 0.01  # of the projected moments' variance-matched weight (refine.projected_weight)
+
+
+class Parameters(NamedTuple):
+    """The refinement's parameters unpacked."""
+
+    levels: np.ndarray  # (m, S)
+    transmat: np.ndarray  # (m, m)
+    coverage: list  # per sample (m, buckets)
+    dispersion: np.ndarray | None  # (m, S), the beta-binomial's; None for the binomial
+
+
+@dataclass(frozen=True)
+class StateLimits:
+    """Upper bounds of each state's level and overdispersion (m,) each (1 and the largest
+    overdispersion where a state is free): a model with states defined in advance, such as
+    a hypomethylated state (streambhmm.learn.states)."""
+
+    level: np.ndarray
+    dispersion: np.ndarray
+
+
+def logit(p) -> np.ndarray:
+    p = np.clip(np.asarray(p, np.float64), expit(-LEVEL_BOUND), expit(LEVEL_BOUND))
+    return np.log(p / (1 - p))
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
@@ -200,6 +227,18 @@ class SampleCoverage:
         each (buckets, len(levels), D)."""
         return hermite(self.values, self.slopes, levels)
 
+    def dispersed_features(self, levels: np.ndarray, dispersion: np.ndarray) -> tuple:
+        """E[phi | bucket] when the level is Beta-distributed around each of ``levels`` with
+        ``dispersion``, and its derivatives in the level (at fixed a + b) and in
+        v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
+        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once
+            self._at_nodes = np.ascontiguousarray(self.features(QUADRATURE.levels)[0])
+        a, b = beta_parameters(levels, dispersion)
+        w, w_a, w_b = QUADRATURE.weights(a, b)
+        value, d_a, d_b = (np.einsum("hk,bkd->bhd", x, self._at_nodes, optimize=True) for x in (w, w_a, w_b))
+        scale = (a + b)[None, :, None]
+        return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
+
     def thinned(self, cap: int) -> np.ndarray:
         """(buckets, cap + 1): P(min(c, cap) = k | bucket)."""
         out = np.zeros((len(self.buckets), cap + 1))
@@ -271,44 +310,57 @@ class _Histogram:
                                    thinned, width)
             self.rows.append((joint, coverage_only))
 
-    def _loglik(self, cells: _Cells, levels, pi, transmat, coverage, g_levels, g_pi, g_a, g_coverage, sign):
+    def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, coverage, grads, sign):
         from ..moments import _kernels
 
         m = levels.shape[0]
+        g_levels, g_scale, g_pi, g_a, g_coverage = grads
         prob = [np.maximum(coverage[s] @ t, 1e-300).T for s, t in zip(cells.samples, cells.given_bucket)]
-        log_extra = np.ascontiguousarray(np.log(np.concatenate(prob)))
+        log_table = np.log(np.concatenate(prob))
+        gradients = []
+        for g, s in enumerate(cells.samples):
+            part = slice(cells.offsets[g], cells.offsets[g + 1])
+            table, gradient = entry_loglik(cells.c[part], cells.mu[part], cells.coef[part], levels[:, s],
+                                           None if dispersion is None else dispersion[:, s])
+            log_table[part] += table
+            gradients.append(gradient)
         resp = np.zeros((cells.c.size, m))
         gp, ga = np.zeros(m), np.zeros((m, m))
-        args = (cells.weight, cells.index) + ((cells.groups,) if self.width == 2 else ()) + (
-            cells.offsets, cells.samples, cells.c, cells.mu, cells.coef, log_extra, levels, pi)
         if self.width == 1:
-            value = _kernels.mixture_loglik(*args, gp, resp)
+            value = _kernels.mixture_loglik(cells.weight, cells.index, cells.offsets, log_table, pi, gp, resp)
         else:
-            value = _kernels.pair_mixture_loglik(*args, transmat, gp, ga, resp)
+            value = _kernels.pair_mixture_loglik(cells.weight, cells.index, cells.groups, cells.offsets, log_table, pi,
+                                                 transmat, gp, ga, resp)
         g_pi += sign * gp
         g_a += sign * ga
         for g, s in enumerate(cells.samples):
             part = slice(cells.offsets[g], cells.offsets[g + 1])
             r = resp[part]  # (entries, m) posterior-weighted counts
-            p = levels[:, s]
-            g_levels[:, s] += sign * (r.T @ cells.mu[part] / p - r.T @ (cells.c[part] - cells.mu[part]) / (1.0 - p))
+            d_level, d_scale = gradients[g](r)
+            g_levels[:, s] += sign * d_level
+            if d_scale is not None:
+                g_scale[:, s] += sign * d_scale
             g_coverage[s] += sign * (r / prob[g]).T @ cells.given_bucket[g].T
         return sign * value
 
-    def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray]):
-        """(-loglik / N, and its gradients with respect to levels (m, S), pi (m,), transmat
-        (m, m) and each sample's coverage bucket probabilities (m, buckets))."""
+    def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray],
+                 dispersion: np.ndarray | None = None):
+        """(-loglik / N, and its gradients with respect to levels (m, S), v = log(a + b) of
+        the beta-binomial (m, S; zeros for the binomial, ``dispersion`` None), pi (m,),
+        transmat (m, m) and each sample's coverage bucket probabilities (m, buckets))."""
         m = levels.shape[0]
-        grads = (np.zeros_like(levels), np.zeros(m), np.zeros((m, m)), [np.zeros_like(q) for q in coverage])
-        levels = np.ascontiguousarray(levels)
+        grads = (np.zeros_like(levels), np.zeros_like(levels), np.zeros(m), np.zeros((m, m)),
+                 [np.zeros_like(q) for q in coverage])
         pi = np.maximum(pi, 1e-300)
         loglik = 0.0
         for joint, coverage_only in self.rows:
-            loglik += self._loglik(joint, levels, pi, transmat, coverage, *grads, 1.0)
-            loglik += self._loglik(coverage_only, levels, pi, transmat, coverage, *grads, -1.0)
+            loglik += self._loglik(joint, levels, dispersion, pi, transmat, coverage, grads, 1.0)
+            # the coverage alone: entries whose pairs are all (0, 0), so any emission is 0
+            loglik += self._loglik(coverage_only, levels, None, pi, transmat, coverage, grads, -1.0)
         scale = -1.0 / self.total
-        g_levels, g_pi, g_a, g_coverage = grads
-        return (scale * loglik, scale * g_levels, scale * g_pi, scale * g_a, [scale * g for g in g_coverage])
+        g_levels, g_scale, g_pi, g_a, g_coverage = grads
+        return (scale * loglik, scale * g_levels, scale * g_scale, scale * g_pi, scale * g_a,
+                [scale * g for g in g_coverage])
 
 
 def stationary(transmat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -362,13 +414,18 @@ class Objective:
     once; it serves every number of states and every start."""
 
     def __init__(self, moments: Moments, weights: Weights = Weights(), grid_points: int = GRID_POINTS,
-                 coverage: list[SampleCoverage] | None = None):
+                 coverage: list[SampleCoverage] | None = None, emission: str = "binomial"):
         """``coverage``: the SampleCoverage of another Objective with the same coverage
-        histograms (their tables are the costly part), e.g. for bootstrap replicates."""
+        histograms (their tables are the costly part), e.g. for bootstrap replicates.
+        ``emission="betabinomial"`` adds an overdispersion per state and sample (v = log(a + b)
+        after the transitions in the parameter vector; overdispersion.py)."""
         if moments.n_triples < 1:
             raise ValueError("no triples: the moments are empty")
+        if emission not in ("binomial", "betabinomial"):
+            raise ValueError(f"emission must be binomial or betabinomial, got {emission!r}")
         self.moments = moments
         self.weights = weights
+        self.dispersed = emission == "betabinomial"
         self.n_samples, self.n_bins = moments.n_samples, moments.n_bins
         # the projected feature's moments are R O diag(pi) A O^T R^T: R (K, S * D) maps O
         projection = moments.projection
@@ -400,63 +457,84 @@ class Objective:
 
     # -- parameters -----------------------------------------------------------------------
     def _sizes(self, m: int) -> list[int]:
-        """Parameters: levels, transitions, then each sample's coverage logits."""
-        return [m * self.n_samples, m * m] + [m * (len(c.buckets) - 1) for c in self.coverage]
+        """Parameters: levels, transitions, [overdispersions,] then each sample's coverage logits."""
+        dispersion = [m * self.n_samples] if self.dispersed else []
+        return [m * self.n_samples, m * m] + dispersion + [m * (len(c.buckets) - 1) for c in self.coverage]
 
-    def pack(self, methylation: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray] | None = None
-             ) -> np.ndarray:
-        """The parameter vector of levels, a transition matrix and (optionally) each
-        sample's coverage bucket probabilities per state (default: the sample's marginal)."""
+    def pack(self, methylation: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray] | None = None,
+             dispersion: np.ndarray | None = None) -> np.ndarray:
+        """The parameter vector of levels, a transition matrix, (the beta-binomial's
+        overdispersions, default START_DISPERSION) and (optionally) each sample's coverage
+        bucket probabilities per state (default: the sample's marginal)."""
         m = methylation.shape[0]
         p = np.clip(methylation, expit(-LEVEL_BOUND), expit(LEVEL_BOUND))
         logits = np.log(np.maximum(transmat, 1e-12))
         logits = np.clip(logits - logits.max(axis=1, keepdims=True) + TRANSITION_BOUND,
                          -TRANSITION_BOUND, TRANSITION_BOUND)
         parts = [np.log(p / (1 - p)).ravel(), logits.ravel()]
+        if self.dispersed:
+            rho = np.full(methylation.shape, START_DISPERSION) if dispersion is None else dispersion
+            parts.append(np.clip(np.log((1 - rho) / rho), *scale_bounds()).ravel())
         for s, cov in enumerate(self.coverage):
             q = np.tile(cov.marginal, (m, 1)) if coverage is None else coverage[s]
             u = np.log(np.maximum(q, 1e-12))
             parts.append(np.clip(u[:, 1:] - u[:, :1], -COVERAGE_BOUND, COVERAGE_BOUND).ravel())
         return np.concatenate(parts)
 
-    def unpack(self, x: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """(levels (m, S), transmat (m, m), coverage bucket probabilities per sample (m, buckets))."""
+    def unpack(self, x: np.ndarray, m: int) -> "Parameters":
         parts = np.split(x, np.cumsum(self._sizes(m))[:-1])
         levels = expit(parts[0].reshape(m, self.n_samples))
         transmat = _softmax_rows(parts[1].reshape(m, m))
-        coverage = [_softmax_rows(np.hstack([np.zeros((m, 1)), u.reshape(m, -1)])) for u in parts[2:]]
-        return levels, transmat, coverage
+        dispersion = 1.0 / (1.0 + np.exp(parts[2].reshape(m, self.n_samples))) if self.dispersed else None
+        coverage = [_softmax_rows(np.hstack([np.zeros((m, 1)), u.reshape(m, -1)]))
+                    for u in parts[2 + self.dispersed:]]
+        return Parameters(levels, transmat, coverage, dispersion)
 
-    def bounds(self, m: int) -> list[tuple[float, float]]:
+    def bounds(self, m: int, limits: "StateLimits | None" = None) -> list[tuple[float, float]]:
+        """L-BFGS-B's bounds; ``limits`` caps some states' levels and overdispersions."""
         sizes = self._sizes(m)
-        levels_and_transitions = ([(-LEVEL_BOUND, LEVEL_BOUND)] * sizes[0]
-                                  + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * sizes[1])
+        level_bounds = np.tile([-LEVEL_BOUND, LEVEL_BOUND], (m, self.n_samples, 1))
+        scale_bound = np.tile(scale_bounds(), (m, self.n_samples, 1))
+        if limits is not None:
+            level_bounds[:, :, 1] = np.minimum(level_bounds[:, :, 1], logit(limits.level)[:, None])
+            scale_bound[:, :, 0] = np.maximum(scale_bound[:, :, 0], np.log((1 - limits.dispersion) /
+                                                                             limits.dispersion)[:, None])
+        out = [tuple(b) for b in level_bounds.reshape(-1, 2)] + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * sizes[1]
+        if self.dispersed:
+            out += [tuple(b) for b in scale_bound.reshape(-1, 2)]
         if self.weights.coverage:
-            return levels_and_transitions + [(-COVERAGE_BOUND, COVERAGE_BOUND)] * sum(sizes[2:])
+            return out + [(-COVERAGE_BOUND, COVERAGE_BOUND)] * sum(sizes[2 + self.dispersed:])
         # without the coverage term every state keeps the sample's marginal coverage
-        marginal = self.pack(np.full((m, self.n_samples), 0.5), np.eye(m))[sum(sizes[:2]):]
-        return levels_and_transitions + [(u, u) for u in marginal]
+        marginal = self.pack(np.full((m, self.n_samples), 0.5), np.eye(m))[sum(sizes[:2 + self.dispersed]):]
+        return out + [(u, u) for u in marginal]
 
-    def observation(self, levels: np.ndarray, coverage: list[np.ndarray]):
-        """O = E[phi(x^s) | h] stacked over the samples (SD, m), dO/dp per entry (SD, m), and
-        per sample the features of each bucket at the state's level (buckets, m, D):
+    def observation(self, levels: np.ndarray, coverage: list[np.ndarray], dispersion: np.ndarray | None = None):
+        """O = E[phi(x^s) | h] stacked over the samples (SD, m), its derivatives per entry in
+        the level (SD, m) and in v = log(a + b) (SD, m; None for the binomial), and per
+        sample the features of each bucket at the state's level (buckets, m, D):
         dO/d(coverage probabilities). (The projected feature's E[F | h] is R O.)"""
         d, m = self.n_bins, levels.shape[0]
         obs = np.empty((self.n_samples * d, m))
         slope = np.empty_like(obs)
+        by_scale = np.empty_like(obs) if dispersion is not None else None
         per_bucket = []
         for s, (cov, q) in enumerate(zip(self.coverage, coverage)):
-            values, slopes = cov.features(levels[:, s])  # (buckets, m, D)
-            obs[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, values)
-            slope[s * d:(s + 1) * d] = np.einsum("hb,bhd->dh", q, slopes)
+            block = slice(s * d, (s + 1) * d)
+            if dispersion is None:
+                values, slopes = cov.features(levels[:, s])  # (buckets, m, D)
+            else:
+                values, slopes, scales = cov.dispersed_features(levels[:, s], dispersion[:, s])
+                by_scale[block] = np.einsum("hb,bhd->dh", q, scales)
+            obs[block] = np.einsum("hb,bhd->dh", q, values)
+            slope[block] = np.einsum("hb,bhd->dh", q, slopes)
             per_bucket.append(values)
-        return obs, slope, per_bucket
+        return obs, slope, by_scale, per_bucket
 
     # -- criterion ------------------------------------------------------------------------
     def __call__(self, x: np.ndarray, m: int) -> tuple[float, np.ndarray]:
-        levels, a, coverage = self.unpack(x, m)
+        levels, a, coverage, dispersion = self.unpack(x, m)
         pi, fundamental = stationary(a)
-        obs, slope, per_bucket = self.observation(levels, coverage)
+        obs, slope, by_scale, per_bucket = self.observation(levels, coverage, dispersion)
         # E[F | h] of the moments' feature: O itself, or its projection
         view = obs if self.projection is None else self.projection @ obs
         w = self.weights
@@ -504,10 +582,12 @@ class Objective:
             g_a += (pi[:, None] * qg) @ obs[block]
             g_obs[block] += g.T @ q_s.T @ (pi[:, None] * a)
         g_levels = np.zeros_like(levels)
+        g_scale = np.zeros_like(levels)
         for weight, histogram in self.histograms:
-            value, gl, gp, ga, gc = histogram(levels, pi, a, coverage)
+            value, gl, gs, gp, ga, gc = histogram(levels, pi, a, coverage, dispersion)
             loss += weight * value
             g_levels += weight * gl
+            g_scale += weight * gs
             g_pi += weight * gp
             g_a += weight * ga
             for s in range(self.n_samples):
@@ -515,12 +595,15 @@ class Objective:
         for s in range(self.n_samples):
             block = slice(s * d, (s + 1) * d)
             g_levels[:, s] += (g_obs[block] * slope[block]).sum(axis=0)
+            if by_scale is not None:
+                g_scale[:, s] += (g_obs[block] * by_scale[block]).sum(axis=0)
             g_coverage[s] += np.einsum("dh,bhd->hb", g_obs[block], per_bucket[s])
         g_a += np.outer(pi, fundamental @ g_pi)  # through pi = stationary(A)
         g_logits = _softmax_gradient(a, g_a)
         g_logit_levels = g_levels * levels * (1 - levels)
         g_coverage_logits = [_softmax_gradient(q, gq)[:, 1:].ravel() for q, gq in zip(coverage, g_coverage)]
-        return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel(), *g_coverage_logits])
+        by_dispersion = [g_scale.ravel()] if self.dispersed else []
+        return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel(), *by_dispersion, *g_coverage_logits])
 
     def _triples(self, obs, a, pi, g_obs, g_a, g_pi) -> float:
         """KL of the third-order tensor; adds to the gradients in place."""
@@ -544,13 +627,14 @@ class Objective:
         return np.stack([q @ cov.mean for q, cov in zip(coverage, self.coverage)], axis=1)
 
 
-def objective_for(moments: Moments, weights: Weights = Weights()) -> Objective:
+def objective_for(moments: Moments, weights: Weights = Weights(), emission: str = "binomial") -> Objective:
     """The Objective of ``moments``, built once and kept on the object (sweeps over the
-    number of states reuse its tables)."""
+    number of states reuse its tables; both emissions share the coverage tables)."""
     cache = moments.__dict__.setdefault("_objectives", {})
-    if weights not in cache:
-        cache[weights] = Objective(moments, weights)
-    return cache[weights]
+    if (weights, emission) not in cache:
+        shared = next(iter(cache.values())).coverage if cache else None
+        cache[weights, emission] = Objective(moments, weights, coverage=shared, emission=emission)
+    return cache[weights, emission]
 
 
 # -- starts and the optimizer ----------------------------------------------------------------
@@ -588,34 +672,61 @@ class Refined:
     start: str  # the label of the winning start
     n_iter: int  # its L-BFGS-B iterations
     starts: tuple  # (label, loss) of every start
+    dispersion: np.ndarray | None = None  # (m, S) the beta-binomial's overdispersion
+
+    @property
+    def parameters(self) -> tuple:
+        """(levels, transmat, coverage, dispersion): a start for another refinement."""
+        return self.methylation, self.transmat, self.coverage, self.dispersion
+
+
+def _degenerate(objective: Objective, x: np.ndarray, m: int) -> bool:
+    from .checks import degeneracy_problems
+
+    levels, transmat = objective.unpack(x, m)[:2]
+    return bool(degeneracy_problems(levels, transmat, stationary(transmat)[0]))
 
 
 def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 40, keep: int = 2,
-           tol: float = 1e-8) -> Refined:
-    """L-BFGS-B from each (label, levels, transmat[, coverage]) start for ``screen_iter``
-    iterations; the ``keep`` lowest then continue to convergence (or ``max_iter``); the
-    lowest criterion wins. Starts run in threads, one per core (the compiled likelihoods
-    release the GIL); each is independent, so the result does not depend on the number of
-    threads."""
+           tol: float = 1e-8, limits: StateLimits | None = None) -> Refined:
+    """L-BFGS-B from each (label, levels, transmat[, coverage[, dispersion]]) start for
+    ``screen_iter`` iterations; the ``keep`` lowest then continue to convergence (or
+    ``max_iter``); the lowest criterion wins. ``limits`` caps some states' levels and
+    overdispersions. Starts run in threads, one per core (the compiled likelihoods release
+    the GIL); each is independent, so the result does not depend on the number of threads."""
     m = starts[0][1].shape[0]
+    bounds = objective.bounds(m, limits)
 
     def run(x0, iterations):
-        return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=objective.bounds(m),
+        return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=bounds,
                         options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9, "maxcor": 30})
 
+    def first(start):
+        x0 = objective.pack(*start[1:])
+        return run(np.clip(x0, *np.array(bounds).T), screen_iter)
+
     labels = [start[0] for start in starts]
+
+    def finish(item):
+        return run(item[1].x, max_iter) if item[1].nit >= screen_iter else item[1]
+
     # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
     with threadpool_limits(1, user_api="blas"), \
             ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
-        screened = list(zip(labels, pool.map(lambda start: run(objective.pack(*start[1:]), screen_iter), starts)))
+        screened = list(zip(labels, pool.map(first, starts)))
         screened.sort(key=lambda item: item[1].fun)
-        finished = list(zip([label for label, _ in screened[:keep]],
-                            pool.map(lambda item: run(item[1].x, max_iter) if item[1].nit >= screen_iter
-                                     else item[1], screened[:keep])))
-    label, best = min(finished, key=lambda item: item[1].fun)
-    levels, transmat, coverage = objective.unpack(best.x, m)
+        finished = list(zip([label for label, _ in screened[:keep]], pool.map(finish, screened[:keep])))
+        # a degenerate optimum (a state of no weight, states never left) loses to a sound one:
+        # the next screened starts are finished until one is sound
+        for item in screened[keep:]:
+            if any(not _degenerate(objective, res.x, m) for _, res in finished):
+                break
+            finished.append((item[0], finish(item)))
+    sound = [item for item in finished if not _degenerate(objective, item[1].x, m)]
+    label, best = min(sound or finished, key=lambda item: item[1].fun)
+    levels, transmat, coverage, dispersion = objective.unpack(best.x, m)
     pi, _ = stationary(transmat)
     losses = dict((lab, float(res.fun)) for lab, res in screened) | dict((lab, float(res.fun)) for lab, res in finished)
     return Refined(methylation=levels, transmat=transmat, startprob=pi, coverage=coverage,
                    mean_coverage=objective.mean_coverage(coverage), loss=float(best.fun), start=label,
-                   n_iter=int(best.nit), starts=tuple(losses.items()))
+                   n_iter=int(best.nit), starts=tuple(losses.items()), dispersion=dispersion)

@@ -194,41 +194,32 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
 
 
 @njit(cache=True, nogil=True)
-def _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels):
-    """Per table entry and state: log Bin(pair | level of the entry's sample) + log_extra,
-    and the same divided by its largest over the states (with that shift kept)."""
-    n_pairs = pair_cov.size
-    m = levels.shape[0]
-    log_table = np.empty((n_pairs, m))
+def _slot_tables(log_table):
+    """Per table entry and state: exp of its log-likelihood less the entry's largest over
+    the states, and that shift."""
+    n_pairs, m = log_table.shape
     table = np.empty((n_pairs, m))
     shift = np.empty(n_pairs)
-    for g in range(offsets.size - 1):
-        s = slot_sample[g]
-        for k in range(offsets[g], offsets[g + 1]):
-            top = -np.inf
-            for h in range(m):
-                p = levels[h, s]
-                v = (pair_coef[k] + pair_meth[k] * np.log(p) + (pair_cov[k] - pair_meth[k]) * np.log1p(-p)
-                     + log_extra[k, h])
-                log_table[k, h] = v
-                top = max(top, v)
-            shift[k] = top
-            for h in range(m):
-                table[k, h] = np.exp(log_table[k, h] - top)
-    return log_table, table, shift
+    for k in range(n_pairs):
+        top = -np.inf
+        for h in range(m):
+            top = max(top, log_table[k, h])
+        shift[k] = top
+        for h in range(m):
+            table[k, h] = np.exp(log_table[k, h] - top)
+    return table, shift
 
 
 @njit(cache=True, nogil=True)
-def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels, pi,
-                   g_pi, resp):
+def mixture_loglik(weight, index, offsets, log_table, pi, g_pi, resp):
     """sum_i weight[i] log sum_h pi_h b_h(cell i), b_h = prod over the cell's slots of
-    Bin(pair | level of the slot's sample in state h) * exp(log_extra of the slot's entry).
-    Slot g's pair is table entry offsets[g] + index[i, g]. Adds d/d pi into g_pi and each
-    entry's posterior-weighted count per state into resp (n_entries, m); returns the sum.
-    Linear domain with per-entry shifts, log domain on underflow."""
+    exp(log_table[entry, h]) (each entry's likelihood in state h). Slot g's entry is
+    offsets[g] + index[i, g]. Adds d/d pi into g_pi and each entry's posterior-weighted
+    count per state into resp (n_entries, m); returns the sum. Linear domain with
+    per-entry shifts, log domain on underflow."""
     n, n_slots = index.shape
     m = pi.size
-    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels)
+    table, shift = _slot_tables(log_table)
     log_pi = np.log(pi)
     joint = np.empty(m)
     total = 0.0
@@ -267,8 +258,7 @@ def mixture_loglik(weight, index, offsets, slot_sample, pair_cov, pair_meth, pai
 
 
 @njit(cache=True, nogil=True)
-def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra,
-                        levels, pi, transmat, g_pi, g_a, resp):
+def pair_mixture_loglik(weight, index, groups, offsets, log_table, pi, transmat, g_pi, g_a, resp):
     """sum_i weight[i] log sum_jk pi_j A_jk b_j(first bin of cell i) b_k(second bin), b as in
     mixture_loglik over the bin's slots.
 
@@ -282,7 +272,7 @@ def pair_mixture_loglik(weight, index, groups, offsets, slot_sample, pair_cov, p
     value underflows is done in the log domain."""
     half = index.shape[1] // 2
     m = pi.size
-    log_table, table, shift = _slot_tables(offsets, slot_sample, pair_cov, pair_meth, pair_coef, log_extra, levels)
+    table, shift = _slot_tables(log_table)
     log_pi = np.log(pi)
     log_a = np.log(transmat)
     bx = np.empty(m)

@@ -49,7 +49,7 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
     assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == (*MODEL_KEYS, "labels", "moment_loss")
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "moment_loss")
     assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
     assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
     assert doc["feature"] == {"kind": "beta", "n_bins": 30}
@@ -175,11 +175,13 @@ def test_decode_cli_writes_bed_and_posteriors(tmp_path, dask_clients, two_sample
         assert colours.setdefault(name, rgb) == rgb and all(0 <= int(v) <= 255 for v in rgb.split(","))
     assert len(set(colours.values())) == len(colours)  # one colour per state
     table = (tmp_path / "seg.states.tsv").read_text().splitlines()
-    assert table[0].split("\t") == ["state", "label", "itemRgb", "weight", "stay", "level_A", "level_B"]
+    assert table[0].split("\t") == ["state", "label", "itemRgb", "weight", "stay", "level_A", "level_B",
+                                     "dispersion_A", "dispersion_B"]
     for h, row in enumerate(table[1:]):
         fields = row.split("\t")
         assert fields[1] == document["labels"][h] and colours.get(fields[1], fields[2]) == fields[2]
-        np.testing.assert_allclose([float(v) for v in fields[5:]], document["methylation"][h], atol=1e-6)
+        np.testing.assert_allclose([float(v) for v in fields[5:]], document["methylation"][h] + document["dispersion"][h],
+                                   atol=1e-6)
     ds = xr.open_zarr(two_sample_store.path, group="chr2")
     assert ds.state_posterior.shape == (ds.sizes["position"], 4)
     covered = ds.coverage.values.sum(axis=1) > 0  # the bin axis also holds bins nobody covers: NaN there
