@@ -1,127 +1,326 @@
-"""Our HMR-like and PMD-like regions against DNMTools' own calls on the same CpGs (issue 15).
+"""`streambhmm hmr` and `pmd` beside DNMTools v1.5.1 (`hmr`, `pmd`) on the same CpGs, in one run
+(issue 24's acceptance).
 
-    python scripts/compare_dnmtools.py [--workdir DIR] [--variants default,binomial]
+    python scripts/compare_dnmtools.py [--dnmtools PATH] [--repeats 3] [--workdir DIR] [--sets a,b]
 
-Data: IMR90 chr22 (MethylSeekR_IMR90_chr22, 200,000 CpGs, hg18) and DNMTools v1.5.1's
-calls on it (../shared/data/reference/dnmtools_IMR90_chr22: `dnmtools hmr` and `dnmtools pmd`,
-default settings). Each recipe runs the commands a user runs, each a new process:
+Data (../shared/data/real, replicates summed as DNMTools' input converter sums them):
 
-  HMR  ingest --format methylseekr (100 bp bins); fit --states 3 --method refined-em
-       (beta-binomial EM); regions --preset hmr
-  PMD  ingest --format methylseekr --bin-size 5000; fit --states 2 --method refined-em;
-       regions --preset pmd
+    msr22    MethylSeekR IMR90 chr22 (200,000 CpGs of 21.97-36.80 Mb, hg18)
+    bsseq22  bsseq IMR90 chr22, r1 + r2 (the whole chromosome; see the caveat below)
+    h1-21    dmrseq H1 chr21, r1 + r2
+    imr90-21 dmrseq IMR90 chr21, r1 + r2
 
-Variant "binomial" fits with --emission binomial instead (what the beta-binomial changes).
-Then, as a check that the recipes are not tuned to this chromosome, the same recipes on
-other methylomes without reference calls (H1 and IMR90 chr21 from dmrseq, replicates
-merged, hg18): counts, median lengths and megabases. H1 (embryonic stem cells) has no
-PMDs; IMR90 (fibroblasts) does (Lister et al. 2009).
-Reported per recipe: base-pair Jaccard (intersection over union), the fraction of
-DNMTools' regions we touch, the fractions of their bases we cover and of ours they
-cover, counts and median lengths. Targets: Jaccard >= 0.6 for both, median lengths within
-a factor 2 of DNMTools'. With `bedtools` on PATH it also checks that `bedtools sort`,
-`merge -s` and `intersect -s` accept our BED files.
+Each job runs as a user runs it, from the text files, every step a new process timed by
+../shared/tools/peers/memtime.py (wall seconds, peak memory of the whole process tree):
+streambhmm `ingest` then `hmr` (or `pmd`) against DNMTools' input conversion
+(../shared/tools/peers/convert.py) then `dnmtools hmr` (or `pmd`), default settings for
+both. The fastest of --repeats runs is reported (memory: the largest).
+
+Reported per set and job: base-pair Jaccard against DNMTools' calls, counts, median
+lengths, megabases, the mean level inside the calls (methylated over covered reads of the
+CpGs inside them) and how many calls have a mean above 0.4, and seconds and memory of both.
+Also:
+- "where DNMTools is right": on the MethylSeekR excerpt 87% of the bases of DNMTools' HMRs
+  lie inside its own PMD calls (stretches of a PMD, not HMRs): Jaccard restricted to the
+  calls outside DNMTools' PMDs (ours and theirs) is reported beside the plain one. On bsseq
+  IMR90 chr22 the comparison is with DNMTools' calls on the MethylSeekR excerpt, inside its span.
+- one pass against EM: `hmr`/`pmd --polish-em 1000` (EM to convergence from the one-pass
+  model), Jaccard between the two region sets;
+- coverage: the MethylSeekR excerpt thinned to a quarter of its reads (each read kept with
+  probability 1/4, seeded): ours and DNMTools' calls on it against DNMTools' on the full data,
+  and each tool's against its own on the full data.
+
+Caveat found while building this: the bsseq and dmrseq files list only CpGs with at least one
+methylated read in each replicate (Lister et al.'s mc files list methylcytosines; 17,936 CpGs
+of the MethylSeekR excerpt, all with a level below 0.2, are missing from bsseq's chr22), so
+the unmethylated cores of HMRs are absent from those three sets; `hmr` says so when it finds
+nothing there.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2] / "shared" / "data"
-INPUT = ROOT / "real" / "MethylSeekR_IMR90_chr22"
-REFERENCE = ROOT / "reference" / "dnmtools_IMR90_chr22"
-OTHERS = {"H1 chr21": ROOT / "real" / "dmrseq_BS.chr21_H1_IMR90" / "H1",
-          "IMR90 chr21": ROOT / "real" / "dmrseq_BS.chr21_H1_IMR90" / "IMR90"}
-RECIPES = {
-    "HMR": {"bin_size": 100, "states": 3, "preset": "hmr", "reference": "IMR90.hmr.bed"},
-    "PMD": {"bin_size": 5000, "states": 2, "preset": "pmd", "reference": "IMR90.pmd.bed"},
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+REAL = SHARED / "data" / "real"
+PEERS = SHARED / "tools" / "peers"
+SETS = {
+    "msr22": ("MethylSeekR IMR90 chr22", [REAL / "MethylSeekR_IMR90_chr22" / "Lister2009_imr90_hg18_chr22.tab.gz"],
+              "methylseekr"),
+    "bsseq22": ("bsseq IMR90 chr22", sorted((REAL / "bsseq_BS.chr22_IMR90").glob("IMR90_r*.tsv.gz")), "tsv"),
+    "h1-21": ("dmrseq H1 chr21", sorted((REAL / "dmrseq_BS.chr21_H1_IMR90").glob("H1_r*.tsv.gz")), "tsv"),
+    "imr90-21": ("dmrseq IMR90 chr21", sorted((REAL / "dmrseq_BS.chr21_H1_IMR90").glob("IMR90_r*.tsv.gz")), "tsv"),
 }
+DEFAULT_DNMTOOLS = "/tmp/peers/dnmtools/install/bin/dnmtools"
+HIGH = 0.4  # "nothing above 0.4 called an HMR"
 
 
-def streambhmm(*args) -> str:
-    result = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", *map(str, args)], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"streambhmm {' '.join(map(str, args))} failed:\n{result.stdout}{result.stderr}")
-    return result.stdout
+# -- running and timing -----------------------------------------------------------------------
+def timed(label: str, cmd: list, log: Path) -> dict:
+    """Run ``cmd`` under memtime.py; its JSON record (exits on failure unless it is a refusal)."""
+    log.unlink(missing_ok=True)
+    subprocess.run([sys.executable, str(PEERS / "memtime.py"), "--label", label, "--log", str(log), "--",
+                    *map(str, cmd)], capture_output=True, text=True)
+    return json.loads(log.read_text().splitlines()[-1])
 
 
-def read_bed(path: Path) -> dict[str, np.ndarray]:
-    """{chrom: (n, 2) sorted, merged intervals}."""
-    out = {}
+def best_of(runs: list[list[dict]]) -> dict:
+    """Per job (a list of steps per run): the fastest run's wall seconds (steps summed), the largest peak memory."""
+    walls = [sum(step["wall_s"] for step in run) for run in runs]
+    return {"seconds": min(walls), "memory_mib": max(step["peak_tree_rss_mib"] for run in runs for step in run),
+            "steps": {step["label"]: step["wall_s"] for step in runs[int(np.argmin(walls))]},
+            "rc": runs[-1][-1]["rc"]}
+
+
+def run_ours(kind: str, files, fmt: str, work: Path, repeats: int, extra=()) -> tuple[dict, Path, str]:
+    log = work / "memtime.jsonl"
+    store, bed = work / f"ours-{kind}.zarr", work / f"ours-{kind}{'-polished' if extra else ''}.bed"
+    runs = []
+    for _ in range(repeats):
+        shutil.rmtree(store, ignore_errors=True)
+        ingest = timed("ingest", ["streambhmm", "ingest", *files, "--sample", "S", "--store", store, "--format", fmt,
+                                  "-q"], log)
+        call = timed(kind, ["streambhmm", kind, store, "-o", bed, "-q", *extra], log)
+        runs.append([ingest, call])
+    message = subprocess.run(["streambhmm", kind, store, "-o", bed, "-q", *extra], capture_output=True,
+                             text=True) if runs[-1][-1]["rc"] else None
+    return best_of(runs), bed, (message.stderr.strip() if message else "")
+
+
+def run_theirs(kind: str, files, work: Path, repeats: int, dnmtools: str) -> tuple[dict, Path, Path]:
+    log = work / "memtime.jsonl"
+    meth, bed = work / "dnmtools.meth", work / f"dnmtools-{kind}.bed"
+    runs = []
+    for _ in range(repeats):
+        convert = timed("convert", [sys.executable, PEERS / "convert.py", "dnmtools", *files, "--out", meth], log)
+        call = timed(kind, [dnmtools, kind, "-o", bed, meth], log)
+        runs.append([convert, call])
+    return best_of(runs), bed, meth
+
+
+# -- regions ----------------------------------------------------------------------------------------
+def read_beds(path: Path) -> dict[str, np.ndarray]:
+    """{chromosome: (n, 2) sorted, merged intervals} of a BED."""
+    rows = {}
     for line in path.read_text().splitlines():
-        if not line or line.startswith(("#", "track", "browser")):
-            continue
-        chrom, start, end = line.split("\t")[:3]
-        out.setdefault(chrom, []).append((int(start), int(end)))
-    return {c: merged(np.array(sorted(v), dtype=np.int64)) for c, v in out.items()}
+        if line and not line.startswith(("track", "browser", "#")):
+            chrom, start, end = line.split("\t")[:3]
+            rows.setdefault(chrom, []).append((int(start), int(end)))
+    return {chrom: merged(np.array(sorted(iv), np.int64)) for chrom, iv in rows.items()}
 
 
-def merged(intervals: np.ndarray) -> np.ndarray:
+def jaccard_genome(a: dict, b: dict) -> float:
+    """Base-pair Jaccard of two BEDs' intervals over all chromosomes."""
+    inter = union = 0
+    for chrom in set(a) | set(b):
+        x, y = a.get(chrom, np.zeros((0, 2), np.int64)), b.get(chrom, np.zeros((0, 2), np.int64))
+        both = covered_bases(intersect(x, y))
+        inter, union = inter + both, union + covered_bases(x) + covered_bases(y) - both
+    return inter / union if union else float("nan")
+
+
+def read_bed(path: Path) -> np.ndarray:
+    """(n, 2) sorted, merged intervals of one chromosome's BED (these sets have one)."""
+    beds = read_beds(path)
+    return next(iter(beds.values())) if beds else np.zeros((0, 2), np.int64)
+
+
+def merged(iv: np.ndarray) -> np.ndarray:
     out = []
-    for start, end in intervals:
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
+    for a, b in iv:
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
         else:
-            out.append([start, end])
-    return np.array(out, dtype=np.int64).reshape(-1, 2)
+            out.append([a, b])
+    return np.array(out, np.int64).reshape(-1, 2)
 
 
-def overlap(a: np.ndarray, b: np.ndarray) -> int:
-    """Bases in both of two sorted, merged interval lists."""
-    total, i, j = 0, 0, 0
+def lengths_of(path: Path) -> np.ndarray:
+    return np.array([int(line.split("\t")[2]) - int(line.split("\t")[1]) for line in path.read_text().splitlines()
+                     if line and not line.startswith(("track", "browser", "#"))], np.int64)
+
+
+def covered_bases(iv: np.ndarray) -> int:
+    return int((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0
+
+
+def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out, i, j = [], 0, 0
     while i < len(a) and j < len(b):
-        total += max(0, min(a[i, 1], b[j, 1]) - max(a[i, 0], b[j, 0]))
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if lo < hi:
+            out.append((lo, hi))
         if a[i, 1] < b[j, 1]:
             i += 1
         else:
             j += 1
-    return total
+    return np.array(out, np.int64).reshape(-1, 2)
 
 
-def touched(theirs: np.ndarray, ours: np.ndarray) -> int:
-    """How many of ``theirs`` overlap one of ``ours``."""
-    return sum(1 for start, end in theirs if ((ours[:, 0] < end) & (ours[:, 1] > start)).any())
+def jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    inter = covered_bases(intersect(a, b))
+    union = covered_bases(a) + covered_bases(b) - inter
+    return inter / union if union else float("nan")
 
 
-def compare(ours_path: Path, theirs_path: Path) -> dict:
-    ours, theirs = read_bed(ours_path), read_bed(theirs_path)
-    chroms = set(ours) | set(theirs)
-    empty = np.zeros((0, 2), np.int64)
-    inter = sum(overlap(ours.get(c, empty), theirs.get(c, empty)) for c in chroms)
-    size_o = sum(int((v[:, 1] - v[:, 0]).sum()) for v in ours.values())
-    size_t = sum(int((v[:, 1] - v[:, 0]).sum()) for v in theirs.values())
-    raw_ours = [int(l.split("\t")[2]) - int(l.split("\t")[1]) for l in ours_path.read_text().splitlines()
-                if l and not l.startswith(("#", "track", "browser"))]
-    raw_theirs = [int(l.split("\t")[2]) - int(l.split("\t")[1]) for l in theirs_path.read_text().splitlines() if l]
-    return {"jaccard": inter / max(size_o + size_t - inter, 1), "touched": sum(touched(theirs[c], ours.get(c, empty))
-                                                                               for c in theirs) / max(len(raw_theirs), 1),
-            "their bases covered": inter / max(size_t, 1), "our bases theirs": inter / max(size_o, 1),
-            "n ours": len(raw_ours), "n theirs": len(raw_theirs),
-            "median ours": float(np.median(raw_ours)) if raw_ours else 0.0, "median theirs": float(np.median(raw_theirs)),
-            "Mb ours": size_o / 1e6, "Mb theirs": size_t / 1e6}
+def clip(iv: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return intersect(iv, np.array([[lo, hi]], np.int64))
 
 
-def run_recipe(name: str, recipe: dict, variant: str, workdir: Path, files=None, fmt: str = "methylseekr"
-               ) -> tuple[Path | None, float]:
-    """The recipe's three commands; the BED, or None where the preset refused the model."""
-    store, model, bed = (workdir / f"{name}-{variant}{suffix}".replace(" ", "_") for suffix in (".zarr", ".json", ".bed"))
-    start = time.perf_counter()
-    streambhmm("ingest", *(files or sorted(INPUT.glob("*.tab.gz"))), "--sample", "S", "--store", store,
-               "--format", fmt, "--bin-size", recipe["bin_size"])
-    emission = ["--emission", "binomial"] if variant == "binomial" else []
-    streambhmm("fit", store, "--states", recipe["states"], "--method", "refined-em", *emission, "-o", model, "-q")
-    result = subprocess.run([sys.executable, "-m", "streambhmm.app.cli", "regions", str(store), "--model", str(model),
-                             "--preset", recipe["preset"], "-o", str(bed), "-q"], capture_output=True, text=True)
-    print((result.stdout + result.stderr).strip())
-    return (bed if result.returncode == 0 else None), time.perf_counter() - start
+def away_from(iv: np.ndarray, domains: np.ndarray) -> np.ndarray:
+    """The intervals of ``iv`` that touch none of ``domains``."""
+    keep = [not ((domains[:, 0] < b) & (domains[:, 1] > a)).any() for a, b in iv]
+    return iv[np.array(keep, bool)] if len(iv) else iv
+
+
+class CpGs:
+    """A DNMTools counts file (pos0, level, reads) for the mean level inside calls."""
+
+    def __init__(self, meth: Path):
+        rows = np.loadtxt(meth, usecols=(1, 4, 5))
+        self.pos, self.cov = rows[:, 0].astype(np.int64), rows[:, 2]
+        self.mc = np.rint(rows[:, 1] * rows[:, 2])
+        self.cum_mc, self.cum_cov = np.r_[0, np.cumsum(self.mc)], np.r_[0, np.cumsum(self.cov)]
+
+    def levels(self, path: Path) -> np.ndarray:
+        """The mean level of each call of a BED (methylated / covered reads of its CpGs)."""
+        rows = [line.split("\t")[1:3] for line in path.read_text().splitlines()
+                if line and not line.startswith(("track", "browser", "#"))]
+        out = []
+        for a, b in rows:
+            i, j = np.searchsorted(self.pos, int(a)), np.searchsorted(self.pos, int(b))
+            cov = self.cum_cov[j] - self.cum_cov[i]
+            out.append((self.cum_mc[j] - self.cum_mc[i]) / cov if cov else np.nan)
+        return np.array(out)
+
+    def pooled(self, iv: np.ndarray) -> float:
+        mc = cov = 0.0
+        for a, b in iv:
+            i, j = np.searchsorted(self.pos, a), np.searchsorted(self.pos, b)
+            mc, cov = mc + self.cum_mc[j] - self.cum_mc[i], cov + self.cum_cov[j] - self.cum_cov[i]
+        return mc / cov if cov else float("nan")
+
+
+def describe(path: Path | None, cpgs: CpGs) -> dict:
+    if path is None or not path.exists():
+        return {"n": 0, "median": 0, "Mb": 0.0, "level": float("nan"), "high": 0}
+    lengths, iv = lengths_of(path), read_bed(path)
+    levels = cpgs.levels(path)
+    return {"n": int(lengths.size), "median": float(np.median(lengths)) if lengths.size else 0,
+            "Mb": covered_bases(iv) / 1e6, "level": cpgs.pooled(iv), "high": int((levels > HIGH).sum())}
+
+
+def thin(files, fmt: str, out: Path, fraction: float = 0.25, seed: int = 0) -> Path:
+    """Each read kept with probability ``fraction``: a MethylSeekR-format file (chr pos T M)."""
+    rng = np.random.default_rng(seed)
+    assert fmt == "methylseekr" and len(files) == 1
+    data = np.loadtxt(files[0], dtype=str)
+    total, meth = data[:, 2].astype(np.int64), data[:, 3].astype(np.int64)
+    kept = rng.binomial(total, fraction)
+    kept_meth = rng.hypergeometric(meth, total - meth, kept) if kept.size else kept
+    keep = kept > 0
+    with gzip.open(out, "wt") as fh:
+        for chrom, pos, t, m in zip(data[keep, 0], data[keep, 1], kept[keep], kept_meth[keep]):
+            fh.write(f"{chrom}\t{pos}\t{t}\t{m}\n")
+    return out
+
+
+# -- the comparison ---------------------------------------------------------------------------------
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dnmtools", default=os.environ.get("DNMTOOLS") or shutil.which("dnmtools") or DEFAULT_DNMTOOLS)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--sets", default=",".join(SETS))
+    args = parser.parse_args()
+    if not Path(args.dnmtools).exists():
+        sys.exit(f"no dnmtools at {args.dnmtools}: build it with {PEERS / 'build_dnmtools.sh'} (see its README)")
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-dnmtools-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results, beds = {}, []
+    for key in args.sets.split(","):
+        title, files, fmt = SETS[key]
+        here = work / key
+        here.mkdir(exist_ok=True)
+        for kind in ("hmr", "pmd"):
+            ours, our_bed, message = run_ours(kind, files, fmt, here, args.repeats)
+            theirs, their_bed, meth = run_theirs(kind, files, here, args.repeats, args.dnmtools)
+            polished, polished_bed, _ = run_ours(kind, files, fmt, here, 1, ("--polish-em", "1000"))
+            results[key, kind] = dict(ours=ours, theirs=theirs, our_bed=our_bed if ours["rc"] == 0 else None,
+                                      their_bed=their_bed, polished_bed=polished_bed if polished["rc"] == 0 else None,
+                                      message=message, meth=meth)
+            if ours["rc"] == 0:
+                beds.append(our_bed)
+            print(f"{title} {kind}: ours {ours['seconds']:.2f} s {message[:300]}; DNMTools {theirs['seconds']:.2f} s",
+                  flush=True)
+    report(results, work)
+    if "msr22" in args.sets.split(","):
+        robustness(work, args.dnmtools)
+    print("\n" + "\n".join(bedtools_check(beds)))
+    print(f"\nfiles in {work}")
+
+
+def report(results: dict, work: Path) -> None:
+    msr_hmr = results.get(("msr22", "hmr"))
+    msr_pmd = work / "msr22" / "dnmtools-pmd.bed"
+    for kind in ("hmr", "pmd"):
+        print(f"\n### {kind.upper()}\n")
+        print("| data set | Jaccard | Jaccard where DNMTools is right | ours: n, median bp, Mb, level, calls > 0.4 | "
+              "DNMTools: n, median bp, Mb, level, calls > 0.4 | one pass vs EM (Jaccard) | seconds: ours / DNMTools "
+              "| memory MiB: ours / DNMTools |")
+        print("|---|---|---|---|---|---|---|---|")
+        for key, (title, _, _) in SETS.items():
+            if (key, kind) not in results:
+                continue
+            r = results[key, kind]
+            cpgs = CpGs(r["meth"])
+            ours, theirs = describe(r["our_bed"], cpgs), describe(r["their_bed"], cpgs)
+            mine = read_bed(r["our_bed"]) if r["our_bed"] else np.zeros((0, 2), np.int64)
+            reference = read_bed(r["their_bed"])
+            right = ""
+            if kind == "hmr" and key in ("msr22", "bsseq22") and msr_hmr:
+                reference = read_bed(msr_hmr["their_bed"])  # DNMTools on the excerpt: where its calls are HMRs
+                lo, hi = int(reference[0, 0]), int(reference[-1, 1])
+                mine = clip(mine, lo, hi)
+                pmds = read_bed(msr_pmd)
+                right = f"{jaccard(away_from(mine, pmds), away_from(reference, pmds)):.3f}"
+            plain = jaccard(mine, reference) if len(mine) else float("nan")
+            agree = (f"{jaccard(read_bed(r['our_bed']), read_bed(r['polished_bed'])):.3f}"
+                     if r["our_bed"] and r["polished_bed"] else "n/a")
+            cell = (lambda d: f"{d['n']}, {d['median']:,.0f}, {d['Mb']:.2f}, {d['level']:.2f}, {d['high']}")
+            our_cell = cell(ours) if r["our_bed"] else f"refused: {r['message'][:160]}"
+            print(f"| {title} | {plain:.3f} | {right} | {our_cell} | {cell(theirs)} | {agree} | "
+                  f"{r['ours']['seconds']:.2f} / {r['theirs']['seconds']:.2f} | "
+                  f"{r['ours']['memory_mib']:.0f} / {r['theirs']['memory_mib']:.0f} |")
+
+
+def robustness(work: Path, dnmtools: str) -> None:
+    """The MethylSeekR excerpt thinned to a quarter of its reads, both tools."""
+    _, files, fmt = SETS["msr22"]
+    here = work / "msr22-quarter"
+    here.mkdir(exist_ok=True)
+    thinned = [thin(files, fmt, here / "quarter.tab.gz")]
+    print("\n### A quarter of the reads (MethylSeekR IMR90 chr22)\n")
+    print("| job | ours (quarter) vs DNMTools (full) | ours (quarter) vs ours (full) | DNMTools (quarter) vs DNMTools "
+          "(full) |")
+    print("|---|---|---|---|")
+    for kind in ("hmr", "pmd"):
+        _, ours, _ = run_ours(kind, thinned, fmt, here, 1)
+        _, theirs, _ = run_theirs(kind, thinned, here, 1, dnmtools)
+        full_ours, full_theirs = work / "msr22" / f"ours-{kind}.bed", work / "msr22" / f"dnmtools-{kind}.bed"
+        quarter = read_bed(ours) if ours.exists() else np.zeros((0, 2), np.int64)
+        print(f"| {kind} | {jaccard(quarter, read_bed(full_theirs)):.3f} | {jaccard(quarter, read_bed(full_ours)):.3f} | "
+              f"{jaccard(read_bed(theirs), read_bed(full_theirs)):.3f} |")
 
 
 def bedtools_check(beds: list[Path]) -> list[str]:
@@ -135,53 +334,10 @@ def bedtools_check(beds: list[Path]) -> list[str]:
         inter = subprocess.run(["bedtools", "intersect", "-s", "-u", "-a", bed, "-b", bed], capture_output=True,
                                text=True)
         n = sum(1 for line in bed.read_text().splitlines() if line and not line.startswith("track"))
-        lines.append(f"{bed.name}: sort {'ok' if sort.returncode == 0 else sort.stderr.strip()[:100]} "
-                     f"({len(sort.stdout.splitlines())} lines); merge -s {len(merge.stdout.splitlines())} "
-                     f"intervals ({merge.returncode == 0 and 'ok' or merge.stderr.strip()[:100]}); "
-                     f"intersect -s {len(inter.stdout.splitlines())} of {n} found in themselves")
+        lines.append(f"{bed.parent.name}/{bed.name}: sort {'ok' if sort.returncode == 0 else sort.stderr.strip()[:100]}; "
+                     f"merge -s {len(merge.stdout.splitlines())} intervals; intersect -s {len(inter.stdout.splitlines())} "
+                     f"of {n} found in themselves")
     return lines
-
-
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", default=None)
-    parser.add_argument("--variants", default="default,binomial")
-    args = parser.parse_args()
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-dnmtools-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    rows, beds = [], []
-    for variant in args.variants.split(","):
-        for name, recipe in RECIPES.items():
-            bed, seconds = run_recipe(name, recipe, variant, workdir)
-            rows.append((name, variant, compare(bed, REFERENCE / recipe["reference"]), seconds))
-            beds.append(bed)
-    others = []
-    for sample, prefix in OTHERS.items():
-        files = sorted(prefix.parent.glob(f"{prefix.name}_r*.tsv.gz"))
-        for name, recipe in RECIPES.items():
-            bed, seconds = run_recipe(f"{sample}-{name}", recipe, "default", workdir, files, "auto")
-            others.append((sample, name, bed, seconds))
-    print("\n| regions | emission | Jaccard | DNMTools' regions we touch | their bases we cover | our bases they "
-          "cover | ours (median bp, Mb) | DNMTools (median bp, Mb) | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, variant, r, seconds in rows:
-        emission = "beta-binomial" if variant == "default" else variant
-        print(f"| {name} | {emission} | {r['jaccard']:.3f} | {r['touched']:.1%} | {r['their bases covered']:.1%} | "
-              f"{r['our bases theirs']:.1%} | {r['n ours']} ({r['median ours']:,.0f}, {r['Mb ours']:.2f}) | "
-              f"{r['n theirs']} ({r['median theirs']:,.0f}, {r['Mb theirs']:.2f}) | {seconds:.1f} |")
-    print("\nThe same recipes (beta-binomial) on other methylomes:\n")
-    print("| methylome | regions | count | median bp | Mb | seconds |")
-    print("|---|---|---|---|---|---|")
-    for sample, name, bed, seconds in others:
-        if bed is None:
-            print(f"| {sample} | {name} | refused (see above) | | | {seconds:.1f} |")
-            continue
-        lengths = [int(l.split("\t")[2]) - int(l.split("\t")[1]) for l in bed.read_text().splitlines()
-                   if l and not l.startswith("track")]
-        print(f"| {sample} | {name} | {len(lengths)} | {np.median(lengths) if lengths else 0:,.0f} | "
-              f"{sum(lengths) / 1e6:.2f} | {seconds:.1f} |")
-    print("\n" + "\n".join(bedtools_check(beds)))
-    print(f"\nfiles in {workdir}")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def region_rule(job: ModelOnStore, preset: str | None, state_names: str | None, 
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
     if preset:
-        rule = preset_rule(preset, job.hmm.methylation_)
+        rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion)
     else:
         rule = RegionRule(tuple(sorted(set(job.states(state_names)))), name="region")
     return rule_with(rule, **changes)

@@ -9,17 +9,15 @@ bins. Each region gets its mean posterior of the targets (the BED score, times 1
 number of target bins, its length, and its mean methylation in each sample (methylated
 over covered reads in its target bins).
 
-Presets choose the target states from their levels (streambhmm.learn.states) and the lengths;
-each is a recipe of bin size, number of states and cutting rule (README, "Regions"),
-measured against DNMTools' calls by scripts/compare_dnmtools.py:
+Presets choose the target states by what HMRs and PMDs are (streambhmm.learn.domains) and
+cut them as `streambhmm hmr` and `pmd` do:
 
-    hmr   states whose level is below 0.4 in every sample; on the default 100 bp bins with
-          a 3-state model (hypomethylated, partially methylated, methylated); bins of a
-          region at most 1 kb apart (CpG-poor stretches inside an HMR do not cut it); at
-          least 5 target bins (so at least 5 CpGs)
-    pmd   states whose level is below 0.7 in every sample (Lister et al. 2009's definition
-          of a PMD: mean methylation under 70%); on 5 kb bins (--bin-size 5000) with a
-          2-state model (as DNMTools' pmd); gaps up to 10 kb; at least 50 kb long
+    hmr   hypomethylated states (level <= 0.2 and overdispersion <= 0.2 in every sample);
+          bins of a region at most 1 kb apart with no covered bin of another state between
+          them (CpG-poor stretches inside an HMR do not cut it, a methylated CpG does, as in
+          DNMTools); at least HMR_MIN_BINS target bins
+    pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
+          up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them)
 
 A preset refuses a model in which no state, or every state, is a target: there is no
 region, or no background to set one against.
@@ -54,27 +52,42 @@ class RegionRule:
     min_length: int = 0
     min_bins: int = 1
     name: str = "region"  # regions are named name0, name1, ...
+    # merge across covered bins of other states within max_gap (else only across bins without
+    # coverage: a covered bin of another state ends a region, as a background CpG ends a DNMTools HMR)
+    bridge_covered: bool = True
 
 
-def preset_rule(preset: str, methylation: np.ndarray) -> RegionRule:
-    """The rule of a preset for a model's levels (see the module docstring)."""
+HMR_MIN_BINS = 4  # measured on the real sets (README, "HMRs and PMDs"): shorter runs are single CpGs' noise
+
+
+def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> RegionRule:
+    """The rule of a preset for a model's levels and overdispersions (see the module docstring)."""
+    from ..learn.domains import HYPO_DISPERSION, HYPO_LEVEL, PMD_LEVEL, hypomethylated, partially_methylated
+
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
-        targets = np.flatnonzero((levels < 0.4).all(axis=1))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, 5, "HMR")
+        targets = np.flatnonzero(hypomethylated(levels, dispersion))
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False)
+        wanted = f"level <= {HYPO_LEVEL}" + (f" and overdispersion <= {HYPO_DISPERSION}" if dispersion is not None
+                                             else "") + " in every sample"
     elif preset == "pmd":
-        targets = np.flatnonzero((levels < 0.7).all(axis=1))
+        targets = np.flatnonzero(partially_methylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
+        wanted = f"level < {PMD_LEVEL} in every sample"
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    described = f"levels {levels.round(2).tolist()}" + ("" if dispersion is None else
+                                                        f", overdispersions {np.round(dispersion, 3).tolist()}")
     if not rule.targets:
-        raise ValueError(f"the model has no state that a {preset} is made of (levels {levels.round(2).tolist()}): "
-                         f"the data may hold none (see README, Regions); or choose --states")
+        raise ValueError(f"the model has no state that a {preset} is made of ({wanted}; the model's {described}): "
+                         f"the data may hold none; or choose --states")
     if len(rule.targets) == len(levels):
-        raise ValueError(f"every state of the model is one a {preset} is made of (levels "
-                         f"{levels.round(2).tolist()}): no background to call regions against; fit more states, "
-                         f"or choose --states")
+        raise ValueError(f"every state of the model is one a {preset} is made of ({wanted}; {described}): no "
+                         f"background to call regions against; fit more states, or choose --states")
     return rule
+
+
+_FIELDS = ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage")
 
 
 @dataclass
@@ -87,18 +100,20 @@ class Regions:
     posterior_sum: np.ndarray  # summed posterior of the targets over the target bins
     methylated: np.ndarray  # (regions, S) methylated reads of the target bins
     coverage: np.ndarray  # (regions, S)
+    open_start: bool = True  # the part's first covered bin is a target bin (a region may go on before it)
+    open_end: bool = True  # the part's last covered bin is
 
     def __len__(self) -> int:
         return len(self.start)
 
     def take(self, index) -> "Regions":
-        return Regions(self.start[index], self.end[index], self.n_bins[index], self.posterior_sum[index],
-                       self.methylated[index], self.coverage[index])
+        return Regions(*(getattr(self, f)[index] for f in _FIELDS), self.open_start, self.open_end)
 
     @classmethod
-    def empty(cls, n_samples: int) -> "Regions":
+    def empty(cls, n_samples: int, open_ends: bool = True) -> "Regions":
         zero = np.zeros(0, np.int64)
-        return cls(zero, zero, zero, np.zeros(0), np.zeros((0, n_samples)), np.zeros((0, n_samples)))
+        return cls(zero, zero, zero, np.zeros(0), np.zeros((0, n_samples)), np.zeros((0, n_samples)), open_ends,
+                   open_ends)
 
 
 def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: int, bin_size: int,
@@ -107,9 +122,12 @@ def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: in
     counts ``columns`` yields one sample at a time ((sample, methylated, coverage))."""
     chosen = np.flatnonzero(target >= rule.min_posterior)
     if chosen.size == 0:
-        return Regions.empty(n_samples)
+        return Regions.empty(n_samples, open_ends=positions.size == 0)
     starts = positions[chosen]
-    cut = np.flatnonzero(starts[1:] - (starts[:-1] + bin_size) > rule.max_gap) + 1
+    cut = starts[1:] - (starts[:-1] + bin_size) > rule.max_gap
+    if not rule.bridge_covered:
+        cut |= np.diff(chosen) > 1
+    cut = np.flatnonzero(cut) + 1
     first = np.r_[0, cut]
     last = np.r_[cut, chosen.size] - 1
     meth, cov = np.zeros((first.size, n_samples)), np.zeros((first.size, n_samples))
@@ -117,19 +135,21 @@ def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: in
         meth[:, s] = np.add.reduceat(np.asarray(m, np.float64)[chosen], first)
         cov[:, s] = np.add.reduceat(np.asarray(c, np.float64)[chosen], first)
     return Regions(starts[first], starts[last] + bin_size, last - first + 1, np.add.reduceat(target[chosen], first),
-                   meth, cov)
+                   meth, cov, chosen[0] == 0, chosen[-1] == positions.size - 1)
 
 
-def join_regions(left: Regions, right: Regions, max_gap: int) -> Regions:
-    """Concatenate consecutive regions of one chromosome, merging across the seam."""
-    if len(left) and len(right) and right.start[0] - left.end[-1] <= max_gap:
+def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bool = True) -> Regions:
+    """Concatenate consecutive regions of one chromosome, merging across the seam (without
+    ``bridge_covered``, only where no covered bin of another state lies between)."""
+    touching = bridge_covered or (left.open_end and right.open_start)
+    if len(left) and len(right) and right.start[0] - left.end[-1] <= max_gap and touching:
         merged = left.take(slice(None))
         merged.end[-1] = right.end[0]
         for name in ("n_bins", "posterior_sum", "methylated", "coverage"):
             getattr(merged, name)[-1] += getattr(right, name)[0]
         left, right = merged, right.take(slice(1, None))
-    return Regions(*(np.concatenate([getattr(left, f), getattr(right, f)])
-                     for f in ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage")))
+    return Regions(*(np.concatenate([getattr(left, f), getattr(right, f)]) for f in _FIELDS),
+                   left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
 def _regions_task(previous, following, ref: ChunkRef, params, rule: RegionRule) -> Regions:
@@ -150,7 +170,7 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     futures = client.compute([task for _, task in tasks])
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
     for done, ((chrom, _), future) in enumerate(zip(tasks, futures), 1):
-        found[chrom] = join_regions(found[chrom], future.result(), rule.max_gap)
+        found[chrom] = join_regions(found[chrom], future.result(), rule.max_gap, rule.bridge_covered)
         future.release()
         if progress is not None:
             progress(done, len(tasks))

@@ -94,11 +94,16 @@ class BinomialHMM:
     ``emission="betabinomial"`` gives each state and sample an overdispersion too
     (``dispersion_``, (n_components, n_samples), the correlation of two reads of a bin;
     streambhmm.learn.emissions), updated with the levels ("m" in ``params``).
+
+    ``limits`` (:class:`~streambhmm.learn.refine.StateLimits`) caps some states' levels and
+    overdispersions in every M-step: states defined in advance, such as the hypomethylated
+    state of `streambhmm hmr` (:mod:`streambhmm.learn.domains`).
     """
 
     def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
                  random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
-                 stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial"):
+                 stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial",
+                 limits=None):
         if emission not in EMISSIONS:
             raise ValueError(f"emission must be one of {', '.join(EMISSIONS)}, got {emission!r}")
         self.emission = emission
@@ -112,6 +117,7 @@ class BinomialHMM:
         self.n_bins = n_bins
         self.stationary_start = stationary_start
         self.allow_degenerate = allow_degenerate
+        self.limits = limits
 
     # -- initialization -------------------------------------------------------------
     def _initialize(self, meth, cov, lengths) -> None:
@@ -198,9 +204,12 @@ class BinomialHMM:
             with np.errstate(invalid="ignore", divide="ignore"):
                 levels = stats.methylated / stats.coverage
             self.methylation_ = np.where(stats.coverage > 0, levels, self.methylation_)
+            caps = (None, None) if self.limits is None else (self.limits.level, self.limits.dispersion)
+            if caps[0] is not None:
+                self.methylation_ = np.minimum(self.methylation_, caps[0][:, None])
             if self.emission == "betabinomial":  # from the binomial update and the current overdispersion
                 start = np.clip(self.methylation_, 1e-4, 1 - 1e-4)
-                updated = [betabinomial_mstep(pairs, start[:, s], self.dispersion_[:, s])
+                updated = [betabinomial_mstep(pairs, start[:, s], self.dispersion_[:, s], *caps)
                            for s, pairs in enumerate(stats.pairs)]
                 self.methylation_ = np.stack([u[0] for u in updated], axis=1)
                 self.dispersion_ = np.stack([u[1] for u in updated], axis=1)

@@ -17,27 +17,67 @@ import numpy as np
 _DIRECT_KEY_LIMIT = 1 << 23
 
 
+# Pairs up to this coverage are mapped through tables of binomial tails, one per coverage
+# value (cost (c + 2) (D + 1) for all the pairs of that coverage); deeper ones one at a time.
+TABLE_COVERAGE = 1024
+
+
 def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     """Beta-map features for arrays of pairs; returns shape ``coverage.shape + (n_bins,)``.
 
-    Each difference of regularized incomplete beta values is taken on the side of the
-    distribution (CDF or survival function) where both values are small, so bins far in
-    the upper tail keep full relative precision at any coverage.
+    With integer counts the Beta(mu+1, c-mu+1) CDF at x is P(Y > mu) for Y ~ Bin(c+1, x), so
+    the pairs of one coverage share the binomial distributions at the D + 1 edges. Each
+    difference is taken on the side of the distribution (lower or upper tail) where both
+    values are small, so bins far in the upper tail keep full relative precision at any
+    coverage.
     """
-    from scipy.special import betainc, betaincc  # scipy on first use: the command line starts without it
-
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    c = np.asarray(coverage, dtype=np.int64)
+    mu = np.asarray(methylated, dtype=np.int64)
+    out = np.empty(c.shape + (n_bins,))
+    flat_c, flat_mu, flat = c.ravel(), mu.ravel(), out.reshape(-1, n_bins)
+    deep = flat_c > TABLE_COVERAGE
+    if deep.any():
+        flat[deep] = _beta_map_one_by_one(flat_c[deep], flat_mu[deep], n_bins)
+    shallow = np.flatnonzero(~deep)
+    order = shallow[np.argsort(flat_c[shallow], kind="stable")]
+    if order.size:
+        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+        bounds = np.flatnonzero(np.r_[True, np.diff(flat_c[order]) != 0, True])
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            rows = order[lo:hi]
+            flat[rows] = _beta_map_of_coverage(int(flat_c[rows[0]]), flat_mu[rows], edges)
+    return out
+
+
+def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    from scipy.special import gammaln
+
+    n = c + 1
+    k = np.arange(n + 1, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_x, log_y = np.log(edges)[:, None], np.log1p(-edges)[:, None]
+        log_pmf = (gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+                   + np.where(k > 0, k * log_x, 0.0) + np.where(k < n, (n - k) * log_y, 0.0))
+    pmf = np.exp(log_pmf)  # (D + 1, n + 1): Y ~ Bin(n, edge)
+    above = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, mu + 1]  # the Beta CDF at each edge: P(Y > mu)
+    below = np.cumsum(pmf, axis=1)[:, mu]  # its survival function: P(Y <= mu)
+    from_cdf, from_sf = np.diff(above, axis=0).T, -np.diff(below, axis=0).T
+    in_upper_tail = edges[None, :-1] >= ((mu + 1.0) / (c + 2.0))[:, None]
+    return np.where(in_upper_tail, from_sf, from_cdf)
+
+
+def _beta_map_one_by_one(coverage: np.ndarray, methylated: np.ndarray, n_bins: int) -> np.ndarray:
+    from scipy.special import betainc, betaincc  # scipy on first use: the command line starts without it
+
     c = np.asarray(coverage, dtype=np.float64)[..., None]
     mu = np.asarray(methylated, dtype=np.float64)[..., None]
     a, b = mu + 1.0, c - mu + 1.0
     edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    lower = betainc(a, b, edges)
-    upper = betaincc(a, b, edges)
-    from_cdf = np.diff(lower, axis=-1)
-    from_sf = -np.diff(upper, axis=-1)
-    in_upper_tail = edges[:-1] >= a / (a + b)
-    return np.where(in_upper_tail, from_sf, from_cdf)
+    from_cdf = np.diff(betainc(a, b, edges), axis=-1)
+    from_sf = -np.diff(betaincc(a, b, edges), axis=-1)
+    return np.where(edges[:-1] >= a / (a + b), from_sf, from_cdf)
 
 
 def pair_keys(methylated: np.ndarray, coverage: np.ndarray) -> np.ndarray:
@@ -78,11 +118,12 @@ def index_pairs(methylated: np.ndarray, coverage: np.ndarray) -> tuple[np.ndarra
     like the counts)."""
     keys = pair_keys(methylated, coverage)
     max_key = int(keys.max()) if keys.size else 0
-    if max_key < _DIRECT_KEY_LIMIT:
+    if max_key < min(_DIRECT_KEY_LIMIT, 4 * keys.size + 65536):
         present = np.zeros(max_key + 1, dtype=bool)
         present[keys] = True
         distinct = np.flatnonzero(present)
-        lookup = np.cumsum(present, dtype=np.int64) - 1
+        lookup = np.empty(max_key + 1, np.int64)
+        lookup[distinct] = np.arange(distinct.size)
         codes = lookup[keys]
     else:
         distinct, codes = np.unique(keys, return_inverse=True)

@@ -41,8 +41,13 @@ def test_regions_merge_across_small_gaps_and_keep_their_counts():
 def test_presets_choose_states_by_their_levels():
     levels = np.array([[0.05, 0.1], [0.3, 0.6], [0.6, 0.7], [0.9, 0.9]])
     assert preset_rule("hmr", levels).targets == (0,)
-    assert preset_rule("pmd", levels).targets == (0, 1)  # below 0.7 in every sample
+    assert preset_rule("pmd", levels).targets == (1,)  # below 0.7 in every sample, and not hypomethylated
     assert preset_rule("pmd", levels).min_length == 50_000
+    # a beta-binomial state at low levels but spread over every level is not hypomethylated
+    dispersion = np.array([[0.05, 0.3], [0.1, 0.1], [0.1, 0.1], [0.02, 0.02]])
+    with pytest.raises(ValueError, match="no state that a hmr is made of"):
+        preset_rule("hmr", levels, dispersion)
+    assert preset_rule("hmr", levels, np.full((4, 2), 0.1)).targets == (0,)
     with pytest.raises(ValueError, match="no state that a hmr is made of"):
         preset_rule("hmr", np.array([[0.8], [0.9]]))
     with pytest.raises(ValueError, match="every state of the model is one a pmd is made of"):
@@ -82,7 +87,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     r = run("regions", stores[0].path, "--model", path, "--preset", "hmr", "-o", tmp_path / "hmr.bed",
             "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
-    assert "regions of states unmethylated, low" in r.output
+    assert "regions of states unmethylated," in r.output
     lines = (tmp_path / "hmr.bed").read_text().splitlines()
     assert lines[0] == 'track name="m hmr" description="HMR regions of A" itemRgb="On"'
     rows = [line.split("\t") for line in lines[1:]]
@@ -92,17 +97,18 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
         assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3
     table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
     assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
-    # against the in-memory recursion: the target bins (posterior of states 0, 1 >= 0.5) in each region
+    # against the in-memory recursion: the target bins (posterior of state 0, the hypomethylated one, >= 0.5)
+    # in each region
     ds = stores[0].dataset("chr2").sel(sample="A")
     covered = ds.coverage.values > 0
     meth, cov, positions = ds.methylated.values[covered], ds.coverage.values[covered], ds.position.values[covered]
-    target = hmm.predict_proba(meth.astype(np.int64), cov.astype(np.int64))[:, :2].sum(axis=1) >= 0.5
+    target = hmm.predict_proba(meth.astype(np.int64), cov.astype(np.int64))[:, 0] >= 0.5
     chr2 = [row for row in table[1:] if row[0] == "chr2"]
     assert len(chr2) > 5
     for chrom, start, end, name, n_bins, length, score, level in chr2:
         inside = target & (positions >= int(start)) & (positions < int(end))
-        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 5  # the preset's minimum
-        assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5e-5)
+        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 4  # the preset's minimum
+        assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5.1e-5)  # 4 decimals
     r = run("regions", stores[0].path, "--model", path, "--states", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output

@@ -4,6 +4,7 @@ command group (common.py holds what they share)."""
 import click
 
 from ... import __version__
+from .calls import hmr, pmd
 from .fit import fit
 from .moments import moments
 from .runs import batch, demo
@@ -17,5 +18,5 @@ def main():
     """Learn Binomial HMMs of DNA methylation by the method of moments."""
 
 
-for command in (ingest, info, upgrade, moments, fit, score, decode, regions, tracks, report, batch, demo):
+for command in (ingest, info, upgrade, moments, fit, score, decode, regions, hmr, pmd, tracks, report, batch, demo):
     main.add_command(command)

@@ -1,0 +1,185 @@
+"""The `hmr` and `pmd` jobs: from a counts store to hypomethylated regions or partially
+methylated domains in one command, as DNMTools' `hmr` and `pmd` work from a methylome.
+
+Each job fits the model its regions need (learn.domains: a hypomethylated state held to its
+definition beside free background states; two states on 5 kb bins for PMDs) from one pass
+over the counts (the moments; or a moment store's, with --moments), optionally polishes it
+with a few EM iterations, and finds the regions in a posterior pass (distributed.regions),
+written as BED9 and a TSV. `pmd` sums the store's bins into its own (io.coarsen) in a
+temporary store beside the output, removed afterwards. A job that finds no region stops
+with a message that says why instead of writing an empty file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..learn.domains import HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel
+
+
+POLISH_TOL = 1e-8  # --polish-em stops earlier when an iteration gains less than this (relative)
+
+
+@dataclass
+class CallSettings:
+    """The options of one `hmr` or `pmd` call."""
+
+    kind: str  # "hmr" or "pmd"
+    store: str
+    output: str
+    samples: list | None = None
+    moments: str | None = None  # a moment store of the same counts (at the call's bin size)
+    polish_em: int = 0
+    bin_size: int | None = None  # pmd: PMD_BIN_SIZE
+    seed: int = 0
+    n_bins: int = 30
+    quiet: bool = False
+
+    @property
+    def model(self) -> CallModel:
+        return HMR_MODEL if self.kind == "hmr" else PMD_MODEL
+
+
+@dataclass
+class CallOutcome:
+    """What a call fitted and wrote."""
+
+    samples: list
+    bin_size: int
+    hmm: object  # learn.hmm.BinomialHMM
+    rule: object  # distributed.regions.RegionRule
+    n: int
+    lengths: np.ndarray
+    unmethylated: np.ndarray  # per sample, the share of bins without methylated reads
+    found: dict  # {chromosome: distributed.regions.Regions}
+    seconds: dict = field(default_factory=dict)
+
+
+def output_checked(path) -> Path:
+    """The output file's path, refused before any work when it cannot be written."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ValueError(f"{path}: the directory {parent} does not exist")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory")
+    probe = tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", delete=True)
+    probe.close()
+    return path
+
+
+def run_call(settings: CallSettings, client, echo=lambda message: None, progress=None) -> CallOutcome:
+    """Fit, polish (settings.polish_em EM iterations) and call; the caller holds the store's
+    shared lock and gives a Dask client (None: work in this process where possible)."""
+    from ..io.store import open_store
+    from ..moments.pipeline import select_samples
+
+    output = output_checked(settings.output)
+    counts = open_store(settings.store)
+    samples = select_samples(counts, settings.samples)
+    bin_size = counts.bin_size if settings.kind == "hmr" else (settings.bin_size or PMD_BIN_SIZE)
+    if bin_size % counts.bin_size:
+        raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
+                         f"its bins cannot be summed into {bin_size} bp bins")
+    seconds = {}
+    if bin_size == counts.bin_size:
+        outcome = _fit_and_call(settings, counts, samples, client, echo, progress, seconds)
+    else:
+        from ..io.coarsen import coarsen
+
+        # the coarse store lives beside the output (the same filesystem) and goes with the call
+        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as scratch:
+            start = time.perf_counter()
+            echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
+            coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples)
+            seconds["coarsen"] = time.perf_counter() - start
+            outcome = _fit_and_call(settings, coarse, samples, client, echo, progress, seconds)
+    outcome.n = _write(outcome, settings, samples, output)
+    return outcome
+
+
+def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
+    from ..distributed.fitting import load_moments, one_pass
+    from ..distributed.regions import find_regions, preset_rule
+    from ..learn.domains import unmethylated_share
+    from ..learn.hmm import BinomialHMM
+
+    start = time.perf_counter()
+    data = load_moments(settings.moments or store.path.url, samples, settings.n_bins, client, settings.quiet,
+                        8, None, want_blocks=False)
+    _check_moments(settings, store, data)
+    seconds["moments"] = time.perf_counter() - start
+    model = settings.model
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate fit is refused below, by the regions it gives
+        est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
+                       emission="betabinomial", limits=model.limits())
+    hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
+                      limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
+                                                        est.dispersion_)
+    seconds["fit"] = time.perf_counter() - start
+    if settings.polish_em:
+        from ..distributed.cluster import is_small
+        from ..distributed.storehmm import fit_store_em
+
+        start = time.perf_counter()
+        fit_store_em(store, hmm, None if is_small(store.path.url) else client, samples, settings.polish_em,
+                     rel_tol=POLISH_TOL, check=False)
+        seconds["polish"] = time.perf_counter() - start
+    unmethylated = unmethylated_share(data.moments)
+    start = time.perf_counter()
+    try:
+        rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion)
+    except ValueError as exc:
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, str(exc))) from None
+    found = find_regions(store, hmm, client, rule, samples, progress=progress)
+    seconds["regions"] = time.perf_counter() - start
+    lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
+    if lengths.size == 0:
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, "no run of bins passed the rule"))
+    return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
+
+
+def _check_moments(settings: CallSettings, store, data) -> None:
+    """A moment store given with --moments must hold these samples' moments at the call's bins."""
+    if not settings.moments:
+        return
+    from ..moments.momentstore import read_manifest
+
+    source = read_manifest(settings.moments).get("source", {})
+    if source.get("bin_size") != store.bin_size:
+        raise ValueError(f"{settings.moments} holds moments of {source.get('bin_size')} bp bins; `{settings.kind}` "
+                         f"needs {store.bin_size} bp bins")
+    if data.pooled or data.moments.projected:
+        raise ValueError(f"{settings.moments} holds {'pooled' if data.pooled else 'projected'} moments; "
+                         f"`{settings.kind}` fits the joint Beta-map moments (`streambhmm moments` without "
+                         f"--pooled, --feature beta)")
+
+
+def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str) -> str:
+    """The message of a call that found no region: what the model found, and what the data lack."""
+    levels = ", ".join("/".join(f"{v:.2f}" for v in row) for row in hmm.methylation_)
+    what = "hypomethylated regions" if settings.kind == "hmr" else "partially methylated domains"
+    lines = [f"no {what} in {settings.store} ({','.join(samples)}): {reason}. The fitted states' levels: {levels}."]
+    missing = [s for s, share in zip(samples, unmethylated) if share == 0]
+    if settings.kind == "hmr" and missing:
+        lines.append(f"None of the bins with {UNMETHYLATED_CHECK_READS} or more reads in {', '.join(missing)} has a "
+                     f"read without methylation: the input seems to list methylated cytosines only (as Lister et "
+                     f"al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing.")
+    if settings.kind == "pmd":
+        lines.append("A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call.")
+    return " ".join(lines)
+
+
+def _write(outcome: CallOutcome, settings: CallSettings, samples, output: Path) -> int:
+    from ..distributed.regions import write_regions
+
+    track = f"{settings.kind} {Path(settings.store).name}"
+    return write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output, track)

@@ -1,0 +1,87 @@
+"""`hmr` and `pmd`: regions from a counts store in one command."""
+
+from __future__ import annotations
+
+import time
+
+import click
+import numpy as np
+
+from ...distributed.cluster import clear_status, status_line
+from .common import NON_NEGATIVE, POSITIVE, STORE, quiet_option, reading, scheduler_option, user_errors
+
+_OUTPUT = click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+                       help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv (per region: bins, "
+                            "length, score, mean level per sample).")
+_SAMPLES = click.option("--samples", default=None,
+                        help="Comma-separated samples, one model shared along the genome (default: all); a region "
+                             "is called where all of them are hypomethylated (partially methylated).")
+_MOMENTS = click.option("--moments", "moments_path", default=None, type=STORE,
+                        help="A moment store of these counts (`streambhmm moments`, at the call's bin size): the "
+                             "one pass is not repeated.")
+_POLISH = click.option("--polish-em", default=0, show_default=True, type=NON_NEGATIVE, metavar="N",
+                       help="At most N EM iterations after the one-pass fit, fewer when converged (relative gain "
+                            "below 1e-8); each reads the counts once more.")
+_SEED = click.option("--seed", default=0, show_default=True, type=int, help="Seed of the fit's random starts.")
+
+
+def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
+    from ..calls import CallSettings, run_call
+
+    start = time.perf_counter()
+    settings = CallSettings(kind, store, output, [s for s in samples.split(",") if s] if samples else None,
+                            moments_path, polish_em, bin_size, seed, quiet=quiet)
+    show = status_line(quiet)
+    with reading(store, scheduler) as client:
+        try:
+            outcome = run_call(settings, client, echo=lambda message: None if quiet else click.echo(message),
+                               progress=lambda done, total: show(f"chunks: {done}/{total}"))
+        finally:
+            clear_status(quiet)
+    levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
+                       f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
+                       + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))
+    if not quiet:
+        click.echo(f"states (* the {kind.upper()} states): {levels}")
+    median = np.median(outcome.lengths) if outcome.n else 0
+    click.echo(f"{output}: {outcome.n:,} {kind.upper()}s, median {median:,.0f} bp, "
+               f"{outcome.lengths.sum() / 1e6:.2f} Mb in all, on {outcome.bin_size} bp bins "
+               f"({time.perf_counter() - start:.1f} s)")
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@_OUTPUT
+@_SAMPLES
+@_MOMENTS
+@_POLISH
+@_SEED
+@scheduler_option
+@quiet_option
+@user_errors
+def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet):
+    """Hypomethylated regions (HMRs) of a counts store, as DNMTools' hmr finds them: a model
+    with a hypomethylated state (level <= 0.2, overdispersion <= 0.2) beside three free
+    background states, fitted from one pass over the counts; HMRs are runs of at least 4
+    bins whose posterior of that state is above 0.5, bins at most 1 kb apart (BED9 + TSV)."""
+    _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@_OUTPUT
+@click.option("--bin-size", default=5000, show_default=True, type=POSITIVE,
+              help="The domains' bins, a multiple of the store's: the store's bins are summed into them (no "
+                   "second ingest).")
+@_SAMPLES
+@_MOMENTS
+@_POLISH
+@_SEED
+@scheduler_option
+@quiet_option
+@user_errors
+def pmd(store, output, bin_size, samples, moments_path, polish_em, seed, scheduler, quiet):
+    """Partially methylated domains (PMDs) of a counts store, as DNMTools' pmd finds them: a
+    two-state model on --bin-size bins fitted from one pass; PMDs are runs of the state
+    below 0.7 (Lister et al. 2009) at least 50 kb long, gaps up to 10 kb (BED9 + TSV)."""
+    _call("pmd", store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet)

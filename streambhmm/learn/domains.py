@@ -1,0 +1,92 @@
+"""What hypomethylated regions (HMRs) and partially methylated domains (PMDs) are in a
+model's terms: which states they are made of, and the models `hmr` and `pmd` fit.
+
+HMR. A state is *hypomethylated* when, in every sample, its mean level is at most
+HYPO_LEVEL (0.2) and its overdispersion at most HYPO_DISPERSION (0.2): a Beta distribution
+of the bins' levels with at least 92% of its mass below 0.5, so most of the state's CpGs
+are unmethylated. Both are set by that definition, not fitted to a data set (README,
+"HMRs and PMDs", shows how the calls move with them). A model fitted freely spends its
+states on the bulk of the genome (methylated background, PMDs) and often leaves none for
+regions that cover 1-3% of it, so `hmr` fits a model with one state held to these bounds
+and HMR_BACKGROUND_STATES free ones: the data decide the background (one methylated
+level, or a ladder with PMDs), the definition decides what is hypomethylated, and a PMD
+(a broad state around 0.5) is background, not an HMR. DNMTools' two-state model has no
+room for both, and in a methylome with PMDs its foreground becomes the PMDs.
+
+PMD. A state is *partially methylated* when its level is below PMD_LEVEL (0.7) in every
+sample (Lister et al. 2009's definition: mean methylation under 70%) on bins of
+PMD_BIN_SIZE (5 kb), where a PMD spans dozens of bins and an HMR none; `pmd` fits two
+states there (as DNMTools' pmd), and a genome whose two states are both above 0.7 has no PMDs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+HYPO_LEVEL = 0.2
+HYPO_DISPERSION = 0.2
+HMR_BACKGROUND_STATES = 3
+PMD_LEVEL = 0.7
+PMD_BIN_SIZE = 5000
+PMD_STATES = 2
+# the unmethylated check counts bins with at least this many reads (fewer say little)
+UNMETHYLATED_CHECK_READS = 5
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """The model a call fits: its number of states, the states held to bounds (their level
+    and overdispersion caps) and the target states' rule."""
+
+    kind: str  # "hmr" or "pmd"
+    n_states: int
+    level_caps: tuple  # per state: upper bound of the level (1.0: free)
+    dispersion_caps: tuple  # per state: upper bound of the overdispersion (1.0: free)
+
+    def limits(self):
+        from .refine import StateLimits
+
+        return StateLimits(np.array(self.level_caps, np.float64), np.array(self.dispersion_caps, np.float64))
+
+
+HMR_MODEL = CallModel("hmr", 1 + HMR_BACKGROUND_STATES, (HYPO_LEVEL,) + (1.0,) * HMR_BACKGROUND_STATES,
+                      (HYPO_DISPERSION,) + (1.0,) * HMR_BACKGROUND_STATES)
+PMD_MODEL = CallModel("pmd", PMD_STATES, (1.0,) * PMD_STATES, (1.0,) * PMD_STATES)
+
+
+def hypomethylated(methylation, dispersion=None) -> np.ndarray:
+    """Per state: hypomethylated in every sample (a binomial model: by its levels alone)."""
+    low = (np.atleast_2d(methylation) <= HYPO_LEVEL + 1e-9).all(axis=1)
+    if dispersion is None:
+        return low
+    return low & (np.atleast_2d(dispersion) <= HYPO_DISPERSION + 1e-9).all(axis=1)
+
+
+def partially_methylated(methylation, dispersion=None) -> np.ndarray:
+    """Per state: below PMD_LEVEL in every sample, and not hypomethylated."""
+    return (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1) & ~hypomethylated(methylation, dispersion)
+
+
+def unmethylated_share(moments) -> np.ndarray:
+    """Per sample, the share of bins with at least UNMETHYLATED_CHECK_READS reads that have
+    no methylated read, from the single-bin histogram (exact cells only: coverage below its
+    thinning cap); NaN where no such bin was counted. Zero over many bins means the input
+    lists methylated cytosines only, as some pipelines' files do (Lister et al. 2009's mc
+    files): unmethylated CpGs, the core of every HMR, are then missing from the data."""
+    from ..moments.features import decode_cells
+
+    layout = moments.histogram_layout(1)
+    totals = np.zeros(moments.n_samples)
+    zeros = np.zeros(moments.n_samples)
+    for row in range(moments.bin_histogram.shape[0]):
+        cells = np.flatnonzero(moments.bin_histogram[row])
+        weight = moments.bin_histogram[row, cells]
+        coverage, methylated = decode_cells(cells, layout)
+        for slot, sample in enumerate(layout.slot_samples(row)):
+            exact = (coverage[:, slot] >= UNMETHYLATED_CHECK_READS) & (coverage[:, slot] < layout.cap)
+            totals[sample] += weight[exact].sum()
+            zeros[sample] += weight[exact & (methylated[:, slot] == 0)].sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, zeros / totals, np.nan)
