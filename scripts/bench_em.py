@@ -10,10 +10,11 @@ hmmlearn, fit(n_iter=1) with init_params="" from the same start. Best of 10 for 
 our iterations on a chromosome takes 5-50 ms, so a single run is at the mercy of the scheduler.
 
 With --real, the same comparison on real single-sample data (100 bp bins, CG, replicates
-merged): IMR90 and H1 chr21 (dmrseq_BS.chr21_H1_IMR90) and IMR90 chr22
-(MethylSeekR_IMR90_chr22), for each number of states in --states, from evenly spread levels;
-and whole fits of 10 iterations from the same start (ours makes one more E-step, for the
-final log-likelihood).
+merged): IMR90 and H1 chr21 (dmrseq_BS.chr21_H1_IMR90), IMR90 chr22 (MethylSeekR_IMR90_chr22
+and bsseq_BS.chr22_IMR90) and MCF7 chr11p15 (biscuiteer), for each number of states in
+--states, from evenly spread levels; whole fits of 10 iterations from the same start (ours
+makes one more E-step, for the final log-likelihood); and one beta-binomial iteration
+against one binomial iteration (issue 24: at most 1.5x).
 
 With --store-bins N it also times EM iterations on a two-sample synthetic counts store of
 N bins (1e6-bin chunks) on a LocalCluster of two worker processes, against the in-memory
@@ -42,6 +43,23 @@ def best(fn, repeat=3):
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def betabinomial_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> float:
+    """Seconds per beta-binomial EM iteration from the same start (overdispersion 0.05), best of 10."""
+    from streambhmm.learn.hmm import _Encoded
+
+    start_levels = np.linspace(0.1, 0.9, m)[:, None]
+    start_trans = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
+    hmm = BinomialHMM(m, n_iter=1, init_params="", tol=0, emission="betabinomial")
+    hmm.start_from(np.full(m, 1 / m), start_trans, start_levels, np.full((m, 1), 0.05))
+    data = _Encoded(meth[:, None], cov[:, None], np.array([meth.size]))
+
+    def iteration():
+        hmm.m_step(hmm._e_step(data))
+
+    iteration()  # compile outside the timing
+    return best(iteration, repeat=10)
 
 
 def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int, fit_iter: int = 0) -> tuple[float, ...]:
@@ -105,10 +123,13 @@ def real_data(states: list[int]) -> None:
     real = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
     sets = {"IMR90 chr21": ("dmrseq_BS.chr21_H1_IMR90", "IMR90_r*", "auto"),
             "H1 chr21": ("dmrseq_BS.chr21_H1_IMR90", "H1_r*", "auto"),
-            "IMR90 chr22 (MethylSeekR)": ("MethylSeekR_IMR90_chr22", "*.tab.gz", "methylseekr")}
+            "IMR90 chr22 (MethylSeekR)": ("MethylSeekR_IMR90_chr22", "*.tab.gz", "methylseekr"),
+            "IMR90 chr22 (bsseq)": ("bsseq_BS.chr22_IMR90", "IMR90_r*", "auto"),
+            "MCF7 chr11p15": ("biscuiteer_MCF7_chr11p15", "*.bed.gz", "auto")}
     print("| data set | bins | states | streambhmm s/iteration | hmmlearn s/iteration | ratio "
-          f"| streambhmm fit of {FIT_ITER} iterations, s | hmmlearn, s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"| streambhmm fit of {FIT_ITER} iterations, s | hmmlearn, s | ratio | beta-binomial s/iteration "
+          "| beta-binomial / binomial |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, (directory, pattern, fmt) in sets.items():
             store = Path(tmp) / f"{name.split()[0]}{name.split()[1]}.zarr"
@@ -116,8 +137,10 @@ def real_data(states: list[int]) -> None:
             meth, cov, _ = load_counts(open_store(store))
             for m in states:
                 t_ours, t_ref, fit_ours, fit_ref = iteration_seconds(meth[:, 0], cov[:, 0], m, FIT_ITER)
+                t_beta = betabinomial_seconds(meth[:, 0], cov[:, 0], m)
                 print(f"| {name} | {meth.shape[0]:,} | {m} | {t_ours:.4f} | {t_ref:.4f} | {t_ref / t_ours:.1f}x "
-                      f"| {fit_ours:.3f} | {fit_ref:.3f} | {fit_ref / fit_ours:.1f}x |", flush=True)
+                      f"| {fit_ours:.3f} | {fit_ref:.3f} | {fit_ref / fit_ours:.1f}x | {t_beta:.4f} "
+                      f"| {t_beta / t_ours:.2f}x |", flush=True)
 
 
 def main():

@@ -69,7 +69,7 @@ def build(path: Path, mirrored: bool = False) -> int:
             position = (starts[:, None] + pos[None, :] + 1).ravel()  # 1-based, as the source
             table = pa.table({"chrom": pa.array([chrom] * position.size), "pos": position,
                               "T": np.tile(total, tiles), "M": np.tile(meth, tiles)})
-            pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False, delimiter="\t"))
+            pacsv.write_csv(table, out, pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"))
             n += position.size
     return n
 
@@ -114,8 +114,8 @@ def main():
         ours["hmr"].append(timed("streambhmm hmr", ["streambhmm", "hmr", store, "-o", work / "ours.hmr.bed", "-q"], log))
         ours["pmd"].append(timed("streambhmm pmd", ["streambhmm", "pmd", store, "-o", work / "ours.pmd.bed", "-q"], log))
     info = subprocess.run(["streambhmm", "info", store], capture_output=True, text=True).stdout
-    counts["bins"] = int(next(line.split()[1].replace(",", "") for line in info.splitlines()
-                              if line.startswith("total")))
+    counts["bins"] = int(next(line.split()[2].replace(",", "") for line in info.splitlines()
+                              if line.startswith("total")))  # total, bins, covered in A
     theirs = {"convert": [], "hmr": [], "pmd": []}
     if not args.skip_dnmtools:
         if not Path(args.dnmtools).exists():

@@ -22,6 +22,11 @@ random start's converged value. Fits that are degenerate (streambhmm.learn.check
 as such; ``--sweep`` also fits M = 2..6 with every method and counts them.
 
     python scripts/real_data_fits.py [--datasets ...] [--states 4,6] [--sweep] [--json out.jsonl]
+                                     [--emission binomial|betabinomial]
+
+--emission betabinomial fits the refined one-pass model and EM with beta-binomial emissions
+(issue 24: the one-pass fit within 1% of EM on the named sets, within 2% on sets it does not
+name: --datasets bsseq22,mcf7, a chromosome's 20 blocks alternately held out).
 """
 
 from __future__ import annotations
@@ -56,7 +61,11 @@ DATASETS = {
         "IMR90": ("MethylSeekR_IMR90_chr22", "*.tab.gz", "methylseekr")}},
     "modkit": {"title": "modkit lung chr20", "train": {
         "normal": ("modkit_lung_chr20", "*normal*", "auto"), "tumour": ("modkit_lung_chr20", "*tumour*", "auto")}},
+    # sets that chose nothing (--emission betabinomial was settled on the five above)
+    "bsseq22": {"title": "bsseq IMR90 chr22", "train": {"IMR90": ("bsseq_BS.chr22_IMR90", "IMR90_r*", "auto")}},
+    "mcf7": {"title": "MCF7 chr11p15 (BISCUIT)", "train": {"MCF7": ("biscuiteer_MCF7_chr11p15", "*.bed.gz", "auto")}},
 }
+NAMED = ("h1-imr90", "imr90-x", "arabidopsis", "methylseekr", "modkit")
 N_BLOCKS = 20
 REL_TOL = 1e-8
 MAX_EM = 3000
@@ -92,9 +101,12 @@ def load(name: str, tmp: Path):
     return split(meth, cov)
 
 
+EMISSION = "binomial"  # --emission
+
+
 def em(start, data, m):
-    """EM to convergence from (startprob, transmat, methylation); (hmm, history, seconds)."""
-    hmm = BinomialHMM(m, stationary_start=True, allow_degenerate=True).start_from(*start)
+    """EM to convergence from (startprob, transmat, methylation[, dispersion]); (hmm, history, seconds)."""
+    hmm = BinomialHMM(m, stationary_start=True, allow_degenerate=True, emission=EMISSION).start_from(*start)
     t = time.perf_counter()
     history = run_em(hmm, lambda: hmm.e_step(*data), MAX_EM, REL_TOL)
     return hmm, history, time.perf_counter() - t
@@ -112,11 +124,12 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
         t = time.perf_counter()
         try:
             est = SpectralBinomialHMM(m, method=method, random_state=seed, check_spectrum=False,
-                                      allow_degenerate=True)
+                                      allow_degenerate=True, emission=EMISSION if method == "refined" else "binomial")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateModelWarning)
                 est.fit_moments(moments)
             out[label] = dict(levels=est.methylation_, transmat=est.transmat_, startprob=est.startprob_,
+                              dispersion=getattr(est, "dispersion_", None),
                               seconds=time.perf_counter() - t, iterations=0, history=[],
                               problems=problems_of(est.methylation_, est.transmat_, est.startprob_),
                               starts=est.starts_)
@@ -127,8 +140,9 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
             out[label] = dict(error=f"no {source} start")
             continue
         s = out[source]
-        hmm, history, seconds = em((s["startprob"], s["transmat"], s["levels"]), train, m)
+        hmm, history, seconds = em((s["startprob"], s["transmat"], s["levels"], s.get("dispersion")), train, m)
         out[label] = dict(levels=hmm.methylation_, transmat=hmm.transmat_, startprob=hmm.startprob_,
+                          dispersion=hmm.dispersion,
                           seconds=s["seconds"] + seconds, iterations=len(history) - 1, history=history,
                           problems=problems_of(hmm.methylation_, hmm.transmat_, hmm.startprob_))
     runs = []
@@ -137,6 +151,7 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
         runs.append((history[-1], hmm, history, seconds))
     best = max(runs, key=lambda run: run[0])
     out["EM"] = dict(levels=best[1].methylation_, transmat=best[1].transmat_, startprob=best[1].startprob_,
+                     dispersion=best[1].dispersion,
                      seconds=sum(run[3] for run in runs), iterations=int(np.mean([len(run[2]) - 1 for run in runs])),
                      history=best[2], problems=problems_of(best[1].methylation_, best[1].transmat_,
                                                            best[1].startprob_),
@@ -162,8 +177,10 @@ def score_parameters(hmm, test) -> float:
 
 
 def score(result: dict, test, m: int) -> float:
-    hmm = BinomialHMM(m).start_from(result["startprob"], result["transmat"], result["levels"])
-    return score_parameters(hmm, test)
+    dispersion = result.get("dispersion")
+    hmm = BinomialHMM(m, emission="binomial" if dispersion is None else "betabinomial").start_from(
+        result["startprob"], result["transmat"], result["levels"], dispersion)
+    return hmm.score(*test) / test[0].shape[0]
 
 
 METHODS = ("FTD", "refined", "refined+EM", "FTD+EM", "EM")
@@ -171,12 +188,16 @@ METHODS = ("FTD", "refined", "refined+EM", "FTD+EM", "EM")
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--datasets", default=",".join(NAMED))
     parser.add_argument("--states", default="4,6")
     parser.add_argument("--sweep", action="store_true", help="Also fit M = 2..6 and count degenerate models.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="Append one JSON line per (data set, M, method).")
+    parser.add_argument("--emission", default="binomial", choices=["binomial", "betabinomial"],
+                        help="The emission of the refined fit and of EM (FTD is binomial).")
     args = parser.parse_args()
+    global EMISSION
+    EMISSION = args.emission
     states = [int(v) for v in args.states.split(",")]
     summary = []
     for name in args.datasets.split(","):

@@ -107,7 +107,8 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
 
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
-             quiet_degenerate: bool = False, emission: str = "binomial", limits=None) -> SpectralBinomialHMM:
+             quiet_degenerate: bool = False, emission: str = "binomial", limits=None,
+             n_random_starts: int = 8) -> SpectralBinomialHMM:
     """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
     (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start). ``limits``
     (refine.StateLimits) caps some states' levels and overdispersions."""
@@ -117,7 +118,7 @@ def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate:
     est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
                               check_spectrum=method == "ftd" and not quiet_degenerate,
                               allow_degenerate=allow_degenerate or quiet_degenerate, emission=emission,
-                              limits=limits)
+                              limits=limits, n_random_starts=n_random_starts)
     with warnings.catch_warnings():
         if quiet_degenerate:
             warnings.simplefilter("ignore", DegenerateModelWarning)

@@ -96,7 +96,11 @@ class EmissionTable:
         if not keep_pairs:
             return methylated, coverage, None
         covered = self.coverage[:, 0] > 0
-        return methylated, coverage, [PairWeights(self.keys[covered], w[covered].T.copy()) for w in code_weights]
+        pairs = []
+        for w in code_weights:  # each sample's pairs: those of its bins (the table is the samples' together)
+            keep = covered & (w.sum(axis=1) > 0)
+            pairs.append(PairWeights(self.keys[keep], w[keep].T.copy()))
+        return methylated, coverage, pairs
 
     def pair_weights(self, posteriors: np.ndarray) -> list["PairWeights"]:
         """Per sample, the posterior-weighted count of each distinct covered pair in each

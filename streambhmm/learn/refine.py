@@ -36,9 +36,15 @@ apart levels within one Beta-map bin; the histograms of single bins and of adjac
 closed most of the gap to EM on the real data sets. The default weights (Weights) were
 chosen by the same measurement.
 
+With beta-binomial emissions (``emission="betabinomial"``) each state and sample also has an
+overdispersion: the histograms' cells are then beta-binomial (exact under thinning) and O
+integrates g over the state's Beta distribution of levels (streambhmm.learn.overdispersion).
+
 Parameters: levels through logits (bounded, p in [1e-4, 1 - 1e-4]), transition rows through
-softmax logits (bounded, so the chain stays irreducible), each state's coverage buckets
-through softmax logits, pi = the stationary distribution of A. Gradients are analytic
+softmax logits (bounded, so the chain stays irreducible), the overdispersions through
+v = log(a + b) (bounded, overdispersion.scale_bounds), each state's coverage buckets
+through softmax logits, pi = the stationary distribution of A; states can be capped
+(StateLimits). Gradients are analytic
 (d pi / d A through the fundamental matrix). L-BFGS-B runs from
 several starts (the spectral estimate, a spread of levels at the quantiles of the marginal
 features, seeded random sticky chains), screened after a few iterations; the lowest
@@ -60,7 +66,7 @@ from threadpoolctl import threadpool_limits
 from ..moments.features import COVERAGE_BUCKETS, coverage_bucket, decode_cells
 from ..moments.sums import Moments
 from .emissions import START_DISPERSION
-from .overdispersion import QUADRATURE, beta_parameters, entry_loglik, scale_bounds
+from .overdispersion import ONE_PASS_MAX_DISPERSION, QUADRATURE, beta_parameters, entry_loglik, scale_bounds
 
 LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
 TRANSITION_BOUND = 10.0  # softmax logit bound: every transition at least ~1e-9
@@ -88,7 +94,7 @@ class Parameters(NamedTuple):
 class StateLimits:
     """Upper bounds of each state's level and overdispersion (m,) each (1 and the largest
     overdispersion where a state is free): a model with states defined in advance, such as
-    a hypomethylated state (streambhmm.learn.states)."""
+    a hypomethylated state (streambhmm.learn.domains)."""
 
     level: np.ndarray
     dispersion: np.ndarray
@@ -497,8 +503,8 @@ class Objective:
         scale_bound = np.tile(scale_bounds(), (m, self.n_samples, 1))
         if limits is not None:
             level_bounds[:, :, 1] = np.minimum(level_bounds[:, :, 1], logit(limits.level)[:, None])
-            scale_bound[:, :, 0] = np.maximum(scale_bound[:, :, 0], np.log((1 - limits.dispersion) /
-                                                                             limits.dispersion)[:, None])
+            widest = np.minimum(limits.dispersion, ONE_PASS_MAX_DISPERSION)
+            scale_bound[:, :, 0] = np.maximum(scale_bound[:, :, 0], np.log((1 - widest) / widest)[:, None])
         out = [tuple(b) for b in level_bounds.reshape(-1, 2)] + [(-TRANSITION_BOUND, TRANSITION_BOUND)] * sizes[1]
         if self.dispersed:
             out += [tuple(b) for b in scale_bound.reshape(-1, 2)]

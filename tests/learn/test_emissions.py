@@ -123,3 +123,57 @@ def test_a_beta_binomial_model_file_round_trips_and_a_bad_dispersion_is_refused(
     path.write_text(json.dumps(document))
     with pytest.raises(ValueError, match=r"m.json: a beta-binomial model needs dispersion"):
         read_model(path)
+
+
+def test_deep_coverage_uses_log_gamma_and_agrees_with_scipy():
+    """A few pairs of coverage far above their number take the log-gamma branch of the table."""
+    c = np.array([[0.0], [5.0], [40_000.0], [90_000.0]])
+    mu = np.array([[0.0], [2.0], [31_000.0], [88_000.0]])
+    coef = stats.binom.logpmf(mu, c, 0.5) - c * np.log(0.5)
+    p, rho = np.array([0.3, 0.97]), np.array([0.02, 0.3])
+    got = pair_loglik(c, mu, coef, p, rho)
+    alpha, beta = p * (1 - rho) / rho, (1 - p) * (1 - rho) / rho
+    np.testing.assert_allclose(got, stats.betabinom.logpmf(mu, c, alpha, beta), rtol=1e-9, atol=1e-8)
+
+
+def test_the_recursion_counts_each_pairs_posterior_weight():
+    """The E-step's per-pair weights (summed in the compiled recursion) equal the posteriors
+    of the bins summed per (coverage, methylated) pair, and give the posterior-weighted sums."""
+    from streambhmm.learn.emissions import EmissionTable
+
+    sim = simulate(model(LEVELS, STICKY), [700, 300], coverage=9, random_state=5, dispersion=DISPERSION)
+    hmm = BinomialHMM(4, emission="betabinomial").start_from(np.full(4, 0.25), STICKY, LEVELS, DISPERSION)
+    stats_ = hmm.e_step(sim.methylated, sim.coverage, sim.lengths)
+    post = hmm.predict_proba(sim.methylated, sim.coverage, sim.lengths)
+    table = EmissionTable(sim.methylated, sim.coverage)
+    for s, pairs in enumerate(stats_.pairs):
+        keys = pair_keys(sim.methylated[:, s], sim.coverage[:, s])
+        for k, key in enumerate(pairs.keys):
+            np.testing.assert_allclose(pairs.weights[:, k], post[keys == key].sum(axis=0), rtol=1e-9, atol=1e-12)
+        assert set(pairs.keys) == set(keys[sim.coverage[:, s] > 0])
+    np.testing.assert_allclose(stats_.methylated, post.T @ sim.methylated, rtol=1e-9)
+    np.testing.assert_allclose(stats_.coverage, post.T @ sim.coverage, rtol=1e-9)
+    assert table.keys.size >= max(p.keys.size for p in stats_.pairs)
+
+
+def test_the_m_step_keeps_a_state_within_its_caps():
+    """A capped state's M-step is the weighted maximum likelihood within the caps (against a
+    bounded direct optimization); the free state is unchanged by the other's caps."""
+    rng = np.random.default_rng(2)
+    c = rng.integers(1, 60, 400)
+    mu = rng.binomial(c, rng.beta(3, 3, 400))  # levels around 0.5: a cap at 0.2 binds
+    keys, inverse = np.unique(pair_keys(mu, c), return_inverse=True)
+    weights = np.stack([np.bincount(inverse, np.ones(400), keys.size)] * 2)
+    pairs = PairWeights(keys, weights)
+    free = betabinomial_mstep(pairs, np.array([0.5, 0.5]), np.array([0.05, 0.05]))
+    capped = betabinomial_mstep(pairs, np.array([0.1, 0.5]), np.array([0.05, 0.05]), np.array([0.2, 1.0]),
+                                np.array([0.2, 1.0]))
+    assert capped[0][0] <= 0.2 + 1e-9 and capped[1][0] <= 0.2 + 1e-9
+    assert capped[0][1] == pytest.approx(free[0][1], abs=1e-8) and capped[1][1] == pytest.approx(free[1][1], abs=1e-8)
+
+    def nll(x):
+        p, r = x
+        return -np.sum(stats.betabinom.logpmf(mu, c, p * (1 - r) / r, (1 - p) * (1 - r) / r))
+
+    best = minimize(nll, [0.1, 0.1], method="L-BFGS-B", bounds=[(1e-4, 0.2), (1e-6, 0.2)])
+    assert capped[0][0] == pytest.approx(best.x[0], abs=1e-4) and capped[1][0] == pytest.approx(best.x[1], abs=1e-4)

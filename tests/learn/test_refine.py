@@ -164,3 +164,54 @@ def test_thinned_histograms_equal_the_naive_hypergeometric_sum(n_samples, budget
         assert (coverage > layout.cap).mean() > 0.2 and (coverage <= layout.cap).any()  # both kinds of slot
         np.testing.assert_allclose(hist, naive_thinned_histogram(methylated, coverage, width, layout),
                                    rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_the_beta_binomial_criterion_gradient_equals_finite_differences(n_samples):
+    sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [4000], coverage=15, random_state=2,
+                   dispersion=np.full((4, n_samples), 0.1))
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=8)
+    objective = Objective(mom, Weights(1.0, 0.5, 1.0, 0.7), grid_points=64, emission="betabinomial")
+    m = 3
+    x = np.random.default_rng(0).normal(size=sum(objective._sizes(m)))
+    value, grad = objective(x, m)
+    numeric = np.array([(objective(x + e, m)[0] - objective(x - e, m)[0]) / 2e-6 for e in np.eye(x.size) * 1e-6])
+    np.testing.assert_allclose(grad, numeric, atol=1e-6 * max(1.0, np.abs(grad).max()))
+
+
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_the_one_pass_beta_binomial_fit_recovers_levels_dispersions_and_transitions(n_samples):
+    from streambhmm import SpectralBinomialHMM
+
+    levels = np.array([[0.05, 0.1], [0.4, 0.8], [0.7, 0.2], [0.95, 0.9]])[:, :n_samples]
+    dispersion = np.array([[0.05, 0.02], [0.15, 0.1], [0.1, 0.2], [0.03, 0.05]])[:, :n_samples]
+    sticky = np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3)
+    sim = simulate(model(levels, sticky), [100_000], coverage=20, random_state=3, dispersion=dispersion)
+    est = SpectralBinomialHMM(4, random_state=0, emission="betabinomial").fit(sim.methylated, sim.coverage)
+    order = np.argsort(est.methylation_[:, 0])
+    np.testing.assert_allclose(est.methylation_[order], levels, atol=0.01)
+    np.testing.assert_allclose(est.dispersion_[order], dispersion, atol=0.01)
+    np.testing.assert_allclose(np.diag(est.transmat_)[order], np.diag(sticky), atol=0.015)
+    binomial = SpectralBinomialHMM(4, random_state=0).fit(sim.methylated, sim.coverage)
+    assert np.diag(binomial.transmat_).min() < 0.9  # the binomial explains the spread by switching
+
+
+def test_caps_hold_a_state_and_change_nothing_when_they_do_not_bind():
+    """A cap above the truth leaves the fit as it is free; one below holds the state at it."""
+    from streambhmm import SpectralBinomialHMM
+    from streambhmm.learn.refine import StateLimits
+
+    levels, dispersion = np.array([[0.05], [0.5], [0.9]]), np.array([[0.05], [0.1], [0.02]])
+    sticky = np.full((3, 3), 0.02 / 2) + np.eye(3) * (0.98 - 0.02 / 2)
+    sim = simulate(model(levels, sticky), [60_000], coverage=20, random_state=4, dispersion=dispersion)
+    fits = {}
+    for name, cap in (("free", None), ("loose", 0.2), ("tight", 0.02)):
+        limits = None if cap is None else StateLimits(np.array([cap, 1.0, 1.0]), np.array([cap, 1.0, 1.0]))
+        est = SpectralBinomialHMM(3, random_state=0, emission="betabinomial", limits=limits,
+                                  allow_degenerate=True).fit(sim.methylated, sim.coverage)
+        order = np.argsort(est.methylation_[:, 0])
+        fits[name] = est.methylation_[order, 0], est.dispersion_[order, 0]
+    np.testing.assert_allclose(fits["free"][0], levels[:, 0], atol=0.01)
+    np.testing.assert_allclose(fits["loose"][0], fits["free"][0], atol=1e-3)
+    np.testing.assert_allclose(fits["loose"][1], fits["free"][1], atol=1e-3)
+    assert fits["tight"][0][0] <= 0.02 + 1e-9 and fits["tight"][1][0] <= 0.02 + 1e-9

@@ -43,6 +43,11 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                        + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))
     if not quiet:
         click.echo(f"states (* the {kind.upper()} states): {levels}")
+    from ..calls import missing_unmethylated
+
+    warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     median = np.median(outcome.lengths) if outcome.n else 0
     click.echo(f"{output}: {outcome.n:,} {kind.upper()}s, median {median:,.0f} bp, "
                f"{outcome.lengths.sum() / 1e6:.2f} Mb in all, on {outcome.bin_size} bp bins "

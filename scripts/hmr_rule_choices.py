@@ -1,0 +1,199 @@
+"""How `hmr`'s model and rule were chosen, measured on the four real chromosome sets (README,
+"HMRs and PMDs").
+
+    python scripts/hmr_rule_choices.py [--dnmtools-calls DIR]
+
+1. Free models: beta-binomial EM with 2-8 states (best of 3 random starts), the lowest
+   state's level and overdispersion per set: whether a hypomethylated state exists without
+   being defined; and EM on bsseq IMR90 chr22 started from the MethylSeekR excerpt's 6-state
+   model (the same cell line and chromosome).
+2. The call's choices: background states (2, 3, 5), minimum bins (3, 4, 5), and whether a
+   region bridges covered bins of other states: on the MethylSeekR excerpt the Jaccard with
+   DNMTools' HMRs outside its PMDs (where its calls are HMRs), on dmrseq IMR90 chr21 (no
+   unmethylated CpGs) the megabases called and the calls averaging above 0.4.
+3. What the data are: CpGs of the MethylSeekR excerpt missing from bsseq's chr22 and their
+   levels; rows without methylated reads in each file.
+
+DNMTools' calls come from --dnmtools-calls (a `compare_dnmtools.py --workdir`, its msr22/
+folder), or ../shared/data/reference for the excerpt's (the same, byte for byte).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from compare_dnmtools import SETS, away_from, jaccard, read_bed
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def load(key: str, tmp: Path):
+    """(methylated, coverage, positions, lengths) of a set's covered 100 bp bins, replicates summed."""
+    from streambhmm.io.ingest import ingest
+    from streambhmm.io.store import open_store
+    from streambhmm.moments.pipeline import plan_chunks
+
+    _, files, fmt = SETS[key]
+    ingest(files, "S", tmp / f"{key}.zarr", fmt=fmt)
+    store = open_store(tmp / f"{key}.zarr")
+    meth, cov, pos, lengths = [], [], [], []
+    for chrom in store.chromosomes:
+        n = 0
+        for plan in plan_chunks(store, ["S"], chromosomes=[chrom]):
+            m, c = plan.ref.read()
+            rows = np.flatnonzero(c[:, 0])
+            meth.append(m[rows, 0]), cov.append(c[rows, 0]), pos.append(plan.ref.positions(rows))
+            n += rows.size
+        lengths.append(n)
+    return np.concatenate(meth), np.concatenate(cov), np.concatenate(pos), np.array(lengths)
+
+
+def free_em(meth, cov, lengths, m: int, starts: int = 3):
+    from streambhmm.learn.hmm import BinomialHMM, _Encoded, random_parameters, run_em
+
+    data = _Encoded(meth[:, None], cov[:, None], lengths)
+    best = None
+    for seed in range(starts):
+        hmm = BinomialHMM(m, emission="betabinomial", stationary_start=True, init_params="",
+                          allow_degenerate=True).start_from(*random_parameters(m, 1, seed))
+        history = run_em(hmm, lambda: hmm._e_step(data), 2000, 1e-9)
+        if best is None or history[-1] > best[0]:
+            best = (history[-1], hmm)
+    return best[1]
+
+
+def lowest(hmm) -> str:
+    h = int(np.argmin(hmm.methylation_[:, 0]))
+    return f"{hmm.methylation_[h, 0]:.2f} ({hmm.dispersion_[h, 0]:.3f})"
+
+
+def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool) -> np.ndarray:
+    """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated state."""
+    from streambhmm.distributed.fitting import one_pass
+    from streambhmm.distributed.regions import RegionRule, regions_of
+    from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
+    from streambhmm.learn.hmm import BinomialHMM
+
+    model = CallModel("hmr", 1 + background, (HYPO_LEVEL,) + (1.0,) * background,
+                      (HYPO_DISPERSION,) + (1.0,) * background)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = one_pass(moments, model.n_states, "refined", 0, True, emission="betabinomial", limits=model.limits(),
+                       n_random_starts=2)
+    hmm = BinomialHMM(model.n_states, emission="betabinomial").start_from(est.startprob_, est.transmat_,
+                                                                          est.methylation_, est.dispersion_)
+    post = hmm.predict_proba(meth[:, None], cov[:, None], lengths)[:, 0]
+    found, offset = [], 0
+    for n in lengths:
+        part = slice(offset, offset + n)
+        r = regions_of(pos[part], post[part], [(0, meth[part], cov[part])], 1, 100,
+                       RegionRule((0,), 0.5, 1000, 0, min_bins, "HMR", bridge))
+        keep = r.n_bins >= min_bins
+        found.append(np.stack([r.start[keep], r.end[keep]], axis=1))
+        offset += n
+    return np.concatenate(found)
+
+
+def span_levels(iv: np.ndarray, meth, cov, pos) -> np.ndarray:
+    cum_m, cum_c = np.r_[0, np.cumsum(meth)], np.r_[0, np.cumsum(cov)]
+    i, j = np.searchsorted(pos, iv[:, 0]), np.searchsorted(pos, iv[:, 1])
+    return (cum_m[j] - cum_m[i]) / np.maximum(cum_c[j] - cum_c[i], 1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dnmtools-calls", default=None)
+    args = parser.parse_args()
+    from streambhmm import compute_moments
+
+    reference = Path(args.dnmtools_calls) / "msr22" if args.dnmtools_calls else \
+        SHARED / "data" / "reference" / "dnmtools_IMR90_chr22"
+    hmrs = read_bed(next(reference.glob("*hmr.bed")))
+    pmds = read_bed(next(reference.glob("*pmd.bed")))
+    with tempfile.TemporaryDirectory() as tmp:
+        data = {key: load(key, Path(tmp)) for key in SETS}
+    print("1. The lowest state of free beta-binomial EM fits: level (overdispersion)\n")
+    print("| data set | " + " | ".join(f"{m} states" for m in range(2, 9)) + " |")
+    print("|---|" + "---|" * 7)
+    fits = {}
+    for key, (meth, cov, pos, lengths) in data.items():
+        fits[key] = {m: free_em(meth, cov, lengths, m) for m in range(2, 9)}
+        print(f"| {SETS[key][0]} | " + " | ".join(lowest(fits[key][m]) for m in range(2, 9)) + " |", flush=True)
+    from streambhmm.learn.hmm import BinomialHMM, _Encoded, run_em
+
+    source, (meth, cov, _, lengths) = fits["msr22"][6], data["bsseq22"]
+    moved = BinomialHMM(6, emission="betabinomial", stationary_start=True, allow_degenerate=True).start_from(
+        source.startprob_, source.transmat_, source.methylation_, source.dispersion_)
+    encoded = _Encoded(meth[:, None], cov[:, None], lengths)
+    run_em(moved, lambda: moved._e_step(encoded), 2000, 1e-9)
+    print(f"\nEM on bsseq IMR90 chr22 from the MethylSeekR excerpt's 6-state model: its lowest state "
+          f"{lowest(source)} becomes {lowest(moved)}")
+
+    print("\n2. The call's choices (the one-pass model, as `hmr` fits it)\n")
+    print("| background states | minimum bins | bridges covered bins | MethylSeekR: Jaccard where DNMTools is right, "
+          "Mb | dmrseq IMR90 chr21: Mb, calls above 0.4 |")
+    print("|---|---|---|---|---|")
+    moments = {key: compute_moments(d[0], d[1], d[3], n_bins=30) for key, d in data.items()}
+    for background in (2, 3, 5):
+        for min_bins in (3, 4, 5):
+            for bridge in (False, True):
+                msr = call_regions(*data["msr22"], moments["msr22"], background, min_bins, bridge)
+                imr = call_regions(*data["imr90-21"], moments["imr90-21"], background, min_bins, bridge)
+                high = int((span_levels(imr, *data["imr90-21"][:3]) > 0.4).sum())
+                print(f"| {background} | {min_bins} | {'yes' if bridge else 'no'} | "
+                      f"{jaccard(away_from(msr, pmds), away_from(hmrs, pmds)):.3f}, "
+                      f"{(msr[:, 1] - msr[:, 0]).sum() / 1e6:.2f} | {(imr[:, 1] - imr[:, 0]).sum() / 1e6:.2f}, {high} |",
+                      flush=True)
+
+    print("\n3. The data")
+    meth, cov, pos, _ = data["msr22"]
+    lo, hi = int(hmrs[0, 0]), int(hmrs[-1, 1])
+    inside = np.zeros(hi - lo, bool)
+    for a, b in pmds:
+        inside[max(a, lo) - lo:max(min(b, hi) - lo, 0)] = True
+    in_pmd = sum(inside[a - lo:b - lo].sum() for a, b in hmrs)
+    total = int((hmrs[:, 1] - hmrs[:, 0]).sum())
+    out = away_from(hmrs, pmds)
+    within = hmrs[~np.isin(hmrs[:, 0], out[:, 0])]
+    print(f"DNMTools' HMRs on the MethylSeekR excerpt: {in_pmd / total:.1%} of their {total:,} bases inside its own "
+          f"PMD calls; mean level {pooled(within, meth, cov, pos):.2f} of those touching a PMD, "
+          f"{pooled(out, meth, cov, pos):.2f} of the others")
+    ours = call_regions(*data["msr22"], moments["msr22"], 3, 4, False)  # hmr's own choices
+    covered = np.zeros(hi - lo, bool)
+    for a, b in ours:
+        covered[max(a, lo) - lo:max(min(b, hi) - lo, 0)] = True
+    levels = span_levels(out, meth, cov, pos)
+    for low, high in ((0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.4), (0.4, 1.01)):
+        chosen = out[(levels >= low) & (levels < high)]
+        bases = int((chosen[:, 1] - chosen[:, 0]).sum())
+        found = sum(int(covered[a - lo:b - lo].sum()) for a, b in chosen)
+        print(f"  DNMTools' HMRs outside its PMDs averaging {low}-{min(high, 1.0)}: {len(chosen)}, {bases:,} bp, "
+              f"{found / max(bases, 1):.0%} of their bases in ours")
+    msr_rows = np.loadtxt(SETS["msr22"][1][0], usecols=(1, 2, 3), dtype=np.int64)
+    bsseq = np.concatenate([np.loadtxt(f, skiprows=1, usecols=(1,), dtype=np.int64) for f in SETS["bsseq22"][1]])
+    missing = ~np.isin(msr_rows[:, 0], bsseq + 1)
+    levels = msr_rows[missing, 2] / msr_rows[missing, 1]
+    print(f"CpGs of the MethylSeekR excerpt missing from bsseq's chr22 (its positions + 1): {missing.sum():,}; "
+          f"their levels below 0.2: {(levels < 0.2).mean():.1%}")
+    for key in ("bsseq22", "h1-21", "imr90-21"):
+        for path in SETS[key][1]:
+            with gzip.open(path, "rt") as fh:
+                rows = np.loadtxt(fh, skiprows=1, usecols=(3, 4), dtype=np.int64)
+            print(f"{path.name}: {int(((rows[:, 0] == 0) & (rows[:, 1] > 0)).sum()):,} of {int((rows[:, 1] > 0).sum()):,} "
+                  f"covered rows without a methylated read")
+
+
+def pooled(iv, meth, cov, pos) -> float:
+    cum_m, cum_c = np.r_[0, np.cumsum(meth)], np.r_[0, np.cumsum(cov)]
+    i, j = np.searchsorted(pos, iv[:, 0] - 99), np.searchsorted(pos, iv[:, 1])
+    return float((cum_m[j] - cum_m[i]).sum() / (cum_c[j] - cum_c[i]).sum())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""`hmr` and `pmd` on a simulated methylome with planted HMRs and PMDs: they find them, and
+refuse with a reason where the data hold none."""
+
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from streambhmm.app.cli import main
+from streambhmm.io.store import write_store
+from streambhmm.learn.domains import hypomethylated, partially_methylated, unmethylated_share
+from streambhmm.moments.sums import compute_moments
+
+N_BINS = 40_000  # 4 Mb of 100 bp bins per chromosome
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def beta_binomial(rng, coverage, level, dispersion):
+    scale = (1 - dispersion) / dispersion
+    return rng.binomial(coverage, rng.beta(level * scale, (1 - level) * scale))
+
+
+def planted(seed: int, hmrs: bool = True, pmds: bool = True, truncated: bool = False):
+    """Two chromosomes: a methylated background (0.85) with PMDs (0.5, 300-500 kb) and HMRs
+    (0.03, 1-3 kb, CpG-rich: more reads) both inside and outside them; 70% of the bins
+    covered. Returns the store's chromosomes and the planted (start, end) bp per kind.
+    ``truncated``: a bin's reads only if one is methylated (files listing methylcytosines only)."""
+    rng = np.random.default_rng(seed)
+    chromosomes, truth = {}, {"hmr": {}, "pmd": {}}
+    for chrom in ("chr1", "chr2"):
+        level = np.full(N_BINS, 0.85)
+        dispersion = np.full(N_BINS, 0.05)
+        coverage = rng.poisson(15, N_BINS) * (rng.random(N_BINS) < 0.7)
+        truth["pmd"][chrom], truth["hmr"][chrom] = [], []
+        if pmds:
+            for start in (4_000, 15_000, 27_000):
+                end = start + int(rng.integers(3_000, 5_000))
+                level[start:end], dispersion[start:end] = 0.5, 0.15
+                truth["pmd"][chrom].append((start * 100, end * 100))
+        if hmrs:
+            for start in np.sort(rng.choice(np.arange(100, N_BINS - 100, 400), 50, replace=False)):
+                end = start + int(rng.integers(10, 30))
+                level[start:end], dispersion[start:end] = 0.03, 0.05
+                coverage[start:end] = rng.poisson(40, end - start)
+                truth["hmr"][chrom].append((start * 100, end * 100))
+        methylated = beta_binomial(rng, coverage, level, dispersion)
+        if truncated:
+            coverage = np.where(methylated > 0, coverage, 0)
+        bins = np.flatnonzero(coverage)
+        chromosomes[chrom] = (bins, methylated[bins, None], coverage[bins, None])
+    return chromosomes, truth
+
+
+def read_bed(path):
+    out = {}
+    for line in path.read_text().splitlines()[1:]:
+        chrom, start, end = line.split("\t")[:3]
+        out.setdefault(chrom, []).append((int(start), int(end)))
+    return out
+
+
+def mask(intervals: dict, chrom: str) -> np.ndarray:
+    out = np.zeros(N_BINS * 100 + 1, bool)
+    for start, end in intervals.get(chrom, []):
+        out[start:end] = True
+    return out
+
+
+def overlap(found: dict, truth: dict) -> tuple[float, float]:
+    """(share of the planted bases found, share of the found bases planted)."""
+    hit = planted_bp = found_bp = 0
+    for chrom in set(found) | set(truth):
+        a, b = mask(found, chrom), mask(truth, chrom)
+        hit, planted_bp, found_bp = hit + (a & b).sum(), planted_bp + b.sum(), found_bp + a.sum()
+    return hit / max(planted_bp, 1), hit / max(found_bp, 1)
+
+
+@pytest.fixture(scope="module")
+def methylome(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calls") / "planted.zarr"
+    chromosomes, truth = planted(0)
+    write_store(path, chromosomes, ["S"], chunk_size=15_000)
+    return path, truth
+
+
+def test_hmr_finds_the_planted_hmrs_inside_and_outside_pmds(methylome, tmp_path):
+    store, truth = methylome
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert re.search(r"hmr.bed: [0-9,]+ HMRs", r.output)
+    recall, precision = overlap(read_bed(tmp_path / "hmr.bed"), truth["hmr"])
+    assert recall > 0.8 and precision > 0.9, (recall, precision)
+    # the PMDs (0.5, broad) are background: their HMRs are found, the rest of them is not
+    found = read_bed(tmp_path / "hmr.bed")
+    for chrom in truth["pmd"]:
+        in_pmds = mask(found, chrom) & mask(truth["pmd"], chrom)
+        assert (in_pmds & ~mask(truth["hmr"], chrom)).sum() < 0.1 * in_pmds.sum() + 1000
+    table = (tmp_path / "hmr.tsv").read_text().splitlines()
+    assert table[0].split("\t") == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_S"]
+    assert all(float(row.split("\t")[-1]) < 0.2 for row in table[1:])
+
+
+def test_pmd_sums_the_bins_and_finds_the_planted_pmds(methylome, tmp_path):
+    store, truth = methylome
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert "on 5000 bp bins" in r.output
+    recall, precision = overlap(read_bed(tmp_path / "pmd.bed"), truth["pmd"])
+    assert recall > 0.9 and precision > 0.9, (recall, precision)
+    assert not list(tmp_path.glob(".pmd.bed.*")), "the coarse store went with the call"
+
+
+def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):
+    store, _ = methylome
+    for kind in ("hmr", "pmd"):
+        assert run(kind, store, "-o", tmp_path / f"{kind}.bed", "-q").exit_code == 0
+        r = run(kind, store, "-o", tmp_path / f"{kind}.em.bed", "--polish-em", "200", "-q")
+        assert r.exit_code == 0, r.output
+        recall, precision = overlap(read_bed(tmp_path / f"{kind}.bed"), read_bed(tmp_path / f"{kind}.em.bed"))
+        assert recall > 0.9 and precision > 0.9, (kind, recall, precision)
+
+
+def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
+    chromosomes, _ = planted(1, hmrs=False, pmds=False)
+    store = write_store(tmp_path / "flat.zarr", chromosomes, ["S"], chunk_size=15_000).path
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
+    assert r.exit_code == 1 and "no partially methylated domains" in r.output
+    assert not (tmp_path / "pmd.bed").exists()
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
+    assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
+
+
+def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
+    chromosomes, _ = planted(2, truncated=True)
+    store = write_store(tmp_path / "mc-only.zarr", chromosomes, ["S"], chunk_size=15_000)
+    moments = compute_moments(np.concatenate([c[1] for c in chromosomes.values()]),
+                              np.concatenate([c[2] for c in chromosomes.values()]))
+    assert unmethylated_share(moments)[0] == 0.0
+    full, _ = planted(2)
+    assert unmethylated_share(compute_moments(np.concatenate([c[1] for c in full.values()]),
+                                              np.concatenate([c[2] for c in full.values()])))[0] > 0.01
+    r = run("hmr", store.path, "-o", tmp_path / "hmr.bed", "-q")
+    if r.exit_code:
+        assert "methylated cytosines only" in r.output
+    else:
+        assert "methylated cytosines only" in r.output  # a warning beside the regions
+
+
+def test_state_rules():
+    levels = np.array([[0.1, 0.15], [0.1, 0.5], [0.5, 0.6], [0.9, 0.9]])
+    assert hypomethylated(levels).tolist() == [True, False, False, False]
+    assert hypomethylated(levels, np.array([[0.3, 0.1]] + [[0.1, 0.1]] * 3)).tolist() == [False] * 4
+    assert partially_methylated(levels).tolist() == [False, True, True, False]
+    # the caps' Beta puts at least 92% of its mass below 0.5
+    assert stats.beta.cdf(0.5, 0.2 * 4, 0.8 * 4) > 0.92
