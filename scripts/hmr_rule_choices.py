@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compare_dnmtools import SETS, away_from, jaccard, read_bed
+from compare_dnmtools import SETS, away_from, covered_bases, intersect, jaccard, read_bed
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -112,10 +112,12 @@ def main():
     args = parser.parse_args()
     from streambhmm import compute_moments
 
-    reference = Path(args.dnmtools_calls) / "msr22" if args.dnmtools_calls else \
-        SHARED / "data" / "reference" / "dnmtools_IMR90_chr22"
-    hmrs = read_bed(next(reference.glob("*hmr.bed")))
-    pmds = read_bed(next(reference.glob("*pmd.bed")))
+    if args.dnmtools_calls:
+        here = Path(args.dnmtools_calls) / "msr22"
+        hmrs, pmds = read_bed(here / "dnmtools-hmr.bed"), read_bed(here / "dnmtools-pmd.bed")
+    else:
+        here = SHARED / "data" / "reference" / "dnmtools_IMR90_chr22"
+        hmrs, pmds = read_bed(here / "IMR90.hmr.bed"), read_bed(here / "IMR90.pmd.bed")
     with tempfile.TemporaryDirectory() as tmp:
         data = {key: load(key, Path(tmp)) for key in SETS}
     print("1. The lowest state of free beta-binomial EM fits: level (overdispersion)\n")
@@ -137,7 +139,7 @@ def main():
 
     print("\n2. The call's choices (the one-pass model, as `hmr` fits it)\n")
     print("| background states | minimum bins | bridges covered bins | MethylSeekR: Jaccard where DNMTools is right, "
-          "Mb | dmrseq IMR90 chr21: Mb, calls above 0.4 |")
+          "Mb, share inside DNMTools' PMDs, calls above 0.3 | dmrseq IMR90 chr21: Mb, calls above 0.4 |")
     print("|---|---|---|---|---|")
     moments = {key: compute_moments(d[0], d[1], d[3], n_bins=30) for key, d in data.items()}
     for background in (2, 3, 5):
@@ -146,10 +148,12 @@ def main():
                 msr = call_regions(*data["msr22"], moments["msr22"], background, min_bins, bridge)
                 imr = call_regions(*data["imr90-21"], moments["imr90-21"], background, min_bins, bridge)
                 high = int((span_levels(imr, *data["imr90-21"][:3]) > 0.4).sum())
+                partial = int((span_levels(msr, *data["msr22"][:3]) > 0.3).sum())
+                in_pmds = covered_bases(intersect(msr, pmds)) / max(covered_bases(msr), 1)
                 print(f"| {background} | {min_bins} | {'yes' if bridge else 'no'} | "
                       f"{jaccard(away_from(msr, pmds), away_from(hmrs, pmds)):.3f}, "
-                      f"{(msr[:, 1] - msr[:, 0]).sum() / 1e6:.2f} | {(imr[:, 1] - imr[:, 0]).sum() / 1e6:.2f}, {high} |",
-                      flush=True)
+                      f"{covered_bases(msr) / 1e6:.2f}, {in_pmds:.0%}, {partial} | {covered_bases(imr) / 1e6:.2f}, "
+                      f"{high} |", flush=True)
 
     print("\n3. The data")
     meth, cov, pos, _ = data["msr22"]

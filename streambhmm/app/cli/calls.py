@@ -54,16 +54,17 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                f"({time.perf_counter() - start:.1f} s)")
 
 
+def _call_options(fn):
+    """The options `hmr` and `pmd` share (after STORE and --output)."""
+    for option in reversed((_SAMPLES, _MOMENTS, _POLISH, _SEED, scheduler_option, quiet_option)):
+        fn = option(fn)
+    return user_errors(fn)
+
+
 @click.command()
 @click.argument("store", type=STORE)
 @_OUTPUT
-@_SAMPLES
-@_MOMENTS
-@_POLISH
-@_SEED
-@scheduler_option
-@quiet_option
-@user_errors
+@_call_options
 def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet):
     """Hypomethylated regions (HMRs) of a counts store, as DNMTools' hmr finds them: a model
     with a hypomethylated state (level <= 0.2, overdispersion <= 0.2) beside three free
@@ -78,13 +79,7 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
 @click.option("--bin-size", default=5000, show_default=True, type=POSITIVE,
               help="The domains' bins, a multiple of the store's: the store's bins are summed into them (no "
                    "second ingest).")
-@_SAMPLES
-@_MOMENTS
-@_POLISH
-@_SEED
-@scheduler_option
-@quiet_option
-@user_errors
+@_call_options
 def pmd(store, output, bin_size, samples, moments_path, polish_em, seed, scheduler, quiet):
     """Partially methylated domains (PMDs) of a counts store, as DNMTools' pmd finds them: a
     two-state model on --bin-size bins fitted from one pass; PMDs are runs of the state

@@ -82,9 +82,9 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
-              help="hmr: hypomethylated regions (states below 0.4 in every sample; a 3-state model on 100 bp "
-                   "bins); pmd: partially methylated domains (states below 0.7; a 2-state model on 5 kb bins); "
-                   "see README. The options below change a preset's settings.")
+              help="hmr: hypomethylated regions (states with level and overdispersion <= 0.2 in every "
+                   "sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
+                   "of `streambhmm hmr` and `pmd` (README). The options below change a preset's settings.")
 @click.option("--states", "state_names", default=None,
               help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
 @click.option("--min-posterior", default=None, type=click.FloatRange(0.0, 1.0),
@@ -92,7 +92,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.option("--max-gap", default=None, type=NON_NEGATIVE,
               help="Bins of a region lie at most this many bp apart (hmr 1000, pmd 10000, --states 200).")
 @click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
-@click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 5).")
+@click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 4).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
               help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv.")
 @scheduler_option
