@@ -103,25 +103,31 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
             coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, client, echo, progress, seconds)
-    outcome.n = _write(outcome, settings, samples, output)
+    from ..distributed.regions import write_regions
+
+    outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
+                              f"{settings.kind} {Path(settings.store).name}")
     return outcome
 
 
 def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
     from ..distributed.fitting import load_moments, one_pass
     from ..distributed.regions import find_regions, preset_rule
-    from ..learn.domains import unmethylated_share
+    from ..learn.checks import degeneracy_problems
+    from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated, unmethylated_share
     from ..learn.hmm import BinomialHMM
 
     start = time.perf_counter()
+    echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     data = load_moments(settings.moments or store.path.url, samples, settings.n_bins, client, settings.quiet,
                         8, None, want_blocks=False)
     _check_moments(settings, store, data)
     seconds["moments"] = time.perf_counter() - start
     model = settings.model
     start = time.perf_counter()
+    echo(f"fitting {model.n_states} states to the moments")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a degenerate fit is refused below, by the regions it gives
+        warnings.simplefilter("ignore")  # a degenerate fit is refused below, with what the data lack
         est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
                        emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS)
     hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
@@ -133,15 +139,25 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
         from ..distributed.storehmm import fit_store_em
 
         start = time.perf_counter()
+        echo(f"EM: at most {settings.polish_em} iterations")
         fit_store_em(store, hmm, None if is_small(store.path.url) else client, samples, settings.polish_em,
                      rel_tol=POLISH_TOL, check=False)
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)
+    problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_)
+    if problems:
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, "the fitted model is degenerate: "
+                                   + "; ".join(problems)))
     start = time.perf_counter()
     try:
         rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion)
-    except ValueError as exc:
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, str(exc))) from None
+    except ValueError:
+        all_of_them = bool((hypomethylated if settings.kind == "hmr" else partially_methylated)(
+            hmm.methylation_, hmm.dispersion).all())
+        reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: no background" if all_of_them else
+                  f"no fitted state is {DEFINITIONS[settings.kind]}")
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason)) from None
+    echo("the regions: a posterior pass over the counts")
     found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
@@ -187,10 +203,3 @@ def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:
     return (f"none of the bins with {UNMETHYLATED_CHECK_READS} or more reads in {', '.join(missing)} has every read "
             f"unmethylated: the input seems to list methylated cytosines only (as Lister et al. 2009's mc files do), "
             f"so the unmethylated CpGs at the core of every HMR are missing and HMRs cannot be found in it.")
-
-
-def _write(outcome: CallOutcome, settings: CallSettings, samples, output: Path) -> int:
-    from ..distributed.regions import write_regions
-
-    track = f"{settings.kind} {Path(settings.store).name}"
-    return write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output, track)

@@ -62,20 +62,18 @@ HMR_MIN_BINS = 4  # measured on the real sets (README, "HMRs and PMDs"): shorter
 
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> RegionRule:
     """The rule of a preset for a model's levels and overdispersions (see the module docstring)."""
-    from ..learn.domains import HYPO_DISPERSION, HYPO_LEVEL, PMD_LEVEL, hypomethylated, partially_methylated
+    from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated
 
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
         targets = np.flatnonzero(hypomethylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False)
-        wanted = f"level <= {HYPO_LEVEL}" + (f" and overdispersion <= {HYPO_DISPERSION}" if dispersion is not None
-                                             else "") + " in every sample"
     elif preset == "pmd":
         targets = np.flatnonzero(partially_methylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
-        wanted = f"level < {PMD_LEVEL} in every sample"
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    wanted = DEFINITIONS[preset]
     described = f"levels {levels.round(2).tolist()}" + ("" if dispersion is None else
                                                         f", overdispersions {np.round(dispersion, 3).tolist()}")
     if not rule.targets:

@@ -33,6 +33,8 @@ PMD_BIN_SIZE = 5000
 PMD_STATES = 2
 # the unmethylated check counts bins with at least this many reads (fewer say little)
 UNMETHYLATED_CHECK_READS = 5
+DEFINITIONS = {"hmr": f"hypomethylated: level and overdispersion at most {HYPO_LEVEL} in every sample",
+               "pmd": f"partially methylated: level below {PMD_LEVEL} in every sample, not hypomethylated"}
 
 
 @dataclass(frozen=True)

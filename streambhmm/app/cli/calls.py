@@ -49,9 +49,10 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     if warning:
         click.echo(f"warning: {warning}", err=True)
     median = np.median(outcome.lengths) if outcome.n else 0
+    steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
     click.echo(f"{output}: {outcome.n:,} {kind.upper()}s, median {median:,.0f} bp, "
                f"{outcome.lengths.sum() / 1e6:.2f} Mb in all, on {outcome.bin_size} bp bins "
-               f"({time.perf_counter() - start:.1f} s)")
+               f"({time.perf_counter() - start:.1f} s: {steps})")
 
 
 def _call_options(fn):
