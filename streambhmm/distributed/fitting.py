@@ -40,6 +40,9 @@ def default_emission(method: str) -> str:
     """The emission a method fits unless --emission says otherwise."""
     return "binomial" if method == "ftd" else REFINED_EMISSION if method == "refined" else EM_EMISSION
 HELD_OUT_FOLDS = 5
+# each fold's refit starts at the fit to all the data and moves little: a looser tolerance than
+# a fit's (1e-8) changes the held-out criterion by far less than its standard error over folds
+HELD_OUT_TOL = 1e-6
 
 
 @dataclass
@@ -138,23 +141,32 @@ class HeldOut:
 def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OUT_FOLDS
              ) -> HeldOut | None:
     """Blocks go to ``folds`` folds in turn along the genome (whole blocks, never single bins).
-    Each fold's fit starts from ``est`` (the fit to all data). None with too few blocks."""
+    Each fold's fit starts from ``est`` (the fit to all data); the folds run in threads, one
+    per core (the refinement's kernels release the GIL). None with too few blocks."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from threadpoolctl import threadpool_limits
+
     from ..learn.refine import Objective, refine
 
     if table is None or len(table) < 2 * folds:
         return None
     m = est.n_components
     fold = np.arange(len(table)) % folds
-    coverage = None
-    losses, weights = [], []
     emission = getattr(est, "emission", "binomial")
     start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None),
              getattr(est, "dispersion_", None) if emission == "betabinomial" else None)
-    for f in range(folds):
-        train = Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage, emission=emission)
-        coverage = train.coverage
-        fit = refine(train, [start], keep=1)
-        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=coverage, emission=emission)
+    first = Objective(table.moments((fold != 0).astype(np.float64), total), emission=emission)
+    trains = [first] + [Objective(table.moments((fold != f).astype(np.float64), total), coverage=first.coverage,
+                                  emission=emission) for f in range(1, folds)]
+    # one BLAS thread throughout: each refinement's own limit would restore the default on leaving
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=min(folds, os.cpu_count() or 1)) as pool:
+        fits = list(pool.map(lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains))
+    losses, weights = [], []
+    for f, fit in enumerate(fits):
+        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=first.coverage,
+                         emission=emission)
         losses.append(test(test.pack(*fit.parameters), m)[0])
         weights.append(test.moments.n_triples)
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
