@@ -128,7 +128,8 @@ def main():
                                        log))
             theirs["pmd"].append(timed("dnmtools pmd", [args.dnmtools, "pmd", "-o", work / "dnmtools.pmd.bed", meth],
                                        log))
-    # the two-sample moment pass and the sweep
+    # the two-sample moment pass and the sweep, from scratch (a moment store left by an earlier run would resume)
+    shutil.rmtree(work / "moments.zarr", ignore_errors=True)
     timed("streambhmm ingest (sample B)", ["streambhmm", "ingest", mirror, "--sample", "B", "--store", store,
                                            "--format", "methylseekr", "-q"], log)
     moments = timed("streambhmm moments (A, B)", ["streambhmm", "moments", store, "--output", work / "moments.zarr",
