@@ -7,8 +7,27 @@ The public names are imported on first use, so the command line starts quickly
 (``streambhmm --version`` imports neither scipy nor numba nor zarr)."""
 
 import importlib
+import os
+import sys
 
 __version__ = "0.1.0"
+
+
+def _numba_cache_outside_the_package() -> None:
+    """numba caches compiled kernels beside their source by default, inside site-packages,
+    where pip does not remove them: after `pip uninstall`, or `pip install -e` over
+    `pip install .`, the leftover folders import as an empty namespace package that
+    shadows the real one. Keep the cache in the user's cache directory instead (a
+    NUMBA_CACHE_DIR set by the user wins)."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(cache, "streambhmm", "numba")
+    if "numba" in sys.modules:  # imported before us: its configuration has read the environment already
+        sys.modules["numba"].config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+
+
+_numba_cache_outside_the_package()
 
 _PUBLIC = {
     "MatchedError": "learn.evaluate", "match_states": "learn.evaluate", "matched_error": "learn.evaluate",

@@ -105,10 +105,13 @@ def test_fit_refuses_unsupported_states(tmp_path, dask_clients):
     assert not (tmp_path / "m.json").exists()
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_commands_in_order():
     ci = (ROOT / ".ci" / "run").read_text()
-    command = re.search(r"^TEST_COMMAND='(.+)'$", ci, re.M).group(1)
-    assert command in (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    commands = [re.search(rf"^{name}='(.+)'$", ci, re.M).group(1) for name in ("INSTALL_COMMAND", "TEST_COMMAND")]
+    assert all(command in readme for command in commands)
+    assert readme.index(commands[0]) < readme.index(commands[1])
+    assert ci.index('bash -c "$INSTALL_COMMAND"') < ci.index('bash -c "$TEST_COMMAND"')
 
 
 @pytest.fixture

@@ -50,3 +50,22 @@ def test_public_names_at_the_top_level(name):
     import streambhmm
 
     assert name in streambhmm.__all__ and getattr(streambhmm, name).__name__ == name
+
+
+def test_numba_caches_outside_the_package(tmp_path):
+    """Kernels compiled with cache=True go to the user's cache directory, never into the
+    installed package, where pip would leave them behind as an importable empty package."""
+    import os
+
+    import streambhmm
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {"XDG_CACHE_HOME": str(tmp_path)}
+    program = ("import numpy as np, numba; from streambhmm.learn._emission_kernels import _rising_logs; "
+               "_rising_logs(0.5, 3, np.zeros(4)); print(numba.config.CACHE_DIR)")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == str(tmp_path / "streambhmm" / "numba")
+    cached = list((tmp_path / "streambhmm" / "numba").rglob("*.nbi"))
+    assert any("_emission_kernels" in p.name for p in cached), cached
+    package = os.path.dirname(streambhmm.__file__)
+    assert all(not p.is_relative_to(package) for p in cached)
