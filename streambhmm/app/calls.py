@@ -65,16 +65,13 @@ class CallOutcome:
 
 
 def output_checked(path) -> Path:
-    """The output file's path, refused before any work when it cannot be written."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise ValueError(f"{path}: the directory {parent} does not exist")
-    if path.is_dir():
-        raise ValueError(f"{path}: is a directory")
-    probe = tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.", delete=True)
-    probe.close()
-    return path
+    """The output file's path, refused before any work when it or the table beside it
+    cannot be written (io.outputs)."""
+    from ..distributed.regions import regions_table
+    from ..io.outputs import check_output_file
+
+    check_output_file(regions_table(path))
+    return check_output_file(path)
 
 
 def run_call(settings: CallSettings, client, echo=lambda message: None, progress=None) -> CallOutcome:

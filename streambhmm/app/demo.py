@@ -98,9 +98,10 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
     from ..distributed.fitting import load_moments, one_pass
     from ..io.ingest import ingest
     from ..io.storage import write_json
+    from ..io.store import open_store
     from ..learn.evaluate import matched_error
     from ..moments.pipeline import DEFAULT_SPLIT_EVERY
-    from .modelio import model_to_dict
+    from .modelio import data_settings_of, model_to_dict
 
     chromosomes = ["chr1", "chr2", "chr3"]
     rng = np.random.default_rng(seed)
@@ -116,7 +117,8 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
     with store_client(store, scheduler) as client:
         data = load_moments(store, None, 30, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
-    write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes))
+    write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes,
+                                                       **data_settings_of(open_store(store), data.samples)))
     error = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
     return DemoResult(est, time.perf_counter() - start, error)
 

@@ -47,6 +47,7 @@ class FitSettings:
 
     def __post_init__(self):
         """Defaults resolved and combinations that cannot work refused (ValueError), before any work."""
+        from ..io.outputs import check_output_file
         from ..moments.momentstore import is_moment_store
 
         self.moment_store = is_moment_store(self.store)
@@ -61,6 +62,8 @@ class FitSettings:
             raise ValueError("--method ftd (the tensor decomposition) fits binomial emissions; --method refined "
                              "fits beta-binomial ones from the same moments")
         self.emission = self.emission or default_emission(self.method)
+        for m in self.states:  # a sweep's models are named after --output: each is checked
+            check_output_file(self.output_path(m))
         if not self.moment_store:
             from ..distributed.cluster import is_small, scheduler_address
 
@@ -156,7 +159,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
     if settings.sweep and settings.method == "refined":
         outcome.held_out = held_out(data.blocks, data.moments, est)
     document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.pooled,
-                             diff_threshold=settings.diff_threshold)
+                             diff_threshold=settings.diff_threshold, **data_settings(settings, samples))
     if outcome.loss is not None:
         document["moment_loss"] = float(outcome.loss)
     if history:
@@ -167,6 +170,19 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
     write_json(outcome.path, document)
     outcome.document = document
     return outcome
+
+
+def data_settings(settings: FitSettings, samples) -> dict:
+    """What a model of ``samples`` depends on besides its parameters (modelio.model_to_dict):
+    the counts store's bin size and how each sample was read; a moment store records the bin
+    size of the counts it was computed from (a merged one: none)."""
+    from ..io.store import open_store
+    from ..moments.momentstore import read_manifest
+    from .modelio import data_settings_of
+
+    if settings.moment_store:
+        return {"bin_size": read_manifest(settings.store).get("source", {}).get("bin_size")}
+    return data_settings_of(open_store(settings.store), samples)
 
 
 def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):

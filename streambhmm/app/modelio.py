@@ -19,10 +19,14 @@ MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation
 
 
 def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False,
-                  diff_threshold: float = DIFF_THRESHOLD) -> dict:
+                  diff_threshold: float = DIFF_THRESHOLD, bin_size: int | None = None,
+                  sample_settings: dict | None = None) -> dict:
     """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
     A pooled model has one methylation column, shared by all its ``samples``; ``labels``
-    name the states from their levels (streambhmm.learn.states)."""
+    name the states from their levels (streambhmm.learn.states). What the model depends on
+    besides its parameters is recorded when known, and a store that differs is refused
+    (:func:`check_model_fits_store`): ``bin_size`` (bp) and ``sample_settings`` ({sample:
+    :func:`ingest_settings`})."""
     document = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -38,6 +42,10 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
         "created_by": f"streambhmm {__version__}",
         "labels": state_labels(est.methylation_, model_columns(samples, pooled), diff_threshold),
     }
+    if bin_size is not None:
+        document["bin_size"] = int(bin_size)
+    if sample_settings:
+        document["sample_settings"] = sample_settings
     if getattr(est, "emission", "binomial") == "betabinomial":
         document.update(emission="betabinomial", dispersion=np.asarray(est.dispersion_).tolist())
     return {**document, "pooled": True} if pooled else document
@@ -66,6 +74,8 @@ def read_model(path) -> dict:
         raise ValueError(f"{path}: not a valid model file: malformed JSON ({exc})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a valid model file: not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a valid model file: JSON nested too deeply") from None
     if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path}: not a streambhmm model (format {found!r})")
@@ -77,12 +87,15 @@ def read_model(path) -> dict:
     missing = [k for k in MODEL_KEYS if k not in document]
     if missing:
         raise ValueError(f"{path}: model lacks {', '.join(missing)}")
+    for key, (valid, expected) in FIELD_TYPES.items():
+        if key in document and not valid(document[key]):
+            raise ValueError(f"{path}: {key} must be {expected}, got {document[key]!r:.200}")
     samples = document["samples"]
     if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
             or len(set(samples)) != len(samples):
         raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
     feature = document["feature"]
-    if not isinstance(feature, dict) or not isinstance(feature.get("n_bins"), int) or feature["n_bins"] < 1:
+    if not isinstance(feature, dict) or not _is_count(feature.get("n_bins")) or feature["n_bins"] < 1:
         raise ValueError(f"{path}: feature must name n_bins, a positive integer; got {feature!r:.200}")
     n_states = document["n_states"]
     if not isinstance(n_states, int) or isinstance(n_states, bool) or n_states < 1:
@@ -105,11 +118,69 @@ def read_model(path) -> dict:
         if rho.shape != p.shape or not np.isfinite(rho).all() or (rho < 0).any() or (rho >= 1).any():
             raise ValueError(f"{path}: a beta-binomial model needs dispersion: {p.shape[0]} x {p.shape[1]} values "
                              f"in [0, 1), got {str(document.get('dispersion'))[:200]}")
+    for key, shape in (("methylation_ci", (*p.shape, 2)), ("transmat_ci", (n_states, n_states, 2))):
+        if key in document and _shape(document[key]) != shape:
+            raise ValueError(f"{path}: {key} must be {' x '.join(map(str, shape))} numbers, got "
+                             f"{_shape(document[key]) or 'ragged lists'}")
     labels = document.get("labels", [f"{h}" for h in range(n_states)])
     if not isinstance(labels, list) or len(labels) != n_states or not all(isinstance(v, str) and v for v in labels) \
             or len(set(labels)) != n_states or any(c.isspace() for v in labels for c in v):
         raise ValueError(f"{path}: labels must be {n_states} distinct names without spaces, got {labels!r:.200}")
     return document
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_numbers(value) -> bool:
+    """A number, or a list (of lists...) of numbers (walked without recursion: any depth)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif not _is_number(item):
+            return False
+    return True
+
+
+def _shape(value) -> tuple | None:
+    """The shape of nested lists, None when ragged."""
+    try:
+        return np.shape(value)
+    except ValueError:
+        return None
+
+
+def _is_names(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_sample_settings(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(settings, dict) and isinstance(settings.get("context", ""), str)
+        and settings.get("merge_strands", False) in (True, False) for settings in value.values())
+
+
+# the type of each field that is not checked more closely in read_model
+FIELD_TYPES = {
+    "method": (lambda v: isinstance(v, str), "a string"),
+    "n_triples": (_is_count, "a non-negative integer"),
+    "chromosomes": (_is_names, "a list of chromosome names"),
+    "created_by": (lambda v: isinstance(v, str), "a string"),
+    **{key: (lambda v: isinstance(v, list) and _is_numbers(v), "a list of numbers (in lists)")
+       for key in ("methylation", "transmat", "startprob", "dispersion", "methylation_ci", "transmat_ci",
+                   "loglik_history")},
+    "loglik": (_is_number, "a number"),
+    "moment_loss": (_is_number, "a number"),
+    "bin_size": (lambda v: _is_count(v) and v > 0, "a positive integer (bp)"),
+    "sample_settings": (_is_sample_settings, "{sample: {\"context\": text, \"merge_strands\": true or false}}"),
+}
 
 
 def hmm_from_model(document: dict):
@@ -136,7 +207,42 @@ def model_for_store(store, model):
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
+    check_model_fits_store(model, document, store, counts)
     return counts, document, hmm_from_model(document)
+
+
+def data_settings_of(counts, samples) -> dict:
+    """The keyword arguments of :func:`model_to_dict` that record what a model of ``samples``
+    fitted to the counts store ``counts`` depends on besides its parameters."""
+    return {"bin_size": counts.bin_size, "sample_settings": {s: ingest_settings(counts, s) for s in samples}}
+
+
+def ingest_settings(counts, sample: str) -> dict:
+    """How ``sample`` was read into the counts store ``counts``, as far as a model depends on
+    it: its cytosine context and whether strands were merged (what the store records)."""
+    provenance = counts.attrs["samples"][sample]
+    settings = {"context": provenance.get("context")}
+    if isinstance(provenance.get("options"), dict) and "merge_strands" in provenance["options"]:
+        settings["merge_strands"] = bool(provenance["options"]["merge_strands"])
+    return {k: v for k, v in settings.items() if v is not None}
+
+
+def check_model_fits_store(model, document: dict, store, counts) -> None:
+    """Refuse a store whose bins, or whose samples' context or strand merging, differ from
+    those the model was fitted to (a model written before these were recorded is not checked)."""
+    bin_size = document.get("bin_size")
+    if bin_size is not None and bin_size != counts.bin_size:
+        raise ValueError(f"{model} was fitted to {bin_size:,} bp bins, but {store} has {counts.bin_size:,} bp bins; "
+                         f"fit a model to this store, or use a store ingested with --bin-size {bin_size}")
+    for sample, fitted in document.get("sample_settings", {}).items():
+        if sample not in counts.attrs["samples"]:
+            continue
+        here = ingest_settings(counts, sample)
+        differ = [f"{key} {fitted[key]} (in {store}: {here[key]})" for key in fitted
+                  if key in here and here[key] != fitted[key]]
+        if differ:
+            raise ValueError(f"{model} was fitted to sample {sample} read with {', '.join(differ)}; fit a model "
+                             f"to this store")
 
 
 def write_state_table(path, document: dict) -> None:

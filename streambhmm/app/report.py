@@ -2,17 +2,23 @@
 
 The segmentation is computed on Dask (posterior decoding, exact across chunks) and kept
 as DIR/segments.bed; the page and figures are written into a staging directory that is
-renamed to DIR only when complete.
+renamed to DIR only when complete. DIR/streambhmm-report.json lists the files the report
+wrote: an existing DIR is replaced only when it is such a report holding nothing else (or
+is empty), and the old report is removed file by file, so nothing the report did not write
+is ever deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import html
+import json
+import os
 import platform
 import re
-import shutil
+import stat
 import time
-import uuid
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -23,9 +29,16 @@ from ..learn.evaluate import differential_states
 from .modelio import model_for_store, model_labels
 from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
-from ..io.store import locked, replace_store
+from ..io.outputs import check_output_dir, is_temporary_of, temporary_path
+from ..io.storage import Location
+from ..io.store import locked
 
 REGION_BINS = 500  # default track width, in bins
+REPORT_MARKER = "streambhmm-report.json"  # in every report directory: the files the report wrote
+REPORT_FORMAT = "streambhmm-report"
+FIGURES = ("methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png", "bootstrap.png",
+           "loglik.png")
+REPORT_FILES = ("index.html", "segments.bed", *FIGURES)  # every name a report may write besides its marker
 VERSIONED = ("streambhmm", "numpy", "scipy", "numba", "dask", "distributed", "zarr", "xarray", "matplotlib")
 
 
@@ -61,7 +74,9 @@ def write_report(store, model, output, client, region: str | None = None, max_ga
                  diff_threshold: float = 0.3, moments=None, progress=None) -> ReportResult:
     """Decode ``store`` with ``model`` and write DIR/index.html, its PNGs and segments.bed,
     holding the store's exclusive lock throughout (decoding may write into it, and the
-    figures read it)."""
+    figures read it). ``output`` is refused before any work unless it can be replaced
+    (:func:`check_report_output`)."""
+    output = check_report_output(output, store, model, moments)
     with locked(store):
         return _write_report(store, model, output, client, region, max_gap, diff_threshold, moments, progress)
 
@@ -83,10 +98,8 @@ def _write_report(store, model, output, client, region, max_gap, diff_threshold,
     where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
-    output = Path(output)
-    stage = output.parent / f".{output.name}.tmp-{uuid.uuid4().hex[:12]}"
-    stage.mkdir(parents=True)
-    try:
+    remove_report_leftovers(output)
+    with staged_report(output) as stage:
         t = time.perf_counter()
         decoded = decode_store(counts, hmm, client, stage / "segments.bed", samples, max_gap, progress=progress,
                                labels=labels, track=f"{Path(model).stem} states", lock=False)
@@ -126,11 +139,149 @@ def _write_report(store, model, output, client, region, max_gap, diff_threshold,
         timings["total"] = time.perf_counter() - start
         page = render_page(counts, document, model, hmm, decoded, figures, where, max_gap, diff, timings)
         (stage / "index.html").write_text(page)
-        replace_store(stage, output)  # the same two-rename swap as stores
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+        (stage / REPORT_MARKER).write_text(json.dumps(
+            {"format": REPORT_FORMAT, "files": ["index.html", "segments.bed", *(n for n, _, _ in figures)]}) + "\n")
+        put_in_place(stage, output)
     return ReportResult(output / "index.html", [name for name, _, _ in figures], timings)
+
+
+# -- the report directory ---------------------------------------------------------------------
+def check_report_output(output, store, model, moments=None) -> Path:
+    """``output`` as a report directory, refused before any work (naming it) when its parent
+    cannot take it, when it is a symbolic link, when it holds or lies inside the counts
+    store, the model or the moment store (real paths compared), or when it exists and is
+    neither empty nor a previous report holding only what that report wrote."""
+    output = check_output_dir(output)
+    if output.is_symlink():
+        raise ValueError(f"{output}: is a symbolic link; give the directory itself")
+    real = Path(os.path.realpath(output))
+    inputs = {"the counts store": store, "the model": model, "the moment store": moments}
+    for what, path in inputs.items():
+        if path is None or not Location.of(path).is_local:
+            continue
+        other = Path(os.path.realpath(path))
+        if real == other or real in other.parents:
+            relation = "is" if real == other else "holds"
+            raise ValueError(f"{output}: {relation} {what} {path}, and a report replaces its directory; choose "
+                             f"another")
+        if other in real.parents:
+            raise ValueError(f"{output}: is inside {what} {path}; choose a directory outside it")
+    if output.exists():
+        previous_report_files(output)
+    return output
+
+
+def previous_report_files(directory: Path) -> list[str]:
+    """The files a previous report in ``directory`` wrote (none for an empty directory);
+    ValueError when ``directory`` is not a report or holds anything else."""
+    entries = {entry.name: entry for entry in directory.iterdir()}
+    if not entries:
+        return []
+    marker = directory / REPORT_MARKER
+    try:
+        document = json.loads(marker.read_text()) if _is_plain_file(marker) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        document = None
+    written = document.get("files") if isinstance(document, dict) and document.get("format") == REPORT_FORMAT \
+        else None
+    if not isinstance(written, list) or not all(isinstance(n, str) and n in REPORT_FILES for n in written):
+        raise ValueError(f"{directory}: exists and is not a streambhmm report (no valid {REPORT_MARKER}); a report "
+                         f"replaces its directory, so give a new directory, an empty one or a previous report's")
+    foreign = sorted(name for name, entry in entries.items()
+                     if name != REPORT_MARKER and (name not in written or not _is_plain_file(entry)))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValueError(f"{directory}: a previous report, but it also holds what the report did not write "
+                         f"({shown}); move that away or choose another directory")
+    return written
+
+
+def _is_plain_file(path: Path) -> bool:
+    """A regular file itself, not a symbolic link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def staged_report(output: Path):
+    """A new staging directory beside ``output``, locked while the report is written (so
+    another run does not take it for a leftover) and removed, with what the report wrote
+    into it, unless it was put in place."""
+    stage = temporary_path(output)
+    stage.mkdir()
+    fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield stage
+    except BaseException:
+        if _is_plain_dir(stage):  # not yet put in place
+            _remove_written(stage, REPORT_FILES)
+        raise
+    finally:
+        os.close(fd)
+
+
+def put_in_place(stage: Path, output: Path) -> None:
+    """Rename the complete ``stage`` to ``output``; a previous report there (checked again)
+    is set aside first and then removed file by file."""
+    if not output.exists():
+        os.rename(stage, output)
+        return
+    written = previous_report_files(output)
+    aside = temporary_path(output, "old")
+    os.rename(output, aside)
+    try:
+        os.rename(stage, output)
+    except BaseException:
+        os.rename(aside, output)  # the previous report stays
+        raise
+    _remove_written(aside, written)
+
+
+def remove_report_leftovers(output: Path) -> None:
+    """Remove what killed runs of this report left beside ``output``: staging directories
+    no live run holds, and previous reports set aside; each only of the files a report
+    writes (a directory holding anything else is left as it is)."""
+    for entry in output.parent.iterdir():
+        if is_temporary_of(output, entry) and _is_plain_dir(entry):
+            with contextlib.suppress(BlockingIOError, FileNotFoundError):  # live, or removed meanwhile
+                with _locked_now(entry):
+                    _remove_written(entry, REPORT_FILES)
+        elif is_temporary_of(output, entry, "old") and _is_plain_dir(entry):
+            with contextlib.suppress(ValueError, FileNotFoundError):  # not only a report's files, or removed
+                _remove_written(entry, previous_report_files(entry))
+
+
+def _is_plain_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def _locked_now(directory: Path):
+    """``directory``'s lock, or BlockingIOError when a live run holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _remove_written(directory: Path, names) -> None:
+    """Remove from ``directory`` the files ``names``, their temporaries and the marker (links
+    themselves, never what they point to), then the directory if nothing else is left."""
+    names = {*names, REPORT_MARKER}
+    for entry in directory.iterdir():
+        ours = entry.name in names or any(is_temporary_of(name, entry) for name in names)
+        if ours and not _is_plain_dir(entry):
+            entry.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # not empty: something the report did not write is kept
 
 
 def model_spectrum(counts, document, client, moments=None) -> dict:

@@ -63,9 +63,20 @@ class DecodeOutputs:
     beds: list[tuple[Path, list[str]]]
     table: Path
 
+    @property
+    def paths(self) -> list[Path]:
+        return [path for path, _ in self.beds] + [self.table]
+
+    def check(self) -> None:
+        """Refuse, before any work, a file that cannot be written (io.outputs)."""
+        from ..io.outputs import check_output_file
+
+        for path in self.paths:
+            check_output_file(path)
+
 
 def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:
-    """Name what `decode` writes, refusing what cannot be written (before any work). A joint
+    """Name what `decode` writes (:meth:`DecodeOutputs.check` refuses what cannot be written). A joint
     model writes OUTPUT; a pooled model segments each sample on its own, into OUTPUT with
     .SAMPLE before its extension. The states' table is OUTPUT's stem + .states.tsv."""
     if job.pooled and posteriors:
@@ -83,8 +94,11 @@ def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int =
     """Segment the store: write each BED of ``outputs`` and yield (path,
     storehmm.DecodeReport) as it is done, then write the states' table."""
     from ..distributed.storehmm import decode_store
+    from ..io.outputs import remove_leftovers
     from .modelio import write_state_table
 
+    for path in outputs.paths:
+        remove_leftovers(path)  # of a killed decode
     for path, samples in outputs.beds:
         track = f"{Path(job.model).stem} states" + (f" ({samples[0]})" if job.pooled else "")
         yield path, decode_store(job.counts, job.hmm, client, path, samples, max_gap, posteriors, progress=progress,
@@ -142,20 +156,25 @@ def run_tracks(counts, prefix, samples: list[str], min_coverage: int = 1, chrom_
     """Write bigWig files one at a time, yielding each: the methylation fraction of each of
     ``samples`` (bins with at least ``min_coverage`` reads), PREFIX.SAMPLE.methylation.bw;
     with a model ``job``, the posterior of each of ``states``, PREFIX.stateH-LABEL.posterior.bw
-    (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw)."""
+    (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw).
+    Every file name, and the chrom.sizes against the data, is checked before the first is written."""
     from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
+    from ..io.outputs import check_output_file, remove_leftovers
 
-    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None)
-    for sample in samples:
-        path = Path(f"{prefix}.{safe_name(sample)}.methylation.bw")
+    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None, chrom_sizes)
+    methylation = [(sample, Path(f"{prefix}.{safe_name(sample)}.methylation.bw")) for sample in samples]
+    runs = []
+    if job is not None:
+        names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
+        if job.pooled:
+            runs = [([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in job.samples]
+        else:
+            runs = [(job.samples, [Path(f"{prefix}.{n}.posterior.bw") for n in names])]
+    for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
+        check_output_file(path)
+        remove_leftovers(path)  # of a killed run
+    for sample, path in methylation:
         yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage))
-    if job is None:
-        return
-    names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
-    if job.pooled:
-        runs = [([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in job.samples]
-    else:
-        runs = [(job.samples, [Path(f"{prefix}.{n}.posterior.bw") for n in names])]
     for group, paths in runs:
         n = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
         for h, path in zip(states, paths):

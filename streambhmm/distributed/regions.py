@@ -28,8 +28,6 @@ regions are joined at the seams, so memory holds a chunk, not a chromosome.
 
 from __future__ import annotations
 
-import os
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import dask
 import numpy as np
 
 from ..learn.states import item_rgb, state_colours
+from ..io.outputs import replacing
 from ..io.store import ChunkRef, CountsStore
 
 PRESETS = ("hmr", "pmd")
@@ -185,34 +184,32 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
     sample. Both are written to temporary names and renamed when complete."""
     from .storehmm import BED_STRAND, track_line
 
-    output = Path(output)
-    table = output.with_name(f"{output.stem}.tsv")
     colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
-    temporary = [p.with_name(f".{p.name}.tmp-{uuid.uuid4().hex[:12]}") for p in (output, table)]
-    try:
-        with open(temporary[0], "w") as bed, open(temporary[1], "w") as tsv:
-            bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
-            tsv.write("\t".join(["chrom", "start", "end", "name", "n_bins", "length", "score",
-                                 *(f"level_{s}" for s in samples)]) + "\n")
-            for chrom, regions in found.items():
-                score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    levels = regions.methylated / regions.coverage
-                for i in range(len(regions)):
-                    name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
-                    bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t{BED_STRAND}\t{start}\t{end}\t"
-                              f"{colour}\n")
-                    tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
-                                         str(end - start), str(int(score[i])),
-                                         *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")
-                    n += 1
-        for tmp, final in zip(temporary, (output, table)):
-            os.replace(tmp, final)
-    finally:
-        for tmp in temporary:
-            tmp.unlink(missing_ok=True)
+    with replacing(output) as bed, replacing(regions_table(output)) as tsv:
+        bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
+        tsv.write("\t".join(["chrom", "start", "end", "name", "n_bins", "length", "score",
+                             *(f"level_{s}" for s in samples)]) + "\n")
+        for chrom, regions in found.items():
+            score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                levels = regions.methylated / regions.coverage
+            for i in range(len(regions)):
+                name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
+                bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t{BED_STRAND}\t{start}\t{end}\t"
+                          f"{colour}\n")
+                tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
+                                     str(end - start), str(int(score[i])),
+                                     *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")
+                n += 1
+        bed.flush()  # a full disk fails here, before either file is renamed into place
     return n
+
+
+def regions_table(output) -> Path:
+    """The table beside the regions' BED ``output``: its stem + .tsv."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.tsv")
 
 
 def rule_with(rule: RegionRule, **changes) -> RegionRule:

@@ -19,11 +19,9 @@ chunk, so memory stays bounded.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import dask
 import numpy as np
@@ -34,6 +32,7 @@ from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce
 from ..learn.states import item_rgb, state_colours, state_labels
+from ..io.outputs import replacing
 from ..io.store import ChunkRef, CountsStore, locked, mark_changed, open_store
 
 
@@ -458,8 +457,6 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     style = SegmentStyle(labels, [item_rgb(c) for c in state_colours(hmm.methylation_)])
     params = Params.of(hmm)
     m = hmm.n_components
-    output = Path(output)
-    tmp_bed = output.with_name(f".{output.name}.tmp-{uuid.uuid4().hex[:12]}")
     tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"
     with locked(store.path) if lock else contextlib.nullcontext():
         if lock:
@@ -473,7 +470,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
         per_chrom = {chrom: np.zeros(m, np.int64) for chrom in graph}
         n_segments = 0
         try:
-            with open(tmp_bed, "w") as bed:
+            with replacing(output) as bed:
                 bed.write(track_line(track, f"states of {','.join(samples)}"))
                 chrom_runs, current = None, None
                 for done, ((chrom, _), future) in enumerate(zip(flat, futures), 1):
@@ -488,18 +485,17 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
                     if progress is not None:
                         progress(done, len(flat))
                 n_segments += _write_runs(bed, current, chrom_runs, style)
-            if arrays:
-                for chrom in arrays:
-                    target = store.path / chrom / POSTERIOR
-                    if target.exists():
-                        aside = store.path / chrom / f"{tag}_old"
-                        target.rename(aside)
-                        aside.rmtree()
-                    (store.path / chrom / tag).rename(target)
-                mark_changed(store.path)  # re-consolidate so plain xarray sees the variable
-            os.replace(tmp_bed, output)
+                bed.flush()  # a full disk fails here, before the posteriors are swapped in
+                if arrays:  # before the BED is renamed into place
+                    for chrom in arrays:
+                        target = store.path / chrom / POSTERIOR
+                        if target.exists():
+                            aside = store.path / chrom / f"{tag}_old"
+                            target.rename(aside)
+                            aside.rmtree()
+                        (store.path / chrom / tag).rename(target)
+                    mark_changed(store.path)  # re-consolidate so plain xarray sees the variable
         finally:
-            tmp_bed.unlink(missing_ok=True)
             for leftover in store.path.glob(f"*/{tag}"):
                 leftover.rmtree()
     return DecodeReport(n_segments, bool(arrays), per_chrom)

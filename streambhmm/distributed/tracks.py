@@ -11,15 +11,19 @@ temporary name and renamed when complete.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import uuid
 from pathlib import Path
 
 import dask
 import numpy as np
 
+from ..io.outputs import held_temporary
 from ..io.store import ChunkRef, CountsStore
+
+
+BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bit unsigned integers
 
 
 def read_chrom_sizes(path) -> dict[str, int]:
@@ -31,20 +35,27 @@ def read_chrom_sizes(path) -> dict[str, int]:
             continue
         if len(fields) < 2 or not fields[1].isdigit():
             raise ValueError(f"{path}, line {number}: expected 'chrom length', got {line[:200]!r}")
+        if int(fields[1]) > BIGWIG_MAX_LENGTH:
+            raise ValueError(f"{path}, line {number}: {fields[0][:100]} is {int(fields[1]):,} bp long; a bigWig "
+                             f"holds chromosomes of at most {BIGWIG_MAX_LENGTH:,} bp: {line[:200]!r}")
         sizes[fields[0]] = int(fields[1])
     return sizes
 
 
-def chromosome_lengths(store: CountsStore, sizes: dict | None) -> dict[str, int]:
-    """The header's lengths: from ``sizes`` where given (each must hold the store's covered
-    bins), else the end of the store's last bin."""
+def chromosome_lengths(store: CountsStore, sizes: dict | None, source="the chrom.sizes file") -> dict[str, int]:
+    """The header's lengths: from ``sizes`` (read from ``source``) where given, each refused
+    when the store's data reach past it; else the end of the store's last bin."""
     lengths = {}
     for chrom in store.chromosomes:
         axis_end = store.n_bins(chrom) * store.bin_size
         if sizes is None:
             lengths[chrom] = axis_end
         elif chrom not in sizes:
-            raise ValueError(f"the chrom.sizes file has no {chrom!r}, which the store has")
+            raise ValueError(f"{source} has no {chrom!r}, which the store has")
+        elif sizes[chrom] <= axis_end - store.bin_size:
+            raise ValueError(f"{source} gives {chrom} {sizes[chrom]:,} bp, but {store.path} has data on {chrom} up "
+                             f"to its bin {axis_end - store.bin_size:,}-{axis_end:,}: the sizes are of another "
+                             f"assembly than the data's")
         else:
             lengths[chrom] = sizes[chrom]
     return lengths
@@ -64,8 +75,13 @@ class BigWigWriter:
 
         self.path = Path(path)
         self.lengths, self.bin_size = lengths, bin_size
-        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{uuid.uuid4().hex[:12]}")
+        self._temporary = contextlib.ExitStack()  # pyBigWig writes our locked temporary (io.outputs) by name
+        self.tmp, _ = self._temporary.enter_context(held_temporary(self.path))
         self.file = pyBigWig.open(str(self.tmp), "w")
+        if self.file is None:  # pyBigWig gives None, not an error, when it cannot open the file
+            self._temporary.close()
+            raise ValueError(f"{self.path}: cannot be written (pyBigWig could not open {self.tmp.name} in "
+                             f"{self.path.parent})")
         self.file.addHeader(list(lengths.items()), maxZooms=10)
         self.entries = 0
 
@@ -87,10 +103,11 @@ class BigWigWriter:
     def close(self) -> None:
         self.file.close()
         os.replace(self.tmp, self.path)
+        self._temporary.close()
 
     def abort(self) -> None:
         self.file.close()
-        self.tmp.unlink(missing_ok=True)
+        self._temporary.close()  # removes the temporary
 
 
 def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1) -> int:

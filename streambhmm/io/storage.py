@@ -14,7 +14,6 @@ import fnmatch
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -152,15 +151,10 @@ class Location:
         if not self.is_local:
             self.fs.pipe_file(self.fs_path, text.encode())
             return
-        path = Path(self.url)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from .outputs import replacing
+
+        with replacing(self.url) as fh:  # with the umask's permissions, as any file of the user's
+            fh.write(text)
 
 
 def write_json(path, document: dict) -> None:

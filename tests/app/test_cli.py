@@ -49,7 +49,9 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
     assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "moment_loss")
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "bin_size", "sample_settings", "emission", "dispersion",
+                          "moment_loss")
+    assert doc["bin_size"] == 100 and doc["sample_settings"]["H1"] == {"context": "CG", "merge_strands": False}
     assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
     assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
     assert doc["feature"] == {"kind": "beta", "n_bins": 30}
@@ -134,7 +136,8 @@ def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, tw
     assert "EM iteration 1: log-likelihood" in r.output
     assert re.search(r"differential states \(levels differ across samples by more than 0.3\): \d", r.output)
     doc = json.loads(model.read_text())
-    assert tuple(doc) == (*MODEL_KEYS, "labels", "emission", "dispersion", "loglik", "loglik_history")
+    assert tuple(doc) == (*MODEL_KEYS, "labels", "bin_size", "sample_settings", "emission", "dispersion", "loglik",
+                          "loglik_history")
     assert doc["method"] == method and doc["emission"] == "betabinomial"  # the EM methods' default
     history = doc["loglik_history"]
     # fit's EM keeps startprob the stationary distribution of transmat: not the start term's
@@ -305,6 +308,7 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
     for path, limit in (("in_process", ""), ("processes", "0")):
         env = {IN_PROCESS_ENV: limit}
         out = tmp_path / path
+        out.mkdir()
         assert run("moments", two_sample_store.path, "-o", out / "m.zarr", "-q", env=env).exit_code == 0
         r = run("fit", two_sample_store.path, "-m", "4", "--method", "refined-em", "--em-iter", "3", "-o",
                 out / "model.json", "-q", env=env)

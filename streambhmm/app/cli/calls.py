@@ -8,9 +8,9 @@ import click
 import numpy as np
 
 from ...distributed.cluster import clear_status, status_line
-from .common import NON_NEGATIVE, POSITIVE, STORE, quiet_option, reading, scheduler_option, user_errors
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, reading, scheduler_option, user_errors
 
-_OUTPUT = click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+_OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
                        help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv (per region: bins, "
                             "length, score, mean level per sample).")
 _SAMPLES = click.option("--samples", default=None,
@@ -26,9 +26,10 @@ _SEED = click.option("--seed", default=0, show_default=True, type=int, help="See
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
-    from ..calls import CallSettings, run_call
+    from ..calls import CallSettings, output_checked, run_call
 
     start = time.perf_counter()
+    output_checked(output)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, [s for s in samples.split(",") if s] if samples else None,
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     show = status_line(quiet)

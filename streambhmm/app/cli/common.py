@@ -47,6 +47,32 @@ class StoreParam(click.ParamType):
 STORE, NEW_STORE = StoreParam(exists=True), StoreParam(exists=False)
 
 
+class OutputParam(click.ParamType):
+    """Where a command writes, checked when the options are read, before any work (io.outputs):
+    a ``file``, a ``dir``ectory, a ``prefix`` of files, or a ``store`` (local: as a directory;
+    URLs are not checked). Every command refuses a missing or unwritable directory, naming the
+    user's path, rather than making it or failing after the work."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.name = {"file": "file", "dir": "directory", "prefix": "prefix", "store": "store"}[kind]
+
+    def convert(self, value, param, ctx):
+        from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
+
+        try:
+            if self.kind == "store":
+                value = NEW_STORE.convert(value, param, ctx)
+                return str(check_output_dir(value)) if Location.of(value).is_local else value
+            check = {"file": check_output_file, "dir": check_output_dir, "prefix": check_output_prefix}[self.kind]
+            return str(check(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+OUTPUT_FILE, OUTPUT_DIR, OUTPUT_PREFIX, OUTPUT_STORE = (OutputParam(k) for k in ("file", "dir", "prefix", "store"))
+
+
 scheduler_option = click.option(
     "--scheduler", default=None, metavar="ADDRESS",
     help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")

@@ -9,8 +9,8 @@ import time
 import click
 
 from ...distributed.fitting import METHODS
-from .common import (NON_NEGATIVE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
-                     scheduler_option, user_errors)
+from .common import (NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options,
+                     quiet_option, reading, scheduler_option, user_errors)
 
 
 def parse_states(text: str) -> list[int]:
@@ -77,7 +77,7 @@ def cluster_for(store, scheduler):
 @bins_option
 @click.option("--seed", default=0, show_default=True,
               help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+@click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Model JSON to write (a sweep writes NAME.mM.json for each M).")
 @click.option("--bootstrap", default=0, show_default=True, type=NON_NEGATIVE,
               help="Block-bootstrap replicates (0: none; --method refined only).")

@@ -7,7 +7,7 @@ import time
 import click
 
 from ...distributed.cluster import clear_status, status_line
-from .common import (NEW_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
+from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
                      scheduler_option, user_errors)
 
 
@@ -27,7 +27,8 @@ def moments():
 
 @moments.command("compute")
 @click.argument("store", type=STORE)
-@click.option("--output", "-o", required=True, type=NEW_STORE, help="Moment store (Zarr directory or fsspec URL).")
+@click.option("--output", "-o", required=True, type=OUTPUT_STORE,
+              help="Moment store (Zarr directory or fsspec URL).")
 @click.option("--samples", default=None, help="Comma-separated samples (default: all).")
 @bins_option
 @click.option("--block-size", default=None, type=POSITIVE,
@@ -68,7 +69,7 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
 
 @moments.command("merge")
 @click.argument("inputs", nargs=-1, required=True, type=STORE)
-@click.option("--output", "-o", required=True, type=NEW_STORE)
+@click.option("--output", "-o", required=True, type=OUTPUT_STORE)
 @user_errors
 def moments_merge(inputs, output):
     """Merge moment stores computed separately (same samples and feature settings)."""

@@ -8,7 +8,8 @@ import click
 import numpy as np
 
 from ...distributed.cluster import clear_status, status_line
-from .common import NON_NEGATIVE, POSITIVE, STORE, quiet_option, reading, scheduler_option, store_client, user_errors
+from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, quiet_option, reading,
+                     scheduler_option, store_client, user_errors)
 
 
 @click.command()
@@ -41,7 +42,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 @click.command()
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+@click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Segments (BED). A pooled model writes one BED per sample: OUTPUT with .SAMPLE before its "
                    "extension.")
 @click.option("--posteriors", is_flag=True, help="Also write state_posterior (bin x state) into the store.")
@@ -59,6 +60,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     start = time.perf_counter()
     job = ModelOnStore.open(store, model)
     outputs = decode_outputs(job, output, posteriors)
+    outputs.check()
     show = status_line(quiet)
     with store_client(store, scheduler) as client:
         try:
@@ -93,7 +95,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
               help="Bins of a region lie at most this many bp apart (hmr 1000, pmd 10000, --states 200).")
 @click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
 @click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 4).")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+@click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv.")
 @scheduler_option
 @quiet_option
@@ -103,10 +105,13 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
     """Regions of a counts store under a model: runs of bins whose posterior of chosen states
     (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
     from ..segments import ModelOnStore, region_rule, run_regions
+    from ...distributed.regions import regions_table
+    from ...io.outputs import check_output_file
 
     start = time.perf_counter()
     if (preset is None) == (state_names is None):
         raise click.UsageError("give one of --preset and --states")
+    check_output_file(regions_table(output))
     show = status_line(quiet)
     with reading(store, scheduler) as client:
         job = ModelOnStore.open(store, model)
@@ -123,7 +128,7 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
 
 @click.command()
 @click.argument("store", type=STORE)
-@click.option("--output", "-o", "prefix", required=True, metavar="PREFIX",
+@click.option("--output", "-o", "prefix", required=True, metavar="PREFIX", type=OUTPUT_PREFIX,
               help="Files are PREFIX.SAMPLE.methylation.bw and PREFIX.stateH-LABEL.posterior.bw (pooled model: "
                    "PREFIX.SAMPLE.stateH-LABEL.posterior.bw).")
 @click.option("--samples", default=None, help="Comma-separated samples whose methylation is written (default: the "
@@ -170,7 +175,8 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
 @click.command()
 @click.argument("store", type=STORE)
 @click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Report directory.")
+@click.option("--output", "-o", required=True, type=OUTPUT_DIR,
+              help="Report directory: a new or empty one, or a previous report's (replaced).")
 @click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
                                              "of the first chromosome).")
 @click.option("--moments", "moments_path", default=None, type=STORE,
@@ -183,8 +189,9 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
 def report(store, model, output, region, moments_path, max_gap, diff_threshold, scheduler, quiet):
     """Write DIR/index.html with figures (levels, transitions, spectrum, occupancy, a
     genome track, bootstrap and EM history when present) and DIR/segments.bed."""
-    from ..report import write_report
+    from ..report import check_report_output, write_report
 
+    check_report_output(output, store, model, moments_path)  # before the cluster starts
     show = status_line(quiet)
     with store_client(store, scheduler) as client:
         try:

@@ -1,0 +1,183 @@
+"""The files a command writes for the user: checked before any work, written under a
+temporary name of ours beside them and renamed into place when complete, and the
+temporaries a killed run left removed by the next run of the same output.
+
+A temporary of ``DIR/NAME`` is ``DIR/.NAME.tmp-<12 hex digits>``, created with the umask's
+permissions (as any other file of the user's) and locked (flock) while its writer lives, so
+that :func:`remove_leftovers` removes only what a dead run left: regular files of exactly
+that name, never following a symbolic link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import stat
+import uuid
+from pathlib import Path
+
+TEMPORARY_SUFFIX = ".tmp-"
+_HEX = 12
+TEMPORARY_OVERHEAD = 1 + len(TEMPORARY_SUFFIX) + _HEX  # "." before the name, ".tmp-" and the digits after
+
+
+def temporary_path(path, kind: str = "tmp") -> Path:
+    """A new temporary (or, with ``kind`` "old", set-aside) name beside ``path``."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{kind}-{uuid.uuid4().hex[:_HEX]}")
+
+
+def is_temporary_of(path, candidate, kind: str = "tmp") -> bool:
+    """Whether ``candidate``'s name is one :func:`temporary_path` gives ``path``."""
+    pattern = rf"\.{re.escape(Path(path).name)}\.{kind}-[0-9a-f]{{{_HEX}}}"
+    return re.fullmatch(pattern, Path(candidate).name) is not None
+
+
+def check_output_file(path) -> Path:
+    """``path``, refused (naming it) when it cannot be written: its directory missing or
+    unwritable, a directory in its place, or a name too long for its temporary."""
+    path = _named(path)
+    _check_directory(path.parent, path)
+    _check_name(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory; give a file name")
+    return path
+
+
+def check_output_dir(path) -> Path:
+    """``path``, refused (naming it) when it cannot be made in its parent or a file is in its
+    place (whether an existing directory may be replaced is the command's to say)."""
+    path = _named(path)
+    _check_directory(path.parent, path)
+    _check_name(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{path}: is a file, not a directory")
+    return path
+
+
+def check_output_prefix(prefix: str) -> str:
+    """``prefix`` of files PREFIX.*, refused (naming it) when their directory is missing or
+    unwritable (each file's name is checked with :func:`check_output_file` once known)."""
+    _check_directory(Path(os.path.dirname(f"{prefix}.") or "."), prefix)
+    return prefix
+
+
+def _named(path) -> Path:
+    """``path``; made absolute when its last part names no entry of its own ('.', '..')."""
+    path = Path(path)
+    return Path(os.path.abspath(path)) if path.name in ("", ".", "..") else path
+
+
+def _check_directory(directory: Path, shown) -> None:
+    """Every command refuses a missing directory instead of making it."""
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist (create it first)"
+        raise ValueError(f"{shown}: the directory {directory} {what}")
+    probe = temporary_path(directory / "probe")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise ValueError(f"{shown}: cannot write in {directory} ({exc.strerror})") from None
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+
+
+def _check_name(path: Path) -> None:
+    """The name and its temporary's fit the file system's limit on a name."""
+    limit = _name_max(path.parent)
+    size = len(os.fsencode(path.name))
+    if size + TEMPORARY_OVERHEAD > limit:
+        shown = str(path) if len(str(path)) <= 200 else f"{str(path)[:100]}...{str(path)[-100:]}"
+        raise ValueError(f"{shown}: the file name is {size} bytes; at most {limit - TEMPORARY_OVERHEAD} fit in "
+                         f"{path.parent} (it is written first under a name {TEMPORARY_OVERHEAD} bytes longer)")
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+@contextlib.contextmanager
+def replacing(path):
+    """A file object writing ``path``'s temporary, renamed to ``path`` when the block ends
+    without an exception and removed when it raises. Opening the temporary fails with a
+    message naming ``path``."""
+    path = Path(path)
+    with held_temporary(path) as (tmp, fd):
+        with os.fdopen(os.dup(fd), "w") as fh:
+            yield fh
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def held_temporary(path):
+    """(temporary path, its descriptor): a new empty temporary of ``path``, locked for as
+    long as the block runs (so no other run takes it for a leftover), removed unless the
+    block renamed it."""
+    tmp, fd = _create_locked(path)
+    try:
+        yield tmp, fd
+    finally:
+        if _is_file_of(fd, tmp):
+            tmp.unlink()
+        os.close(fd)
+
+
+def _create_locked(path) -> tuple[Path, int]:
+    while True:
+        tmp = temporary_path(path)
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot write in {Path(path).parent} ({exc.strerror})") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if _is_file_of(fd, tmp):
+            return tmp, fd
+        os.close(fd)  # another run took it for a leftover in the instant before the lock: a new name
+
+
+def _is_file_of(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file open as ``fd``."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except FileNotFoundError:
+        return False
+
+
+def remove_leftovers(path) -> list[Path]:
+    """Remove the temporaries of ``path`` that killed runs left (regular files named as
+    :func:`temporary_path` names them, whose writer is gone); returns them."""
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for candidate in path.parent.iterdir():
+        if is_temporary_of(path, candidate) and _remove_abandoned(candidate):
+            removed.append(candidate)
+    return removed
+
+
+def _remove_abandoned(candidate: Path) -> bool:
+    """Remove ``candidate`` if it is a regular file (a link is not followed) whose lock no
+    live writer holds; the lock is held while it is removed."""
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # a symbolic link (ELOOP), gone, or not ours to open
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer holds it
+        if not _is_file_of(fd, candidate):
+            return False
+        candidate.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(fd)

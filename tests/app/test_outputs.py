@@ -1,0 +1,252 @@
+"""What the commands write (audit 2, issue 25): outputs checked before any work, a report
+never deleting what it did not write, models recording what they depend on, tracks refusing
+chrom.sizes shorter than the data, the umask's permissions and the leftovers of killed runs."""
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_cli import DATA, run
+
+TSV = DATA / "dmrseq_H1_r1.chr21.tsv.gz"
+REPORT_MARKER = "streambhmm-report.json"  # in every report directory (README)
+
+
+def snapshot(root: Path) -> list:
+    """Every entry under ``root`` with its size (directories: -1)."""
+    return sorted((str(p.relative_to(root)), -1 if p.is_dir() else p.stat().st_size) for p in root.rglob("*"))
+
+
+def cli(*args, cwd=None):
+    """The command in its own process: a crash shows as a signal, not as a dead test run."""
+    return subprocess.run([sys.executable, "-m", "streambhmm", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """proj/c.zarr (100 bp bins) with its model m.json, and a 5 kb store and model."""
+    proj = tmp_path_factory.mktemp("proj")
+    for name, bin_size in (("c", 100), ("c5k", 5000)):
+        r = run("ingest", TSV, "--sample", "H1", "--store", proj / f"{name}.zarr", "--bin-size", bin_size, "-q")
+        assert r.exit_code == 0, r.output
+        r = run("fit", proj / f"{name}.zarr", "-m", "2", "-o", proj / f"{name}.json", "-q")
+        assert r.exit_code == 0, r.output
+    return proj
+
+
+# -- item 1: a report replaces only a previous report, file by file ---------------------------
+@pytest.mark.parametrize("where,message", [
+    ("{proj}", "holds the counts store"),
+    ("{proj}/c.zarr", "is the counts store"),
+    ("{proj}/c.zarr/chr21", "is inside the counts store"),
+    (".", "holds the counts store"),  # run in proj: also audit 15's traceback
+    ("{proj}/notes", "is not a streambhmm report"),
+])
+def test_report_refuses_an_output_it_would_delete_and_touches_nothing(project, where, message, monkeypatch):
+    notes = project / "notes"
+    notes.mkdir(exist_ok=True)
+    (notes / "mine.txt").write_text("not the report's")
+    before = snapshot(project)
+    monkeypatch.chdir(project)
+    r = run("report", project / "c.zarr", "--model", project / "c.json", "-o", where.format(proj=project), "-q")
+    assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, r.output
+    assert snapshot(project) == before
+
+
+def test_a_previous_report_is_replaced_and_only_its_own_files_removed(project, tmp_path):
+    out = tmp_path / "report"
+    args = ("report", project / "c.zarr", "--model", project / "c.json", "-o", out, "-q")
+    assert run(*args).exit_code == 0
+    marker = json.loads((out / REPORT_MARKER).read_text())
+    assert set(marker["files"]) == {p.name for p in out.iterdir()} - {REPORT_MARKER}
+    # a figure an earlier report drew (and listed) goes with it; the new report has none
+    (out / "loglik.png").write_bytes(b"old figure")
+    (out / REPORT_MARKER).write_text(json.dumps({**marker, "files": [*marker["files"], "loglik.png"]}))
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert not (out / "loglik.png").exists() and (out / "index.html").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing set aside or staged is left
+    # a file of the user's in it: refused, and kept
+    (out / "mine.txt").write_text("keep")
+    before = snapshot(out)
+    r = run(*args)
+    assert r.exit_code == 1 and "also holds what the report did not write (mine.txt)" in r.output
+    assert snapshot(out) == before
+    # an empty directory may be the output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run("report", project / "c.zarr", "--model", project / "c.json", "-o", empty, "-q").exit_code == 0
+    assert (empty / "index.html").exists()
+
+
+# -- item 7: a model records its bin size and how its samples were read ----------------------
+def test_a_model_is_refused_on_a_store_of_another_bin_size(project, tmp_path):
+    document = json.loads((project / "c5k.json").read_text())
+    assert document["bin_size"] == 5000 and document["sample_settings"] == {"H1": {"context": "CG",
+                                                                                    "merge_strands": False}}
+    store, model = project / "c.zarr", project / "c5k.json"
+    for args in (("score", store), ("decode", store, "-o", tmp_path / "s.bed"),
+                 ("regions", store, "--states", "0", "-o", tmp_path / "r.bed"), ("tracks", store, "-o", tmp_path / "t"),
+                 ("report", store, "-o", tmp_path / "rep")):
+        r = run(*args, "--model", model, "-q")
+        assert r.exit_code == 1, (args, r.output)
+        assert f"{model} was fitted to 5,000 bp bins, but {store} has 100 bp bins" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    # a model written before the bin size was recorded still works
+    del document["bin_size"], document["sample_settings"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(document))
+    assert run("score", project / "c5k.zarr", "--model", older, "-q").exit_code == 0
+
+
+def test_a_model_is_refused_on_a_sample_read_another_way(project, tmp_path):
+    merged = tmp_path / "merged.zarr"
+    assert run("ingest", TSV, "--sample", "H1", "--store", merged, "--merge-strands", "-q").exit_code == 0
+    r = run("score", merged, "--model", project / "c.json")
+    assert r.exit_code == 1 and "was fitted to sample H1 read with merge_strands False (in" in r.output, r.output
+
+
+# -- item 9 and 15: chrom.sizes against the data -------------------------------------------------
+@pytest.mark.parametrize("sizes,message", [
+    ("chr21\t1000\n", "gives chr21 1,000 bp, but {store} has data on chr21 up to its bin 10,027,200-10,027,300"),
+    ("chr21\t100000000000000\n", "line 1: chr21 is 100,000,000,000,000 bp long; a bigWig holds chromosomes of at "
+                                 "most 4,294,967,295 bp"),
+])
+def test_tracks_refuse_chrom_sizes_that_do_not_hold_the_data(project, tmp_path, sizes, message):
+    path = tmp_path / "chrom.sizes"
+    path.write_text(sizes)
+    r = run("tracks", project / "c.zarr", "--chrom-sizes", path, "-o", tmp_path / "t", "-q")
+    assert r.exit_code == 1 and message.format(store=project / "c.zarr") in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chrom.sizes"]
+
+
+# -- item 10 and 16: every output location checked before any work --------------------------
+def test_tracks_refuse_an_output_they_cannot_write_instead_of_crashing(project, tmp_path):
+    r = cli("tracks", project / "c.zarr", "-o", tmp_path / "missing" / "t", "-q")
+    assert r.returncode == 2 and f"{tmp_path / 'missing' / 't'}: the directory {tmp_path / 'missing'} does not " \
+                                  f"exist" in r.stderr, (r.returncode, r.stderr[-500:])
+    long_prefix = tmp_path / ("t" * 240)  # PREFIX.H1.methylation.bw is over 255 bytes
+    r = cli("tracks", project / "c.zarr", "-o", long_prefix, "-q")
+    assert r.returncode == 1 and "the file name is 258 bytes; at most 237 fit" in r.stderr, r.stderr[-500:]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_tracks_refuse_a_read_only_directory(project, tmp_path):
+    locked_dir = tmp_path / "ro"
+    locked_dir.mkdir(mode=0o555)
+    r = cli("tracks", project / "c.zarr", "-o", locked_dir / "t", "-q")
+    assert r.returncode == 2 and f"{locked_dir / 't'}: cannot write in {locked_dir}" in r.stderr, r.stderr[-500:]
+
+
+@pytest.mark.parametrize("command", ["report", "moments", "fit", "decode", "regions", "tracks", "hmr", "pmd"])
+def test_every_command_refuses_a_missing_output_directory_before_any_work(project, tmp_path, command):
+    store, model = project / "c.zarr", project / "c.json"
+    out = tmp_path / "missing" / "out"
+    args = {"report": ("--model", model), "decode": ("--model", model), "fit": ("-m", "2"),
+            "regions": ("--model", model, "--states", "0")}.get(command, ())
+    r = run(command, store, *args, "-o", out, "-q")
+    assert r.exit_code == 2, r.output
+    assert f"{out}: the directory {out.parent} does not exist (create it first)" in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_derived_names_are_checked_before_any_work(project, tmp_path):
+    # a sweep writes NAME.m2.json and NAME.m3.json: too long although NAME.json fits
+    name = tmp_path / ("m" * 232 + ".json")
+    r = run("fit", project / "c.zarr", "-m", "2-3", "-o", name, "-q")
+    assert r.exit_code == 1 and "the file name is 240 bytes; at most 237 fit" in r.output, r.output
+    # the regions' table beside the BED cannot be written: a directory has its name
+    (tmp_path / "r.tsv").mkdir()
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--states", "0", "-o",
+            tmp_path / "r.bed", "-q")
+    assert r.exit_code == 1 and f"{tmp_path / 'r.tsv'}: is a directory" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.tsv"]
+
+
+# -- item 15: model files with fields of the wrong type -----------------------------------------
+@pytest.mark.parametrize("change,message", [
+    ({"n_triples": "12"}, "n_triples must be a non-negative integer, got '12'"),
+    ({"chromosomes": "chr21"}, "chromosomes must be a list of chromosome names, got 'chr21'"),
+    ({"method": 3}, "method must be a string, got 3"),
+    ({"startprob": ["0.5", "0.5"]}, "startprob must be a list of numbers (in lists), got ['0.5', '0.5']"),
+    ({"loglik": "high"}, "loglik must be a number, got 'high'"),
+    ({"bin_size": 0}, "bin_size must be a positive integer (bp), got 0"),
+    ({"methylation_ci": [[0.1, 0.2]]}, "methylation_ci must be 2 x 1 x 2 numbers, got (1, 2)"),
+])
+def test_a_model_field_of_the_wrong_type_is_named(project, tmp_path, change, message):
+    document = {**json.loads((project / "c.json").read_text()), **change}
+    model = tmp_path / "bad.json"
+    model.write_text(json.dumps(document))
+    r = run("score", project / "c.zarr", "--model", model)
+    assert r.exit_code == 1 and f"{model}: {message}" in r.output, r.output
+
+
+def test_a_deeply_nested_model_file_is_refused_with_a_message(project, tmp_path):
+    model = tmp_path / "deep.json"
+    model.write_text("[" * 100_000 + "]" * 100_000)
+    r = run("score", project / "c.zarr", "--model", model)
+    assert r.exit_code == 1 and f"{model}: not a valid model file: JSON nested too deeply" in r.output, r.output
+
+
+# -- minor: the umask's permissions; the leftovers of killed runs --------------------------------
+def test_outputs_get_the_umasks_permissions(project, tmp_path):
+    previous = os.umask(0o022)
+    try:
+        assert run("fit", project / "c.zarr", "-m", "2", "-o", tmp_path / "m.json", "-q").exit_code == 0
+        assert run("decode", project / "c.zarr", "--model", tmp_path / "m.json", "-o", tmp_path / "s.bed",
+                   "-q").exit_code == 0
+        assert run("moments", project / "c.zarr", "-o", tmp_path / "m.zarr", "-q").exit_code == 0
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "m.json", tmp_path / "s.states.tsv", tmp_path / "s.bed",
+                 tmp_path / "m.zarr" / "manifest.json"):
+        assert path.stat().st_mode & 0o777 == 0o644, path
+
+
+def test_decode_removes_the_temporaries_a_killed_decode_left_and_nothing_else(project, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    left = [tmp_path / ".s.bed.tmp-0123456789ab", tmp_path / ".s.states.tsv.tmp-ba9876543210"]
+    for path in left:
+        path.write_text("partial")
+    kept = [tmp_path / ".s.bed.tmp-aaaaaaaaaaaa", tmp_path / ".s.bed.tmp-notours", tmp_path / ".s.bed.tmp-bbbbbbbbbbbb",
+            tmp_path / ".other.bed.tmp-cccccccccccc"]
+    kept[0].symlink_to(outside)  # a link is not followed, nor taken for ours
+    for path in kept[1:]:
+        path.write_text("kept")
+    with open(kept[2]) as live:  # a running decode holds its temporary's lock
+        fcntl.flock(live, fcntl.LOCK_EX)
+        r = run("decode", project / "c.zarr", "--model", project / "c.json", "-o", tmp_path / "s.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert not any(p.exists() for p in left)
+    assert all(p.is_symlink() or p.exists() for p in kept) and outside.read_text() == "not ours"
+
+
+def test_report_removes_what_a_killed_report_left_and_nothing_else(project, tmp_path):
+    out = tmp_path / "rep"
+    args = ("report", project / "c.zarr", "--model", project / "c.json", "-o", out, "-q")
+    assert run(*args).exit_code == 0
+    stage = tmp_path / ".rep.tmp-0123456789ab"  # killed while drawing
+    stage.mkdir()
+    (stage / "methylation.png").write_bytes(b"png")
+    (stage / ".segments.bed.tmp-0123456789ab").write_text("partial")
+    aside = tmp_path / ".rep.old-0123456789ab"  # killed after setting the previous report aside
+    aside.mkdir()
+    for name in json.loads((out / REPORT_MARKER).read_text())["files"] + [REPORT_MARKER]:
+        (aside / name).write_bytes((out / name).read_bytes())
+    foreign = tmp_path / ".rep.tmp-aaaaaaaaaaaa"  # holds a file no report writes: left as it is
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("keep")
+    (foreign / "index.html").write_text("page")
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert not stage.exists() and not aside.exists()
+    assert sorted(p.name for p in foreign.iterdir()) == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".rep.tmp-aaaaaaaaaaaa", "rep"]

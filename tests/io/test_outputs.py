@@ -1,0 +1,83 @@
+"""io.outputs: files written through a locked temporary with the umask's permissions, and
+only abandoned temporaries of the same output removed."""
+
+import fcntl
+import os
+
+import pytest
+
+from streambhmm.io.outputs import (check_output_file, held_temporary, is_temporary_of, remove_leftovers, replacing,
+                                   temporary_path)
+from streambhmm.io.storage import write_json
+
+
+@pytest.fixture
+def umask_022():
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def test_a_file_appears_whole_with_the_umasks_permissions(tmp_path, umask_022):
+    target = tmp_path / "out.bed"
+    with replacing(target) as fh:
+        fh.write("line\n")
+        assert not target.exists()  # only the temporary so far
+    assert target.read_text() == "line\n" and target.stat().st_mode & 0o777 == 0o644
+    write_json(tmp_path / "m.json", {"a": 1})  # model files, manifests, tables and summaries go this way
+    assert (tmp_path / "m.json").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(RuntimeError):
+        with replacing(target) as fh:
+            fh.write("half")
+            raise RuntimeError("killed")
+    assert target.read_text() == "line\n" and sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "out.bed"]
+
+
+def test_only_abandoned_temporaries_of_the_same_output_are_removed(tmp_path):
+    target = tmp_path / "out.bed"
+    abandoned = temporary_path(target)
+    abandoned.write_text("left by a killed run")
+    other_output = temporary_path(tmp_path / "other.bed")
+    other_output.write_text("another output's")
+    directory = temporary_path(target)
+    directory.mkdir()
+    outside = tmp_path / "outside"
+    outside.write_text("not ours")
+    link = temporary_path(target)
+    link.symlink_to(outside)
+    with held_temporary(target) as (live, fd):  # a running writer's
+        assert remove_leftovers(target) == [abandoned]
+        assert live.exists()
+    assert not live.exists()  # its writer removes it when it does not rename it
+    assert other_output.exists() and directory.is_dir() and link.is_symlink() and outside.read_text() == "not ours"
+    assert is_temporary_of(target, abandoned) and not is_temporary_of(target, tmp_path / ".out.bed.tmp-x")
+
+
+def test_a_temporary_taken_for_a_leftover_before_its_lock_is_replaced(tmp_path, monkeypatch):
+    """The instant between creating a temporary and locking it: a cleaner that removes it
+    then makes the writer start again under a new name."""
+    import streambhmm.io.outputs as outputs
+
+    target = tmp_path / "out.bed"
+    real_flock, calls = fcntl.flock, []
+
+    def flock_after_a_cleaner(fd, operation):
+        if not calls:  # the first temporary is removed by "another run" before it is locked
+            calls.append(fd)
+            remove_leftovers(target)
+        return real_flock(fd, operation)
+
+    monkeypatch.setattr(outputs.fcntl, "flock", flock_after_a_cleaner)
+    with held_temporary(target) as (tmp, fd):
+        assert tmp.exists() and os.path.samestat(os.fstat(fd), os.lstat(tmp))
+
+
+def test_an_output_that_cannot_be_written_is_named(tmp_path):
+    (tmp_path / "file").write_text("")
+    for path, message in ((tmp_path / "nope" / "x.bed", f"{tmp_path / 'nope' / 'x.bed'}: the directory "
+                                                         f"{tmp_path / 'nope'} does not exist"),
+                          (tmp_path / "file" / "x.bed", f"the directory {tmp_path / 'file'} is not a directory"),
+                          (tmp_path, f"{tmp_path}: is a directory")):
+        with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+            check_output_file(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
