@@ -10,6 +10,7 @@ from .. import __version__
 from ..learn.checks import validate_parameters
 from ..learn.emissions import EMISSIONS
 from ..learn.states import DIFF_THRESHOLD, state_labels
+from ..io.names import sample_name_problem
 from ..io.storage import Location
 
 MODEL_FORMAT = "streambhmm-model"
@@ -94,6 +95,9 @@ def read_model(path) -> dict:
     if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
             or len(set(samples)) != len(samples):
         raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
+    problem = next(filter(None, map(sample_name_problem, samples)), None)  # the rule ingest applies
+    if problem:
+        raise ValueError(f"{path}: samples hold an invalid {problem}: {samples!r:.200}")
     feature = document["feature"]
     if not isinstance(feature, dict) or not _is_count(feature.get("n_bins")) or feature["n_bins"] < 1:
         raise ValueError(f"{path}: feature must name n_bins, a positive integer; got {feature!r:.200}")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .cluster import lost_scheduler
 from ..io.formats import FORMATS, ReadOptions, quoted
+from ..io.names import sample_name_problem
 from ..io.storage import Location
 
 COLUMNS = ("sample", "group", "format", "files")
@@ -104,6 +105,8 @@ def read_batch_manifest(path) -> list[ManifestRow]:
         if not GROUP_NAME.match(group) or group == SUMMARY:
             raise ManifestError(f"{where}: group {group!r} is not a valid directory name"
                                 + (" (the summary file is named so)" if group == SUMMARY else ""))
+        if sample_name_problem(sample):  # the rule ingest applies, before any sample goes in
+            raise ManifestError(f"{where}: invalid {sample_name_problem(sample)}")
         if (sample, group) in seen:
             raise ManifestError(f"{where}: sample {sample} of group {group} is listed again "
                                 f"(first on line {seen[sample, group]}); list its replicate files together")

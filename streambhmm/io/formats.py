@@ -12,13 +12,17 @@ format's columns and coordinate convention.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 import re
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .readers import (BLOCK_BYTES, STRANDS, FormatError, Layout, Rows, Settings, decoded, first_lines,
+from .names import CONVENTIONS, NAMING, chromosome_name_problem
+from .readers import (BLOCK_BYTES, STRANDS, FormatError, Layout, Rows, Settings, decoded, lines, open_binary,
                       quoted, read_layout)
 
 __all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input",
@@ -181,6 +185,8 @@ class ReadOptions:
     columns: tuple[tuple[str, int], ...] | None = None  # --columns: role -> 1-based field number
     zero_based: bool = False
     header: bool = False
+    chromosome_names: str | None = None  # --chromosome-names: ucsc, ensembl or a mapping file (made absolute)
+    chromosome_map: tuple[tuple[str, str], ...] | None = None  # the mapping file's pairs, read once
 
     def __post_init__(self):
         if self.min_coverage < 0:
@@ -188,13 +194,28 @@ class ReadOptions:
         if self.columns is None and (self.zero_based or self.header):
             raise ValueError("--zero-based and --header describe a --columns file; named formats have their own "
                              "conventions")
+        if self.chromosome_names not in (None, *NAMING) and self.chromosome_map is None:
+            path = Path(self.chromosome_names)
+            object.__setattr__(self, "chromosome_names", str(path.resolve()))
+            object.__setattr__(self, "chromosome_map", read_chromosome_map(path))
 
     def as_dict(self) -> dict:
         out = asdict(self)
         for key in ("chromosomes", "exclude_chromosomes"):
             out[key] = None if out[key] is None else list(out[key])
         out["columns"] = None if self.columns is None else dict(self.columns)
+        if self.chromosome_names is None:  # as recorded before the option existed: a re-ingest is unchanged
+            del out["chromosome_names"], out["chromosome_map"]
+        elif self.chromosome_map is not None:  # the mapping's digest, not its (long) list
+            out["chromosome_map"] = hashlib.sha256(json.dumps(self.chromosome_map).encode()).hexdigest()
         return out
+
+    def renaming(self) -> Callable[[str], str] | None:
+        """A chromosome's name in the files -> in the store, or None: names are kept."""
+        if self.chromosome_map is not None:
+            mapping = dict(self.chromosome_map)
+            return lambda name: mapping.get(name, name)
+        return None if self.chromosome_names is None else CONVENTIONS[self.chromosome_names]
 
     @staticmethod
     def parse_patterns(text: str | None) -> tuple[str, ...] | None:
@@ -222,6 +243,38 @@ class ReadOptions:
 
 
 COLUMN_ROLES = ("chrom", "pos", "meth", "total", "unmeth", "strand")
+
+
+def read_chromosome_map(path) -> tuple[tuple[str, str], ...]:
+    """The pairs (name in the input files, name in the store) of a --chromosome-names FILE:
+    two columns separated by blanks; '#' lines and blank lines are skipped."""
+    try:
+        check_input(path)
+    except FileNotFoundError:
+        raise ValueError(f"--chromosome-names {path}: no such file (give ucsc, ensembl or a file of two "
+                         f"columns: a name in the input files and its name in the store)") from None
+    pairs: dict[str, tuple[str, int, str]] = {}  # name -> (new name, line, text)
+    with contextlib.closing(lines(path)) as read:
+        for number, line in enumerate(read, 1):
+            text = decoded(line)
+            fields = text.split()
+            if not fields or text.startswith("#"):
+                continue
+            if len(fields) != 2:
+                raise FormatError(path, number, text, f"expected 2 columns (a chromosome's name in the input files "
+                                                      f"and its name in the store), found {len(fields)}")
+            old, new = fields
+            problem = chromosome_name_problem(new)
+            if problem:
+                raise FormatError(path, number, text, f"invalid {problem}")
+            if old in pairs and pairs[old][0] != new:
+                raise FormatError(path, number, text, f"{old} is renamed {pairs[old][0]} at line {pairs[old][1]} "
+                                                      f"({quoted(pairs[old][2])})")
+            pairs.setdefault(old, (new, number, text))
+    if not pairs:
+        raise FormatError(path, None, None, "no names to map (expected lines of two columns: a chromosome's name "
+                                            "in the input files and its name in the store)")
+    return tuple((old, new) for old, (new, _, _) in pairs.items())
 
 
 def columns_layout(options: ReadOptions, n_fields: int) -> Layout:
@@ -257,22 +310,28 @@ class Preamble:
 
 
 def preamble(path, header: bool = False) -> Preamble:
-    """Split the first lines of ``path``; with ``header`` the first line that is not a
+    """Split the start of ``path``: any number of comment, track and blank lines, the
+    header, then up to DETECT_LINES data lines. With ``header`` the first line that is not a
     comment, track line or blank is the header whatever it holds."""
-    lines = [decoded(line) for line in first_lines(path, DETECT_LINES + 100)]
-    skip, track, names = 0, False, None
-    for text in lines:
-        fields = text.split()
-        if not fields or text.startswith("#"):
-            skip += 1
-        elif fields[0] in ("track", "browser") and _is_header(fields):
-            track, skip = True, skip + 1
-        elif header or _is_header(fields):
-            names, skip = text, skip + 1
-            break
-        else:
-            break
-    data = [(skip + 1 + i, t) for i, t in enumerate(lines[skip:]) if t.split()][:DETECT_LINES]
+    skip, track, names, data = 0, False, None, []
+    with contextlib.closing(lines(path)) as read:
+        for number, line in enumerate(read, 1):
+            text = decoded(line)
+            fields = text.split()
+            if not data and names is None:  # before the data
+                if not fields or text.startswith("#"):
+                    skip += 1
+                    continue
+                if fields[0] in ("track", "browser") and _is_header(fields):
+                    track, skip = True, skip + 1
+                    continue
+                if header or _is_header(fields):
+                    names, skip = text, skip + 1
+                    continue
+            if fields:
+                data.append((number, text))
+                if len(data) == DETECT_LINES:
+                    break
     return Preamble(skip, track, names, data)
 
 
@@ -383,7 +442,7 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
         raise ValueError(f"--merge-strands: format {fmt} has one row per cytosine but no strand column, so the "
                          f"two C's of a CpG cannot be told from neighbouring CpGs (CGCG) without the sequence")
     return Settings(context, options.merge_strands, options.min_coverage, options.chromosomes,
-                    options.exclude_chromosomes)
+                    options.exclude_chromosomes, options.renaming())
 
 
 def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | None = None,
@@ -437,14 +496,48 @@ def check_input(path) -> None:
                          f"its format, checksum and parse it), so save the stream to a file first")
 
 
-def check_replicates(paths, digests) -> None:
-    """Refuse a file given twice (same path, or same content) as replicates: its counts
-    would be summed twice."""
+CONTENT_START = 1 << 20  # decompressed bytes compared first: replicates that differ, differ early
+
+
+def content_sha256(path, limit: int | None = None) -> str | None:
+    """SHA-256 of the file's decompressed content (its first ``limit`` bytes), or None if it
+    cannot be decompressed (the reading names the line where it breaks)."""
+    digest, left = hashlib.sha256(), limit
+    try:
+        with open_binary(path) as fh:
+            while left is None or left > 0:
+                piece = fh.read(1 << 20 if left is None else min(1 << 20, left))
+                if not piece:
+                    break
+                digest.update(piece)
+                left = None if left is None else left - len(piece)
+    except (OSError, EOFError):
+        return None
+    return digest.hexdigest()
+
+
+def check_replicates(paths) -> None:
+    """Refuse a file given twice as replicates: the same path, or the same content once
+    decompressed (a copy, a gzipped copy): its counts would be summed twice. Only files
+    whose first decompressed MiB is the same are read to the end."""
     seen: dict = {}
-    for path, digest in zip(paths, digests):
-        for key in (("path", Path(path).resolve()), ("content", digest)):
-            if key in seen:
-                how = "is the same file as" if key[0] == "path" else "has the same content (SHA-256) as"
-                raise ValueError(f"{path} {how} {seen[key]}: each replicate must be given once, or its counts "
-                                 f"would be summed twice")
-            seen[key] = path
+    for path in paths:
+        key = Path(path).resolve()
+        if key in seen:
+            raise ValueError(f"{path} is the same file as {seen[key]}: each replicate must be given once, or its "
+                             f"counts would be summed twice")
+        seen[key] = path
+    if len(paths) < 2:
+        return
+    starting: dict = {}
+    for path in paths:
+        starting.setdefault(content_sha256(path, CONTENT_START), []).append(path)
+    for start, group in starting.items():
+        whole: dict = {}
+        for path in group if start is not None and len(group) > 1 else ():
+            digest = content_sha256(path)
+            if digest is not None and digest in whole:
+                raise ValueError(f"{path} has the same content (SHA-256 of the decompressed text) as "
+                                 f"{whole[digest]}: each replicate must be given once, or its counts would be "
+                                 f"summed twice")
+            whole[digest] = path

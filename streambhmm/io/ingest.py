@@ -18,6 +18,7 @@ from typing import Callable
 
 from .. import __version__
 from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows, settings_for
+from .names import Spellings, check_sample_name
 from .storage import Location
 from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, open_store
 
@@ -42,10 +43,12 @@ def file_sha256(path) -> str:
     return digest.hexdigest()
 
 
-def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, **read) -> int:
-    """Stream one file's rows into ``writer``; returns the rows read."""
+def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read) -> int:
+    """Stream one file's rows into ``writer``; returns the rows read. A chromosome spelt
+    otherwise in ``spellings`` (the store, the files before) is refused."""
     n_rows = 0
     for rows in read_rows(path, fmt, context, **read):
+        spellings.add(rows.chrom, str(path))
         writer.add(rows.chrom, rows.pos0 // bin_size, rows.methylated, rows.coverage)
         n_rows += rows.pos0.size
         progress(f"{Path(path).name}: {n_rows:,} rows, at {rows.chrom}:{int(rows.pos0[-1]) + 1:,}")
@@ -67,8 +70,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         raise ValueError("no input files")
     for f in files:
         check_input(f)
-    if not sample or "/" in sample:
-        raise ValueError(f"invalid sample name {sample!r}")
+    check_sample_name(sample)
     if bin_size < 1:
         raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
     options = options or ReadOptions()
@@ -83,7 +85,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         "context": context,
         "options": options.as_dict(),
     }
-    check_replicates(files, [f["sha256"] for f in provenance["files"]])
+    check_replicates(files)
     with locked(store, shared=True):
         existing = open_store(store) if store.exists() else None
     if existing is not None:
@@ -100,9 +102,10 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
                      f"store unchanged")
                 return report
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
+    spellings = existing.spellings(sample) if existing is not None else Spellings()
     with SampleWriter(store, bin_size, chunk_size) as writer:
         for f in files:
-            report.n_rows += _bin_file(f, fmt, context, bin_size, writer, progress, **read)
+            report.n_rows += _bin_file(f, fmt, context, bin_size, writer, progress, spellings, **read)
         writer.flush()
         if writer.covered_bins == 0:
             filtered = FORMATS[fmt].has_context and context != "all"

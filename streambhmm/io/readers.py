@@ -19,9 +19,11 @@ import queue
 import re
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
+
+from .names import chromosome_name_problem  # noqa: F401 - also read from here
 
 
 class _OnFirstUse:
@@ -136,28 +138,12 @@ class Settings:
     min_coverage: int = 1
     chromosomes: tuple[str, ...] | None = None
     exclude_chromosomes: tuple[str, ...] = ()
+    rename: Callable[[str], str] | None = None  # a chromosome's name in the file -> in the store
 
     def keeps(self, chrom: str) -> bool:
         if self.chromosomes is not None and not any(fnmatch.fnmatchcase(chrom, p) for p in self.chromosomes):
             return False
         return not any(fnmatch.fnmatchcase(chrom, p) for p in self.exclude_chromosomes)
-
-
-def chromosome_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a chromosome of the store (its Zarr group and directory
-    name), or None. Valid: 1-255 bytes of printable UTF-8 without whitespace, '/' or
-    '\\', not starting with '.' or '__', and not zarr.* (the store's own files)."""
-    if not 1 <= len(name.encode()) <= 255:
-        return f"chromosome name of {len(name.encode())} bytes (1 to 255 allowed)"
-    if not name.isprintable() or any(c.isspace() for c in name):
-        return "chromosome name with a control or whitespace character"
-    if "/" in name or "\\" in name:
-        return "chromosome name with '/' or '\\' (it names a directory of the store)"
-    if name.startswith((".", "__")):
-        return "chromosome name starting with '.' or '__' (hidden or reserved by Zarr)"
-    if name.lower().startswith("zarr."):
-        return "chromosome name starting with 'zarr.' (the store's metadata files are named so)"
-    return None
 
 
 # ---------------------------------------------------------------------------- bytes
@@ -194,15 +180,12 @@ def _pieces(fh, size: int):
             return
 
 
-def first_lines(path, count: int) -> list[bytes]:
-    """Up to ``count`` lines from the start (BOM and line ends removed); the line length
-    bound applies."""
-    lines: list[bytes] = []
-    for block, first in blocks(path, 1 << 20):
-        lines += block.split(b"\n")[:-1]
-        if len(lines) >= count:
-            break
-    return [line.rstrip(b"\r") for line in lines[:count]]
+def lines(path) -> Iterator[bytes]:
+    """The file's lines from the start, read as far as they are asked for (BOM and line
+    ends removed); the line length bound applies."""
+    for block, _ in blocks(path, 1 << 20):
+        for line in block.split(b"\n")[:-1]:
+            yield line.rstrip(b"\r")
 
 
 def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
@@ -441,19 +424,52 @@ def _contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.n
 _CONTEXT_INDEX = {"CG": 0, "CHG": 1, "CHH": 2}
 
 
+@dataclass(frozen=True)
+class _Block:
+    """A block's text as read and as parsed, and the number of its first line."""
+
+    data: bytes
+    text: bytes  # normalized: the rows pyarrow read are its non-blank lines
+    first: int
+
+    def index(self, row: int) -> int:
+        """The index of row ``row``'s line in the block: pyarrow skips blank lines, the line
+        numbers count them."""
+        return [i for i, line in enumerate(self.text.split(b"\n")) if line.rstrip(b"\r")][row]
+
+    def line(self, index: int) -> tuple[int, str]:
+        """The number and text (as in the file, not normalized) of line ``index``."""
+        return self.first + index, decoded(self.data.split(b"\n", index + 1)[index].rstrip(b"\r"))
+
+
+@dataclass(frozen=True)
+class _Row:
+    """A row of a block: where an earlier row is, for a message that names its line."""
+
+    block: _Block
+    row: int
+
+
+EARLIER = "<earlier line>"  # where a _Failure's message names the row it repeats
+
+
 class _Failure(Exception):
-    def __init__(self, row: int, message: str):
-        self.row, self.message = row, message
+    """The row that fails a check; ``earlier``: the row it repeats, named after the message."""
+
+    def __init__(self, row: int, message: str, earlier: _Row | None = None):
+        self.row, self.message, self.earlier = row, message, earlier
 
 
 class _Order:
-    """Chromosomes contiguous and positions non-decreasing, across blocks."""
+    """Chromosomes contiguous and positions non-decreasing, across blocks; the kept rows at
+    the last position, by strand (a repeat of one may start the next block)."""
 
     def __init__(self):
         self.finished: set[str] = set()
         self.chrom: str | None = None
         self.position = -1  # the last row's position as in the file
         self.shifted = -1  # and as yielded (after --merge-strands)
+        self.last: dict[int, _Row] = {}  # strand -> a kept row at ``position`` of ``chrom``
 
 
 class BlockReader:
@@ -465,6 +481,7 @@ class BlockReader:
         self.parser = Parser(layout)
         self.order = _Order()
         self.names: dict[str, str | None] = {}  # chromosome -> problem with its name (kept ones only)
+        self.stored: dict[str, str] = {}  # chromosome as named in the store (--chromosome-names) -> in the file
         self.strand_table = _code_table(layout.strand_codes)
         self.n_rows = 0
         c, p = layout.chrom + 1, layout.pos + 1
@@ -488,25 +505,31 @@ class BlockReader:
         except _BadLine as bad:
             if bad.index:  # the rows before the bad line may hold an earlier error
                 before = b"\n".join(bad.lines[:bad.index]) + b"\n"
-                self._validated_or_raise(self.parser(before), before, data, first)
+                self._validated_or_raise(self.parser(before), _Block(data, before, first))
             message = explain(bad.lines[bad.index], self.layout, bad.reason, self.variable)
-            raise self._error(data, first, bad.index, f"malformed {self.fmt} line: {message}") from None
-        yield from self._validated_or_raise(columns, text, data, first)
+            raise self._error(_Block(data, b"", first), bad.index, f"malformed {self.fmt} line: {message}") from None
+        yield from self._validated_or_raise(columns, _Block(data, text, first))
 
-    def _validated_or_raise(self, columns, text: bytes, data: bytes, first: int) -> list[Rows]:
+    def _validated_or_raise(self, columns, block: _Block) -> list[Rows]:
         try:
-            return self._validated(columns)
+            return self._validated(columns, block)
         except _Failure as failure:
-            # the failing row's line: pyarrow skips blank lines, the line number counts them
-            lines = text.split(b"\n")
-            index = [i for i, line in enumerate(lines) if line.rstrip(b"\r")][failure.row]
-            raise self._error(data, first, index, failure.message) from None
+            message = failure.message
+            if failure.earlier is not None:
+                earlier = failure.earlier.block
+                line, text = earlier.line(earlier.index(failure.earlier.row))
+                message = message.replace(EARLIER, f"line {line} ({quoted(text)})")
+            raise self._error(block, block.index(failure.row), message) from None
 
-    def _error(self, data: bytes, first: int, index: int, message: str) -> FormatError:
-        line = data.split(b"\n", index + 1)[index].rstrip(b"\r")  # as in the file, not normalized
-        return FormatError(self.path, first + index, decoded(line), message, self.label)
+    def _error(self, block: _Block, index: int, message: str) -> FormatError:
+        line, text = block.line(index)
+        return FormatError(self.path, line, text, message, self.label)
 
-    def _validated(self, col) -> list[Rows]:
+    def stored_name(self, name: str) -> str:
+        """``name`` as the store will name it (--chromosome-names)."""
+        return name if self.settings.rename is None else self.settings.rename(name)
+
+    def _validated(self, col, block: _Block) -> list[Rows]:
         """Rows of one block's columns, or a _Failure naming the earliest bad row. Each
         check first asks a cheap question of the whole block (a min, a max, an any) and
         builds its row mask only when that fails."""
@@ -520,35 +543,40 @@ class BlockReader:
         names = chrom.take(pa.array(starts)).to_pylist()
         ends = np.r_[starts[1:], n]
         pos = col[lay.pos].to_numpy()
-        failures: list[tuple[int, str]] = []  # (row, message); the first check at the earliest row is reported
+        failures: list[_Failure] = []  # the first check at the earliest row is reported
 
         def check(maybe: bool, mask, message):
             if maybe:  # the cheap question may over-report (a decrease between chromosomes)
                 rows = mask()
                 if rows.any():
                     i = int(np.argmax(rows))
-                    failures.append((i, message(i)))
+                    failures.append(_Failure(i, message(i)))
 
         def chrom_at(i):
             return names[np.searchsorted(starts, i, side="right") - 1]
 
-        # chromosome runs: contiguous, valid names (kept chromosomes only)
+        # chromosome runs: contiguous, valid names (kept chromosomes only, as the store names them)
         kept_run = np.zeros(len(starts), bool)
+        stored = [self.stored_name(name) for name in names]
         previous, finished = order.chrom, set(order.finished)
         for r, (start, name) in enumerate(zip(starts, names)):
             if name != previous:
                 if name in finished:
-                    failures.append((int(start), f"chromosome {name} appears again after other chromosomes "
-                                                  f"({self.sort_hint})"))
+                    failures.append(_Failure(int(start), f"chromosome {name} appears again after other chromosomes "
+                                                         f"({self.sort_hint})"))
                     break
                 if previous is not None:
                     finished.add(previous)
                 previous = name
-            kept_run[r] = settings.keeps(name)
+            kept_run[r] = settings.keeps(stored[r])
             if kept_run[r]:
-                problem = self.names.setdefault(name, chromosome_name_problem(name))
+                problem = self.names.setdefault(stored[r], chromosome_name_problem(stored[r]))
                 if problem:
-                    failures.append((int(start), f"invalid {problem}"))
+                    failures.append(_Failure(int(start), f"invalid {problem}"))
+                    break
+                if self.stored.setdefault(stored[r], name) != name:
+                    failures.append(_Failure(int(start), f"chromosomes {self.stored[stored[r]]} and {name} of this "
+                                                         f"file both become {stored[r]} (--chromosome-names)"))
                     break
         continues = names[0] == order.chrom  # the first run goes on from the previous block
 
@@ -603,16 +631,59 @@ class BlockReader:
                             f"the previous row")
             check(pos0.min() < 0, lambda: pos0 < 0,
                   lambda i: "with --merge-strands this minus-strand row moves before the chromosome start")
+        repeat, last = self._repeated(block, pos, strand, keep & np.repeat(kept_run, ends - starts), starts,
+                                      continues)
+        failures += [repeat] if repeat else []
         if failures:
-            raise _Failure(*min(failures, key=lambda f: f[0]))
+            raise min(failures, key=lambda f: f.row)
         order.finished, order.chrom = finished, names[-1]
-        order.position, order.shifted = int(pos[-1]), int(pos0[-1])
+        order.position, order.shifted, order.last = int(pos[-1]), int(pos0[-1]), last
         out = []
         for r, (start, end) in enumerate(zip(starts, ends)):
             sel = keep[start:end]
             if kept_run[r] and sel.any():
-                out.append(Rows(names[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel]))
+                out.append(Rows(stored[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel]))
         return out
+
+    def _repeated(self, block: _Block, pos, strand, kept, starts, continues: bool):
+        """The first kept row with the chromosome, position and strand of an earlier kept row
+        (their counts would be summed twice), as a _Failure, or None; and the kept rows at the
+        block's last position, by strand (the next block may repeat one). The file is sorted
+        by position within a chromosome, so repeats are neighbours: in most blocks one
+        comparison of neighbouring positions finds none."""
+        n, order = len(pos), self.order
+        strands = np.zeros(n, np.int64) if strand is None else strand
+        same = np.empty(n, bool)  # the row's chromosome and position are the previous row's
+        same[0] = continues and pos[0] == order.position
+        np.equal(pos[1:], pos[:-1], out=same[1:])
+        same[starts[1:]] = False
+        if not same.any():
+            return None, ({int(strands[-1]): _Row(block, n - 1)} if kept[-1] else {})
+        group = np.cumsum(~same)  # one number per chromosome and position; 0: the previous block's last
+        found = []  # (row, the earlier row it repeats)
+        rows = np.flatnonzero(kept & (same | np.r_[same[1:], False]))
+        by = np.lexsort((rows, strands[rows], group[rows]))
+        g, st, r = group[rows][by], strands[rows][by], rows[by]
+        twice = np.flatnonzero((g[1:] == g[:-1]) & (st[1:] == st[:-1]))
+        if twice.size:
+            k = twice[np.argmin(r[twice + 1])]
+            found.append((int(r[k + 1]), _Row(block, int(r[k]))))
+        if same[0] and order.last:
+            first_group = np.flatnonzero(kept[:np.argmax(group > 0) if group[-1] > 0 else n])
+            hits = first_group[np.isin(strands[first_group], list(order.last))]
+            if hits.size:
+                found.append((int(hits[0]), order.last[int(strands[hits[0]])]))
+        if found:
+            row, earlier = min(found, key=lambda f: f[0])
+            what = "chromosome, position and strand" if strand is not None else "chromosome and position"
+            return _Failure(row, f"repeats the {what} of {EARLIER}: a file may hold each cytosine once (its "
+                                 f"counts would be summed twice)", earlier), {}
+        starts_of_groups = np.flatnonzero(~same)
+        last_start = int(starts_of_groups[-1]) if starts_of_groups.size else 0
+        last = dict(order.last) if not starts_of_groups.size else {}  # the whole block is at one position
+        for i in np.flatnonzero(kept[last_start:]) + last_start:
+            last[int(strands[i])] = _Row(block, int(i))
+        return None, last
 
     def _counts(self, col, check) -> tuple[np.ndarray, np.ndarray]:
         lay = self.layout

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .names import Spellings
 from .storage import Location
 
 COUNTS_FORMAT = "streambhmm-counts"
@@ -160,6 +161,16 @@ class CountsStore:
         if not columns:
             return np.zeros((array.shape[0], 0, len(FIELDS)), np.int64)
         return np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+
+    def holds(self, chrom: str, excluding: str | None = None) -> bool:
+        """Whether a sample other than ``excluding`` has coverage on ``chrom`` (from the index)."""
+        columns = [self.column(s) for s in self.samples if s != excluding]
+        return chrom in self.chromosomes and bool((self.summary(chrom, columns)[:, :, COVERED] > 0).any())
+
+    def spellings(self, sample: str | None = None) -> Spellings:
+        """The store's chromosome names, to refuse another spelling of one (chr21 beside 21)
+        that holds data of a sample other than ``sample``."""
+        return Spellings(self.chromosomes, f"the store {self.path}", lambda chrom: self.holds(chrom, sample))
 
     def chunk_refs(self, chrom: str, samples) -> list[ChunkRef]:
         """The chunks of ``chrom`` where one of ``samples`` has coverage, as references a task
@@ -601,6 +612,9 @@ def _check_commit(store: Location, record: dict) -> bool:
         if getattr(existing, key) != record[key]:
             raise StoreError(f"{store} uses {key.replace('_', ' ')} {getattr(existing, key)}; cannot add "
                              f"sample {record['sample']} written with {record[key]}")
+    spellings = existing.spellings(record["sample"])  # again: another ingest may have committed meanwhile
+    for chrom in record["chromosomes"]:
+        spellings.add(chrom, f"sample {record['sample']}")
     return record["sample"] in existing.attrs["samples"]
 
 

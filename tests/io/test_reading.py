@@ -253,6 +253,106 @@ def test_the_same_file_twice_is_refused(tmp_path):
     assert not store.exists()
 
 
+@pytest.mark.parametrize("name,fmt,body,line,earlier", [
+    ("t.tsv", "tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t11\t-\t1\t2\nchr1\t11\t-\t3\t4\n", 4, 3),
+    ("t.tsv", "tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t10\t-\t1\t2\n\nchr1\t10\t+\t1\t2\n", 5, 2),
+    ("b.bed", "biscuit", "chr1\t10\t12\t0.5\t4\nchr1\t20\t22\t0.5\t4\nchr1\t20\t22\t0.25\t4\n", 3, 2),
+    ("cx.txt", "bismark-report", "Chr3\t101\t+\t0\t1\tCHH\tCCC\nChr3\t102\t+\t1\t1\tCG\tCGT\n"
+                                 "Chr3\t102\t+\t1\t1\tCG\tCGT\n", 3, 2),
+    ("c.cov", "bismark-cov", "chr1\t10\t10\t50\t1\t1\nchr1\t10\t10\t50\t1\t1\n", 2, 1),
+    ("m.bed", "modkit", "chr1\t10\t11\tm\t5\t+\t10\t11\t0,0,0\t5\t20.0\t1\t4\t0\t0\t0\t0\t0\n"
+                        "chr1\t10\t11\th\t5\t+\t10\t11\t0,0,0\t5\t20.0\t1\t4\t0\t0\t0\t0\t0\n"
+                        "chr1\t10\t11\tm\t5\t+\t10\t11\t0,0,0\t5\t20.0\t1\t4\t0\t0\t0\t0\t0\n", 3, 1),
+])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_repeated_row_is_refused_naming_both_lines(tmp_path, name, fmt, body, line, earlier, gz):
+    """A row repeated in a file (chromosome, position and strand) would be summed twice."""
+    path = write(tmp_path, name, body, gz)
+    err = error_of(path, fmt)
+    shown = body.splitlines()[earlier - 1]
+    assert err.line == line and err.text == body.splitlines()[line - 1]
+    assert f"line {earlier} ({shown!r})" in err.message and "its counts would be summed twice" in err.message
+    store = tmp_path / "s.zarr"
+    with pytest.raises(FormatError, match=f"{name}:{line}: repeats the chromosome"):
+        ingest([path], "A", store, fmt=fmt)
+    assert not store.exists()
+
+
+def test_rows_that_differ_in_strand_or_are_not_kept_are_no_repeat(tmp_path):
+    tsv = write(tmp_path, "t.tsv", HEADER + "chr1\t10\t+\t1\t2\nchr1\t10\t-\t1\t3\nchr2\t10\t+\t1\t2\n")
+    assert rows_of(tsv) == [("chr1", 9, 1, 2), ("chr1", 9, 1, 3), ("chr2", 9, 1, 2)]
+    # modkit's 5hmC row (code h) at the 5mC row's position is not read; a CHH row is not kept with --context CG
+    modkit = write(tmp_path, "m.bed", "chr1\t10\t11\tm\t5\t+\t10\t11\t0,0,0\t5\t20.0\t1\t4\t0\t0\t0\t0\t0\n"
+                                     "chr1\t10\t11\th\t5\t+\t10\t11\t0,0,0\t5\t20.0\t1\t4\t0\t0\t0\t0\t0\n")
+    assert rows_of(modkit, "modkit") == [("chr1", 10, 1, 5)]
+    cx = write(tmp_path, "cx.txt", "Chr3\t101\t+\t0\t1\tCHH\tCCC\nChr3\t101\t+\t0\t1\tCHH\tCCC\n"
+                                   "Chr3\t102\t+\t1\t1\tCG\tCGT\n")
+    assert rows_of(cx, "bismark-report") == [("Chr3", 101, 1, 2)]
+    assert error_of(cx, "bismark-report", context="all").line == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_first_repeat_is_found_among_equal_positions_whatever_the_blocks(tmp_path, seed):
+    """Many rows share a position (three strands); the first row whose chromosome,
+    position and strand came before is named, with the line it repeats, for any blocking."""
+    rng = np.random.default_rng(seed)
+    keys = []
+    for chrom in ("chr1", "chr2"):
+        for pos in np.cumsum(rng.integers(0, 3, 150)) + 1:  # 0: the same position again
+            keys.append((chrom, int(pos), str(rng.choice(["+", "-", "."]))))
+    body = HEADER + "".join(f"{c}\t{p}\t{s}\t1\t{i % 5 + 1}\n" for i, (c, p, s) in enumerate(keys))
+    path = write(tmp_path, f"r{seed}.tsv", body)
+    seen, expected = {}, None
+    for i, key in enumerate(keys):
+        if key in seen:
+            expected = (i + 2, seen[key] + 2)
+            break
+        seen[key] = i
+    assert expected is not None
+    for block_bytes in (40, 333, 1 << 20):
+        with pytest.raises(FormatError) as err:
+            list(read_rows(path, "tsv", block_bytes=block_bytes))
+        assert err.value.line == expected[0] and f"of line {expected[1]} (" in err.value.message
+
+
+def test_a_gzipped_copy_of_a_replicate_is_refused(tmp_path):
+    """The duplicate check compares the decompressed content, not the bytes on disk."""
+    body = HEADER + "".join(f"chr1\t{10 + 2 * i}\t+\t1\t2\n" for i in range(50))
+    plain = write(tmp_path, "a.tsv", body)
+    packed = tmp_path / "a.tsv.gz"
+    packed.write_bytes(gzip.compress(body.encode(), compresslevel=9))
+    fast = tmp_path / "b.tsv.gz"
+    fast.write_bytes(gzip.compress(body.encode(), compresslevel=1))
+    store = tmp_path / "s.zarr"
+    with pytest.raises(ValueError, match="a.tsv.gz has the same content .* as .*a.tsv: each replicate must be "
+                                         "given once"):
+        ingest([plain, packed], "A", store)
+    with pytest.raises(ValueError, match="b.tsv.gz has the same content .* as .*a.tsv.gz"):
+        ingest([packed, fast], "A", store)
+    assert not store.exists()
+
+
+def test_replicates_that_share_their_first_mib_but_differ_later_are_summed(tmp_path):
+    start = HEADER + "".join(f"chr1\t{10 + 2 * i}\t+\t1\t2\n" for i in range(80_000))  # > 1 MiB
+    assert len(start) > 1 << 20
+    a = write(tmp_path, "a.tsv", start + "chr2\t5\t+\t1\t1\n")
+    b = write(tmp_path, "b.tsv.gz", start + "chr2\t5\t+\t0\t1\n", gz=True)
+    report = ingest([a, b], "A", tmp_path / "s.zarr", bin_size=10)
+    assert report.n_rows == 2 * 80_001
+    assert chrom_table(tmp_path / "s.zarr", "chr2") == ([0], [[1]], [[2]])
+
+
+@pytest.mark.parametrize("fmt", ["auto", "tsv"])
+def test_any_number_of_comment_and_blank_lines_may_precede_the_data(tmp_path, fmt):
+    body = "# a comment\n\n" * 300 + "track name=x\n" + "#\n" * 50 + HEADER + "chr1\t10\t+\t1\t5\n"
+    path = write(tmp_path, "c.tsv", body, gz=True)
+    if fmt == "auto":
+        assert detect_format(path) == "tsv"
+    assert rows_of(path, None if fmt == "auto" else fmt) == [("chr1", 9, 1, 5)]
+    store = tmp_path / f"{fmt}.zarr"
+    assert ingest([path], "A", store, fmt=fmt).n_rows == 1
+
+
 def test_invalid_utf8_in_a_chromosome_name(tmp_path):
     path = write(tmp_path, "u.tsv", HEADER.encode() + b"chr1\t10\t+\t1\t2\nchr\xff2\t10\t+\t1\t2\n")
     err = error_of(path)
@@ -357,12 +457,13 @@ def test_batch_manifest_lines_are_quoted_short(tmp_path):
 # --- exact line numbers whatever the blocks ---
 
 
-KINDS = ["fields", "letters", "float", "negative", "exceeds", "order", "strand", "name", "utf8", "huge"]
+KINDS = ["fields", "letters", "float", "negative", "exceeds", "order", "strand", "name", "utf8", "huge", "repeat"]
 
 
-def corrupt(fields: list[str], previous_pos: int, kind: str) -> bytes:
+def corrupt(fields: list[str], previous: list[str], kind: str) -> bytes:
     chrom, pos, strand, mc, cov = fields
-    line = {"fields": f"{chrom}\t{pos}\t{strand}\t{mc}",
+    previous_pos = int(previous[1])
+    line = {"repeat": "\t".join(previous),"fields": f"{chrom}\t{pos}\t{strand}\t{mc}",
             "letters": f"{chrom}\t{pos}\t{strand}\tab\t{cov}",
             "float": f"{chrom}\t{pos}\t{strand}\t{mc}.5\t{cov}",
             "negative": f"{chrom}\t{pos}\t{strand}\t-1\t{cov}",
@@ -385,7 +486,7 @@ def test_the_first_bad_line_is_named_exactly_for_any_blocking(tmp_path, n, at, k
     if kind == "order" and lines[k][0] != lines[k - 1][0]:
         kind = "exceeds"
     text = [("\t" if not spaces else "  \t ").join(f).encode() for f in lines]
-    text[k] = corrupt(lines[k], int(lines[k - 1][1]), kind)
+    text[k] = corrupt(lines[k], lines[k - 1], kind)
     if blanks:
         text = [t for i, line in enumerate(text) for t in ((line, b"") if i % 5 == 4 else (line,))]
     line_no = 2 + k + (k // 5 if blanks else 0)

@@ -28,6 +28,12 @@ def user_errors(fn):
     return wrapper
 
 
+def shown(text) -> str:
+    """``text`` for the terminal: control characters escaped (a name in a store written by
+    an older version, or by hand, must not send escape sequences)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 class StoreParam(click.ParamType):
     """A store: a local directory or an fsspec URL (s3://..., memory://...)."""
     name = "store"
@@ -129,16 +135,21 @@ def read_options(fn):
     @click.option("--zero-based", is_flag=True, help="With --columns: positions are 0-based (default 1-based).")
     @click.option("--header", is_flag=True, help="With --columns: the first line is a header (default: skipped "
                                                  "when its fields after the first are not numbers).")
+    @click.option("--chromosome-names", default=None, metavar="ucsc|ensembl|FILE",
+                  help="Rename chromosomes as they are read: ucsc adds chr to numbered chromosomes, X and Y, and "
+                       "makes MT chrM; ensembl removes it (chrM becomes MT); FILE has two columns, a name in the "
+                       "files and its name in the store. Other names are kept. --chromosomes and "
+                       "--exclude-chromosomes match the new names.")
     @functools.wraps(fn)
     def wrapper(*args, merge_strands, min_coverage, chromosomes, exclude_chromosomes, columns, zero_based, header,
-                **kwargs):
+                chromosome_names, **kwargs):
         try:
             kwargs["options"] = ReadOptions(
                 merge_strands=merge_strands, min_coverage=min_coverage,
                 chromosomes=ReadOptions.parse_patterns(chromosomes),
                 exclude_chromosomes=ReadOptions.parse_patterns(exclude_chromosomes) or (),
                 columns=ReadOptions.parse_columns(columns) if columns else None, zero_based=zero_based,
-                header=header)
+                header=header, chromosome_names=chromosome_names)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         return fn(*args, **kwargs)

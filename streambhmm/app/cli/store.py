@@ -8,7 +8,8 @@ import click
 
 from ...distributed.cluster import clear_status, status_line
 from ...io.formats import FORMATS
-from .common import NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, user_errors
+from .common import (NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, shown,
+                     user_errors)
 
 
 @click.command()
@@ -48,23 +49,25 @@ def info(store):
     from ...io.store import open_store
 
     st = open_store(store)
-    click.echo(f"{store}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
-               f"chunk size {st.chunk_size:,} bins, written by streambhmm {st.attrs['tool_version']}")
+    click.echo(f"{shown(store)}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
+               f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.attrs['tool_version'])}")
     for name in st.samples:
         prov = st.attrs["samples"][name]
-        files = f"{len(prov['files'])} {prov['format']} file(s), context {prov['context']}" if "files" in prov else \
-            "no input files recorded"
-        click.echo(f"  sample {name}: {files}")
+        files = f"{len(prov['files'])} {shown(prov['format'])} file(s), context {shown(prov['context'])}" \
+            if "files" in prov else "no input files recorded"
+        click.echo(f"  sample {shown(name)}: {files}")
     view = st.overview()
-    width = max(10, *(len(c) for c in view.chromosomes)) if view.chromosomes else 10
-    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " + " ".join(f"{s + ' covered':>16}" for s in view.samples))
-    for chrom, (n_bins, covered) in view.chromosomes.items():
+    chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
+    width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
+    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " +
+               " ".join(f"{shown(s) + ' covered':>16}" for s in view.samples))
+    for chrom, (n_bins, covered) in chromosomes.items():
         click.echo(f"{chrom:<{width}} {n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in covered))
     click.echo(f"{'total':<{width}} {view.n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in view.covered))
     click.echo("\ncoverage summary:")
     n_bins = view.n_bins
     for name, covered, reads, meth in zip(view.samples, view.covered, view.coverage, view.methylated):
-        click.echo(f"  {name}: {int(covered):,} of {n_bins:,} bins covered ({covered / max(n_bins, 1):.1%}), "
+        click.echo(f"  {shown(name)}: {int(covered):,} of {n_bins:,} bins covered ({covered / max(n_bins, 1):.1%}), "
                    f"mean coverage {reads / max(covered, 1):.1f} per covered bin, "
                    f"pooled methylation {meth / max(reads, 1):.3f}")
 
