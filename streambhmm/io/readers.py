@@ -23,6 +23,8 @@ from typing import Iterator
 
 import numpy as np
 
+from .store import POSITION_MAX
+
 
 class _OnFirstUse:
     """A module imported when first used: the command line imports this module to start,
@@ -44,7 +46,6 @@ BLOCK_BYTES = 8 << 20  # text per parsed block
 MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
 SHOWN = 200  # at most this many characters of a line are quoted in a message
 COUNT_MAX = int(np.iinfo(np.uint32).max)  # the counts store holds uint32
-POSITION_MAX = 1 << 40
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = b"\xef\xbb\xbf"
 
@@ -560,7 +561,8 @@ class BlockReader:
 
         check(pos.min() < lay.base, lambda: pos < lay.base,
               lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
-        check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX, lambda i: f"position {pos[i]} too large")
+        check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX,
+              lambda i: f"position {pos[i]} too large (a counts store takes positions up to {POSITION_MAX:,})")
         check(bool((pos[1:] < pos[:-1]).any()) or (continues and pos[0] < order.position),
               lambda: backwards(pos, order.position),
               lambda i: f"position out of order within {chrom_at(i)} ({self.sort_hint})")

@@ -14,7 +14,8 @@ import fnmatch
 import json
 import os
 import shutil
-import tempfile
+import signal
+import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +79,11 @@ class Location:
     def resolve(self) -> str:
         return str(Path(self.url).resolve()) if self.is_local else self.url
 
+    def real(self) -> "Location":
+        """The same place with every symbolic link resolved (locally): one name for one place,
+        however the user spelled it."""
+        return Location(self.resolve()) if self.is_local else self
+
     def exists(self) -> bool:
         return Path(self.url).exists() if self.is_local else self.fs.exists(self.fs_path)
 
@@ -139,30 +145,53 @@ class Location:
         with self.fs.open(self.fs_path, "r") as fh:
             return fh.read()
 
-    def write_bytes(self, data: bytes) -> None:
+    def read_bytes(self) -> bytes:
         if self.is_local:
-            Path(self.url).parent.mkdir(parents=True, exist_ok=True)
-            Path(self.url).write_bytes(data)
-        else:
-            self.fs.pipe_file(self.fs_path, data)
+            return Path(self.url).read_bytes()
+        return self.fs.cat_file(self.fs_path)
 
-    def write_text(self, text: str) -> None:
-        """Write a small file whole: locally through a temporary file and a rename; on
-        fsspec filesystems by a single put of the object."""
+    def write_bytes(self, data: bytes) -> None:
+        """Write a file whole: locally through a temporary file beside it and a rename (so it
+        is never seen half written); on fsspec filesystems by a single put of the object."""
         if not self.is_local:
-            self.fs.pipe_file(self.fs_path, text.encode())
+            self.fs.pipe_file(self.fs_path, data)
             return
         path = Path(self.url)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # the umask sets the mode
         try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
+
 
 def write_json(path, document: dict) -> None:
     """Write JSON whole (locally: to a temporary file beside ``path``, renamed into place)."""
     Location.of(path).write_text(json.dumps(document, indent=2) + "\n")
+
+
+FAULT_ENV = "STREAMBHMM_FAULT"
+_faults_passed: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """A named point of a writing command where tests and scripts/fault_campaign.py stop or
+    kill the process, deterministically: ``STREAMBHMM_FAULT=NAME[@N]:kill`` (or ``:stop``)
+    sends the process SIGKILL (SIGSTOP) the N-th time (default: the first) it passes NAME."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    where, _, action = spec.partition(":")
+    point, _, nth = where.partition("@")
+    if point != name:
+        return
+    _faults_passed[name] = _faults_passed.get(name, 0) + 1
+    if _faults_passed[name] == int(nth or 1):
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}[action])
