@@ -102,13 +102,13 @@ def _name_max(directory: Path) -> int:
 
 
 @contextlib.contextmanager
-def replacing(path):
+def replacing(path, mode: str = "w"):
     """A file object writing ``path``'s temporary, renamed to ``path`` when the block ends
     without an exception and removed when it raises. Opening the temporary fails with a
     message naming ``path``."""
     path = Path(path)
     with held_temporary(path) as (tmp, fd):
-        with os.fdopen(os.dup(fd), "w") as fh:
+        with os.fdopen(os.dup(fd), mode) as fh:
             yield fh
         os.replace(tmp, path)
 

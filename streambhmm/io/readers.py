@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .names import chromosome_name_problem  # noqa: F401 - also read from here
+from .store import POSITION_MAX
 
 
 class _OnFirstUse:
@@ -46,7 +47,6 @@ BLOCK_BYTES = 8 << 20  # text per parsed block
 MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
 SHOWN = 200  # at most this many characters of a line are quoted in a message
 COUNT_MAX = int(np.iinfo(np.uint32).max)  # the counts store holds uint32
-POSITION_MAX = 1 << 40
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = b"\xef\xbb\xbf"
 
@@ -588,7 +588,8 @@ class BlockReader:
 
         check(pos.min() < lay.base, lambda: pos < lay.base,
               lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
-        check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX, lambda i: f"position {pos[i]} too large")
+        check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX,
+              lambda i: f"position {pos[i]} too large (a counts store takes positions up to {POSITION_MAX:,})")
         check(bool((pos[1:] < pos[:-1]).any()) or (continues and pos[0] < order.position),
               lambda: backwards(pos, order.position),
               lambda i: f"position out of order within {chrom_at(i)} ({self.sort_hint})")

@@ -14,6 +14,7 @@ import fnmatch
 import json
 import os
 import shutil
+import signal
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -77,6 +78,11 @@ class Location:
     def resolve(self) -> str:
         return str(Path(self.url).resolve()) if self.is_local else self.url
 
+    def real(self) -> "Location":
+        """The same place with every symbolic link resolved (locally): one name for one place,
+        however the user spelled it."""
+        return Location(self.resolve()) if self.is_local else self
+
     def exists(self) -> bool:
         return Path(self.url).exists() if self.is_local else self.fs.exists(self.fs_path)
 
@@ -138,25 +144,47 @@ class Location:
         with self.fs.open(self.fs_path, "r") as fh:
             return fh.read()
 
-    def write_bytes(self, data: bytes) -> None:
+    def read_bytes(self) -> bytes:
         if self.is_local:
-            Path(self.url).parent.mkdir(parents=True, exist_ok=True)
-            Path(self.url).write_bytes(data)
-        else:
-            self.fs.pipe_file(self.fs_path, data)
+            return Path(self.url).read_bytes()
+        return self.fs.cat_file(self.fs_path)
 
-    def write_text(self, text: str) -> None:
-        """Write a small file whole: locally through a temporary file and a rename; on
-        fsspec filesystems by a single put of the object."""
+    def write_bytes(self, data: bytes) -> None:
+        """Write a file whole: locally through a temporary file beside it and a rename (so it
+        is never seen half written); on fsspec filesystems by a single put of the object."""
         if not self.is_local:
-            self.fs.pipe_file(self.fs_path, text.encode())
+            self.fs.pipe_file(self.fs_path, data)
             return
         from .outputs import replacing
 
-        with replacing(self.url) as fh:  # with the umask's permissions, as any file of the user's
-            fh.write(text)
+        Path(self.url).parent.mkdir(parents=True, exist_ok=True)
+        with replacing(self.url, "wb") as fh:  # with the umask's permissions, as any file of the user's
+            fh.write(data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode())
 
 
 def write_json(path, document: dict) -> None:
     """Write JSON whole (locally: to a temporary file beside ``path``, renamed into place)."""
     Location.of(path).write_text(json.dumps(document, indent=2) + "\n")
+
+
+FAULT_ENV = "STREAMBHMM_FAULT"
+_faults_passed: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """A named point of a writing command where tests and scripts/fault_campaign.py stop or
+    kill the process, deterministically: ``STREAMBHMM_FAULT=NAME[@N]:kill`` (or ``:stop``)
+    sends the process SIGKILL (SIGSTOP) the N-th time (default: the first) it passes NAME."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    where, _, action = spec.partition(":")
+    point, _, nth = where.partition("@")
+    if point != name:
+        return
+    _faults_passed[name] = _faults_passed.get(name, 0) + 1
+    if _faults_passed[name] == int(nth or 1):
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}[action])

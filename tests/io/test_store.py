@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from streambhmm.io import store as store_module
 from streambhmm.io.ingest import ingest
 from streambhmm.moments.pipeline import load_counts
-from streambhmm.io.store import COMMIT, StoreError, chunk_digest, locked, open_store, upgrade_store, write_store
+from streambhmm.io.store import StoreError, chunk_digest, open_store, upgrade_store, write_store
 
 from ..app.test_cli import run
 
@@ -153,35 +152,6 @@ def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_r
     ingest([samples[2]], "C", store)  # the rerun (or any writer) removes it
     assert not list(tmp_path.glob("s.zarr.ingest-*")) and open_store(store).samples == ["A", "B", "C"]
     assert {c: column_files(store, c) for c in (0, 1)} == kept
-
-
-def test_a_commit_killed_half_way_is_completed_by_the_next_writer(tmp_path, samples, monkeypatch):
-    store = tmp_path / "s.zarr"
-    ingest([samples[0]], "A", store, chunk_size=100)
-    reference = tmp_path / "ref.zarr"
-    ingest([samples[0]], "A", reference, chunk_size=100)
-    ingest([samples[1]], "B", reference)
-    moves = []
-    real_move = store_module._replace_file
-
-    def dies_midway(source, target):
-        if len(moves) == 5:
-            raise KeyboardInterrupt("killed")  # as if the process died after the commit point
-        moves.append(target)
-        real_move(source, target)
-
-    monkeypatch.setattr(store_module, "_replace_file", dies_midway)
-    monkeypatch.setattr(store_module.SampleWriter, "close", lambda self: None)  # a dead process cleans nothing
-    with pytest.raises(KeyboardInterrupt):
-        ingest([samples[1]], "B", store)
-    monkeypatch.undo()
-    staging = list(tmp_path.glob("s.zarr.ingest-*"))
-    assert len(staging) == 1 and (staging[0] / COMMIT).exists() and len(moves) == 5
-    assert open_store(store).samples == ["A"]  # past the commit point, not yet in the metadata
-    with locked(store, shared=True):  # a reader finishes the commit before it reads
-        pass
-    assert by_sample(store) == by_sample(reference)
-    assert not list(tmp_path.glob("s.zarr.ingest-*"))
 
 
 def test_a_missing_or_damaged_chunk_is_detected_when_read(tmp_path, samples):

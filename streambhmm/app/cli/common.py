@@ -45,9 +45,17 @@ class StoreParam(click.ParamType):
         location = Location.of(value)
         if location.is_local and Path(location.url).is_file():
             self.fail(f"{value}: is a file, not a store directory", param, ctx)
-        if self.exists and not location.exists():
+        if self.exists and not location.exists() and not _awaits_commit(location):
             self.fail(f"{value}: does not exist", param, ctx)
         return location.url
+
+
+def _awaits_commit(location: Location) -> bool:
+    """Whether a store's first commit was stopped after its commit point (the command's lock
+    completes it)."""
+    from ...io.store import needs_recovery
+
+    return needs_recovery(location)
 
 
 STORE, NEW_STORE = StoreParam(exists=True), StoreParam(exists=False)

@@ -46,9 +46,11 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read)."""
-    from ...io.store import open_store
+    from ...io.store import locked, open_store
 
-    st = open_store(store)
+    with locked(store, shared=True):  # completes a commit a killed ingest left, and none lands meanwhile
+        st = open_store(store)
+        view = st.overview()
     click.echo(f"{shown(store)}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.attrs['tool_version'])}")
     for name in st.samples:
@@ -56,7 +58,6 @@ def info(store):
         files = f"{len(prov['files'])} {shown(prov['format'])} file(s), context {shown(prov['context'])}" \
             if "files" in prov else "no input files recorded"
         click.echo(f"  sample {shown(name)}: {files}")
-    view = st.overview()
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
     width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
     click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " +

@@ -1,0 +1,398 @@
+"""The counts store under faults, with real processes and real filesystems: a writer killed at
+each point of a commit (the first one included), disks that fill while staging and around the
+commit point, read-only media, a store on another filesystem or mount, a store reached through
+two spellings of its path.
+
+Kills and stops are deterministic: STREAMBHMM_FAULT makes the process SIGKILL or SIGSTOP
+itself at a named point (storage.fault_point). Full disks, read-only mounts and mount points
+are real: a user and mount namespace (``unshare``) holds a small tmpfs or a read-only bind
+mount that only the commands run in it see."""
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streambhmm.io.ingest import ingest
+from streambhmm.io.storage import FAULT_ENV
+from streambhmm.io.store import COMMIT, SampleWriter, consolidate, open_store
+from streambhmm.moments.pipeline import load_counts
+
+from ..app.test_cli import run
+from .test_store import HEADER, by_sample, column_files, write_sample
+
+CHUNK = "100"
+
+
+def streambhmm(*args, fault=None, prefix=(), wait=True):
+    """A streambhmm command in a process of its own (finished, or started when not ``wait``),
+    with an optional fault; ``prefix``: the command that runs it (nsenter, setpriv)."""
+    env = dict(os.environ, **({FAULT_ENV: fault} if fault else {}))
+    argv = [*prefix, sys.executable, "-m", "streambhmm", *map(str, args)]
+    if wait:
+        return subprocess.run(argv, capture_output=True, text=True, env=env)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def ingest_args(data, sample, store):
+    return ("ingest", data, "--sample", sample, "--store", store, "--chunk-size", CHUNK, "-q")
+
+
+def wait_stopped(proc):
+    """Until ``proc`` stops itself at its fault point."""
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"the process ended (status {status}) before its fault point"
+
+
+def finish(proc):
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def refused(result, *phrases):
+    """A one-line message (no traceback), exit code 1, saying each of ``phrases``."""
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert all(p in result.stderr for p in phrases), result.stderr
+
+
+def leftovers(store: Path) -> list[Path]:
+    return sorted(store.parent.glob(f"{store.name}.*"))
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    root = tmp_path_factory.mktemp("samples")
+    return [write_sample(root / f"s{i}.tsv", seed=i) for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, samples):
+    """By sample: the store of sample A, and of samples A and B, each ingested undisturbed."""
+    root = tmp_path_factory.mktemp("reference")
+    ingest([samples[0]], "A", root / "a.zarr", chunk_size=int(CHUNK))
+    ab = root / "ab.zarr"
+    for data, name in zip(samples, "AB"):
+        ingest([data], name, ab, chunk_size=int(CHUNK))
+    return {"A": by_sample(root / "a.zarr"), "AB": by_sample(ab)}
+
+
+# -- kills ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("point", ["commit", "root", "moved@4", "chromosome@2", "visible"])
+def test_a_first_commit_killed_anywhere_is_completed_by_the_next_command(tmp_path, samples, reference, point):
+    store = tmp_path / "s.zarr"
+    r = streambhmm(*ingest_args(samples[0], "A", store), fault=f"{point}:kill")
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    if (store / "zarr.json").exists():  # an outside reader (no lock) sees no sample, or all of it
+        assert open_store(store).samples == [] or by_sample(store) == reference["A"]
+    r = streambhmm("info", store)
+    assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
+    assert by_sample(store) == reference["A"] and leftovers(store) == []
+
+
+@pytest.mark.parametrize("point", ["moved@5", "visible"])
+def test_a_later_commit_killed_half_way_is_completed_by_the_next_reader(tmp_path, samples, reference, point):
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))
+    kept = column_files(store, 0)
+    r = streambhmm(*ingest_args(samples[1], "B", store), fault=f"{point}:kill")
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    staging = [p for p in leftovers(store) if ".ingest-" in p.name]
+    assert len(staging) == 1 and (staging[0] / COMMIT).exists()
+    assert column_files(store, 0) == kept
+    if point != "visible":
+        assert open_store(store).samples == ["A"]  # past the commit point, not yet visible
+    load_counts(open_store(store), ["A"])  # sample A reads whole meanwhile (its checksums hold)
+    r = streambhmm("info", store)
+    assert r.returncode == 0 and "sample B:" in r.stdout, r.stderr
+    assert by_sample(store) == reference["AB"] and leftovers(store) == []
+
+
+# -- positions ------------------------------------------------------------------------------
+def test_a_position_beyond_any_chromosome_is_refused_naming_file_and_line(tmp_path):
+    data = tmp_path / "far.tsv"
+    data.write_text(HEADER + "chr1\t100\t+\t1\t2\nchr1\t900000000000\t+\t1\t1\n")
+    r = run("ingest", data, "--sample", "A", "--store", tmp_path / "s.zarr")
+    assert r.exit_code == 1 and f"{data}:3: position 900000000000 too large" in r.output, r.output
+    assert leftovers(tmp_path / "s.zarr") == [] and not (tmp_path / "s.zarr").exists()
+    with SampleWriter(tmp_path / "w.zarr", 100, 1000) as writer:  # any writer: before any allocation
+        with pytest.raises(ValueError, match="position 900,000,000,000 is beyond"):
+            writer.add("chr1", np.array([9_000_000_000]), np.array([1]), np.array([1]))
+
+
+# -- a replaced sample ------------------------------------------------------------------------
+def test_a_replaced_sample_keeps_no_chunk_of_its_old_counts(tmp_path):
+    """A new sample's chunk whose methylated counts are all zero has no methylated file:
+    the old one must go."""
+    store = tmp_path / "s.zarr"
+    rows = [f"chr1\t{p}\t+\t{m}\t4\n" for p, m in ((150, 3), (250, 2), (1_550, 1))]
+    (tmp_path / "old.tsv").write_text(HEADER + "".join(rows))
+    (tmp_path / "new.tsv").write_text(HEADER + "".join(r.replace("\t+\t3\t", "\t+\t0\t").replace("\t+\t2\t", "\t+\t0\t")
+                                                       for r in rows))
+    ingest([tmp_path / "old.tsv"], "A", store, chunk_size=10)
+    ingest([tmp_path / "new.tsv"], "A", store)
+    meth, cov, _ = load_counts(open_store(store))  # checks every chunk against its checksum
+    assert meth[:, 0].tolist() == [0, 0, 1] and cov[:, 0].tolist() == [4, 4, 4]
+
+
+# -- what a commit touches ----------------------------------------------------------------------
+def snapshot(store: Path, chromosomes) -> dict:
+    """Every file of those chromosomes: its inode and modification time."""
+    return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for c in chromosomes for p in (store / c).rglob("*")
+            if p.is_file()}
+
+
+def test_a_commit_touches_only_what_its_sample_holds(tmp_path):
+    store = tmp_path / "s.zarr"
+    contigs = [f"ctg{i}" for i in range(40)]
+    (tmp_path / "many.tsv").write_text(HEADER + "".join(
+        f"{c}\t{p}\t+\t1\t3\n" for c in contigs for p in (10, 700, 2_900)))  # chunks 0 and 2 of 10 bins
+    (tmp_path / "one.tsv").write_text(HEADER + "ctg7\t120\t+\t1\t2\n")
+    ingest([tmp_path / "many.tsv"], "A", store, chunk_size=10)
+    others = [c for c in contigs if c != "ctg7"]
+    before = snapshot(store, others)
+    ingest([tmp_path / "one.tsv"], "B", store)  # a new sample: the others get its column's metadata
+    changed = {str(p.relative_to(store / p.relative_to(store).parts[0])) for p, v in snapshot(store, others).items()
+               if before.get(p) != v}
+    assert changed == {"methylated/zarr.json", "coverage/zarr.json", "index/summary/zarr.json", "sample/zarr.json",
+                       "sample/c/0"}
+    ingest([tmp_path / "many.tsv"], "B", store)  # B replaced by counts everywhere...
+    before = snapshot(store, others)
+    ingest([tmp_path / "one.tsv"], "B", store)  # ...and back: B's chunks elsewhere go, nothing else changes
+    after = snapshot(store, others)
+    assert {p: v for p, v in after.items() if before[p] != v} == {}
+    removed = {str(p.relative_to(store / p.relative_to(store).parts[0])) for p in set(before) - set(after)}
+    assert removed == {f"{array}/c/{i}/1" for array in ("methylated", "coverage") for i in (0, 2)} | \
+        {"index/summary/c/0/1/0"}
+    # the consolidated metadata, kept up to date commit by commit, is what zarr would write
+    kept = json.loads((store / "zarr.json").read_text())["consolidated_metadata"]
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    consolidate(copy)
+    assert json.loads((copy / "zarr.json").read_text())["consolidated_metadata"] == kept
+    view = open_store(store).overview()
+    assert view.chromosomes["ctg7"][1].tolist() == [3, 1] and view.chromosomes["ctg8"][1].tolist() == [3, 0]
+
+
+# -- filesystems of the test's own: a full disk, a read-only mount, a mount point -----------------
+class Namespace:
+    """A user and mount namespace (``unshare``), held open by a process that waits on its
+    stdin: what is mounted in it only the commands run in it (``prefix``) see; the test
+    reaches its files from outside through /proc/PID/root."""
+
+    def __init__(self):
+        try:
+            self.holder = subprocess.Popen(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                                            "echo ready && exec cat"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=subprocess.DEVNULL, text=True)
+        except FileNotFoundError:
+            pytest.skip("no unshare command")
+        if self.holder.stdout.readline().strip() != "ready":
+            pytest.skip("user namespaces are not available")
+        self.prefix = ("nsenter", "-t", str(self.holder.pid), "-U", "-m", "--preserve-credentials", "--")
+
+    def run(self, *argv):
+        subprocess.run([*self.prefix, *map(str, argv)], check=True)
+
+    def outside(self, path: Path) -> Path:
+        return Path(f"/proc/{self.holder.pid}/root{path}")
+
+    def mount_tmpfs(self, path: Path, size: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.run("mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path)
+
+    def fill(self, directory: Path, leave: int = 0) -> Path:
+        """Fill the (small) filesystem of ``directory`` until at most ``leave`` bytes are free."""
+        where = self.outside(directory)
+        fs = os.statvfs(where)
+        assert fs.f_blocks * fs.f_frsize <= 64 << 20, "not the test's small tmpfs"
+        fill = where / "fill"
+        fd = os.open(fill, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            while (free := os.statvfs(where).f_bavail * fs.f_frsize) > leave:
+                try:
+                    os.write(fd, b"\0" * min(free - leave, 1 << 16))
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    break
+        finally:
+            os.close(fd)
+        return fill
+
+    def close(self) -> None:
+        self.holder.stdin.close()
+        self.holder.wait()
+        self.holder.stdout.close()
+
+
+@pytest.fixture
+def namespace():
+    ns = Namespace()
+    yield ns
+    ns.close()
+
+
+def test_a_full_disk_while_staging_is_a_message_and_changes_nothing(tmp_path, namespace, samples):
+    disk = tmp_path / "disk"
+    namespace.mount_tmpfs(disk, "4m")
+    store = disk / "s.zarr"
+    r = streambhmm(*ingest_args(samples[0], "A", store), prefix=namespace.prefix)
+    assert r.returncode == 0, r.stderr
+    kept = {p: p.read_bytes() for p in namespace.outside(store).rglob("*") if p.is_file()}
+    big = write_sample(tmp_path / "big.tsv", seed=9, chroms=[f"chr{i}" for i in range(1, 23)], n_rows=8_000)
+    r = streambhmm(*ingest_args(big, "B", store), prefix=namespace.prefix)
+    refused(r, "cannot stage counts for", "no space left on device", "the store is unchanged")
+    assert {p: p.read_bytes() for p in namespace.outside(store).rglob("*") if p.is_file()} == kept
+    assert leftovers(namespace.outside(store)) == []  # the staging directory is gone, its space free again
+
+
+def test_a_commit_the_disk_has_no_room_for_is_refused_before_its_commit_point(tmp_path, namespace, samples):
+    disk = tmp_path / "disk"
+    namespace.mount_tmpfs(disk, "8m")
+    store = disk / "s.zarr"
+    assert streambhmm(*ingest_args(samples[0], "A", store), prefix=namespace.prefix).returncode == 0
+    kept = {p: p.read_bytes() for p in namespace.outside(store).rglob("*") if p.is_file()}
+    proc = streambhmm(*ingest_args(samples[1], "B", store), fault="staged:stop", prefix=namespace.prefix, wait=False)
+    wait_stopped(proc)  # staged, about to commit
+    namespace.fill(disk, leave=50_000)
+    refused(finish(proc), "not enough free space to commit sample B", "the store is unchanged")
+    assert {p: p.read_bytes() for p in namespace.outside(store).rglob("*") if p.is_file()} == kept
+    assert leftovers(namespace.outside(store)) == []
+
+
+def test_a_full_disk_after_the_commit_point_keeps_the_commit_for_the_next_command(tmp_path, namespace, samples,
+                                                                                  reference):
+    disk = tmp_path / "disk"
+    namespace.mount_tmpfs(disk, "8m")
+    store = disk / "s.zarr"
+    assert streambhmm(*ingest_args(samples[0], "A", store), prefix=namespace.prefix).returncode == 0
+    proc = streambhmm(*ingest_args(samples[1], "B", store), fault="commit:stop", prefix=namespace.prefix, wait=False)
+    wait_stopped(proc)  # COMMIT.json written
+    fill = namespace.fill(disk)
+    refused(finish(proc), "sample B was committed into", "but is not yet in place: no space left on device",
+            "any command on the store completes the commit")
+    staging = [p for p in leftovers(namespace.outside(store)) if ".ingest-" in p.name]
+    assert len(staging) == 1 and (staging[0] / COMMIT).exists()
+    r = streambhmm("info", store, prefix=namespace.prefix)  # still full: it says so
+    refused(r, "could not be completed: no space left on device")
+    fill.unlink()
+    r = streambhmm("info", store, prefix=namespace.prefix)
+    assert r.returncode == 0 and "sample B:" in r.stdout, r.stderr
+    assert by_sample(namespace.outside(store)) == reference["AB"] and leftovers(namespace.outside(store)) == []
+
+
+def test_a_store_linked_onto_another_filesystem_takes_commits(tmp_path, namespace, samples, reference):
+    disk = tmp_path / "disk"
+    namespace.mount_tmpfs(disk, "8m")
+    link = tmp_path / "s.zarr"
+    link.symlink_to(disk / "s.zarr")  # staged beside the store itself, on the tmpfs
+    for data, name in zip(samples, "AB"):
+        r = streambhmm(*ingest_args(data, name, link), prefix=namespace.prefix)
+        assert r.returncode == 0, r.stderr
+    assert by_sample(namespace.outside(disk / "s.zarr")) == reference["AB"]
+    assert leftovers(link) == [] and leftovers(namespace.outside(disk / "s.zarr")) == []
+
+
+def test_a_store_that_is_a_mount_point_is_refused_before_staging(tmp_path, namespace, samples):
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))
+    kept = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    namespace.run("mount", "--bind", store, store)  # a volume mounted at the store: renames into it fail
+    r = streambhmm(*ingest_args(samples[1], "B", store), prefix=namespace.prefix)
+    refused(r, f"{store} is on another filesystem or mount", "the store is unchanged")
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == kept and leftovers(store) == []
+
+
+# -- read-only media ------------------------------------------------------------------------------
+@pytest.mark.parametrize("lock_file", [True, False])
+def test_a_store_on_a_read_only_filesystem_is_read(tmp_path, namespace, samples, lock_file):
+    source, media = tmp_path / "source", tmp_path / "media"
+    ingest([samples[0]], "A", source / "s.zarr", chunk_size=int(CHUNK))
+    if not lock_file:  # copied without it
+        (source / ".s.zarr.lock").unlink()
+    media.mkdir()
+    namespace.run("mount", "--bind", source, media)
+    namespace.run("mount", "-o", "remount,bind,ro", media)
+    r = streambhmm("info", media / "s.zarr", prefix=namespace.prefix)
+    assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
+    r = streambhmm(*ingest_args(samples[1], "B", media / "s.zarr"), prefix=namespace.prefix)
+    refused(r, f"cannot stage counts for {media / 's.zarr'} in {media}: read-only file system; the store is "
+               f"unchanged")
+
+
+# -- one store, one lock ----------------------------------------------------------------------------
+READER = ("import sys; from streambhmm.io.store import locked, open_store\n"
+          "with locked(sys.argv[1], shared=True): print(*open_store(sys.argv[1]).samples)")
+
+
+def waits_for_a_lock(proc) -> bool:
+    """Whether ``proc`` comes to wait for a lock (a request marked '->' in Linux's
+    /proc/locks) rather than end."""
+    while proc.poll() is None:
+        with open("/proc/locks") as fh:
+            if any(f[1] == "->" and f[5] == str(proc.pid) for f in (line.split() for line in fh) if len(f) > 5):
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("spelling", ["a link to its directory", "a link to the store"])
+def test_a_store_reached_through_a_link_is_locked_as_one(tmp_path, samples, spelling):
+    real = tmp_path / "real"
+    store = real / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))
+    if spelling == "a link to its directory":
+        (tmp_path / "link").symlink_to(real)
+        other = tmp_path / "link" / "s.zarr"
+    else:
+        other = tmp_path / "other.zarr"
+        other.symlink_to(store)
+    writer = streambhmm(*ingest_args(samples[1], "B", store), fault="commit:stop", wait=False)
+    wait_stopped(writer)  # holding the store's exclusive lock, past its commit point
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(other)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert waits_for_a_lock(reader), reader.communicate()
+    r = finish(writer)
+    assert r.returncode == 0, r.stderr
+    out, err = reader.communicate()
+    assert reader.returncode == 0 and out.split() == ["A", "B"], err
+
+
+# -- a store others may not write ------------------------------------------------------------------
+@pytest.fixture
+def shared_directory():
+    """A directory every user may enter, and the command prefix that runs as nobody."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a command as another user")
+    root = Path(tempfile.mkdtemp(prefix="streambhmm-shared-"))
+    root.chmod(0o755)
+    yield root, ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--")
+    root.chmod(0o755)
+    shutil.rmtree(root)
+
+
+def test_a_store_the_reader_may_not_write_is_read(shared_directory, samples):
+    root, as_nobody = shared_directory
+    store = root / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))  # its lock file: root's, others may read it
+    r = streambhmm("info", store, prefix=as_nobody)
+    assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
+    data = Path(shutil.copy(samples[1], root))  # one nobody may read
+    r = streambhmm(*ingest_args(data, "B", store), prefix=as_nobody)
+    refused(r, f"cannot stage counts for {store} in {root}: permission denied; the store is unchanged")
+    (root / ".s.zarr.lock").unlink()  # copied without its lock file, where others may write
+    r = streambhmm("info", store, prefix=as_nobody)
+    refused(r, f"cannot create the lock file {root / '.s.zarr.lock'} (permission denied)",
+            "or make the directory read-only")
+    root.chmod(0o555)  # nobody may write: nothing to lock against
+    r = streambhmm("info", store, prefix=as_nobody)
+    assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
