@@ -449,8 +449,9 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     """Write the segmentation of ``store`` as BED9 (atomically; ``labels`` name the states,
     states.state_labels by default), and with ``posteriors`` the per-bin ``state_posterior``
     (position x state, NaN where the samples have no coverage) into each chromosome group,
-    swapped in only when every chunk has been written. The store's exclusive lock is held
-    throughout (``lock=False``: the caller holds it, and opened ``store`` under it)."""
+    swapped in only when every chunk has been written. The store's lock is held throughout,
+    exclusive with ``posteriors``, else shared, so a store on read-only media can be decoded
+    (``lock=False``: the caller holds it, and opened ``store`` under it)."""
     samples = select_samples(store, samples)
     hmm._check(len(samples))
     labels = labels or state_labels(hmm.methylation_, samples if hmm.methylation_.shape[1] > 1 else ["pooled"])
@@ -458,10 +459,10 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     params = Params.of(hmm)
     m = hmm.n_components
     tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"
-    with locked(store.path) if lock else contextlib.nullcontext():
+    with locked(store.path, shared=not posteriors) if lock else contextlib.nullcontext():
         if lock:
             store = open_store(store.path)  # as it is now: a commit may have landed since it was opened
-        for leftover in store.path.glob(f"*/{POSTERIOR}_tmp_*"):
+        for leftover in store.path.glob(f"*/{POSTERIOR}_tmp_*") if posteriors else ():
             leftover.rmtree()  # from a killed run
         arrays = _create_posterior_arrays(store, m, tag, samples) if posteriors else None
         graph = decode_graph(store, samples, params, max_gap, arrays)

@@ -324,6 +324,14 @@ def test_a_store_on_a_read_only_filesystem_is_read(tmp_path, namespace, samples,
     namespace.run("mount", "-o", "remount,bind,ro", media)
     r = streambhmm("info", media / "s.zarr", prefix=namespace.prefix)
     assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
+    if lock_file:  # decoding (without posteriors) reads the store: the same segments as from writable media
+        fit = streambhmm("fit", source / "s.zarr", "--states", "2", "--output", tmp_path / "m.json", "-q")
+        assert fit.returncode == 0, fit.stderr
+        for where, bed in ((source, "writable.bed"), (media, "read-only.bed")):
+            r = streambhmm("decode", where / "s.zarr", "--model", tmp_path / "m.json", "--output", tmp_path / bed,
+                           "-q", prefix=namespace.prefix)
+            assert r.returncode == 0, r.stderr
+        assert (tmp_path / "read-only.bed").read_text() == (tmp_path / "writable.bed").read_text()
     r = streambhmm(*ingest_args(samples[1], "B", media / "s.zarr"), prefix=namespace.prefix)
     refused(r, f"cannot stage counts for {media / 's.zarr'} in {media}: read-only file system; the store is "
                f"unchanged")
