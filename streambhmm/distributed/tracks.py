@@ -20,6 +20,7 @@ import dask
 import numpy as np
 
 from ..io.store import ChunkRef, CountsStore
+from ..io.tasks import Waiter
 
 
 def read_chrom_sizes(path) -> dict[str, int]:
@@ -133,8 +134,9 @@ def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states
     try:
         writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
         futures = client.compute(tasks)
+        waiter = Waiter(client, futures, f"the posterior tracks of {store.path}")
         for done, (chunk, future) in enumerate(zip(graph, futures), 1):
-            positions, post = future.result()
+            positions, post = waiter.result(future)
             future.release()
             for k, writer in enumerate(writers):
                 writer.add(chunk.chrom, positions, post[:, k])

@@ -78,6 +78,11 @@ class Location:
     def resolve(self) -> str:
         return str(Path(self.url).resolve()) if self.is_local else self.url
 
+    def absolute(self) -> "Location":
+        """A local path made absolute (URLs as they are): what a task sent to a worker needs,
+        whose working directory is its own."""
+        return Location(os.path.abspath(self.url)) if self.is_local else self
+
     def exists(self) -> bool:
         return Path(self.url).exists() if self.is_local else self.fs.exists(self.fs_path)
 
