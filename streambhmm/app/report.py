@@ -288,6 +288,7 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
     """P13's leading singular values and the spectrum check's noise level, from a moment
     store with the model's samples and D if given, else from one moment pass on Dask."""
     from ..moments.momentstore import load_total
+    from ..distributed.cluster import compute
     from ..moments.pipeline import moments_graph
     from ..learn.spectral import whiten
 
@@ -299,7 +300,8 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
                              f"{manifest['feature']['n_bins']}; the model needs {','.join(document['samples'])} "
                              f"with D = {n_bins}")
     else:
-        total = client.compute(moments_graph(counts, document["samples"], n_bins=n_bins).total).result()
+        total = compute(client, moments_graph(counts, document["samples"], n_bins=n_bins).total,
+                        what=f"the moments of {counts.path}")
     m = int(document["n_states"])
     spectrum = whiten(total, m, check_spectrum=False)
     return {"p13_singular_values": spectrum.p13_singular_values[:max(2 * m, m + 6)].tolist(),

@@ -4,6 +4,7 @@ per group up to date (the samples of a group are fitted jointly).
     WORKDIR/<group>/counts.zarr     the group's counts store
     WORKDIR/<group>/moments.zarr    its moment store (input to `streambhmm fit`)
     WORKDIR/batch-summary.tsv       the summary of the last run
+    WORKDIR/.batch.lock             held by the running batch (which it names): a second is refused
 
 Every sample is ingested by a Dask task of its own, all at once (samples of one store
 write their own columns; their commits take turns); on stores at URLs, which have no lock,
@@ -15,25 +16,40 @@ they would lack it. A rerun skips unchanged samples and reuses every finished pa
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import errno
+import fcntl
+import os
 import re
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cluster import lost_scheduler
+from .cluster import lost_scheduler, worker_died
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.names import sample_name_problem
 from ..io.storage import Location
+from ..io.tasks import Waiter, wait_timeout
 
 COLUMNS = ("sample", "group", "format", "files")
 SUMMARY = "batch-summary.tsv"
+LOCK = ".batch.lock"
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# An ingest is one task per sample: its wait is bounded by its input at least at this rate
+# (ingest reads tens of MB/s of text, compressed or not), or by wait_timeout() if longer.
+INGEST_BYTES_PER_SECOND = 1_000_000
 
 
 class ManifestError(ValueError):
     """A malformed manifest; the message names the file, the line and the text."""
+
+
+class WorkdirBusy(ValueError):
+    """Another batch run holds the working directory."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,8 @@ def read_batch_manifest(path) -> list[ManifestRow]:
             raise ManifestError(f"{where}: sample {sample} of group {group} is listed again "
                                 f"(first on line {seen[sample, group]}); list its replicate files together")
         seen[sample, group] = number
-        paths = tuple(str(path.parent / f.strip()) for f in files.split(",") if f.strip())
+        # absolute: the ingest tasks run in the workers' working directories
+        paths = tuple(str(path.parent.absolute() / f.strip()) for f in files.split(",") if f.strip())
         rows.append(ManifestRow(sample, group, fmt, paths, number))
     if not rows:
         raise ManifestError(f"{path}: no samples (a header line and one line per sample are expected)")
@@ -130,7 +147,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                         chunk_size=chunk_size, options=options)
     except Exception as exc:  # noqa: BLE001 - reported per sample
         return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
-                            error=f"{type(exc).__name__}: {exc}")
+                            error=_error_text(exc))
     status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
     return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins, time.perf_counter() - start)
 
@@ -142,6 +159,46 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
     return [ingest_sample(row, store, bin_size, context, chunk_size, options) for row in rows]
 
 
+def _error_text(exc: BaseException) -> str:
+    return worker_died(exc) or f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: Location):
+    """Hold WORKDIR/.batch.lock for the run: a second batch on the same working directory is
+    refused, naming the first (from what the lock file says). Working directories at URLs
+    have no lock, as stores there have none."""
+    if not workdir.is_local:
+        yield
+        return
+    path = workdir / LOCK
+    try:
+        fd = os.open(path.url, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise WorkdirBusy(f"cannot open the batch lock {path} ({why})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = " ".join(os.pread(fd, 200, 0).decode(errors="replace").split()) or "it did not say who it is"
+            raise WorkdirBusy(f"{workdir} is in use by another batch run ({holder}); wait for it to end, or "
+                              f"give another --workdir") from None
+        started = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {started}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _ingest_bound(rows: list[ManifestRow]) -> float:
+    """The longest a wait on ingest tasks goes without one finishing: the largest sample's
+    files at INGEST_BYTES_PER_SECOND, or wait_timeout() if longer."""
+    largest = max((sum(os.path.getsize(f) for f in row.files if os.path.isfile(f)) for row in rows), default=0)
+    return max(wait_timeout(), largest / INGEST_BYTES_PER_SECOND)
+
+
 def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
               progress=lambda message: None, options: ReadOptions | None = None,
@@ -149,94 +206,94 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
     every sample."""
-    from distributed import as_completed
-
     from ..moments.features import projection_for
     from ..moments.momentstore import update_moment_store
     from ..io.store import open_store
 
     rows = read_batch_manifest(manifest)
-    workdir = Location.of(workdir)
-    groups: dict[str, list[ManifestRow]] = {}
-    for row in rows:
-        groups.setdefault(row.group, []).append(row)
-    summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
+    workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     workdir.mkdir()  # the summary is written even when every sample fails
-    partials: dict[str, tuple[int, int]] = {}
-    lock = threading.Lock()
+    with workdir_lock(workdir):
+        groups: dict[str, list[ManifestRow]] = {}
+        for row in rows:
+            groups.setdefault(row.group, []).append(row)
+        summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
+        partials: dict[str, tuple[int, int]] = {}
+        lock = threading.Lock()
 
-    def show() -> None:
-        done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
-        ingesting = sum(g.status == "pending" for g in summary.groups)
-        progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+        def show() -> None:
+            done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
+            ingesting = sum(g.status == "pending" for g in summary.groups)
+            progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
 
-    def update_moments(result: GroupResult) -> None:
-        start = time.perf_counter()
+        def update_moments(result: GroupResult) -> None:
+            start = time.perf_counter()
 
-        def count(done: int, total: int) -> None:
-            with lock:
-                partials[result.group] = (done, total)
-                show()
-        try:
-            width = 1 if pooled else len(result.samples)
-            report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
-                                         workdir / result.group / "moments.zarr", client, result.samples,
-                                         n_bins, progress=count, pooled=pooled,
-                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
-        except Exception as exc:  # noqa: BLE001 - reported per group
-            if lost_scheduler(client, exc):
-                raise
-            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
-        else:
-            result.status = "updated" if report.computed or report.dropped else "unchanged"
-            result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
-                len(report.chromosomes)
-        result.seconds = time.perf_counter() - start
-        echo(f"group {result.group}: moments {result.status}"
-             + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
-                                                          f"{result.reused} reused"))
-
-    # local stores: every sample its own task (ingests of one store may overlap, their commits
-    # take turns); stores at URLs have no lock: a group's samples in one task, in turn
-    futures = {}
-    for g in summary.groups:
-        store = (workdir / g.group / "counts.zarr").url
-        if workdir.is_local:
-            futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
-                                          pure=False): (g, [row]) for row in groups[g.group]})
-        else:
-            futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
-                                  pure=False)] = (g, groups[g.group])
-    waiting = {g.group: len(g.samples) for g in summary.groups}
-    running = []
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        for future in as_completed(futures):
-            group, group_rows = futures[future]
+            def count(done: int, total: int) -> None:
+                with lock:
+                    partials[result.group] = (done, total)
+                    show()
             try:
-                results = future.result()
-                results = results if isinstance(results, list) else [results]
-            except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
+                width = 1 if pooled else len(result.samples)
+                report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
+                                             workdir / result.group / "moments.zarr", client, result.samples,
+                                             n_bins, progress=count, pooled=pooled,
+                                             projection_dim=projection_for(feature, width, n_bins, projection_dim))
+            except Exception as exc:  # noqa: BLE001 - reported per group
                 if lost_scheduler(client, exc):
                     raise
-                results = [SampleResult(r.sample, group.group, "failed", error=f"{type(exc).__name__}: {exc}")
-                           for r in group_rows]
-            summary.samples.extend(results)
-            for r in results:
-                rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
-                echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
-            if any(r.status == "failed" for r in results):
-                group.status, group.error = "skipped", "a sample failed; moments not updated"
-            waiting[group.group] -= len(results)
-            if waiting[group.group] or group.status == "skipped":
-                continue
-            group.status = "running"
-            running.append(pool.submit(update_moments, group))
-    for thread in running:
-        thread.result()  # re-raise a lost scheduler
-    order = {(row.sample, row.group): i for i, row in enumerate(rows)}
-    summary.samples.sort(key=lambda r: order[r.sample, r.group])
-    (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
-    return summary
+                result.status, result.error = "failed", _error_text(exc)
+            else:
+                result.status = "updated" if report.computed or report.dropped else "unchanged"
+                result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
+                    len(report.chromosomes)
+            result.seconds = time.perf_counter() - start
+            echo(f"group {result.group}: moments {result.status}"
+                 + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
+                                                              f"{result.reused} reused"))
+
+        # local stores: every sample its own task (ingests of one store may overlap, their commits
+        # take turns); stores at URLs have no lock: a group's samples in one task, in turn
+        futures = {}
+        for g in summary.groups:
+            store = (workdir / g.group / "counts.zarr").url
+            if workdir.is_local:
+                futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
+                                              pure=False): (g, [row]) for row in groups[g.group]})
+            else:
+                futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
+                                      pure=False)] = (g, groups[g.group])
+        waiting = {g.group: len(g.samples) for g in summary.groups}
+        running = []
+        ingests = Waiter(client, futures, f"the ingests into {workdir}", bound=_ingest_bound(rows))
+        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+            for future in ingests.as_completed():
+                group, group_rows = futures[future]
+                try:
+                    results = ingests.result(future)
+                    results = results if isinstance(results, list) else [results]
+                except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
+                    if lost_scheduler(client, exc):
+                        raise
+                    results = [SampleResult(r.sample, group.group, "failed", error=_error_text(exc))
+                               for r in group_rows]
+                summary.samples.extend(results)
+                for r in results:
+                    rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
+                    echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
+                if any(r.status == "failed" for r in results):
+                    group.status, group.error = "skipped", "a sample failed; moments not updated"
+                waiting[group.group] -= len(results)
+                if waiting[group.group] or group.status == "skipped":
+                    continue
+                group.status = "running"
+                running.append(pool.submit(update_moments, group))
+        for thread in running:
+            thread.result()  # re-raise a lost scheduler
+        order = {(row.sample, row.group): i for i, row in enumerate(rows)}
+        summary.samples.sort(key=lambda r: order[r.sample, r.group])
+        (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
+        return summary
 
 
 def format_summary(summary: BatchSummary, sep: str | None = None) -> str:

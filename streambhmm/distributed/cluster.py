@@ -3,7 +3,17 @@
 The embedded cluster runs worker processes, one per core, unless the counts store is small
 (at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
 one in-process worker with a thread per core does the same tasks without starting
-processes (0.05 s instead of seconds). The tasks, and so the results, are the same."""
+processes (0.05 s instead of seconds). The tasks, and so the results, are the same.
+
+The embedded cluster of worker processes listens on 127.0.0.1, and only with TLS: a
+self-signed certificate made for the run, kept in memory, is the credential every
+connection must show, so no other local user can reach its scheduler or workers (which
+run any code they are sent). A scheduler given with --scheduler is the user's to secure.
+
+Every wait is bounded: connecting to a scheduler by distributed.comm.timeouts.connect, and
+a computation by $STREAMBHMM_WAIT_TIMEOUT seconds without any of its tasks finishing (a
+stopped or hung worker), after which the command stops with a message naming what it
+waited for."""
 
 from __future__ import annotations
 
@@ -13,6 +23,8 @@ import contextlib
 import logging
 import os
 import sys
+
+from ..io.tasks import ClusterError, ClusterStalled, Waiter
 
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
@@ -30,7 +42,7 @@ def scheduler_address(scheduler: str | None) -> str | None:
     return scheduler or os.environ.get(SCHEDULER_ENV) or None
 
 
-class SchedulerLost(RuntimeError):
+class SchedulerLost(ClusterError):
     """The Dask scheduler cannot be reached, or went away during the run."""
 
 
@@ -40,6 +52,18 @@ def lost_scheduler(client, exc: BaseException) -> bool:
 
     cancelled = isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError))
     return cancelled or isinstance(exc, CommClosedError) or client.status != "running"
+
+
+def worker_died(exc: BaseException) -> str | None:
+    """What a task's KilledWorker means, in words (None for any other exception)."""
+    from distributed import KilledWorker
+
+    if not isinstance(exc, KilledWorker):
+        return None
+    return (f"the Dask workers running task {exc.task!r} died {exc.allowed_failures + 1} time(s), the last "
+            f"{exc.last_worker.address}: most likely out of memory (a nanny kills its worker at 95% of the "
+            f"worker's memory limit). Give each worker more memory (fewer workers per machine), or use a "
+            f"smaller --chunk-size for a new counts store")
 
 
 def in_process_limit() -> int:
@@ -75,47 +99,116 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
     to a LocalCluster of one single-threaded worker process per core, or with
     ``in_process`` of one worker in this process with a thread per core.
 
-    Losing the scheduler raises :class:`SchedulerLost` (tasks cancelled for that reason,
-    closed connections), its message ending with ``if_lost`` (what the user keeps); a
-    killed worker is not an error: the scheduler reruns its tasks."""
-    import dask
-    from distributed import Client, LocalCluster
-
+    Losing the scheduler raises :class:`SchedulerLost`, a stalled computation
+    :class:`ClusterStalled`, workers dying on a task over and over (KilledWorker: most
+    likely memory) :class:`ClusterError`, their messages ending with ``if_lost`` (what the
+    user keeps); a worker killed once is not an error: the scheduler reruns its tasks."""
     address = scheduler_address(scheduler)
     if address:
+        client_of = _external_client(address)
+    elif in_process:
+        client_of = _in_process_client(n_workers or os.cpu_count() or 1)
+    else:
+        client_of = _embedded_client(n_workers or os.cpu_count() or 1)
+    with client_of as client:
         try:
-            client = Client(address)  # waits distributed.comm.timeouts.connect (30 s)
-        except OSError as exc:
-            raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
-        with client:
-            try:
-                yield client
-            except (asyncio.CancelledError, concurrent.futures.CancelledError, OSError) as exc:
-                if not lost_scheduler(client, exc):
-                    raise  # a file error, not the cluster
-                logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
-                cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                raise SchedulerLost(f"lost the Dask scheduler at {address} during the run ({cause}). {if_lost}"
-                                    .rstrip()) from None
-        return
-    workers = n_workers or os.cpu_count() or 1
-    if in_process:
-        from threadpoolctl import threadpool_limits
-
-        # The tasks' threads are the parallelism: one BLAS thread each, as worker processes have.
-        # No dashboard, but the scheduler and the worker still serve HTTP (health, metrics): on
-        # the loopback interface, at a free port (their defaults: every interface, port 8787).
-        with threadpool_limits(limits=1, user_api="blas"), \
-                LocalCluster(n_workers=1, threads_per_worker=workers, processes=False, dashboard_address=None,
-                             scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},
-                             worker_dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
-                Client(cluster) as client:
             yield client
-        return
-    # scheduler, workers and dashboard on the loopback interface only: never reachable from the network
+        except (asyncio.CancelledError, concurrent.futures.CancelledError, OSError) as exc:
+            if not (address and lost_scheduler(client, exc)):
+                raise  # a file error, not the cluster
+            logging.getLogger("distributed.client").setLevel(logging.CRITICAL)  # its reconnect tracebacks
+            cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise SchedulerLost(f"lost the Dask scheduler at {address} during the run ({cause}). {if_lost}"
+                                .rstrip()) from None
+        except ClusterStalled as exc:
+            raise ClusterStalled(f"{exc} {if_lost}".rstrip()) from None
+        except Exception as exc:  # noqa: BLE001 - only KilledWorker is translated
+            died = worker_died(exc)
+            if died is None:
+                raise
+            raise ClusterError(f"{died}. {if_lost}".rstrip()) from None
+
+
+@contextlib.contextmanager
+def _external_client(address: str):
+    from distributed import Client
+
+    timeout = _connect_timeout()
+    _check_scheduler(address, timeout)
+    try:
+        client = Client(address, timeout=timeout)
+    except OSError as exc:
+        raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    with client:
+        yield client
+
+
+def _connect_timeout() -> float:
+    import dask
+    from dask.utils import parse_timedelta
+
+    return parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+
+
+def _check_scheduler(address: str, timeout: float) -> None:
+    """Connect to ``address`` and ask what it is, within ``timeout`` seconds: Client()
+    bounds only the TCP connection, then waits for Dask's handshake forever (an HTTP server
+    at that port never sends one)."""
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def identity():
+        comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:  # in a thread of its own: the caller may be running an event loop
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            answer = thread.submit(asyncio.run, asyncio.wait_for(identity(), timeout)).result()
+    except (OSError, asyncio.TimeoutError, ValueError, TypeError) as exc:
+        why = f"no Dask handshake within {timeout:g} s" if isinstance(exc, asyncio.TimeoutError) else \
+            f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        raise SchedulerLost(f"cannot reach the Dask scheduler at {address} ({why}); is it the address of a "
+                            f"running Dask scheduler?") from None
+    kind = answer.get("type") if isinstance(answer, dict) else None
+    if kind != "Scheduler":
+        raise SchedulerLost(f"{address} is not a Dask scheduler (it answered as {str(kind)[:100]}); give the "
+                            f"scheduler's address")
+
+
+@contextlib.contextmanager
+def _in_process_client(threads: int):
+    from distributed import Client, LocalCluster
+    from threadpoolctl import threadpool_limits
+
+    # The tasks' threads are the parallelism: one BLAS thread each, as worker processes have.
+    # No dashboard, and no network: the scheduler and the worker talk in process. They still
+    # serve HTTP (health, metrics, no code): on the loopback interface, at a free port (their
+    # defaults: every interface, port 8787).
+    with threadpool_limits(limits=1, user_api="blas"), \
+            LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=None,
+                         scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},
+                         worker_dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _embedded_client(workers: int):
+    import dask
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    # Scheduler, nannies, workers and dashboard on the loopback interface only: never
+    # reachable from the network. Their connections need this run's certificate (mutual
+    # TLS), which only this process and its workers hold: other local users cannot connect.
     with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
+                         dashboard_address=LOOPBACK_ANY_PORT, security=Security.temporary(),
+                         silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
 
@@ -163,13 +256,20 @@ def clear_status(quiet: bool) -> None:
         sys.stdout.flush()
 
 
-def compute(client, delayed, quiet: bool = False):
-    """Compute a delayed value (or a list of them) on ``client``, with a progress bar on a
-    terminal."""
+def compute(client, delayed, quiet: bool = False, what: str = "the computation"):
+    """Compute a delayed value (or a list of them) on ``client``, with a progress line on a
+    terminal; bounded as every wait (io.tasks.Waiter), ``what`` naming the computation."""
     futures = client.compute(delayed)
-    if show_progress(quiet):
-        from distributed import progress
-
-        progress(futures)
-        print(file=sys.stdout, flush=True)
-    return client.gather(futures)
+    show = status_line(quiet)
+    try:
+        if not isinstance(futures, list):
+            waiter = Waiter(client, [futures], what, tick=lambda seconds: show(f"{what}: {seconds:.0f} s"))
+            return waiter.result(futures)
+        results = {}
+        waiter = Waiter(client, futures, what)
+        for future in waiter.as_completed():
+            results[future.key] = waiter.result(future)
+            show(f"{what}: {len(results)}/{len(futures)} tasks")
+        return [results[f.key] for f in futures]
+    finally:
+        clear_status(quiet)

@@ -64,7 +64,7 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
     ``client``, with progress unless ``quiet``); with ``want_blocks`` also their blocks.
     ``pooled`` asks for the samples' moments summed, ``feature`` ("auto", "beta",
     "projected") which feature's; a moment store has what it was made with."""
-    from ..moments.blocks import DEFAULT_BLOCK_SIZE, BlockTable
+    from ..moments.blocks import DEFAULT_BLOCK_SIZE, BlockTable, check_block_size
     from .cluster import compute
     from ..moments.momentstore import MomentStoreError, is_moment_store, load_partials, read_manifest
     from ..moments.pipeline import add_moments, moments_graph, select_samples, tree_reduce
@@ -93,20 +93,22 @@ def load_moments(path, samples, n_bins: int, client, quiet: bool, split_every: i
         blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
         return FitData(moments, manifest["samples"], manifest["chromosomes"], blocks, feature["block_size"],
                        bool(feature.get("pooled")))
-    block_size = block_size or DEFAULT_BLOCK_SIZE
     counts = open_store(path)
+    if block_size is not None:
+        check_block_size(block_size, counts.bin_size)
+    block_size = block_size or DEFAULT_BLOCK_SIZE
     width = 1 if pooled else len(select_samples(counts, samples))
     dim = projection_for(feature, width, n_bins, projection_dim)
     # the block statistics cost more than the moments on one sample: computed only when used
     graph = moments_graph(counts, samples, n_bins=n_bins, split_every=split_every,
                           block_size=block_size if want_blocks else None, pooled=pooled, projection_dim=dim)
     if want_blocks:
-        partials = compute(client, graph.partials, quiet=quiet)
+        partials = compute(client, graph.partials, quiet=quiet, what=f"the moments of {counts.path}")
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         return FitData(moments, graph.samples, graph.chromosomes, BlockTable([p.blocks for p in partials]),
                        block_size, pooled)
-    return FitData(compute(client, graph.total, quiet=quiet), graph.samples, graph.chromosomes, None, block_size,
-                   pooled)
+    return FitData(compute(client, graph.total, quiet=quiet, what=f"the moments of {counts.path}"), graph.samples,
+                   graph.chromosomes, None, block_size, pooled)
 
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,

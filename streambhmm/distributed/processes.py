@@ -18,11 +18,13 @@ class ProcessCluster:
     """``with ProcessCluster(n_workers=2) as cluster: ... cluster.address ...``
 
     Workers run without a nanny, one thread each, so killing a worker's process kills the
-    worker (nothing restarts it)."""
+    worker (nothing restarts it). ``environment``: variables added to the processes' (Dask
+    settings such as DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES)."""
 
-    def __init__(self, n_workers: int = 2, start_timeout: float = 60.0):
+    def __init__(self, n_workers: int = 2, start_timeout: float = 60.0, environment: dict | None = None):
         self.n_workers = n_workers
         self.start_timeout = start_timeout
+        self.environment = dict(environment or {})
         self._tmp = tempfile.TemporaryDirectory(prefix="streambhmm-cluster-")
         self.directory = Path(self._tmp.name)
         self.scheduler_file = self.directory / "scheduler.json"
@@ -34,7 +36,8 @@ class ProcessCluster:
         """Run ``dask COMMAND ARGS`` (through this interpreter, so the same environment)."""
         out = open(self.directory / log, "w")  # noqa: SIM115 - closed in stop()
         proc = subprocess.Popen([sys.executable, "-m", f"distributed.cli.dask_{command}", *args], stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                stderr=subprocess.STDOUT,
+                                env={**os.environ, **self.environment, "PYTHONUNBUFFERED": "1"},
                                 cwd=self.directory, start_new_session=True)
         proc.log = out  # type: ignore[attr-defined]
         return proc
@@ -53,6 +56,8 @@ class ProcessCluster:
                 self.address = json.loads(self.scheduler_file.read_text())["address"]
                 break
             except (json.JSONDecodeError, KeyError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"dask scheduler wrote no address:\n{self.log('scheduler.log')}") from None
                 time.sleep(0.1)
         for _ in range(self.n_workers):
             self.add_worker()
@@ -79,6 +84,16 @@ class ProcessCluster:
         self.workers[index].send_signal(signal.SIGKILL)
         self.workers[index].wait()
 
+    def pause_workers(self) -> None:
+        """SIGSTOP every worker: they keep their connections and tasks, and do nothing."""
+        for worker in self.workers:
+            worker.send_signal(signal.SIGSTOP)
+
+    def resume_workers(self) -> None:
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGCONT)
+
     def kill_scheduler(self) -> None:
         self.scheduler.send_signal(signal.SIGKILL)
         self.scheduler.wait()
@@ -88,6 +103,7 @@ class ProcessCluster:
         return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
+        self.resume_workers()  # a stopped process would not act on SIGTERM
         for proc in [*self.workers, self.scheduler]:
             if proc is None:
                 continue

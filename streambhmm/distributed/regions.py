@@ -37,6 +37,7 @@ import numpy as np
 from ..learn.states import item_rgb, state_colours
 from ..io.outputs import replacing
 from ..io.store import ChunkRef, CountsStore
+from ..io.tasks import Waiter
 
 PRESETS = ("hmr", "pmd")
 
@@ -165,9 +166,10 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     tasks = [(c.chrom, dask.delayed(_regions_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, rule))
              for c in message_graph(store, samples, params)]
     futures = client.compute([task for _, task in tasks])
+    waiter = Waiter(client, futures, f"the regions of {store.path}")
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
     for done, ((chrom, _), future) in enumerate(zip(tasks, futures), 1):
-        found[chrom] = join_regions(found[chrom], future.result(), rule.max_gap, rule.bridge_covered)
+        found[chrom] = join_regions(found[chrom], waiter.result(future), rule.max_gap, rule.bridge_covered)
         future.release()
         if progress is not None:
             progress(done, len(tasks))

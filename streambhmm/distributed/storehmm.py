@@ -34,6 +34,7 @@ from ..moments.pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples,
 from ..learn.states import item_rgb, state_colours, state_labels
 from ..io.outputs import replacing
 from ..io.store import ChunkRef, CountsStore, locked, mark_changed, open_store
+from ..io.tasks import Waiter
 
 
 @dataclass(frozen=True)
@@ -308,9 +309,10 @@ def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chro
         raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
     per_chunk = message_graph(store, samples, params, wanted, pooled)
     logliks = client.compute([c.forward_out for c in per_chunk])
+    waiter = Waiter(client, logliks, f"the log-likelihood of {store.path}")
     result = dict.fromkeys(wanted, 0.0)
-    for c, value in zip(per_chunk, client.gather(logliks)):
-        result[c.chrom] += float(value[0])
+    for c, future in zip(per_chunk, logliks):
+        result[c.chrom] += float(waiter.result(future)[0])
     return result
 
 
@@ -342,12 +344,16 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     last = []
 
     local = LocalEStep(store, samples, pooled, split_every) if client is None else None
+    e_steps = [0]  # E-steps done: the next one's iteration, as run_em reports it
 
     def e_step():
         if local is not None:
             stats = local(Params.of(hmm))
         else:
-            stats = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled)).result()
+            future = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled))
+            what = f"the E-step of EM iteration {e_steps[0]} on {store.path}"
+            stats = Waiter(client, [future], what).result(future)
+        e_steps[0] += 1
         last[:] = [stats]
         return stats
 
@@ -468,6 +474,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
         graph = decode_graph(store, samples, params, max_gap, arrays)
         flat = [(chrom, task) for chrom, tasks in graph.items() for task in tasks]
         futures = client.compute([task for _, task in flat])
+        waiter = Waiter(client, futures, f"the decoding of {store.path}")
         per_chrom = {chrom: np.zeros(m, np.int64) for chrom in graph}
         n_segments = 0
         try:
@@ -475,7 +482,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
                 bed.write(track_line(track, f"states of {','.join(samples)}"))
                 chrom_runs, current = None, None
                 for done, ((chrom, _), future) in enumerate(zip(flat, futures), 1):
-                    runs = future.result()
+                    runs = waiter.result(future)
                     future.release()
                     if chrom != current:
                         n_segments += _write_runs(bed, current, chrom_runs, style)
@@ -511,7 +518,7 @@ def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: lis
                           dimension_names=("position", "state"),
                           attributes={"description": "posterior probability of each state (NaN: no coverage "
                                                      "in the model's samples)", "samples": samples})
-        arrays[chrom] = (store.path / chrom / name).url
+        arrays[chrom] = (store.path.absolute() / chrom / name).url  # for tasks, in the workers' directories
     return arrays
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..io.outputs import held_temporary
 from ..io.store import ChunkRef, CountsStore
+from ..io.tasks import Waiter
 
 
 BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bit unsigned integers
@@ -150,8 +151,9 @@ def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states
     try:
         writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
         futures = client.compute(tasks)
+        waiter = Waiter(client, futures, f"the posterior tracks of {store.path}")
         for done, (chunk, future) in enumerate(zip(graph, futures), 1):
-            positions, post = future.result()
+            positions, post = waiter.result(future)
             future.release()
             for k, writer in enumerate(writers):
                 writer.add(chunk.chrom, positions, post[:, k])

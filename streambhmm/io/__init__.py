@@ -1,1 +1,2 @@
-"""Text to store: formats, readers, ingest, the counts store and storage locations."""
+"""Text to store: formats, readers, ingest, the counts store and storage locations (and bounded waits on
+Dask tasks, which every layer uses)."""

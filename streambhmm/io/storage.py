@@ -83,6 +83,11 @@ class Location:
         however the user spelled it."""
         return Location(self.resolve()) if self.is_local else self
 
+    def absolute(self) -> "Location":
+        """A local path made absolute (URLs as they are): what a task sent to a worker needs,
+        whose working directory is its own."""
+        return Location(os.path.abspath(self.url)) if self.is_local else self
+
     def exists(self) -> bool:
         return Path(self.url).exists() if self.is_local else self.fs.exists(self.fs_path)
 

@@ -197,10 +197,11 @@ class CountsStore:
         columns = [self.column(s) for s in samples]
         summary = self.summary(chrom, columns)
         n_bins, size = self.n_bins(chrom), self.chunk_size
+        url = self.path.absolute().url  # a worker's working directory is not ours
         refs = []
         for i in np.flatnonzero((summary[:, :, COVERED] > 0).any(axis=1)):
             digests = tuple((int(hi), int(lo)) for hi, lo in summary[i, :, DIGEST])
-            refs.append(ChunkRef(self.path.url, self.generation, self.bin_size, chrom, int(i), int(i) * size,
+            refs.append(ChunkRef(url, self.generation, self.bin_size, chrom, int(i), int(i) * size,
                                  min((int(i) + 1) * size, n_bins), tuple(columns), digests, tuple(samples),
                                  summary[i]))
         return refs

@@ -21,17 +21,19 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import zarr
 from scipy import sparse
 
 from .. import __version__
-from .blocks import DEFAULT_BLOCK_SIZE, BlockStats
+from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, check_block_size
 from .features import BLOCK_CELL_BUDGET, HISTOGRAM_CELL_BUDGET
 from ..io.storage import write_json
 from .sums import _ARRAY_FIELDS, Moments
@@ -39,6 +41,7 @@ from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_mome
                        select_samples, tree_reduce)
 from ..io.storage import Location
 from ..io.store import CountsStore, locked, staging_path
+from ..io.tasks import Waiter
 
 MOMENT_STORE_FORMAT = "streambhmm-moment-store"
 MOMENT_STORE_VERSION = 3  # 2: coverage and pair histograms; 3: per-state coverage (coverage_features)
@@ -111,6 +114,10 @@ def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 
 
+PARTIAL_NAME = re.compile(r"[0-9]{6,}-[0-9a-f]{32}")  # partial_relpath's last part
+WRITING_NAME = re.compile(r"\.tmp-[0-9a-f]{12}")  # write_partial's temporary directory
+
+
 def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: str) -> None:
     """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
     path.parent.mkdir()
@@ -137,6 +144,7 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
 
 def _remove(path: Location, why: str) -> None:
     """Remove a partial directory, or stop: one left on disk would be read later."""
+    _refuse_foreign(path)
     path.rmtree()
     if path.exists():
         raise MomentStoreError(f"could not remove the {why} partial {path} (check its permissions); remove it "
@@ -186,6 +194,7 @@ def persisted_partial(plan: PlannedChunk, n_bins: int, settings: dict, root: str
     path = Location.of(root) / rel
     identity = {"chromosome": chrom, "chunk": chunk, "digest": digest}
     reused = False
+    _refuse_foreign(path)
     if path.exists():
         try:
             partial, sha256 = read_partial(path, identity=identity)
@@ -208,6 +217,20 @@ class UpdateReport:
     dropped: int
     chromosomes: list[str]
     samples: list[str]
+    foreign: list[str] = field(default_factory=list)  # entries under partials/ left alone: not ours
+
+
+def _is_link(path: Location) -> bool:
+    return path.is_local and os.path.islink(path.url)
+
+
+def _refuse_foreign(path: Location) -> None:
+    """Where partials go is a directory of the store's own, or nothing yet: never a symbolic
+    link (reading or removing through one would reach outside the store), nor a file."""
+    what = "a symbolic link" if _is_link(path) else "not a directory" if path.exists() and not _is_dir(path) else ""
+    if what:
+        raise MomentStoreError(f"{path} is {what}, which streambhmm never makes in a moment store; move it away "
+                               f"and rerun")
 
 
 def _open_or_create(root: Location, settings: dict, source: dict) -> None:
@@ -265,22 +288,27 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
     ``projection_dim`` K > 0: the projected feature."""
     samples = select_samples(store, samples)
     root = Location.of(output)
+    _refuse_overlap(store.path, root)
     if block_size is None:
         existing = read_manifest(root)["feature"] if (root / MANIFEST).exists() else {}
         block_size = existing.get("block_size", DEFAULT_BLOCK_SIZE)
+    else:
+        check_block_size(block_size, store.bin_size)
     settings = feature_settings(n_bins, samples, block_size, pooled, projection_dim, projection_seed)
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
+        _refuse_foreign(root / "partials")  # where the tasks write: never through a link
+        for chrom in store.chromosomes:
+            _refuse_foreign(root / "partials" / chrom)
         tasks = chunk_tasks(store, samples, persisted_partial, n_bins, settings, root.resolve(), pooled=pooled)
         entries: list[dict | None] = [None] * len(tasks)
-        from distributed import as_completed
-
         futures = client.compute(tasks)
         index = {f.key: i for i, f in enumerate(futures)}
         last_write, done = time.monotonic(), 0
-        for future in as_completed(futures):
-            entries[index[future.key]] = future.result()
+        waiter = Waiter(client, futures, f"the moment partials of {root}")
+        for future in waiter.as_completed():
+            entries[index[future.key]] = waiter.result(future)
             done += 1
             progress(done, len(tasks))
             if time.monotonic() - last_write > 2.0:  # keep the manifest roughly current
@@ -289,17 +317,64 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
                 last_write = time.monotonic()
         write_json(root / MANIFEST, _manifest(settings, entries, True, source))
         keep = {e["path"] for e in entries}
-        stale = [path for rel, path in _partials_on_disk(root).items() if rel not in keep]
+        ours, foreign = _partials_on_disk(root)
+        stale = [path for rel, path in ours.items() if rel not in keep]
         for path in stale:
             _remove(path, "stale")
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
-                            chromosomes=store.chromosomes, samples=samples)
+                            chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign])
 
 
-def _partials_on_disk(root: Location) -> dict[str, Location]:
-    """Every directory under partials/, by its manifest path."""
-    return {f"partials/{p.parent.name}/{p.name}": p for p in (root / "partials").glob("*/*")}
+def _refuse_overlap(counts: Location, root: Location) -> None:
+    """The moment store can be neither the counts store nor inside it, nor hold it: the
+    run would wait forever for its own lock, and its clean-up would reach the counts."""
+    if counts.is_local != root.is_local:
+        return
+    if counts.is_local:
+        a, b = Path(counts.resolve()), Path(root.resolve())
+        overlap = a == b or a.is_relative_to(b) or b.is_relative_to(a)
+    else:
+        a, b = counts.url.rstrip("/") + "/", root.url.rstrip("/") + "/"
+        overlap = a.startswith(b) or b.startswith(a)
+    if overlap:
+        raise MomentStoreError(f"--output {root} and the counts store {counts} overlap (the same directory, or "
+                               f"one inside the other); give the moment store a path of its own")
+
+
+def _partials_on_disk(root: Location) -> tuple[dict[str, Location], list[Location]]:
+    """Our partial directories under partials/ by manifest path (the temporary ones of
+    killed writes included), and the entries there that are not ours (symbolic links,
+    files, other names). No symbolic link is followed: nothing outside the store is seen."""
+    ours, foreign = {}, []
+    partials = root / "partials"
+    if _is_link(partials):
+        return ours, [partials]
+    for chrom_dir in partials.children():
+        if _is_link(chrom_dir) or not _is_dir(chrom_dir):
+            foreign.append(chrom_dir)
+            continue
+        for entry in chrom_dir.children():
+            if _is_our_partial(entry):
+                ours[f"partials/{chrom_dir.name}/{entry.name}"] = entry
+            else:
+                foreign.append(entry)
+    return ours, foreign
+
+
+def _is_dir(path: Location) -> bool:
+    return os.path.isdir(path.url) if path.is_local else path.fs.isdir(path.fs_path)
+
+
+def _is_our_partial(path: Location) -> bool:
+    """A directory named as write_partial names them: a partial (a Zarr group) or one
+    being written; never a symbolic link."""
+    if _is_link(path) or not _is_dir(path):
+        return False
+    if WRITING_NAME.fullmatch(path.name):
+        return True
+    metadata = path / "zarr.json"
+    return bool(PARTIAL_NAME.fullmatch(path.name)) and metadata.exists() and not _is_link(metadata)
 
 
 def is_moment_store(path) -> bool:
@@ -362,8 +437,8 @@ def load_partials(root) -> tuple[list[ChunkPartial], dict]:
     manifest = read_manifest(root)
     if not manifest.get("complete"):
         raise MomentStoreError(f"{root} is incomplete (an interrupted run); rerun `streambhmm moments` to finish it")
-    on_disk = {rel for rel, path in _partials_on_disk(root).items()
-               if not path.name.startswith(".tmp-")}  # writes in progress (or killed) are not partials
+    on_disk = {rel for rel, path in _partials_on_disk(root)[0].items()
+               if not WRITING_NAME.fullmatch(path.name)}  # writes in progress (or killed) are not partials
     listed = {e["path"] for e in manifest["partials"]}
     unlisted = sorted(on_disk - listed)
     if unlisted:

@@ -108,3 +108,25 @@ def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, 
     r = run("batch", manifest, "--workdir", work, "--scheduler", dask_clients[0].scheduler.address, "-q")
     assert r.exit_code == 1, r.output
     assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()
+
+
+def test_a_second_batch_on_one_workdir_is_refused_naming_the_first(tmp_path):
+    """Issue 25, item 15: two `batch` runs on one working directory gave tracebacks. The
+    running batch holds WORKDIR/.batch.lock; another is refused at once, naming it."""
+    import os
+    import socket
+
+    from streambhmm.distributed.batch import workdir_lock
+    from streambhmm.io.storage import Location
+
+    manifest = write_manifest(tmp_path / "manifest.tsv", {"ok": GOOD["ok"]})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    with workdir_lock(Location.of(workdir)):  # as a first batch run holds it
+        r = run("batch", manifest, "--workdir", workdir, "-q")
+    assert r.exit_code == 1, r.output
+    assert (f"Error: {workdir} is in use by another batch run (pid {os.getpid()} on {socket.gethostname()}, "
+            f"started ") in r.output
+    assert "Traceback" not in r.output and sorted(p.name for p in workdir.iterdir()) == [".batch.lock"]
+    r = run("batch", manifest, "--workdir", workdir, "-q")  # the first has ended
+    assert r.exit_code == 0, r.output

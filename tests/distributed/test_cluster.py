@@ -4,6 +4,7 @@ on 127.0.0.1, as docker-compose.yml runs them), and what happens when parts of i
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from streambhmm.distributed.processes import ProcessCluster
 from streambhmm.learn.simulate import model
 
 from ..conftest import STICKY, WELL_SEPARATED
-from ..app.test_cli import run
+from ..app.test_cli import DATA, run
 from ..moments.test_pipeline import synthetic_store
 
 STREAMBHMM = [str(Path(sys.executable).with_name("streambhmm"))]  # the installed entry point
@@ -155,6 +156,7 @@ def test_scheduler_lost_fails_clearly_and_rerun_resumes(tmp_path, many_chunks, r
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
+    import distributed  # noqa: F401 - its defaults first: leaving dask.config.set drops sections it added
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
         r = run("fit", many_chunks.path, "-m", "4", "-o", tmp_path / "m.json", "--scheduler", "tcp://127.0.0.1:9",
                 "-q")
@@ -198,3 +200,190 @@ def test_workers_keep_glibcs_memory_trimming(tmp_path):
         from distributed.nanny import _get_env_variables
 
         assert "MALLOC_TRIM_THRESHOLD_" not in _get_env_variables("distributed.nanny.pre-spawn-environ")
+
+
+# -- issue 25 -------------------------------------------------------------------------------
+# Run as another user (nobody, when the tests run as root): connect to each server of an
+# embedded cluster and ask it to run os.getuid. Everything the attempts need is imported
+# first: after dropping privileges the interpreter's own files may be out of reach.
+ATTACKER = r"""
+import asyncio, json, os, pickle, pwd, ssl, sys
+import distributed.comm.tcp  # noqa: F401
+from distributed.core import rpc
+from distributed.security import Security
+
+request = json.loads(sys.stdin.read())
+own_certificate = Security.temporary().get_connection_args("client")
+"127.0.0.1".encode("idna")
+if os.getuid() == 0:
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+
+
+def no_certificate():
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return {"ssl_context": context, "require_encryption": True}
+
+
+async def attempt(address, role, connection_args):
+    server = rpc(address, connection_args=connection_args, timeout=10)
+    run = server.run_function if role == "scheduler" else server.run
+    try:
+        answer = await run(function=pickle.dumps(os.getuid))
+        return f"ran: {answer['result'] if isinstance(answer, dict) else answer}"
+    except OSError as exc:  # refused connections, closed comms and TLS handshake failures
+        return f"refused: {type(exc).__name__}"
+    except Exception as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+    finally:
+        await server.close_rpc()
+
+
+async def main():
+    results = {}
+    for role, address in request["servers"]:
+        plain = "tcp://" + address.split("://", 1)[1]
+        results[f"{role} plain tcp"] = await attempt(plain, role, {})
+        results[f"{role} tls without a certificate"] = await attempt(address, role, no_certificate())
+        results[f"{role} tls with its own certificate"] = await attempt(address, role, own_certificate)
+    if request["credentials"]:
+        with_run_certificate = Security(**request["credentials"]).get_connection_args("client")
+        results["control"] = await attempt(request["servers"][0][1], "scheduler", with_run_certificate)
+    print(json.dumps({"uid": os.getuid(), "results": results}))
+
+
+asyncio.run(main())
+"""
+
+
+def test_other_local_users_cannot_run_code_through_the_embedded_cluster():
+    """Issue 25, item 17: every server of the embedded multi-process cluster (scheduler,
+    nanny, worker: each runs any function it is sent) refuses a connection without this
+    run's certificate: plain TCP, TLS without a certificate, TLS with another certificate.
+    The attacker runs as nobody when the tests run as root; a control with the run's
+    credentials shows that it could connect if it had them."""
+    from streambhmm.distributed.cluster import dask_client
+
+    with dask_client(n_workers=1) as client:
+        workers = client.scheduler_info()["workers"]
+        servers = [("scheduler", client.scheduler.address)]
+        servers += [(role, address) for worker, info in workers.items()
+                    for role, address in (("worker", worker), ("nanny", info["nanny"]))]
+        security = client.security
+        credentials = {name: getattr(security, name) for name in
+                       ("tls_ca_file", "tls_client_cert", "tls_client_key")} if security.require_encryption else {}
+        request = json.dumps({"servers": servers, "credentials": credentials})
+        proc = subprocess.run([sys.executable, "-c", ATTACKER], input=request, capture_output=True, text=True,
+                              env=ENV, cwd="/")
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout)
+    if os.getuid() == 0:
+        assert report["uid"] not in (0, os.getuid())
+    results = report["results"]
+    control = results.pop("control", None)
+    assert len(results) == 3 * len(servers) and all(outcome.startswith("refused") for outcome in results.values()), \
+        results
+    assert control == f"ran: {os.getuid()}", report
+
+
+def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_path, few_chunks):
+    """Issue 25, item 11: --scheduler at an HTTP server (which never answers Dask's handshake)
+    waited forever holding the store's reader lock. Now the connection is bounded
+    (distributed.comm.timeouts.connect) and made before the lock: when the server sees the
+    connection, a writer could still lock the store."""
+    import fcntl
+    import socketserver
+    import threading
+
+    store = few_chunks.path
+    lock_file = Path(store.url).parent / f".{Path(store.url).name}.lock"
+    seen = []
+
+    class Silent(socketserver.BaseRequestHandler):
+        def handle(self):  # as an HTTP server: read, wait for a request line that never comes
+            with open(lock_file, "a") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    seen.append("store free")
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    seen.append("store locked")
+            while self.request.recv(65536):
+                pass
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Silent) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+        proc = subprocess.run([*STREAMBHMM, "moments", store.url, "-o", tmp_path / "m.zarr", *BINS, "--scheduler",
+                               address, "-q"], capture_output=True, text=True, timeout=300,
+                              env={**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"})
+        server.shutdown()
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"Error: cannot reach the Dask scheduler at {address} (no Dask handshake within 3 s)" in proc.stderr
+    assert seen and set(seen) == {"store free"}
+
+
+def test_a_stopped_worker_during_em_ends_with_a_message(tmp_path, few_chunks):
+    """Issue 25, item 11: workers stopped (SIGSTOP) during EM keep their tasks and answer
+    nothing; the wait is bounded ($STREAMBHMM_WAIT_TIMEOUT, small here) and the message
+    names what it waited for."""
+    args = ["fit", few_chunks.path, "-m", "4", "--method", "em", "--em-iter", "1000", "--em-tol", "0", "--seed",
+            "2", *BINS, "-o", tmp_path / "m.json"]
+    with ProcessCluster(n_workers=2) as cluster:
+        proc = subprocess.Popen([*STREAMBHMM, *map(str, args), "--scheduler", cluster.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**ENV, "STREAMBHMM_WAIT_TIMEOUT": "20"})
+        for line in proc.stdout:
+            if "EM iteration 1:" in line:
+                cluster.pause_workers()
+                break
+        output, errors = proc.communicate(timeout=300)
+    assert proc.returncode == 1, output + errors
+    assert "Traceback" not in errors
+    assert re.search(r"Error: waited \d+ s for the E-step of EM iteration \d+ on \S+counts.zarr while no task "
+                     r"finished on the Dask cluster \(scheduler tcp://127.0.0.1:\d+\): a worker may be stopped",
+                     errors), errors
+    assert "set $STREAMBHMM_WAIT_TIMEOUT to wait longer than 20 s" in errors
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_workers_dying_on_a_task_give_a_message(tmp_path, many_chunks):
+    """Issue 25, item 15: a task whose workers die (KilledWorker: most often memory; here
+    after one death, DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0) ends the command with
+    a message, not a traceback; the partials written so far are kept."""
+    moments = tmp_path / "m.zarr"
+    with ProcessCluster(n_workers=2, environment={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}) as cluster:
+        proc = start("moments", "compute", many_chunks.path, "-o", moments, *BINS, "--scheduler", cluster.address, "-q")
+        wait_for_partials(moments, 5, proc)
+        cluster.kill_worker(0)
+        output = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 1, output
+    assert "Traceback" not in output
+    assert re.search(r"Error: the Dask workers running task '.+' died 1 time\(s\), the last tcp://127.0.0.1:\d+: "
+                     r"most likely out of memory", output), output
+    assert f"kept in {moments}; rerun this command to resume" in output
+
+
+def test_relative_paths_reach_workers_in_other_directories(tmp_path, few_chunks):
+    """Issue 25, item 13: the workers of a separate cluster run in another directory; a
+    relative store path is made absolute before it is sent to them."""
+    shutil.copytree(few_chunks.path.url, tmp_path / "counts.zarr")
+    shutil.copy(DATA / "dmrseq_H1_r1.chr21.tsv.gz", tmp_path)
+    (tmp_path / "manifest.tsv").write_text("sample\tgroup\tformat\tfiles\nH1\tg\ttsv\tdmrseq_H1_r1.chr21.tsv.gz\n")
+    with ProcessCluster(n_workers=2) as cluster:
+        for command in (["moments", "counts.zarr", "-o", "m.zarr", *BINS],
+                        ["fit", "counts.zarr", "-m", "4", "--method", "ftd-em", "--em-iter", "2", *BINS, "-o",
+                         "model.json"],
+                        ["decode", "counts.zarr", "--model", "model.json", "--posteriors", "-o", "states.bed"],
+                        ["batch", "manifest.tsv", "--workdir", "work", *BINS]):
+            proc = subprocess.run([*STREAMBHMM, *command, "--scheduler", cluster.address, "-q"], capture_output=True,
+                                  text=True, env=ENV, cwd=tmp_path)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_total(tmp_path / "m.zarr")[1]["complete"]
+    assert (tmp_path / "states.bed").exists()
+    assert load_total(tmp_path / "work" / "g" / "moments.zarr")[1]["complete"]

@@ -352,3 +352,63 @@ def test_a_partial_that_cannot_be_removed_stops_the_run(moment_store, monkeypatc
     monkeypatch.setattr(Location, "rmtree", lambda self: None)  # as if permission were denied
     with pytest.raises(MomentStoreError, match="could not remove the damaged partial .*check its permissions"):
         _remove(partial, "damaged")
+
+
+def test_clean_up_follows_no_symbolic_link_and_removes_only_its_partials(tmp_path, moment_store):
+    """Issue 25, item 2: `ln -s /some/dir m.zarr/partials/chrX` made `moments` delete the
+    directories in /some/dir as stale partials. Clean-up now follows no link, and leaves
+    (with a warning) whatever is not one of its partials."""
+    store, out = moment_store
+    outside = tmp_path / "outside"
+    lookalike = outside / ("000000-" + "0" * 32)  # named as a partial, with a zarr.json
+    lookalike.mkdir(parents=True)
+    (lookalike / "zarr.json").write_text("{}")
+    (outside / "keep").mkdir()
+    (outside / "keep" / "file").write_text("precious")
+    os.symlink(outside, out / "partials" / "chrX")
+    os.symlink(lookalike, out / "partials" / "chr1" / ("000099-" + "1" * 32))
+    (out / "partials" / "chr1" / "notes.txt").write_text("mine")
+    stale = out / "partials" / "chr2" / ("000098-" + "2" * 32)
+    shutil.copytree(first_partial(out), stale)  # one of ours, no longer in the plan
+
+    r = run("moments", store, "--output", out)
+    assert r.exit_code == 0, r.output
+    assert "dropped 1 stale" in r.output and not stale.exists()
+    assert (outside / "keep" / "file").read_text() == "precious" and (lookalike / "zarr.json").exists()
+    assert (out / "partials" / "chr1" / "notes.txt").read_text() == "mine"
+    for entry in ("chrX", "chr1/notes.txt", "chr1/000099-" + "1" * 32):
+        assert f"warning: left {out / 'partials' / entry} alone: not a partial of the moment store" in r.output
+    assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
+
+    # a chromosome the run writes into, through a link: refused before any task
+    shutil.rmtree(out / "partials" / "chr2")
+    os.symlink(outside, out / "partials" / "chr2")
+    r = run("moments", store, "--output", out)
+    assert r.exit_code == 1 and f"Error: {out / 'partials' / 'chr2'} is a symbolic link" in r.output, r.output
+    assert sorted(p.name for p in outside.iterdir()) == ["000000-" + "0" * 32, "keep"]
+
+
+@pytest.mark.parametrize("inside", ["", "chr1/moments.zarr"])
+def test_moments_refuses_an_output_overlapping_the_counts_store(moment_store, inside):
+    """Issue 25, item 11: `moments c.zarr --output c.zarr` waited forever for its own lock."""
+    store, _ = moment_store
+    output = store / inside if inside else store
+    proc = subprocess.run([sys.executable, "-m", "streambhmm", "moments", str(store), "--output", str(output)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"Error: --output {output} and the counts store {store} overlap" in proc.stderr
+    assert not (store / "chr1" / "moments.zarr").exists()
+
+
+@pytest.mark.parametrize("command", ["moments", "fit"])
+def test_block_size_has_a_minimum(tmp_path, moment_store, command):
+    """Issue 25: --block-size 1 made every bin a block of its own, and the moment store 52x larger."""
+    store, _ = moment_store
+    output = tmp_path / ("m.zarr" if command == "moments" else "model.json")
+    extra = ["--states", "4", "--bootstrap", "5"] if command == "fit" else []
+    r = run(command, store, "--output", output, "--block-size", "1", *extra)
+    assert r.exit_code == 1
+    assert ("Error: --block-size 1 bp is below the minimum of 5,000 bp (50 bins of 100 bp): every block keeps its "
+            "own statistics") in r.output
+    assert not output.exists()
+    assert run("moments", store, "--output", output.with_suffix(".ok"), "--block-size", "5000").exit_code == 0

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, SchedulerLost, store_client
+from ...distributed.cluster import SCHEDULER_ENV, ClusterError, store_client
+from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.storage import Location
 
 
-# StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors
-USER_ERRORS = (ValueError, FileNotFoundError, SchedulerLost)
+# StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
+# the scheduler lost or unreachable, a computation stalled, workers dying on a task
+USER_ERRORS = (ValueError, FileNotFoundError, ClusterError)
 
 
 def user_errors(fn):
@@ -89,7 +91,9 @@ OUTPUT_FILE, OUTPUT_DIR, OUTPUT_PREFIX, OUTPUT_STORE = (OutputParam(k) for k in 
 
 scheduler_option = click.option(
     "--scheduler", default=None, metavar="ADDRESS",
-    help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster).")
+    help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster, on 127.0.0.1 with "
+         f"TLS). A computation that makes no progress for ${WAIT_ENV} seconds ({WAIT_TIMEOUT:g}) stops the "
+         f"command.")
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
@@ -168,10 +172,11 @@ def read_options(fn):
 def reading(store, scheduler, if_lost: str = ""):
     """A Dask client for a command that reads the counts store ``store``, holding its shared
     lock: an ingest into it waits until the command is done (and the command waits for a
-    running ingest), so the command never sees a mix of old and new counts."""
+    running ingest), so the command never sees a mix of old and new counts. The client
+    connects first: an unreachable scheduler never holds the lock."""
     from ...io.store import locked
 
-    with locked(store, shared=True), store_client(store, scheduler, if_lost) as client:
+    with store_client(store, scheduler, if_lost) as client, locked(store, shared=True):
         yield client
 
 

@@ -82,8 +82,8 @@ def cluster_for(store, scheduler):
 @click.option("--bootstrap", default=0, show_default=True, type=NON_NEGATIVE,
               help="Block-bootstrap replicates (0: none; --method refined only).")
 @click.option("--block-size", default=None, type=POSITIVE,
-              help="Genomic block (bp) of the bootstrap and of the held-out blocks of a sweep (default 1000000; "
-                   "a moment store has the one it was computed with).")
+              help="Genomic block (bp) of the bootstrap and of the held-out blocks of a sweep (default 1000000, "
+                   "at least 50 bins; a moment store has the one it was computed with).")
 @click.option("--allow-degenerate", is_flag=True,
               help="Write a degenerate model (see README) anyway, with a warning, instead of refusing it.")
 @click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0),

@@ -33,7 +33,8 @@ def moments():
 @bins_option
 @click.option("--block-size", default=None, type=POSITIVE,
               help="Genomic block (bp) whose statistics are kept for the bootstrap and held-out blocks "
-                   "(default: the moment store's, or 1,000,000 for a new one).")
+                   "(default: the moment store's, or 1,000,000 for a new one; at least 50 bins: each block keeps "
+                   "statistics of its own).")
 @click.option("--pooled", is_flag=True, help=POOLED_HELP)
 @feature_options
 @scheduler_option
@@ -63,6 +64,9 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
                f"dropped {report.dropped} stale; samples {','.join(report.samples)}; "
                f"{time.perf_counter() - start:.1f} s")
+    for entry in report.foreign:
+        click.echo(f"warning: left {entry} alone: not a partial of the moment store (a symbolic link, a file or "
+                   f"another name)", err=True)
     if report.computed == 0 and report.dropped == 0:
         click.echo("nothing changed: the moment store was already up to date")
 
