@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import stat
 from dataclasses import asdict, dataclass
@@ -494,6 +495,8 @@ def check_input(path) -> None:
             "a device"
         raise ValueError(f"{path}: is {kind}, not a regular file; ingest reads each file more than once (to detect "
                          f"its format, checksum and parse it), so save the stream to a file first")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{path}: no permission to read it")
 
 
 CONTENT_START = 1 << 20  # decompressed bytes compared first: replicates that differ, differ early

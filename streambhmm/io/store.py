@@ -843,9 +843,9 @@ def _apply_commit(store: Location, staging: Location) -> None:
         for chrom in others:
             _clear_column(store, chrom, nodes, column, record["chunk_size"])
     elif others:
-        reference = natural_sorted(new)[0]  # the commit wrote the sample names there
+        reference = natural_sorted(new)[0] if new else None  # the commit wrote the sample names there
         names_chunks = [(store / reference / "sample" / "c" / str(k)).read_bytes()
-                        for k in range(_n_chunks(len(names), SAMPLE_CHUNK))]
+                        for k in range(_n_chunks(len(names), SAMPLE_CHUNK))] if reference else []
         for chrom in others:
             _add_column(store, chrom, nodes, names, reference, names_chunks)
     samples[name] = {**record["provenance"], "column": column}
@@ -943,11 +943,12 @@ def _chromosome_nodes(store: Location, group, chrom: str) -> dict:
     return nodes
 
 
-def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], reference: str,
+def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], reference: str | None,
                 names_chunks: list[bytes]) -> None:
     """Give a new sample its column in a chromosome where it has no counts: the arrays'
     metadata only (a column without chunks reads as zeros), and the sample names, encoded
-    as in the chromosome ``reference`` (``names_chunks``, which the commit wrote).
+    as in the chromosome ``reference`` (``names_chunks``, which the commit wrote; None: a
+    sample without counts anywhere, whose names zarr encodes here).
 
     These files are written in place, not through a temporary file: nothing reads them
     before the commit is visible (readers go by the consolidated metadata of the root), and
@@ -960,7 +961,7 @@ def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], refe
     def encoding(path: str) -> dict:
         return {k: v for k, v in nodes[path].items() if k != "shape"}
 
-    if encoding(f"{chrom}/sample") == encoding(f"{reference}/sample"):
+    if reference is not None and encoding(f"{chrom}/sample") == encoding(f"{reference}/sample"):
         for k, data in enumerate(names_chunks):
             _write_in_place(store / chrom / "sample" / "c" / str(k), data)
     else:  # written with other codecs (by another zarr version)

@@ -34,10 +34,7 @@ exactly (``a + b``); that is what tree reduction, resume and incremental updates
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 import numpy as np
 
@@ -185,16 +182,12 @@ class Moments:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def save(self, path) -> None:
-        """Write to ``path`` (.npz) atomically: a temporary file renamed into place."""
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, format=MOMENTS_FORMAT, version=MOMENTS_VERSION, **self.to_dict())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write to ``path`` (.npz) atomically, with the umask's permissions: a temporary file
+        renamed into place."""
+        from ..io.outputs import replacing
+
+        with replacing(path, "wb") as fh:
+            np.savez(fh, format=MOMENTS_FORMAT, version=MOMENTS_VERSION, **self.to_dict())
 
     @classmethod
     def load(cls, path) -> "Moments":

@@ -244,3 +244,15 @@ def test_overview_sums_each_samples_counts_from_the_index(tmp_path):
     assert view.covered.tolist() == sum((c > 0).sum(axis=0) for _, _, c in chromosomes.values()).tolist()
     assert view.coverage.tolist() == sum(c.sum(axis=0) for _, _, c in chromosomes.values()).tolist()
     assert view.methylated.tolist() == sum(m.sum(axis=0) for _, m, _ in chromosomes.values()).tolist()
+
+
+def test_a_sample_without_counts_gets_its_column_everywhere(tmp_path):
+    """A sample with no covered bin commits no chromosome of its own; the others still list
+    it, with zeros (its names chunk written by zarr, not copied from a chromosome it wrote)."""
+    counts = np.array([[3, 0], [5, 0], [2, 0]])
+    chroms = {c: (np.arange(3) * 7, counts, 2 * counts) for c in ("chr1", "chr2")}
+    store = write_store(tmp_path / "s.zarr", chroms, ["A", "B"], chunk_size=4)
+    for chrom in ("chr1", "chr2"):
+        ds = xr.open_zarr(store.path.url, group=chrom)
+        assert list(ds.sample.values) == ["A", "B"]
+        assert ds.coverage.sel(sample="B").values.sum() == 0 and ds.coverage.sel(sample="A").values.sum() == 20

@@ -99,6 +99,9 @@ def test_save_and_load_round_trip(tmp_path):
     assert back.allclose(mom, rtol=0)
     assert back.n_triples == mom.n_triples == 196
     assert os.listdir(tmp_path) == ["m.npz"]  # no temporary left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # the user's permissions, not 0600
 
 
 def test_load_refuses_newer_version(tmp_path):
