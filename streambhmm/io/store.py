@@ -54,6 +54,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -417,6 +418,20 @@ def _lock_problem(lock_file: Location, exc: OSError, shared: bool) -> str:
     return f"cannot open the lock file {lock_file} ({reason})"
 
 
+def _take_lock(fd: int, operation: int, path: Location) -> None:
+    """flock, saying on stderr what the command waits for when another holds the lock. The
+    wait is as long as the holder's run, which is bounded itself: every command's waits on
+    Dask and on a scheduler are (io/tasks.py, distributed/cluster.py)."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
+        print(f"waiting for the lock of {path}: another streambhmm command is {holder} it", file=sys.stderr,
+              flush=True)
+    fcntl.flock(fd, operation)
+
+
 @contextlib.contextmanager
 def locked(path, shared: bool = False):
     """Lock ``path`` through a sibling lock file: exclusive for writers, ``shared`` for
@@ -440,11 +455,11 @@ def locked(path, shared: bool = False):
         yield  # read-only media: nobody can change the store
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        _take_lock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, path)
         if not shared:
             recover(path)
         elif needs_recovery(path):
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a writer died mid-change: finish it first
+            _take_lock(fd, fcntl.LOCK_EX, path)  # a writer died mid-change: finish it first
             recover(path)
             fcntl.flock(fd, fcntl.LOCK_SH)
         yield

@@ -373,6 +373,7 @@ def test_a_store_reached_through_a_link_is_locked_as_one(tmp_path, samples, spel
     assert r.returncode == 0, r.stderr
     out, err = reader.communicate()
     assert reader.returncode == 0 and out.split() == ["A", "B"], err
+    assert f"waiting for the lock of {store.resolve()}: another streambhmm command is writing it" in err
 
 
 # -- a store others may not write ------------------------------------------------------------------
