@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from ...distributed.cluster import SCHEDULER_ENV, ClusterError, store_client
-from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.storage import Location
+from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
 
 
 # StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
