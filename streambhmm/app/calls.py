@@ -12,7 +12,6 @@ with a message that says why instead of writing an empty file.
 
 from __future__ import annotations
 
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -92,9 +91,10 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
         outcome = _fit_and_call(settings, counts, samples, client, echo, progress, seconds)
     else:
         from ..io.coarsen import coarsen
+        from ..io.outputs import scratch_directory
 
         # the coarse store lives beside the output (the same filesystem) and goes with the call
-        with tempfile.TemporaryDirectory(prefix=f".{output.name}.", dir=output.parent) as scratch:
+        with scratch_directory(output) as scratch:
             start = time.perf_counter()
             echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
             coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples)

@@ -29,7 +29,7 @@ from ..learn.evaluate import differential_states
 from .modelio import model_for_store, model_labels
 from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
-from ..io.outputs import check_output_dir, is_temporary_of, temporary_path
+from ..io.outputs import check_output_dir, directory_lock_now, is_temporary_of, temporary_path
 from ..io.storage import Location
 from ..io.store import locked
 
@@ -247,7 +247,7 @@ def remove_report_leftovers(output: Path) -> None:
     for entry in output.parent.iterdir():
         if is_temporary_of(output, entry) and _is_plain_dir(entry):
             with contextlib.suppress(BlockingIOError, FileNotFoundError):  # live, or removed meanwhile
-                with _locked_now(entry):
+                with directory_lock_now(entry):
                     _remove_written(entry, REPORT_FILES)
         elif is_temporary_of(output, entry, "old") and _is_plain_dir(entry):
             with contextlib.suppress(ValueError, FileNotFoundError):  # not only a report's files, or removed
@@ -259,17 +259,6 @@ def _is_plain_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except FileNotFoundError:
         return False
-
-
-@contextlib.contextmanager
-def _locked_now(directory: Path):
-    """``directory``'s lock, or BlockingIOError when a live run holds it."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _remove_written(directory: Path, names) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import stat
 import uuid
 from pathlib import Path
@@ -181,3 +182,34 @@ def _remove_abandoned(candidate: Path) -> bool:
         return True
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def directory_lock_now(directory: Path):
+    """``directory``'s lock (not following a link), or BlockingIOError when a live run holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_directory(path):
+    """A new directory beside ``path`` (so on its filesystem) for a command's temporary
+    files, locked while the command runs and removed with them afterwards. Directories that
+    killed runs left for ``path`` (our name, a directory itself, no live run's lock) are
+    removed first."""
+    path = Path(path)
+    for candidate in path.parent.iterdir():
+        if is_temporary_of(path, candidate, "scratch") and stat.S_ISDIR(os.lstat(candidate).st_mode):
+            with contextlib.suppress(BlockingIOError, FileNotFoundError), directory_lock_now(candidate):
+                shutil.rmtree(candidate)
+    scratch = temporary_path(path, "scratch")
+    scratch.mkdir()
+    try:
+        with directory_lock_now(scratch):
+            yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -176,3 +176,5 @@ def test_info_escapes_control_characters_of_names_in_an_old_store(tmp_path):
     assert r.exit_code == 0, r.output
     assert "\x1b" not in r.output and "\x07" not in r.output
     assert "sample \\x1b[31mred:" in r.output and "chr\\x1b]0;x\\x07" in r.output
+    r = run("moments", store, "--output", tmp_path / "m.zarr")
+    assert r.exit_code == 0 and "samples \\x1b[31mred;" in r.output and "\x1b" not in r.output, r.output

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from streambhmm.io.outputs import (check_output_file, held_temporary, is_temporary_of, remove_leftovers, replacing,
-                                   temporary_path)
+from streambhmm.io.outputs import (check_output_file, directory_lock_now, held_temporary, is_temporary_of,
+                                   remove_leftovers, replacing, scratch_directory, temporary_path)
 from streambhmm.io.storage import write_json
 
 
@@ -81,3 +81,27 @@ def test_an_output_that_cannot_be_written_is_named(tmp_path):
         with pytest.raises(ValueError, match=message.replace("(", r"\(")):
             check_output_file(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_scratch_directory_goes_and_takes_only_abandoned_ones_with_it(tmp_path):
+    """pmd's coarse store lives in a scratch directory beside its output: removed after the
+    call, and a killed call's is removed by the next one; a live call's, a link of that name
+    and anything not named so stay."""
+    out = tmp_path / "calls.bed"
+    abandoned = temporary_path(out, "scratch")
+    (abandoned / "coarse.zarr").mkdir(parents=True)
+    (abandoned / "coarse.zarr" / "zarr.json").write_text("{}")
+    live = temporary_path(out, "scratch")
+    live.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("x")
+    link = temporary_path(out, "scratch")
+    link.symlink_to(elsewhere)
+    other = tmp_path / ".calls.bed.scratch-notours"
+    other.mkdir()
+    with directory_lock_now(live), scratch_directory(out) as scratch:
+        assert scratch.is_dir() and is_temporary_of(out, scratch, "scratch")
+        (scratch / "coarse.zarr").mkdir()
+    assert not scratch.exists() and not abandoned.exists()
+    assert live.is_dir() and link.is_symlink() and (elsewhere / "keep").exists() and other.is_dir()

@@ -10,7 +10,7 @@ import click
 
 from ...distributed.fitting import METHODS
 from .common import (NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options,
-                     quiet_option, reading, scheduler_option, user_errors)
+                     quiet_option, reading, scheduler_option, shown, user_errors)
 
 
 def parse_states(text: str) -> list[int]:
@@ -30,7 +30,7 @@ def parse_states(text: str) -> list[int]:
 
 def format_intervals(methylation_ci, transmat_ci, samples) -> str:
     """Per state: the 95% interval of each sample's level and of the self-transition."""
-    rows = [f"{'state':>5}  " + "  ".join(f"{s + ' 95% CI':>18}" for s in samples) + f"  {'stay 95% CI':>18}"]
+    rows = [f"{'state':>5}  " + "  ".join(f"{shown(s) + ' 95% CI':>18}" for s in samples) + f"  {'stay 95% CI':>18}"]
     for h, per_sample in enumerate(methylation_ci):
         cells = [f"{'[%.3f, %.3f]' % tuple(v):>18}" for v in (*per_sample, transmat_ci[h][h])]
         rows.append(f"{h:>5}  " + "  ".join(cells))
@@ -139,7 +139,7 @@ def show(outcome, settings):
         click.echo(f"warning: {warning} (written because of --allow-degenerate)")
     document = outcome.document
     if settings.pooled:
-        click.echo(f"pooled over {len(outcome.samples)} sample(s): {', '.join(outcome.samples)}")
+        click.echo(f"pooled over {len(outcome.samples)} sample(s): {shown(', '.join(outcome.samples))}")
     est = outcome.estimator
     click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, outcome.columns, document["labels"]))
     if "dispersion" in document:

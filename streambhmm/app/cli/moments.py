@@ -8,7 +8,7 @@ import click
 
 from ...distributed.cluster import clear_status, status_line
 from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
-                     scheduler_option, user_errors)
+                     scheduler_option, shown, user_errors)
 
 
 class MomentsGroup(click.Group):
@@ -62,7 +62,7 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
-               f"dropped {report.dropped} stale; samples {','.join(report.samples)}; "
+               f"dropped {report.dropped} stale; samples {shown(','.join(report.samples))}; "
                f"{time.perf_counter() - start:.1f} s")
     for entry in report.foreign:
         click.echo(f"warning: left {entry} alone: not a partial of the moment store (a symbolic link, a file or "
