@@ -11,7 +11,6 @@ is ever deleted.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import html
 import json
 import os
@@ -211,16 +210,13 @@ def staged_report(output: Path):
     into it, unless it was put in place."""
     stage = temporary_path(output)
     stage.mkdir()
-    fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield stage
-    except BaseException:
-        if _is_plain_dir(stage):  # not yet put in place
-            _remove_written(stage, REPORT_FILES)
-        raise
-    finally:
-        os.close(fd)
+    with directory_lock_now(stage):  # new: nobody else holds it
+        try:
+            yield stage
+        except BaseException:
+            if _is_plain_dir(stage):  # not yet put in place
+                _remove_written(stage, REPORT_FILES)
+            raise
 
 
 def put_in_place(stage: Path, output: Path) -> None:

@@ -206,94 +206,101 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
     every sample."""
-    from ..moments.features import projection_for
-    from ..moments.momentstore import update_moment_store
-    from ..io.store import open_store
-
     rows = read_batch_manifest(manifest)
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     workdir.mkdir()  # the summary is written even when every sample fails
     with workdir_lock(workdir):
-        groups: dict[str, list[ManifestRow]] = {}
-        for row in rows:
-            groups.setdefault(row.group, []).append(row)
-        summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
-        partials: dict[str, tuple[int, int]] = {}
-        lock = threading.Lock()
+        return _run_batch(rows, workdir, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
+                          pooled, feature, projection_dim)
 
-        def show() -> None:
-            done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
-            ingesting = sum(g.status == "pending" for g in summary.groups)
-            progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
 
-        def update_moments(result: GroupResult) -> None:
-            start = time.perf_counter()
+def _run_batch(rows, workdir: Location, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
+               pooled, feature, projection_dim) -> BatchSummary:
+    """run_batch's work, with the working directory's lock held."""
+    from ..moments.features import projection_for
+    from ..moments.momentstore import update_moment_store
+    from ..io.store import open_store
 
-            def count(done: int, total: int) -> None:
-                with lock:
-                    partials[result.group] = (done, total)
-                    show()
+    groups: dict[str, list[ManifestRow]] = {}
+    for row in rows:
+        groups.setdefault(row.group, []).append(row)
+    summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
+    partials: dict[str, tuple[int, int]] = {}
+    lock = threading.Lock()
+
+    def show() -> None:
+        done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
+        ingesting = sum(g.status == "pending" for g in summary.groups)
+        progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+
+    def update_moments(result: GroupResult) -> None:
+        start = time.perf_counter()
+
+        def count(done: int, total: int) -> None:
+            with lock:
+                partials[result.group] = (done, total)
+                show()
+        try:
+            width = 1 if pooled else len(result.samples)
+            report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
+                                         workdir / result.group / "moments.zarr", client, result.samples,
+                                         n_bins, progress=count, pooled=pooled,
+                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
+        except Exception as exc:  # noqa: BLE001 - reported per group
+            if lost_scheduler(client, exc):
+                raise
+            result.status, result.error = "failed", _error_text(exc)
+        else:
+            result.status = "updated" if report.computed or report.dropped else "unchanged"
+            result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
+                len(report.chromosomes)
+        result.seconds = time.perf_counter() - start
+        echo(f"group {result.group}: moments {result.status}"
+             + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
+                                                          f"{result.reused} reused"))
+
+    # local stores: every sample its own task (ingests of one store may overlap, their commits
+    # take turns); stores at URLs have no lock: a group's samples in one task, in turn
+    futures = {}
+    for g in summary.groups:
+        store = (workdir / g.group / "counts.zarr").url
+        if workdir.is_local:
+            futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
+                                          pure=False): (g, [row]) for row in groups[g.group]})
+        else:
+            futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
+                                  pure=False)] = (g, groups[g.group])
+    waiting = {g.group: len(g.samples) for g in summary.groups}
+    running = []
+    ingests = Waiter(client, futures, f"the ingests into {workdir}", bound=_ingest_bound(rows))
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        for future in ingests.as_completed():
+            group, group_rows = futures[future]
             try:
-                width = 1 if pooled else len(result.samples)
-                report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
-                                             workdir / result.group / "moments.zarr", client, result.samples,
-                                             n_bins, progress=count, pooled=pooled,
-                                             projection_dim=projection_for(feature, width, n_bins, projection_dim))
-            except Exception as exc:  # noqa: BLE001 - reported per group
+                results = ingests.result(future)
+                results = results if isinstance(results, list) else [results]
+            except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
                 if lost_scheduler(client, exc):
                     raise
-                result.status, result.error = "failed", _error_text(exc)
-            else:
-                result.status = "updated" if report.computed or report.dropped else "unchanged"
-                result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
-                    len(report.chromosomes)
-            result.seconds = time.perf_counter() - start
-            echo(f"group {result.group}: moments {result.status}"
-                 + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
-                                                              f"{result.reused} reused"))
-
-        # local stores: every sample its own task (ingests of one store may overlap, their commits
-        # take turns); stores at URLs have no lock: a group's samples in one task, in turn
-        futures = {}
-        for g in summary.groups:
-            store = (workdir / g.group / "counts.zarr").url
-            if workdir.is_local:
-                futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
-                                              pure=False): (g, [row]) for row in groups[g.group]})
-            else:
-                futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
-                                      pure=False)] = (g, groups[g.group])
-        waiting = {g.group: len(g.samples) for g in summary.groups}
-        running = []
-        ingests = Waiter(client, futures, f"the ingests into {workdir}", bound=_ingest_bound(rows))
-        with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-            for future in ingests.as_completed():
-                group, group_rows = futures[future]
-                try:
-                    results = ingests.result(future)
-                    results = results if isinstance(results, list) else [results]
-                except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
-                    if lost_scheduler(client, exc):
-                        raise
-                    results = [SampleResult(r.sample, group.group, "failed", error=_error_text(exc))
-                               for r in group_rows]
-                summary.samples.extend(results)
-                for r in results:
-                    rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
-                    echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
-                if any(r.status == "failed" for r in results):
-                    group.status, group.error = "skipped", "a sample failed; moments not updated"
-                waiting[group.group] -= len(results)
-                if waiting[group.group] or group.status == "skipped":
-                    continue
-                group.status = "running"
-                running.append(pool.submit(update_moments, group))
-        for thread in running:
-            thread.result()  # re-raise a lost scheduler
-        order = {(row.sample, row.group): i for i, row in enumerate(rows)}
-        summary.samples.sort(key=lambda r: order[r.sample, r.group])
-        (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
-        return summary
+                results = [SampleResult(r.sample, group.group, "failed", error=_error_text(exc))
+                           for r in group_rows]
+            summary.samples.extend(results)
+            for r in results:
+                rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
+                echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
+            if any(r.status == "failed" for r in results):
+                group.status, group.error = "skipped", "a sample failed; moments not updated"
+            waiting[group.group] -= len(results)
+            if waiting[group.group] or group.status == "skipped":
+                continue
+            group.status = "running"
+            running.append(pool.submit(update_moments, group))
+    for thread in running:
+        thread.result()  # re-raise a lost scheduler
+    order = {(row.sample, row.group): i for i, row in enumerate(rows)}
+    summary.samples.sort(key=lambda r: order[r.sample, r.group])
+    (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
+    return summary
 
 
 def format_summary(summary: BatchSummary, sep: str | None = None) -> str:

@@ -203,8 +203,8 @@ def scratch_directory(path):
     removed first."""
     path = Path(path)
     for candidate in path.parent.iterdir():
-        if is_temporary_of(path, candidate, "scratch") and stat.S_ISDIR(os.lstat(candidate).st_mode):
-            with contextlib.suppress(BlockingIOError, FileNotFoundError), directory_lock_now(candidate):
+        if is_temporary_of(path, candidate, "scratch"):  # a live run's (locked), a link or gone: left as it is
+            with contextlib.suppress(OSError), directory_lock_now(candidate):
                 shutil.rmtree(candidate)
     scratch = temporary_path(path, "scratch")
     scratch.mkdir()
