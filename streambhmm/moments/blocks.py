@@ -28,7 +28,8 @@ import numpy as np
 from scipy import sparse
 
 from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout, projected_layout
-from .sums import Moments, coverage_features, histogram_thinning, thinned_histogram
+from .histograms import coverage_features, histogram_thinning, thinned_histogram
+from .sums import Moments
 
 DEFAULT_BLOCK_SIZE = 1_000_000
 # Each block keeps its own statistics (a few kB times samples squared) whatever its length,

@@ -36,7 +36,7 @@ from .. import __version__
 from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, check_block_size
 from .features import BLOCK_CELL_BUDGET, HISTOGRAM_CELL_BUDGET
 from ..io.storage import write_json
-from .sums import _ARRAY_FIELDS, Moments
+from .sums import ARRAY_FIELDS, Moments
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_partial,
                        select_samples, tree_reduce)
 from ..io.storage import Location
@@ -77,7 +77,7 @@ def partial_sha256(partial: ChunkPartial) -> str:
                   f"{moments.histogram_budget}".encode())
     if moments.projected:  # (absent otherwise: other partials keep their checksums)
         digest.update(f",{moments.projection_dim},{moments.projection_seed}".encode())
-    for name in _ARRAY_FIELDS:
+    for name in ARRAY_FIELDS:
         digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
     for name, value in _block_arrays(partial.blocks).items():
         digest.update(name.encode())
@@ -124,7 +124,7 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
     group = zarr.open_group(tmp.url, mode="w", zarr_format=3)
     moments, blocks = partial.moments, partial.blocks
-    arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in _ARRAY_FIELDS}
+    arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in ARRAY_FIELDS}
     for name, data in {**arrays, **_block_arrays(blocks)}.items():
         group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
     group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
@@ -160,7 +160,7 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
     try:
         group = zarr.open_group(path.url, mode="r")
         attrs = dict(group.attrs)
-        arrays = {name: group[name][...] for name in _ARRAY_FIELDS}
+        arrays = {name: group[name][...] for name in ARRAY_FIELDS}
         moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
                           n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]),
                           histogram_budget=int(attrs["histogram_budget"]),

@@ -34,19 +34,17 @@ exactly (``a + b``); that is what tree reduction, resume and incremental updates
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import _kernels
-from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, HistogramLayout, cells_per_sample,
-                       coverage_bucket, encode, histogram_layout, projected_layout, projection_matrix, thinning)
+from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode, histogram_layout,
+                       projected_layout, projection_matrix)
+from .histograms import coverage_features, coverage_histogram, thinned_histogram
 from .validation import validate_counts
 
-MOMENTS_FORMAT = "streambhmm-moments"
-MOMENTS_VERSION = 4  # 3: bin and pair histograms, coverage-bucket features, histogram budget; 4: projection
-
-_ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
+ARRAY_FIELDS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage",
                  "coverage_histogram", "coverage_features", "bin_histogram", "pair_histogram")
 
 
@@ -146,7 +144,7 @@ class Moments:
         if not isinstance(other, Moments):
             return NotImplemented
         self.check_compatible(other)
-        arrays = {name: _padded_sum(getattr(self, name), getattr(other, name)) for name in _ARRAY_FIELDS}
+        arrays = {name: _padded_sum(getattr(self, name), getattr(other, name)) for name in ARRAY_FIELDS}
         return Moments(
             n_samples=self.n_samples,
             n_bins=self.n_bins,
@@ -168,7 +166,7 @@ class Moments:
         """Equal up to float rounding, relative to each array's largest entry."""
         if self._settings() != other._settings() or self.n_triples != other.n_triples:
             return False
-        for name in _ARRAY_FIELDS + ("sq_norm_13",):
+        for name in ARRAY_FIELDS + ("sq_norm_13",):
             a, b = np.asarray(getattr(self, name)), np.asarray(getattr(other, name))
             if name == "coverage_histogram":  # trailing zero columns carry nothing
                 a, b = _padded(a, max(a.shape[1], b.shape[1])), _padded(b, max(a.shape[1], b.shape[1]))
@@ -176,42 +174,6 @@ class Moments:
             if a.shape != b.shape or np.abs(a - b).max(initial=0.0) > rtol * scale:
                 return False
         return True
-
-    def to_dict(self) -> dict:
-        """Plain dict of the fields (arrays and scalars)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    def save(self, path) -> None:
-        """Write to ``path`` (.npz) atomically, with the umask's permissions: a temporary file
-        renamed into place."""
-        from ..io.outputs import replacing
-
-        with replacing(path, "wb") as fh:
-            np.savez(fh, format=MOMENTS_FORMAT, version=MOMENTS_VERSION, **self.to_dict())
-
-    @classmethod
-    def load(cls, path) -> "Moments":
-        with np.load(path, allow_pickle=False) as data:
-            if "format" not in data or str(data["format"]) != MOMENTS_FORMAT:
-                raise ValueError(f"{path}: not a streambhmm moments file")
-            version = int(data["version"])
-            if version > MOMENTS_VERSION:
-                raise ValueError(
-                    f"{path}: moments format version {version} is newer than this "
-                    f"streambhmm supports ({MOMENTS_VERSION}); upgrade streambhmm"
-                )
-            if version < 3:
-                raise ValueError(
-                    f"{path}: moments format version {version} lacks the histograms that version "
-                    f"{MOMENTS_VERSION} fits with; compute the moments again"
-                )
-            # version 3 had no projection fields: the concatenated feature (their defaults)
-            values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
-        for name in ("n_samples", "n_bins", "n_triples", "histogram_budget", "projection_dim", "projection_seed"):
-            if name in values:
-                values[name] = int(values[name])
-        values["sq_norm_13"] = float(values["sq_norm_13"])
-        return cls(**values)
 
 
 def weighted_sum(parts: list[Moments], weights) -> Moments:
@@ -223,7 +185,7 @@ def weighted_sum(parts: list[Moments], weights) -> Moments:
     for w, part in zip(weights, parts):
         if w == 0:
             continue
-        for name in _ARRAY_FIELDS:
+        for name in ARRAY_FIELDS:
             setattr(out, name, _padded_sum(getattr(out, name), w * getattr(part, name)))
         out.n_triples += int(w * part.n_triples)
         out.sq_norm_13 += w * part.sq_norm_13
@@ -240,109 +202,6 @@ def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         width = max(a.shape[1], b.shape[1])
         return _padded(a, width) + _padded(b, width)
     return a + b
-
-
-def coverage_histogram(features: FeatureTable, bins: np.ndarray) -> np.ndarray:
-    """(S, max coverage + 1): how many of ``bins`` have each coverage, per sample."""
-    cov = features.coverage[features.codes[bins]]
-    out = np.zeros((cov.shape[1], int(cov.max(initial=0)) + 1))
-    for s in range(cov.shape[1]):
-        out[s] = np.bincount(cov[:, s], minlength=out.shape[1])
-    return out
-
-
-def coverage_features(features: FeatureTable, starts: np.ndarray) -> np.ndarray:
-    """(S, B, D): for the triples at ``starts``, each sample's coverage bucket of the middle
-    bin against its Beta-map feature of the third."""
-    n_samples, n_codes = features.codes.shape[1], features.table.shape[0]
-    n_buckets = len(COVERAGE_BUCKETS)
-    bucket_of_code = coverage_bucket(features.coverage)
-    out = np.zeros((n_samples, n_buckets, features.n_bins))
-    for s in range(n_samples):
-        key = bucket_of_code[features.codes[starts + 1, s]] * n_codes + features.codes[starts + 2, s]
-        counts = np.bincount(key, minlength=n_buckets * n_codes).reshape(n_buckets, n_codes)
-        out[s] = counts @ features.table
-    return out
-
-
-def histogram_thinning(features: FeatureTable, width: int, budget: int = HISTOGRAM_CELL_BUDGET,
-                       layout: HistogramLayout | None = None):
-    """The thinning of ``features``' pairs for the histogram of ``width`` bins at ``budget``
-    (or in ``layout``)."""
-    layout = layout or histogram_layout(features.codes.shape[1], width, budget)
-    return thinning(features.coverage, features.methylated, layout.cap)
-
-
-def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
-                      budget: int = HISTOGRAM_CELL_BUDGET, thin=None, layout: HistogramLayout | None = None
-                      ) -> np.ndarray:
-    """The thinned histogram (features.histogram_layout, or ``layout``) of the tuples of
-    ``width`` consecutive bins starting at ``first`` (``thin``: histogram_thinning of the
-    same arguments, when the caller reuses it)."""
-    n_samples = features.codes.shape[1]
-    layout = layout or histogram_layout(n_samples, width, budget)
-    if thin is None:
-        thin = histogram_thinning(features, width, budget, layout)
-    codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
-    out = np.zeros(layout.shape)
-    # row-major flattening of the slots' cells
-    strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
-    for row in range(out.shape[0]):
-        columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
-        tuples, counts = _distinct_rows(codes[:, columns])
-        _add_thinned_tuples(tuples, counts, thin, strides, out[row])
-        mixed = np.any(thin.row[tuples] < 0, axis=1)
-        _kernels.accumulate_histogram(tuples[mixed], counts[mixed], thin.base, thin.row, thin.rows,
-                                      thin.lo, thin.hi, strides, out[row])
-    return out
-
-
-def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: np.ndarray, hist: np.ndarray,
-                        block: int = 1 << 12) -> None:
-    """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
-    each slot, so their histogram is one product A^T B: A's rows are the outer products of
-    the first slots' thinned weights, B's of the other slots' (a GEMM, not a scatter per
-    cell). A tuple with a slot that is not thinned has a zero row and is left out."""
-    n_slots = tuples.shape[1]
-    if thin.rows.shape[0] == 0:
-        return
-    weights = thin.by_code
-    half = n_slots // 2
-    total = 0.0
-    for lo in range(0, tuples.shape[0], block):
-        part = tuples[lo:lo + block]
-        a = _outer_rows([weights[part[:, g]] for g in range(half)], part.shape[0])
-        b = _outer_rows([weights[part[:, g]] for g in range(half, n_slots)], part.shape[0])
-        total = total + (a * counts[lo:lo + block, None]).T @ b
-    cells = thin.spread_base + np.arange(thin.cap + 1)  # each slot's cells (cap, j)
-    index = np.zeros((thin.cap + 1,) * n_slots, dtype=np.int64)
-    for g in range(n_slots):
-        shape = [1] * n_slots
-        shape[g] = thin.cap + 1
-        index = index + (cells * strides[g]).reshape(shape)
-    np.add.at(hist, index.ravel(), np.ravel(total))
-
-
-def _outer_rows(vectors: list[np.ndarray], n: int) -> np.ndarray:
-    """Row-wise outer product (Khatri-Rao) of (n, w_i) arrays, flattened row-major; a column
-    of ones for none."""
-    out = np.ones((n, 1))
-    for v in vectors:
-        out = (out[:, :, None] * v[:, None, :]).reshape(n, -1)
-    return out
-
-
-def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a (n, G) code array, each with its count (float64). Repeated rows are merged
-    when that is cheap: rows numbered in mixed radix within a key space of at most
-    max(4 n, 2^16). Otherwise (nearly all rows distinct) they are kept, each counted once."""
-    n, n_groups = codes.shape
-    dims = (int(codes.max(initial=0)) + 1,) * n_groups
-    if float(dims[0]) ** n_groups > max(4 * n, 1 << 16):
-        return codes.astype(np.int64), np.ones(n)
-    counts = np.bincount(np.ravel_multi_index(tuple(codes.T), dims))
-    present = np.flatnonzero(counts)
-    return np.stack(np.unravel_index(present, dims), axis=1).astype(np.int64), counts[present].astype(np.float64)
 
 
 def moments_from_features(features: FeatureTable, lengths: np.ndarray,

@@ -11,7 +11,8 @@ from streambhmm.distributed import storehmm
 from streambhmm.learn.evaluate import matched_error
 from streambhmm.moments.features import projected_layout, projection_for, projection_matrix
 from streambhmm.learn.model import SpectralBinomialHMM
-from streambhmm.moments.sums import compute_moments, thinned_histogram
+from streambhmm.moments.histograms import thinned_histogram
+from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.features import encode
 from streambhmm.moments.momentstore import load_total, update_moment_store
 from streambhmm.moments.pipeline import load_counts, moments_graph, plan_chunks
