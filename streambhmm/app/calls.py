@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..learn.domains import HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel
+from ..moments.spec import FeatureSpec
 
 
 # the fit's seeded random starts besides FTD's estimate and the quantiles: measured on the real
@@ -108,7 +109,8 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
 
 
 def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
-    from ..distributed.fitting import load_moments, one_pass
+    from ..distributed.fitdata import load_moments
+    from ..distributed.fitting import one_pass
     from ..distributed.regions import find_regions, preset_rule
     from ..learn.checks import degeneracy_problems
     from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated, unmethylated_share
@@ -116,8 +118,8 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
 
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
-    data = load_moments(settings.moments or store.path.url, samples, settings.n_bins, client, settings.quiet,
-                        8, None, want_blocks=False)
+    data = load_moments(settings.moments or store.path.url, samples, FeatureSpec(n_bins=settings.n_bins), client,
+                        settings.quiet, 8)
     _check_moments(settings, store, data)
     seconds["moments"] = time.perf_counter() - start
     model = settings.model

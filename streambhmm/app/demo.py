@@ -17,8 +17,15 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from ..distributed.cluster import store_client
+from ..distributed.fitdata import load_moments
+from ..io.ingest import ingest
+from ..io.storage import write_json
+from ..io.store import SampleWriter, open_store
+from ..learn.evaluate import matched_error
 from ..learn.simulate import model, simulate
-from ..io.store import SampleWriter
+from ..moments.spec import FeatureSpec
+from .modelio import data_settings_of, model_to_dict
 
 DEMO_SAMPLES = ("sample_A", "sample_B")
 DEMO_TRUTH = model(
@@ -94,14 +101,7 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
     """Simulate DEMO_TRUTH on three chromosomes of ``n`` bins, write the two samples as a
     Bismark .cov and an allc file, ingest them into DIRECTORY/counts.zarr, compute the
     moments on Dask, fit 4 states (refined) and write DIRECTORY/model.json."""
-    from ..distributed.cluster import store_client
-    from ..distributed.fitting import load_moments, one_pass
-    from ..io.ingest import ingest
-    from ..io.storage import write_json
-    from ..io.store import open_store
-    from ..learn.evaluate import matched_error
-    from ..moments.pipeline import DEFAULT_SPLIT_EVERY
-    from .modelio import data_settings_of, model_to_dict
+    from ..distributed.fitting import one_pass
 
     chromosomes = ["chr1", "chr2", "chr3"]
     rng = np.random.default_rng(seed)
@@ -115,7 +115,7 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
     with store_client(store, scheduler) as client:
-        data = load_moments(store, None, 30, client, quiet, DEFAULT_SPLIT_EVERY, None, want_blocks=False)
+        data = load_moments(store, None, FeatureSpec(), client, quiet)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
     write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes,
                                                        **data_settings_of(open_store(store), data.samples)))

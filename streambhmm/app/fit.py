@@ -13,8 +13,21 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..distributed.fitting import (COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, FitData, HeldOut,
-                                   default_emission)
+from ..distributed.cluster import is_small, scheduler_address
+from ..distributed.fitdata import FitData, load_moments
+from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, HeldOut, default_emission
+from ..distributed.storehmm import fit_store_em
+from ..io.outputs import check_output_file
+from ..io.storage import write_json
+from ..io.store import open_store
+from ..learn.bootstrap import block_bootstrap, check_blocks
+from ..learn.checks import DegenerateModelError, DegenerateModelWarning
+from ..learn.hmm import BinomialHMM, random_parameters
+from ..learn.states import DIFF_THRESHOLD
+from ..moments.momentstore import is_moment_store, read_manifest
+from ..moments.pipeline import select_samples
+from ..moments.spec import FeatureSpec
+from .modelio import data_settings_of, format_states, model_to_dict
 
 
 @dataclass
@@ -26,20 +39,16 @@ class FitSettings:
     output: str
     method: str | None = None  # None: the store kind's default
     samples: list | None = None
-    n_bins: int = 30
+    spec: FeatureSpec = field(default_factory=FeatureSpec)  # as asked; the moments' own once loaded
     seed: int = 0
     em_iter: int = 1000
     em_tol: float = 1e-7
     em_starts: int = 3
     emission: str | None = None  # None: the method's (fitting.default_emission)
     bootstrap: int = 0
-    block_size: int | None = None
     allow_degenerate: bool = False
-    diff_threshold: float = 0.3
+    diff_threshold: float = DIFF_THRESHOLD
     split_every: int = 8
-    pooled: bool = False
-    feature: str = "auto"
-    projection_dim: int = 32
     scheduler: str | None = None
     quiet: bool = False
     moment_store: bool = field(init=False, default=False)
@@ -47,9 +56,6 @@ class FitSettings:
 
     def __post_init__(self):
         """Defaults resolved and combinations that cannot work refused (ValueError), before any work."""
-        from ..io.outputs import check_output_file
-        from ..moments.momentstore import is_moment_store
-
         self.moment_store = is_moment_store(self.store)
         self.method = self.method or (MOMENT_STORE_METHOD if self.moment_store else COUNTS_STORE_METHOD)
         if self.method not in ONE_PASS and self.moment_store:
@@ -65,8 +71,6 @@ class FitSettings:
         for m in self.states:  # a sweep's models are named after --output: each is checked
             check_output_file(self.output_path(m))
         if not self.moment_store:
-            from ..distributed.cluster import is_small, scheduler_address
-
             self.local_em = not scheduler_address(self.scheduler) and is_small(self.store)
 
     @property
@@ -116,16 +120,13 @@ class FitRun:
 def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple[FitRun, Iterator[FitOutcome]]:
     """The moments now, then an iterator that fits, checks and writes one model per number
     of states (a degenerate one is refused, or with ``allow_degenerate`` written with a warning)."""
-    from ..distributed.fitting import load_moments
-
     start = time.perf_counter()
     data, singular_values = None, None
     if settings.method != "em":
-        data = load_moments(settings.store, settings.samples, settings.n_bins, client, settings.quiet,
-                            settings.split_every, settings.block_size,
-                            want_blocks=settings.bootstrap > 0 or (settings.sweep and settings.method in ONE_PASS),
-                            pooled=settings.pooled, feature=settings.feature, projection_dim=settings.projection_dim)
-        settings.pooled = data.pooled
+        data = load_moments(settings.store, settings.samples, settings.spec, client, settings.quiet,
+                            settings.split_every,
+                            want_blocks=settings.bootstrap > 0 or (settings.sweep and settings.method in ONE_PASS))
+        settings.spec = data.spec
         if settings.sweep:
             mom = data.moments
             singular_values = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
@@ -136,9 +137,6 @@ def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple
 def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -> FitOutcome:
     """Fit, check, describe and write the model of ``m`` states."""
     from ..distributed.fitting import bic, held_out
-    from ..io.storage import write_json
-    from ..learn.checks import DegenerateModelError, DegenerateModelWarning
-    from .modelio import model_columns, model_to_dict
 
     if settings.sweep:
         echo(f"\nM = {m}:")
@@ -152,13 +150,13 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
         return outcome
     outcome.warnings = [str(w.message) for w in caught]
     outcome.estimator, outcome.samples = est, samples
-    outcome.columns = model_columns(samples, settings.pooled)
+    outcome.columns = settings.spec.grouping(samples).columns
     outcome.spectrum, outcome.loss = getattr(est, "spectrum_supported_", None), getattr(est, "loss_", None)
     if history:
         outcome.bic = bic(history[-1], m, len(outcome.columns), n_bins, getattr(est, "emission", "") == "betabinomial")
     if settings.sweep and settings.method == "refined":
         outcome.held_out = held_out(data.blocks, data.moments, est)
-    document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.pooled,
+    document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.spec.pooled,
                              diff_threshold=settings.diff_threshold, **data_settings(settings, samples))
     if outcome.loss is not None:
         document["moment_loss"] = float(outcome.loss)
@@ -176,23 +174,14 @@ def data_settings(settings: FitSettings, samples) -> dict:
     """What a model of ``samples`` depends on besides its parameters (modelio.model_to_dict):
     the counts store's bin size and how each sample was read; a moment store records the bin
     size of the counts it was computed from (a merged one: none)."""
-    from ..io.store import open_store
-    from ..moments.momentstore import read_manifest
-    from .modelio import data_settings_of
-
     if settings.moment_store:
-        return {"bin_size": read_manifest(settings.store).get("source", {}).get("bin_size")}
+        return {"bin_size": read_manifest(settings.store).source.get("bin_size")}
     return data_settings_of(open_store(settings.store), samples)
 
 
 def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
     """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
     from ..distributed.fitting import one_pass
-    from ..distributed.storehmm import fit_store_em
-    from ..io.store import open_store
-    from ..learn.hmm import BinomialHMM, random_parameters
-    from ..moments.pipeline import select_samples
-    from .modelio import format_states, model_columns
 
     method = settings.method
     if method in ONE_PASS:
@@ -204,7 +193,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
         return est, data.samples, data.chromosomes, None, None
     counts = open_store(settings.store)
     samples = select_samples(counts, settings.samples)
-    columns = model_columns(samples, settings.pooled)
+    columns = settings.spec.grouping(samples).columns
     if method == "em":
         starts = [(f"random start {r + 1} of {settings.em_starts}",
                    random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
@@ -218,7 +207,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
                                       getattr(start, "dispersion_", None)))]
     best = None
     for label, params in starts:
-        hmm = BinomialHMM(m, n_bins=settings.n_bins, stationary_start=True, allow_degenerate=True,
+        hmm = BinomialHMM(m, n_bins=settings.spec.n_bins, stationary_start=True, allow_degenerate=True,
                           emission=settings.emission)
         hmm.start_from(*params)
         if len(starts) > 1:
@@ -226,7 +215,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
         t = time.perf_counter()
         result = fit_store_em(counts, hmm, None if settings.local_em else client, samples, settings.em_iter,
                               settings.em_tol, settings.split_every, report=em_reporter(settings.quiet, echo),
-                              check=False, pooled=settings.pooled)
+                              check=False, pooled=settings.spec.pooled)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else
                  f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "
@@ -257,8 +246,6 @@ def em_reporter(quiet: bool, echo):
 
 def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):
     """Block-bootstrap intervals of the refined fit, added to ``document``."""
-    from ..learn.bootstrap import block_bootstrap, check_blocks
-
     warning = check_blocks(len(data.blocks), data.block_size)
     if warning:
         echo(f"warning: {warning}")

@@ -1,17 +1,24 @@
-"""The JSON model file: exactly the documented keys, written atomically."""
+"""The JSON model file: exactly the documented keys, written atomically, and read back as a
+validated ModelFile."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import __version__
-from ..learn.checks import validate_parameters
-from ..learn.emissions import EMISSIONS
-from ..learn.states import DIFF_THRESHOLD, state_labels
+from ..io.documents import Document, version_problem
 from ..io.names import sample_name_problem
 from ..io.storage import Location
+from ..io.store import CountsStore, open_store
+from ..learn.checks import validate_parameters
+from ..learn.emissions import EMISSIONS
+from ..learn.evaluate import differential_states
+from ..learn.hmm import BinomialHMM
+from ..learn.states import DIFF_THRESHOLD, item_rgb, state_colours, state_labels
+from ..moments.spec import Grouped, Grouping
 
 MODEL_FORMAT = "streambhmm-model"
 MODEL_VERSION = 1
@@ -52,7 +59,7 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
     return {**document, "pooled": True} if pooled else document
 
 
-def model_labels(document: dict) -> list[str]:
+def model_labels(document) -> list[str]:
     """The states' labels: the model file's, or (older files) made from its levels."""
     if "labels" in document:
         return list(document["labels"])
@@ -61,29 +68,63 @@ def model_labels(document: dict) -> list[str]:
 
 def model_columns(samples, pooled: bool) -> list[str]:
     """Names of a model's methylation columns: its samples, or one for a pooled model."""
-    return ["pooled"] if pooled else list(samples)
+    return Grouping(samples, bool(pooled)).columns
 
 
-def read_model(path) -> dict:
-    """The model document at ``path``, validated: every problem raises ValueError naming the
+@dataclass(frozen=True)
+class ModelFile(Grouped, Document):
+    """A model file's document (what :func:`read_model` validated) with its parameters typed;
+    its keys also read as a mapping's (io.documents.Document), the rarer ones that way."""
+
+    path: str
+    document: dict
+    grouping: Grouping
+    n_states: int
+    n_bins: int
+    methylation: np.ndarray
+    transmat: np.ndarray
+    startprob: np.ndarray
+    emission: str
+    dispersion: np.ndarray | None
+    labels: list[str]
+    bin_size: int | None
+    sample_settings: dict
+
+    @classmethod
+    def of(cls, document: dict, path="") -> "ModelFile":
+        """The typed view of a model document (no validation: :func:`read_model` validates)."""
+        emission = document.get("emission", "binomial")
+        return cls(str(path), document, Grouping(document["samples"], bool(document.get("pooled"))),
+                   int(document["n_states"]), int(document["feature"]["n_bins"]),
+                   *(np.asarray(document[key], dtype=np.float64) for key in ("methylation", "transmat", "startprob")),
+                   emission, np.asarray(document["dispersion"], dtype=np.float64) if emission == "betabinomial"
+                   else None, model_labels(document), document.get("bin_size"), document.get("sample_settings", {}))
+
+    def to_json(self) -> dict:
+        return self.document
+
+    def hmm(self) -> BinomialHMM:
+        """A BinomialHMM with the model's parameters, for scoring and decoding."""
+        hmm = BinomialHMM(self.n_states, n_bins=self.n_bins, emission=self.emission)
+        hmm.startprob_, hmm.transmat_, hmm.methylation_ = self.startprob, self.transmat, self.methylation
+        if self.emission == "betabinomial":
+            hmm.dispersion_ = self.dispersion
+        return hmm
+
+
+def read_model(path) -> ModelFile:
+    """The model file at ``path``, validated: every problem raises ValueError naming the
     file (malformed JSON, wrong format or version, missing keys, parameters of the wrong
     shape, not finite, outside [0, 1] or not normalized)."""
-    try:
-        with open(path) as fh:
-            document = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not a valid model file: malformed JSON ({exc})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a valid model file: not UTF-8 text") from None
-    except RecursionError:
-        raise ValueError(f"{path}: not a valid model file: JSON nested too deeply") from None
+    document = _read_json(path)
     if not isinstance(document, dict) or document.get("format") != MODEL_FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path}: not a streambhmm model (format {found!r})")
     version = document.get("version")
-    if not isinstance(version, int) or isinstance(version, bool):
+    problem = version_problem(version, MODEL_VERSION)
+    if problem == "not an integer":
         raise ValueError(f"{path}: the model's version must be an integer, got {version!r}")
-    if version > MODEL_VERSION:
+    if problem == "newer":
         raise ValueError(f"{path}: model version {version} is newer than this streambhmm supports")
     missing = [k for k in MODEL_KEYS if k not in document]
     if missing:
@@ -91,13 +132,7 @@ def read_model(path) -> dict:
     for key, (valid, expected) in FIELD_TYPES.items():
         if key in document and not valid(document[key]):
             raise ValueError(f"{path}: {key} must be {expected}, got {document[key]!r:.200}")
-    samples = document["samples"]
-    if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
-            or len(set(samples)) != len(samples):
-        raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
-    problem = next(filter(None, map(sample_name_problem, samples)), None)  # the rule ingest applies
-    if problem:
-        raise ValueError(f"{path}: samples hold an invalid {problem}: {samples!r:.200}")
+    _check_samples(path, document["samples"])
     feature = document["feature"]
     if not isinstance(feature, dict) or not _is_count(feature.get("n_bins")) or feature["n_bins"] < 1:
         raise ValueError(f"{path}: feature must name n_bins, a positive integer; got {feature!r:.200}")
@@ -106,7 +141,39 @@ def read_model(path) -> dict:
         raise ValueError(f"{path}: n_states must be a positive integer, got {n_states!r}")
     if document.get("pooled", False) not in (True, False):
         raise ValueError(f"{path}: pooled must be true or false, got {document['pooled']!r:.200}")
-    columns = model_columns(samples, document.get("pooled"))
+    _check_parameters(path, document, n_states)
+    labels = document.get("labels", [f"{h}" for h in range(n_states)])
+    if not isinstance(labels, list) or len(labels) != n_states or not all(isinstance(v, str) and v for v in labels) \
+            or len(set(labels)) != n_states or any(c.isspace() for v in labels for c in v):
+        raise ValueError(f"{path}: labels must be {n_states} distinct names without spaces, got {labels!r:.200}")
+    return ModelFile.of(document, path)
+
+
+def _read_json(path):
+    """The JSON at ``path``; ValueError when it cannot be read as JSON."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not a valid model file: malformed JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a valid model file: not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a valid model file: JSON nested too deeply") from None
+
+
+def _check_samples(path, samples) -> None:
+    if not isinstance(samples, list) or not samples or not all(isinstance(s, str) and s for s in samples) \
+            or len(set(samples)) != len(samples):
+        raise ValueError(f"{path}: samples must be a non-empty list of distinct names, got {samples!r:.200}")
+    problem = next(filter(None, map(sample_name_problem, samples)), None)  # the rule ingest applies
+    if problem:
+        raise ValueError(f"{path}: samples hold an invalid {problem}: {samples!r:.200}")
+
+
+def _check_parameters(path, document: dict, n_states: int) -> None:
+    """The levels, transitions, start, emission (and dispersion) and intervals, checked."""
+    columns = model_columns(document["samples"], document.get("pooled"))
     p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
                                   n_samples=len(columns), source=str(path))
     if p.shape[0] != n_states:
@@ -126,11 +193,6 @@ def read_model(path) -> dict:
         if key in document and _shape(document[key]) != shape:
             raise ValueError(f"{path}: {key} must be {' x '.join(map(str, shape))} numbers, got "
                              f"{_shape(document[key]) or 'ragged lists'}")
-    labels = document.get("labels", [f"{h}" for h in range(n_states)])
-    if not isinstance(labels, list) or len(labels) != n_states or not all(isinstance(v, str) and v for v in labels) \
-            or len(set(labels)) != n_states or any(c.isspace() for v in labels for c in v):
-        raise ValueError(f"{path}: labels must be {n_states} distinct names without spaces, got {labels!r:.200}")
-    return document
 
 
 def _is_count(value) -> bool:
@@ -187,32 +249,21 @@ FIELD_TYPES = {
 }
 
 
-def hmm_from_model(document: dict):
-    """A BinomialHMM with the parameters of a model document from :func:`read_model` (which
-    validated them), for scoring and decoding."""
-    from ..learn.hmm import BinomialHMM
-
-    hmm = BinomialHMM(int(document["n_states"]), n_bins=int(document["feature"]["n_bins"]),
-                      emission=document.get("emission", "binomial"))
-    hmm.startprob_, hmm.transmat_, hmm.methylation_ = (np.asarray(document[key], dtype=np.float64)
-                                                       for key in ("startprob", "transmat", "methylation"))
-    if hmm.emission == "betabinomial":
-        hmm.dispersion_ = np.asarray(document["dispersion"], dtype=np.float64)
-    return hmm
+def hmm_from_model(document):
+    """A BinomialHMM with the parameters of a model (a ModelFile, or a document
+    :func:`read_model` would accept), for scoring and decoding."""
+    return (document if isinstance(document, ModelFile) else ModelFile.of(document)).hmm()
 
 
-def model_for_store(store, model):
-    """(counts store, model document, BinomialHMM), checking that the store has the
-    model's samples."""
-    from ..io.store import open_store
-
+def model_for_store(store, model) -> tuple[CountsStore, ModelFile, BinomialHMM]:
+    """(counts store, model file, BinomialHMM), checking that the store has the model's samples."""
     counts, document = open_store(store), read_model(model)
-    missing = [s for s in document["samples"] if s not in counts.samples]
+    missing = [s for s in document.samples if s not in counts.samples]
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
     check_model_fits_store(model, document, store, counts)
-    return counts, document, hmm_from_model(document)
+    return counts, document, document.hmm()
 
 
 def data_settings_of(counts, samples) -> dict:
@@ -253,8 +304,6 @@ def write_state_table(path, document: dict) -> None:
     """A TSV of the model's states: index, label, BED itemRgb colour, weight (stationary
     share of the bins), self-transition, the level in each sample and, for a beta-binomial
     model, the overdispersion in each sample."""
-    from ..learn.states import item_rgb, state_colours
-
     columns = model_columns(document["samples"], document.get("pooled"))
     colours = state_colours(document["methylation"])
     header = ["state", "label", "itemRgb", "weight", "stay", *(f"level_{c}" for c in columns)]
@@ -281,3 +330,12 @@ def format_states(methylation, transmat, startprob, samples, labels=None) -> str
         rows.append(f"{h:>5}  " + "  ".join(f"{v:>{width}.3f}" for v in levels)
                     + f"  {startprob[h]:>7.3f}  {transmat[h][h]:>6.3f}" + (f"  {labels[h]}" if labels else ""))
     return "\n".join(rows)
+
+
+def format_differential(methylation, samples, threshold: float) -> str:
+    """The line naming the differential states (learn.evaluate); empty for one sample."""
+    if len(samples) < 2:
+        return ""
+    found = differential_states(methylation, threshold)
+    listed = ", ".join(map(str, found)) if found else "none"
+    return f"differential states (levels differ across samples by more than {threshold:g}): {listed}"

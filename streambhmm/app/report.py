@@ -272,18 +272,17 @@ def _remove_written(directory: Path, names) -> None:
 def model_spectrum(counts, document, client, moments=None) -> dict:
     """P13's leading singular values and the spectrum check's noise level, from a moment
     store with the model's samples and D if given, else from one moment pass on Dask."""
-    from ..moments.momentstore import load_total
+    from ..moments.momentstore import load_total, read_manifest
+    from ..moments.spec import FeatureSpec
     from ..distributed.cluster import compute
     from ..moments.pipeline import moments_graph
     from ..learn.spectral import whiten
 
     n_bins = int(document["feature"]["n_bins"])
     if moments is not None:
-        total, manifest = load_total(moments)
-        if manifest["samples"] != document["samples"] or manifest["feature"]["n_bins"] != n_bins:
-            raise ValueError(f"{moments} holds moments of samples {','.join(manifest['samples'])} with D = "
-                             f"{manifest['feature']['n_bins']}; the model needs {','.join(document['samples'])} "
-                             f"with D = {n_bins}")
+        read_manifest(moments).check_request(moments, document["samples"], FeatureSpec(n_bins=n_bins),
+                                             "the model's samples")
+        total = load_total(moments)[0]
     else:
         total = compute(client, moments_graph(counts, document["samples"], n_bins=n_bins).total,
                         what=f"the moments of {counts.path}")

@@ -40,7 +40,7 @@ class ModelOnStore:
     def pooled(self) -> bool:
         return bool(self.document.get("pooled"))
 
-    def states(self, names: str | None, option: str = "--states") -> list[int]:
+    def states(self, names: str | None, option: str = "--targets") -> list[int]:
         """The states of a comma-separated list of labels or indices (None: every state)."""
         if names is None:
             return list(range(len(self.labels)))
@@ -115,7 +115,7 @@ class FoundRegions:
     lengths: np.ndarray
 
 
-def region_rule(job: ModelOnStore, preset: str | None, state_names: str | None, **changes):
+def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **changes):
     """The rule of a preset for the model's levels, or of the states named (labels or
     indices), with the settings in ``changes`` that are not None."""
     from ..distributed.regions import RegionRule, preset_rule, rule_with
@@ -126,7 +126,7 @@ def region_rule(job: ModelOnStore, preset: str | None, state_names: str | None, 
     if preset:
         rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion)
     else:
-        rule = RegionRule(tuple(sorted(set(job.states(state_names)))), name="region")
+        rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")
     return rule_with(rule, **changes)
 
 

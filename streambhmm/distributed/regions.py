@@ -78,10 +78,10 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
                                                         f", overdispersions {np.round(dispersion, 3).tolist()}")
     if not rule.targets:
         raise ValueError(f"the model has no state that a {preset} is made of ({wanted}; the model's {described}): "
-                         f"the data may hold none; or choose --states")
+                         f"the data may hold none; or choose --targets")
     if len(rule.targets) == len(levels):
         raise ValueError(f"every state of the model is one a {preset} is made of ({wanted}; {described}): no "
-                         f"background to call regions against; fit more states, or choose --states")
+                         f"background to call regions against; fit more states, or choose --targets")
     return rule
 
 

@@ -31,21 +31,6 @@ from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogr
 from .histograms import coverage_features, histogram_thinning, thinned_histogram
 from .sums import Moments
 
-DEFAULT_BLOCK_SIZE = 1_000_000
-# Each block keeps its own statistics (a few kB times samples squared) whatever its length,
-# so the moment store grows as 1 / block size: below MIN_BLOCK_BINS bins a block holds fewer
-# counts than statistics (--block-size 1 made every bin a block: a 52x larger store).
-MIN_BLOCK_BINS = 50
-
-
-def check_block_size(block_size: int, bin_size: int) -> None:
-    """Refuse a block shorter than MIN_BLOCK_BINS bins of ``bin_size`` bp (ValueError)."""
-    smallest = MIN_BLOCK_BINS * bin_size
-    if block_size < smallest:
-        raise ValueError(f"--block-size {block_size:,} bp is below the minimum of {smallest:,} bp ({MIN_BLOCK_BINS} "
-                         f"bins of {bin_size:,} bp): every block keeps its own statistics, so the moments would "
-                         f"grow as 1 / block size. The default is {DEFAULT_BLOCK_SIZE:,} bp")
-
 
 @dataclass(frozen=True)
 class BlockStats:

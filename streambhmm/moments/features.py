@@ -21,6 +21,9 @@ _DIRECT_KEY_LIMIT = 1 << 23
 # value (cost (c + 2) (D + 1) for all the pairs of that coverage); deeper ones one at a time.
 TABLE_COVERAGE = 1024
 
+# D, the Beta map's bins per sample, unless --bins says otherwise
+DEFAULT_N_BINS = 30
+
 
 def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     """Beta-map features for arrays of pairs; returns shape ``coverage.shape + (n_bins,)``.

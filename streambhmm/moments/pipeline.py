@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from .blocks import DEFAULT_BLOCK_SIZE, BlockStats, ProjectedBlocks, block_stats, combine_blocks
-from .features import encode
+from .blocks import BlockStats, ProjectedBlocks, block_stats, combine_blocks
+from .features import DEFAULT_N_BINS, encode
+from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec
 from .sums import Moments, moments_from_features, projected_moments
 from ..io.store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
 
@@ -180,15 +181,15 @@ def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: boo
     return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, samples, pooled)]
 
 
-def plan_partial(plan: PlannedChunk, n_bins: int, block_size: int | None = DEFAULT_BLOCK_SIZE,
-                 pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> ChunkPartial:
-    """The partial of one planned chunk, read from the store (pooled or projected: one
-    sample at a time)."""
+def plan_partial(plan: PlannedChunk, spec: FeatureSpec, with_blocks: bool = True) -> ChunkPartial:
+    """The partial of one planned chunk of the resolved ``spec``, read from the store (pooled
+    or projected: one sample at a time); without block statistics unless ``with_blocks``."""
     ref = plan.ref
+    n_bins, block_size = spec.n_bins, spec.block_size if with_blocks else None
     positions = ref.positions()
-    if projection_dim:
-        return projected_partial(plan, n_bins, block_size, projection_dim, projection_seed)
-    if not pooled:
+    if spec.projection_dim:
+        return projected_partial(plan, n_bins, block_size, spec.projection_dim, spec.seed)
+    if not spec.pooled:
         return chunk_partial(plan.halo, *ref.read(), positions, n_bins, ref.chrom, block_size)
     parts = []
     for k, halo in enumerate(plan.halo):
@@ -235,18 +236,25 @@ class MomentsGraph:
     n_chunks: int
 
 
-def moments_graph(store: CountsStore, samples=None, n_bins: int = 30, split_every: int = DEFAULT_SPLIT_EVERY,
-                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False, projection_dim: int = 0,
-                  projection_seed: int = 0) -> MomentsGraph:
+def moments_graph(store: CountsStore, samples=None, n_bins: int = DEFAULT_N_BINS,
+                  split_every: int = DEFAULT_SPLIT_EVERY, block_size: int | None = DEFAULT_BLOCK_SIZE,
+                  pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> MomentsGraph:
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
     the samples, each its own sequence; ``projection_dim`` K > 0: the projected feature;
     ``block_size`` None: no block statistics)."""
+    spec = FeatureSpec("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
+                       block_size or DEFAULT_BLOCK_SIZE)
+    return spec_graph(store, spec, samples, split_every, with_blocks=block_size is not None)
+
+
+def spec_graph(store: CountsStore, spec: FeatureSpec, samples=None, split_every: int = DEFAULT_SPLIT_EVERY,
+               with_blocks: bool = True) -> MomentsGraph:
+    """:func:`moments_graph` of a resolved feature spec."""
     samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, plan_partial, n_bins, block_size, pooled, projection_dim, projection_seed,
-                           pooled=pooled)
+    partials = chunk_tasks(store, samples, plan_partial, spec, with_blocks, pooled=spec.pooled)
     if not partials:
-        total = dask.delayed(Moments.zeros)(1 if pooled else len(samples), n_bins, projection_dim=projection_dim,
-                                            projection_seed=projection_seed)
+        total = dask.delayed(Moments.zeros)(spec.grouping(samples).width, spec.n_bins,
+                                            projection_dim=spec.projection_dim, projection_seed=spec.seed)
     else:
         total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
                          split_every)

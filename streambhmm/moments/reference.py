@@ -10,12 +10,12 @@ import numpy as np
 
 from scipy.stats import hypergeom
 
-from .features import beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
+from .features import DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
 from .sums import Moments
 from .validation import validate_counts
 
 
-def naive_moments(methylated, coverage, lengths=None, n_bins: int = 30) -> Moments:
+def naive_moments(methylated, coverage, lengths=None, n_bins: int = DEFAULT_N_BINS) -> Moments:
     mu, cov, lengths = validate_counts(methylated, coverage, lengths)
     n, n_samples = mu.shape
     feats = beta_map(cov, mu, n_bins).reshape(n, n_samples * n_bins)

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels
-from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode, histogram_layout,
-                       projected_layout, projection_matrix)
+from .features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode,
+                       histogram_layout, projected_layout, projection_matrix)
 from .histograms import coverage_features, coverage_histogram, thinned_histogram
 from .validation import validate_counts
 
@@ -306,7 +306,7 @@ def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n
     return out, feature
 
 
-def compute_moments(methylated, coverage, lengths=None, n_bins: int = 30,
+def compute_moments(methylated, coverage, lengths=None, n_bins: int = DEFAULT_N_BINS,
                     histogram_budget: int = HISTOGRAM_CELL_BUDGET, projection_dim: int = 0,
                     projection_seed: int = 0) -> Moments:
     """Validate counts of shape (n,) or (n, S) and return their :class:`Moments`

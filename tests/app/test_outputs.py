@@ -92,7 +92,7 @@ def test_a_model_is_refused_on_a_store_of_another_bin_size(project, tmp_path):
                                                                                     "merge_strands": False}}
     store, model = project / "c.zarr", project / "c5k.json"
     for args in (("score", store), ("decode", store, "-o", tmp_path / "s.bed"),
-                 ("regions", store, "--states", "0", "-o", tmp_path / "r.bed"), ("tracks", store, "-o", tmp_path / "t"),
+                 ("regions", store, "--targets", "0", "-o", tmp_path / "r.bed"), ("tracks", store, "-o", tmp_path / "t"),
                  ("report", store, "-o", tmp_path / "rep")):
         r = run(*args, "--model", model, "-q")
         assert r.exit_code == 1, (args, r.output)
@@ -150,7 +150,7 @@ def test_every_command_refuses_a_missing_output_directory_before_any_work(projec
     store, model = project / "c.zarr", project / "c.json"
     out = tmp_path / "missing" / "out"
     args = {"report": ("--model", model), "decode": ("--model", model), "fit": ("-m", "2"),
-            "regions": ("--model", model, "--states", "0")}.get(command, ())
+            "regions": ("--model", model, "--targets", "0")}.get(command, ())
     r = run(command, store, *args, "-o", out, "-q")
     assert r.exit_code == 2, r.output
     assert f"{out}: the directory {out.parent} does not exist (create it first)" in r.output
@@ -164,7 +164,7 @@ def test_derived_names_are_checked_before_any_work(project, tmp_path):
     assert r.exit_code == 1 and "the file name is 240 bytes; at most 237 fit" in r.output, r.output
     # the regions' table beside the BED cannot be written: a directory has its name
     (tmp_path / "r.tsv").mkdir()
-    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--states", "0", "-o",
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
             tmp_path / "r.bed", "-q")
     assert r.exit_code == 1 and f"{tmp_path / 'r.tsv'}: is a directory" in r.output, r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.tsv"]

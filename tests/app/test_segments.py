@@ -37,7 +37,7 @@ def test_states_are_named_by_label_or_index():
     assert job.states("high,0") == [2, 0]
     assert job.states(None) == [0, 1, 2]
     for bad in ("3", "low", "-1"):
-        with pytest.raises(ValueError, match=f"--states: no state '{bad}'; the model's are unmethylated, "
+        with pytest.raises(ValueError, match=f"--targets: no state '{bad}'; the model's are unmethylated, "
                                              f"intermediate, high \\(or 0..2\\)"):
             job.states(bad)
 

@@ -109,15 +109,15 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
         inside = target & (positions >= int(start)) & (positions < int(end))
         assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 4  # the preset's minimum
         assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5.1e-5)  # 4 decimals
-    r = run("regions", stores[0].path, "--model", path, "--states", "unmethylated", "--min-length", "1000",
+    r = run("regions", stores[0].path, "--model", path, "--targets", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     assert all(int(e) - int(s) >= 1000 for _, s, e, *_ in (l.split("\t") for l in
                                                              (tmp_path / "u.bed").read_text().splitlines()[1:]))
-    r = run("regions", stores[0].path, "--model", path, "--states", "nope", "-o", tmp_path / "x.bed")
+    r = run("regions", stores[0].path, "--model", path, "--targets", "nope", "-o", tmp_path / "x.bed")
     assert r.exit_code != 0 and "no state 'nope'" in r.output
     r = run("regions", stores[0].path, "--model", path, "-o", tmp_path / "x.bed")
-    assert r.exit_code != 0 and "give one of --preset and --states" in r.output
+    assert r.exit_code != 0 and "give one of --preset and --targets" in r.output
 
 
 def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, one_sample, scheduler):
@@ -130,7 +130,7 @@ def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, o
     path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
     sizes = tmp_path / "chrom.sizes"
     sizes.write_text("chr10\t249950\nchr2\t700000\n")  # chr10's last bin (249900-250000) is clipped
-    r = run("tracks", stores[0].path, "--model", path, "--states", "unmethylated,3", "--min-coverage", "2",
+    r = run("tracks", stores[0].path, "--model", path, "--targets", "unmethylated,3", "--min-coverage", "2",
             "--chrom-sizes", sizes, "-o", tmp_path / "t", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     for chrom, n, length in (("chr2", 6000, 700000), ("chr10", 2500, 249950)):
@@ -149,7 +149,7 @@ def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, o
             np.testing.assert_array_equal(intervals[:, 0], ds.position.values[covered])
             np.testing.assert_array_equal(intervals[:, 1], np.minimum(ds.position.values[covered] + 100, length))
             np.testing.assert_allclose(intervals[:, 2], post[:, h], atol=1e-6)
-    r = run("tracks", stores[0].path, "--model", path, "--states", "nope", "-o", tmp_path / "x")
+    r = run("tracks", stores[0].path, "--model", path, "--targets", "nope", "-o", tmp_path / "x")
     assert r.exit_code != 0 and "no state 'nope'" in r.output
     sizes.write_text("chr2\t700000\n")
     r = run("tracks", stores[0].path, "--chrom-sizes", sizes, "-o", tmp_path / "x")
@@ -173,7 +173,7 @@ def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path
     model_path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
     model = ["--model", str(model_path)]
     commands = {"score": ["score", store, *model],
-                "regions": ["regions", store, *model, "--states", "0", "-o", str(tmp_path / "r.bed")],
+                "regions": ["regions", store, *model, "--targets", "0", "-o", str(tmp_path / "r.bed")],
                 "tracks": ["tracks", store, "-o", str(tmp_path / "t")],
                 "decode": ["decode", store, *model, "-o", str(tmp_path / "d.bed")],
                 "report": ["report", store, *model, "-o", str(tmp_path / "report")]}

@@ -12,6 +12,7 @@ from ...distributed.cluster import SCHEDULER_ENV, ClusterError, store_client
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.storage import Location
 from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
+from ...moments.features import DEFAULT_N_BINS
 
 
 # StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
@@ -97,9 +98,6 @@ scheduler_option = click.option(
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
-
-
-DEFAULT_N_BINS = 30
 
 
 POSITIVE = click.IntRange(min=1)  # every count option is checked before any work

@@ -9,8 +9,25 @@ import time
 import click
 
 from ...distributed.fitting import METHODS
-from .common import (NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options,
-                     quiet_option, reading, scheduler_option, shown, user_errors)
+from ...learn.states import DIFF_THRESHOLD
+from ...moments.spec import FeatureSpec
+from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, reading, shown
+from .moments import moment_pass_options
+
+# EM's options: (name, default, type, help)
+EM_OPTIONS = (
+    ("--em-iter", 1000, POSITIVE, "EM's iteration cap (EM stops earlier once converged; hitting the cap is reported)."),
+    ("--em-tol", 1e-7, click.FloatRange(min=0.0), "EM has converged when an iteration gains less than this fraction "
+                                                  "of |log-likelihood| (0: run --em-iter iterations)."),
+    ("--em-starts", 3, POSITIVE, "Random starts of --method em; the best is kept."),
+)
+
+
+def em_options(fn):
+    """--em-iter, --em-tol and --em-starts, in this order."""
+    for name, default, kind, text in reversed(EM_OPTIONS):
+        fn = click.option(name, default=default, show_default=True, type=kind, help=text)(fn)
+    return fn
 
 
 def parse_states(text: str) -> list[int]:
@@ -37,21 +54,9 @@ def format_intervals(methylation_ci, transmat_ci, samples) -> str:
     return "\n".join(rows)
 
 
-def format_differential(methylation, samples, threshold: float) -> str:
-    from ...learn.evaluate import differential_states
-
-    if len(samples) < 2:
-        return ""
-    found = differential_states(methylation, threshold)
-    listed = ", ".join(map(str, found)) if found else "none"
-    return f"differential states (levels differ across samples by more than {threshold:g}): {listed}"
-
-
-def cluster_for(store, scheduler):
+def cluster_for(settings, scheduler):
     """A Dask client for a counts store; nothing for a moment store (no counts are read)."""
-    from ...moments.momentstore import is_moment_store
-
-    return contextlib.nullcontext() if is_moment_store(store) else reading(store, scheduler)
+    return contextlib.nullcontext() if settings.moment_store else reading(settings.store, scheduler)
 
 
 @click.command()
@@ -60,13 +65,7 @@ def cluster_for(store, scheduler):
 @click.option("--method", default=None, type=click.Choice(METHODS),
               help="refined: one pass, the spectral estimate refined on the moments (default); ftd: the paper's "
                    "spectral estimate alone; em: EM from random starts; refined-em / ftd-em: EM from that start.")
-@click.option("--em-iter", default=1000, show_default=True, type=POSITIVE,
-              help="EM's iteration cap (EM stops earlier once converged; hitting the cap is reported).")
-@click.option("--em-tol", default=1e-7, show_default=True, type=click.FloatRange(min=0.0),
-              help="EM has converged when an iteration gains less than this fraction of |log-likelihood| "
-                   "(0: run --em-iter iterations).")
-@click.option("--em-starts", default=3, show_default=True, type=POSITIVE,
-              help="Random starts of --method em; the best is kept.")
+@em_options
 @click.option("--emission", default=None, type=click.Choice(["binomial", "betabinomial"]),
               help="The emission model: betabinomial gives each state and sample an overdispersion (real "
                    "methylomes vary more than a binomial allows; see README). Default: betabinomial, for the "
@@ -86,13 +85,10 @@ def cluster_for(store, scheduler):
                    "at least 50 bins; a moment store has the one it was computed with).")
 @click.option("--allow-degenerate", is_flag=True,
               help="Write a degenerate model (see README) anyway, with a warning, instead of refusing it.")
-@click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0),
+@click.option("--diff-threshold", default=DIFF_THRESHOLD, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="A state is differential when its levels across samples differ by more than this.")
 @click.option("--split-every", default=8, show_default=True, type=click.IntRange(min=2), help="Fan-in of the tree reductions.")
-@feature_options
-@scheduler_option
-@quiet_option
-@user_errors
+@moment_pass_options
 def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, pooled, n_bins, seed, output, bootstrap,
         block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
@@ -102,11 +98,12 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
     start = time.perf_counter()
     settings = FitSettings(
         store, parse_states(states), output, method=method,
-        samples=[s for s in samples.split(",") if s] if samples else None, n_bins=n_bins, seed=seed, em_iter=em_iter,
-        em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap, block_size=block_size,
-        allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every, pooled=pooled,
-        feature=feature, projection_dim=projection_dim, scheduler=scheduler, quiet=quiet)
-    with cluster_for(store, scheduler) as client:
+        samples=[s for s in samples.split(",") if s] if samples else None,
+        spec=FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size), seed=seed,
+        em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap,
+        allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,
+        scheduler=scheduler, quiet=quiet)
+    with cluster_for(settings, scheduler) as client:
         run, models = run_fit(settings, client, click.echo)
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
@@ -127,7 +124,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
 
 def show(outcome, settings):
     """Print one number of states' model (or why it was not written); returns it."""
-    from ..modelio import format_states
+    from ..modelio import format_differential, format_states
 
     if outcome.refused:
         if not settings.sweep:
@@ -138,7 +135,7 @@ def show(outcome, settings):
     for warning in outcome.warnings:
         click.echo(f"warning: {warning} (written because of --allow-degenerate)")
     document = outcome.document
-    if settings.pooled:
+    if settings.spec.pooled:
         click.echo(f"pooled over {len(outcome.samples)} sample(s): {shown(', '.join(outcome.samples))}")
     est = outcome.estimator
     click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, outcome.columns, document["labels"]))

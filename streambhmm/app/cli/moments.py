@@ -7,8 +7,15 @@ import time
 import click
 
 from ...distributed.cluster import clear_status, status_line
+from ...moments.spec import FeatureSpec
 from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
                      scheduler_option, shown, user_errors)
+
+
+def moment_pass_options(fn):
+    """--feature, --projection-dim, --scheduler and --quiet, expected errors as messages: a
+    command that computes moments (or reads a moment store's)."""
+    return feature_options(scheduler_option(quiet_option(user_errors(fn))))
 
 
 class MomentsGroup(click.Group):
@@ -36,16 +43,11 @@ def moments():
                    "(default: the moment store's, or 1,000,000 for a new one; at least 50 bins: each block keeps "
                    "statistics of its own).")
 @click.option("--pooled", is_flag=True, help=POOLED_HELP)
-@feature_options
-@scheduler_option
-@quiet_option
-@user_errors
+@moment_pass_options
 def moments_compute(store, output, samples, n_bins, block_size, pooled, feature, projection_dim, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
-    from ...moments.features import projection_for
-    from ...moments.momentstore import update_moment_store
-    from ...moments.pipeline import select_samples
     from ...io.store import open_store
+    from ...moments.momentstore import update_moments
 
     start = time.perf_counter()
     sample_list = [s for s in samples.split(",") if s] if samples else None
@@ -53,12 +55,9 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     try:
         with reading(store, scheduler, if_lost=kept) as client:
-            counts = open_store(store)
-            width = 1 if pooled else len(select_samples(counts, sample_list))
-            report = update_moment_store(counts, output, client, sample_list, n_bins,
-                                         progress=lambda done, total: show(f"partials: {done}/{total}"),
-                                         block_size=block_size, pooled=pooled,
-                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
+            spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
+            report = update_moments(open_store(store), output, client, spec, sample_list,
+                                    progress=lambda done, total: show(f"partials: {done}/{total}"))
     finally:
         clear_status(quiet)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "

@@ -11,8 +11,9 @@ import numpy as np
 
 from ...distributed.cluster import clear_status, dask_client, status_line
 from ...io.storage import Location
-from .common import (DEFAULT_N_BINS, NEW_STORE, POSITIVE, bin_size_option, bins_option, context_option,
-                     feature_options, quiet_option, read_options, scheduler_option, user_errors)
+from ...moments.features import DEFAULT_N_BINS
+from .common import NEW_STORE, bins_option, feature_options, quiet_option, read_options, scheduler_option, user_errors
+from .store import layout_options
 
 
 @click.command()
@@ -20,9 +21,7 @@ from .common import (DEFAULT_N_BINS, NEW_STORE, POSITIVE, bin_size_option, bins_
 @click.option("--workdir", required=True, type=NEW_STORE,
               help="Directory (or fsspec URL) for one counts store and one moment store per group.")
 @bins_option
-@bin_size_option
-@context_option
-@click.option("--chunk-size", default=None, type=POSITIVE, help="Bins per Zarr chunk (default: 1000000).")
+@layout_options("Bins per Zarr chunk (default: 1000000).")
 @click.option("--pooled", is_flag=True, help="Pooled moment stores: states shared by a group's samples (see fit).")
 @feature_options
 @read_options

@@ -8,6 +8,7 @@ import click
 import numpy as np
 
 from ...distributed.cluster import clear_status, status_line
+from ...learn.states import DIFF_THRESHOLD
 from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, quiet_option, reading,
                      scheduler_option, store_client, user_errors)
 
@@ -29,7 +30,7 @@ def score(store, model, chromosomes, scheduler, quiet):
     wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
     with reading(store, scheduler) as client:
         counts, document, hmm = model_for_store(store, model)
-        per_chrom = score_store(counts, hmm, client, document["samples"], wanted, bool(document.get("pooled")))
+        per_chrom = score_store(counts, hmm, client, document.samples, wanted, document.pooled)
     width = max(10, *(len(c) for c in per_chrom))
     click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
     for chrom, value in per_chrom.items():
@@ -87,12 +88,12 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
               help="hmr: hypomethylated regions (states with level and overdispersion <= 0.2 in every "
                    "sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
                    "of `streambhmm hmr` and `pmd` (README). The options below change a preset's settings.")
-@click.option("--states", "state_names", default=None,
+@click.option("--targets", default=None,
               help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
 @click.option("--min-posterior", default=None, type=click.FloatRange(0.0, 1.0),
               help="A bin belongs to a region when the posterior of the states is at least this (0.5).")
 @click.option("--max-gap", default=None, type=NON_NEGATIVE,
-              help="Bins of a region lie at most this many bp apart (hmr 1000, pmd 10000, --states 200).")
+              help="Bins of a region lie at most this many bp apart (hmr 1000, pmd 10000, --targets 200).")
 @click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
 @click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 4).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
@@ -100,22 +101,22 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @scheduler_option
 @quiet_option
 @user_errors
-def regions(store, model, preset, state_names, min_posterior, max_gap, min_length, min_bins, output, scheduler,
+def regions(store, model, preset, targets, min_posterior, max_gap, min_length, min_bins, output, scheduler,
             quiet):
     """Regions of a counts store under a model: runs of bins whose posterior of chosen states
-    (a preset's, or --states) is high, merged across small gaps (BED9 and a TSV)."""
+    (a preset's, or --targets) is high, merged across small gaps (BED9 and a TSV)."""
     from ..segments import ModelOnStore, region_rule, run_regions
     from ...distributed.regions import regions_table
     from ...io.outputs import check_output_file
 
     start = time.perf_counter()
-    if (preset is None) == (state_names is None):
-        raise click.UsageError("give one of --preset and --states")
+    if (preset is None) == (targets is None):
+        raise click.UsageError("give one of --preset and --targets")
     check_output_file(regions_table(output))
     show = status_line(quiet)
     with reading(store, scheduler) as client:
         job = ModelOnStore.open(store, model)
-        rule = region_rule(job, preset, state_names, min_posterior=min_posterior, max_gap=max_gap,
+        rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
         try:
             found = run_regions(job, rule, output, client, progress=lambda done, total: show(f"chunks: {done}/{total}"))
@@ -134,8 +135,8 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
 @click.option("--samples", default=None, help="Comma-separated samples whose methylation is written (default: the "
                                              "model's, else all).")
 @click.option("--model", "model", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="A model: also write the posterior of --states.")
-@click.option("--states", "state_names", default=None,
+              help="A model: also write the posterior of --targets.")
+@click.option("--targets", default=None,
               help="Comma-separated states (labels or indices) whose posterior is written, one file each "
                    "(default with --model: every state).")
 @click.option("--min-coverage", default=1, show_default=True, type=POSITIVE,
@@ -145,7 +146,7 @@ def regions(store, model, preset, state_names, min_posterior, max_gap, min_lengt
 @scheduler_option
 @quiet_option
 @user_errors
-def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes, scheduler, quiet):
+def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, scheduler, quiet):
     """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
     with --model, the posterior probability of states."""
     from ...io.store import locked, open_store
@@ -162,7 +163,7 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
                                 (job.samples if job else None))
         try:
             for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, client,
-                                    job.states(state_names) if job else [],
+                                    job.states(targets) if job else [],
                                     progress=lambda done, total: show(f"chunks: {done}/{total}")):
                 clear_status(quiet)
                 click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
@@ -182,7 +183,7 @@ def tracks(store, prefix, samples, model, state_names, min_coverage, chrom_sizes
 @click.option("--moments", "moments_path", default=None, type=STORE,
               help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
 @click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE, help="As for decode.")
-@click.option("--diff-threshold", default=0.3, show_default=True, type=click.FloatRange(0.0, 1.0), help="As for fit.")
+@click.option("--diff-threshold", default=DIFF_THRESHOLD, show_default=True, type=click.FloatRange(0.0, 1.0), help="As for fit.")
 @scheduler_option
 @quiet_option
 @user_errors

@@ -12,15 +12,21 @@ from .common import (NEW_STORE, POSITIVE, STORE, bin_size_option, context_option
                      user_errors)
 
 
+def layout_options(chunk_help: str):
+    """--bin-size, --context and --chunk-size (its help ``chunk_help``): how the counts a
+    command ingests are laid out."""
+    def decorate(fn):
+        return bin_size_option(context_option(click.option("--chunk-size", default=None, type=POSITIVE,
+                                                           help=chunk_help)(fn)))
+    return decorate
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
 @click.option("--store", required=True, type=NEW_STORE, help="Counts store (Zarr directory or fsspec URL).")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
-@bin_size_option
-@context_option
-@click.option("--chunk-size", default=None, type=POSITIVE,
-              help="Bins per Zarr chunk of a new store (default 1000000); fixed once the store exists.")
+@layout_options("Bins per Zarr chunk of a new store (default 1000000); fixed once the store exists.")
 @read_options
 @quiet_option
 @user_errors

@@ -1,0 +1,57 @@
+"""The moments a fit starts from: a moment store's (no counts read) or one pass over a
+counts store on Dask, with the statistics of their genomic blocks when asked for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..io.store import open_store
+from ..moments.blocks import BlockTable
+from ..moments.momentstore import is_moment_store, load_partials, read_manifest
+from ..moments.pipeline import DEFAULT_SPLIT_EVERY, add_moments, select_samples, spec_graph, tree_reduce
+from ..moments.spec import FeatureSpec, Grouped, Grouping, check_block_size
+from ..moments.sums import Moments
+from .cluster import compute
+
+
+@dataclass
+class FitData(Grouped):
+    """Moments to fit, where they came from, and the statistics of their genomic blocks."""
+
+    moments: Moments
+    grouping: Grouping  # the samples, and whether their moments are summed (pooled: one sample wide)
+    chromosomes: list[str]
+    blocks: BlockTable | None
+    spec: FeatureSpec  # resolved
+
+    @property
+    def block_size(self) -> int:
+        return self.spec.block_size
+
+
+def load_moments(path, samples, spec: FeatureSpec, client, quiet: bool = False,
+                 split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False) -> FitData:
+    """Moments from a moment store (no counts are read; it has what it was made with, which
+    must agree with ``spec``: Manifest.check_request) or from a counts store (one pass on
+    ``client`` of ``spec`` resolved for the samples, with progress unless ``quiet``); with
+    ``want_blocks`` also their blocks."""
+    if is_moment_store(path):
+        manifest = read_manifest(path)
+        manifest.check_request(path, samples, spec)
+        partials, manifest = load_partials(path)
+        moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
+        blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
+        return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes, blocks, manifest.spec)
+    counts = open_store(path)
+    if spec.block_size is not None:
+        check_block_size(spec.block_size, counts.bin_size)
+    spec = spec.resolve(len(select_samples(counts, samples)))
+    # the block statistics cost more than the moments on one sample: computed only when used
+    graph = spec_graph(counts, spec, samples, split_every, with_blocks=want_blocks)
+    what = f"the moments of {counts.path}"
+    grouping = spec.grouping(graph.samples)
+    if want_blocks:
+        partials = compute(client, graph.partials, quiet=quiet, what=what)
+        moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
+        return FitData(moments, grouping, graph.chromosomes, BlockTable([p.blocks for p in partials]), spec)
+    return FitData(compute(client, graph.total, quiet=quiet, what=what), grouping, graph.chromosomes, None, spec)

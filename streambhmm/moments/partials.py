@@ -1,0 +1,125 @@
+"""One partial of a moment store on disk: a Zarr group of a chunk's raw sums and block
+statistics, its checksum, and its atomic write (temporary directory, then rename)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+
+import numpy as np
+import zarr
+from scipy import sparse
+
+from ..io.storage import Location
+from .blocks import BlockStats
+from .manifest import MomentStoreError
+from .pipeline import ChunkPartial
+from .sums import ARRAY_FIELDS, Moments
+
+PARTIAL_NAME = re.compile(r"[0-9]{6,}-[0-9a-f]{32}")  # partial_relpath's last part
+WRITING_NAME = re.compile(r"\.tmp-[0-9a-f]{12}")  # write_partial's temporary directory
+
+
+def partial_sha256(partial: ChunkPartial) -> str:
+    """Checksum of a partial's moments and block statistics."""
+    moments = partial.moments
+    digest = hashlib.sha256()
+    digest.update(f"{moments.n_samples},{moments.n_bins},{moments.n_triples},{moments.sq_norm_13!r},"
+                  f"{moments.histogram_budget}".encode())
+    if moments.projected:  # (absent otherwise: other partials keep their checksums)
+        digest.update(f",{moments.projection_dim},{moments.projection_seed}".encode())
+    for name in ARRAY_FIELDS:
+        digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
+    for name, value in _block_arrays(partial.blocks).items():
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
+
+
+def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
+    """A partial's block statistics as named arrays (sparse histograms by their CSR parts)."""
+    arrays = {f"block_{name}": getattr(blocks, name) for name in BlockStats.ARRAYS}
+    for name in BlockStats.HISTOGRAMS:
+        matrix = getattr(blocks, name)
+        arrays.update({f"block_{name}_data": matrix.data, f"block_{name}_indices": matrix.indices.astype(np.int64),
+                       f"block_{name}_indptr": matrix.indptr.astype(np.int64)})
+    return arrays
+
+
+def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: str) -> None:
+    """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
+    path.parent.mkdir()
+    tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
+    group = zarr.open_group(tmp.url, mode="w", zarr_format=3)
+    moments, blocks = partial.moments, partial.blocks
+    arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in ARRAY_FIELDS}
+    for name, data in {**arrays, **_block_arrays(blocks)}.items():
+        group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
+    group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
+                        "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
+                        "histogram_budget": moments.histogram_budget, "projection_dim": moments.projection_dim,
+                        "projection_seed": moments.projection_seed, "chromosome_of_blocks": blocks.chromosome,
+                        "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
+                        "sha256": sha256})
+    try:
+        tmp.rename(path)
+    except OSError as exc:
+        tmp.rmtree()
+        if not path.exists():
+            raise MomentStoreError(f"could not write partial {path} ({exc})") from None
+        # else another attempt of the same task got there first: same content
+
+
+def read_partial(path: Location, expected_sha256: str | None = None, identity: dict | None = None
+                 ) -> tuple[ChunkPartial, str]:
+    """Read and verify one partial, returning it and its checksum; any damage raises
+    MomentStoreError naming it. ``identity`` ({chromosome, chunk, digest}): the partial must
+    be the one for that chunk and digest (a checksum alone cannot tell another chunk's
+    self-consistent partial put in its place)."""
+    try:
+        group = zarr.open_group(path.url, mode="r")
+        attrs = dict(group.attrs)
+        arrays = {name: group[name][...] for name in ARRAY_FIELDS}
+        moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
+                          n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]),
+                          histogram_budget=int(attrs["histogram_budget"]),
+                          projection_dim=int(attrs.get("projection_dim", 0)),
+                          projection_seed=int(attrs.get("projection_seed", 0)), **arrays)
+        histograms = [sparse.csr_matrix(tuple(group[f"block_{name}_{part}"][...] for part in ("data", "indices", "indptr")),
+                                        shape=tuple(shape))
+                      for name, shape in zip(BlockStats.HISTOGRAMS, attrs["block_histogram_shapes"])]
+        blocks = BlockStats(attrs["chromosome_of_blocks"], moments.n_samples, moments.n_bins,
+                            *(group[f"block_{name}"][...] for name in BlockStats.ARRAYS), *histograms)
+        partial = ChunkPartial(moments, blocks)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is damage to report
+        raise MomentStoreError(f"partial {path} is unreadable or truncated ({type(exc).__name__}: {exc})") from None
+    if identity is not None:
+        found = {key: attrs.get(key) for key in identity}
+        if found != identity:
+            raise MomentStoreError(f"partial {path} is not the partial it should be: it holds {found}, the "
+                                   f"manifest expects {identity}")
+    actual = partial_sha256(partial)
+    if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
+        raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
+    return partial, actual
+
+
+def is_link(path: Location) -> bool:
+    return path.is_local and os.path.islink(path.url)
+
+
+def is_dir(path: Location) -> bool:
+    return os.path.isdir(path.url) if path.is_local else path.fs.isdir(path.fs_path)
+
+
+def is_our_partial(path: Location) -> bool:
+    """A directory named as write_partial names them: a partial (a Zarr group) or one
+    being written; never a symbolic link."""
+    if is_link(path) or not is_dir(path):
+        return False
+    if WRITING_NAME.fullmatch(path.name):
+        return True
+    metadata = path / "zarr.json"
+    return bool(PARTIAL_NAME.fullmatch(path.name)) and metadata.exists() and not is_link(metadata)
