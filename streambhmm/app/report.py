@@ -89,10 +89,10 @@ def _write_report(store, model, output, client, region, max_gap, diff_threshold,
     start = time.perf_counter()
     timings = {}
     counts, document, hmm = model_for_store(store, model)
-    if document.get("pooled"):
+    if document.pooled:
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
-    samples = document["samples"]
+    samples = document.samples
     labels = model_labels(document)
     where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
@@ -278,15 +278,15 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
     from ..moments.pipeline import moments_graph
     from ..learn.spectral import whiten
 
-    n_bins = int(document["feature"]["n_bins"])
+    n_bins = document.n_bins
     if moments is not None:
-        read_manifest(moments).check_request(moments, document["samples"], FeatureSpec(n_bins=n_bins),
+        read_manifest(moments).check_request(moments, document.samples, FeatureSpec(n_bins=n_bins),
                                              "the model's samples")
         total = load_total(moments)[0]
     else:
-        total = compute(client, moments_graph(counts, document["samples"], n_bins=n_bins).total,
+        total = compute(client, moments_graph(counts, document.samples, n_bins=n_bins).total,
                         what=f"the moments of {counts.path}")
-    m = int(document["n_states"])
+    m = document.n_states
     spectrum = whiten(total, m, check_spectrum=False)
     return {"p13_singular_values": spectrum.p13_singular_values[:max(2 * m, m + 6)].tolist(),
             "noise_level": spectrum.noise_floor}
@@ -475,7 +475,7 @@ def _versions() -> dict:
 
 def render_page(counts, document, model_path, hmm, decoded, figures, region, max_gap, differential, timings) -> str:
     e = html.escape
-    samples = document["samples"]
+    samples = document.samples
     weight = hmm.startprob_  # the model's weights, as in its JSON and fit's table
     occupancy = decoded.state_bins / max(decoded.n_bins, 1)
     head = "".join(f"<th>{e(s)}</th>" for s in samples)
