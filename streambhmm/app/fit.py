@@ -188,7 +188,7 @@ def data_settings(settings: FitSettings, samples) -> dict:
 def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
     """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
     from ..distributed.fitting import one_pass
-    from ..distributed.storehmm import fit_store_em
+    from ..distributed.em import fit_store_em
     from ..io.store import open_store
     from ..learn.hmm import BinomialHMM, random_parameters
     from ..moments.pipeline import select_samples
