@@ -1,4 +1,5 @@
-"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster.
+"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster; and
+store_session, which opens a counts store for a command (its lock, and where the work runs).
 
 The embedded cluster runs worker processes, one per core, unless the counts store is small
 (at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
@@ -27,6 +28,9 @@ import sys
 
 from ..io.store import CountsStore, locked, open_store
 from ..io.tasks import ClusterError, ClusterStalled, Waiter
+
+# dask, distributed and threadpoolctl are imported where a client is made or an error read:
+# every command imports this module, and the command line starts without them (0.6 s).
 
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
