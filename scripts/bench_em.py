@@ -179,7 +179,7 @@ def bench_store(n_bins: int, m: int):
     from streambhmm.app.demo import build_synthetic_store
     from streambhmm.moments.pipeline import load_counts
     from streambhmm.io.store import open_store
-    from streambhmm.distributed.storehmm import fit_store_em
+    from streambhmm.distributed.em import fit_store_em
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "counts.zarr"

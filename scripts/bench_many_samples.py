@@ -144,7 +144,7 @@ def mean_errors(truth: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
 
 def em_run(store, start, client, pooled: bool, n_iter: int):
     """(seconds per iteration, the fitted BinomialHMM) of EM on the store from ``start``."""
-    from streambhmm.distributed.storehmm import fit_store_em
+    from streambhmm.distributed.em import fit_store_em
 
     hmm = BinomialHMM(6, stationary_start=True, allow_degenerate=True).start_from(*start)
     t = time.perf_counter()

@@ -19,8 +19,21 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel
+from ..distributed.cluster import is_small
+from ..distributed.em import fit_store_em
+from ..distributed.fitdata import load_moments
+from ..distributed.fitting import one_pass
+from ..distributed.regions import find_regions, preset_rule, write_regions
+from ..io.coarsen import coarsen
+from ..io.outputs import scratch_directory
+from ..learn.checks import degeneracy_problems
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
+                             hypomethylated, partially_methylated, unmethylated_share)
+from ..learn.hmm import BinomialHMM
+from ..moments.momentstore import read_manifest
+from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
+from .segments import output_checked
 
 
 # the fit's seeded random starts besides FTD's estimate and the quantiles: measured on the real
@@ -64,24 +77,11 @@ class CallOutcome:
     seconds: dict = field(default_factory=dict)
 
 
-def output_checked(path) -> Path:
-    """The output file's path, refused before any work when it or the table beside it
-    cannot be written (io.outputs)."""
-    from ..distributed.regions import regions_table
-    from ..io.outputs import check_output_file
-
-    check_output_file(regions_table(path))
-    return check_output_file(path)
-
-
-def run_call(settings: CallSettings, client, echo=lambda message: None, progress=None) -> CallOutcome:
-    """Fit, polish (settings.polish_em EM iterations) and call; the caller holds the store's
-    shared lock and gives a Dask client (None: work in this process where possible)."""
-    from ..io.store import open_store
-    from ..moments.pipeline import select_samples
-
+def run_call(settings: CallSettings, opened, echo=lambda message: None, progress=None) -> CallOutcome:
+    """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
+    (distributed.cluster.store_session: opened for reading, with a Dask client)."""
     output = output_checked(settings.output)
-    counts = open_store(settings.store)
+    counts, client = opened.store, opened.client
     samples = select_samples(counts, settings.samples)
     bin_size = counts.bin_size if settings.kind == "hmr" else (settings.bin_size or PMD_BIN_SIZE)
     if bin_size % counts.bin_size:
@@ -91,9 +91,6 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, client, echo, progress, seconds)
     else:
-        from ..io.coarsen import coarsen
-        from ..io.outputs import scratch_directory
-
         # the coarse store lives beside the output (the same filesystem) and goes with the call
         with scratch_directory(output) as scratch:
             start = time.perf_counter()
@@ -101,21 +98,12 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
             coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, client, echo, progress, seconds)
-    from ..distributed.regions import write_regions
-
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome
 
 
 def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
-    from ..distributed.fitdata import load_moments
-    from ..distributed.fitting import one_pass
-    from ..distributed.regions import find_regions, preset_rule
-    from ..learn.checks import degeneracy_problems
-    from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated, unmethylated_share
-    from ..learn.hmm import BinomialHMM
-
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     data = load_moments(settings.moments or store.path.url, samples, FeatureSpec(n_bins=settings.n_bins), client,
@@ -134,12 +122,9 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
                                                         est.dispersion_)
     seconds["fit"] = time.perf_counter() - start
     if settings.polish_em:
-        from ..distributed.cluster import is_small
-        from ..distributed.storehmm import fit_store_em
-
         start = time.perf_counter()
         echo(f"EM: at most {settings.polish_em} iterations")
-        fit_store_em(store, hmm, None if is_small(store.path.url) else client, samples, settings.polish_em,
+        fit_store_em(store, hmm, None if is_small(store) else client, samples, settings.polish_em,
                      rel_tol=POLISH_TOL, check=False)
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)
@@ -169,8 +154,6 @@ def _check_moments(settings: CallSettings, store, data) -> None:
     """A moment store given with --moments must hold these samples' moments at the call's bins."""
     if not settings.moments:
         return
-    from ..moments.momentstore import read_manifest
-
     source = read_manifest(settings.moments).get("source", {})
     if source.get("bin_size") != store.bin_size:
         raise ValueError(f"{settings.moments} holds moments of {source.get('bin_size')} bp bins; `{settings.kind}` "

@@ -16,7 +16,7 @@ import numpy as np
 from ..distributed.cluster import is_small, scheduler_address
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, HeldOut, default_emission
-from ..distributed.storehmm import fit_store_em
+from ..distributed.em import fit_store_em
 from ..io.outputs import check_output_file
 from ..io.storage import write_json
 from ..io.store import open_store

@@ -5,11 +5,20 @@ client, call one of these and print what they return; progress goes through
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+from ..distributed.decode import decode_store
+from ..distributed.em import score_store
+from ..distributed.regions import RegionRule, find_regions, preset_rule, regions_table, rule_with, write_regions
+from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_name, write_methylation,
+                                  write_posteriors)
+from ..io.outputs import check_output_file, remove_leftovers
+from ..moments.pipeline import select_samples
+from .modelio import model_for_store, model_labels, write_state_table
 
 
 @dataclass
@@ -27,10 +36,13 @@ class ModelOnStore:
     @classmethod
     def open(cls, store, model) -> "ModelOnStore":
         """Read and check the model, and that the store has its samples."""
-        from .modelio import model_for_store, model_labels
-
         counts, document, hmm = model_for_store(store, model)
         return cls(store, model, counts, document, hmm, model_labels(document))
+
+    def on(self, counts) -> "ModelOnStore":
+        """The job on ``counts``, the store as opened under the command's lock
+        (distributed.cluster.store_session)."""
+        return replace(self, counts=counts)
 
     @property
     def samples(self) -> list[str]:
@@ -69,8 +81,6 @@ class DecodeOutputs:
 
     def check(self) -> None:
         """Refuse, before any work, a file that cannot be written (io.outputs)."""
-        from ..io.outputs import check_output_file
-
         for path in self.paths:
             check_output_file(path)
 
@@ -92,11 +102,7 @@ def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> Decod
 def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int = 1000, posteriors: bool = False,
                progress=None) -> Iterator[tuple[Path, object]]:
     """Segment the store: write each BED of ``outputs`` and yield (path,
-    storehmm.DecodeReport) as it is done, then write the states' table."""
-    from ..distributed.storehmm import decode_store
-    from ..io.outputs import remove_leftovers
-    from .modelio import write_state_table
-
+    distributed.decode.DecodeReport) as it is done, then write the states' table."""
     for path in outputs.paths:
         remove_leftovers(path)  # of a killed decode
     for path, samples in outputs.beds:
@@ -104,6 +110,18 @@ def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int =
         yield path, decode_store(job.counts, job.hmm, client, path, samples, max_gap, posteriors, progress=progress,
                                  labels=job.labels, track=track)
     write_state_table(outputs.table, job.document)
+
+
+def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled: bool = False) -> dict:
+    """{chromosome: log-likelihood} of the store under the model (distributed.em.score_store)."""
+    return score_store(counts, hmm, client, samples, chromosomes, pooled)
+
+
+def output_checked(path) -> Path:
+    """The regions' output file, refused before any work when it or the table beside it
+    cannot be written (io.outputs)."""
+    check_output_file(regions_table(path))
+    return check_output_file(path)
 
 
 @dataclass
@@ -118,8 +136,6 @@ class FoundRegions:
 def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **changes):
     """The rule of a preset for the model's levels, or of the states named (labels or
     indices), with the settings in ``changes`` that are not None."""
-    from ..distributed.regions import RegionRule, preset_rule, rule_with
-
     if job.pooled:
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
@@ -133,8 +149,6 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
 def run_regions(job: ModelOnStore, rule, output, client, progress=None) -> FoundRegions:
     """Find the regions of ``rule`` (see :func:`region_rule`) and write them as BED9 and a TSV
     beside it (distributed.regions.write_regions)."""
-    from ..distributed.regions import find_regions, write_regions
-
     found = find_regions(job.counts, job.hmm, client, rule, job.samples, progress=progress)
     kind = "regions" if rule.name == "region" else rule.name.lower()
     n = write_regions(found, rule, job.hmm.methylation_, job.samples, output, f"{Path(job.model).stem} {kind}")
@@ -151,16 +165,15 @@ class Track:
     n_bins: int
 
 
-def run_tracks(counts, prefix, samples: list[str], min_coverage: int = 1, chrom_sizes=None,
+def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1, chrom_sizes=None,
                job: ModelOnStore | None = None, client=None, states: list[int] = (), progress=None) -> Iterator[Track]:
     """Write bigWig files one at a time, yielding each: the methylation fraction of each of
-    ``samples`` (bins with at least ``min_coverage`` reads), PREFIX.SAMPLE.methylation.bw;
+    ``samples`` (None: the model's, else all; bins with at least ``min_coverage`` reads),
+    PREFIX.SAMPLE.methylation.bw;
     with a model ``job``, the posterior of each of ``states``, PREFIX.stateH-LABEL.posterior.bw
     (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw).
     Every file name, and the chrom.sizes against the data, is checked before the first is written."""
-    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes, safe_name, write_methylation, write_posteriors
-    from ..io.outputs import check_output_file, remove_leftovers
-
+    samples = select_samples(counts, samples if samples is not None else job.samples if job else None)
     lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None, chrom_sizes)
     methylation = [(sample, Path(f"{prefix}.{safe_name(sample)}.methylation.bw")) for sample in samples]
     runs = []

@@ -31,9 +31,13 @@ from pathlib import Path
 
 from .cluster import lost_scheduler, worker_died
 from ..io.formats import FORMATS, ReadOptions, quoted
+from ..io.ingest import ingest
 from ..io.names import sample_name_problem
 from ..io.storage import Location
+from ..io.store import open_store
 from ..io.tasks import Waiter, wait_timeout
+from ..moments.features import projection_for
+from ..moments.momentstore import update_moment_store
 
 COLUMNS = ("sample", "group", "format", "files")
 SUMMARY = "batch-summary.tsv"
@@ -61,27 +65,31 @@ class ManifestRow:
     line: int
 
 
+@dataclass(kw_only=True)
+class Outcome:
+    """How long one job of a batch took, and why it failed ("": it did not)."""
+
+    seconds: float = 0.0
+    error: str = ""
+
+
 @dataclass
-class SampleResult:
+class SampleResult(Outcome):
     sample: str
     group: str
     status: str  # ingested, replaced, unchanged or failed
     n_rows: int = 0
     n_bins: int = 0
-    seconds: float = 0.0
-    error: str = ""
 
 
 @dataclass
-class GroupResult:
+class GroupResult(Outcome):
     group: str
     samples: list[str]
     status: str = "pending"  # updated, unchanged, skipped or failed
-    computed: int = 0
+    computed: int = 0  # the moment store's partials computed, reused, and its chromosomes
     reused: int = 0
     chromosomes: int = 0
-    seconds: float = 0.0
-    error: str = ""
 
 
 @dataclass
@@ -139,8 +147,6 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                   options: ReadOptions | None = None) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
     raised, so the group's other samples still go in."""
-    from ..io.ingest import ingest
-
     start = time.perf_counter()
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
@@ -149,7 +155,8 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
         return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
                             error=_error_text(exc))
     status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
-    return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins, time.perf_counter() - start)
+    return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
+                        seconds=time.perf_counter() - start)
 
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
@@ -210,44 +217,105 @@ def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, 
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     workdir.mkdir()  # the summary is written even when every sample fails
     with workdir_lock(workdir):
-        return _run_batch(rows, workdir, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
-                          pooled, feature, projection_dim)
+        return _BatchRun(rows, workdir, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
+                         pooled, feature, projection_dim).run()
 
 
-def _run_batch(rows, workdir: Location, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
-               pooled, feature, projection_dim) -> BatchSummary:
-    """run_batch's work, with the working directory's lock held."""
-    from ..moments.features import projection_for
-    from ..moments.momentstore import update_moment_store
-    from ..io.store import open_store
+class _BatchRun:
+    """run_batch's work, with the working directory's lock held: the ingests, and each
+    group's moment pass in a thread of its own as soon as its samples are in."""
 
-    groups: dict[str, list[ManifestRow]] = {}
-    for row in rows:
-        groups.setdefault(row.group, []).append(row)
-    summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members]) for g, members in groups.items()])
-    partials: dict[str, tuple[int, int]] = {}
-    lock = threading.Lock()
+    def __init__(self, rows, workdir: Location, client, n_bins, bin_size, context, chunk_size, echo, progress,
+                 options, pooled, feature, projection_dim):
+        self.rows, self.workdir, self.client = rows, workdir, client
+        self.n_bins, self.bin_size, self.context, self.chunk_size = n_bins, bin_size, context, chunk_size
+        self.echo, self.progress, self.options = echo, progress, options
+        self.pooled, self.feature, self.projection_dim = pooled, feature, projection_dim
+        self.groups: dict[str, list[ManifestRow]] = {}
+        for row in rows:
+            self.groups.setdefault(row.group, []).append(row)
+        self.summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members])
+                                            for g, members in self.groups.items()])
+        self.partials: dict[str, tuple[int, int]] = {}
+        self.lock = threading.Lock()
 
-    def show() -> None:
-        done, total = (sum(v[i] for v in partials.values()) for i in (0, 1))
-        ingesting = sum(g.status == "pending" for g in summary.groups)
-        progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+    def run(self) -> BatchSummary:
+        futures = self.submit_ingests()
+        waiting = {g.group: len(g.samples) for g in self.summary.groups}
+        running = []
+        ingests = Waiter(self.client, futures, f"the ingests into {self.workdir}", bound=_ingest_bound(self.rows))
+        with ThreadPoolExecutor(max_workers=len(self.groups)) as pool:
+            for future in ingests.as_completed():
+                group, group_rows = futures[future]
+                results = self.ingested(ingests, future, group, group_rows)
+                self.record(group, results)
+                waiting[group.group] -= len(results)
+                if waiting[group.group] or group.status == "skipped":
+                    continue
+                group.status = "running"
+                running.append(pool.submit(self.update_moments, group))
+        for thread in running:
+            thread.result()  # re-raise a lost scheduler
+        order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
+        self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
+        (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))
+        return self.summary
 
-    def update_moments(result: GroupResult) -> None:
+    def submit_ingests(self) -> dict:
+        """{future: (group, its rows)}: local stores, every sample its own task (ingests of one
+        store may overlap, their commits take turns); stores at URLs have no lock: a group's
+        samples in one task, in turn."""
+        futures = {}
+        settings = (self.bin_size, self.context, self.chunk_size, self.options)
+        for g in self.summary.groups:
+            store = (self.workdir / g.group / "counts.zarr").url
+            if self.workdir.is_local:
+                futures.update({self.client.submit(ingest_sample, row, store, *settings, pure=False): (g, [row])
+                                for row in self.groups[g.group]})
+            else:
+                futures[self.client.submit(ingest_group, self.groups[g.group], store, *settings, pure=False)] = \
+                    (g, self.groups[g.group])
+        return futures
+
+    def ingested(self, ingests: Waiter, future, group: GroupResult, group_rows) -> list[SampleResult]:
+        """The SampleResults of one finished ingest task (failed, when the task itself died)."""
+        try:
+            results = ingests.result(future)
+            return results if isinstance(results, list) else [results]
+        except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
+            if lost_scheduler(self.client, exc):
+                raise
+            return [SampleResult(r.sample, group.group, "failed", error=_error_text(exc)) for r in group_rows]
+
+    def record(self, group: GroupResult, results: list[SampleResult]) -> None:
+        self.summary.samples.extend(results)
+        for r in results:
+            rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
+            self.echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
+        if any(r.status == "failed" for r in results):
+            group.status, group.error = "skipped", "a sample failed; moments not updated"
+
+    def show(self) -> None:
+        done, total = (sum(v[i] for v in self.partials.values()) for i in (0, 1))
+        ingesting = sum(g.status == "pending" for g in self.summary.groups)
+        self.progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+
+    def update_moments(self, result: GroupResult) -> None:
         start = time.perf_counter()
 
         def count(done: int, total: int) -> None:
-            with lock:
-                partials[result.group] = (done, total)
-                show()
+            with self.lock:
+                self.partials[result.group] = (done, total)
+                self.show()
         try:
-            width = 1 if pooled else len(result.samples)
-            report = update_moment_store(open_store(workdir / result.group / "counts.zarr"),
-                                         workdir / result.group / "moments.zarr", client, result.samples,
-                                         n_bins, progress=count, pooled=pooled,
-                                         projection_dim=projection_for(feature, width, n_bins, projection_dim))
+            width = 1 if self.pooled else len(result.samples)
+            report = update_moment_store(open_store(self.workdir / result.group / "counts.zarr"),
+                                         self.workdir / result.group / "moments.zarr", self.client, result.samples,
+                                         self.n_bins, progress=count, pooled=self.pooled,
+                                         projection_dim=projection_for(self.feature, width, self.n_bins,
+                                                                       self.projection_dim))
         except Exception as exc:  # noqa: BLE001 - reported per group
-            if lost_scheduler(client, exc):
+            if lost_scheduler(self.client, exc):
                 raise
             result.status, result.error = "failed", _error_text(exc)
         else:
@@ -255,52 +323,9 @@ def _run_batch(rows, workdir: Location, client, n_bins, bin_size, context, chunk
             result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
                 len(report.chromosomes)
         result.seconds = time.perf_counter() - start
-        echo(f"group {result.group}: moments {result.status}"
-             + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
-                                                          f"{result.reused} reused"))
-
-    # local stores: every sample its own task (ingests of one store may overlap, their commits
-    # take turns); stores at URLs have no lock: a group's samples in one task, in turn
-    futures = {}
-    for g in summary.groups:
-        store = (workdir / g.group / "counts.zarr").url
-        if workdir.is_local:
-            futures.update({client.submit(ingest_sample, row, store, bin_size, context, chunk_size, options,
-                                          pure=False): (g, [row]) for row in groups[g.group]})
-        else:
-            futures[client.submit(ingest_group, groups[g.group], store, bin_size, context, chunk_size, options,
-                                  pure=False)] = (g, groups[g.group])
-    waiting = {g.group: len(g.samples) for g in summary.groups}
-    running = []
-    ingests = Waiter(client, futures, f"the ingests into {workdir}", bound=_ingest_bound(rows))
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        for future in ingests.as_completed():
-            group, group_rows = futures[future]
-            try:
-                results = ingests.result(future)
-                results = results if isinstance(results, list) else [results]
-            except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
-                if lost_scheduler(client, exc):
-                    raise
-                results = [SampleResult(r.sample, group.group, "failed", error=_error_text(exc))
-                           for r in group_rows]
-            summary.samples.extend(results)
-            for r in results:
-                rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
-                echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
-            if any(r.status == "failed" for r in results):
-                group.status, group.error = "skipped", "a sample failed; moments not updated"
-            waiting[group.group] -= len(results)
-            if waiting[group.group] or group.status == "skipped":
-                continue
-            group.status = "running"
-            running.append(pool.submit(update_moments, group))
-    for thread in running:
-        thread.result()  # re-raise a lost scheduler
-    order = {(row.sample, row.group): i for i, row in enumerate(rows)}
-    summary.samples.sort(key=lambda r: order[r.sample, r.group])
-    (workdir / SUMMARY).write_text(format_summary(summary, sep="\t"))
-    return summary
+        self.echo(f"group {result.group}: moments {result.status}"
+                  + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
+                                                               f"{result.reused} reused"))
 
 
 def format_summary(summary: BatchSummary, sep: str | None = None) -> str:

@@ -1,4 +1,5 @@
-"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster.
+"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster; and
+store_session, which opens a counts store for a command (its lock, and where the work runs).
 
 The embedded cluster runs worker processes, one per core, unless the counts store is small
 (at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
@@ -20,11 +21,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import sys
 
+from ..io.store import CountsStore, locked, open_store
 from ..io.tasks import ClusterError, ClusterStalled, Waiter
+
+# dask, distributed and threadpoolctl are imported where a client is made or an error read:
+# every command imports this module, and the command line starts without them (0.6 s).
 
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
@@ -76,17 +82,11 @@ def in_process_limit() -> int:
 
 
 def is_small(store) -> bool:
-    """Whether a counts store has at most in_process_limit() bins x samples (from its
-    consolidated metadata: no counts are read)."""
-    import numpy as np
-    import zarr
-
-    from ..io.storage import Location
-
+    """Whether a counts store (a CountsStore, or where one is) has at most
+    in_process_limit() bins x samples (from its metadata: no counts are read)."""
     limit = in_process_limit()
     try:
-        root = zarr.open_group(Location.of(store).url, mode="r")
-        cells = sum(int(np.prod(root[f"{chrom}/methylated"].shape)) for chrom in root.attrs.get("chromosomes", []))
+        cells = (store if isinstance(store, CountsStore) else open_store(store)).n_cells()
     except Exception:  # noqa: BLE001 - not a readable counts store: the command itself says why
         return False
     return cells <= limit
@@ -217,6 +217,36 @@ def store_client(store, scheduler: str | None, if_lost: str = ""):
     """A Dask client for work on the counts store ``store``: in process when it is small
     (is_small) and no scheduler is given."""
     return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
+
+
+class OpenedStore:
+    """A counts store opened for a command (store_session): where its work runs, and the
+    store itself, read under the lock on first use."""
+
+    def __init__(self, path, client, in_process: bool):
+        self.path = path
+        self.client = client  # a distributed Client, or None: the command does no Dask work
+        self.in_process = in_process  # small, and no scheduler given: the work runs in this process
+
+    @functools.cached_property
+    def store(self) -> CountsStore:
+        """The store as it is under the lock (a commit may have landed since the command began)."""
+        return open_store(self.path)
+
+
+@contextlib.contextmanager
+def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = ""):
+    """Open the counts store at ``path`` for a command. Where the work runs is decided here,
+    once: in this process for a small store (is_small) when no scheduler is given, else on
+    the scheduler or an embedded cluster of worker processes (``dask`` False: no client).
+    The client connects first, so an unreachable scheduler never holds the lock; then the
+    store's lock is held throughout: ``write``, exclusive (the command writes into the
+    store), else shared, so an ingest waits until the command is done (and the command
+    waits for a running ingest) and the command never sees a mix of old and new counts."""
+    in_process = dask and not scheduler_address(scheduler) and is_small(path)
+    client_of = dask_client(scheduler, if_lost=if_lost, in_process=in_process) if dask else contextlib.nullcontext()
+    with client_of as client, locked(path, shared=not write):
+        yield OpenedStore(path, client, in_process)
 
 
 @contextlib.contextmanager

@@ -31,13 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import dask
 import numpy as np
 
+from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated
 from ..learn.states import item_rgb, state_colours
+from ..io.bed import bed9_line, track_line
 from ..io.outputs import replacing
-from ..io.store import ChunkRef, CountsStore
-from ..io.tasks import Waiter
+from ..io.store import CountsStore
+from .chains import map_posteriors
+from .messages import Params
 
 PRESETS = ("hmr", "pmd")
 
@@ -62,8 +64,6 @@ HMR_MIN_BINS = 4  # measured on the real sets (README, "HMRs and PMDs"): shorter
 
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> RegionRule:
     """The rule of a preset for a model's levels and overdispersions (see the module docstring)."""
-    from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated
-
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
         targets = np.flatnonzero(hypomethylated(levels, dispersion))
@@ -150,29 +150,19 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
-def _regions_task(previous, following, ref: ChunkRef, params, rule: RegionRule) -> Regions:
-    from .storehmm import _chunk_stats
-
-    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+def _chunk_regions(post, data, rule: RegionRule) -> Regions:
+    """A chunk's regions (in a task, map_posteriors)."""
+    ref = data.ref
     target = post[:, list(rule.targets)].sum(axis=1)
     return regions_of(ref.positions(data.rows), target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
     """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``)."""
-    from .storehmm import Params, message_graph
-
-    params = Params.of(hmm)
-    tasks = [(c.chrom, dask.delayed(_regions_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, rule))
-             for c in message_graph(store, samples, params)]
-    futures = client.compute([task for _, task in tasks])
-    waiter = Waiter(client, futures, f"the regions of {store.path}")
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
-    for done, ((chrom, _), future) in enumerate(zip(tasks, futures), 1):
-        found[chrom] = join_regions(found[chrom], waiter.result(future), rule.max_gap, rule.bridge_covered)
-        future.release()
-        if progress is not None:
-            progress(done, len(tasks))
+    for ref, regions in map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule,),
+                                       f"the regions of {store.path}", progress):
+        found[ref.chrom] = join_regions(found[ref.chrom], regions, rule.max_gap, rule.bridge_covered)
     for chrom, regions in found.items():
         keep = (regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins)
         found[chrom] = regions.take(keep)
@@ -181,11 +171,9 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
 
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
     """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
-    BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
+    io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
     (OUTPUT's stem + .tsv), each region's target bins, length, score and mean level per
     sample. Both are written to temporary names and renamed when complete."""
-    from .storehmm import BED_STRAND, track_line
-
     colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
     with replacing(output) as bed, replacing(regions_table(output)) as tsv:
@@ -198,8 +186,7 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
                 levels = regions.methylated / regions.coverage
             for i in range(len(regions)):
                 name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
-                bed.write(f"{chrom}\t{start}\t{end}\t{name}\t{int(score[i])}\t{BED_STRAND}\t{start}\t{end}\t"
-                          f"{colour}\n")
+                bed.write(bed9_line(chrom, start, end, name, int(score[i]), colour))
                 tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
                                      str(end - start), str(int(score[i])),
                                      *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")

@@ -16,12 +16,12 @@ import os
 import re
 from pathlib import Path
 
-import dask
 import numpy as np
 
 from ..io.outputs import held_temporary
-from ..io.store import ChunkRef, CountsStore
-from ..io.tasks import Waiter
+from ..io.store import CountsStore
+from .chains import map_posteriors
+from .messages import Params
 
 
 BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bit unsigned integers
@@ -129,11 +129,9 @@ def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_
     return writer.entries
 
 
-def _posterior_task(previous, following, ref: ChunkRef, params, states: tuple):
-    from .storehmm import _chunk_stats
-
-    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
-    return ref.positions(data.rows), post[:, list(states)].astype(np.float32)
+def _chunk_posteriors(post, data, states: tuple):
+    """A chunk's kept bins' positions and posteriors of ``states`` (in a task, map_posteriors)."""
+    return data.ref.positions(data.rows), post[:, list(states)].astype(np.float32)
 
 
 def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states: list[int], paths: list,
@@ -141,24 +139,14 @@ def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states
     """The posterior of each of ``states`` (one file each, ``paths``) in every bin the
     ``samples`` cover, computed on Dask with exact messages between chunks (as decoding);
     returns the bins written."""
-    from .storehmm import Params, message_graph
-
-    params = Params.of(hmm)
-    graph = message_graph(store, samples, params)
-    tasks = [dask.delayed(_posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, tuple(states))
-             for c in graph]
     writers = []
     try:
         writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
-        futures = client.compute(tasks)
-        waiter = Waiter(client, futures, f"the posterior tracks of {store.path}")
-        for done, (chunk, future) in enumerate(zip(graph, futures), 1):
-            positions, post = waiter.result(future)
-            future.release()
+        for ref, (positions, post) in map_posteriors(store, samples, Params.of(hmm), client, _chunk_posteriors,
+                                                     (tuple(states),), f"the posterior tracks of {store.path}",
+                                                     progress):
             for k, writer in enumerate(writers):
-                writer.add(chunk.chrom, positions, post[:, k])
-            if progress is not None:
-                progress(done, len(tasks))
+                writer.add(ref.chrom, positions, post[:, k])
     except BaseException:
         for writer in writers:
             writer.abort()

@@ -16,7 +16,7 @@ import pytest
 
 from streambhmm.moments.momentstore import load_total
 from streambhmm.moments.pipeline import moments_graph, plan_chunks
-from streambhmm.distributed.processes import ProcessCluster
+from streambhmm.testing import ProcessCluster
 from streambhmm.learn.simulate import model
 
 from ..conftest import STICKY, WELL_SEPARATED

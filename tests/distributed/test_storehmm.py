@@ -7,8 +7,9 @@ import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.moments.pipeline import load_counts
-from streambhmm.distributed.storehmm import Params, fit_store_em, score_store, segment_backward, segment_forward, \
-    segment_stats, stats_graph
+from streambhmm.distributed.em import fit_store_em, score_store, stats_graph
+from streambhmm.distributed.messages import Params
+from streambhmm.testing import segment_backward, segment_forward, segment_stats
 
 from ..moments.test_pipeline import synthetic_store
 
@@ -120,7 +121,7 @@ def _bed_states(path, store, samples, levels):
 def test_decode_writes_bed_and_posteriors(tmp_path, four_state_model, dask_clients, chunk_size):
     import xarray as xr
 
-    from streambhmm.distributed.storehmm import decode_store
+    from streambhmm.distributed.decode import decode_store
 
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [300, 120], chunk_size)
     hmm = _hmm(four_state_model)
@@ -145,7 +146,7 @@ def test_decode_writes_bed_and_posteriors(tmp_path, four_state_model, dask_clien
 def test_decode_breaks_runs_at_long_gaps_and_replaces_posteriors(tmp_path, four_state_model, dask_clients):
     import xarray as xr
 
-    from streambhmm.distributed.storehmm import decode_store
+    from streambhmm.distributed.decode import decode_store
 
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [200], 50, gap_fraction=0.3)
     hmm = _hmm(four_state_model)

@@ -12,7 +12,8 @@ from streambhmm.moments.momentstore import load_total, merge_moment_stores, upda
 from streambhmm.moments.pipeline import moments_graph
 from streambhmm.io.storage import Location
 from streambhmm.io.store import open_store
-from streambhmm.distributed.storehmm import POSTERIOR, decode_store, fit_store_em
+from streambhmm.distributed.decode import POSTERIOR, decode_store
+from streambhmm.distributed.em import fit_store_em
 
 from ..app.test_cli import DATA, run
 

@@ -15,7 +15,7 @@ from streambhmm.moments.momentstore import MomentStoreError, load_partials, load
 from streambhmm.moments.pipeline import load_counts, moments_graph
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.io.store import open_store, write_store
-from streambhmm.distributed.storehmm import fit_store_em, score_store
+from streambhmm.distributed.em import fit_store_em, score_store
 
 from ..conftest import STICKY
 from ..app.test_cli import run

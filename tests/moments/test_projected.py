@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streambhmm.distributed import storehmm
+from streambhmm.distributed import chunks as storehmm
 from streambhmm.learn.evaluate import matched_error
 from streambhmm.moments.features import projected_layout, projection_for, projection_matrix
 from streambhmm.learn.model import SpectralBinomialHMM

@@ -7,8 +7,9 @@ import time
 import click
 import numpy as np
 
-from ...distributed.cluster import clear_status, status_line
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, reading, scheduler_option, user_errors
+from ...distributed.cluster import store_session
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, chunk_progress, quiet_option, scheduler_option, \
+    user_errors
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
                        help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv (per region: bins, "
@@ -26,26 +27,20 @@ _SEED = click.option("--seed", default=0, show_default=True, type=int, help="See
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
-    from ..calls import CallSettings, output_checked, run_call
+    from ..calls import CallSettings, missing_unmethylated, output_checked, run_call
 
     start = time.perf_counter()
     output_checked(output)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, [s for s in samples.split(",") if s] if samples else None,
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
-    show = status_line(quiet)
-    with reading(store, scheduler) as client:
-        try:
-            outcome = run_call(settings, client, echo=lambda message: None if quiet else click.echo(message),
-                               progress=lambda done, total: show(f"chunks: {done}/{total}"))
-        finally:
-            clear_status(quiet)
+    with store_session(store, scheduler) as opened, chunk_progress(quiet) as progress:
+        outcome = run_call(settings, opened, echo=lambda message: None if quiet else click.echo(message),
+                           progress=progress)
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
                        + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))
     if not quiet:
         click.echo(f"states (* the {kind.upper()} states): {levels}")
-    from ..calls import missing_unmethylated
-
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

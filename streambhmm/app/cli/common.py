@@ -8,11 +8,13 @@ from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, ClusterError, store_client
+from ...distributed.cluster import SCHEDULER_ENV, ClusterError, clear_status, status_line, store_session
 from ...io.formats import CONTEXTS, ReadOptions
+from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
+from ...io.store import needs_recovery
 from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
-from ...moments.features import DEFAULT_N_BINS
+from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
 
 
 # StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
@@ -56,8 +58,6 @@ class StoreParam(click.ParamType):
 def _awaits_commit(location: Location) -> bool:
     """Whether a store's first commit was stopped after its commit point (the command's lock
     completes it)."""
-    from ...io.store import needs_recovery
-
     return needs_recovery(location)
 
 
@@ -75,8 +75,6 @@ class OutputParam(click.ParamType):
         self.name = {"file": "file", "dir": "directory", "prefix": "prefix", "store": "store"}[kind]
 
     def convert(self, value, param, ctx):
-        from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
-
         try:
             if self.kind == "store":
                 value = NEW_STORE.convert(value, param, ctx)
@@ -119,8 +117,6 @@ context_option = click.option("--context", default="CG", show_default=True, type
 
 def feature_options(fn):
     """--feature and --projection-dim: which feature the moments are summed of."""
-    from ...moments.features import DEFAULT_PROJECTION_DIM, FEATURES
-
     fn = click.option("--projection-dim", default=DEFAULT_PROJECTION_DIM, show_default=True, type=POSITIVE,
                       help="Dimension K of the projected feature.")(fn)
     return click.option("--feature", default="auto", show_default=True, type=click.Choice(FEATURES),
@@ -169,14 +165,21 @@ def read_options(fn):
 @contextlib.contextmanager
 def reading(store, scheduler, if_lost: str = ""):
     """A Dask client for a command that reads the counts store ``store``, holding its shared
-    lock: an ingest into it waits until the command is done (and the command waits for a
-    running ingest), so the command never sees a mix of old and new counts. The client
-    connects first: an unreachable scheduler never holds the lock."""
-    from ...io.store import locked
-
-    with store_client(store, scheduler, if_lost) as client, locked(store, shared=True):
-        yield client
+    lock (distributed.cluster.store_session)."""
+    with store_session(store, scheduler, if_lost=if_lost) as opened:
+        yield opened.client
 
 
 POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "
                "cells); cost linear in the number of samples.")
+
+
+@contextlib.contextmanager
+def chunk_progress(quiet: bool, what: str = "chunks"):
+    """A ``progress(done, total)`` callback that keeps a status line on a terminal (WHAT:
+    DONE/TOTAL), cleared at the end."""
+    show = status_line(quiet)
+    try:
+        yield lambda done, total: show(f"{what}: {done}/{total}")
+    finally:
+        clear_status(quiet)

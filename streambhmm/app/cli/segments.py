@@ -7,15 +7,20 @@ import time
 import click
 import numpy as np
 
-from ...distributed.cluster import clear_status, status_line
+from ...distributed.cluster import clear_status, store_session
 from ...learn.states import DIFF_THRESHOLD
-from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, quiet_option, reading,
-                     scheduler_option, store_client, user_errors)
+from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, chunk_progress,
+                     quiet_option, scheduler_option, user_errors)
+
+
+def _model_on_store(fn):
+    """STORE and --model: the arguments every command of a model on a store starts with."""
+    fn = click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))(fn)
+    return click.argument("store", type=STORE)(fn)
 
 
 @click.command()
-@click.argument("store", type=STORE)
-@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@_model_on_store
 @click.option("--chromosomes", default=None, help="Comma-separated chromosomes (default: all).")
 @scheduler_option
 @quiet_option
@@ -24,13 +29,13 @@ def score(store, model, chromosomes, scheduler, quiet):
     """Log-likelihood of a counts store under a model, per chromosome and in total
     (binomial coefficients included; exact across chunks)."""
     from ..modelio import model_for_store
-    from ...distributed.storehmm import score_store
+    from ..segments import run_score
 
     start = time.perf_counter()
     wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
-    with reading(store, scheduler) as client:
+    with store_session(store, scheduler) as opened:
         counts, document, hmm = model_for_store(store, model)
-        per_chrom = score_store(counts, hmm, client, document.samples, wanted, document.pooled)
+        per_chrom = run_score(counts, hmm, opened.client, document.samples, wanted, document.pooled)
     width = max(10, *(len(c) for c in per_chrom))
     click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
     for chrom, value in per_chrom.items():
@@ -41,8 +46,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 
 
 @click.command()
-@click.argument("store", type=STORE)
-@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@_model_on_store
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Segments (BED). A pooled model writes one BED per sample: OUTPUT with .SAMPLE before its "
                    "extension.")
@@ -62,28 +66,24 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     job = ModelOnStore.open(store, model)
     outputs = decode_outputs(job, output, posteriors)
     outputs.check()
-    show = status_line(quiet)
-    with store_client(store, scheduler) as client:
-        try:
-            for path, report in run_decode(job, outputs, client, max_gap, posteriors,
-                                           progress=lambda done, total: show(f"chunks: {done}/{total}")):
-                clear_status(quiet)
-                click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
-                           f"({time.perf_counter() - start:.1f} s)")
-                for h, n in enumerate(report.state_bins):
-                    levels = ", ".join(f"{v:.3f}" for v in job.hmm.methylation_[h])
-                    click.echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
-                               f"({n / max(report.n_bins, 1):.1%})")
-        finally:
+    # with --posteriors decode writes into the store: its exclusive lock
+    with store_session(store, scheduler, write=posteriors) as opened, chunk_progress(quiet) as progress:
+        for path, report in run_decode(job.on(opened.store), outputs, opened.client, max_gap, posteriors,
+                                       progress=progress):
             clear_status(quiet)
+            click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+                       f"({time.perf_counter() - start:.1f} s)")
+            for h, n in enumerate(report.state_bins):
+                levels = ", ".join(f"{v:.3f}" for v in job.hmm.methylation_[h])
+                click.echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
+                           f"({n / max(report.n_bins, 1):.1%})")
     click.echo(f"states (labels, colours, levels) in {outputs.table}")
     if posteriors:
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
 
 
 @click.command()
-@click.argument("store", type=STORE)
-@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@_model_on_store
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
               help="hmr: hypomethylated regions (states with level and overdispersion <= 0.2 in every "
                    "sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
@@ -105,23 +105,18 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
             quiet):
     """Regions of a counts store under a model: runs of bins whose posterior of chosen states
     (a preset's, or --targets) is high, merged across small gaps (BED9 and a TSV)."""
-    from ..segments import ModelOnStore, region_rule, run_regions
-    from ...distributed.regions import regions_table
-    from ...io.outputs import check_output_file
+    from ..segments import ModelOnStore, output_checked, region_rule, run_regions
 
     start = time.perf_counter()
     if (preset is None) == (targets is None):
         raise click.UsageError("give one of --preset and --targets")
-    check_output_file(regions_table(output))
-    show = status_line(quiet)
-    with reading(store, scheduler) as client:
+    output_checked(output)  # and the table beside it
+    with store_session(store, scheduler) as opened:
         job = ModelOnStore.open(store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
-        try:
-            found = run_regions(job, rule, output, client, progress=lambda done, total: show(f"chunks: {done}/{total}"))
-        finally:
-            clear_status(quiet)
+        with chunk_progress(quiet) as progress:
+            found = run_regions(job, rule, output, opened.client, progress=progress)
     median = np.median(found.lengths) if found.n else 0
     click.echo(f"{output}: {found.n:,} regions of states {', '.join(job.labels[h] for h in rule.targets)}, median "
                f"{median:,.0f} bp, {found.lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
@@ -149,33 +144,25 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
 def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, scheduler, quiet):
     """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
     with --model, the posterior probability of states."""
-    from ...io.store import locked, open_store
-    from ...moments.pipeline import select_samples
     from ..segments import ModelOnStore, run_tracks
 
     start = time.perf_counter()
-    show = status_line(quiet)
     # methylation alone needs no Dask client, only the store's shared lock
-    with reading(store, scheduler) if model else locked(store, shared=True) as client:
+    with store_session(store, scheduler, dask=bool(model)) as opened:
         job = ModelOnStore.open(store, model) if model else None
-        counts = job.counts if job else open_store(store)
-        chosen = select_samples(counts, [s for s in samples.split(",") if s] if samples else
-                                (job.samples if job else None))
-        try:
-            for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, client,
-                                    job.states(targets) if job else [],
-                                    progress=lambda done, total: show(f"chunks: {done}/{total}")):
+        counts = job.counts if job else opened.store
+        chosen = [s for s in samples.split(",") if s] if samples else None
+        with chunk_progress(quiet) as progress:
+            for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, opened.client,
+                                    job.states(targets) if job else [], progress=progress):
                 clear_status(quiet)
                 click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
-        finally:
-            clear_status(quiet)
     if model:
         click.echo(f"({time.perf_counter() - start:.1f} s)")
 
 
 @click.command()
-@click.argument("store", type=STORE)
-@click.option("--model", "model", required=True, type=click.Path(exists=True, dir_okay=False))
+@_model_on_store
 @click.option("--output", "-o", required=True, type=OUTPUT_DIR,
               help="Report directory: a new or empty one, or a previous report's (replaced).")
 @click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
@@ -193,12 +180,9 @@ def report(store, model, output, region, moments_path, max_gap, diff_threshold, 
     from ..report import check_report_output, write_report
 
     check_report_output(output, store, model, moments_path)  # before the cluster starts
-    show = status_line(quiet)
-    with store_client(store, scheduler) as client:
-        try:
-            result = write_report(store, model, output, client, region, max_gap, diff_threshold, moments_path,
-                                  progress=lambda done, total: show(f"decoding chunks: {done}/{total}"))
-        finally:
-            clear_status(quiet)
+    # the report reads the store (its segments go into DIR): the shared lock
+    with store_session(store, scheduler) as opened, chunk_progress(quiet, "decoding chunks") as progress:
+        result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path,
+                              progress=progress)
     click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
                f"{result.timings['total']:.1f} s")

@@ -1,9 +1,11 @@
-"""A Dask cluster of real processes on 127.0.0.1, started with the ``dask scheduler`` and
-``dask worker`` commands: the topology of docker-compose.yml without Docker. Tests and
-benchmarks use it to run the CLI against a separate scheduler, and to kill its parts."""
+"""What only tests and benchmarks need: test data writers and a cluster of real processes."""
 
 from __future__ import annotations
 
+# --- dist: a Dask cluster of real processes ---
+# A Dask cluster of real processes on 127.0.0.1, started with the ``dask scheduler`` and
+# ``dask worker`` commands: the topology of docker-compose.yml without Docker. Tests and
+# benchmarks use it to run the CLI against a separate scheduler, and to kill its parts.
 import json
 import os
 import signal
@@ -12,6 +14,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from distributed import Client
 
 
 class ProcessCluster:
@@ -74,8 +78,6 @@ class ProcessCluster:
         return worker
 
     def wait_for_workers(self, n: int) -> None:
-        from distributed import Client
-
         with Client(self.address, timeout="30s") as client:
             client.wait_for_workers(n, timeout=self.start_timeout)
 
@@ -126,3 +128,27 @@ class ProcessCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# --- dist: one segment's messages from its counts ---
+from .distributed.messages import Params, backward_step, forward_step, statistics_between  # noqa: E402
+from .learn.emissions import EmissionTable  # noqa: E402
+
+
+def segment_forward(previous, meth, cov, params: Params):
+    """(log P(segment | earlier bins), forward message after the segment).
+
+    ``previous`` is the forward message before the segment, None at a chromosome's start.
+    An empty segment passes the message through."""
+    return forward_step(previous, params.log_b(EmissionTable(meth, cov)), params)
+
+
+def segment_backward(following, meth, cov, params: Params):
+    """The backward message into the bin before the segment (None: nothing follows)."""
+    return backward_step(following, params.log_b(EmissionTable(meth, cov)), params)
+
+
+def segment_stats(previous, following, meth, cov, params: Params, want_posteriors: bool = False):
+    """Exact sufficient statistics of one segment (and its posteriors, shape (n, m))."""
+    table = EmissionTable(meth, cov)
+    return statistics_between(previous, following, params.log_b(table), params, want_posteriors, table)

@@ -1,0 +1,142 @@
+"""The report's directory: checked before any work, written into a locked staging directory
+renamed into place when complete, a previous report replaced, and what killed runs left
+removed; only ever the files a report writes (listed in its marker) are deleted."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+
+from ..io.outputs import check_output_dir, directory_lock_now, is_temporary_of, temporary_path
+from ..io.storage import Location
+
+REPORT_MARKER = "streambhmm-report.json"  # in every report directory: the files the report wrote
+REPORT_FORMAT = "streambhmm-report"
+FIGURES = ("methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png", "bootstrap.png",
+           "loglik.png")
+REPORT_FILES = ("index.html", "segments.bed", *FIGURES)  # every name a report may write besides its marker
+
+
+def check_report_output(output, store, model, moments=None) -> Path:
+    """``output`` as a report directory, refused before any work (naming it) when its parent
+    cannot take it, when it is a symbolic link, when it holds or lies inside the counts
+    store, the model or the moment store (real paths compared), or when it exists and is
+    neither empty nor a previous report holding only what that report wrote."""
+    output = check_output_dir(output)
+    if output.is_symlink():
+        raise ValueError(f"{output}: is a symbolic link; give the directory itself")
+    real = Path(os.path.realpath(output))
+    inputs = {"the counts store": store, "the model": model, "the moment store": moments}
+    for what, path in inputs.items():
+        if path is None or not Location.of(path).is_local:
+            continue
+        other = Path(os.path.realpath(path))
+        if real == other or real in other.parents:
+            relation = "is" if real == other else "holds"
+            raise ValueError(f"{output}: {relation} {what} {path}, and a report replaces its directory; choose "
+                             f"another")
+        if other in real.parents:
+            raise ValueError(f"{output}: is inside {what} {path}; choose a directory outside it")
+    if output.exists():
+        previous_report_files(output)
+    return output
+
+
+def previous_report_files(directory: Path) -> list[str]:
+    """The files a previous report in ``directory`` wrote (none for an empty directory);
+    ValueError when ``directory`` is not a report or holds anything else."""
+    entries = {entry.name: entry for entry in directory.iterdir()}
+    if not entries:
+        return []
+    marker = directory / REPORT_MARKER
+    try:
+        document = json.loads(marker.read_text()) if _is_plain(marker) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        document = None
+    written = document.get("files") if isinstance(document, dict) and document.get("format") == REPORT_FORMAT \
+        else None
+    if not isinstance(written, list) or not all(isinstance(n, str) and n in REPORT_FILES for n in written):
+        raise ValueError(f"{directory}: exists and is not a streambhmm report (no valid {REPORT_MARKER}); a report "
+                         f"replaces its directory, so give a new directory, an empty one or a previous report's")
+    foreign = sorted(name for name, entry in entries.items()
+                     if name != REPORT_MARKER and (name not in written or not _is_plain(entry)))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ValueError(f"{directory}: a previous report, but it also holds what the report did not write "
+                         f"({shown}); move that away or choose another directory")
+    return written
+
+
+def _is_plain(path: Path, kind=stat.S_ISREG) -> bool:
+    """A regular file (``kind`` stat.S_ISDIR: a directory) itself, not a symbolic link to one."""
+    try:
+        return kind(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def staged_report(output: Path):
+    """A new staging directory beside ``output``, locked while the report is written (so
+    another run does not take it for a leftover) and removed, with what the report wrote
+    into it, unless it was put in place."""
+    stage = temporary_path(output)
+    stage.mkdir()
+    with directory_lock_now(stage):  # new: nobody else holds it
+        try:
+            yield stage
+        except BaseException:
+            if _is_plain(stage, stat.S_ISDIR):  # not yet put in place
+                _remove_written(stage, REPORT_FILES)
+            raise
+
+
+def put_in_place(stage: Path, output: Path) -> None:
+    """Rename the complete ``stage`` to ``output``; a previous report there (checked again)
+    is set aside first and then removed file by file."""
+    if not output.exists():
+        os.rename(stage, output)
+        return
+    written = previous_report_files(output)
+    aside = temporary_path(output, "old")
+    os.rename(output, aside)
+    try:
+        os.rename(stage, output)
+    except BaseException:
+        os.rename(aside, output)  # the previous report stays
+        raise
+    _remove_written(aside, written)
+
+
+def remove_report_leftovers(output: Path) -> None:
+    """Remove what killed runs of this report left beside ``output``: staging directories
+    no live run holds, and previous reports set aside; each only of the files a report
+    writes (a directory holding anything else is left as it is)."""
+    for entry in output.parent.iterdir():
+        if is_temporary_of(output, entry) and _is_plain(entry, stat.S_ISDIR):
+            with contextlib.suppress(BlockingIOError, FileNotFoundError):  # live, or removed meanwhile
+                with directory_lock_now(entry):
+                    _remove_written(entry, REPORT_FILES)
+        elif is_temporary_of(output, entry, "old") and _is_plain(entry, stat.S_ISDIR):
+            with contextlib.suppress(ValueError, FileNotFoundError):  # not only a report's files, or removed
+                _remove_written(entry, previous_report_files(entry))
+
+
+def _remove_written(directory: Path, names) -> None:
+    """Remove from ``directory`` the files ``names``, their temporaries and the marker (links
+    themselves, never what they point to), then the directory if nothing else is left."""
+    names = {*names, REPORT_MARKER}
+    for entry in directory.iterdir():
+        ours = entry.name in names or any(is_temporary_of(name, entry) for name in names)
+        if ours and not _is_plain(entry, stat.S_ISDIR):
+            entry.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        directory.rmdir()  # not empty: something the report did not write is kept
+
+
+def write_marker(stage: Path, names: list[str]) -> None:
+    """The marker listing the files the report wrote (``names``, besides itself)."""
+    (stage / REPORT_MARKER).write_text(json.dumps({"format": REPORT_FORMAT, "files": names}) + "\n")

@@ -1,0 +1,181 @@
+"""The report's figures (matplotlib, imported when a figure is drawn): levels, transitions,
+spectrum, occupancy, a genome track, bootstrap intervals and the EM history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..learn.states import state_colours as rgb_colours
+from ..learn.states import state_order
+
+
+@dataclass
+class Region:
+    chrom: str
+    start: int
+    end: int
+
+    def __str__(self) -> str:
+        return f"{self.chrom}:{self.start:,}-{self.end:,}"
+
+
+def state_colours(methylation):
+    """The states' colours (states.state_colours, as in the BED files) for matplotlib."""
+    return [tuple(v / 255 for v in colour) for colour in rgb_colours(methylation)]
+
+
+def _save(fig, path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def plot_methylation(path, methylation, samples, differential, labels) -> None:
+    import matplotlib.pyplot as plt
+
+    order = state_order(methylation)
+    levels = np.asarray(methylation)[order].T  # samples x states
+    fig, ax = plt.subplots(figsize=(1.2 + 0.7 * len(order), 1.0 + 0.45 * len(samples)))
+    image = ax.imshow(levels, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for i in range(levels.shape[0]):
+        for j in range(levels.shape[1]):
+            ax.text(j, i, f"{levels[i, j]:.2f}", ha="center", va="center",
+                    color="white" if levels[i, j] < 0.6 else "black", fontsize=8)
+    ax.set_xticks(range(len(order)), [f"{h}{'*' if h in differential else ''} {labels[h]}" for h in order],
+                  rotation=30, ha="right", fontsize=7)
+    ax.set_yticks(range(len(samples)), samples)
+    ax.set_xlabel("state (* differential)")
+    fig.colorbar(image, ax=ax, label="methylation level")
+    _save(fig, path)
+
+
+def plot_transmat(path, transmat, methylation) -> None:
+    import matplotlib.pyplot as plt
+
+    order = state_order(methylation)
+    t = np.asarray(transmat)[np.ix_(order, order)]
+    fig, ax = plt.subplots(figsize=(1.5 + 0.6 * len(order), 1.0 + 0.55 * len(order)))
+    image = ax.imshow(t, cmap="magma", vmin=0, vmax=1)
+    for i in range(len(order)):
+        for j in range(len(order)):
+            ax.text(j, i, f"{t[i, j]:.2f}", ha="center", va="center", color="white" if t[i, j] < 0.5 else "black",
+                    fontsize=7)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_yticks(range(len(order)), order)
+    ax.set_xlabel("to state")
+    ax.set_ylabel("from state")
+    fig.colorbar(image, ax=ax, label="probability")
+    _save(fig, path)
+
+
+def plot_spectrum(path, spectrum: dict, m: int) -> None:
+    import matplotlib.pyplot as plt
+
+    values = np.asarray(spectrum["p13_singular_values"], dtype=float)
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    index = np.arange(1, len(values) + 1)
+    ax.semilogy(index, np.maximum(values, 1e-300), "o-", color="tab:gray")
+    ax.semilogy(index[:m], np.maximum(values[:m], 1e-300), "o", color="tab:blue", label=f"the m = {m} kept")
+    ax.axvline(m + 0.5, color="tab:blue", linestyle=":")
+    ax.axhline(spectrum["noise_level"], color="tab:red", linestyle="--", label="noise level")
+    ax.set_xlabel("index")
+    ax.set_ylabel("singular value of P13")
+    ax.legend()
+    _save(fig, path)
+
+
+def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> None:
+    import matplotlib.pyplot as plt
+
+    chroms = list(chromosome_state_bins)
+    counts = np.array([chromosome_state_bins[c] for c in chroms], dtype=float)
+    fractions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    colours = state_colours(methylation)
+    fig, ax = plt.subplots(figsize=(7.5, 1.0 + 0.3 * len(chroms)))
+    left = np.zeros(len(chroms))
+    for h in state_order(methylation):
+        ax.barh(chroms, fractions[:, h], left=left, color=colours[h], edgecolor="white", linewidth=0.5,
+                label=f"{h} {labels[h]}")
+        left += fractions[:, h]
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("fraction of covered bins")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _save(fig, path)
+
+
+def region_segments(bed_path, region: Region, labels: list[str]):
+    """(start, end, state) of the BED runs (named by the states' ``labels``) overlapping ``region``."""
+    state_of = {label: h for h, label in enumerate(labels)}
+    out = []
+    with open(bed_path) as bed:
+        for line in bed:
+            if line.startswith(("#", "track", "browser")):
+                continue
+            chrom, start, end, name = line.split("\t", 4)[:4]
+            if chrom == region.chrom and int(end) > region.start and int(start) < region.end:
+                out.append((max(int(start), region.start), min(int(end), region.end), state_of[name]))
+    return out
+
+
+def plot_track(path, counts, samples, region: Region, bed_path, methylation, labels) -> None:
+    import matplotlib.pyplot as plt
+
+    ds = counts.dataset(region.chrom).sel(sample=samples, position=slice(region.start, region.end - 1))
+    meth = ds.methylated.values.astype(float)
+    cov = ds.coverage.values.astype(float)
+    pos = ds.position.values + counts.bin_size / 2
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 2.2 + 0.25 * len(samples)), sharex=True,
+                                      gridspec_kw={"height_ratios": [4, 1]})
+    for s, name in enumerate(samples):
+        covered = cov[:, s] > 0
+        size = 4 + 12 * np.sqrt(cov[covered, s] / max(cov[:, s].max(), 1))
+        top.scatter(pos[covered], meth[covered, s] / cov[covered, s], s=size, alpha=0.6, label=name)
+    top.set_ylim(-0.03, 1.03)
+    top.set_ylabel("methylation\nfraction")
+    top.legend(fontsize=7, loc="upper right", ncol=len(samples))
+    colours = state_colours(methylation)
+    for start, end, state in region_segments(bed_path, region, labels):
+        bottom.broken_barh([(start, end - start)], (0, 1), color=colours[state])
+        if end - start > (region.end - region.start) / 40:
+            bottom.text((start + end) / 2, 0.5, str(state), ha="center", va="center", fontsize=7)
+    bottom.set_yticks([])
+    bottom.set_ylabel("state")
+    bottom.set_xlim(region.start, region.end)
+    bottom.set_xlabel(f"{region.chrom} position (bp)")
+    _save(fig, path)
+
+
+def plot_bootstrap(path, methylation, methylation_ci, samples) -> None:
+    import matplotlib.pyplot as plt
+
+    order = state_order(methylation)
+    ci = np.asarray(methylation_ci)
+    levels = np.asarray(methylation)
+    fig, ax = plt.subplots(figsize=(1.5 + 0.7 * len(order), 3.2))
+    width = 0.8 / len(samples)
+    for s, name in enumerate(samples):
+        x = np.arange(len(order)) + (s - (len(samples) - 1) / 2) * width
+        y = levels[order, s]
+        err = np.abs(np.vstack([y - ci[order, s, 0], ci[order, s, 1] - y]))
+        ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=name)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_xlabel("state")
+    ax.set_ylabel("methylation level (95% interval)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_history(path, history) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    ax.plot(range(len(history)), history, "o-")
+    ax.set_xlabel("EM iteration")
+    ax.set_ylabel("log-likelihood")
+    _save(fig, path)

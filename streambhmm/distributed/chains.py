@@ -1,0 +1,85 @@
+"""The message chains along each sequence of chunks (a chromosome of a group of samples),
+and the loop that maps a function of each chunk's posteriors over a store on Dask.
+
+The chains are sequential within a chromosome (chromosomes run in parallel); the tasks
+that use both messages of a chunk are independent. Every task holds one chunk, so memory
+stays bounded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import dask
+
+from ..io.store import ChunkRef, CountsStore
+from ..io.tasks import Waiter
+from ..moments.pipeline import plan_chunks
+from .chunks import backward_task, forward_task, posterior_task
+from .messages import Params
+
+
+def sequences(store: CountsStore, samples: list[str], pooled: bool = False, chromosomes=None) -> list[list[ChunkRef]]:
+    """The chunks of each sequence, in order: every chromosome (or ``chromosomes``) of the
+    samples together, or (``pooled``) of each sample on its own."""
+    groups = [[s] for s in samples] if pooled else [samples]
+    return [[plan.ref for plan in plan_chunks(store, group, chromosomes=[chrom])]
+            for group in groups for chrom in chromosomes or store.chromosomes]
+
+
+def chain(items: list, forward: Callable, backward: Callable) -> list[tuple]:
+    """(forward message in, backward message in, forward message out) of each item of one
+    sequence: ``forward(previous, item)`` passes the forward message along,
+    ``backward(following, item)`` the backward message back (None at the ends)."""
+    forwards, backwards = [None], [None]
+    for item in items:
+        forwards.append(forward(forwards[-1], item))
+    for item in reversed(items):
+        backwards.insert(0, backward(backwards[0], item))
+    return [(forwards[k], backwards[k + 1], forwards[k + 1]) for k in range(len(items))]
+
+
+@dataclass(frozen=True)
+class ChunkMessages:
+    """Per chromosome and chunk with coverage: where to read it and both incoming messages."""
+
+    ref: ChunkRef
+    forward_in: object  # Delayed (loglik, message) of the previous chunk, or None
+    backward_in: object  # Delayed message from the next chunk, or None
+    forward_out: object  # Delayed (loglik, message) of this chunk
+
+    @property
+    def chrom(self) -> str:
+        return self.ref.chrom
+
+
+def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None,
+                  pooled: bool = False) -> list[ChunkMessages]:
+    """Forward and backward message chains of every chromosome (or of ``chromosomes``): of
+    the samples together, or (``pooled``) of each sample on its own."""
+    out = []
+    for refs in sequences(store, samples, pooled, chromosomes):
+        links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params),
+                      lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params))
+        out += [ChunkMessages(ref, *link) for ref, link in zip(refs, links)]
+    return out
+
+
+def map_posteriors(store: CountsStore, samples: list[str], params: Params, client, on_chunk: Callable,
+                   args: tuple = (), what: str = "the posteriors", progress=None) -> Iterator[tuple[ChunkRef, object]]:
+    """(chunk, ``on_chunk(posteriors, ChunkData, *args)``) of every chunk of the store, in
+    order (chromosome by chromosome, along each), the samples jointly: one Dask task per
+    chunk on ``client``, between the chunk's exact messages. Each result is released once
+    yielded; ``progress(done, total)`` follows each; a wait is bounded (io.tasks.Waiter,
+    ``what`` naming the computation)."""
+    graph = message_graph(store, samples, params)
+    tasks = [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, on_chunk, *args)
+             for c in graph]
+    futures = client.compute(tasks)
+    waiter = Waiter(client, futures, what)
+    for done, (chunk, future) in enumerate(zip(graph, futures), 1):
+        result = waiter.result(future)
+        future.release()
+        yield chunk.ref, result
+        if progress is not None:
+            progress(done, len(graph))

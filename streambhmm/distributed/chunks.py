@@ -1,0 +1,110 @@
+"""A chunk's kept bins as the tasks use them (its counts in memory, or one sample at a time
+when they would not fit, and their log-emissions), and the Dask tasks of one chunk: its
+messages, and its statistics or posteriors between its incoming messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..learn.emissions import EmissionTable
+from ..io.store import ChunkRef
+from .messages import Params, backward_step, forward_step, statistics_between
+
+# Up to this many bins x samples a chunk's counts are read together and kept in memory
+# (256 MB as int64); beyond (many samples), one sample at a time: the log-emissions (bins
+# x states) and the posteriors are all a task holds, whatever the number of samples.
+IN_MEMORY_CELLS = 1 << 24
+
+
+@dataclass
+class ChunkData:
+    """A chunk's kept bins (some of the ref's samples covered) as the tasks use them."""
+
+    ref: ChunkRef
+    rows: np.ndarray
+    log_b: np.ndarray  # (kept bins, m)
+    table: EmissionTable | None  # of the kept bins' counts, when they fit in memory
+    counts: tuple | None  # (methylated, coverage) of the kept bins, when they fit in memory
+
+    def sample_counts(self):
+        """(k, methylated, coverage) of each sample's kept bins, each (kept bins,): from
+        memory, or read one sample at a time (verified when the emissions were made)."""
+        for k in range(len(self.ref.columns)):
+            if self.counts is not None:
+                yield k, self.counts[0][:, k], self.counts[1][:, k]
+            else:
+                meth, cov = self.ref.read([k], verify=False)
+                yield k, meth[self.rows, 0], cov[self.rows, 0]
+
+    def statistics(self, posteriors: np.ndarray, keep_pairs: bool) -> tuple:
+        """(methylated, coverage) posterior-weighted sums (m, S) and, with ``keep_pairs``,
+        each sample's PairWeights: one sample at a time."""
+        m = posteriors.shape[1]
+        msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
+        pairs = []
+        for k, meth, cov in self.sample_counts():
+            msum[:, k] = posteriors.T @ meth
+            csum[:, k] = posteriors.T @ cov
+            if keep_pairs:
+                pairs += EmissionTable(meth[:, None], cov[:, None]).pair_weights(posteriors)
+        return msum, csum, pairs if keep_pairs else None
+
+
+def kept_counts(ref: ChunkRef) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, methylated, coverage) of a chunk's kept bins (some of its samples covered),
+    all samples read together."""
+    meth, cov = ref.read()
+    rows = np.flatnonzero(cov.sum(axis=1) > 0)
+    return rows, meth[rows], cov[rows]
+
+
+def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
+    """Read a chunk and compute its kept bins' log-emissions (emission cost: samples x
+    states per bin)."""
+    n_samples = len(ref.columns)
+    if ref.n_bins * n_samples <= IN_MEMORY_CELLS:
+        rows, meth, cov = kept_counts(ref)
+        table = EmissionTable(meth, cov)
+        return ChunkData(ref, rows, params.log_b(table), table, (meth, cov))
+    kept = np.zeros(ref.n_bins, bool)
+    for k in range(n_samples):
+        kept |= ref.read([k], verify=False)[1][:, 0] > 0
+    rows = np.flatnonzero(kept)
+    log_b = np.zeros((rows.size, params.methylation.shape[0]))
+    for k in range(n_samples):
+        meth, cov = ref.read([k])
+        log_b += params.log_b(EmissionTable(meth[rows], cov[rows]), [k])
+    return ChunkData(ref, rows, log_b, None, None)
+
+
+def _chunk_stats(previous, following, ref: ChunkRef, params: Params, want_posteriors: bool = False):
+    """(statistics, posteriors, ChunkData) of one chunk between its incoming messages
+    (``previous``: the forward chain's (loglik, message) before it, or None)."""
+    data = chunk_data(ref, params)
+    stats, post = statistics_between(None if previous is None else previous[1], following, data.log_b, params,
+                                     want_posteriors, data.table, data.statistics)
+    return stats, post, data
+
+
+def forward_task(previous, ref: ChunkRef, params: Params):
+    """The forward chain's (loglik, message) after the chunk, from the one before it."""
+    return forward_step(None if previous is None else previous[1], chunk_data(ref, params).log_b, params)
+
+
+def backward_task(following, ref: ChunkRef, params: Params):
+    """The backward chain's message before the chunk, from the one after it."""
+    return backward_step(following, chunk_data(ref, params).log_b, params)
+
+
+def stats_task(previous, following, ref: ChunkRef, params: Params):
+    """The chunk's SufficientStats between its incoming messages."""
+    return _chunk_stats(previous, following, ref, params)[0]
+
+
+def posterior_task(previous, following, ref: ChunkRef, params: Params, on_chunk, *args):
+    """``on_chunk(posteriors, ChunkData, *args)`` of the chunk's posteriors (kept bins x
+    states) between its incoming messages."""
+    _, post, data = _chunk_stats(previous, following, ref, params, want_posteriors=True)
+    return on_chunk(post, data, *args)

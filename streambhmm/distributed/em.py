@@ -1,0 +1,132 @@
+"""EM and scoring of a counts store: the E-step as a Dask graph over the message chains (or
+in this process for a small store), Baum-Welch from a model's parameters, and the exact
+log-likelihood of each chromosome."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import dask
+
+from ..learn.emissions import EmissionTable
+from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
+from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_samples, tree_reduce
+from ..io.store import ChunkRef, CountsStore
+from ..io.tasks import Waiter
+from .chains import chain, message_graph, sequences
+from .chunks import kept_counts, stats_task
+from .messages import Params, add_stats, backward_step, forward_step, statistics_between
+
+
+class LocalEStep:
+    """The E-step of a small store in this process, without a Dask graph per iteration: the
+    same chunk functions, chains and reduction tree as stats_graph, so the same statistics
+    bitwise; each chunk is read (and verified) once, and its emission table kept for every
+    iteration. The chunks' counts stay in memory: only for stores that fit (cluster.is_small)."""
+
+    def __init__(self, store: CountsStore, samples: list[str], pooled: bool = False,
+                 split_every: int = DEFAULT_SPLIT_EVERY):
+        self.chains = sequences(store, samples, pooled)
+        self.split_every = split_every
+        self.cache = {}
+
+    def _chunk(self, ref: ChunkRef):
+        if ref not in self.cache:
+            _, meth, cov = kept_counts(ref)
+            self.cache[ref] = EmissionTable(meth, cov)
+        return self.cache[ref]
+
+    def __call__(self, params: Params) -> SufficientStats:
+        parts = []
+        for refs in self.chains:
+            tables = [self._chunk(ref) for ref in refs]
+            log_bs = [params.log_b(table) for table in tables]
+            links = chain(log_bs, lambda previous, log_b: forward_step(None if previous is None else previous[1],
+                                                                       log_b, params),
+                          lambda following, log_b: backward_step(following, log_b, params))
+            for (previous, following, _), log_b, table in zip(links, log_bs, tables):
+                parts.append(statistics_between(None if previous is None else previous[1], following, log_b, params,
+                                                False, table)[0])
+        if not parts:
+            raise ValueError("the store has no bins")
+        return tree_reduce(parts, add_stats, self.split_every)
+
+
+def stats_graph(store: CountsStore, samples: list[str], params: Params,
+                split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
+    """Delayed total SufficientStats of the store under ``params``."""
+    parts = [dask.delayed(stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
+             for c in message_graph(store, samples, params, pooled=pooled)]
+    if not parts:
+        raise ValueError(f"{store.path}: the store has no bins")
+    return tree_reduce(parts, dask.delayed(add_stats, pure=True), split_every)
+
+
+def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chromosomes=None,
+                pooled: bool = False) -> dict:
+    """Log-likelihood of each chromosome (binomial coefficients included), exact; pooled:
+    summed over the samples."""
+    samples = select_samples(store, samples)
+    hmm._check(1 if pooled else len(samples))
+    params = Params.of(hmm)
+    wanted = store.chromosomes if not chromosomes else list(chromosomes)
+    unknown = [c for c in wanted if c not in store.chromosomes]
+    if unknown:
+        raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
+    per_chunk = message_graph(store, samples, params, wanted, pooled)
+    logliks = client.compute([c.forward_out for c in per_chunk])
+    waiter = Waiter(client, logliks, f"the log-likelihood of {store.path}")
+    result = dict.fromkeys(wanted, 0.0)
+    for c, future in zip(per_chunk, logliks):
+        result[c.chrom] += float(waiter.result(future)[0])
+    return result
+
+
+@dataclass
+class StoreEMResult:
+    hmm: BinomialHMM
+    history: list
+    seconds_per_iteration: float
+    converged: bool
+    n_bins: float  # covered bins fitted: transitions + sequences
+
+
+def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
+                 rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None,
+                 check: bool = True, pooled: bool = False) -> StoreEMResult:
+    """Baum-Welch on a store from ``hmm``'s current parameters, one Dask graph per E-step
+    (``client`` None: in this process, LocalEStep, for small stores).
+
+    Stops after ``n_iter`` M-steps or when an iteration gains less than
+    ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
+    of the final parameters; ``report(iteration, loglik)`` is called after each E-step.
+    With ``check`` the result is checked (BinomialHMM.check_fit); a caller comparing
+    several starts checks the one it keeps. ``pooled``: one sample-wide model shared by the
+    samples, each sample its own sequences, their statistics summed."""
+    samples = select_samples(store, samples)
+    width = 1 if pooled else len(samples)
+    hmm._check(width)
+    start = time.perf_counter()
+    last = []
+
+    local = LocalEStep(store, samples, pooled, split_every) if client is None else None
+    e_steps = [0]  # E-steps done: the next one's iteration, as run_em reports it
+
+    def e_step():
+        if local is not None:
+            stats = local(Params.of(hmm))
+        else:
+            future = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled))
+            what = f"the E-step of EM iteration {e_steps[0]} on {store.path}"
+            stats = Waiter(client, [future], what).result(future)
+        e_steps[0] += 1
+        last[:] = [stats]
+        return stats
+
+    history = run_em(hmm, e_step, n_iter, rel_tol, report)
+    hmm.n_features_in_ = width
+    if check:
+        hmm.check_fit()
+    return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
+                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()))
