@@ -10,6 +10,8 @@ from . import recovery
 from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
 from ..moments.features import DEFAULT_PROJECTION_DIM, projection_for
 from ..moments.sums import Moments, compute_moments
+from .criterion import Weights, objective_for
+from .refine import quantile_levels, refine, sticky_start
 from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
@@ -165,8 +167,6 @@ class SpectralBinomialHMM:
         return (levels, transmat), clipped
 
     def _refine(self, moments: Moments, ftd, rng) -> None:
-        from .refine import Weights, objective_for, quantile_levels, refine, sticky_start
-
         m, n_samples = self.n_components, moments.n_samples
         starts = [] if ftd is None else [("ftd", *ftd)]
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
