@@ -301,7 +301,7 @@ def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chro
     """Log-likelihood of each chromosome (binomial coefficients included), exact; pooled:
     summed over the samples."""
     samples = select_samples(store, samples)
-    hmm._check(1 if pooled else len(samples))
+    hmm.validate(1 if pooled else len(samples))
     params = Params.of(hmm)
     wanted = store.chromosomes if not chromosomes else list(chromosomes)
     unknown = [c for c in wanted if c not in store.chromosomes]
@@ -339,7 +339,7 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     samples, each sample its own sequences, their statistics summed."""
     samples = select_samples(store, samples)
     width = 1 if pooled else len(samples)
-    hmm._check(width)
+    hmm.validate(width)
     start = time.perf_counter()
     last = []
 
@@ -459,7 +459,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     exclusive with ``posteriors``, else shared, so a store on read-only media can be decoded
     (``lock=False``: the caller holds it, and opened ``store`` under it)."""
     samples = select_samples(store, samples)
-    hmm._check(len(samples))
+    hmm.validate(len(samples))
     labels = labels or state_labels(hmm.methylation_, samples if hmm.methylation_.shape[1] > 1 else ["pooled"])
     style = SegmentStyle(labels, [item_rgb(c) for c in state_colours(hmm.methylation_)])
     params = Params.of(hmm)
