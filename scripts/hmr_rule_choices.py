@@ -75,7 +75,7 @@ def lowest(hmm) -> str:
 
 def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool) -> np.ndarray:
     """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated state."""
-    from streambhmm.distributed.fitting import one_pass
+    from streambhmm.learn.selection import one_pass
     from streambhmm.distributed.regions import RegionRule, regions_of
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM

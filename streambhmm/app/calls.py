@@ -108,7 +108,8 @@ def run_call(settings: CallSettings, client, echo=lambda message: None, progress
 
 
 def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
-    from ..distributed.fitting import load_moments, one_pass
+    from ..distributed.fitting import load_moments
+    from ..learn.selection import one_pass
     from ..distributed.regions import find_regions, preset_rule
     from ..learn.checks import degeneracy_problems
     from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated, unmethylated_share

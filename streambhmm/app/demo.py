@@ -95,7 +95,8 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
     Bismark .cov and an allc file, ingest them into DIRECTORY/counts.zarr, compute the
     moments on Dask, fit 4 states (refined) and write DIRECTORY/model.json."""
     from ..distributed.cluster import store_client
-    from ..distributed.fitting import load_moments, one_pass
+    from ..distributed.fitting import load_moments
+    from ..learn.selection import one_pass
     from ..io.ingest import ingest
     from ..io.storage import write_json
     from ..io.store import open_store

@@ -13,8 +13,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..distributed.fitting import (COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, FitData, HeldOut,
-                                   default_emission)
+from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, FitData, default_emission
+from ..learn.selection import HeldOut
 
 
 @dataclass
@@ -135,7 +135,7 @@ def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple
 
 def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -> FitOutcome:
     """Fit, check, describe and write the model of ``m`` states."""
-    from ..distributed.fitting import bic, held_out
+    from ..learn.selection import bic, held_out
     from ..io.storage import write_json
     from ..learn.checks import DegenerateModelError, DegenerateModelWarning
     from .modelio import model_columns, model_to_dict
@@ -187,7 +187,7 @@ def data_settings(settings: FitSettings, samples) -> dict:
 
 def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
     """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
-    from ..distributed.fitting import one_pass
+    from ..learn.selection import one_pass
     from ..distributed.storehmm import fit_store_em
     from ..io.store import open_store
     from ..learn.hmm import BinomialHMM, random_parameters
