@@ -27,7 +27,7 @@ import dask
 import numpy as np
 import zarr
 
-from ..learn import _hmm_kernels
+from ..learn import hmm_kernels as _hmm_kernels
 from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, plan_chunks, select_samples, tree_reduce

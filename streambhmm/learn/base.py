@@ -15,16 +15,19 @@ class BaseBinomialHMM:
     Fitted attributes: ``startprob_`` (n_components,), ``transmat_`` (n_components,
     n_components), ``methylation_`` (n_components, n_samples) and, with
     ``emission="betabinomial"``, ``dispersion_`` (n_components, n_samples). A subclass
-    says how its fit is checked for degeneracy (``_degeneracy_terms``)."""
+    says how its fit is checked for degeneracy (``_degeneracy_terms``) and passes its own
+    parameters (``own``) to be set with the shared ones."""
 
     def __init__(self, n_components: int, n_bins: int, random_state, allow_degenerate: bool, emission: str,
-                 limits):
+                 limits, **own):
         self.n_components = n_components
         self.n_bins = n_bins
         self.random_state = random_state
         self.allow_degenerate = allow_degenerate
         self.emission = emission
         self.limits = limits
+        for name, value in own.items():
+            setattr(self, name, value)
 
     @property
     def dispersion(self) -> np.ndarray | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _hmm_kernels
+from . import hmm_kernels
 from .base import BaseBinomialHMM
 from .checks import stationary_weights
 from .emissions import START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
@@ -108,14 +108,9 @@ class BinomialHMM(BaseBinomialHMM):
                  random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
                  stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial",
                  limits=None):
-        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits)
+        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, n_iter=n_iter,
+                         tol=tol, init=init, params=params, init_params=init_params, stationary_start=stationary_start)
         self._check_emission()
-        self.n_iter = n_iter
-        self.tol = tol
-        self.init = init
-        self.params = params
-        self.init_params = init_params
-        self.stationary_start = stationary_start
 
     # -- initialization -------------------------------------------------------------
     def initialize(self, methylated, coverage, lengths=None) -> "BinomialHMM":
@@ -163,7 +158,7 @@ class BinomialHMM(BaseBinomialHMM):
     def _fb(self, data: "EncodedCounts", want_posteriors=False):
         self.validate(data.table.codes.shape[0])
         data.log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion, data.log_b)
-        return _hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
+        return hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
                                              np.asarray(self.transmat_, dtype=np.float64), data.table.codes.T,
                                              data.table.keys.size, want_posteriors, np.ones(self.n_components),
                                              data.workspace)
@@ -227,7 +222,7 @@ class BinomialHMM(BaseBinomialHMM):
         self.validate(meth.shape[1])
         log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
         with np.errstate(divide="ignore"):
-            states, logprob = _hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
+            states, logprob = hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
         return float(logprob), states
 
     def predict(self, methylated, coverage, lengths=None) -> np.ndarray:
@@ -250,7 +245,7 @@ class EncodedCounts:
         self.table = EmissionTable(methylated, coverage)
         self.lengths = lengths
         self.log_b = None
-        self.workspace = _hmm_kernels.Workspace()
+        self.workspace = hmm_kernels.Workspace()
 
     @classmethod
     def of(cls, methylated, coverage, lengths=None) -> "EncodedCounts":

@@ -87,17 +87,10 @@ class SpectralBinomialHMM(BaseBinomialHMM):
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
                  projection_seed: int = 0, emission: str = "binomial", limits=None):
-        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits)
-        self.method = method
-        self.methylation_recovery = methylation_recovery
-        self.n_restarts = n_restarts
-        self.n_iter = n_iter
-        self.check_spectrum = check_spectrum
-        self.n_random_starts = n_random_starts
-        self.criterion = criterion
-        self.feature = feature
-        self.projection_dim = projection_dim
-        self.projection_seed = projection_seed
+        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, method=method,
+                         methylation_recovery=methylation_recovery, n_restarts=n_restarts, n_iter=n_iter,
+                         check_spectrum=check_spectrum, n_random_starts=n_random_starts, criterion=criterion,
+                         feature=feature, projection_dim=projection_dim, projection_seed=projection_seed)
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
