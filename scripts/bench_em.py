@@ -47,16 +47,16 @@ def best(fn, repeat=3):
 
 def betabinomial_seconds(meth: np.ndarray, cov: np.ndarray, m: int) -> float:
     """Seconds per beta-binomial EM iteration from the same start (overdispersion 0.05), best of 10."""
-    from streambhmm.learn.hmm import _Encoded
+    from streambhmm.learn.hmm import EncodedCounts
 
     start_levels = np.linspace(0.1, 0.9, m)[:, None]
     start_trans = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
     hmm = BinomialHMM(m, n_iter=1, init_params="", tol=0, emission="betabinomial")
     hmm.start_from(np.full(m, 1 / m), start_trans, start_levels, np.full((m, 1), 0.05))
-    data = _Encoded(meth[:, None], cov[:, None], np.array([meth.size]))
+    data = EncodedCounts(meth[:, None], cov[:, None], np.array([meth.size]))
 
     def iteration():
-        hmm.m_step(hmm._e_step(data))
+        hmm.m_step(hmm.e_step(data))
 
     iteration()  # compile outside the timing
     return best(iteration, repeat=10)
@@ -68,7 +68,7 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int, fit_iter: int =
     iterations (validation and encoding of the counts included; best of 3)."""
     from hmmlearn.hmm import MultinomialHMM
 
-    from streambhmm.learn.hmm import _Encoded
+    from streambhmm.learn.hmm import EncodedCounts
 
     logging.getLogger("hmmlearn").setLevel(logging.ERROR)  # its notice that MultinomialHMM changed in 0.2.8
 
@@ -76,10 +76,10 @@ def iteration_seconds(meth: np.ndarray, cov: np.ndarray, m: int, fit_iter: int =
     start_trans = np.full((m, m), 0.1 / (m - 1)) + np.eye(m) * (0.9 - 0.1 / (m - 1))
     ours = BinomialHMM(m, n_iter=1, init_params="", tol=0)
     ours.startprob_, ours.transmat_, ours.methylation_ = start_prob, start_trans, start_levels
-    data = _Encoded(meth[:, None], cov[:, None], np.array([meth.size]))  # as fit encodes it, once
+    data = EncodedCounts(meth[:, None], cov[:, None], np.array([meth.size]))  # as fit encodes it, once
 
     def our_iteration():
-        ours.m_step(ours._e_step(data))
+        ours.m_step(ours.e_step(data))
 
     our_iteration()  # compile outside the timing
     ours.methylation_ = start_levels

@@ -63,7 +63,7 @@ def main():
             SpectralBinomialHMM(m, random_state=0, allow_degenerate=True).fit_moments(mom)
             t_refined = time.perf_counter() - t + t_tables
             hmm = BinomialHMM(m, init="random", random_state=0)
-            hmm._initialize(sim.methylated, sim.coverage, sim.lengths)
+            hmm.initialize(sim.methylated, sim.coverage, sim.lengths)
             hmm.e_step(sim.methylated, sim.coverage, sim.lengths)  # compile
             t = time.perf_counter()
             hmm.m_step(hmm.e_step(sim.methylated, sim.coverage, sim.lengths))

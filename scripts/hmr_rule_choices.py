@@ -55,14 +55,14 @@ def load(key: str, tmp: Path):
 
 
 def free_em(meth, cov, lengths, m: int, starts: int = 3):
-    from streambhmm.learn.hmm import BinomialHMM, _Encoded, random_parameters, run_em
+    from streambhmm.learn.hmm import BinomialHMM, EncodedCounts, random_parameters, run_em
 
-    data = _Encoded(meth[:, None], cov[:, None], lengths)
+    data = EncodedCounts(meth[:, None], cov[:, None], lengths)
     best = None
     for seed in range(starts):
         hmm = BinomialHMM(m, emission="betabinomial", stationary_start=True, init_params="",
                           allow_degenerate=True).start_from(*random_parameters(m, 1, seed))
-        history = run_em(hmm, lambda: hmm._e_step(data), 2000, 1e-9)
+        history = run_em(hmm, lambda: hmm.e_step(data), 2000, 1e-9)
         if best is None or history[-1] > best[0]:
             best = (history[-1], hmm)
     return best[1]
@@ -75,7 +75,7 @@ def lowest(hmm) -> str:
 
 def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool) -> np.ndarray:
     """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated state."""
-    from streambhmm.distributed.fitting import one_pass
+    from streambhmm.learn.selection import one_pass
     from streambhmm.distributed.regions import RegionRule, regions_of
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM
@@ -127,13 +127,13 @@ def main():
     for key, (meth, cov, pos, lengths) in data.items():
         fits[key] = {m: free_em(meth, cov, lengths, m) for m in range(2, 9)}
         print(f"| {SETS[key][0]} | " + " | ".join(lowest(fits[key][m]) for m in range(2, 9)) + " |", flush=True)
-    from streambhmm.learn.hmm import BinomialHMM, _Encoded, run_em
+    from streambhmm.learn.hmm import BinomialHMM, EncodedCounts, run_em
 
     source, (meth, cov, _, lengths) = fits["msr22"][6], data["bsseq22"]
     moved = BinomialHMM(6, emission="betabinomial", stationary_start=True, allow_degenerate=True).start_from(
         source.startprob_, source.transmat_, source.methylation_, source.dispersion_)
-    encoded = _Encoded(meth[:, None], cov[:, None], lengths)
-    run_em(moved, lambda: moved._e_step(encoded), 2000, 1e-9)
+    encoded = EncodedCounts(meth[:, None], cov[:, None], lengths)
+    run_em(moved, lambda: moved.e_step(encoded), 2000, 1e-9)
     print(f"\nEM on bsseq IMR90 chr22 from the MethylSeekR excerpt's 6-state model: its lowest state "
           f"{lowest(source)} becomes {lowest(moved)}")
 

@@ -31,7 +31,7 @@ import many_samples_real as real  # noqa: E402
 from real_data_fits import em  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
-from streambhmm.learn import refine as refine_module  # noqa: E402
+from streambhmm.learn import criterion as refine_module  # noqa: E402
 from streambhmm.learn.evaluate import matched_error  # noqa: E402
 from streambhmm.learn.hmm import random_parameters  # noqa: E402
 from streambhmm.learn.refine import Weights  # noqa: E402

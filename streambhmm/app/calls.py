@@ -22,7 +22,7 @@ import numpy as np
 from ..distributed.cluster import is_small
 from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
-from ..distributed.fitting import one_pass
+from ..learn.selection import one_pass
 from ..distributed.regions import find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory

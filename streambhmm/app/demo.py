@@ -23,6 +23,7 @@ from ..io.ingest import ingest
 from ..io.storage import write_json
 from ..io.store import SampleWriter, open_store
 from ..learn.evaluate import matched_error
+from ..learn.selection import one_pass
 from ..learn.simulate import model, simulate
 from ..moments.spec import FeatureSpec
 from .modelio import data_settings_of, model_to_dict
@@ -101,8 +102,6 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
     """Simulate DEMO_TRUTH on three chromosomes of ``n`` bins, write the two samples as a
     Bismark .cov and an allc file, ingest them into DIRECTORY/counts.zarr, compute the
     moments on Dask, fit 4 states (refined) and write DIRECTORY/model.json."""
-    from ..distributed.fitting import one_pass
-
     chromosomes = ["chr1", "chr2", "chr3"]
     rng = np.random.default_rng(seed)
     simulated = simulate(DEMO_TRUTH, [n] * len(chromosomes), coverage=DEMO_COVERAGE, random_state=rng)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..distributed.cluster import is_small, scheduler_address
 from ..distributed.fitdata import FitData, load_moments
-from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, HeldOut, default_emission
+from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
 from ..io.outputs import check_output_file
 from ..io.storage import write_json
@@ -23,6 +23,7 @@ from ..io.store import open_store
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
 from ..learn.hmm import BinomialHMM, random_parameters
+from ..learn.selection import HeldOut, bic, held_out, one_pass
 from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
 from ..moments.pipeline import select_samples
@@ -136,7 +137,6 @@ def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple
 
 def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -> FitOutcome:
     """Fit, check, describe and write the model of ``m`` states."""
-    from ..distributed.fitting import bic, held_out
 
     if settings.sweep:
         echo(f"\nM = {m}:")
@@ -181,7 +181,6 @@ def data_settings(settings: FitSettings, samples) -> dict:
 
 def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
     """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
-    from ..distributed.fitting import one_pass
 
     method = settings.method
     if method in ONE_PASS:

@@ -100,7 +100,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     exclusive with ``posteriors``, else shared (so a store on read-only media can be
     decoded), and opened ``store`` under it (cluster.store_session)."""
     samples = select_samples(store, samples)
-    hmm._check(len(samples))
+    hmm.validate(len(samples))
     labels = labels or state_labels(hmm.methylation_, samples if hmm.methylation_.shape[1] > 1 else ["pooled"])
     style = SegmentStyle(labels, [item_rgb(c) for c in state_colours(hmm.methylation_)])
     tag = f"{POSTERIOR}_tmp_{uuid.uuid4().hex[:12]}"

@@ -68,7 +68,7 @@ def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chro
     """Log-likelihood of each chromosome (binomial coefficients included), exact; pooled:
     summed over the samples."""
     samples = select_samples(store, samples)
-    hmm._check(1 if pooled else len(samples))
+    hmm.validate(1 if pooled else len(samples))
     params = Params.of(hmm)
     wanted = store.chromosomes if not chromosomes else list(chromosomes)
     unknown = [c for c in wanted if c not in store.chromosomes]
@@ -106,7 +106,7 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     samples, each sample its own sequences, their statistics summed."""
     samples = select_samples(store, samples)
     width = 1 if pooled else len(samples)
-    hmm._check(width)
+    hmm.validate(width)
     start = time.perf_counter()
     last = []
 

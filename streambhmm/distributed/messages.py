@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..learn import _hmm_kernels
+from ..learn import hmm_kernels
 from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats
 
@@ -54,7 +54,7 @@ def forward_step(previous, log_b: np.ndarray, params: Params):
     if log_b.shape[0] == 0:
         return 0.0, previous
     start = params.startprob if previous is None else previous @ params.transmat
-    return _hmm_kernels.forward_message(log_b, start, params.transmat)
+    return hmm_kernels.forward_message(log_b, start, params.transmat)
 
 
 def backward_step(following, log_b: np.ndarray, params: Params):
@@ -63,7 +63,7 @@ def backward_step(following, log_b: np.ndarray, params: Params):
     if log_b.shape[0] == 0:
         return following
     final = np.ones(params.transmat.shape[0]) if following is None else following
-    return _hmm_kernels.backward_message(log_b, params.transmat, final)
+    return hmm_kernels.backward_message(log_b, params.transmat, final)
 
 
 def statistics_between(previous, following, log_b: np.ndarray, params: Params, want_posteriors: bool,
@@ -88,7 +88,7 @@ def statistics_between(previous, following, log_b: np.ndarray, params: Params, w
         codes = np.vstack([np.full((1, codes.shape[1]), -1, np.int32), codes])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
-    loglik, first, trans, code_weights, post = _hmm_kernels.forward_backward(
+    loglik, first, trans, code_weights, post = hmm_kernels.forward_backward(
         log_b, np.array([log_b.shape[0]]), start, params.transmat, codes, 0 if table is None else table.keys.size,
         want_posteriors or table is None, final)
     if previous is not None:

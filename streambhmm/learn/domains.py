@@ -25,6 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..moments.features import decode_cells
+from .criterion import StateLimits
+
 HYPO_LEVEL = 0.2
 HYPO_DISPERSION = 0.2
 HMR_BACKGROUND_STATES = 3
@@ -47,9 +50,7 @@ class CallModel:
     level_caps: tuple  # per state: upper bound of the level (1.0: free)
     dispersion_caps: tuple  # per state: upper bound of the overdispersion (1.0: free)
 
-    def limits(self):
-        from .refine import StateLimits
-
+    def limits(self) -> StateLimits:
         return StateLimits(np.array(self.level_caps, np.float64), np.array(self.dispersion_caps, np.float64))
 
 
@@ -77,8 +78,6 @@ def unmethylated_share(moments) -> np.ndarray:
     thinning cap); NaN where no such bin was counted. Zero over many bins means the input
     lists methylated cytosines only, as some pipelines' files do (Lister et al. 2009's mc
     files): unmethylated CpGs, the core of every HMR, are then missing from the data."""
-    from ..moments.features import decode_cells
-
     layout = moments.histogram_layout(1)
     totals = np.zeros(moments.n_samples)
     zeros = np.zeros(moments.n_samples)

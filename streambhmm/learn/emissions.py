@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, gammaln
 
-from . import _emission_kernels, _hmm_kernels
+from . import _emission_kernels, hmm_kernels
 from ..moments.features import index_pairs, pairs_from_keys
 
 EMISSIONS = ("binomial", "betabinomial")
@@ -84,7 +84,7 @@ class EmissionTable:
         for s in range(self.codes.shape[0]):
             per_pair = pair_loglik(self.coverage, self.methylated, self.coef, methylation[:, s],
                                    None if dispersion is None else dispersion[:, s])
-            _hmm_kernels.add_rows(out, per_pair, self.codes[s])
+            hmm_kernels.add_rows(out, per_pair, self.codes[s])
         return out
 
     def statistics(self, code_weights: np.ndarray, keep_pairs: bool) -> tuple:

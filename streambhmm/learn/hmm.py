@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _hmm_kernels
-from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
-from .emissions import EMISSIONS, START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
+from . import hmm_kernels
+from .base import BaseBinomialHMM
+from .checks import stationary_weights
+from .emissions import START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
+from .model import SpectralBinomialHMM
+from .simulate import Model, simulate
 from ..moments.validation import validate_counts
-
 
 
 @dataclass
@@ -42,11 +44,14 @@ class SufficientStats:
 
 @dataclass
 class ConvergenceMonitor:
-    """Log-likelihood history, before each M-step and of the final parameters; converged
-    after ``n_iter`` M-steps (as hmmlearn's) or when an iteration gains less than ``tol``."""
+    """EM's log-likelihood history, before each M-step and of the final parameters;
+    converged after ``n_iter`` M-steps (as hmmlearn's) or when an iteration gains less than
+    ``tol + rel_tol * |loglik|`` (has_converged: the one stopping rule of EM, in memory
+    and on a store)."""
 
     tol: float
     n_iter: int
+    rel_tol: float = 0.0
     history: list = field(default_factory=list)
 
     def report(self, loglik: float) -> None:
@@ -58,9 +63,7 @@ class ConvergenceMonitor:
 
     @property
     def converged(self) -> bool:
-        if self.iter > self.n_iter:
-            return True
-        return len(self.history) >= 2 and self.history[-1] - self.history[-2] < self.tol
+        return self.iter > self.n_iter or has_converged(self.history, self.rel_tol, self.tol)
 
 
 def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray,
@@ -73,7 +76,7 @@ def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.
 INITS = ("spectral", "ftd", "random")
 
 
-class BinomialHMM:
+class BinomialHMM(BaseBinomialHMM):
     """Binomial HMM fitted by EM.
 
     Parameters follow hmmlearn: ``init_params`` names what ``fit`` initializes and
@@ -82,8 +85,9 @@ class BinomialHMM:
     the one-pass estimate of the same data (:class:`~streambhmm.learn.model.SpectralBinomialHMM`,
     refined), ``"ftd"`` from the paper's tensor decomposition, ``"random"`` from random
     levels. Each sequence in ``lengths`` starts from ``startprob_``. ``fit`` makes at most
-    ``n_iter`` M-steps; ``monitor_.history`` holds the log-likelihood before each and of
-    the final parameters.
+    ``n_iter`` M-steps and stops early when an iteration gains less than ``tol`` (run_em's
+    rule, absolute here as hmmlearn's); ``monitor_.history`` holds the log-likelihood before
+    each and of the final parameters.
 
     ``stationary_start=True`` keeps ``startprob_`` equal to the stationary distribution of
     ``transmat_`` instead of estimating it from the first bins: the natural choice for a
@@ -104,22 +108,16 @@ class BinomialHMM:
                  random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
                  stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial",
                  limits=None):
-        if emission not in EMISSIONS:
-            raise ValueError(f"emission must be one of {', '.join(EMISSIONS)}, got {emission!r}")
-        self.emission = emission
-        self.n_components = n_components
-        self.n_iter = n_iter
-        self.tol = tol
-        self.init = init
-        self.random_state = random_state
-        self.params = params
-        self.init_params = init_params
-        self.n_bins = n_bins
-        self.stationary_start = stationary_start
-        self.allow_degenerate = allow_degenerate
-        self.limits = limits
+        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, n_iter=n_iter,
+                         tol=tol, init=init, params=params, init_params=init_params, stationary_start=stationary_start)
+        self._check_emission()
 
     # -- initialization -------------------------------------------------------------
+    def initialize(self, methylated, coverage, lengths=None) -> "BinomialHMM":
+        """Set the starting parameters as ``fit`` does (``init``, ``init_params``)."""
+        self._initialize(*validate_counts(methylated, coverage, lengths))
+        return self
+
     def _initialize(self, meth, cov, lengths) -> None:
         if self.init not in INITS:
             raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
@@ -131,8 +129,6 @@ class BinomialHMM:
         if self.init == "random":
             self.start_from(*random_parameters(self.n_components, meth.shape[1], self.random_state))
             return
-        from .model import SpectralBinomialHMM
-
         spectral = SpectralBinomialHMM(self.n_components, n_bins=self.n_bins, random_state=self.random_state,
                                        method="refined" if self.init == "spectral" else "ftd",
                                        check_spectrum=self.init == "spectral", allow_degenerate=True)
@@ -158,36 +154,19 @@ class BinomialHMM:
             self.startprob_ = stationary_weights(self.transmat_)
         return self
 
-    @property
-    def dispersion(self) -> np.ndarray | None:
-        """The emissions' overdispersion (None for the binomial)."""
-        return np.asarray(self.dispersion_, dtype=np.float64) if self.emission == "betabinomial" else None
-
-    def _check(self, n_samples: int) -> None:
-        m = self.n_components
-        for name, shape in (("startprob_", (m,)), ("transmat_", (m, m)), ("methylation_", (m, n_samples))):
-            value = np.asarray(getattr(self, name))
-            if value.shape != shape:
-                raise ValueError(f"{name} has shape {value.shape}, expected {shape}")
-        if not np.allclose(self.transmat_.sum(axis=1), 1.0) or not np.isclose(self.startprob_.sum(), 1.0):
-            raise ValueError("startprob_ and the rows of transmat_ must sum to 1")
-        if ((self.methylation_ < 0) | (self.methylation_ > 1)).any():
-            raise ValueError("methylation_ must lie in [0, 1]")
-
     # -- E and M steps --------------------------------------------------------------
-    def _fb(self, data: "_Encoded", want_posteriors=False):
-        self._check(data.table.codes.shape[0])
+    def _fb(self, data: "EncodedCounts", want_posteriors=False):
+        self.validate(data.table.codes.shape[0])
         data.log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion, data.log_b)
-        return _hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
+        return hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
                                              np.asarray(self.transmat_, dtype=np.float64), data.table.codes.T,
                                              data.table.keys.size, want_posteriors, np.ones(self.n_components),
                                              data.workspace)
 
-    def e_step(self, methylated, coverage, lengths=None) -> SufficientStats:
-        """Sufficient statistics of the current parameters (add them across data)."""
-        return self._e_step(_Encoded(*validate_counts(methylated, coverage, lengths)))
-
-    def _e_step(self, data: "_Encoded") -> SufficientStats:
+    def e_step(self, methylated, coverage=None, lengths=None) -> SufficientStats:
+        """Sufficient statistics of the current parameters (add them across data).
+        ``methylated`` may be counts encoded once (EncodedCounts.of) for many E-steps."""
+        data = methylated if isinstance(methylated, EncodedCounts) else EncodedCounts.of(methylated, coverage, lengths)
         loglik, start, trans, code_weights, _ = self._fb(data)
         return SufficientStats(loglik, start, trans,
                                *data.table.statistics(code_weights, self.emission == "betabinomial"))
@@ -215,43 +194,35 @@ class BinomialHMM:
                 self.dispersion_ = np.stack([u[1] for u in updated], axis=1)
 
     def fit(self, methylated, coverage, lengths=None) -> "BinomialHMM":
+        self._check_params()
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
         self._initialize(meth, cov, lengths)
-        self.monitor_ = ConvergenceMonitor(self.tol, self.n_iter)
-        data = _Encoded(meth, cov, lengths)  # once for all iterations
-        while True:
-            stats = self._e_step(data)
-            self.monitor_.report(stats.loglik)
-            if self.monitor_.converged:
-                break
-            self.m_step(stats)
+        data = EncodedCounts(meth, cov, lengths)  # once for all iterations
+        run_em(self, lambda: self.e_step(data), self.n_iter, tol=self.tol)
         self.n_features_in_ = meth.shape[1]
         self.check_fit()
         return self
 
-    def check_fit(self) -> None:
-        """Raise (or, with ``allow_degenerate``, warn) when the fitted model is degenerate."""
-        problems = degeneracy_problems(self.methylation_, self.transmat_, stationary_weights(self.transmat_))
-        refuse_degenerate(problems, "EM", self.n_components,
-                          "other starts (fit --seed, --em-starts; BinomialHMM init, random_state)",
-                          self.allow_degenerate)
+    def _degeneracy_terms(self) -> tuple[str, np.ndarray, str]:
+        return ("EM", stationary_weights(self.transmat_),
+                "other starts (fit --seed, --em-starts; BinomialHMM init, random_state)")
 
     # -- scoring and decoding -------------------------------------------------------
     def score(self, methylated, coverage, lengths=None) -> float:
         """Total log-likelihood, binomial coefficients included."""
-        return float(self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)))[0])
+        return float(self._fb(EncodedCounts.of(methylated, coverage, lengths))[0])
 
     def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
         """Posterior state probabilities, shape (n, n_components)."""
-        return self._fb(_Encoded(*validate_counts(methylated, coverage, lengths)), want_posteriors=True)[4]
+        return self._fb(EncodedCounts.of(methylated, coverage, lengths), want_posteriors=True)[4]
 
     def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
         """Viterbi: (log-probability of the best paths, states)."""
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
-        self._check(meth.shape[1])
+        self.validate(meth.shape[1])
         log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
         with np.errstate(divide="ignore"):
-            states, logprob = _hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
+            states, logprob = hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
         return float(logprob), states
 
     def predict(self, methylated, coverage, lengths=None) -> np.ndarray:
@@ -260,45 +231,54 @@ class BinomialHMM:
 
     def sample(self, n_samples: int = 1, coverage=20.0, random_state=None, lengths=None):
         """Draw (methylated, coverage, states); coverage is Poisson with the given mean(s)."""
-        from .simulate import Model, simulate
-
         mdl = Model(np.asarray(self.methylation_), np.asarray(self.transmat_), np.asarray(self.startprob_))
         sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
                        random_state=random_state, dispersion=self.dispersion)
         return sim.methylated, sim.coverage, sim.states
 
 
-class _Encoded:
+class EncodedCounts:
     """Validated counts ready for the recursion: their emission table and lengths; with the
-    recursion's buffers, reused by every iteration."""
+    recursion's buffers, reused by every iteration (BinomialHMM.e_step)."""
 
     def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
         self.table = EmissionTable(methylated, coverage)
         self.lengths = lengths
         self.log_b = None
-        self.workspace = _hmm_kernels.Workspace()
+        self.workspace = hmm_kernels.Workspace()
+
+    @classmethod
+    def of(cls, methylated, coverage, lengths=None) -> "EncodedCounts":
+        """Counts of shape (n,) or (n, n_samples), validated (moments.validation), encoded."""
+        return cls(*validate_counts(methylated, coverage, lengths))
 
 
-def run_em(hmm: "BinomialHMM", e_step, n_iter: int, rel_tol: float, report=None) -> list[float]:
-    """Alternate ``e_step()`` (SufficientStats of ``hmm``'s current parameters, from any
-    data source) and ``hmm.m_step`` for at most ``n_iter`` M-steps, stopping early when an
-    iteration gains less than ``rel_tol * |loglik|``. Returns the log-likelihood of each
-    E-step; the last is that of ``hmm``'s final parameters. ``report(iteration, loglik)``
-    is called after each E-step."""
-    history = []
-    for iteration in range(n_iter + 1):
+def run_em(hmm: BinomialHMM, e_step, n_iter: int, rel_tol: float = 0.0, report=None, tol: float = 0.0
+           ) -> list[float]:
+    """EM, in memory (BinomialHMM.fit) or on a store: alternate ``e_step()``
+    (SufficientStats of ``hmm``'s current parameters, from any data source) and
+    ``hmm.m_step`` for at most ``n_iter`` M-steps, stopping early when an iteration gains
+    less than ``tol + rel_tol * |loglik|`` (has_converged). ``hmm.monitor_`` is the
+    ConvergenceMonitor. Returns the log-likelihood of each E-step; the last is that of
+    ``hmm``'s final parameters. ``report(iteration, loglik)`` is called after each E-step."""
+    monitor = hmm.monitor_ = ConvergenceMonitor(tol, n_iter, rel_tol)
+    while True:
         stats = e_step()
-        history.append(float(stats.loglik))
+        monitor.report(stats.loglik)
         if report is not None:
-            report(iteration, stats.loglik)
-        if has_converged(history, rel_tol) or iteration == n_iter:
-            break
+            report(monitor.iter - 1, stats.loglik)
+        if monitor.converged:
+            return monitor.history
         hmm.m_step(stats)
-    return history
 
 
-def has_converged(history: list, rel_tol: float) -> bool:
-    return len(history) >= 2 and history[-1] - history[-2] < rel_tol * abs(history[-1])
+def has_converged(history: list, rel_tol: float = 0.0, tol: float = 0.0) -> bool:
+    """EM's stopping rule: the last iteration gained less than ``tol + rel_tol * |loglik|``
+    (an absolute and a relative tolerance, as numpy.isclose's; the store's EM uses the
+    relative one, BinomialHMM's ``tol`` the absolute one, as hmmlearn's)."""
+    if len(history) < 2:
+        return False
+    return history[-1] - history[-2] < (tol + rel_tol * abs(history[-1]) if rel_tol else tol)
 
 
 def random_parameters(n_components: int, n_samples: int, random_state=None):

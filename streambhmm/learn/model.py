@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import recovery
-from .checks import degeneracy_problems, refuse_degenerate, stationary_weights
+from .base import BaseBinomialHMM
+from .checks import stationary_weights
 from ..moments.features import DEFAULT_PROJECTION_DIM, projection_for
 from ..moments.sums import Moments, compute_moments
+from .criterion import Weights, objective_for
+from .refine import quantile_levels, refine, sticky_start
 from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
@@ -17,7 +20,7 @@ TRIPLES_PER_PARAMETER = 10  # fewer data cannot pin the parameters down
 METHYLATION_RECOVERY = ("ratio", "paper")
 
 
-class SpectralBinomialHMM:
+class SpectralBinomialHMM(BaseBinomialHMM):
     """Binomial HMM learned by the method of moments in one pass over the data.
 
     Parameters
@@ -84,22 +87,10 @@ class SpectralBinomialHMM:
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
                  projection_seed: int = 0, emission: str = "binomial", limits=None):
-        self.n_components = n_components
-        self.n_bins = n_bins
-        self.method = method
-        self.random_state = random_state
-        self.methylation_recovery = methylation_recovery
-        self.n_restarts = n_restarts
-        self.n_iter = n_iter
-        self.check_spectrum = check_spectrum
-        self.n_random_starts = n_random_starts
-        self.allow_degenerate = allow_degenerate
-        self.criterion = criterion
-        self.feature = feature
-        self.projection_dim = projection_dim
-        self.projection_seed = projection_seed
-        self.emission = emission
-        self.limits = limits
+        super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, method=method,
+                         methylation_recovery=methylation_recovery, n_restarts=n_restarts, n_iter=n_iter,
+                         check_spectrum=check_spectrum, n_random_starts=n_random_starts, criterion=criterion,
+                         feature=feature, projection_dim=projection_dim, projection_seed=projection_seed)
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -132,7 +123,7 @@ class SpectralBinomialHMM:
         else:
             self._refine(moments, ftd, rng)
             clipped = None
-        self._check_fit(clipped)
+        self.check_fit(clipped)
         return self
 
     def _ftd(self, moments: Moments, rng):
@@ -165,8 +156,6 @@ class SpectralBinomialHMM:
         return (levels, transmat), clipped
 
     def _refine(self, moments: Moments, ftd, rng) -> None:
-        from .refine import Weights, objective_for, quantile_levels, refine, sticky_start
-
         m, n_samples = self.n_components, moments.n_samples
         starts = [] if ftd is None else [("ftd", *ftd)]
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
@@ -181,20 +170,14 @@ class SpectralBinomialHMM:
         observation = objective.observation(result.methylation, result.coverage, result.dispersion)[0]
         self.observation_ = observation if objective.projection is None else objective.projection @ observation
 
-    def _check_fit(self, clipped) -> None:
-        problems = degeneracy_problems(self.methylation_, self.transmat_, self.startprob_, clipped)
+    def _degeneracy_terms(self) -> tuple[str, np.ndarray, str]:
         other = "method='refined' (fit --method refined)" if self.method == "ftd" else "EM (fit --method em)"
-        refuse_degenerate(problems, self.method, self.n_components, other, self.allow_degenerate)
+        return self.method, self.startprob_, other
 
-    def _check_params(self, n_samples: int | None, dim: int | None = None) -> None:
-        if not isinstance(self.n_components, (int, np.integer)) or self.n_components < 1:
-            raise ValueError(f"n_components must be a positive integer, got {self.n_components!r}")
-        if not isinstance(self.n_bins, (int, np.integer)) or self.n_bins < 1:
-            raise ValueError(f"n_bins must be a positive integer, got {self.n_bins!r}")
+    def _check_params(self, n_samples: int | None = None, dim: int | None = None) -> None:
+        super()._check_params()
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        if self.emission not in ("binomial", "betabinomial"):
-            raise ValueError(f"emission must be binomial or betabinomial, got {self.emission!r}")
         if self.emission == "betabinomial" and self.method == "ftd":
             raise ValueError("the tensor decomposition (method='ftd') fits binomial emissions; "
                              "use method='refined' for emission='betabinomial'")

@@ -7,7 +7,9 @@ from scipy.stats import binom
 
 from streambhmm import compute_moments, simulate
 from streambhmm.moments.features import beta_map, decode_cells
-from streambhmm.learn.refine import ExpectedFeatures, Objective, SampleCoverage, Weights, _Histogram, stationary
+from streambhmm.learn.criterion import Objective, Weights, stationary
+from streambhmm.learn.expected import ExpectedFeatures, SampleCoverage
+from streambhmm.learn.histograms import _Histogram
 from streambhmm.learn.simulate import model, population_moments
 
 from ..conftest import STICKY, WELL_SEPARATED

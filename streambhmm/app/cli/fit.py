@@ -93,7 +93,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
     from ..fit import FitSettings, run_fit
-    from ...distributed.fitting import recommend
+    from ...learn.selection import recommend
 
     start = time.perf_counter()
     settings = FitSettings(
@@ -114,7 +114,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         outcomes = [show(outcome, settings) for outcome in models]
     if settings.sweep:
         click.echo("\n" + format_sweep(outcomes))
-        choice = recommend([vars(o) for o in outcomes])
+        choice = recommend(outcomes)
         if choice:
             click.echo(f"recommended: M = {choice[0]}: {choice[1]}")
     if not any(o.written for o in outcomes):

@@ -27,7 +27,7 @@ def _shifted_emissions(log_b, t, out):
 # The scaled recursion underflows only on extreme models (zeros in the transition matrix meeting
 # emissions thousands of nats apart); the sequence is then redone in the log domain, which is
 # exact for every valid model. Below TINY a normalizer counts as underflowed.
-from ..moments._kernels import TINY  # noqa: E402  (the moment kernels' underflow bound too)
+from ._refine_kernels import TINY  # noqa: E402  (the refinement kernels' underflow bound too)
 
 
 @njit(cache=True, nogil=True)

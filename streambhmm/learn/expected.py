@@ -1,0 +1,147 @@
+"""What the refinement's criterion expects of a level: the Beta-map features of a bin in a
+state, per coverage bucket, tabulated on a grid of levels and interpolated (cubic Hermite)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import gammaln
+
+from ..moments.features import COVERAGE_BUCKETS, coverage_bucket
+from .overdispersion import QUADRATURE, beta_parameters
+
+GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
+EXACT_COVERAGE = 128  # coverages above this are grouped in buckets 2% wide
+BUCKET_RATIO = 1.02
+# above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
+# coverages are tabulated at this value (bounded memory for amplicon-deep data)
+LARGEST_TABULATED_COVERAGE = 10_000
+
+
+def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
+    """log Bin(k; n, p) for k (K,) and p (P,), shape (P, K); p may be 0 or 1."""
+    coef = gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = coef + np.where(k > 0, k * np.log(p[:, None]), 0.0) \
+            + np.where(n - k > 0, (n - k) * np.log1p(-p[:, None]), 0.0)
+    return out
+
+
+def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(coverages, weights summing to 1): exact up to EXACT_COVERAGE, then geometric buckets
+    represented by their weighted mean coverage (at most LARGEST_TABULATED_COVERAGE)."""
+    c = np.flatnonzero(histogram)
+    w = histogram[c].astype(np.float64)
+    low = c <= EXACT_COVERAGE
+    cs, ws = [c[low]], [w[low]]
+    if (~low).any():
+        high_c, high_w = c[~low], w[~low]
+        bucket = np.floor(np.log(high_c / EXACT_COVERAGE) / np.log(BUCKET_RATIO)).astype(np.int64)
+        _, first, inverse = np.unique(bucket, return_index=True, return_inverse=True)
+        weight = np.bincount(inverse, high_w)
+        mean_c = np.rint(np.bincount(inverse, high_w * high_c) / weight).astype(np.int64)
+        cs.append(np.minimum(mean_c, LARGEST_TABULATED_COVERAGE))
+        ws.append(weight)
+    cs, ws = np.concatenate(cs), np.concatenate(ws)
+    return cs, ws / ws.sum()
+
+
+class ExpectedFeatures:
+    """g(p) = E[phi(c, mu) | level p] for one sample (D-vector), c drawn from the sample's
+    coverage histogram and mu ~ Binomial(c, p), with dg/dp; tabulated on a grid of p and
+    interpolated by cubic Hermite polynomials (C1, so the optimizer sees smooth gradients).
+
+    With I_x(mu+1, c-mu+1) = P(Binomial(c+1, x) > mu), the expected Beta-map CDF at an edge
+    x is sum_mu Bin(mu; c, p) P(Bin(c+1, x) > mu): one matrix product per coverage.
+    """
+
+    def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
+        grid = np.linspace(0.0, 1.0, grid_points + 1)
+        edges = np.arange(n_bins + 1) / n_bins
+        values = np.zeros((grid.size, n_bins))
+        slopes = np.zeros((grid.size, n_bins))
+        if coverage_histogram.sum() == 0:
+            raise ValueError("the coverage histogram is empty")
+        for c, w in zip(*_coverage_buckets(coverage_histogram)):
+            mu = np.arange(c + 1.0)
+            # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x: (c+1, D+1)
+            log_tail = _log_binomial_pmf(np.arange(c + 2.0), c + 1, edges)  # (D+1, c+2)
+            pmf_x = np.exp(log_tail)
+            lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
+            upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)
+            pmf_p = np.exp(_log_binomial_pmf(mu, c, grid))  # (G+1, c+1)
+            # take each bin's mass from the side of the distribution where it is small
+            cdf_up = pmf_p @ upper  # E[I_x], increasing in x
+            cdf_low = pmf_p @ lower  # 1 - E[I_x]
+            in_upper = edges[None, :-1] >= grid[:, None]
+            values += w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))
+            if c > 0:
+                # d/dp E[f(mu)] = c E_{k ~ Bin(c-1, p)}[f(k+1) - f(k)]
+                pmf_q = np.exp(_log_binomial_pmf(np.arange(c + 0.0), c - 1, grid))
+                d_up = pmf_q @ (upper[1:] - upper[:-1])
+                slopes += w * c * np.diff(d_up, axis=1)
+        self.values, self.slopes = values, slopes
+
+    def __call__(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(g(p), g'(p)), each (len(p), D)."""
+        return hermite(self.values, self.slopes, p)
+
+
+def hermite(values: np.ndarray, slopes: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cubic Hermite interpolation of tables (..., G + 1, D) of a function of p on the grid
+    k / G and its derivative, at the levels p: (value, slope), each (..., len(p), D)."""
+    grid_points = values.shape[-2] - 1
+    x = np.clip(p, 0.0, 1.0) * grid_points
+    i = np.minimum(np.floor(x).astype(np.int64), grid_points - 1)
+    t = (x - i)[:, None]
+    h = 1.0 / grid_points
+    y0, y1 = values[..., i, :], values[..., i + 1, :]
+    d0, d1 = slopes[..., i, :] * h, slopes[..., i + 1, :] * h
+    t2, t3 = t * t, t * t * t
+    value = (2 * t3 - 3 * t2 + 1) * y0 + (t3 - 2 * t2 + t) * d0 + (-2 * t3 + 3 * t2) * y1 + (t3 - t2) * d1
+    slope = ((6 * t2 - 6 * t) * y0 + (3 * t2 - 4 * t + 1) * d0 + (6 * t - 6 * t2) * y1
+             + (3 * t2 - 2 * t) * d1) / h
+    return value, slope
+
+
+class SampleCoverage:
+    """One sample's coverage buckets: which are non-empty, the sample's share in each, the
+    expected features of a level within each, and thinned coverage distributions."""
+
+    def __init__(self, histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
+        coverage = np.arange(histogram.size)
+        bucket = coverage_bucket(coverage)
+        mass = np.bincount(bucket, histogram, minlength=len(COVERAGE_BUCKETS))
+        if mass.sum() == 0:
+            raise ValueError("the coverage histogram is empty")
+        self.buckets = np.flatnonzero(mass)
+        self.marginal = mass[self.buckets] / mass.sum()
+        self.within = [np.where(bucket == b, histogram, 0.0) for b in self.buckets]  # per bucket
+        features = [ExpectedFeatures(w, n_bins, grid_points) for w in self.within]
+        # stacked (buckets, G + 1, D): one interpolation serves every bucket
+        self.values = np.stack([f.values for f in features])
+        self.slopes = np.stack([f.slopes for f in features])
+        self.mean = np.array([w @ coverage / w.sum() for w in self.within])
+
+    def features(self, levels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """E[phi | level, bucket] and its derivative in the level at each of ``levels``:
+        each (buckets, len(levels), D)."""
+        return hermite(self.values, self.slopes, levels)
+
+    def dispersed_features(self, levels: np.ndarray, dispersion: np.ndarray) -> tuple:
+        """E[phi | bucket] when the level is Beta-distributed around each of ``levels`` with
+        ``dispersion``, and its derivatives in the level (at fixed a + b) and in
+        v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
+        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once
+            self._at_nodes = np.ascontiguousarray(self.features(QUADRATURE.levels)[0])
+        a, b = beta_parameters(levels, dispersion)
+        w, w_a, w_b = QUADRATURE.weights(a, b)
+        value, d_a, d_b = (np.einsum("hk,bkd->bhd", x, self._at_nodes, optimize=True) for x in (w, w_a, w_b))
+        scale = (a + b)[None, :, None]
+        return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
+
+    def thinned(self, cap: int) -> np.ndarray:
+        """(buckets, cap + 1): P(min(c, cap) = k | bucket)."""
+        out = np.zeros((len(self.buckets), cap + 1))
+        for i, w in enumerate(self.within):
+            out[i] = np.bincount(np.minimum(np.arange(w.size), cap), w, minlength=cap + 1) / w.sum()
+        return out

@@ -1,0 +1,115 @@
+"""Model selection in memory: the one-pass fit of a number of states, the held-out criterion
+over genomic blocks, BIC, and the number of states to recommend from a sweep's outcomes."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..moments.blocks import BlockTable
+from ..moments.sums import Moments
+from .checks import DegenerateModelWarning
+from .criterion import Objective
+from .model import SpectralBinomialHMM
+from .refine import refine
+
+HELD_OUT_FOLDS = 5
+# each fold's refit starts at the fit to all the data and moves little: a looser tolerance than
+# a fit's (1e-8) changes the held-out criterion by far less than its standard error over folds
+HELD_OUT_TOL = 1e-6
+
+
+def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
+             quiet_degenerate: bool = False, emission: str = "binomial", limits=None,
+             n_random_starts: int = 8) -> SpectralBinomialHMM:
+    """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
+    (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start). ``limits``
+    (refine.StateLimits) caps some states' levels and overdispersions."""
+    est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
+                              check_spectrum=method == "ftd" and not quiet_degenerate,
+                              allow_degenerate=allow_degenerate or quiet_degenerate, emission=emission,
+                              limits=limits, n_random_starts=n_random_starts)
+    with warnings.catch_warnings():
+        if quiet_degenerate:
+            warnings.simplefilter("ignore", DegenerateModelWarning)
+        return est.fit_moments(moments)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The refinement's criterion (per triple, lower is better) on held-out blocks: fitted
+    on all blocks but one fold, scored on that fold; mean and standard error over folds."""
+
+    loss: float
+    se: float
+    folds: int
+
+
+def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OUT_FOLDS
+             ) -> HeldOut | None:
+    """Blocks go to ``folds`` folds in turn along the genome (whole blocks, never single bins).
+    Each fold's fit starts from ``est`` (the fit to all data); the folds run in threads, one
+    per core (the refinement's kernels release the GIL). None with too few blocks."""
+    if table is None or len(table) < 2 * folds:
+        return None
+    m = est.n_components
+    fold = np.arange(len(table)) % folds
+    emission = getattr(est, "emission", "binomial")
+    start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None),
+             getattr(est, "dispersion_", None) if emission == "betabinomial" else None)
+    first = Objective(table.moments((fold != 0).astype(np.float64), total), emission=emission)
+    trains = [first] + [Objective(table.moments((fold != f).astype(np.float64), total), coverage=first.coverage,
+                                  emission=emission) for f in range(1, folds)]
+    # one BLAS thread throughout: each refinement's own limit would restore the default on leaving
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=min(folds, os.cpu_count() or 1)) as pool:
+        fits = list(pool.map(lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains))
+    losses, weights = [], []
+    for f, fit in enumerate(fits):
+        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=first.coverage,
+                         emission=emission)
+        losses.append(test(test.pack(*fit.parameters), m)[0])
+        weights.append(test.moments.n_triples)
+    losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
+    mean = float(weights @ losses / weights.sum())
+    return HeldOut(mean, float(losses.std(ddof=1) / np.sqrt(folds)), folds)
+
+
+def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:
+    """Bayesian information criterion: -2 loglik + (levels [+ overdispersions] + free
+    transitions) log n."""
+    n_parameters = m * n_samples * (2 if betabinomial else 1) + m * (m - 1)
+    return -2.0 * loglik + n_parameters * np.log(n_bins)
+
+
+class SweepPoint(Protocol):
+    """What ``recommend`` reads of a sweep's outcome for one number of states (app.fit.FitOutcome)."""
+
+    m: int
+    held_out: HeldOut | None
+    bic: float | None
+
+
+def recommend(outcomes: Iterable[SweepPoint]) -> tuple[int, str] | None:
+    """The number of states to use from a sweep's outcomes (``m``, ``held_out`` and ``bic``):
+    the smallest M within one standard error of the best held-out criterion, else the
+    lowest BIC."""
+    outcomes = list(outcomes)
+    scored = [o for o in outcomes if o.held_out is not None]
+    if scored:
+        best = min(scored, key=lambda o: o.held_out.loss)
+        limit = best.held_out.loss + best.held_out.se
+        chosen = min((o for o in scored if o.held_out.loss <= limit), key=lambda o: o.m)
+        return chosen.m, (f"the smallest M whose held-out criterion ({chosen.held_out.loss:.5f}) is within one "
+                          f"standard error ({best.held_out.se:.5f}) of the best (M = {best.m}, "
+                          f"{best.held_out.loss:.5f})")
+    scored = [o for o in outcomes if o.bic is not None]
+    if scored:
+        best = min(scored, key=lambda o: o.bic)
+        return best.m, f"the lowest BIC ({best.bic:.6g})"
+    return None
