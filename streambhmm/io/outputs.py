@@ -104,14 +104,57 @@ def _name_max(directory: Path) -> int:
 
 @contextlib.contextmanager
 def replacing(path, mode: str = "w"):
-    """A file object writing ``path``'s temporary, renamed to ``path`` when the block ends
-    without an exception and removed when it raises. Opening the temporary fails with a
-    message naming ``path``."""
+    """A file object writing ``path``'s temporary, flushed to disk (fsync) and renamed to
+    ``path`` when the block ends without an exception, removed when it raises. Opening the
+    temporary fails with a message naming ``path``."""
     path = Path(path)
     with held_temporary(path) as (tmp, fd):
         with os.fdopen(os.dup(fd), mode) as fh:
             yield fh
-        os.replace(tmp, path)
+        rename_into_place(fd, tmp, path)
+
+
+@contextlib.contextmanager
+def replacing_path(path):
+    """``path``'s temporary as a path, for a library that opens files by name (pyBigWig):
+    once the library has closed it and the block ends without an exception, it is flushed to
+    disk and renamed to ``path``; removed when the block raises."""
+    path = Path(path)
+    with held_temporary(path) as (tmp, fd):
+        yield tmp
+        rename_into_place(fd, tmp, path)
+
+
+def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
+    """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
+    directory's entry of it."""
+    os.fsync(fd)
+    os.replace(tmp, path)
+    sync_directory(path.parent)
+
+
+def sync_directory(directory) -> None:
+    """fsync a local directory (its entries: a rename in it survives a crash)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(root) -> None:
+    """fsync every regular file and directory under the local directory ``root`` (symbolic
+    links are neither followed nor synced)."""
+    for directory, _, files in os.walk(root, followlinks=False):
+        for name in files:
+            with contextlib.suppress(OSError):  # a link (ELOOP) or a special file: not ours to sync
+                fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+        sync_directory(directory)
 
 
 @contextlib.contextmanager

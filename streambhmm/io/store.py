@@ -62,7 +62,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .names import Spellings
-from .storage import Location, fault_point, write_json
+from .storage import Location, beside, fault_point, put_in_place, replacing_dir, write_json
 
 COUNTS_FORMAT = "streambhmm-counts"
 COUNTS_VERSION = 2
@@ -469,21 +469,14 @@ def locked(path, shared: bool = False):
 
 
 def staging_path(path) -> Location:
-    path = Location.of(path).real()
-    return path.parent / f"{path.name}.tmp-{uuid.uuid4().hex[:12]}"
+    """A new staging name beside the store (by its real path): ``STORE.tmp-<hex>``."""
+    return beside(Location.of(path).real())
 
 
 def replace_store(staged, path) -> None:
     """Move a complete staged store into place: two renames, then remove the old one. A
     symbolic link at ``path`` stays; what it points to is replaced."""
-    staged, path = Location.of(staged), Location.of(path).real()
-    if path.exists():
-        old = path.parent / f"{path.name}.old-{uuid.uuid4().hex[:12]}"
-        path.rename(old)
-        staged.rename(path)
-        old.rmtree()
-    else:
-        staged.rename(path)
+    put_in_place(staged, Location.of(path).real(), replace=True)
 
 
 def consolidate(root) -> None:
@@ -822,9 +815,8 @@ def _create_root(store: Location, record: dict) -> None:
     if not store.is_local:
         write_json(store / "zarr.json", document)
         return
-    new = staging_path(store)
-    write_json(new / "zarr.json", document)
-    new.rename(store)  # replaces an empty directory
+    with replacing_dir(store, staged=staging_path(store)) as new:  # replaces an empty directory
+        write_json(new / "zarr.json", document)
 
 
 def _apply_commit(store: Location, staging: Location) -> None:
