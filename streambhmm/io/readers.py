@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .names import chromosome_name_problem  # noqa: F401 - also read from here
-from .store import POSITION_MAX
+from .limits import POSITION_MAX
 
 
 class _OnFirstUse:

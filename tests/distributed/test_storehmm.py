@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.moments.pipeline import load_counts
+from streambhmm.testing import load_counts
 from streambhmm.distributed.storehmm import Params, fit_store_em, score_store, segment_backward, segment_forward, \
     segment_stats, stats_graph
 
