@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .names import CONVENTIONS, NAMING, chromosome_name_problem
-from .readers import (BLOCK_BYTES, STRANDS, FormatError, Layout, Rows, Settings, decoded, lines, open_binary,
-                      quoted, read_layout)
+from .blocks import lines, open_binary
+from .readers import read_layout
+from .rows import BLOCK_BYTES, STRANDS, FormatError, Layout, Rows, Settings, decoded, quoted
 
 __all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input",
            "check_replicates", "detect_common_format", "detect_format", "quoted", "read_rows"]
