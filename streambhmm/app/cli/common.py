@@ -11,7 +11,7 @@ import click
 from ...distributed.cluster import SCHEDULER_ENV, ClusterError, store_client
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.storage import Location
-from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
+from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
 
 
 # StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
