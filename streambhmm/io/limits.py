@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 POSITION_MAX = 1 << 35  # bp (34 Gb), the largest position a store takes: above any chromosome assembled
+COUNT_MAX = int(np.iinfo(np.uint32).max)  # the largest count: the counts store holds uint32
 WAIT_ENV = "STREAMBHMM_WAIT_TIMEOUT"
 # Seconds a computation may go without any of its tasks finishing: a chunk task takes
 # seconds, so this much silence means a stopped, hung or swapping worker.

@@ -20,10 +20,10 @@ from typing import Iterator
 import numpy as np
 
 from .blocks import blocks, prefetched
-from .limits import POSITION_MAX
+from .limits import COUNT_MAX, POSITION_MAX
 from .names import chromosome_name_problem
 from .parser import CONTEXT_INDEX, BadLine, Parser, chars, code_table, contexts, explain
-from .rows import BLOCK_BYTES, COUNT_MAX, FormatError, Layout, Rows, Settings, decoded, pa, pc, quoted
+from .rows import BLOCK_BYTES, FormatError, Layout, Rows, Settings, decoded, pa, pc, quoted
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,6 @@ igzip = _OnFirstUse("isal.igzip")
 BLOCK_BYTES = 8 << 20  # text per parsed block
 MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
 SHOWN = 200  # at most this many characters of a line are quoted in a message
-COUNT_MAX = int(np.iinfo(np.uint32).max)  # the counts store holds uint32
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = b"\xef\xbb\xbf"
 

@@ -38,7 +38,7 @@ import numpy as np
 import zarr
 
 from ... import __version__
-from ..storage import Location, beside, fault_point, put_in_place, replacing_dir, write_json
+from ..storage import Location, beside, fault_point, replacing_dir, write_json
 from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, POSITION,
                      SAMPLE_CHUNK, codecs, inline, n_chunks, natural_sorted, new_attributes, per_position_variables)
 
@@ -46,12 +46,6 @@ from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION,
 def staging_path(path) -> Location:
     """A new staging name beside the store (by its real path): ``STORE.tmp-<hex>``."""
     return beside(Location.of(path).real())
-
-
-def replace_store(staged, path) -> None:
-    """Move a complete staged store into place: two renames, then remove the old one. A
-    symbolic link at ``path`` stays; what it points to is replaced."""
-    put_in_place(staged, Location.of(path).real(), replace=True)
 
 
 def consolidate(root) -> None:

@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from zarr.codecs import BloscCodec
 
-from ..limits import POSITION_MAX  # noqa: F401 - the store's bound, also read from here
+from ..limits import COUNT_MAX, POSITION_MAX  # noqa: F401 - the store's bounds, also read from here
 from ..storage import Location
 
 COUNTS_FORMAT = "streambhmm-counts"
 COUNTS_VERSION = 2
 DEFAULT_CHUNK_SIZE = 1_000_000
 COUNT_DTYPE = np.uint32
-COUNT_MAX = int(np.iinfo(COUNT_DTYPE).max)
 INDEX_CHUNK = 4096  # chunk summaries per index chunk (of one sample)
 SAMPLE_CHUNK = 1 << 16  # names per chunk of the sample coordinate
 COMMIT = "COMMIT.json"
