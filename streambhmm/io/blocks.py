@@ -3,6 +3,7 @@ background thread."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import threading
@@ -48,6 +49,15 @@ def lines(path) -> Iterator[bytes]:
     for block, _ in blocks(path, 1 << 20):
         for line in block.split(b"\n")[:-1]:
             yield line.rstrip(b"\r")
+
+
+def text_lines(path) -> Iterator[tuple[int, str, list[str]]]:
+    """(number, text, fields) of the file's lines from the start, as far as they are asked for
+    (close it when done)."""
+    with contextlib.closing(lines(path)) as read:
+        for number, line in enumerate(read, 1):
+            text = decoded(line)
+            yield number, text, text.split()
 
 
 def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .blocks import lines
+from .blocks import text_lines
 from .catalog import DETECT_LINES, FORMATS, NUMBER
 from .inputs import check_input
 from .options import ReadOptions
-from .rows import FormatError, decoded
+from .rows import FormatError
 
 
 def _is_header(fields: list[str]) -> bool:
@@ -43,10 +43,8 @@ def preamble(path, header: bool = False) -> Preamble:
     header, then up to DETECT_LINES data lines. With ``header`` the first line that is not a
     comment, track line or blank is the header whatever it holds."""
     skip, track, names, data = 0, False, None, []
-    with contextlib.closing(lines(path)) as read:
-        for number, line in enumerate(read, 1):
-            text = decoded(line)
-            fields = text.split()
+    with contextlib.closing(text_lines(path)) as read:
+        for number, text, fields in read:
             if not data and names is None:  # before the data
                 if not fields or text.startswith("#"):
                     skip += 1

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .blocks import lines
+from .blocks import text_lines
 from .inputs import check_input
 from .names import CONVENTIONS, NAMING, chromosome_name_problem
-from .rows import STRANDS, FormatError, Layout, decoded, quoted
+from .rows import STRANDS, FormatError, Layout, quoted
 
 
 @dataclass(frozen=True)
@@ -96,10 +96,8 @@ def read_chromosome_map(path) -> tuple[tuple[str, str], ...]:
         raise ValueError(f"--chromosome-names {path}: no such file (give ucsc, ensembl or a file of two "
                          f"columns: a name in the input files and its name in the store)") from None
     pairs: dict[str, tuple[str, int, str]] = {}  # name -> (new name, line, text)
-    with contextlib.closing(lines(path)) as read:
-        for number, line in enumerate(read, 1):
-            text = decoded(line)
-            fields = text.split()
+    with contextlib.closing(text_lines(path)) as read:
+        for number, text, fields in read:
             if not fields or text.startswith("#"):
                 continue
             if len(fields) != 2:

@@ -77,12 +77,16 @@ def _check_directory(directory: Path, shown) -> None:
         what = "is not a directory" if directory.exists() else "does not exist (create it first)"
         raise ValueError(f"{shown}: the directory {directory} {what}")
     probe = temporary_path(directory / "probe")
+    os.close(_create_new(probe, os.O_WRONLY, 0o600, shown, directory))
+    probe.unlink(missing_ok=True)
+
+
+def _create_new(path: Path, flags: int, mode: int, shown, directory) -> int:
+    """A new file (a link there is not followed), or ValueError naming ``shown``."""
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
         raise ValueError(f"{shown}: cannot write in {directory} ({exc.strerror})") from None
-    os.close(fd)
-    probe.unlink(missing_ok=True)
 
 
 def _check_name(path: Path) -> None:
@@ -174,10 +178,7 @@ def held_temporary(path):
 def _create_locked(path) -> tuple[Path, int]:
     while True:
         tmp = temporary_path(path)
-        try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot write in {Path(path).parent} ({exc.strerror})") from None
+        fd = _create_new(tmp, os.O_RDWR, 0o666, path, Path(path).parent)
         fcntl.flock(fd, fcntl.LOCK_EX)
         if _is_file_of(fd, tmp):
             return tmp, fd

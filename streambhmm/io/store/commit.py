@@ -40,7 +40,8 @@ import zarr
 from ... import __version__
 from ..storage import Location, beside, fault_point, replacing_dir, write_json
 from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, POSITION,
-                     SAMPLE_CHUNK, codecs, inline, n_chunks, natural_sorted, new_attributes, per_position_variables)
+                     SAMPLE_CHUNK, StoreError, codecs, inline, n_chunks, natural_sorted, new_attributes,
+                     per_position_variables)
 
 
 def staging_path(path) -> Location:
@@ -125,6 +126,23 @@ def apply_commit(store: Location, staging: Location) -> None:
         "attributes": attrs, "zarr_format": 3, "consolidated_metadata": inline(nodes), "node_type": "group"}))
     fault_point("visible")
     staging.rmtree()
+
+
+def complete_commit(store: Location, staging: Location, failed: str, what: str) -> None:
+    """:func:`apply_commit`, its failure a StoreError that says ``failed``, why, and that any
+    command on the store completes ``what`` once that is fixed."""
+    try:
+        apply_commit(store, staging)
+    except Exception as exc:
+        raise StoreError(f"{failed}: {why(exc)}. Once that is fixed, any command on the store completes "
+                         f"{what}") from exc
+
+
+def why(exc: BaseException) -> str:
+    """An error as a short phrase: an OSError's reason and file, else its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror.lower()}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _chromosome(store: Location, chrom: str, names: list[str], bin_size: int, chunk_size: int):

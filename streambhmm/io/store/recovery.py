@@ -7,8 +7,8 @@ import fcntl
 import os
 
 from ..storage import Location
-from .commit import apply_commit
-from .schema import COMMIT, OWNER_LOCK, StoreError
+from .commit import complete_commit
+from .schema import COMMIT, OWNER_LOCK
 
 
 def _stagings(path: Location) -> list[Location]:
@@ -38,21 +38,10 @@ def recover(path) -> None:
         leftover.rmtree()
     for staging in _stagings(path):
         if (staging / COMMIT).exists():
-            try:
-                apply_commit(path, staging)
-            except Exception as exc:
-                raise StoreError(f"{path}: a commit stopped after its commit point ({staging.name}) could not be "
-                                 f"completed: {why(exc)}. Once that is fixed, any command on the store completes "
-                                 f"it") from exc
+            complete_commit(path, staging, f"{path}: a commit stopped after its commit point ({staging.name}) could "
+                                           f"not be completed", "it")
         elif not _owned(staging):
             staging.rmtree()
-
-
-def why(exc: BaseException) -> str:
-    """An error as a short phrase: an OSError's reason and file, else its message."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror.lower()}" + (f" ({exc.filename})" if exc.filename else "")
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _owned(staging: Location) -> bool:

@@ -17,10 +17,9 @@ import zarr
 
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
-from .commit import apply_commit
+from .commit import complete_commit
 from .locking import locked, open_lock
 from .reader import open_store
-from .recovery import why
 from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK,
                      METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
 
@@ -185,12 +184,8 @@ class SampleWriter:
         with locked(store) if lock else contextlib.nullcontext():
             replaced = self._prepare(store, record)
             fault_point("commit")
-            try:
-                apply_commit(store, self.path)
-            except Exception as exc:
-                raise StoreError(f"sample {sample} was committed into {self.store} but is not yet in place: "
-                                 f"{why(exc)}. Once that is fixed, any command on the store completes the "
-                                 f"commit") from exc
+            complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet in "
+                                              f"place", "the commit")
         self.close()
         return replaced
 
