@@ -88,8 +88,7 @@ def test_em_recovers_overdispersion_and_sticky_states_where_the_binomial_fragmen
 
 
 def test_store_em_with_the_beta_binomial_equals_the_in_memory_recursion(tmp_path, dask_clients):
-    from streambhmm.testing import load_counts
-    from streambhmm.testing import write_store
+    from streambhmm.testing import load_counts, write_store
     from streambhmm.distributed.storehmm import fit_store_em
 
     sim = simulate(model(LEVELS, STICKY), [3000, 1200], coverage=12, random_state=4, dispersion=DISPERSION)

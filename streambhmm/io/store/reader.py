@@ -32,31 +32,32 @@ class StoreOverview:
 @dataclass(frozen=True)
 class CountsStore:
     path: Location
-    attrs: dict
+    attrs: dict  # the root's attributes as stored, provenance included
+    meta: StoreAttrs  # the same, read and checked
 
     @property
     def bin_size(self) -> int:
-        return int(self.attrs["bin_size"])
+        return self.meta.bin_size
 
     @property
     def chunk_size(self) -> int:
-        return int(self.attrs["chunk_size"])
+        return self.meta.chunk_size
 
     @property
     def chromosomes(self) -> list[str]:
-        return list(self.attrs["chromosomes"])
+        return list(self.meta.chromosomes)
 
     @property
     def samples(self) -> list[str]:
         """Sample names in column order."""
-        return sorted(self.attrs["samples"], key=lambda name: self.attrs["samples"][name]["column"])
+        return sorted(self.meta.samples, key=self.column)
 
     @property
     def generation(self) -> str:
-        return str(self.attrs.get("generation", ""))
+        return self.meta.generation
 
     def column(self, sample: str) -> int:
-        return int(self.attrs["samples"][sample]["column"])
+        return int(self.meta.samples[sample]["column"])
 
     def n_bins(self, chrom: str) -> int:
         return int(root_group(self.path.url, self.generation)[f"{chrom}/methylated"].shape[0])
@@ -118,5 +119,4 @@ def open_store(path) -> CountsStore:
     """Open and check a counts store."""
     path = Location.of(path)
     attrs = read_attributes(path)
-    StoreAttrs.check(path, attrs)
-    return CountsStore(path=path, attrs=attrs)
+    return CountsStore(path=path, attrs=attrs, meta=StoreAttrs.check(path, attrs))
