@@ -199,18 +199,19 @@ def replacing_dir(target, replace: bool = False, staged=None):
         staged.rmtree()  # gone already when it was put in place
 
 
-def put_in_place(staged, target, replace: bool = False) -> None:
+def put_in_place(staged, target, replace: bool = False, aside=None) -> None:
     """Rename the complete directory ``staged`` to ``target``, flushed to disk first when local.
     An existing ``target`` is set aside (``NAME.old-*``) and removed afterwards when ``replace``
     says it may be replaced (it is put back if the rename fails); otherwise the rename fails on
-    it, unless it is an empty local directory. A symbolic link at ``target`` is replaced, not
+    it, unless it is an empty local directory; ``aside`` names the set-aside (default
+    :func:`beside` ``target``, "old"). A symbolic link at ``target`` is replaced, not
     followed: pass the real path to replace what a link points to. Removal is recursive and
     never follows symbolic links."""
     staged, target = Location.of(staged), Location.of(target)
     if staged.is_local:
         sync_tree(staged.url)
     if replace and target.exists():
-        aside = beside(target, "old")
+        aside = beside(target, "old") if aside is None else Location.of(aside)
         target.rename(aside)
         try:
             staged.rename(target)
