@@ -39,9 +39,9 @@ import zarr  # noqa: E402
 
 from streambhmm.app.demo import build_synthetic_store  # noqa: E402
 from streambhmm.moments.sums import Moments  # noqa: E402
-from streambhmm.moments.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, chunk_tail, empty_halo,  # noqa: E402
+from streambhmm.moments.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, empty_halo,  # noqa: E402
                                  moments_graph, select_samples, tree_reduce)
-from streambhmm.testing import ProcessCluster  # noqa: E402
+from streambhmm.testing import ProcessCluster, chunk_tail  # noqa: E402
 from streambhmm.io.store import open_store  # noqa: E402
 
 RTOL = 1e-12

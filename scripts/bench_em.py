@@ -117,7 +117,7 @@ def real_data(states: list[int]) -> None:
     from pathlib import Path
 
     from streambhmm.io.ingest import ingest
-    from streambhmm.moments.pipeline import load_counts
+    from streambhmm.testing import load_counts
     from streambhmm.io.store import open_store
 
     real = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"
@@ -177,7 +177,7 @@ def bench_store(n_bins: int, m: int):
 
     from streambhmm.distributed.cluster import dask_client
     from streambhmm.app.demo import build_synthetic_store
-    from streambhmm.moments.pipeline import load_counts
+    from streambhmm.testing import load_counts
     from streambhmm.io.store import open_store
     from streambhmm.distributed.em import fit_store_em
 

@@ -76,7 +76,8 @@ def compare_libraries(path: Path) -> None:
     from isal import igzip
 
     from streambhmm.io.formats import FORMATS
-    from streambhmm.io.readers import Parser, blocks
+    from streambhmm.io.blocks import blocks
+    from streambhmm.io.parser import Parser
 
     print(f"{'library':<44} {'seconds':>8}")
     candidates = [("gzip (Python zlib)", lambda: drain(gzip.open(path, "rb"))),

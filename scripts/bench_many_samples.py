@@ -51,7 +51,7 @@ from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
 from streambhmm.learn.model import SpectralBinomialHMM  # noqa: E402
 from streambhmm.moments.momentstore import load_total, update_moment_store  # noqa: E402
 from streambhmm.learn.simulate import model, simulate  # noqa: E402
-from streambhmm.io.store import write_store  # noqa: E402
+from streambhmm.testing import write_store  # noqa: E402
 
 BASE = np.array([0.03, 0.2, 0.4, 0.6, 0.8, 0.97])
 STAY = 0.95

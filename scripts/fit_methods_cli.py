@@ -32,7 +32,7 @@ import real_data_fits as data  # noqa: E402  (the same data sets and splits)
 
 from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
 from streambhmm.app.modelio import hmm_from_model, read_model  # noqa: E402
-from streambhmm.io.store import write_store  # noqa: E402
+from streambhmm.testing import write_store  # noqa: E402
 
 METHODS = ("refined", "refined-em", "em", "ftd-em")
 

@@ -38,7 +38,7 @@ from streambhmm.learn.checks import DegenerateModelWarning, degeneracy_problems 
 from streambhmm.io.formats import ReadOptions  # noqa: E402
 from streambhmm.learn.hmm import BinomialHMM, random_parameters  # noqa: E402
 from streambhmm.io.ingest import ingest  # noqa: E402
-from streambhmm.moments.pipeline import load_counts  # noqa: E402
+from streambhmm.testing import load_counts  # noqa: E402
 from streambhmm.io.store import open_store  # noqa: E402
 
 DATASETS = {

@@ -32,7 +32,7 @@ from scipy.optimize import linear_sum_assignment
 from streambhmm import SpectralBinomialHMM
 from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
 from streambhmm.io.ingest import ingest
-from streambhmm.moments.pipeline import load_counts
+from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import stationary_distribution
 from streambhmm.learn.spectral import SpectrumError
 from streambhmm.io.store import open_store

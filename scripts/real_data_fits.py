@@ -45,7 +45,7 @@ from streambhmm import SpectralBinomialHMM, compute_moments
 from streambhmm.learn.checks import DegenerateModelError, DegenerateModelWarning, degeneracy_problems
 from streambhmm.learn.hmm import BinomialHMM, random_parameters, run_em
 from streambhmm.io.ingest import ingest
-from streambhmm.moments.pipeline import load_counts
+from streambhmm.testing import load_counts
 from streambhmm.io.store import open_store
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "data" / "real"

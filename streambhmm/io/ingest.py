@@ -65,14 +65,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     ``options`` are the reading options (strand merge, filters, --columns). Ingests of
     different samples into one store may run at once.
     """
-    files = [Path(f) for f in files]
-    if not files:
-        raise ValueError("no input files")
-    for f in files:
-        check_input(f)
-    check_sample_name(sample)
-    if bin_size < 1:
-        raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
+    files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
     read = {"options": options, "detected": fmt == "auto" and options.columns is None}
     fmt = detect_common_format(files, fmt, options)
@@ -86,14 +79,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         "options": options.as_dict(),
     }
     check_replicates(files)
-    with locked(store, shared=True):
-        existing = open_store(store) if store.exists() else None
+    existing = _existing_store(store, bin_size, chunk_size)
     if existing is not None:
-        if existing.bin_size != bin_size:
-            raise StoreError(f"{store} uses bin size {existing.bin_size}; cannot ingest with --bin-size {bin_size}")
-        if chunk_size not in (None, existing.chunk_size):
-            raise StoreError(f"{store} has chunks of {existing.chunk_size:,} bins, fixed when it was created; "
-                             f"ingest into a new store to use --chunk-size {chunk_size}")
         if sample in existing.attrs["samples"]:
             previous = {k: existing.attrs["samples"][sample].get(k) for k in provenance}
             if previous == provenance:
@@ -121,3 +108,30 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     if report.replaced:
         echo(f"sample {sample} already existed and was replaced")
     return report
+
+
+def _checked_arguments(files, sample: str, bin_size: int) -> list[Path]:
+    """The input files as paths, each checked, with the sample's name and the bin size."""
+    files = [Path(f) for f in files]
+    if not files:
+        raise ValueError("no input files")
+    for f in files:
+        check_input(f)
+    check_sample_name(sample)
+    if bin_size < 1:
+        raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
+    return files
+
+
+def _existing_store(store: Location, bin_size: int, chunk_size: int | None):
+    """The store as it is (None when there is none yet), refused when its bins or chunks are
+    not those asked for."""
+    with locked(store, shared=True):
+        existing = open_store(store) if store.exists() else None
+    if existing is not None:
+        if existing.bin_size != bin_size:
+            raise StoreError(f"{store} uses bin size {existing.bin_size}; cannot ingest with --bin-size {bin_size}")
+        if chunk_size not in (None, existing.chunk_size):
+            raise StoreError(f"{store} has chunks of {existing.chunk_size:,} bins, fixed when it was created; "
+                             f"ingest into a new store to use --chunk-size {chunk_size}")
+    return existing

@@ -77,12 +77,16 @@ def _check_directory(directory: Path, shown) -> None:
         what = "is not a directory" if directory.exists() else "does not exist (create it first)"
         raise ValueError(f"{shown}: the directory {directory} {what}")
     probe = temporary_path(directory / "probe")
+    os.close(_create_new(probe, os.O_WRONLY, 0o600, shown, directory))
+    probe.unlink(missing_ok=True)
+
+
+def _create_new(path: Path, flags: int, mode: int, shown, directory) -> int:
+    """A new file (a link there is not followed), or ValueError naming ``shown``."""
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as exc:
         raise ValueError(f"{shown}: cannot write in {directory} ({exc.strerror})") from None
-    os.close(fd)
-    probe.unlink(missing_ok=True)
 
 
 def _check_name(path: Path) -> None:
@@ -104,14 +108,57 @@ def _name_max(directory: Path) -> int:
 
 @contextlib.contextmanager
 def replacing(path, mode: str = "w"):
-    """A file object writing ``path``'s temporary, renamed to ``path`` when the block ends
-    without an exception and removed when it raises. Opening the temporary fails with a
-    message naming ``path``."""
+    """A file object writing ``path``'s temporary, flushed to disk (fsync) and renamed to
+    ``path`` when the block ends without an exception, removed when it raises. Opening the
+    temporary fails with a message naming ``path``."""
     path = Path(path)
     with held_temporary(path) as (tmp, fd):
         with os.fdopen(os.dup(fd), mode) as fh:
             yield fh
-        os.replace(tmp, path)
+        rename_into_place(fd, tmp, path)
+
+
+@contextlib.contextmanager
+def replacing_path(path):
+    """``path``'s temporary as a path, for a library that opens files by name (pyBigWig):
+    once the library has closed it and the block ends without an exception, it is flushed to
+    disk and renamed to ``path``; removed when the block raises."""
+    path = Path(path)
+    with held_temporary(path) as (tmp, fd):
+        yield tmp
+        rename_into_place(fd, tmp, path)
+
+
+def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
+    """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
+    directory's entry of it."""
+    os.fsync(fd)
+    os.replace(tmp, path)
+    sync_directory(path.parent)
+
+
+def sync_directory(directory) -> None:
+    """fsync a local directory (its entries: a rename in it survives a crash)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_tree(root) -> None:
+    """fsync every regular file and directory under the local directory ``root`` (symbolic
+    links are neither followed nor synced)."""
+    for directory, _, files in os.walk(root, followlinks=False):
+        for name in files:
+            with contextlib.suppress(OSError):  # a link (ELOOP) or a special file: not ours to sync
+                fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                try:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+        sync_directory(directory)
 
 
 @contextlib.contextmanager
@@ -131,10 +178,7 @@ def held_temporary(path):
 def _create_locked(path) -> tuple[Path, int]:
     while True:
         tmp = temporary_path(path)
-        try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot write in {Path(path).parent} ({exc.strerror})") from None
+        fd = _create_new(tmp, os.O_RDWR, 0o666, path, Path(path).parent)
         fcntl.flock(fd, fcntl.LOCK_EX)
         if _is_file_of(fd, tmp):
             return tmp, fd

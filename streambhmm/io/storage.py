@@ -15,9 +15,12 @@ import json
 import os
 import shutil
 import signal
+import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+from .outputs import replacing, sync_directory, sync_tree
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Location:
 
     @cached_property
     def _fs(self):
-        import fsspec
+        import fsspec  # lazy: it imports isal, which a command not reading URLs does without
 
         fs, path = fsspec.core.url_to_fs(self.url)
         return fs, path
@@ -160,8 +163,6 @@ class Location:
         if not self.is_local:
             self.fs.pipe_file(self.fs_path, data)
             return
-        from .outputs import replacing
-
         Path(self.url).parent.mkdir(parents=True, exist_ok=True)
         with replacing(self.url, "wb") as fh:  # with the umask's permissions, as any file of the user's
             fh.write(data)
@@ -173,6 +174,55 @@ class Location:
 def write_json(path, document: dict) -> None:
     """Write JSON whole (locally: to a temporary file beside ``path``, renamed into place)."""
     Location.of(path).write_text(json.dumps(document, indent=2) + "\n")
+
+
+# -- directories written whole ------------------------------------------------------------------
+def beside(target, kind: str = "tmp") -> Location:
+    """A new name ``NAME.<kind>-<12 hex digits>`` beside ``target`` (in the same directory, so
+    a rename moves it into place): "tmp" for a staged directory, "old" for one set aside."""
+    target = Location.of(target)
+    return target.parent / f"{target.name}.{kind}-{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def replacing_dir(target, replace: bool = False, staged=None):
+    """A directory written whole: yields a new staging directory beside ``target`` (``staged``,
+    default :func:`beside` ``target``), put in place by :func:`put_in_place` when the block
+    ends without an exception. When the block raises, only the staging directory is removed."""
+    target = Location.of(target)
+    staged = beside(target) if staged is None else Location.of(staged)
+    staged.mkdir()
+    try:
+        yield staged
+        put_in_place(staged, target, replace)
+    finally:
+        staged.rmtree()  # gone already when it was put in place
+
+
+def put_in_place(staged, target, replace: bool = False, aside=None) -> None:
+    """Rename the complete directory ``staged`` to ``target``, flushed to disk first when local.
+    An existing ``target`` is set aside (``NAME.old-*``) and removed afterwards when ``replace``
+    says it may be replaced (it is put back if the rename fails); otherwise the rename fails on
+    it, unless it is an empty local directory; ``aside`` names the set-aside (default
+    :func:`beside` ``target``, "old"). A symbolic link at ``target`` is replaced, not
+    followed: pass the real path to replace what a link points to. Removal is recursive and
+    never follows symbolic links."""
+    staged, target = Location.of(staged), Location.of(target)
+    if staged.is_local:
+        sync_tree(staged.url)
+    if replace and target.exists():
+        aside = beside(target, "old") if aside is None else Location.of(aside)
+        target.rename(aside)
+        try:
+            staged.rename(target)
+        except BaseException:
+            aside.rename(target)
+            raise
+        aside.rmtree()
+    else:
+        staged.rename(target)
+    if target.is_local:
+        sync_directory(target.parent.url)
 
 
 FAULT_ENV = "STREAMBHMM_FAULT"

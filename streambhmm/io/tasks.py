@@ -8,14 +8,11 @@ progresses."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
-WAIT_ENV = "STREAMBHMM_WAIT_TIMEOUT"
-# Seconds a computation may go without any of its tasks finishing: a chunk task takes
-# seconds, so this much silence means a stopped, hung or swapping worker.
-WAIT_TIMEOUT = 300.0
+from .limits import WAIT_ENV, WAIT_TIMEOUT, wait_timeout  # noqa: F401 - also read from here
+
 POLL_SECONDS = 0.5  # how often a wait for one result looks at the clock
 LOOK_SECONDS = 2.0  # how often a wait asks the scheduler what the workers are running
 
@@ -26,18 +23,6 @@ class ClusterError(RuntimeError):
 
 class ClusterStalled(ClusterError):
     """No task of a computation finished for wait_timeout() seconds."""
-
-
-def wait_timeout() -> float:
-    """Seconds a computation may go without any of its tasks finishing ($STREAMBHMM_WAIT_TIMEOUT)."""
-    value = os.environ.get(WAIT_ENV, "")
-    try:
-        seconds = float(value) if value else WAIT_TIMEOUT
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(f"${WAIT_ENV} must be a positive number of seconds, got {value!r:.100}")
-    return seconds
 
 
 class Waiter:
@@ -58,7 +43,8 @@ class Waiter:
 
     def as_completed(self):
         """The futures as they finish (their results: result())."""
-        from distributed import as_completed
+        from distributed import as_completed  # lazy: the command line's start imports this module (via
+        # distributed/cluster.py) and must not import distributed (tests/app/test_cli.py)
 
         finished = as_completed(self.futures)
         while not finished.is_empty():

@@ -44,14 +44,6 @@ def empty_halo(n_samples: int, pooled: bool = False):
     return np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64), np.zeros(0, np.int64)
 
 
-def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
-    """The last two kept bins (counts and positions) up to the end of this chunk: the next
-    chunk's halo (per sample when pooled)."""
-    tails = [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, kept))
-             for halo, *kept in kept_sequences(previous, methylated, coverage, positions, pooled)]
-    return tails if pooled else tails[0]
-
-
 def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) -> list[tuple]:
     """The chunk's sequences, each (halo, methylated, coverage, positions) of its kept bins:
     one of all samples, or one per sample when pooled."""
@@ -260,17 +252,3 @@ def spec_graph(store: CountsStore, spec: FeatureSpec, samples=None, split_every:
                          split_every)
     return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=store.chromosomes,
                         n_chunks=len(partials))
-
-
-def load_counts(store: CountsStore, samples=None):
-    """All kept bins of the store in memory: (methylated, coverage, lengths), one length
-    per chromosome. For in-memory use and tests only; it loads the whole genome."""
-    samples = select_samples(store, samples)
-    meth, cov, lengths = [], [], []
-    for chrom in store.chromosomes:
-        kept = [_kept(*plan.ref.read()) for plan in plan_chunks(store, samples, chromosomes=[chrom])]
-        meth += [m for m, _ in kept]
-        cov += [c for _, c in kept]
-        lengths.append(sum(m.shape[0] for m, _ in kept))
-    empty = np.zeros((0, len(samples)), np.int64)
-    return np.concatenate(meth or [empty]), np.concatenate(cov or [empty]), np.array(lengths, dtype=np.int64)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from streambhmm.app.cli import main
-from streambhmm.io.store import write_store
+from streambhmm.testing import write_store
 from streambhmm.learn.domains import hypomethylated, partially_methylated, unmethylated_share
 from streambhmm.moments.sums import compute_moments
 

@@ -126,7 +126,7 @@ def two_sample_store(tmp_path, four_state_model):
 @pytest.mark.parametrize("method", ["em", "ftd-em"])
 def test_fit_em_methods_write_loglik_and_score_agrees(tmp_path, dask_clients, two_sample_store, method):
     from streambhmm.learn.hmm import BinomialHMM
-    from streambhmm.moments.pipeline import load_counts
+    from streambhmm.testing import load_counts
 
     scheduler = dask_clients[1].scheduler.address
     model = tmp_path / f"{method}.json"

@@ -9,7 +9,7 @@ import pytest
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.distributed.regions import RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of
 from streambhmm.learn.simulate import model, simulate
-from streambhmm.io.store import write_store
+from streambhmm.testing import write_store
 
 from ..app.test_cli import run
 

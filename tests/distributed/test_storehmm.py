@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.moments.pipeline import load_counts
 from streambhmm.distributed.em import fit_store_em, score_store, stats_graph
 from streambhmm.distributed.messages import Params
-from streambhmm.testing import segment_backward, segment_forward, segment_stats
+from streambhmm.testing import load_counts, segment_backward, segment_forward, segment_stats
 
 from ..moments.test_pipeline import synthetic_store
 

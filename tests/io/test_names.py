@@ -8,7 +8,8 @@ import pytest
 
 from streambhmm.io.formats import FormatError, ReadOptions
 from streambhmm.io.ingest import ingest
-from streambhmm.io.store import open_store, write_store
+from streambhmm.io.store import open_store
+from streambhmm.testing import write_store
 
 from ..app.test_cli import run
 from .test_ingest import chrom_table, tree_digest

@@ -105,3 +105,30 @@ def test_a_scratch_directory_goes_and_takes_only_abandoned_ones_with_it(tmp_path
         (scratch / "coarse.zarr").mkdir()
     assert not scratch.exists() and not abandoned.exists()
     assert live.is_dir() and link.is_symlink() and (elsewhere / "keep").exists() and other.is_dir()
+
+
+def test_a_directory_appears_whole_and_replaces_only_what_it_may(tmp_path):
+    from streambhmm.io.storage import replacing_dir
+
+    target = tmp_path / "out.zarr"
+    with replacing_dir(target) as staged:
+        write_json(staged / "a.json", {"a": 1})
+        assert not target.exists()
+    assert (target / "a.json").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr"]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_text("not ours")
+    (target / "link").symlink_to(outside)
+    with pytest.raises(OSError):
+        with replacing_dir(target) as staged:  # not to be replaced: the rename fails on it
+            write_json(staged / "b.json", {"b": 1})
+    with pytest.raises(RuntimeError):
+        with replacing_dir(target, replace=True) as staged:
+            write_json(staged / "b.json", {"b": 1})
+            raise RuntimeError("failed")
+    assert sorted(p.name for p in target.iterdir()) == ["a.json", "link"]
+    with replacing_dir(target, replace=True) as staged:
+        write_json(staged / "b.json", {"b": 1})
+    assert sorted(p.name for p in target.iterdir()) == ["b.json"]
+    assert (outside / "kept").read_text() == "not ours"  # the link was removed, not followed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "outside"]

@@ -12,8 +12,8 @@ import pytest
 import xarray as xr
 
 from streambhmm.io.ingest import ingest
-from streambhmm.moments.pipeline import load_counts
-from streambhmm.io.store import StoreError, chunk_digest, open_store, upgrade_store, write_store
+from streambhmm.io.store import StoreError, chunk_digest, open_store, upgrade_store
+from streambhmm.testing import load_counts, write_store
 
 from ..app.test_cli import run
 

@@ -25,7 +25,7 @@ import pytest
 from streambhmm.io.ingest import ingest
 from streambhmm.io.storage import FAULT_ENV
 from streambhmm.io.store import COMMIT, SampleWriter, consolidate, open_store
-from streambhmm.moments.pipeline import load_counts
+from streambhmm.testing import load_counts
 
 from ..app.test_cli import run
 from .test_store import HEADER, by_sample, column_files, write_sample

@@ -88,9 +88,8 @@ def test_em_recovers_overdispersion_and_sticky_states_where_the_binomial_fragmen
 
 
 def test_store_em_with_the_beta_binomial_equals_the_in_memory_recursion(tmp_path, dask_clients):
-    from streambhmm.moments.pipeline import load_counts
-    from streambhmm.io.store import write_store
     from streambhmm.distributed.em import fit_store_em
+    from streambhmm.testing import load_counts, write_store
 
     sim = simulate(model(LEVELS, STICKY), [3000, 1200], coverage=12, random_state=4, dispersion=DISPERSION)
     chroms = {"chr1": (np.arange(3000), sim.methylated[:3000], sim.coverage[:3000]),

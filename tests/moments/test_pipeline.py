@@ -4,9 +4,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streambhmm.moments.sums import compute_moments
-from streambhmm.moments.pipeline import chunk_partial, load_counts, moments_graph
+from streambhmm.moments.pipeline import chunk_partial, moments_graph
+from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import simulate
-from streambhmm.io.store import write_store
+from streambhmm.testing import write_store
 
 
 def synthetic_store(path, model, chrom_lengths, chunk_size, seed=0, gap_fraction=0.2):

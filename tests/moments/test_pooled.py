@@ -12,9 +12,11 @@ from streambhmm.moments.blocks import BlockTable
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.momentstore import MomentStoreError, load_partials, load_total, update_moment_store
-from streambhmm.moments.pipeline import load_counts, moments_graph
+from streambhmm.moments.pipeline import moments_graph
+from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate
-from streambhmm.io.store import open_store, write_store
+from streambhmm.io.store import open_store
+from streambhmm.testing import write_store
 from streambhmm.distributed.em import fit_store_em, score_store
 
 from ..conftest import STICKY

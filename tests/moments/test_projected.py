@@ -15,9 +15,10 @@ from streambhmm.moments.histograms import thinned_histogram
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.features import encode
 from streambhmm.moments.momentstore import load_total, update_moment_store
-from streambhmm.moments.pipeline import load_counts, moments_graph, plan_chunks
+from streambhmm.moments.pipeline import moments_graph, plan_chunks
+from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate
-from streambhmm.io.store import write_store
+from streambhmm.testing import write_store
 
 from ..app.test_cli import run
 

@@ -12,8 +12,8 @@ from ...distributed.cluster import SCHEDULER_ENV, ClusterError, clear_status, st
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
+from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
 from ...io.store import needs_recovery
-from ...io.tasks import WAIT_ENV, WAIT_TIMEOUT
 from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
 
 

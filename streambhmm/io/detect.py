@@ -1,0 +1,153 @@
+"""Detection of a call file's format from its first lines: the preamble (comments, a header
+line), then the formats every inspected data line fits.
+
+Detection looks at the first lines: leading '#', 'track' and 'browser' lines, and a line
+of column names (a line whose fields after the first are not numbers), then up to
+DETECT_LINES data lines. A file is given the format that every inspected line fits; when
+none fits it is refused as unknown, and when several fit it is refused as ambiguous,
+naming every candidate, unless ``--format`` says which."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from .blocks import text_lines
+from .catalog import DETECT_LINES, FORMATS, NUMBER
+from .inputs import check_input
+from .options import ReadOptions
+from .rows import FormatError
+
+
+def _is_header(fields: list[str]) -> bool:
+    """A line of column names: its fields after the first are not numbers."""
+    return bool(fields) and not any(NUMBER.fullmatch(f) for f in fields[1:])
+
+
+@dataclass
+class Preamble:
+    """The start of a file: lines before the data, the column names, the data lines."""
+
+    skip: int  # lines before the first data line (comments, track lines, the header, blank lines)
+    track: bool  # a 'track' or 'browser' line
+    header: str | None  # the line of column names
+    data: list[tuple[int, str]]  # (line number, text) of up to DETECT_LINES data lines
+
+    @property
+    def names(self) -> tuple[str, ...] | None:
+        return None if self.header is None else tuple(self.header.lower().split())
+
+
+def preamble(path, header: bool = False) -> Preamble:
+    """Split the start of ``path``: any number of comment, track and blank lines, the
+    header, then up to DETECT_LINES data lines. With ``header`` the first line that is not a
+    comment, track line or blank is the header whatever it holds."""
+    skip, track, names, data = 0, False, None, []
+    with contextlib.closing(text_lines(path)) as read:
+        for number, text, fields in read:
+            if not data and names is None:  # before the data
+                if not fields or text.startswith("#"):
+                    skip += 1
+                    continue
+                if fields[0] in ("track", "browser") and _is_header(fields):
+                    track, skip = True, skip + 1
+                    continue
+                if header or _is_header(fields):
+                    names, skip = text, skip + 1
+                    continue
+            if fields:
+                data.append((number, text))
+                if len(data) == DETECT_LINES:
+                    break
+    return Preamble(skip, track, names, data)
+
+
+def _candidates(pre: Preamble) -> list[str]:
+    if pre.header is not None:
+        return [f.name for f in FORMATS.values() if pre.names in f.headers]
+    found = [f.name for f in FORMATS.values() if f.fits and all(f.fits(t.split()) for _, t in pre.data)]
+    if pre.track and "bismark-cov" in found:  # a track line marks a bedGraph, never a Bismark .cov
+        found.remove("bismark-cov")
+    return found
+
+
+HEADER_ROLES = {
+    "chrom": ("chr", "chrom", "chromosome", "seqnames", "seqname", "contig"),
+    "pos": ("pos", "position", "start", "base", "loc", "coordinate"),
+    "strand": ("strand", "str"),
+    "meth": ("m", "mc", "x", "meth", "methylated", "numcs", "nmeth", "c_count", "mc_count", "bases_meth",
+             "methylated_bases", "count_methylated"),
+    "total": ("cov", "coverage", "n", "t", "total", "depth", "reads", "ct_count", "total_count", "bases_tot",
+              "total_bases"),
+    "unmeth": ("u", "unmeth", "unmethylated", "numts", "nunmeth", "count_unmethylated"),
+}
+
+
+def columns_hint(names: list[str] | None) -> str:
+    """A --columns suggestion from a header's column names, where they say enough."""
+    generic = "describe its columns with --columns chrom=N,pos=N,meth=N,total=N (or unmeth=N) [--zero-based]"
+    if not names:
+        return generic
+    lowered = [n.lower() for n in names]
+    roles = {}
+    for role, words in HEADER_ROLES.items():
+        at = next((i for i, n in enumerate(lowered) if n in words), None)
+        if at is not None and at not in roles.values() and not (role == "unmeth" and "total" in roles):
+            roles[role] = at
+    if not all(k in roles for k in ("chrom", "pos", "meth")) or not ("total" in roles or "unmeth" in roles):
+        return generic
+    spec = ",".join(f"{k}={v + 1}" for k, v in roles.items())
+    return (f"if the header means what it seems to, pass --columns {spec} (add --zero-based if the positions are "
+            f"0-based: the header does not say)")
+
+
+def detect_format(path) -> str:
+    """The format of ``path`` from its first lines; raises :class:`FormatError` when no
+    format or more than one fits."""
+    check_input(path)
+    pre = preamble(path)
+    found = _candidates(pre)
+    if pre.header is not None and not found:
+        raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
+                                                      f"{columns_hint(pre.names)}")
+    if not pre.data:
+        raise FormatError(path, None, None, "the file is empty (no data lines)")
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        listing = "; ".join(f"{name} ({FORMATS[name].columns})" for name in found)
+        raise FormatError(path, None, None, f"ambiguous format: the first {len(pre.data)} data lines fit "
+                                            f"{len(found)} formats: {listing}. Pass --format "
+                                            f"{' or --format '.join(found)}")
+    line, text = _first_misfit(pre)
+    raise FormatError(path, line, text, f"unknown format (none of {', '.join(n for n in FORMATS if n != 'columns')}"
+                                        f" fits this line and those before it); {columns_hint(None)}")
+
+
+def _first_misfit(pre: Preamble) -> tuple[int, str]:
+    fitting = [f for f in FORMATS.values() if f.fits]
+    for line, text in pre.data:
+        fitting = [f for f in fitting if f.fits(text.split())]
+        if not fitting:
+            return line, text
+    return pre.data[0]
+
+
+def detect_common_format(paths, fmt: str = "auto", options: ReadOptions | None = None) -> str:
+    """One format for all files of a call: detected or given, never mixed."""
+    if options is not None and options.columns is not None:
+        if fmt not in ("auto", "columns"):
+            raise ValueError(f"--columns describes the columns itself; it cannot be combined with --format {fmt}")
+        return "columns"
+    if fmt != "auto":
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}; choose one of auto, {', '.join(FORMATS)}")
+        if fmt == "columns":
+            raise ValueError("--format columns needs --columns chrom=N,pos=N,meth=N,total=N (or unmeth=N)")
+        return fmt
+    found = {str(p): detect_format(p) for p in paths}
+    kinds = set(found.values())
+    if len(kinds) > 1:
+        listing = "; ".join(f"{p}: {k}" for p, k in found.items())
+        raise ValueError(f"mixed formats in one call (replicates must share a format): {listing}")
+    return kinds.pop()

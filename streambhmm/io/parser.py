@@ -1,0 +1,153 @@
+"""A block of text parsed into typed columns by pyarrow, and a line pyarrow cannot parse
+found and explained."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .rows import Layout, decoded, pa, pcsv, quoted
+
+
+def normalized(data: bytes) -> bytes:
+    """Runs of tabs and spaces as one tab; no blanks at line starts and ends; LF ends."""
+    data = re.sub(rb"[ \t]+", b"\t", data.replace(b"\r\n", b"\n"))
+    data = data.replace(b"\t\n", b"\n").replace(b"\n\t", b"\n")
+    return data[1:] if data.startswith(b"\t") else data
+
+
+class Parser:
+    """pyarrow's CSV reader set up for one layout."""
+
+    def __init__(self, layout: Layout):
+        self.layout = layout
+        names = [f"f{i}" for i in range(layout.n_fields)]
+        self.types = layout.types()
+        self.read = pcsv.ReadOptions(column_names=names, use_threads=True, block_size=1 << 19)
+        self.parse_options = pcsv.ParseOptions(delimiter="\t", quote_char=False, double_quote=False,
+                                               escape_char=False, newlines_in_values=False, ignore_empty_lines=True)
+        self.convert = pcsv.ConvertOptions(column_types={names[i]: t for i, t in self.types.items()},
+                                           include_columns=[names[i] for i in sorted(self.types)],
+                                           null_values=[], strings_can_be_null=False,
+                                           quoted_strings_can_be_null=False, check_utf8=True)
+
+    def __call__(self, data) -> dict[int, pa.Array]:
+        table = pcsv.read_csv(pa.py_buffer(data), self.read, self.parse_options, self.convert)
+        return {i: table.column(f"f{i}").combine_chunks() for i in self.types}
+
+    def columns(self, data: bytes) -> tuple[dict[int, pa.Array], bytes]:
+        """Columns of a block and the text they came from; a line that does not parse is a
+        FormatError (found by bisection, then explained)."""
+        if b" " in data:
+            data = normalized(data)
+        try:
+            return self(data), data
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass
+        data = normalized(data)  # empty fields (runs of tabs) and blank-only lines
+        try:
+            return self(data), data
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            reason = str(exc)
+        lines = data.split(b"\n")
+        lo, hi = 0, len(lines)  # invariant: lines[:lo] parse, lines[:hi] do not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            try:
+                self(b"\n".join(lines[:mid]) + b"\n")
+                lo = mid
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                hi, reason = mid, str(exc)
+        raise BadLine(lo, reason, lines)
+
+
+class BadLine(Exception):
+    """Line ``index`` of a (normalized) block does not parse."""
+
+    def __init__(self, index: int, reason: str, lines: list[bytes]):
+        self.index, self.reason, self.lines = index, reason, lines
+
+
+INTEGER = re.compile(rb"-?[0-9]+")
+
+
+def explain(line: bytes, layout: Layout, reason: str, variable: bool = False) -> str:
+    """Why pyarrow could not parse ``line``, in the user's terms."""
+    fields = line.split(b"\t")
+    if len(fields) != layout.n_fields:
+        changed = f" (the number of columns changed: the first data line has {layout.n_fields})" if variable else ""
+        return f"expected {layout.n_fields} fields, found {len(fields)}{changed}"
+    for i, kind in sorted(layout.types().items()):
+        field = fields[i]
+        what = f"field {i + 1} ({quoted(decoded(field))})"
+        if kind == pa.string():
+            try:
+                field.decode("utf-8")
+            except UnicodeDecodeError:
+                return f"{what}: invalid UTF-8"
+        elif kind == pa.int64() and not INTEGER.fullmatch(field):
+            return f"{what}: {'not an integer' if _is_number(field) else 'not a number'}"
+        elif kind == pa.int64() and not -2 ** 63 <= int(field) < 2 ** 63:
+            return f"{what}: {'too large' if int(field) > 0 else 'negative'}"
+        elif kind == pa.float64() and not _is_number(field):
+            return f"{what}: not a number"
+    return f"cannot parse ({reason.splitlines()[0]})"
+
+
+def _is_number(field: bytes) -> bool:
+    try:
+        float(field)
+        return True
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def chars(arr: pa.Array, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The lengths of the strings and their first ``count`` bytes (0 past the end), read
+    from the raw buffers: vectorized, without Python strings."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    values = np.frombuffer(arr.buffers()[2], np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    values = np.r_[values, np.zeros(count, np.uint8)]  # reads past the last string stay in bounds
+    lengths = np.diff(offsets)
+    starts = offsets[:-1]
+    return lengths, [np.where(lengths > k, values[starts + k], 0) for k in range(count)]
+
+
+def code_table(pairs) -> tuple[np.ndarray, np.ndarray]:
+    """Lookup tables for one-character values: valid[byte], value[byte]."""
+    valid, value = np.zeros(256, bool), np.zeros(256, np.int64)
+    for text, v in pairs:
+        valid[ord(text)], value[ord(text)] = True, v
+    return valid, value
+
+
+C, G, H = ord("C"), ord("G"), ord("H")
+BASE = np.zeros(256, bool)
+BASE[list(b"ACGTN")] = True
+
+
+def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str]:
+    """Per row: 0 = CG, 1 = CHG, 2 = CHH, and whether the value is valid (plus what a
+    valid value looks like, for the message)."""
+    if kind == "name":  # CG, CHG or CHH
+        n, (c0, c1, c2) = chars(arr, 3)
+        ok = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
+        return np.where(n == 2, 0, np.where(c2 == G, 1, 2)), ok, "CG, CHG or CHH"
+    if kind == "tri":  # the C and the two bases after it
+        n, (c0, c1, c2) = chars(arr, 3)
+        ok = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]
+        return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, "C and two bases (ACGTN)"
+    # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
+    n, (c0, c1, c2, c3, c4) = chars(arr, 5)
+    plus = strand > 0
+    ok = (n == 5) & np.where(plus, c2 == C, c2 == G)
+    cg = np.where(plus, c3 == G, c1 == C)
+    chg = np.where(plus, c4 == G, c0 == C)
+    return np.where(cg, 0, np.where(chg, 1, 2)), ok, "5 bases centred on the C (+) or G (-)"
+
+
+CONTEXT_INDEX = {"CG": 0, "CHG": 1, "CHH": 2}

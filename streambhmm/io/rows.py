@@ -1,0 +1,130 @@
+"""What reading a call file is about: the layout of a format's columns, the settings of a
+read, the rows it yields, the error that names a line, and pyarrow and isal imported when
+first used."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+class _OnFirstUse:
+    """A module imported when first used: the command line imports this module to start,
+    and only ingest needs pyarrow and isal."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        return getattr(importlib.import_module(self._name), attr)
+
+
+pa = _OnFirstUse("pyarrow")
+pc = _OnFirstUse("pyarrow.compute")
+pcsv = _OnFirstUse("pyarrow.csv")
+igzip = _OnFirstUse("isal.igzip")
+
+BLOCK_BYTES = 8 << 20  # text per parsed block
+MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
+SHOWN = 200  # at most this many characters of a line are quoted in a message
+GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"
+
+
+def quoted(text: str) -> str:
+    """``text`` quoted for a message, cut to SHOWN characters."""
+    if len(text) <= SHOWN:
+        return repr(text)
+    return f"{text[:SHOWN]!r} (the first {SHOWN} of {len(text):,} characters)"
+
+
+def decoded(line: bytes) -> str:
+    return line.decode("utf-8", errors="backslashreplace")
+
+
+class FormatError(ValueError):
+    """Bad input: names the file, the 1-based line, at most SHOWN characters of the
+    offending text, and (where known) the format it was read as."""
+
+    def __init__(self, path, line: int | None, text: str | None, message: str, fmt: str | None = None):
+        self.path, self.line, self._given = str(path), line, text
+        self.text = None if text is None else text[:SHOWN]
+        self.message, self.fmt = message, fmt
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        shown = f": {quoted(text)}" if text is not None else ""
+        super().__init__(f"{where}: {message}{shown}" + (f" (format {fmt})" if fmt else ""))
+
+    def __reduce__(self):  # pickled across Dask workers
+        return type(self), (self.path, self.line, self._given, self.message, self.fmt)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Validated rows of one chromosome from one block of a file."""
+
+    chrom: str
+    pos0: np.ndarray  # int64, 0-based, non-decreasing
+    methylated: np.ndarray  # int64
+    coverage: np.ndarray  # int64
+
+
+STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a format keeps what: 0-based indexes into a data line's fields.
+
+    Coverage is ``total``, or ``meth + unmeth``; methylated is ``meth`` (plus
+    ``other_meth``), or ``round(total * fraction / scale)``."""
+
+    n_fields: int
+    chrom: int
+    pos: int
+    base: int  # 1: positions are 1-based; 0: 0-based
+    meth: int | None = None
+    total: int | None = None
+    unmeth: int | None = None
+    other_meth: int | None = None
+    fraction: int | None = None
+    scale: float = 1.0
+    strand: int | None = None
+    strand_codes: tuple[tuple[str, int], ...] = STRANDS  # text -> +1, -1 or 0 (both strands / unknown)
+    context: int | None = None
+    context_kind: str = ""  # "name": CG/CHG/CHH; "tri": C + 2 bases (allc); "bsmap": 5 bases centred on the C or G
+    end: int | None = None
+    end_offsets: tuple[int, ...] | None = None  # allowed end - start (None: any end > start)
+    code: int | None = None  # modkit modification code: rows with m or C are kept
+
+    def types(self) -> dict[int, pa.DataType]:
+        out = {self.chrom: pa.string(), self.pos: pa.int64()}
+        for i in (self.meth, self.total, self.unmeth, self.other_meth, self.end):
+            if i is not None:
+                out[i] = pa.int64()
+        for i in (self.strand, self.context, self.code):
+            if i is not None:
+                out[i] = pa.string()
+        if self.fraction is not None:
+            out[self.fraction] = pa.float64()
+        return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How rows are selected: a format's reading of the user's options."""
+
+    context: str = "CG"
+    merge_strands: bool = False
+    min_coverage: int = 1
+    chromosomes: tuple[str, ...] | None = None
+    exclude_chromosomes: tuple[str, ...] = ()
+    rename: Callable[[str], str] | None = None  # a chromosome's name in the file -> in the store
+
+    def keeps(self, chrom: str) -> bool:
+        if self.chromosomes is not None and not any(fnmatch.fnmatchcase(chrom, p) for p in self.chromosomes):
+            return False
+        return not any(fnmatch.fnmatchcase(chrom, p) for p in self.exclude_chromosomes)

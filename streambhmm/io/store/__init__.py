@@ -1,0 +1,19 @@
+"""The counts store (format version 2), by concern: schema (the format, its metadata
+document and per-position variables), reader (CountsStore, open_store), chunks (chunk
+references and digests), locking, recovery, commit (a staged sample put in place), writer
+(SampleWriter: staging and the commit's checks) and upgrade (version 1 to 2)."""
+
+from .chunks import ChunkRef, chunk_digest
+from .commit import consolidate, mark_changed, staging_path
+from .locking import locked
+from .reader import CountsStore, StoreOverview, open_store
+from .recovery import needs_recovery, recover
+from .schema import (COMMIT, COUNTS_FORMAT, COUNTS_VERSION, COVERED, DEFAULT_CHUNK_SIZE, DIGEST, FIELDS, LAST, POSITION,
+                     PREVIOUS, SUMS, StoreAttrs, StoreError, natural_sorted, per_position_variables)
+from .upgrade import upgrade_store
+from .writer import SampleWriter
+
+__all__ = ["COMMIT", "COUNTS_FORMAT", "COUNTS_VERSION", "COVERED", "DEFAULT_CHUNK_SIZE", "DIGEST", "FIELDS", "LAST",
+           "POSITION", "PREVIOUS", "SUMS", "ChunkRef", "CountsStore", "SampleWriter", "StoreAttrs", "StoreError",
+           "StoreOverview", "chunk_digest", "consolidate", "locked", "mark_changed", "natural_sorted",
+           "needs_recovery", "open_store", "per_position_variables", "recover", "staging_path", "upgrade_store"]

@@ -1,0 +1,94 @@
+"""References to a store's chunks as tasks read them, and the digests and summaries of a
+chunk column kept in the store's index."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import zarr
+
+from .schema import COVERED, DIGEST, FIELDS, LAST, PREVIOUS, SUMS, StoreError
+
+
+@functools.lru_cache(maxsize=16)
+def root_group(url: str, generation: str):
+    """The store's root group through its consolidated metadata (no metadata reads per
+    array); cached per generation, which every change of the store renews."""
+    return zarr.open_group(url, mode="r", use_consolidated=True)
+
+
+@dataclass(frozen=True, eq=False)
+class ChunkRef:
+    """One chunk of one chromosome for some sample columns, as a task reads it."""
+
+    url: str
+    generation: str
+    bin_size: int
+    chrom: str
+    chunk: int
+    start: int  # first bin
+    stop: int  # one past the last bin (within the array)
+    columns: tuple[int, ...]
+    digests: tuple[tuple[int, int], ...]  # per column; (0, 0): no coverage there
+    samples: tuple[str, ...]
+    summary: np.ndarray  # (len(columns), FIELDS)
+
+    @property
+    def n_bins(self) -> int:
+        return self.stop - self.start
+
+    def read(self, which=None, verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(methylated, coverage) as int64 (bins, k) of the columns ``which`` (indices into
+        ``columns``; default all), each checked against its digest (unless ``verify`` is
+        False: a task reading a column again)."""
+        which = range(len(self.columns)) if which is None else which
+        meth = np.zeros((self.n_bins, len(which)), np.int64)
+        cov = np.zeros_like(meth)
+        root = root_group(self.url, self.generation)
+        for k, w in enumerate(which):
+            if self.digests[w] == (0, 0):
+                continue  # no coverage: nothing written
+            m = root[f"{self.chrom}/methylated"][self.start:self.stop, self.columns[w]]
+            c = root[f"{self.chrom}/coverage"][self.start:self.stop, self.columns[w]]
+            if verify and chunk_digest(m, c) != self.digests[w]:
+                raise StoreError(f"{self.url}: the counts of sample {self.samples[w]} on {self.chrom}, chunk "
+                                 f"{self.chunk} (bins {self.start:,} to {self.stop:,}) are missing or damaged (their "
+                                 f"checksum does not match the store's index); ingest sample {self.samples[w]} again")
+            meth[:, k], cov[:, k] = m, c
+        return meth, cov
+
+    def positions(self, rows=None) -> np.ndarray:
+        """0-based bp starts of the chunk's rows (default: all of them)."""
+        rows = np.arange(self.n_bins) if rows is None else np.asarray(rows, np.int64)
+        return (self.start + rows) * self.bin_size
+
+
+def chunk_digest(methylated: np.ndarray, coverage: np.ndarray) -> tuple[int, int]:
+    """BLAKE2b-128 of a chunk column's counts up to its last covered bin, as two int64;
+    (0, 0) for a chunk without coverage."""
+    covered = np.flatnonzero(coverage)
+    if covered.size == 0:
+        return 0, 0
+    end = covered[-1] + 1
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(np.ascontiguousarray(methylated[:end], dtype="<u4").tobytes())
+    digest.update(np.ascontiguousarray(coverage[:end], dtype="<u4").tobytes())
+    raw = digest.digest()
+    return int.from_bytes(raw[:8], "little", signed=True), int.from_bytes(raw[8:], "little", signed=True)
+
+
+def chunk_summary(start: int, methylated: np.ndarray, coverage: np.ndarray) -> np.ndarray:
+    """The FIELDS of one chunk column whose first bin is ``start``."""
+    out = np.zeros(len(FIELDS), np.int64)
+    out[DIGEST] = chunk_digest(methylated, coverage)
+    covered = np.flatnonzero(coverage)
+    out[COVERED] = covered.size
+    out[SUMS] = int(methylated.sum(dtype=np.int64)), int(coverage.sum(dtype=np.int64))
+    for field, k in ((LAST, -1), (PREVIOUS, -2)):
+        if covered.size >= -k:
+            i = covered[k]
+            out[field] = start + i, methylated[i], coverage[i]
+    return out

@@ -1,0 +1,108 @@
+"""The store's lock: a sibling lock file, shared for readers and exclusive for writers, taken
+without following links; whoever takes it first finishes what killed writers left."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import sys
+
+from ..storage import Location
+from .recovery import needs_recovery, recover
+from .schema import StoreError
+
+
+def _read_only(directory: Location) -> bool:
+    """Whether nobody can write in ``directory``: its filesystem is mounted read-only, or its
+    mode lets no one write."""
+    try:
+        return bool(os.statvfs(directory.url).f_flag & os.ST_RDONLY) or not os.stat(directory.url).st_mode & 0o222
+    except OSError:
+        return False
+
+
+def open_lock(lock_file: Location, shared: bool = False) -> int | None:
+    """The lock file, opened without following a symlink and never truncated (a planted link
+    cannot make us clobber its target). A shared lock needs no write access (flock works on
+    a file opened read-only); None: a reader on read-only media, where there is nothing to
+    exclude."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        if shared:
+            with contextlib.suppress(FileNotFoundError):
+                return os.open(lock_file.url, flags | os.O_RDONLY)
+            return os.open(lock_file.url, flags | os.O_RDONLY | os.O_CREAT, 0o666)  # the umask decides
+        return os.open(lock_file.url, flags | os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        if shared and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM) and _read_only(lock_file.parent):
+            return None
+        raise StoreError(_lock_problem(lock_file, exc, shared)) from None
+
+
+def _lock_problem(lock_file: Location, exc: OSError, shared: bool) -> str:
+    directory, reason = lock_file.parent, (exc.strerror or str(exc)).lower()
+    if exc.errno == errno.ELOOP:
+        return (f"the lock file {lock_file} is a symbolic link, which streambhmm never creates (it may have been "
+                f"planted); remove the link")
+    if exc.errno == errno.EROFS:
+        return f"{directory} is on a read-only file system: a store there can be read, not written"
+    if exc.errno in (errno.EACCES, errno.EPERM) and shared and os.path.lexists(lock_file.url):
+        return f"cannot read the lock file {lock_file} ({reason}); its owner can let others read it (chmod a+r)"
+    if exc.errno in (errno.EACCES, errno.EPERM) and shared:
+        return (f"cannot create the lock file {lock_file} ({reason}); someone who may write in {directory} can "
+                f"create it (any streambhmm command on the store does), or make the directory read-only")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to write in {directory} (opening the lock file {lock_file.name}: {reason})"
+    return f"cannot open the lock file {lock_file} ({reason})"
+
+
+def _take_lock(fd: int, operation: int, path: Location) -> None:
+    """flock, saying on stderr what the command waits for when another holds the lock. The
+    wait is as long as the holder's run, which is bounded itself: every command's waits on
+    Dask and on a scheduler are (io/tasks.py, distributed/cluster.py)."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
+        print(f"waiting for the lock of {path}: another streambhmm command is {holder} it", file=sys.stderr,
+              flush=True)
+    fcntl.flock(fd, operation)
+
+
+@contextlib.contextmanager
+def locked(path, shared: bool = False):
+    """Lock ``path`` through a sibling lock file: exclusive for writers, ``shared`` for
+    readers, so a store never changes under a command reading it (a commit waits for the
+    readers, a reader waits for a commit). The lock goes by the real path: however a store
+    is reached (a symbolic link to it or to a directory above it), it is one lock. fsspec
+    URLs get no lock: there, one writer per store at a time, and no readers meanwhile, is
+    the user's to ensure."""
+    path = Location.of(path)
+    if not path.is_local:
+        recover(path)
+        yield
+        return
+    path = path.real()
+    path.parent.mkdir()  # no error where it exists, read-only or not
+    fd = open_lock(path.parent / f".{path.name}.lock", shared)
+    if fd is None:
+        if needs_recovery(path):
+            raise StoreError(f"{path}: a commit stopped after its commit point awaits completion, which needs to "
+                             f"write; run any streambhmm command on the store where it is writable")
+        yield  # read-only media: nobody can change the store
+        return
+    try:
+        _take_lock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, path)
+        if not shared:
+            recover(path)
+        elif needs_recovery(path):
+            _take_lock(fd, fcntl.LOCK_EX, path)  # a writer died mid-change: finish it first
+            recover(path)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,122 @@
+"""The counts store as a reader sees it: CountsStore (attributes, extents, chunk summaries,
+chunk references) and open_store, which checks what it opens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+
+from ..names import Spellings
+from ..storage import Location
+from .chunks import ChunkRef, root_group
+from .schema import COVERED, DIGEST, FIELDS, SUMS, StoreAttrs, read_attributes
+
+
+@dataclass
+class StoreOverview:
+    """A counts store's extent and coverage (CountsStore.overview); arrays are per sample."""
+
+    samples: list[str]
+    chromosomes: dict  # chrom -> (bins on its axis, covered bins per sample)
+    covered: np.ndarray  # covered bins
+    coverage: np.ndarray  # reads summed over the bins
+    methylated: np.ndarray
+
+    @property
+    def n_bins(self) -> int:
+        return sum(n for n, _ in self.chromosomes.values())
+
+
+@dataclass(frozen=True)
+class CountsStore:
+    path: Location
+    attrs: dict  # the root's attributes as stored, provenance included
+    meta: StoreAttrs  # the same, read and checked
+
+    @property
+    def bin_size(self) -> int:
+        return self.meta.bin_size
+
+    @property
+    def chunk_size(self) -> int:
+        return self.meta.chunk_size
+
+    @property
+    def chromosomes(self) -> list[str]:
+        return list(self.meta.chromosomes)
+
+    @property
+    def samples(self) -> list[str]:
+        """Sample names in column order."""
+        return sorted(self.meta.samples, key=self.column)
+
+    @property
+    def generation(self) -> str:
+        return self.meta.generation
+
+    def column(self, sample: str) -> int:
+        return int(self.meta.samples[sample]["column"])
+
+    def n_bins(self, chrom: str) -> int:
+        return int(root_group(self.path.url, self.generation)[f"{chrom}/methylated"].shape[0])
+
+    def n_cells(self) -> int:
+        """Bins x samples over all chromosomes (from the metadata)."""
+        return sum(self.n_bins(c) for c in self.chromosomes) * len(self.samples)
+
+    def dataset(self, chrom: str):
+        """Lazy (dask-backed) xarray Dataset of one chromosome."""
+        return xr.open_zarr(self.path.url, group=chrom)
+
+    def overview(self) -> "StoreOverview":
+        """Bins and coverage per chromosome and sample, from the chunk summaries (no counts
+        are read)."""
+        columns = [self.column(s) for s in self.samples]
+        per_chrom, totals = {}, np.zeros((3, len(columns)), np.int64)
+        for chrom in self.chromosomes:
+            summary = self.summary(chrom, columns).sum(axis=0)  # (samples, fields)
+            per_chrom[chrom] = (self.n_bins(chrom), summary[:, COVERED])
+            totals += [summary[:, COVERED], summary[:, SUMS][:, 1], summary[:, SUMS][:, 0]]
+        return StoreOverview(self.samples, per_chrom, *totals)
+
+    def summary(self, chrom: str, columns) -> np.ndarray:
+        """(chunks, len(columns), FIELDS) chunk summaries of those sample columns."""
+        array = root_group(self.path.url, self.generation)[f"{chrom}/index/summary"]
+        columns = list(columns)
+        if not columns:
+            return np.zeros((array.shape[0], 0, len(FIELDS)), np.int64)
+        return np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+
+    def holds(self, chrom: str, excluding: str | None = None) -> bool:
+        """Whether a sample other than ``excluding`` has coverage on ``chrom`` (from the index)."""
+        columns = [self.column(s) for s in self.samples if s != excluding]
+        return chrom in self.chromosomes and bool((self.summary(chrom, columns)[:, :, COVERED] > 0).any())
+
+    def spellings(self, sample: str | None = None) -> Spellings:
+        """The store's chromosome names, to refuse another spelling of one (chr21 beside 21)
+        that holds data of a sample other than ``sample``."""
+        return Spellings(self.chromosomes, f"the store {self.path}", lambda chrom: self.holds(chrom, sample))
+
+    def chunk_refs(self, chrom: str, samples) -> list[ChunkRef]:
+        """The chunks of ``chrom`` where one of ``samples`` has coverage, as references a task
+        can read (with each column's expected digest)."""
+        columns = [self.column(s) for s in samples]
+        summary = self.summary(chrom, columns)
+        n_bins, size = self.n_bins(chrom), self.chunk_size
+        url = self.path.absolute().url  # a worker's working directory is not ours
+        refs = []
+        for i in np.flatnonzero((summary[:, :, COVERED] > 0).any(axis=1)):
+            digests = tuple((int(hi), int(lo)) for hi, lo in summary[i, :, DIGEST])
+            refs.append(ChunkRef(url, self.generation, self.bin_size, chrom, int(i), int(i) * size,
+                                 min((int(i) + 1) * size, n_bins), tuple(columns), digests, tuple(samples),
+                                 summary[i]))
+        return refs
+
+
+def open_store(path) -> CountsStore:
+    """Open and check a counts store."""
+    path = Location.of(path)
+    attrs = read_attributes(path)
+    return CountsStore(path=path, attrs=attrs, meta=StoreAttrs.check(path, attrs))

@@ -1,0 +1,143 @@
+"""The counts store (format version 2): Zarr v3, a fixed bin axis per chromosome, one sample
+per chunk column.
+
+    STORE/zarr.json        root attributes: format, format_version, bin_size, chunk_size,
+                           samples ({name: its column and provenance}), chromosomes (natural
+                           order), generation (a new value at every change)
+    STORE/<chrom>/         an xarray Dataset with dims (position, sample):
+        methylated, coverage   uint32 (bins, samples), chunks (chunk_size, 1): each chunk holds
+                               one sample's counts of chunk_size bins; all-zero chunks are not
+                               written (they read as zeros)
+        position               int64, the index: bin i starts at i * bin_size, so
+                               ``ds.sel(position=slice(a, b))`` works; the axis never moves, it
+                               only grows when a later sample reaches further
+        sample                 the samples' names, in column order
+        index/summary          int64 (chunks, samples, FIELDS): per chunk and sample a BLAKE2b
+                               digest of its counts, its covered bins and count sums, and its
+                               last two covered bins (the halo the next chunk needs)
+
+Any zarr/xarray reader opens a chromosome with ``xarray.open_zarr(STORE, group=CHROM)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+from zarr.codecs import BloscCodec
+
+from ..limits import COUNT_MAX, POSITION_MAX  # noqa: F401 - the store's bounds, also read from here
+from ..storage import Location
+
+COUNTS_FORMAT = "streambhmm-counts"
+COUNTS_VERSION = 2
+DEFAULT_CHUNK_SIZE = 1_000_000
+COUNT_DTYPE = np.uint32
+INDEX_CHUNK = 4096  # chunk summaries per index chunk (of one sample)
+SAMPLE_CHUNK = 1 << 16  # names per chunk of the sample coordinate
+COMMIT = "COMMIT.json"
+COMMIT_MARGIN = 1 << 20  # bytes free beyond a commit's upper bound
+METADATA_BYTES = 4096  # an upper bound of one zarr.json of a chromosome's
+COUNTS = ("methylated", "coverage")
+POSITION = "position"  # the bin axis, its coordinate and the first dimension of every per-position variable
+OWNER_LOCK = "owner.lock"
+# index/summary fields; the digest is (0, 0) for a chunk without coverage
+FIELDS = ("digest_hi", "digest_lo", "covered", "sum_methylated", "sum_coverage",
+          "last_bin", "last_methylated", "last_coverage", "previous_bin", "previous_methylated",
+          "previous_coverage")
+DIGEST, COVERED, SUMS, LAST, PREVIOUS = slice(0, 2), 2, slice(3, 5), slice(5, 8), slice(8, 11)
+
+
+class StoreError(ValueError):
+    """A store that is missing, damaged, of another kind or of another format version."""
+
+
+def natural_key(name: str):
+    """chr2 before chr10: digit runs compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]
+
+
+def natural_sorted(names) -> list[str]:
+    return sorted(names, key=natural_key)
+
+
+def codecs() -> dict:
+    # byte-shuffled zstd: counts are small integers, their high bytes mostly zero
+    return {"compressors": BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")}
+
+
+def n_chunks(n_bins: int, chunk_size: int) -> int:
+    return -(-n_bins // chunk_size)
+
+
+def inline(nodes: dict) -> dict:
+    """Consolidated metadata as zarr writes it into a group's zarr.json."""
+    return {"kind": "inline", "must_understand": False, "metadata": nodes}
+
+
+def new_attributes(record: dict) -> dict:
+    return StoreAttrs(record["bin_size"], record["chunk_size"]).to_attributes()
+
+
+def per_position_variables(group) -> list[str]:
+    """The arrays of a chromosome group that run along its bin axis besides the counts and
+    the axis itself (decode's posteriors, say): declared so by their first dimension name,
+    grown with the axis and their other dimensions kept."""
+    return sorted(name for name, array in group.arrays()
+                  if name not in (*COUNTS, POSITION) and tuple(array.metadata.dimension_names or ())[:1] == (POSITION,))
+
+
+def check_format(path, attrs: dict) -> None:
+    """Refuse attributes that are not a streambhmm counts store's."""
+    if attrs.get("format") != COUNTS_FORMAT:
+        raise StoreError(f"{path}: not a streambhmm counts store (format {attrs.get('format')!r})")
+
+
+@dataclass(frozen=True)
+class StoreAttrs:
+    """The store's metadata document (the root's attributes), read with its version checked."""
+
+    bin_size: int
+    chunk_size: int
+    samples: dict = field(default_factory=dict)  # name -> its column and provenance
+    chromosomes: list = field(default_factory=list)  # natural order
+    generation: str = ""  # a new value at every change
+    format_version: int = COUNTS_VERSION
+
+    @classmethod
+    def read(cls, path) -> "StoreAttrs":
+        """The attributes of the store at ``path``, refused (naming it) unless they are of this
+        format version."""
+        return cls.check(path, read_attributes(path))
+
+    @classmethod
+    def check(cls, path, attrs: dict) -> "StoreAttrs":
+        check_format(path, attrs)
+        version = attrs.get("format_version")
+        if type(version) is not int:
+            raise StoreError(f"{path}: format_version is not an integer ({json.dumps(version)[:100]})")
+        if version > COUNTS_VERSION:
+            raise StoreError(f"{path}: counts store format version {version} is newer than this streambhmm supports "
+                             f"({COUNTS_VERSION}); upgrade streambhmm")
+        if version < COUNTS_VERSION:
+            raise StoreError(f"{path}: a version-{version} counts store (covered bins only, all samples in each "
+                             f"chunk); this streambhmm reads version {COUNTS_VERSION}. Convert it with `streambhmm "
+                             f"upgrade {path}` (it keeps every sample and its provenance), or ingest the files into a "
+                             f"new store")
+        return cls(int(attrs["bin_size"]), int(attrs["chunk_size"]), dict(attrs.get("samples", {})),
+                   list(attrs.get("chromosomes", [])), str(attrs.get("generation", "")), version)
+
+    def to_attributes(self) -> dict:
+        """The attributes a new store starts with (in the order written)."""
+        return {"format": COUNTS_FORMAT, "format_version": self.format_version, "bin_size": self.bin_size,
+                "chunk_size": self.chunk_size, "samples": self.samples, "chromosomes": self.chromosomes}
+
+
+def read_attributes(path) -> dict:
+    """The root's attributes, refused when there is no store at ``path``."""
+    path = Location.of(path)
+    if not (path / "zarr.json").exists():
+        raise StoreError(f"{path}: no counts store here (no zarr.json)")
+    return json.loads((path / "zarr.json").read_text()).get("attributes", {})  # quicker than zarr's parse of all

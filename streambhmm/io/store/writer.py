@@ -1,0 +1,301 @@
+"""Staging and committing one sample (SampleWriter): its chunks staged beside the store, and
+what may refuse a commit checked before its commit point (the store, one mount, free space)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import functools
+import json
+import os
+import re
+import uuid
+
+import numpy as np
+import zarr
+
+from ..storage import Location, fault_point
+from .chunks import chunk_summary
+from .commit import complete_commit
+from .locking import locked, open_lock
+from .reader import open_store
+from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK,
+                     METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EXDEV)
+
+
+def _staging_errors(method):
+    """A SampleWriter method whose disk errors (a full disk, a read-only filesystem, no
+    permission) become a StoreError: they happen before the commit point, so the store is
+    unchanged (and the staging directory is removed when the writer closes)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in DISK_ERRNOS:
+                raise
+            raise StoreError(f"cannot stage counts for {self.store} in {self.path.parent}: "
+                             f"{(exc.strerror or str(exc)).lower()}; the store is unchanged") from None
+    return wrapper
+
+
+class SampleWriter:
+    """Stage one sample's counts beside ``store`` and commit them into its column.
+
+    ``add`` takes binned rows (chromosome, bin indices, counts) in any order; counts of one
+    chunk are summed in memory and flushed to the staging store when the rows move to another
+    chunk (a chunk met again, e.g. in a replicate file, is read back and added to), so
+    memory holds one chunk of one sample. ``commit`` puts the sample in place."""
+
+    def __init__(self, store, bin_size: int, chunk_size: int):
+        self.store = Location.of(store)
+        real = self.store.real()  # staged beside the store itself, however it is reached
+        self.bin_size, self.chunk_size = int(bin_size), int(chunk_size)
+        self.path = real.parent / f"{real.name}.ingest-{uuid.uuid4().hex[:12]}"
+        self._owner = None
+        self.extent: dict[str, int] = {}  # bins up to the last covered one, per chromosome
+        self.summaries: dict[str, dict[int, np.ndarray]] = {}
+        self._key = None
+        self._meth = np.zeros(self.chunk_size, np.int64)
+        self._cov = np.zeros(self.chunk_size, np.int64)
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    @_staging_errors
+    def _start(self) -> None:
+        self.root = zarr.open_group(self.path.url, mode="w", zarr_format=3)
+        if self.path.is_local:  # held while we live: recovery leaves a live staging alone
+            self._owner = open_lock(self.path / OWNER_LOCK)
+            fcntl.flock(self._owner, fcntl.LOCK_EX)
+            _check_one_filesystem(self.store.real(), self.path, {})
+
+    @_staging_errors
+    def add(self, chrom: str, bins: np.ndarray, methylated: np.ndarray, coverage: np.ndarray) -> None:
+        bins = np.asarray(bins, np.int64)
+        if bins.size == 0:
+            return
+        if bins.min() < 0:
+            raise ValueError(f"{chrom}: negative bin {int(bins.min())}")
+        if bins.max() > POSITION_MAX // self.bin_size:
+            raise ValueError(f"{chrom}: position {int(bins.max()) * self.bin_size:,} is beyond {POSITION_MAX:,}, the "
+                             f"largest a counts store takes")
+        if (np.diff(bins) < 0).any():
+            order = np.argsort(bins, kind="stable")
+            bins, methylated, coverage = bins[order], methylated[order], coverage[order]
+        chunk_of = bins // self.chunk_size
+        edges = np.flatnonzero(np.diff(chunk_of)) + 1
+        for lo, hi in zip(np.r_[0, edges], np.r_[edges, bins.size]):
+            self._select(chrom, int(chunk_of[lo]))
+            b = bins[lo:hi] - self._key[1] * self.chunk_size
+            starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+            self._meth[b[starts]] += np.add.reduceat(np.asarray(methylated[lo:hi], np.int64), starts)
+            self._cov[b[starts]] += np.add.reduceat(np.asarray(coverage[lo:hi], np.int64), starts)
+
+    def _select(self, chrom: str, chunk: int) -> None:
+        if self._key == (chrom, chunk):
+            return
+        self.flush()
+        self._key = (chrom, chunk)
+        if chunk in self.summaries.get(chrom, {}):  # met before: add to what is staged
+            array = self._arrays(chrom)
+            rows = slice(chunk * self.chunk_size, (chunk + 1) * self.chunk_size)
+            self._meth[:] = array[0][rows, 0]
+            self._cov[:] = array[1][rows, 0]
+
+    def _arrays(self, chrom: str):
+        if chrom not in self.root:
+            group = self.root.create_group(chrom)
+            for name in COUNTS:
+                group.create_array(name, shape=(0, 1), chunks=(self.chunk_size, 1), dtype=COUNT_DTYPE,
+                                   fill_value=0, dimension_names=("position", "sample"), **codecs())
+        group = self.root[chrom]
+        return group["methylated"], group["coverage"]
+
+    @_staging_errors
+    def flush(self) -> None:
+        """Write the chunk in memory to the staging store."""
+        if self._key is None:
+            return
+        chrom, chunk = self._key
+        self._key = None
+        covered = np.flatnonzero(self._cov)
+        start = chunk * self.chunk_size
+        if covered.size and self._cov[covered].max() > COUNT_MAX:
+            i = covered[np.argmax(self._cov[covered])]
+            raise ValueError(f"{chrom}: the bin at {(start + i) * self.bin_size:,} sums coverage {self._cov[i]:,}, "
+                             f"more than the store's uint32 holds ({COUNT_MAX:,}); use a smaller --bin-size")
+        meth, cov = self._arrays(chrom)
+        end = start + self.chunk_size
+        if meth.shape[0] < end:
+            meth.resize((end, 1))
+            cov.resize((end, 1))
+        meth[start:end, 0] = self._meth.astype(COUNT_DTYPE)
+        cov[start:end, 0] = self._cov.astype(COUNT_DTYPE)
+        self.summaries.setdefault(chrom, {})[chunk] = chunk_summary(start, self._meth, self._cov)
+        if covered.size:
+            self.extent[chrom] = max(self.extent.get(chrom, 0), start + int(covered[-1]) + 1)
+        self._meth[:] = 0
+        self._cov[:] = 0
+
+    @property
+    def covered_bins(self) -> int:
+        """Covered bins staged."""
+        return sum(int(s[COVERED]) for chunks in self.summaries.values() for s in chunks.values())
+
+    @_staging_errors
+    def _record(self, sample: str, provenance: dict) -> dict:
+        """Finish the staging store (shapes, chunk summaries) and describe the commit: per
+        chromosome its bins, its covered chunks and, per array, the chunks staged as files
+        (an all-zero chunk is not written)."""
+        self.flush()
+        chromosomes = {}
+        for chrom, chunks in self.summaries.items():
+            present = sorted(i for i, s in chunks.items() if s[COVERED] > 0)
+            if not present:
+                continue
+            n_bins = self.extent[chrom]
+            meth, cov = self._arrays(chrom)
+            meth.resize((n_bins, 1))
+            cov.resize((n_bins, 1))
+            summary = np.zeros((n_chunks(n_bins, self.chunk_size), 1, len(FIELDS)), np.int64)
+            for i in present:
+                summary[i, 0] = chunks[i]
+            self.root[chrom].create_array("summary", data=summary, chunks=(INDEX_CHUNK, 1, len(FIELDS)))
+            files = {array: [i for i in present if (self.path / chrom / array / "c" / str(i) / "0").exists()]
+                     for array in COUNTS}
+            chromosomes[chrom] = {"n_bins": n_bins, "chunks": present, "files": files}
+        return {"sample": sample, "provenance": provenance, "bin_size": self.bin_size,
+                "chunk_size": self.chunk_size, "chromosomes": chromosomes}
+
+    def commit(self, sample: str, provenance: dict, lock: bool = True) -> bool:
+        """Put the staged counts in place as ``sample`` (replacing a sample of that name);
+        returns whether it replaced one. ``lock=False``: the caller holds the store's lock
+        (or owns the store alone)."""
+        record = self._record(sample, provenance)
+        fault_point("staged")
+        store = self.store.real()
+        with locked(store) if lock else contextlib.nullcontext():
+            replaced = self._prepare(store, record)
+            fault_point("commit")
+            complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet in "
+                                              f"place", "the commit")
+        self.close()
+        return replaced
+
+    @_staging_errors
+    def _prepare(self, store: Location, record: dict) -> bool:
+        """Steps 1-2 of a commit (module docstring): everything that may refuse it, then the
+        commit point. Returns whether the sample replaces one."""
+        replaced = _check_commit(store, record)
+        for chrom, entry in record["chromosomes"].items():  # the axis as it is: positions are written from there
+            position = store / chrom / "position" / "zarr.json"
+            entry["store_bins"] = json.loads(position.read_text())["shape"][0] if position.exists() else 0
+        if store.is_local:
+            _check_one_filesystem(store, self.path, record)
+            _check_space(store, record)
+        (self.path / COMMIT).write_text(json.dumps(record))  # the commit point
+        return replaced
+
+    def close(self) -> None:
+        """Release the staging directory: removed, unless it holds a commit not yet complete
+        (which the next command on the store completes)."""
+        if not (self.path / COMMIT).exists():
+            self.path.rmtree()
+        if self._owner is not None:
+            os.close(self._owner)
+            self._owner = None
+
+    def __enter__(self) -> "SampleWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _check_commit(store: Location, record: dict) -> bool:
+    """Refuse a commit that does not fit the store; returns whether it replaces a sample."""
+    if not (store / "zarr.json").exists():
+        if store.children():
+            raise StoreError(f"{store} exists and is not a counts store (it has files but no zarr.json); give a new "
+                             f"path or an existing counts store")
+        return False
+    existing = open_store(store)
+    for key in ("bin_size", "chunk_size"):
+        if getattr(existing, key) != record[key]:
+            raise StoreError(f"{store} uses {key.replace('_', ' ')} {getattr(existing, key)}; cannot add "
+                             f"sample {record['sample']} written with {record[key]}")
+    spellings = existing.spellings(record["sample"])  # again: another ingest may have committed meanwhile
+    for chrom in record["chromosomes"]:
+        spellings.add(chrom, f"sample {record['sample']}")
+    return record["sample"] in existing.attrs["samples"]
+
+
+def _check_one_filesystem(store: Location, staging: Location, record: dict) -> None:
+    """A commit renames the staged files into the store: refuse a store (or a chromosome in
+    it) on another mount than the staging directory beside it."""
+    points = _mount_points()
+    mount = _mount(staging.url, points)
+    places = [store if store.exists() else store.parent]
+    places += [store / chrom for chrom in record.get("chromosomes", {}) if (store / chrom).exists()]
+    for place in places:
+        if _mount(place.url, points) != mount:
+            raise StoreError(f"{place} is on another filesystem or mount than {staging.parent}, where samples are "
+                             f"staged: a commit renames the staged files into the store, which needs one mount (is "
+                             f"{place} a mount point, or a link to another disk?); mount or link the directory that "
+                             f"holds the store instead; the store is unchanged")
+
+
+def _mount_points() -> list[str]:
+    """Linux's mount points (/proc/self/mountinfo; none elsewhere)."""
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4]) for line in fh]
+    return []
+
+
+def _mount(path: str, points: list[str]) -> tuple[int, str]:
+    """The filesystem (device) and the mount (its mount point) of ``path``: a rename between
+    two mounts fails even when they show one filesystem (bind mounts)."""
+    real = os.path.realpath(path)
+    inside = [p for p in points if real == p or real.startswith(p.rstrip("/") + "/")]
+    return os.stat(real).st_dev, max(inside, key=len, default="")
+
+
+def _check_space(store: Location, record: dict) -> None:
+    """Refuse a commit the disk has no room for, before its commit point."""
+    root = store / "zarr.json"
+    document = json.loads(root.read_text()) if root.exists() else {}
+    fs = os.statvfs((store if store.exists() else store.parent).url)
+    n_bytes, n_files = _commit_writes(document, record)
+    need, free = n_bytes + n_files * fs.f_bsize + COMMIT_MARGIN, fs.f_bavail * fs.f_frsize
+    if need > free or (fs.f_files and n_files > fs.f_favail):
+        raise StoreError(f"not enough free space to commit sample {record['sample']} into {store}: the commit writes "
+                         f"up to {need / 2**20:,.1f} MiB in up to {n_files:,} new files, and {free / 2**20:,.1f} MiB "
+                         f"({fs.f_favail:,} files) are free; the store is unchanged")
+
+
+def _commit_writes(document: dict, record: dict) -> tuple[int, int]:
+    """An upper bound of the bytes a commit writes and of the files (and directories) it
+    creates, given the store's root document (empty for a new store). The sample's chunk
+    files are renamed into the store, not written."""
+    attrs, chunk_size = document.get("attributes") or {}, record["chunk_size"]
+    names = [*attrs.get("samples", {}), record["sample"]]
+    names_bytes = sum(len(name.encode()) + 8 for name in names)
+    n_bytes = 2 * len(json.dumps(document)) + len(record["chromosomes"]) * 8 * METADATA_BYTES
+    n_files = 4
+    for entry in record["chromosomes"].values():
+        have, n_bins = entry.get("store_bins", 0), max(entry["n_bins"], entry.get("store_bins", 0))
+        written = n_bins - have // chunk_size * chunk_size  # positions, from the start of the last chunk
+        n_index = n_chunks(n_chunks(n_bins, chunk_size), INDEX_CHUNK)
+        n_bytes += 8 * written + 8 * len(FIELDS) * n_chunks(n_bins, chunk_size) + 10 * METADATA_BYTES + names_bytes
+        n_files += 24 + 2 * len(entry["chunks"]) + 2 * n_chunks(written, chunk_size) + 2 * n_index
+    if record["sample"] not in attrs.get("samples", {}):  # every other chromosome gets a column
+        n_bytes += len(set(attrs.get("chromosomes", [])) - set(record["chromosomes"])) * (METADATA_BYTES + names_bytes)
+    return n_bytes, n_files
