@@ -30,6 +30,7 @@ from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
                              hypomethylated, partially_methylated, unmethylated_share)
 from ..learn.hmm import BinomialHMM
+from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import read_manifest
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
@@ -54,7 +55,7 @@ class CallSettings:
     polish_em: int = 0
     bin_size: int | None = None  # pmd: PMD_BIN_SIZE
     seed: int = 0
-    n_bins: int = 30
+    n_bins: int = DEFAULT_N_BINS
     quiet: bool = False
 
     @property

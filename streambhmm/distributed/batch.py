@@ -36,8 +36,9 @@ from ..io.names import sample_name_problem
 from ..io.storage import Location
 from ..io.store import open_store
 from ..io.tasks import Waiter, wait_timeout
-from ..moments.features import projection_for
-from ..moments.momentstore import update_moment_store
+from ..moments.features import DEFAULT_N_BINS
+from ..moments.momentstore import update_moments
+from ..moments.spec import FeatureSpec
 
 COLUMNS = ("sample", "group", "format", "files")
 SUMMARY = "batch-summary.tsv"
@@ -206,7 +207,7 @@ def _ingest_bound(rows: list[ManifestRow]) -> float:
     return max(wait_timeout(), largest / INGEST_BYTES_PER_SECOND)
 
 
-def run_batch(manifest, workdir, client, n_bins: int = 30, bin_size: int = 100, context: str = "CG",
+def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
               progress=lambda message: None, options: ReadOptions | None = None,
               pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
@@ -308,12 +309,10 @@ class _BatchRun:
                 self.partials[result.group] = (done, total)
                 self.show()
         try:
-            width = 1 if self.pooled else len(result.samples)
-            report = update_moment_store(open_store(self.workdir / result.group / "counts.zarr"),
-                                         self.workdir / result.group / "moments.zarr", self.client, result.samples,
-                                         self.n_bins, progress=count, pooled=self.pooled,
-                                         projection_dim=projection_for(self.feature, width, self.n_bins,
-                                                                       self.projection_dim))
+            spec = FeatureSpec(self.feature, self.n_bins, self.projection_dim, pooled=self.pooled)
+            report = update_moments(open_store(self.workdir / result.group / "counts.zarr"),
+                                    self.workdir / result.group / "moments.zarr", self.client, spec, result.samples,
+                                    progress=count)
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(self.client, exc):
                 raise

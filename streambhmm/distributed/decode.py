@@ -15,6 +15,7 @@ from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.pipeline import select_samples
 from ..io.bed import SegmentStyle, bed9_line, track_line
 from ..io.outputs import replacing
+from ..io.storage import put_in_place
 from ..io.store import CountsStore, mark_changed
 from .chains import map_posteriors
 from .messages import Params
@@ -165,9 +166,5 @@ def _swap_in(store: CountsStore, arrays: dict, tag: str) -> None:
     """Put the complete temporary arrays ``tag`` in place of each chromosome's posteriors."""
     for chrom in arrays:
         target = store.path / chrom / POSTERIOR
-        if target.exists():
-            aside = store.path / chrom / f"{tag}_old"
-            target.rename(aside)
-            aside.rmtree()
-        (store.path / chrom / tag).rename(target)
+        put_in_place(store.path / chrom / tag, target, replace=True, aside=store.path / chrom / f"{tag}_old")
     mark_changed(store.path)  # re-consolidate so plain xarray sees the variable

@@ -12,13 +12,12 @@ temporary name and renamed when complete.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
-from ..io.outputs import held_temporary
+from ..io.outputs import held_temporary, rename_into_place
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
@@ -77,7 +76,7 @@ class BigWigWriter:
         self.path = Path(path)
         self.lengths, self.bin_size = lengths, bin_size
         self._temporary = contextlib.ExitStack()  # pyBigWig writes our locked temporary (io.outputs) by name
-        self.tmp, _ = self._temporary.enter_context(held_temporary(self.path))
+        self.tmp, self._fd = self._temporary.enter_context(held_temporary(self.path))
         self.file = pyBigWig.open(str(self.tmp), "w")
         if self.file is None:  # pyBigWig gives None, not an error, when it cannot open the file
             self._temporary.close()
@@ -103,7 +102,7 @@ class BigWigWriter:
 
     def close(self) -> None:
         self.file.close()
-        os.replace(self.tmp, self.path)
+        rename_into_place(self._fd, self.tmp, self.path)
         self._temporary.close()
 
     def abort(self) -> None:

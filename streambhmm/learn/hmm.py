@@ -22,6 +22,7 @@ from .checks import stationary_weights
 from .emissions import START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
 from .model import SpectralBinomialHMM
 from .simulate import Model, simulate
+from ..moments.features import DEFAULT_N_BINS
 from ..moments.validation import validate_counts
 
 
@@ -105,7 +106,7 @@ class BinomialHMM(BaseBinomialHMM):
     """
 
     def __init__(self, n_components: int, n_iter: int = 100, tol: float = 1e-4, init: str = "spectral",
-                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = 30,
+                 random_state=None, params: str = "stm", init_params: str = "stm", n_bins: int = DEFAULT_N_BINS,
                  stationary_start: bool = False, allow_degenerate: bool = False, emission: str = "binomial",
                  limits=None):
         super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, n_iter=n_iter,

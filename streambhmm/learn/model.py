@@ -9,7 +9,7 @@ import numpy as np
 from . import recovery
 from .base import BaseBinomialHMM
 from .checks import stationary_weights
-from ..moments.features import DEFAULT_PROJECTION_DIM, projection_for
+from ..moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, projection_for
 from ..moments.sums import Moments, compute_moments
 from .criterion import Weights, objective_for
 from .refine import quantile_levels, refine, sticky_start
@@ -82,7 +82,7 @@ class SpectralBinomialHMM(BaseBinomialHMM):
     moments_ : the :class:`~streambhmm.moments.sums.Moments` fitted.
     """
 
-    def __init__(self, n_components: int, n_bins: int = 30, method: str = "refined", random_state=None,
+    def __init__(self, n_components: int, n_bins: int = DEFAULT_N_BINS, method: str = "refined", random_state=None,
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,

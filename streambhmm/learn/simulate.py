@@ -8,8 +8,8 @@ import numpy as np
 from numba import njit
 from scipy.stats import binom, poisson
 
-from ..moments.features import (COVERAGE_BUCKETS, beta_map, cells_per_sample, coverage_bucket, histogram_layout,
-                       pairs_from_keys)
+from ..moments.features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket,
+                                histogram_layout, pairs_from_keys)
 from .checks import stationary_weights as stationary_distribution  # noqa: F401 - also public here
 from ..moments.sums import Moments
 
@@ -119,7 +119,7 @@ def simulate(mdl: Model, lengths, coverage=20.0, random_state=None, dispersion=N
                      states=states, lengths=lengths)
 
 
-def population_moments(mdl: Model, n_bins: int = 30, coverage=20.0, n_triples: int = 10**12,
+def population_moments(mdl: Model, n_bins: int = DEFAULT_N_BINS, coverage=20.0, n_triples: int = 10**12,
                        max_coverage: int | None = None) -> Moments:
     """Exact expected triple sums of a stationary chain, as if from ``n_triples`` triples.
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io.storage import Location, write_json
+from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
 from .features import DEFAULT_N_BINS
@@ -122,7 +122,7 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
     staged = staging_path(root)
     _init_store(staged, settings, source)
     root.rmtree()  # an empty directory
-    staged.rename(root)
+    put_in_place(staged, root)
 
 
 def _init_store(path: Location, settings: dict, source: dict) -> None:
@@ -305,8 +305,7 @@ def merge_moment_stores(inputs, output) -> dict:
     with locked(output):
         if output.exists():
             raise MomentStoreError(f"{output} exists; merge writes a new moment store")
-        staged = staging_path(output)
-        try:
+        with replacing_dir(output, staged=staging_path(output)) as staged:
             _init_store(staged, settings, {"merged_from": [str(p) for p in inputs]})
             entries = []
             for entry, source in chosen.values():
@@ -315,7 +314,4 @@ def merge_moment_stores(inputs, output) -> dict:
                 entries.append({**entry, "reused": True})
             merged = Manifest.of(settings, entries, True, {"merged_from": [str(p) for p in inputs]})
             write_json(staged / MANIFEST, merged.to_json())
-            staged.rename(output)
-        finally:
-            staged.rmtree()
     return {"partials": len(chosen), "duplicates": duplicates, "chromosomes": merged.chromosomes}

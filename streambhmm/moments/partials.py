@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 from scipy import sparse
 
-from ..io.storage import Location
+from ..io.storage import Location, put_in_place
 from .blocks import BlockStats
 from .manifest import MomentStoreError
 from .pipeline import ChunkPartial
@@ -64,7 +64,7 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
                         "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
                         "sha256": sha256})
     try:
-        tmp.rename(path)
+        put_in_place(tmp, path)
     except OSError as exc:
         tmp.rmtree()
         if not path.exists():

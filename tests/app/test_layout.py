@@ -10,7 +10,10 @@ BLOCKED = ("dask", "distributed", "zarr", "xarray", "click", "fsspec")
 IN_MEMORY = ("streambhmm.learn.spectral", "streambhmm.learn.recovery", "streambhmm.learn.refine",
              "streambhmm.learn.model", "streambhmm.learn.hmm", "streambhmm.learn.emissions", "streambhmm.learn.checks",
              "streambhmm.learn.simulate", "streambhmm.learn.evaluate", "streambhmm.learn.states",
-             "streambhmm.learn.bootstrap", "streambhmm.moments.features", "streambhmm.moments.sums",
+             "streambhmm.learn.bootstrap", "streambhmm.learn.base", "streambhmm.learn.criterion",
+             "streambhmm.learn.expected", "streambhmm.learn.histograms", "streambhmm.learn.selection",
+             "streambhmm.learn.domains", "streambhmm.learn.overdispersion", "streambhmm.moments.spec",
+             "streambhmm.moments.histograms", "streambhmm.moments.features", "streambhmm.moments.sums",
              "streambhmm.moments.blocks", "streambhmm.moments.validation", "streambhmm.moments.reference")
 PROGRAM = f"""
 import importlib.abc, sys

@@ -1,0 +1,79 @@
+"""Import boundaries, read from the source: each stage imports only from the stages before
+it (io, moments, learn, distributed, app), the in-memory estimators import no Dask, Zarr or
+click, and no product module imports another package's private name."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import streambhmm
+
+PACKAGE = Path(streambhmm.__file__).parent
+STAGES = ["io", "moments", "learn", "distributed", "app"]
+NOT_IN_LEARN = ("dask", "distributed", "zarr", "xarray", "click", "fsspec")
+
+
+def modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[0] in STAGES:
+            yield ".".join(("streambhmm",) + parts), path
+
+
+def imports(name: str, path: Path):
+    """(imported module, imported names, line) of every import in the file, relative ones resolved."""
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, [], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield module, [a.name for a in node.names], node.lineno
+
+
+def stage_of(module: str):
+    parts = module.split(".")
+    return parts[1] if parts[0] == "streambhmm" and len(parts) > 1 and parts[1] in STAGES else None
+
+
+ALL = list(modules())
+
+
+@pytest.mark.parametrize("name,path", ALL, ids=[n for n, _ in ALL])
+def test_imports_only_from_earlier_stages(name, path):
+    own = STAGES.index(stage_of(name))
+    upward = [(m, line) for m, _, line in imports(name, path)
+              if stage_of(m) is not None and STAGES.index(stage_of(m)) > own]
+    assert not upward, f"{path}: imports from a later stage: {upward}"
+
+
+@pytest.mark.parametrize("name,path", [(n, p) for n, p in ALL if stage_of(n) == "learn"])
+def test_learn_imports_no_dask_zarr_or_click(name, path):
+    found = [(m, line) for m, _, line in imports(name, path) if m.split(".")[0] in NOT_IN_LEARN]
+    assert not found, f"{path}: {found}"
+
+
+@pytest.mark.parametrize("name,path", ALL, ids=[n for n, _ in ALL])
+def test_no_private_name_of_another_package(name, path):
+    own = stage_of(name)
+    crossing = []
+    for module, names, line in imports(name, path):
+        if stage_of(module) in (None, own):
+            continue
+        private_module = any(part.startswith("_") for part in module.split(".")[2:])
+        private_names = [n for n in names if n.startswith("_")]
+        if private_module or private_names:
+            crossing.append((module, private_names, line))
+    assert not crossing, f"{path}: imports private names of another package: {crossing}"
+
+
+def test_the_checks_see_violations(tmp_path):  # the tests above could not fail if the parser saw nothing
+    probe = tmp_path / "probe.py"
+    probe.write_text("from ...app.cli import main\nfrom ...learn._hmm_kernels import viterbi\nimport dask\n")
+    found = list(imports("streambhmm.io.x.probe", probe))
+    assert ("streambhmm.app.cli", ["main"], 1) in found
+    assert ("streambhmm.learn._hmm_kernels", ["viterbi"], 2) in found
+    assert ("dask", [], 3) in found
