@@ -25,12 +25,16 @@ import functools
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from ..io.store import CountsStore, locked, open_store
 from ..io.tasks import ClusterError, ClusterStalled, Waiter
 
-# dask, distributed and threadpoolctl are imported where a client is made or an error read:
-# every command imports this module, and the command line starts without them (0.6 s).
+if TYPE_CHECKING:
+    from ..io.store import CountsStore
+
+# dask, distributed and threadpoolctl are imported where a client is made or an error read,
+# and io.store (zarr, xarray) where a store is opened: every command imports this module,
+# and the command line starts without them (0.6 s).
 
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
@@ -84,6 +88,8 @@ def in_process_limit() -> int:
 def is_small(store) -> bool:
     """Whether a counts store (a CountsStore, or where one is) has at most
     in_process_limit() bins x samples (from its metadata: no counts are read)."""
+    from ..io.store import CountsStore, open_store
+
     limit = in_process_limit()
     try:
         cells = (store if isinstance(store, CountsStore) else open_store(store)).n_cells()
@@ -231,6 +237,8 @@ class OpenedStore:
     @functools.cached_property
     def store(self) -> CountsStore:
         """The store as it is under the lock (a commit may have landed since the command began)."""
+        from ..io.store import open_store
+
         return open_store(self.path)
 
 
@@ -243,6 +251,8 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     store's lock is held throughout: ``write``, exclusive (the command writes into the
     store), else shared, so an ingest waits until the command is done (and the command
     waits for a running ingest) and the command never sees a mix of old and new counts."""
+    from ..io.store import locked
+
     in_process = dask and not scheduler_address(scheduler) and is_small(path)
     client_of = dask_client(scheduler, if_lost=if_lost, in_process=in_process) if dask else contextlib.nullcontext()
     with client_of as client, locked(path, shared=not write):

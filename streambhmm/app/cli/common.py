@@ -13,7 +13,6 @@ from ...io.formats import CONTEXTS, ReadOptions
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
 from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
-from ...io.store import needs_recovery
 from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
 
 
@@ -57,7 +56,9 @@ class StoreParam(click.ParamType):
 
 def _awaits_commit(location: Location) -> bool:
     """Whether a store's first commit was stopped after its commit point (the command's lock
-    completes it)."""
+    completes it). io.store is imported here: the command line starts without zarr."""
+    from ...io.store import needs_recovery
+
     return needs_recovery(location)
 
 
