@@ -17,11 +17,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..distributed.cluster import store_client
+from ..distributed.cluster import store_session
 from ..distributed.fitdata import load_moments
 from ..io.ingest import ingest
 from ..io.storage import write_json
-from ..io.store import SampleWriter, open_store
+from ..io.store import SampleWriter
 from ..learn.evaluate import matched_error
 from ..learn.selection import one_pass
 from ..learn.simulate import model, simulate
@@ -113,11 +113,11 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         report = ingest([path], sample, store, echo=echo)
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
-    with store_client(store, scheduler) as client:
-        data = load_moments(store, None, FeatureSpec(), client, quiet)
+    with store_session(store, scheduler) as opened:
+        data = load_moments(store, None, FeatureSpec(), opened.client, quiet)
+        settings = data_settings_of(opened.store, data.samples)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
-    write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes,
-                                                       **data_settings_of(open_store(store), data.samples)))
+    write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes, **settings))
     error = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
     return DemoResult(est, time.perf_counter() - start, error)
 

@@ -13,13 +13,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..distributed.cluster import is_small, scheduler_address
+from ..distributed.cluster import OpenedStore
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
 from ..io.outputs import check_output_file
 from ..io.storage import write_json
-from ..io.store import open_store
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
 from ..learn.hmm import BinomialHMM, random_parameters
@@ -53,7 +52,6 @@ class FitSettings:
     scheduler: str | None = None
     quiet: bool = False
     moment_store: bool = field(init=False, default=False)
-    local_em: bool = field(init=False, default=False)  # a small store: EM in process, no Dask graph per iteration
 
     def __post_init__(self):
         """Defaults resolved and combinations that cannot work refused (ValueError), before any work."""
@@ -71,8 +69,6 @@ class FitSettings:
         self.emission = self.emission or default_emission(self.method)
         for m in self.states:  # a sweep's models are named after --output: each is checked
             check_output_file(self.output_path(m))
-        if not self.moment_store:
-            self.local_em = not scheduler_address(self.scheduler) and is_small(self.store)
 
     @property
     def sweep(self) -> bool:
@@ -118,10 +114,14 @@ class FitRun:
     singular_values: np.ndarray | None = None
 
 
-def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple[FitRun, Iterator[FitOutcome]]:
+def run_fit(settings: FitSettings, opened: OpenedStore | None,
+            echo: Callable[[str], None]) -> tuple[FitRun, Iterator[FitOutcome]]:
     """The moments now, then an iterator that fits, checks and writes one model per number
-    of states (a degenerate one is refused, or with ``allow_degenerate`` written with a warning)."""
+    of states (a degenerate one is refused, or with ``allow_degenerate`` written with a warning).
+    ``opened``: the counts store as store_session opened it (None for a moment store: no
+    counts are read)."""
     start = time.perf_counter()
+    client = opened.client if opened else None
     data, singular_values = None, None
     if settings.method != "em":
         data = load_moments(settings.store, settings.samples, settings.spec, client, settings.quiet,
@@ -132,10 +132,10 @@ def run_fit(settings: FitSettings, client, echo: Callable[[str], None]) -> tuple
             mom = data.moments
             singular_values = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
     run = FitRun(data, time.perf_counter() - start, singular_values)
-    return run, (fit_one(m, settings, data, client, echo) for m in settings.states)
+    return run, (fit_one(m, settings, data, opened, echo) for m in settings.states)
 
 
-def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -> FitOutcome:
+def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> FitOutcome:
     """Fit, check, describe and write the model of ``m`` states."""
 
     if settings.sweep:
@@ -144,7 +144,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", DegenerateModelWarning)
-            est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, client, echo)
+            est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, opened, echo)
     except DegenerateModelError as exc:
         outcome.refused = str(exc)
         return outcome
@@ -157,7 +157,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
     if settings.sweep and settings.method == "refined":
         outcome.held_out = held_out(data.blocks, data.moments, est)
     document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.spec.pooled,
-                             diff_threshold=settings.diff_threshold, **data_settings(settings, samples))
+                             diff_threshold=settings.diff_threshold, **data_settings(settings, opened, samples))
     if outcome.loss is not None:
         document["moment_loss"] = float(outcome.loss)
     if history:
@@ -170,16 +170,16 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, client, echo) -
     return outcome
 
 
-def data_settings(settings: FitSettings, samples) -> dict:
+def data_settings(settings: FitSettings, opened: OpenedStore | None, samples) -> dict:
     """What a model of ``samples`` depends on besides its parameters (modelio.model_to_dict):
     the counts store's bin size and how each sample was read; a moment store records the bin
     size of the counts it was computed from (a merged one: none)."""
     if settings.moment_store:
         return {"bin_size": read_manifest(settings.store).source.get("bin_size")}
-    return data_settings_of(open_store(settings.store), samples)
+    return data_settings_of(opened.store, samples)
 
 
-def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo):
+def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo):
     """(estimator, samples, chromosomes, EM's log-likelihood history, bins EM saw) for one M."""
 
     method = settings.method
@@ -190,7 +190,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
                 "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
             echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
         return est, data.samples, data.chromosomes, None, None
-    counts = open_store(settings.store)
+    counts = opened.store
     samples = select_samples(counts, settings.samples)
     columns = settings.spec.grouping(samples).columns
     if method == "em":
@@ -212,7 +212,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, client, echo
         if len(starts) > 1:
             echo(f"EM from {label}:")
         t = time.perf_counter()
-        result = fit_store_em(counts, hmm, None if settings.local_em else client, samples, settings.em_iter,
+        result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, samples, settings.em_iter,
                               settings.em_tol, settings.split_every, report=em_reporter(settings.quiet, echo),
                               check=False, pooled=settings.spec.pooled)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")

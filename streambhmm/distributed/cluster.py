@@ -219,12 +219,6 @@ def _embedded_client(workers: int):
         yield client
 
 
-def store_client(store, scheduler: str | None, if_lost: str = ""):
-    """A Dask client for work on the counts store ``store``: in process when it is small
-    (is_small) and no scheduler is given."""
-    return dask_client(scheduler, if_lost=if_lost, in_process=not scheduler_address(scheduler) and is_small(store))
-
-
 class OpenedStore:
     """A counts store opened for a command (store_session): where its work runs, and the
     store itself, read under the lock on first use."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, ClusterError, clear_status, status_line, store_session
+from ...distributed.cluster import SCHEDULER_ENV, ClusterError, clear_status, status_line
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
@@ -161,14 +161,6 @@ def read_options(fn):
             raise click.UsageError(str(exc)) from None
         return fn(*args, **kwargs)
     return wrapper
-
-
-@contextlib.contextmanager
-def reading(store, scheduler, if_lost: str = ""):
-    """A Dask client for a command that reads the counts store ``store``, holding its shared
-    lock (distributed.cluster.store_session)."""
-    with store_session(store, scheduler, if_lost=if_lost) as opened:
-        yield opened.client
 
 
 POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "

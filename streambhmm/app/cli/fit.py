@@ -8,10 +8,11 @@ import time
 
 import click
 
+from ...distributed.cluster import store_session
 from ...distributed.fitting import METHODS
 from ...learn.states import DIFF_THRESHOLD
 from ...moments.spec import FeatureSpec
-from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, reading, shown
+from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, shown
 from .moments import moment_pass_options
 
 # EM's options: (name, default, type, help)
@@ -54,9 +55,9 @@ def format_intervals(methylation_ci, transmat_ci, samples) -> str:
     return "\n".join(rows)
 
 
-def cluster_for(settings, scheduler):
-    """A Dask client for a counts store; nothing for a moment store (no counts are read)."""
-    return contextlib.nullcontext() if settings.moment_store else reading(settings.store, scheduler)
+def opened_for(settings, scheduler):
+    """The counts store opened for the fit (store_session); nothing for a moment store (no counts are read)."""
+    return contextlib.nullcontext() if settings.moment_store else store_session(settings.store, scheduler)
 
 
 @click.command()
@@ -103,8 +104,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap,
         allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,
         scheduler=scheduler, quiet=quiet)
-    with cluster_for(settings, scheduler) as client:
-        run, models = run_fit(settings, client, click.echo)
+    with opened_for(settings, scheduler) as opened:
+        run, models = run_fit(settings, opened, click.echo)
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
                        f"moments in {run.seconds:.1f} s")

@@ -6,10 +6,10 @@ import time
 
 import click
 
-from ...distributed.cluster import clear_status, status_line
+from ...distributed.cluster import store_session
 from ...moments.spec import FeatureSpec
-from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, quiet_option, reading,
-                     scheduler_option, shown, user_errors)
+from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, chunk_progress, feature_options,
+                     quiet_option, scheduler_option, shown, user_errors)
 
 
 def moment_pass_options(fn):
@@ -46,20 +46,14 @@ def moments():
 @moment_pass_options
 def moments_compute(store, output, samples, n_bins, block_size, pooled, feature, projection_dim, scheduler, quiet):
     """Compute or update the moment store OUTPUT from the counts store STORE."""
-    from ...io.store import open_store
     from ...moments.momentstore import update_moments
 
     start = time.perf_counter()
     sample_list = [s for s in samples.split(",") if s] if samples else None
-    show = status_line(quiet)
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
-    try:
-        with reading(store, scheduler, if_lost=kept) as client:
-            spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
-            report = update_moments(open_store(store), output, client, spec, sample_list,
-                                    progress=lambda done, total: show(f"partials: {done}/{total}"))
-    finally:
-        clear_status(quiet)
+    spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
+    with store_session(store, scheduler, if_lost=kept) as opened, chunk_progress(quiet, "partials") as progress:
+        report = update_moments(opened.store, output, opened.client, spec, sample_list, progress=progress)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
                f"dropped {report.dropped} stale; samples {shown(','.join(report.samples))}; "
                f"{time.perf_counter() - start:.1f} s")
