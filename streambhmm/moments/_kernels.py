@@ -73,13 +73,14 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
             k2_of = columns[s2, 1:]
             order = _stable_sort_by(starts, k2_of, n_codes)
             order = _stable_sort_by(order, k3_of, n_codes)
+            k1s, k2s, k3s = _gather_sorted(codes, order, k2_of, k3_of)
             pair = np.zeros((rows.shape[1], dim + 1))  # rows^T phis summed over this (s2, s3)'s groups
             used = 0
             i = 0
             while i < order.size:
-                k3 = k3_of[order[i]]
-                i = _sum_group(codes, order, i, k3_of, k2_of, table, pair_cov, pair_meth, rows[used], run_sum,
-                               inv_cov, s2, s3 == 0)
+                k3 = k3s[i]
+                i = _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, rows[used], run_sum, inv_cov, s2,
+                               s3 == 0)
                 phis[used, :dim] = table[k3]
                 phis[used, dim] = 1.0
                 used += 1
@@ -92,25 +93,40 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
 
 
 @njit(cache=True)
-def _sum_group(codes, order, i, k3_of, k2_of, table, pair_cov, pair_meth, row, run_sum, inv_cov, s2, first_s3):
-    """Sum the k3 group starting at ``order[i]`` into ``row`` (overwritten); returns where
-    the next group starts. Row layout: acc (SD x D, sum of phi(x_t) (x) phi_k2, flattened),
-    then sum phi(x_t) (SD), sum phi_k2 (D), sum mu^s2, sum c^s2 of the middle bins."""
-    n_samples = codes.shape[1]
+def _gather_sorted(codes, order, k2_of, k3_of):
+    """The codes of the triples in ``order``, contiguous: the group sums then read memory in
+    sequence (independent gathers here overlap; dependent ones there would wait)."""
+    n = order.size
+    k1s = np.empty((n, codes.shape[1]), codes.dtype)
+    k2s = np.empty(n, codes.dtype)
+    k3s = np.empty(n, codes.dtype)
+    for i in range(n):
+        t = order[i]
+        k1s[i] = codes[t]
+        k2s[i] = k2_of[t]
+        k3s[i] = k3_of[t]
+    return k1s, k2s, k3s
+
+
+@njit(cache=True)
+def _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, row, run_sum, inv_cov, s2, first_s3):
+    """Sum the k3 group starting at sorted triple ``i`` into ``row`` (overwritten); returns
+    where the next group starts. Row layout: acc (SD x D, sum of phi(x_t) (x) phi_k2,
+    flattened), then sum phi(x_t) (SD), sum phi_k2 (D), sum mu^s2, sum c^s2 of the middle bins."""
+    n_samples = k1s.shape[1]
     dim = table.shape[1]
     sd = n_samples * dim
     base = sd * dim
     row[:] = 0.0
-    k3 = k3_of[order[i]]
-    n = order.size
-    while i < n and k3_of[order[i]] == k3:
-        k2 = k2_of[order[i]]
+    k3 = k3s[i]
+    n = k3s.size
+    while i < n and k3s[i] == k3:
+        k2 = k2s[i]
         run_sum[:] = 0.0
         count = 0
-        while i < n and k3_of[order[i]] == k3 and k2_of[order[i]] == k2:
-            t = order[i]
+        while i < n and k3s[i] == k3 and k2s[i] == k2:
             for s1 in range(n_samples):
-                k1 = codes[t, s1]
+                k1 = k1s[i, s1]
                 o1 = s1 * dim
                 for d in range(dim):
                     run_sum[o1 + d] += table[k1, d]
