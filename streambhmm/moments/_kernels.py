@@ -1,11 +1,23 @@
 """Compiled kernel for the triple sums (see streambhmm.moments.sums for what they are).
 
-Grouping. phi takes one of K table rows, so triples are ordered by (code of bin t+2,
-code of bin t+1) with two stable counting sorts. Within a run of equal (k3, k2) only
-phi(x_t) varies: it is summed (S*D adds per triple) and one outer product with phi_k2
-is made per run; when the k3 group ends, one outer product with phi_k3 completes its
-contribution to the tensor. The naive einsum costs (S*D)^3 per triple; this costs
-S^2 * (S*D + D^2 * runs/triples), and never more than the per-triple grouped kernel.
+Grouping. phi takes one of K table rows, so for each pair of samples (s2, s3) triples are
+ordered by (code k3 of bin t+2 in s3, code k2 of bin t+1 in s2) with two stable counting
+sorts, and their codes gathered into contiguous arrays in that order. Within a run of
+equal (k3, k2) only F(x_t) varies: it is summed (S*D adds per triple) and one outer
+product with phi_k2 is made per run, giving the k3 group's acc = sum F(x_t) (x) phi_k2.
+
+Batched groups. A group's contribution to the tensor is acc (x) phi_k3. Rather than one
+(S*D*D) x D rank-one update of p123 per group (strided, cache-bound), each group's acc,
+flattened, is a row of a (block x S*D*D) matrix and its phi_k3 a row of a (block x D)
+one; one GEMM per block of groups (np.dot: BLAS) adds rows^T phis to a contiguous buffer
+for the pair, scattered into p123 once per pair. The rows carry the other sums that end
+in phi_k3 (p13, p23, b_methylated, b_coverage) as extra columns, and phis a column of
+ones that sums the rows (p12). Memory: the block's rows and the pair's buffer, whatever
+the number of triples, plus the sorted codes (as many as the chunk's).
+
+Cost: the naive einsum costs (S*D)^3 per triple; this costs S^2 (S*D per triple +
+S*D^2 per run + 2 S*D^3 per k3 group, the last at GEMM speed). Real data have ~10^4
+codes (a wide coverage range), so the groups' GEMMs and the per-triple sums dominate.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Slow, obviously correct implementations: baselines for tests and benchmarks.
 
 Nothing here is used by the fitting path. The moments are built position by position
-with an einsum over all triples, costing (S*D)^3 per triple.
+with an einsum over all triples, costing (S*D)^3 per triple. grouped_triples is the previous
+compiled triple kernel, the baseline of scripts/bench_triples.py.
 """
 
 from __future__ import annotations
