@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  the BLAS of numba's np.dot: loaded before threadpool_limits looks
 from threadpoolctl import threadpool_limits
 
 from . import _kernels
