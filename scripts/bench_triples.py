@@ -69,13 +69,22 @@ def real(n_bins: int, n_samples: int, bins):
     return np.tile(m, (reps, 1))[:n_bins], np.tile(c, (reps, 1))[:n_bins]
 
 
-def best_time(fn, repeat):
-    best, result = np.inf, None
+def best_times(fns, repeat):
+    """Best seconds and last result of each function, run in turn ``repeat`` times (turns
+    share the machine's load between them)."""
+    best, results = [np.inf] * len(fns), [None] * len(fns)
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        for j, fn in enumerate(fns):
+            start = time.perf_counter()
+            results[j] = fn()
+            best[j] = min(best[j], time.perf_counter() - start)
+    return best, results
+
+
+def old_moments(mu, cov):
+    """compute_moments with the previous triple kernel."""
+    with mock.patch.object(_kernels, "accumulate_triples", grouped_triples):
+        return compute_moments(mu, cov, n_bins=D)
 
 
 def run_kernel(kernel, features, starts, n_samples):
@@ -107,12 +116,12 @@ def main():
         starts = _kernels.triple_starts(np.array([mu.shape[0]], np.int64))
         for kernel in (_kernels.accumulate_triples, grouped_triples):  # compile outside the timing
             run_kernel(kernel, features, starts[:100], n_samples)
-        new_s, new = best_time(lambda: run_kernel(_kernels.accumulate_triples, features, starts, n_samples),
-                               args.repeat)
-        old_s, old = best_time(lambda: run_kernel(grouped_triples, features, starts, n_samples), args.repeat)
-        moments_new, _ = best_time(lambda: compute_moments(mu, cov, n_bins=D), args.repeat)
-        with mock.patch.object(_kernels, "accumulate_triples", grouped_triples):
-            moments_old, _ = best_time(lambda: compute_moments(mu, cov, n_bins=D), args.repeat)
+        compute_moments(mu[:1000], cov[:1000], n_bins=D)
+        (new_s, old_s), (new, old) = best_times(
+            [lambda: run_kernel(_kernels.accumulate_triples, features, starts, n_samples),
+             lambda: run_kernel(grouped_triples, features, starts, n_samples)], args.repeat)
+        (moments_new, moments_old), _ = best_times(
+            [lambda: compute_moments(mu, cov, n_bins=D), lambda: old_moments(mu, cov)], args.repeat)
         cells = mu.shape[0] * n_samples
         print(f"{n_samples:>2} {features.table.shape[0]:>6} {starts.size / new_s / 1e6:>15.2f} "
               f"{starts.size / old_s / 1e6:>15.2f} {old_s / new_s:>6.2f} {largest_difference(new, old):>13.1e} "

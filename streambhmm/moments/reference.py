@@ -8,7 +8,6 @@ compiled triple kernel, the baseline of scripts/bench_triples.py.
 from __future__ import annotations
 
 import numpy as np
-
 from numba import njit
 from scipy.stats import hypergeom
 
