@@ -37,6 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg.cython_blas  # noqa: F401  the BLAS of numba's np.dot: loaded before threadpool_limits looks
+from threadpoolctl import threadpool_limits
 
 from . import _kernels
 from .features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode,
@@ -212,11 +214,13 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray,
     starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
     if starts.size == 0:
         return out
-    _kernels.accumulate_triples(
-        features.codes, starts, features.table,
-        features.coverage.astype(np.float64), features.methylated.astype(np.float64),
-        out.p12, out.p13, out.p23, out.p123, out.b_methylated, out.b_coverage, out.inv_coverage,
-    )
+    # the kernel's GEMMs are small: BLAS threads only contend with the other chunks' tasks
+    with threadpool_limits(1, user_api="blas"):
+        _kernels.accumulate_triples(
+            features.codes, starts, features.table,
+            features.coverage.astype(np.float64), features.methylated.astype(np.float64),
+            out.p12, out.p13, out.p23, out.p123, out.b_methylated, out.b_coverage, out.inv_coverage,
+        )
     sq_norm = np.einsum("kd,kd->k", features.table, features.table)
     out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
     out.coverage_histogram = coverage_histogram(features, starts + 1)
