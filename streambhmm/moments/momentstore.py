@@ -51,7 +51,7 @@ def plan_digest(plan: PlannedChunk, settings: dict) -> str:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     # not the chunk's end: a later sample may lengthen the axis, which changes no count
     digest.update(json.dumps([ref.chrom, ref.chunk, ref.start, ref.bin_size, ref.digests]).encode())
-    for halo in (plan.halo if settings.get("pooled") else [plan.halo]):
+    for halo in plan.halos:
         for arr in halo:
             digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
             digest.update(b"|")
@@ -164,7 +164,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
-        tasks = chunk_tasks(store, samples, persisted_partial, spec, settings, root.resolve(), pooled=spec.pooled)
+        tasks = chunk_tasks(store, spec.grouping(samples), persisted_partial, spec, settings, root.resolve())
         entries = _run_tasks(client, tasks, root, progress, lambda finished: write_json(
             root / MANIFEST, Manifest.of(settings, finished, False, source).to_json()))
         write_json(root / MANIFEST, Manifest.of(settings, entries, True, source).to_json())

@@ -35,6 +35,16 @@ class Grouping:
     def __post_init__(self):
         object.__setattr__(self, "samples", tuple(self.samples))
 
+    @classmethod
+    def of(cls, samples) -> "Grouping":
+        """``samples`` as a Grouping: a Grouping as it is, a list of samples taken jointly."""
+        return samples if isinstance(samples, Grouping) else cls(tuple(samples))
+
+    @property
+    def groups(self) -> list[list[str]]:
+        """The samples of each sequence: all of them together, or each on its own when pooled."""
+        return [[s] for s in self.samples] if self.pooled else [list(self.samples)]
+
     @property
     def width(self) -> int:
         """Samples side by side in a sequence: 1 when pooled."""
