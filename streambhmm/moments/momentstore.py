@@ -138,8 +138,7 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
                         pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> UpdateReport:
     """:func:`update_moments` of the feature these settings give (``projection_dim`` K > 0:
     the projected feature; ``pooled``: the samples' moments summed, each sample its own sequence)."""
-    spec = FeatureSpec("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
-                       block_size)
+    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size)
     return update_moments(store, output, client, spec, samples, progress)
 
 

@@ -243,8 +243,7 @@ def moments_graph(store: CountsStore, samples=None, n_bins: int = DEFAULT_N_BINS
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
     the samples, each its own sequence; ``projection_dim`` K > 0: the projected feature;
     ``block_size`` None: no block statistics)."""
-    spec = FeatureSpec("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
-                       block_size or DEFAULT_BLOCK_SIZE)
+    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size or DEFAULT_BLOCK_SIZE)
     return spec_graph(store, spec, samples, split_every, with_blocks=block_size is not None)
 
 
