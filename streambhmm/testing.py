@@ -178,7 +178,7 @@ def load_counts(store: CountsStore, samples=None):
     samples = select_samples(store, samples)
     meth, cov, lengths = [], [], []
     for chrom in store.chromosomes:
-        kept = [kept_sequences(None, *plan.ref.read(), None)[0][1:3]
+        kept = [kept_sequences([None], *plan.ref.read(), None)[0][1:3]
                 for plan in plan_chunks(store, samples, chromosomes=[chrom])]
         meth += [m for m, _ in kept]
         cov += [c for _, c in kept]
@@ -191,5 +191,5 @@ def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
     """The last two kept bins (counts and positions) up to the end of this chunk: the next
     chunk's halo (per sample when pooled)."""
     tails = [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, kept))
-             for halo, *kept in kept_sequences(previous, methylated, coverage, positions, pooled)]
+             for halo, *kept in kept_sequences(previous if pooled else [previous], methylated, coverage, positions)]
     return tails if pooled else tails[0]

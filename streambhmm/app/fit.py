@@ -156,7 +156,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
         outcome.bic = bic(history[-1], m, len(outcome.columns), n_bins, getattr(est, "emission", "") == "betabinomial")
     if settings.sweep and settings.method == "refined":
         outcome.held_out = held_out(data.blocks, data.moments, est)
-    document = model_to_dict(est, samples, chromosomes, method=settings.method, pooled=settings.spec.pooled,
+    document = model_to_dict(est, settings.spec.grouping(samples), chromosomes, method=settings.method,
                              diff_threshold=settings.diff_threshold, **data_settings(settings, opened, samples))
     if outcome.loss is not None:
         document["moment_loss"] = float(outcome.loss)
@@ -191,8 +191,8 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
             echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
         return est, data.samples, data.chromosomes, None, None
     counts = opened.store
-    samples = select_samples(counts, settings.samples)
-    columns = settings.spec.grouping(samples).columns
+    grouping = settings.spec.grouping(select_samples(counts, settings.samples))
+    samples, columns = list(grouping.samples), grouping.columns
     if method == "em":
         starts = [(f"random start {r + 1} of {settings.em_starts}",
                    random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
@@ -212,9 +212,9 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         if len(starts) > 1:
             echo(f"EM from {label}:")
         t = time.perf_counter()
-        result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, samples, settings.em_iter,
+        result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, grouping, settings.em_iter,
                               settings.em_tol, settings.split_every, report=em_reporter(settings.quiet, echo),
-                              check=False, pooled=settings.spec.pooled)
+                              check=False)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else
                  f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "

@@ -26,21 +26,23 @@ MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation
               "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
-def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool = False,
+def model_to_dict(est, samples, chromosomes, method: str = "ftd",
                   diff_threshold: float = DIFF_THRESHOLD, bin_size: int | None = None,
                   sample_settings: dict | None = None) -> dict:
     """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
-    A pooled model has one methylation column, shared by all its ``samples``; ``labels``
+    ``samples``: a Grouping, or samples taken jointly; a pooled model has one methylation
+    column, shared by all its samples (recorded as "pooled": true); ``labels``
     name the states from their levels (streambhmm.learn.states). What the model depends on
     besides its parameters is recorded when known, and a store that differs is refused
     (:func:`check_model_fits_store`): ``bin_size`` (bp) and ``sample_settings`` ({sample:
     :func:`ingest_settings`})."""
+    grouping = Grouping.of(samples)
     document = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
         "method": method,
         "n_states": int(est.n_components),
-        "samples": list(samples),
+        "samples": list(grouping.samples),
         "methylation": est.methylation_.tolist(),
         "transmat": est.transmat_.tolist(),
         "startprob": est.startprob_.tolist(),
@@ -48,7 +50,7 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
         "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",
-        "labels": state_labels(est.methylation_, model_columns(samples, pooled), diff_threshold),
+        "labels": state_labels(est.methylation_, grouping.columns, diff_threshold),
     }
     if bin_size is not None:
         document["bin_size"] = int(bin_size)
@@ -56,19 +58,19 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd", pooled: bool =
         document["sample_settings"] = sample_settings
     if getattr(est, "emission", "binomial") == "betabinomial":
         document.update(emission="betabinomial", dispersion=np.asarray(est.dispersion_).tolist())
-    return {**document, "pooled": True} if pooled else document
+    return {**document, "pooled": True} if grouping.pooled else document
 
 
 def model_labels(document) -> list[str]:
     """The states' labels: the model file's, or (older files) made from its levels."""
     if "labels" in document:
         return list(document["labels"])
-    return state_labels(document["methylation"], model_columns(document["samples"], document.get("pooled")))
+    return state_labels(document["methylation"], model_grouping(document).columns)
 
 
-def model_columns(samples, pooled: bool) -> list[str]:
-    """Names of a model's methylation columns: its samples, or one for a pooled model."""
-    return Grouping(samples, bool(pooled)).columns
+def model_grouping(document) -> Grouping:
+    """The grouping a model document records: its samples, pooled or jointly."""
+    return Grouping(document["samples"], bool(document.get("pooled")))
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,7 @@ class ModelFile(Grouped, Document):
     def of(cls, document: dict, path="") -> "ModelFile":
         """The typed view of a model document (no validation: :func:`read_model` validates)."""
         emission = document.get("emission", "binomial")
-        return cls(str(path), document, Grouping(document["samples"], bool(document.get("pooled"))),
+        return cls(str(path), document, model_grouping(document),
                    int(document["n_states"]), int(document["feature"]["n_bins"]),
                    *(np.asarray(document[key], dtype=np.float64) for key in ("methylation", "transmat", "startprob")),
                    emission, np.asarray(document["dispersion"], dtype=np.float64) if emission == "betabinomial"
@@ -173,7 +175,7 @@ def _check_samples(path, samples) -> None:
 
 def _check_parameters(path, document: dict, n_states: int) -> None:
     """The levels, transitions, start, emission (and dispersion) and intervals, checked."""
-    columns = model_columns(document["samples"], document.get("pooled"))
+    columns = model_grouping(document).columns
     p, _, _ = validate_parameters(document["methylation"], document["transmat"], document["startprob"],
                                   n_samples=len(columns), source=str(path))
     if p.shape[0] != n_states:
@@ -304,7 +306,7 @@ def write_state_table(path, document: dict) -> None:
     """A TSV of the model's states: index, label, BED itemRgb colour, weight (stationary
     share of the bins), self-transition, the level in each sample and, for a beta-binomial
     model, the overdispersion in each sample."""
-    columns = model_columns(document["samples"], document.get("pooled"))
+    columns = model_grouping(document).columns
     colours = state_colours(document["methylation"])
     header = ["state", "label", "itemRgb", "weight", "stay", *(f"level_{c}" for c in columns)]
     if "dispersion" in document:

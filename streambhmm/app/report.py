@@ -99,7 +99,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
 
 def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff, diff_threshold) -> list:
     """(file name, caption, draw(path)) of each figure the report holds."""
-    samples, labels = document["samples"], model_labels(document)
+    samples, labels = document.samples, document.labels
     figures = [
         ("methylation.png", "Methylation level by state and sample. States are ordered from least to most "
                             f"methylated; differential states (levels differ by more than {diff_threshold:g} "

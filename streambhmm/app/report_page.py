@@ -73,7 +73,7 @@ def _table_rows(values: dict, unit: str = "") -> str:
 
 def render_page(counts, document, model_path, hmm, decoded, figures, region, max_gap, differential, timings) -> str:
     e = html.escape
-    samples = document["samples"]
+    samples = document.samples
     head = "".join(f"<th>{e(s)}</th>" for s in samples)
     rows, inputs = _state_rows(document, hmm, decoded, differential), _input_rows(counts, samples)
     versions = _table_rows(_versions())

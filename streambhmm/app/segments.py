@@ -18,11 +18,12 @@ from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_nam
                                   write_posteriors)
 from ..io.outputs import check_output_file, remove_leftovers
 from ..moments.pipeline import select_samples
-from .modelio import model_for_store, model_labels, write_state_table
+from ..moments.spec import Grouped, Grouping
+from .modelio import model_for_store, model_grouping, model_labels, write_state_table
 
 
 @dataclass
-class ModelOnStore:
+class ModelOnStore(Grouped):
     """A counts store and a model of its samples: the model's document, its BinomialHMM and
     its states' labels."""
 
@@ -45,12 +46,9 @@ class ModelOnStore:
         return replace(self, counts=counts)
 
     @property
-    def samples(self) -> list[str]:
-        return self.document["samples"]
-
-    @property
-    def pooled(self) -> bool:
-        return bool(self.document.get("pooled"))
+    def grouping(self) -> Grouping:
+        """The model's samples, pooled or jointly (its ``samples``, ``pooled`` and ``columns`` read through)."""
+        return model_grouping(self.document)
 
     def states(self, names: str | None, option: str = "--targets") -> list[int]:
         """The states of a comma-separated list of labels or indices (None: every state)."""
@@ -92,10 +90,8 @@ def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> Decod
     if job.pooled and posteriors:
         raise ValueError(f"{job.model} is a pooled model; --posteriors is written for joint models only")
     output = Path(output)
-    if job.pooled:
-        beds = [(output.with_name(f"{output.stem}.{s}{output.suffix}"), [s]) for s in job.samples]
-    else:
-        beds = [(output, job.samples)]
+    beds = [(output.with_name(f"{output.stem}.{group[0]}{output.suffix}") if job.pooled else output, group)
+            for group in job.grouping.groups]
     return DecodeOutputs(beds, output.with_name(f"{output.stem}.states.tsv"))
 
 
@@ -114,7 +110,7 @@ def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int =
 
 def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled: bool = False) -> dict:
     """{chromosome: log-likelihood} of the store under the model (distributed.em.score_store)."""
-    return score_store(counts, hmm, client, samples, chromosomes, pooled)
+    return score_store(counts, hmm, client, Grouping(samples, pooled), chromosomes)
 
 
 def output_checked(path) -> Path:
@@ -179,10 +175,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
     runs = []
     if job is not None:
         names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
-        if job.pooled:
-            runs = [([s], [Path(f"{prefix}.{safe_name(s)}.{n}.posterior.bw") for n in names]) for s in job.samples]
-        else:
-            runs = [(job.samples, [Path(f"{prefix}.{n}.posterior.bw") for n in names])]
+        stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
+        runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
         check_output_file(path)
         remove_leftovers(path)  # of a killed run

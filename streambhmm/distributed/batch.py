@@ -218,20 +218,19 @@ def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size:
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     workdir.mkdir()  # the summary is written even when every sample fails
     with workdir_lock(workdir):
-        return _BatchRun(rows, workdir, client, n_bins, bin_size, context, chunk_size, echo, progress, options,
-                         pooled, feature, projection_dim).run()
+        spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled)
+        return _BatchRun(rows, workdir, client, spec, bin_size, context, chunk_size, echo, progress, options).run()
 
 
 class _BatchRun:
     """run_batch's work, with the working directory's lock held: the ingests, and each
     group's moment pass in a thread of its own as soon as its samples are in."""
 
-    def __init__(self, rows, workdir: Location, client, n_bins, bin_size, context, chunk_size, echo, progress,
-                 options, pooled, feature, projection_dim):
-        self.rows, self.workdir, self.client = rows, workdir, client
-        self.n_bins, self.bin_size, self.context, self.chunk_size = n_bins, bin_size, context, chunk_size
+    def __init__(self, rows, workdir: Location, client, spec: FeatureSpec, bin_size, context, chunk_size, echo,
+                 progress, options):
+        self.rows, self.workdir, self.client, self.spec = rows, workdir, client, spec  # the moments' feature, as asked
+        self.bin_size, self.context, self.chunk_size = bin_size, context, chunk_size
         self.echo, self.progress, self.options = echo, progress, options
-        self.pooled, self.feature, self.projection_dim = pooled, feature, projection_dim
         self.groups: dict[str, list[ManifestRow]] = {}
         for row in rows:
             self.groups.setdefault(row.group, []).append(row)
@@ -309,9 +308,8 @@ class _BatchRun:
                 self.partials[result.group] = (done, total)
                 self.show()
         try:
-            spec = FeatureSpec(self.feature, self.n_bins, self.projection_dim, pooled=self.pooled)
             report = update_moments(open_store(self.workdir / result.group / "counts.zarr"),
-                                    self.workdir / result.group / "moments.zarr", self.client, spec, result.samples,
+                                    self.workdir / result.group / "moments.zarr", self.client, self.spec, result.samples,
                                     progress=count)
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(self.client, exc):

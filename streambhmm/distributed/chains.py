@@ -15,16 +15,16 @@ import dask
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
 from ..moments.pipeline import plan_chunks
+from ..moments.spec import Grouping
 from .chunks import backward_task, forward_task, posterior_task
 from .messages import Params
 
 
-def sequences(store: CountsStore, samples: list[str], pooled: bool = False, chromosomes=None) -> list[list[ChunkRef]]:
-    """The chunks of each sequence, in order: every chromosome (or ``chromosomes``) of the
-    samples together, or (``pooled``) of each sample on its own."""
-    groups = [[s] for s in samples] if pooled else [samples]
+def sequences(store: CountsStore, grouping: Grouping, chromosomes=None) -> list[list[ChunkRef]]:
+    """The chunks of each sequence of ``grouping`` (a Grouping, or samples taken jointly), in
+    order: every chromosome (or ``chromosomes``) of each of its groups of samples."""
     return [[plan.ref for plan in plan_chunks(store, group, chromosomes=[chrom])]
-            for group in groups for chrom in chromosomes or store.chromosomes]
+            for group in Grouping.of(grouping).groups for chrom in chromosomes or store.chromosomes]
 
 
 def chain(items: list, forward: Callable, backward: Callable) -> list[tuple]:
@@ -53,12 +53,11 @@ class ChunkMessages:
         return self.ref.chrom
 
 
-def message_graph(store: CountsStore, samples: list[str], params: Params, chromosomes=None,
-                  pooled: bool = False) -> list[ChunkMessages]:
-    """Forward and backward message chains of every chromosome (or of ``chromosomes``): of
-    the samples together, or (``pooled``) of each sample on its own."""
+def message_graph(store: CountsStore, grouping: Grouping, params: Params, chromosomes=None) -> list[ChunkMessages]:
+    """Forward and backward message chains of every chromosome (or of ``chromosomes``) of each
+    sequence of ``grouping`` (a Grouping, or samples taken jointly)."""
     out = []
-    for refs in sequences(store, samples, pooled, chromosomes):
+    for refs in sequences(store, grouping, chromosomes):
         links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params),
                       lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params))
         out += [ChunkMessages(ref, *link) for ref, link in zip(refs, links)]

@@ -11,7 +11,8 @@ import dask
 
 from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
-from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_samples, tree_reduce
+from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_grouping, tree_reduce
+from ..moments.spec import Grouping
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
 from .chains import chain, message_graph, sequences
@@ -25,9 +26,8 @@ class LocalEStep:
     bitwise; each chunk is read (and verified) once, and its emission table kept for every
     iteration. The chunks' counts stay in memory: only for stores that fit (cluster.is_small)."""
 
-    def __init__(self, store: CountsStore, samples: list[str], pooled: bool = False,
-                 split_every: int = DEFAULT_SPLIT_EVERY):
-        self.chains = sequences(store, samples, pooled)
+    def __init__(self, store: CountsStore, grouping: Grouping, split_every: int = DEFAULT_SPLIT_EVERY):
+        self.chains = sequences(store, grouping)
         self.split_every = split_every
         self.cache = {}
 
@@ -53,11 +53,11 @@ class LocalEStep:
         return tree_reduce(parts, add_stats, self.split_every)
 
 
-def stats_graph(store: CountsStore, samples: list[str], params: Params,
-                split_every: int = DEFAULT_SPLIT_EVERY, pooled: bool = False):
-    """Delayed total SufficientStats of the store under ``params``."""
+def stats_graph(store: CountsStore, grouping: Grouping, params: Params, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Delayed total SufficientStats of the store under ``params``, over the sequences of
+    ``grouping`` (a Grouping, or samples taken jointly)."""
     parts = [dask.delayed(stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
-             for c in message_graph(store, samples, params, pooled=pooled)]
+             for c in message_graph(store, grouping, params)]
     if not parts:
         raise ValueError(f"{store.path}: the store has no bins")
     return tree_reduce(parts, dask.delayed(add_stats, pure=True), split_every)
@@ -65,16 +65,16 @@ def stats_graph(store: CountsStore, samples: list[str], params: Params,
 
 def score_store(store: CountsStore, hmm: BinomialHMM, client, samples=None, chromosomes=None,
                 pooled: bool = False) -> dict:
-    """Log-likelihood of each chromosome (binomial coefficients included), exact; pooled:
-    summed over the samples."""
-    samples = select_samples(store, samples)
-    hmm.validate(1 if pooled else len(samples))
+    """Log-likelihood of each chromosome (binomial coefficients included), exact, of the
+    samples (a Grouping, or samples taken jointly or ``pooled``: summed over the samples)."""
+    grouping = select_grouping(store, samples, pooled)
+    hmm.validate(grouping.width)
     params = Params.of(hmm)
     wanted = store.chromosomes if not chromosomes else list(chromosomes)
     unknown = [c for c in wanted if c not in store.chromosomes]
     if unknown:
         raise ValueError(f"{store.path}: no chromosome {', '.join(unknown)}; it has {', '.join(store.chromosomes)}")
-    per_chunk = message_graph(store, samples, params, wanted, pooled)
+    per_chunk = message_graph(store, grouping, params, wanted)
     logliks = client.compute([c.forward_out for c in per_chunk])
     waiter = Waiter(client, logliks, f"the log-likelihood of {store.path}")
     result = dict.fromkeys(wanted, 0.0)
@@ -102,22 +102,21 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     ``rel_tol * |loglik|``. The history holds the log-likelihood before each M-step and
     of the final parameters; ``report(iteration, loglik)`` is called after each E-step.
     With ``check`` the result is checked (BinomialHMM.check_fit); a caller comparing
-    several starts checks the one it keeps. ``pooled``: one sample-wide model shared by the
-    samples, each sample its own sequences, their statistics summed."""
-    samples = select_samples(store, samples)
-    width = 1 if pooled else len(samples)
-    hmm.validate(width)
+    several starts checks the one it keeps. ``samples`` may be a Grouping; ``pooled``: one
+    sample-wide model shared by the samples, each sample its own sequences, their statistics summed."""
+    grouping = select_grouping(store, samples, pooled)
+    hmm.validate(grouping.width)
     start = time.perf_counter()
     last = []
 
-    local = LocalEStep(store, samples, pooled, split_every) if client is None else None
+    local = LocalEStep(store, grouping, split_every) if client is None else None
     e_steps = [0]  # E-steps done: the next one's iteration, as run_em reports it
 
     def e_step():
         if local is not None:
             stats = local(Params.of(hmm))
         else:
-            future = client.compute(stats_graph(store, samples, Params.of(hmm), split_every, pooled))
+            future = client.compute(stats_graph(store, grouping, Params.of(hmm), split_every))
             what = f"the E-step of EM iteration {e_steps[0]} on {store.path}"
             stats = Waiter(client, [future], what).result(future)
         e_steps[0] += 1
@@ -125,7 +124,7 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
         return stats
 
     history = run_em(hmm, e_step, n_iter, rel_tol, report)
-    hmm.n_features_in_ = width
+    hmm.n_features_in_ = grouping.width
     if check:
         hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),

@@ -51,7 +51,7 @@ def plan_digest(plan: PlannedChunk, settings: dict) -> str:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     # not the chunk's end: a later sample may lengthen the axis, which changes no count
     digest.update(json.dumps([ref.chrom, ref.chunk, ref.start, ref.bin_size, ref.digests]).encode())
-    for halo in (plan.halo if settings.get("pooled") else [plan.halo]):
+    for halo in plan.halos:
         for arr in halo:
             digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
             digest.update(b"|")
@@ -138,8 +138,7 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
                         pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> UpdateReport:
     """:func:`update_moments` of the feature these settings give (``projection_dim`` K > 0:
     the projected feature; ``pooled``: the samples' moments summed, each sample its own sequence)."""
-    spec = FeatureSpec("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
-                       block_size)
+    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size)
     return update_moments(store, output, client, spec, samples, progress)
 
 
@@ -164,7 +163,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
-        tasks = chunk_tasks(store, samples, persisted_partial, spec, settings, root.resolve(), pooled=spec.pooled)
+        tasks = chunk_tasks(store, spec.grouping(samples), persisted_partial, spec, settings, root.resolve())
         entries = _run_tasks(client, tasks, root, progress, lambda finished: write_json(
             root / MANIFEST, Manifest.of(settings, finished, False, source).to_json()))
         write_json(root / MANIFEST, Manifest.of(settings, entries, True, source).to_json())

@@ -24,7 +24,7 @@ import numpy as np
 
 from .blocks import BlockStats, ProjectedBlocks, block_stats, combine_blocks
 from .features import DEFAULT_N_BINS, encode
-from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec
+from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, Grouping
 from .sums import Moments, moments_from_features, projected_moments
 from ..io.store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
 
@@ -38,19 +38,18 @@ def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
     return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
 
 
-def empty_halo(n_samples: int, pooled: bool = False):
-    if pooled:
-        return [empty_halo(1) for _ in range(n_samples)]
+def empty_halo(n_samples: int):
+    """The halo before a chromosome's first chunk: no bins of ``n_samples`` samples."""
     return np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64), np.zeros(0, np.int64)
 
 
-def kept_sequences(halo, methylated, coverage, positions, pooled: bool = False) -> list[tuple]:
-    """The chunk's sequences, each (halo, methylated, coverage, positions) of its kept bins:
-    one of all samples, or one per sample when pooled."""
-    if pooled:
-        return [(before, *_kept(methylated[:, [s]], coverage[:, [s]], positions))
-                for s, before in enumerate(halo)]
-    return [(halo, *_kept(methylated, coverage, positions))]
+def kept_sequences(halos: list, methylated, coverage, positions) -> list[tuple]:
+    """The chunk's sequences, each (halo, methylated, coverage, positions) of its kept bins,
+    one per halo: all samples after one halo, else sample k after ``halos[k]`` (a pooled
+    grouping's; with one sample both are the same)."""
+    if len(halos) == 1:
+        return [(halos[0], *_kept(methylated, coverage, positions))]
+    return [(before, *_kept(methylated[:, [s]], coverage[:, [s]], positions)) for s, before in enumerate(halos)]
 
 
 @dataclass(frozen=True)
@@ -62,14 +61,13 @@ class ChunkPartial:
 
 
 def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome: str = "",
-                  block_size: int | None = DEFAULT_BLOCK_SIZE, pooled: bool = False) -> ChunkPartial:
-    """Triple sums of one chunk, its halo prepended (every triple ending in the chunk)."""
-    return sequences_partial(kept_sequences(halo, methylated, coverage, positions, pooled), n_bins, chromosome,
-                             block_size)
+                  block_size: int | None = DEFAULT_BLOCK_SIZE) -> ChunkPartial:
+    """Triple sums of one chunk of the samples jointly, its halo prepended (every triple ending in the chunk)."""
+    return sequences_partial(kept_sequences([halo], methylated, coverage, positions), n_bins, chromosome, block_size)
 
 
-def sequences_partial(sequences: list[tuple], n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
-    """The sum of :func:`kept_partial` over a chunk's sequences."""
+def sequences_partial(sequences, n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
+    """The sum of :func:`kept_partial` over a chunk's sequences (an iterable: one at a time)."""
     parts = [kept_partial(*sequence, n_bins, chromosome, block_size) for sequence in sequences]
     blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
     return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
@@ -120,22 +118,35 @@ def select_samples(store: CountsStore, samples=None) -> list[str]:
     return list(samples)
 
 
+def select_grouping(store: CountsStore, samples=None, pooled: bool = False) -> Grouping:
+    """The samples chosen (:func:`select_samples`), grouped into sequences: ``samples`` may be
+    a Grouping (its samples checked), else they are taken jointly or ``pooled``."""
+    if isinstance(samples, Grouping):
+        return Grouping(select_samples(store, list(samples.samples)), samples.pooled)
+    return Grouping(select_samples(store, samples), pooled)
+
+
 @dataclass(frozen=True, eq=False)
 class PlannedChunk:
-    """A chunk to process: where to read it, and the halo before it."""
+    """A chunk to process: where to read it, and the halo before each of its sequences."""
 
     ref: ChunkRef
-    halo: object  # (methylated (<=2, S), coverage, positions); pooled: a list of one per sample
+    halos: list  # of (methylated (<=2, S), coverage, positions): one, or one per sample when pooled
 
 
-def next_halo(halo, ref: ChunkRef, pooled: bool = False):
+def first_halos(grouping: Grouping) -> list:
+    """The halos before a chromosome's first chunk, one per sequence of ``grouping``."""
+    return [empty_halo(len(group)) for group in grouping.groups]
+
+
+def next_halos(halos: list, ref: ChunkRef, grouping: Grouping) -> list:
     """The halo after ``ref``'s chunk, from its chunk summaries: each sample's last two covered
     bins. Jointly, the last two kept bins are the last two of all samples' last two, and a
     sample's counts there are among its own last two (it has no coverage in between)."""
     tails = [_column_tail(ref.summary[k], ref.bin_size) for k in range(len(ref.columns))]
-    if pooled:
+    if grouping.pooled:
         return [tuple(np.concatenate([before, now])[-2:] for before, now in zip(h, tail))
-                for h, tail in zip(halo, tails)]
+                for h, tail in zip(halos, tails)]
     positions = np.unique(np.concatenate([tail[2] for tail in tails]))[-2:]
     meth = np.zeros((positions.size, len(tails)), np.int64)
     cov = np.zeros_like(meth)
@@ -144,7 +155,7 @@ def next_halo(halo, ref: ChunkRef, pooled: bool = False):
             at = np.searchsorted(positions, p)
             if at < positions.size and positions[at] == p:
                 meth[at, k], cov[at, k] = m[i, 0], c[i, 0]
-    return tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, (meth, cov, positions)))
+    return [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halos[0], (meth, cov, positions)))]
 
 
 def _column_tail(summary: np.ndarray, bin_size: int):
@@ -157,20 +168,22 @@ def _column_tail(summary: np.ndarray, bin_size: int):
             np.array([f[0] * bin_size for f in fields], np.int64))
 
 
-def plan_chunks(store: CountsStore, samples: list[str], pooled: bool = False, chromosomes=None) -> list[PlannedChunk]:
-    """The chunks with coverage in ``samples``, in chromosome and chunk order, each with its halo."""
+def plan_chunks(store: CountsStore, grouping, chromosomes=None) -> list[PlannedChunk]:
+    """The chunks with coverage in the samples of ``grouping`` (a Grouping, or samples taken
+    jointly), in chromosome and chunk order, each with its halos."""
+    grouping = Grouping.of(grouping)
     plans = []
     for chrom in chromosomes or store.chromosomes:
-        halo = empty_halo(len(samples), pooled)
-        for ref in store.chunk_refs(chrom, samples):
-            plans.append(PlannedChunk(ref, halo))
-            halo = next_halo(halo, ref, pooled)
+        halos = first_halos(grouping)
+        for ref in store.chunk_refs(chrom, list(grouping.samples)):
+            plans.append(PlannedChunk(ref, halos))
+            halos = next_halos(halos, ref, grouping)
     return plans
 
 
-def chunk_tasks(store: CountsStore, samples: list[str], task, *args, pooled: bool = False) -> list:
+def chunk_tasks(store: CountsStore, grouping: Grouping, task, *args) -> list:
     """One delayed ``task(plan, *args)`` per planned chunk (plan_chunks)."""
-    return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, samples, pooled)]
+    return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, grouping)]
 
 
 def plan_partial(plan: PlannedChunk, spec: FeatureSpec, with_blocks: bool = True) -> ChunkPartial:
@@ -182,13 +195,9 @@ def plan_partial(plan: PlannedChunk, spec: FeatureSpec, with_blocks: bool = True
     if spec.projection_dim:
         return projected_partial(plan, n_bins, block_size, spec.projection_dim, spec.seed)
     if not spec.pooled:
-        return chunk_partial(plan.halo, *ref.read(), positions, n_bins, ref.chrom, block_size)
-    parts = []
-    for k, halo in enumerate(plan.halo):
-        meth, cov = ref.read([k])
-        parts.append(kept_partial(halo, *_kept(meth, cov, positions), n_bins, ref.chrom, block_size))
-    blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
-    return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
+        return chunk_partial(plan.halos[0], *ref.read(), positions, n_bins, ref.chrom, block_size)
+    sequences = ((halo, *_kept(*ref.read([k]), positions)) for k, halo in enumerate(plan.halos))
+    return sequences_partial(sequences, n_bins, ref.chrom, block_size)
 
 
 def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
@@ -201,7 +210,7 @@ def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, d
     for k in range(n_samples):
         kept |= ref.read([k], verify=False)[1][:, 0] > 0
     rows = np.flatnonzero(kept)
-    halo_meth, halo_cov, halo_positions = plan.halo
+    halo_meth, halo_cov, halo_positions = plan.halos[0]
     verified = set()
 
     def column(k):
@@ -234,18 +243,18 @@ def moments_graph(store: CountsStore, samples=None, n_bins: int = DEFAULT_N_BINS
     """Build (without computing) the graph of the store's moments (``pooled``: summed over
     the samples, each its own sequence; ``projection_dim`` K > 0: the projected feature;
     ``block_size`` None: no block statistics)."""
-    spec = FeatureSpec("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
-                       block_size or DEFAULT_BLOCK_SIZE)
+    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size or DEFAULT_BLOCK_SIZE)
     return spec_graph(store, spec, samples, split_every, with_blocks=block_size is not None)
 
 
 def spec_graph(store: CountsStore, spec: FeatureSpec, samples=None, split_every: int = DEFAULT_SPLIT_EVERY,
                with_blocks: bool = True) -> MomentsGraph:
     """:func:`moments_graph` of a resolved feature spec."""
-    samples = select_samples(store, samples)
-    partials = chunk_tasks(store, samples, plan_partial, spec, with_blocks, pooled=spec.pooled)
+    grouping = select_grouping(store, samples, spec.pooled)
+    samples = list(grouping.samples)
+    partials = chunk_tasks(store, grouping, plan_partial, spec, with_blocks)
     if not partials:
-        total = dask.delayed(Moments.zeros)(spec.grouping(samples).width, spec.n_bins,
+        total = dask.delayed(Moments.zeros)(grouping.width, spec.n_bins,
                                             projection_dim=spec.projection_dim, projection_seed=spec.seed)
     else:
         total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],

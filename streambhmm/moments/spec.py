@@ -35,6 +35,16 @@ class Grouping:
     def __post_init__(self):
         object.__setattr__(self, "samples", tuple(self.samples))
 
+    @classmethod
+    def of(cls, samples) -> Grouping:
+        """``samples`` as a Grouping: a Grouping as it is, a list of samples taken jointly."""
+        return samples if isinstance(samples, Grouping) else cls(tuple(samples))
+
+    @property
+    def groups(self) -> list[list[str]]:
+        """The samples of each sequence: all of them together, or each on its own when pooled."""
+        return [[s] for s in self.samples] if self.pooled else [list(self.samples)]
+
     @property
     def width(self) -> int:
         """Samples side by side in a sequence: 1 when pooled."""
@@ -77,7 +87,15 @@ class FeatureSpec:
     pooled: bool = False
     block_size: int | None = None
 
-    def resolve(self, n_samples: int, block_size: int | None = None) -> "FeatureSpec":
+    @classmethod
+    def of_settings(cls, n_bins: int, projection_dim: int = 0, projection_seed: int = 0, pooled: bool = False,
+                    block_size: int | None = None) -> FeatureSpec:
+        """The spec of keyword settings (moments_graph, update_moment_store): the projected
+        feature when ``projection_dim`` K > 0, else the Beta maps."""
+        return cls("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
+                   block_size)
+
+    def resolve(self, n_samples: int, block_size: int | None = None) -> FeatureSpec:
         """The spec for ``n_samples`` selected samples: "auto" decided (features.projection_for),
         no projection settings for the beta feature, the block size ``block_size`` if none was asked."""
         dim = 0 if self.kind == "beta" else projection_for(self.kind, 1 if self.pooled else n_samples, self.n_bins,
