@@ -157,7 +157,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
     if settings.sweep and settings.method == "refined":
         outcome.held_out = held_out(data.blocks, data.moments, est)
     document = model_to_dict(est, settings.spec.grouping(samples), chromosomes, method=settings.method,
-                             diff_threshold=settings.diff_threshold, **data_settings(settings, opened, samples))
+                             **data_settings(settings, opened, samples))
     if outcome.loss is not None:
         document["moment_loss"] = float(outcome.loss)
     if history:

@@ -17,7 +17,7 @@ from ..learn.checks import validate_parameters
 from ..learn.emissions import EMISSIONS
 from ..learn.evaluate import differential_states
 from ..learn.hmm import BinomialHMM
-from ..learn.states import DIFF_THRESHOLD, item_rgb, state_colours, state_labels
+from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.spec import Grouped, Grouping
 
 MODEL_FORMAT = "streambhmm-model"
@@ -26,8 +26,7 @@ MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation
               "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
-def model_to_dict(est, samples, chromosomes, method: str = "ftd",
-                  diff_threshold: float = DIFF_THRESHOLD, bin_size: int | None = None,
+def model_to_dict(est, samples, chromosomes, method: str = "ftd", bin_size: int | None = None,
                   sample_settings: dict | None = None) -> dict:
     """The JSON document of a fitted estimator (hmmlearn orientation: transmat rows sum to 1).
     ``samples``: a Grouping, or samples taken jointly; a pooled model has one methylation
@@ -50,7 +49,7 @@ def model_to_dict(est, samples, chromosomes, method: str = "ftd",
         "n_triples": int(getattr(est, "n_triples_", 0)),  # 0: no moments were used (EM alone)
         "chromosomes": list(chromosomes),
         "created_by": f"streambhmm {__version__}",
-        "labels": state_labels(est.methylation_, grouping.columns, diff_threshold),
+        "labels": state_labels(est.methylation_, grouping.columns),
     }
     if bin_size is not None:
         document["bin_size"] = int(bin_size)
@@ -339,5 +338,5 @@ def format_differential(methylation, samples, threshold: float) -> str:
     if len(samples) < 2:
         return ""
     found = differential_states(methylation, threshold)
-    listed = ", ".join(map(str, found)) if found else "none"
-    return f"differential states (levels differ across samples by more than {threshold:g}): {listed}"
+    listed = ("state " if len(found) == 1 else "states ") + ", ".join(map(str, found)) if found else "none"
+    return f"differential (levels differ across samples by more than {threshold:g}): {listed}"

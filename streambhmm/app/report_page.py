@@ -58,11 +58,20 @@ def _settings(counts, document, model_path, decoded, region, max_gap) -> dict:
         "store": str(counts.path), "bin size": f"{counts.bin_size} bp", "model": str(model_path),
         "method": document["method"], "states": document["n_states"], "feature": str(document["feature"]),
         "triples": f"{document['n_triples']:,}", "model created by": document["created_by"],
-        "log-likelihood": f"{document['loglik']:.6g}" if "loglik" in document else "not recorded (FTD)",
+        "log-likelihood": _loglik(document),
         "decoding": "posterior (most probable state per bin)", "max gap": f"{max_gap} bp",
         "track region": str(region), "segments": f"{decoded.n_segments:,}",
         "covered bins": f"{decoded.n_bins:,}",
     }
+
+
+def _loglik(document) -> str:
+    """The model's log-likelihood, or what was fitted instead and why there is none."""
+    if "loglik" in document:
+        return f"{document['loglik']:.6g} (EM, on the counts)"
+    fitted = f"moment-fit criterion {document['moment_loss']:.6g}; " if "moment_loss" in document else ""
+    return (f"none: --method {document['method']} fits the moments of one pass and never computes the likelihood "
+            f"of the counts ({fitted}`streambhmm score` computes it)")
 
 
 def _table_rows(values: dict, unit: str = "") -> str:

@@ -1,12 +1,25 @@
 """What the states are called and how they are drawn: labels from their levels, one colour
 each, the same in the model JSON, the printed table, the BED files and the report.
 
-A state's level class is the first of LEVEL_CLASSES whose upper bound its level is below:
-unmethylated (< 0.15), low (< 0.5), intermediate (< 0.75), high. A state whose levels differ
-across the samples by more than the differential threshold (fit --diff-threshold, 0.3) is
-differential, and its label names each class with its samples, most methylated first:
-``high:H1|low:IMR90`` (with many samples, the first three of each class and how many more).
-Labels are unique: a repeated one gets ``-2``, ``-3``... in order of increasing methylation.
+A level's class is the first of LEVEL_CLASSES whose upper bound it is below: unmethylated
+(< 0.15), low (< 0.5), intermediate (< 0.75), high.
+
+A state whose samples' levels are within LEVEL_DIFFERENCE (0.1) of each other is named by
+the class of their mean: ``high``. A state whose levels differ by 0.1 or more is named by how
+they differ: each class with its samples, most methylated class first, ``|`` between classes
+(``high:H1|intermediate:IMR90``; Arabidopsis CHG ``low:met1|unmethylated:WT``). Within a
+class the samples go from most to least methylated, joined by ``>`` where the next one is
+0.1 or more lower and by ``,`` where it is not (``high:H1>IMR90``: both high, H1 higher by
+0.1 or more). With many samples a class names its first three and how many more
+(``high:S0,S4,S8,+22|low:S1,S2,S3,+71``). The levels themselves are in the states' table.
+
+Whether a state is *differential* (its levels differ by more than ``fit --diff-threshold``,
+0.3) is said beside the table (learn.evaluate.differential_states); the label does not depend
+on that threshold.
+
+Labels are unique: a repeated one gets ``-2``, ``-3``... in order of increasing methylation
+(mean over the samples, then the levels themselves), so a state's label does not depend on
+the order of the states in the model.
 """
 
 from __future__ import annotations
@@ -15,7 +28,8 @@ import numpy as np
 
 LEVEL_CLASSES = ((0.15, "unmethylated"), (0.5, "low"), (0.75, "intermediate"), (np.inf, "high"))
 DIFF_THRESHOLD = 0.3
-NAMED_SAMPLES = 3  # samples named per class in a differential label
+LEVEL_DIFFERENCE = 0.1  # levels this far apart are named apart in a label
+NAMED_SAMPLES = 3  # samples named per class in a label
 # matplotlib's tab20 (tab10's ten colours first): states coloured by rank of mean methylation
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
@@ -28,29 +42,36 @@ def level_class(level: float) -> str:
 
 
 def state_order(methylation) -> np.ndarray:
-    """States from least to most methylated (mean over samples)."""
-    return np.argsort(np.asarray(methylation).mean(axis=1), kind="stable")
+    """States from least to most methylated: by mean over the samples, ties by the levels
+    themselves (so the order of equal-mean states does not depend on their indices)."""
+    levels = np.atleast_2d(np.asarray(methylation, dtype=np.float64))
+    return np.lexsort((*levels.T[::-1], levels.mean(axis=1)))
 
 
-def state_labels(methylation, samples, diff_threshold: float = DIFF_THRESHOLD) -> list[str]:
-    """One unique label per state (see the module docstring)."""
+def _sample_label(row: np.ndarray, samples: list) -> str:
+    """How the samples' levels differ: each class with its samples (see the module docstring)."""
+    classes: dict[str, list[int]] = {}
+    for s in np.argsort(-row, kind="stable"):
+        classes.setdefault(level_class(row[s]), []).append(int(s))
+    parts = []
+    for name, members in classes.items():
+        text = str(samples[members[0]])
+        for before, s in zip(members, members[1:NAMED_SAMPLES]):
+            text += (">" if row[before] - row[s] >= LEVEL_DIFFERENCE else ",") + str(samples[s])
+        more = f",+{len(members) - NAMED_SAMPLES}" if len(members) > NAMED_SAMPLES else ""
+        parts.append(f"{name}:{text}{more}")
+    return "|".join(parts)
+
+
+def state_labels(methylation, samples, diff_threshold: float | None = None) -> list[str]:
+    """One unique label per state (see the module docstring). ``diff_threshold`` is accepted
+    for callers of earlier versions and not used: labels name every difference of
+    LEVEL_DIFFERENCE or more, differential or not."""
     levels = np.atleast_2d(np.asarray(methylation, dtype=np.float64))
     samples = list(samples)
-    labels = []
-    for row in levels:
-        if len(samples) > 1 and row.max() - row.min() > diff_threshold:
-            classes = {}
-            for s in np.argsort(-row, kind="stable"):
-                classes.setdefault(level_class(row[s]), []).append(samples[s])
-            parts = []
-            for name, members in classes.items():
-                shown = ",".join(members[:NAMED_SAMPLES])
-                more = f",+{len(members) - NAMED_SAMPLES}" if len(members) > NAMED_SAMPLES else ""
-                parts.append(f"{name}:{shown}{more}")
-            labels.append("|".join(parts))
-        else:
-            labels.append(level_class(row.mean()))
-    seen = {}
+    labels = [_sample_label(row, samples) if len(samples) > 1 and row.max() - row.min() >= LEVEL_DIFFERENCE
+              else level_class(row.mean()) for row in levels]
+    seen: dict[str, int] = {}
     for h in state_order(levels):
         seen[labels[h]] = seen.get(labels[h], 0) + 1
         if seen[labels[h]] > 1:
