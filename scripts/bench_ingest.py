@@ -90,7 +90,7 @@ def compare_libraries(path: Path) -> None:
         print("(rapidgzip not installed)")
     for name, fn in candidates:
         print(f"{'decompress: ' + name:<44} {timed(fn):>8.2f}")
-    text = [data for data, _ in blocks(path)]
+    text = [data for data, _, _ in blocks(path)]
     names = [f"f{i}" for i in range(7)]
     parser = Parser(FORMATS["bismark-report"].layouts[0])  # chrom pos strand meth unmeth context
     parsers = [("pyarrow read_csv (the reader's settings)", lambda: [parser(d) for d in text])]

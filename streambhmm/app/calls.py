@@ -26,6 +26,7 @@ from ..learn.selection import one_pass
 from ..distributed.regions import find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
+from ..io.progress import stage
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
                              hypomethylated, partially_methylated, unmethylated_share)
@@ -34,6 +35,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import read_manifest
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
+from .fit import em_progress
 from .segments import output_checked
 
 
@@ -78,9 +80,10 @@ class CallOutcome:
     seconds: dict = field(default_factory=dict)
 
 
-def run_call(settings: CallSettings, opened, echo=lambda message: None, progress=None) -> CallOutcome:
+def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallOutcome:
     """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
-    (distributed.cluster.store_session: opened for reading, with a Dask client)."""
+    (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
+    progress is shown unless settings.quiet (io.progress)."""
     output = output_checked(settings.output)
     counts, client = opened.store, opened.client
     samples = select_samples(counts, settings.samples)
@@ -90,21 +93,23 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None, progress
                          f"its bins cannot be summed into {bin_size} bp bins")
     seconds = {}
     if bin_size == counts.bin_size:
-        outcome = _fit_and_call(settings, counts, samples, client, echo, progress, seconds)
+        outcome = _fit_and_call(settings, counts, samples, client, echo, seconds)
     else:
         # the coarse store lives beside the output (the same filesystem) and goes with the call
         with scratch_directory(output) as scratch:
             start = time.perf_counter()
             echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
-            coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples)
+            with stage(f"{settings.kind}: summing bins", quiet=settings.quiet, unit="samples") as progress:
+                coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
+                                 progress)
             seconds["coarsen"] = time.perf_counter() - start
-            outcome = _fit_and_call(settings, coarse, samples, client, echo, progress, seconds)
+            outcome = _fit_and_call(settings, coarse, samples, client, echo, seconds)
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome
 
 
-def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress, seconds) -> CallOutcome:
+def _fit_and_call(settings: CallSettings, store, samples, client, echo, seconds) -> CallOutcome:
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     data = load_moments(settings.moments or store.path.url, samples, FeatureSpec(n_bins=settings.n_bins), client,
@@ -116,8 +121,10 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
     echo(f"fitting {model.n_states} states to the moments")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate fit is refused below, with what the data lack
-        est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
-                       emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS)
+        with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
+            est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
+                           emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS,
+                           progress=progress)
     hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
                       limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
                                                         est.dispersion_)
@@ -125,8 +132,9 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
     if settings.polish_em:
         start = time.perf_counter()
         echo(f"EM: at most {settings.polish_em} iterations")
-        fit_store_em(store, hmm, None if is_small(store) else client, samples, settings.polish_em,
-                     rel_tol=POLISH_TOL, check=False)
+        with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations") as progress:
+            fit_store_em(store, hmm, None if is_small(store) else client, samples, settings.polish_em,
+                         rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_)
@@ -143,7 +151,8 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
         raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason)) from None
     echo("the regions: a posterior pass over the counts")
-    found = find_regions(store, hmm, client, rule, samples, progress=progress)
+    with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
+        found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:

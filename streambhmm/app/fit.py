@@ -18,11 +18,12 @@ from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
 from ..io.outputs import check_output_file
+from ..io.progress import stage
 from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
 from ..learn.hmm import BinomialHMM, random_parameters
-from ..learn.selection import HeldOut, bic, held_out, one_pass
+from ..learn.selection import HeldOut, bic, held_out, held_out_problem, one_pass
 from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
 from ..moments.pipeline import select_samples
@@ -97,6 +98,7 @@ class FitOutcome:
     spectrum: bool | None = None
     loss: float | None = None  # the moment-fit criterion
     held_out: HeldOut | None = None
+    no_held_out: str | None = None  # why a sweep's fit has no held-out criterion
     bic: float | None = None
 
     @property
@@ -132,7 +134,16 @@ def run_fit(settings: FitSettings, opened: OpenedStore | None,
             mom = data.moments
             singular_values = np.linalg.svd(mom.p13 / max(mom.n_triples, 1), compute_uv=False)
     run = FitRun(data, time.perf_counter() - start, singular_values)
-    return run, (fit_one(m, settings, data, opened, echo) for m in settings.states)
+    return run, _fits(settings, data, opened, echo)
+
+
+def _fits(settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> Iterator[FitOutcome]:
+    """fit_one for each number of states; a sweep's progress counts them."""
+    with stage("sweep", len(settings.states), quiet=settings.quiet or not settings.sweep, unit="models") as sweep:
+        for done, m in enumerate(settings.states):
+            sweep(done, note=f"M = {m}")
+            yield fit_one(m, settings, data, opened, echo)
+        sweep(len(settings.states))
 
 
 def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> FitOutcome:
@@ -155,7 +166,9 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
     if history:
         outcome.bic = bic(history[-1], m, len(outcome.columns), n_bins, getattr(est, "emission", "") == "betabinomial")
     if settings.sweep and settings.method == "refined":
-        outcome.held_out = held_out(data.blocks, data.moments, est)
+        outcome.no_held_out = held_out_problem(data.blocks, data.block_size)
+        with stage("held-out folds", quiet=settings.quiet, unit="folds") as shown:
+            outcome.held_out = held_out(data.blocks, data.moments, est, progress=shown)
     document = model_to_dict(est, settings.spec.grouping(samples), chromosomes, method=settings.method,
                              **data_settings(settings, opened, samples))
     if outcome.loss is not None:
@@ -184,7 +197,9 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
 
     method = settings.method
     if method in ONE_PASS:
-        est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate, emission=settings.emission)
+        with stage(f"{method} fit of {m} states: starts", quiet=settings.quiet, unit="starts") as shown:
+            est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate,
+                           emission=settings.emission, progress=shown)
         if not settings.quiet and method == "refined":
             supported = "supported" if est.spectrum_supported_ else \
                 "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
@@ -198,8 +213,10 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
                    random_parameters(m, len(columns), settings.seed + r)) for r in range(settings.em_starts)]
     else:
         first = method.split("-")[0]  # refined or ftd
-        start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True,
-                         emission=default_emission(first) if settings.emission == "betabinomial" else "binomial")
+        with stage(f"{first} start of {m} states: starts", quiet=settings.quiet, unit="starts") as shown:
+            start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True,
+                             emission=default_emission(first) if settings.emission == "betabinomial" else "binomial",
+                             progress=shown)
         echo(f"{first} start:")
         echo(format_states(start.methylation_, start.transmat_, start.startprob_, columns))
         starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_,
@@ -212,9 +229,10 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         if len(starts) > 1:
             echo(f"EM from {label}:")
         t = time.perf_counter()
-        result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, grouping, settings.em_iter,
-                              settings.em_tol, settings.split_every, report=em_reporter(settings.quiet, echo),
-                              check=False)
+        with stage(f"EM from {label}", settings.em_iter, quiet=settings.quiet, unit="iterations") as shown:
+            result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, grouping,
+                                  settings.em_iter, settings.em_tol, settings.split_every, report=em_progress(shown),
+                                  check=False)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")
         state = ("converged" if result.converged else
                  f"stopped at --em-iter {settings.em_iter} while still improving (last gain {gain:.4g}; raise "
@@ -231,15 +249,15 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
     return est, samples, counts.chromosomes, best.history, best.n_bins
 
 
-def em_reporter(quiet: bool, echo):
-    """Report each EM iteration's log-likelihood and gain."""
+def em_progress(shown):
+    """EM's ``report(iteration, loglik)`` as a progress stage: the iteration out of the cap,
+    the log-likelihood and the last gain."""
     history = []
 
     def report(iteration: int, loglik: float) -> None:
-        gain = f" ({loglik - history[-1]:+.4g})" if history else ""
+        gain = f" ({loglik - history[-1]:+.3g})" if history else ""
         history.append(loglik)
-        if not quiet:
-            echo(f"  EM iteration {iteration}: log-likelihood {loglik:.8g}{gain}")
+        shown(iteration, note=f"log-likelihood {loglik:.8g}{gain}")
     return report
 
 
@@ -248,7 +266,9 @@ def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):
     warning = check_blocks(len(data.blocks), data.block_size)
     if warning:
         echo(f"warning: {warning}")
-    ci = block_bootstrap(data.blocks, data.moments, est, settings.bootstrap, random_state=settings.seed)
+    with stage("bootstrap", settings.bootstrap, quiet=settings.quiet, unit="replicates") as shown:
+        ci = block_bootstrap(data.blocks, data.moments, est, settings.bootstrap, random_state=settings.seed,
+                             progress=shown)
     document["methylation_ci"] = ci.methylation_ci.tolist()
     document["transmat_ci"] = ci.transmat_ci.tolist()
     return ci

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..distributed.cluster import compute
 from ..distributed.decode import decode_store
+from ..io.progress import stage as progress_stage
 from ..learn.evaluate import differential_states
 from ..learn.spectral import whiten
 from ..learn.states import DIFF_THRESHOLD
@@ -53,11 +54,11 @@ class ReportResult:
 
 
 def write_report(opened, model, output, region: str | None = None, max_gap: int = 1000,
-                 diff_threshold: float = DIFF_THRESHOLD, moments=None, progress=None) -> ReportResult:
+                 diff_threshold: float = DIFF_THRESHOLD, moments=None, quiet: bool = False) -> ReportResult:
     """Decode the store ``opened`` (distributed.cluster.store_session: its shared lock held,
     as the report only reads it) with ``model`` and write DIR/index.html, its PNGs and
-    segments.bed. ``output`` is refused before any work unless it can be replaced
-    (:func:`check_report_output`)."""
+    segments.bed, each step's progress shown unless ``quiet`` (io.progress). ``output`` is
+    refused before any work unless it can be replaced (:func:`check_report_output`)."""
     import matplotlib
 
     output = check_report_output(output, opened.path, model, moments)
@@ -76,18 +77,21 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     remove_report_leftovers(output)
     with staged_report(output) as stage:
         t = time.perf_counter()
-        decoded = decode_store(counts, hmm, opened.client, stage / "segments.bed", samples, max_gap,
-                               progress=progress, labels=labels, track=f"{Path(model).stem} states")
+        with progress_stage("report: decode", quiet=quiet, unit="chunks") as progress:
+            decoded = decode_store(counts, hmm, opened.client, stage / "segments.bed", samples, max_gap,
+                                   progress=progress, labels=labels, track=f"{Path(model).stem} states")
         timings["decode on Dask"] = time.perf_counter() - t
         t = time.perf_counter()
-        spectrum = model_spectrum(counts, document, opened.client, moments)
+        spectrum = model_spectrum(counts, document, opened.client, moments, quiet)
         timings["spectrum (moment store)" if moments else "spectrum (moments on Dask)"] = time.perf_counter() - t
         t = time.perf_counter()
         diff = differential_states(hmm.methylation_, diff_threshold)
         figures = _figures(counts, document, hmm, decoded, spectrum, where, stage / "segments.bed", diff,
                            diff_threshold)
-        for name, _, draw in figures:
-            draw(stage / name)
+        with progress_stage("report: figures", len(figures), quiet=quiet, unit="figures") as progress:
+            for done, (name, _, draw) in enumerate(figures, 1):
+                draw(stage / name)
+                progress(done)
         timings["figures"] = time.perf_counter() - t
         timings["total"] = time.perf_counter() - start
         page = render_page(counts, document, model, hmm, decoded, figures, where, max_gap, diff, timings)
@@ -125,7 +129,7 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
     return figures
 
 
-def model_spectrum(counts, document, client, moments=None) -> dict:
+def model_spectrum(counts, document, client, moments=None, quiet: bool = False) -> dict:
     """P13's leading singular values and the spectrum check's noise level, from a moment
     store with the model's samples and D if given, else from one moment pass on Dask."""
     n_bins = document.n_bins
@@ -134,8 +138,9 @@ def model_spectrum(counts, document, client, moments=None) -> dict:
                                              "the model's samples")
         total = load_total(moments)[0]
     else:
-        total = compute(client, moments_graph(counts, document.samples, n_bins=n_bins).total,
-                        what=f"the moments of {counts.path}")
+        graph = moments_graph(counts, document.samples, n_bins=n_bins)
+        total = compute(client, graph.total, quiet=quiet, what=f"the moments of {counts.path}",
+                        parts=graph.partials, unit="chunks")
     m = document.n_states
     spectrum = whiten(total, m, check_spectrum=False)
     return {"p13_singular_values": spectrum.p13_singular_values[:max(2 * m, m + 6)].tolist(),

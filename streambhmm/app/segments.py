@@ -181,7 +181,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         check_output_file(path)
         remove_leftovers(path)  # of a killed run
     for sample, path in methylation:
-        yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage))
+        yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage,
+                                                                        progress))
     for group, paths in runs:
         n = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
         for h, path in zip(states, paths):

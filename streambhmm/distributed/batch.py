@@ -209,11 +209,12 @@ def _ingest_bound(rows: list[ManifestRow]) -> float:
 
 def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
-              progress=lambda message: None, options: ReadOptions | None = None,
+              progress=lambda done, total, note: None, options: ReadOptions | None = None,
               pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
-    every sample."""
+    every sample; ``progress(done, total, note)`` follows the samples ingested and the
+    partials computed."""
     rows = read_batch_manifest(manifest)
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     workdir.mkdir()  # the summary is written even when every sample fails
@@ -248,7 +249,9 @@ class _BatchRun:
             for future in ingests.as_completed():
                 group, group_rows = futures[future]
                 results = self.ingested(ingests, future, group, group_rows)
-                self.record(group, results)
+                with self.lock:
+                    self.record(group, results)
+                    self.show()
                 waiting[group.group] -= len(results)
                 if waiting[group.group] or group.status == "skipped":
                     continue
@@ -296,9 +299,11 @@ class _BatchRun:
             group.status, group.error = "skipped", "a sample failed; moments not updated"
 
     def show(self) -> None:
+        """``progress(done, total, note)``: samples ingested and partials computed, of those known."""
         done, total = (sum(v[i] for v in self.partials.values()) for i in (0, 1))
-        ingesting = sum(g.status == "pending" for g in self.summary.groups)
-        self.progress(f"groups ingesting: {ingesting}; partials: {done}/{total}")
+        ingested = len(self.summary.samples)
+        self.progress(ingested + done, len(self.rows) + total,
+                      f"{ingested}/{len(self.rows)} samples ingested, {done}/{total} partials")
 
     def update_moments(self, result: GroupResult) -> None:
         start = time.perf_counter()

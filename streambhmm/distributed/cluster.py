@@ -24,9 +24,9 @@ import contextlib
 import functools
 import logging
 import os
-import sys
 from typing import TYPE_CHECKING
 
+from ..io.progress import stage
 from ..io.tasks import ClusterError, ClusterStalled, Waiter
 
 if TYPE_CHECKING:
@@ -269,41 +269,49 @@ def _without_nanny_trim():
         os.environ[TRIM] = value
 
 
-def show_progress(quiet: bool) -> bool:
-    return not quiet and sys.stdout.isatty()
-
-
-def status_line(quiet: bool):
-    """A callback that keeps one status line updated on a terminal (else does nothing)."""
-    if not show_progress(quiet):
-        return lambda message: None
-
-    def update(message: str) -> None:
-        sys.stdout.write("\r\033[K" + message[:150])
-        sys.stdout.flush()
-    return update
-
-
-def clear_status(quiet: bool) -> None:
-    if show_progress(quiet):
-        sys.stdout.write("\r\033[K")
-        sys.stdout.flush()
-
-
-def compute(client, delayed, quiet: bool = False, what: str = "the computation"):
-    """Compute a delayed value (or a list of them) on ``client``, with a progress line on a
-    terminal; bounded as every wait (io.tasks.Waiter), ``what`` naming the computation."""
+def compute(client, delayed, quiet: bool = False, what: str = "the computation", parts: list | None = None,
+            unit: str = "tasks"):
+    """Compute a delayed value (or a list of them) on ``client``, its progress shown unless
+    ``quiet`` (io.progress: the values of a list done, or of one value the ``parts`` of its
+    graph done, counted on the scheduler, in ``unit``); bounded as every wait
+    (io.tasks.Waiter), ``what`` naming the computation."""
     futures = client.compute(delayed)
-    show = status_line(quiet)
-    try:
+    with stage(what, quiet=quiet, unit=unit) as shown:
         if not isinstance(futures, list):
-            waiter = Waiter(client, [futures], what, tick=lambda seconds: show(f"{what}: {seconds:.0f} s"))
-            return waiter.result(futures)
+            count = _PartsDone(client, parts or [], shown)
+            return Waiter(client, [futures], what, tick=count).result(futures)
         results = {}
         waiter = Waiter(client, futures, what)
+        shown(0, len(futures))
         for future in waiter.as_completed():
             results[future.key] = waiter.result(future)
-            show(f"{what}: {len(results)}/{len(futures)} tasks")
+            shown(len(results))
         return [results[f.key] for f in futures]
-    finally:
-        clear_status(quiet)
+
+
+class _PartsDone:
+    """A Waiter's tick: how many of a graph's ``parts`` (delayed values) are done, asked of the
+    scheduler at most every LOOK seconds (a part whose result was used and released counts)."""
+
+    LOOK = 1.0
+
+    def __init__(self, client, parts: list, shown):
+        self.client, self.keys, self.shown = client, [p.key for p in parts], shown
+        self.looked = -self.LOOK
+        shown(0, len(self.keys) or None)
+
+    def __call__(self, seconds: float) -> None:
+        if not self.keys:
+            self.shown(0, note=f"{seconds:.0f} s")
+        elif seconds - self.looked >= self.LOOK:
+            self.looked = seconds
+            try:
+                self.shown(self.client.run_on_scheduler(_finished, self.keys))
+            except (TimeoutError, OSError):
+                pass  # the count waits for the next look; the Waiter judges the scheduler
+
+
+def _finished(keys, dask_scheduler=None) -> int:
+    """(On the scheduler) how many of ``keys`` are computed: in memory, or used and released."""
+    tasks = dask_scheduler.tasks
+    return sum(1 for k in keys if (ts := tasks.get(k)) is None or ts.state in ("memory", "released", "erred"))

@@ -51,7 +51,8 @@ def load_moments(path, samples, spec: FeatureSpec, client, quiet: bool = False,
     what = f"the moments of {counts.path}"
     grouping = spec.grouping(graph.samples)
     if want_blocks:
-        partials = compute(client, graph.partials, quiet=quiet, what=what)
+        partials = compute(client, graph.partials, quiet=quiet, what=what, unit="chunks")
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         return FitData(moments, grouping, graph.chromosomes, BlockTable([p.blocks for p in partials]), spec)
-    return FitData(compute(client, graph.total, quiet=quiet, what=what), grouping, graph.chromosomes, None, spec)
+    total = compute(client, graph.total, quiet=quiet, what=what, parts=graph.partials, unit="chunks")
+    return FitData(total, grouping, graph.chromosomes, None, spec)

@@ -110,17 +110,21 @@ class BigWigWriter:
         self._temporary.close()  # removes the temporary
 
 
-def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1) -> int:
+def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1,
+                      progress=None) -> int:
     """The methylation fraction (methylated / covered reads) of each bin of ``sample`` with at
-    least ``min_coverage`` reads, one chunk in memory at a time; returns the entries written."""
+    least ``min_coverage`` reads, one chunk in memory at a time (``progress(done, total)``
+    after each); returns the entries written."""
     writer = BigWigWriter(path, lengths, store.bin_size)
+    refs = [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
     try:
-        for chrom in store.chromosomes:
-            for ref in store.chunk_refs(chrom, [sample]):
-                meth, cov = ref.read()
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    fraction = np.where(cov[:, 0] >= max(min_coverage, 1), meth[:, 0] / cov[:, 0], np.nan)
-                writer.add(chrom, ref.positions(), fraction)
+        for done, ref in enumerate(refs, 1):
+            meth, cov = ref.read()
+            with np.errstate(invalid="ignore", divide="ignore"):
+                fraction = np.where(cov[:, 0] >= max(min_coverage, 1), meth[:, 0] / cov[:, 0], np.nan)
+            writer.add(ref.chrom, ref.positions(), fraction)
+            if progress is not None:
+                progress(done, len(refs))
     except BaseException:
         writer.abort()
         raise

@@ -23,21 +23,23 @@ PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this mu
 
 
 def _pieces(fh, size: int):
-    """Decompressed data in blocks of about ``size`` bytes; a decompression error ends the
-    blocks with the exception itself, after the data read before it."""
+    """(decompressed data in blocks of about ``size`` bytes, the bytes of the file read so
+    far: compressed ones for a compressed file); a decompression error ends the blocks with
+    the exception itself, after the data read before it."""
     parts, held = [], 0
+    raw = getattr(fh, "fileobj", fh)  # a GzipFile's compressed file
     while True:
         try:
             piece = fh.read(min(PIECE, size))
         except (OSError, EOFError) as exc:  # BadGzipFile is an OSError, truncation an EOFError
-            yield b"".join(parts)
+            yield b"".join(parts), raw.tell()
             yield exc
             return
         if piece:
             parts.append(piece)
             held += len(piece)
         if held >= size or not piece:
-            yield b"".join(parts)
+            yield b"".join(parts), raw.tell()
             parts, held = [], 0
         if not piece:
             return
@@ -46,7 +48,7 @@ def _pieces(fh, size: int):
 def lines(path) -> Iterator[bytes]:
     """The file's lines from the start, read as far as they are asked for (BOM and line
     ends removed); the line length bound applies."""
-    for block, _ in blocks(path, 1 << 20):
+    for block, _, _ in blocks(path, 1 << 20):
         for line in block.split(b"\n")[:-1]:
             yield line.rstrip(b"\r")
 
@@ -60,17 +62,18 @@ def text_lines(path) -> Iterator[tuple[int, str, list[str]]]:
             yield number, text, text.split()
 
 
-def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
-    """(text, number of its first line): complete lines, each ending with a newline, of at
-    most about ``block_bytes``. A UTF-8 BOM at the start is dropped; lines longer than
+def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, int]]:
+    """(text, number of its first line, bytes of the file read): complete lines, each ending
+    with a newline, of at most about ``block_bytes``. A UTF-8 BOM at the start is dropped; lines longer than
     MAX_LINE, a carriage return inside a line, and corrupt compressed data are errors
     (naming the line reached)."""
     line, pending, start = 1, b"", True
     with open_binary(path) as fh:
-        for chunk in _pieces(fh, block_bytes):
-            if isinstance(chunk, Exception):
+        for piece in _pieces(fh, block_bytes):
+            if isinstance(piece, Exception):
                 raise FormatError(path, line, None, f"corrupt or truncated compressed data at this line "
-                                                    f"({type(chunk).__name__}: {chunk})")
+                                                    f"({type(piece).__name__}: {piece})")
+            chunk, offset = piece
             if start and chunk.startswith(BOM):
                 chunk = chunk[len(BOM):]
             start = False
@@ -83,10 +86,10 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int]]:
                 raise FormatError(path, line, decoded(pending[:SHOWN * 4]),
                                   f"line longer than {MAX_LINE:,} bytes (no newline)")
             if cut:
-                yield (data if cut == len(data) else data[:cut]), line
+                yield (data if cut == len(data) else data[:cut]), line, offset
                 line += data.count(b"\n", 0, cut)
         if pending:  # a last line without a newline
-            yield pending + b"\n", line
+            yield pending + b"\n", line, offset
 
 
 def _check_lines(path, data: bytes, end: int, line: int) -> None:

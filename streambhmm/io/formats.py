@@ -36,11 +36,12 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
 
 def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | None = None,
               detected: bool = False, block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
-    """Yield validated rows of ``path`` per chromosome run, in file order.
+    """Yield validated rows of ``path`` per chromosome run, in file order (positions in any
+    order within a chromosome).
 
     Raises :class:`FormatError` (file, line, text, format) for a malformed line,
-    non-integer, negative, too large or inconsistent counts, positions out of order
-    within a chromosome, a chromosome that reappears after another, an invalid
+    non-integer, negative, too large or inconsistent counts, a repeated row (chromosome,
+    position and strand), a chromosome that reappears after another, an invalid
     chromosome name, or a file without data lines; ValueError for options the format
     cannot honour.
     """

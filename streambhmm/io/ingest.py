@@ -45,23 +45,25 @@ def file_sha256(path) -> str:
 
 def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read) -> int:
     """Stream one file's rows into ``writer``; returns the rows read. A chromosome spelt
-    otherwise in ``spellings`` (the store, the files before) is refused."""
+    otherwise in ``spellings`` (the store, the files before) is refused. ``progress(bytes)``:
+    the bytes of the file read."""
     n_rows = 0
     for rows in read_rows(path, fmt, context, **read):
         spellings.add(rows.chrom, str(path))
         writer.add(rows.chrom, rows.pos0 // bin_size, rows.methylated, rows.coverage)
         n_rows += rows.pos0.size
-        progress(f"{Path(path).name}: {n_rows:,} rows, at {rows.chrom}:{int(rows.pos0[-1]) + 1:,}")
+        progress(rows.read_bytes)
     return n_rows
 
 
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
            chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
-           progress: Callable[[str], None] = lambda message: None,
+           progress: Callable[..., None] = lambda done, total, note=None: None,
            options: ReadOptions | None = None) -> IngestReport:
     """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
 
-    ``echo`` receives messages for the user; ``progress`` receives frequent status lines;
+    ``echo`` receives messages for the user; ``progress(done, total, note)`` the bytes of
+    the files read (compressed ones for a compressed file), out of their size on disk;
     ``options`` are the reading options (strand merge, filters, --columns). Ingests of
     different samples into one store may run at once.
     """
@@ -90,9 +92,13 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
                 return report
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
     spellings = existing.spellings(sample) if existing is not None else Spellings()
+    sizes = [f.stat().st_size for f in files]
     with SampleWriter(store, bin_size, chunk_size) as writer:
-        for f in files:
-            report.n_rows += _bin_file(f, fmt, context, bin_size, writer, progress, spellings, **read)
+        for i, f in enumerate(files):
+            def read_bytes(done: int, before: int = sum(sizes[:i]), name: str = f.name) -> None:
+                progress(before + done, sum(sizes), name)
+            report.n_rows += _bin_file(f, fmt, context, bin_size, writer, read_bytes, spellings, **read)
+        progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
         if writer.covered_bins == 0:
             filtered = FORMATS[fmt].has_context and context != "all"
@@ -101,7 +107,6 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
         report.n_bins = writer.covered_bins
-        progress(f"committing sample {sample}")
         report.replaced = writer.commit(sample, {
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__})

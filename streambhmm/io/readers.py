@@ -10,6 +10,14 @@ text), never a chromosome.
 
 Fields are separated by runs of tabs and/or spaces; leading and trailing blanks and
 CRLF line ends are ignored, and blank lines are skipped.
+
+Rows may come in any order within a chromosome (methylKit's files are not sorted by
+position); a chromosome's rows must be contiguous. A row repeating the chromosome, position
+and strand of an earlier one is refused: in a sorted chromosome neighbours are compared as
+the rows are read; when a chromosome turns out unsorted, the file is read a second time
+after the first pass, keeping one bit per position and strand of that chromosome (the
+chromosome's length, never the file), and a third time only to name the earlier line of a
+repeat found.
 """
 
 from __future__ import annotations
@@ -28,11 +36,13 @@ from .rows import BLOCK_BYTES, FormatError, Layout, Rows, Settings, decoded, pa,
 
 @dataclass(frozen=True)
 class _Block:
-    """A block's text as read and as parsed, and the number of its first line."""
+    """A block's text as read and as parsed, the number of its first line and the bytes of
+    the file read up to its end."""
 
     data: bytes
     text: bytes  # normalized: the rows pyarrow read are its non-blank lines
     first: int
+    offset: int = 0
 
     def index(self, row: int) -> int:
         """The index of row ``row``'s line in the block: pyarrow skips blank lines, the line
@@ -56,22 +66,65 @@ EARLIER = "<earlier line>"  # where a _Failure's message names the row it repeat
 
 
 class _Failure(Exception):
-    """The row that fails a check; ``earlier``: the row it repeats, named after the message."""
+    """The row that fails a check; ``earlier``: the row it repeats, named after the message
+    (a _Row, or the (chromosome, key) of a row of an earlier block, found by reading again)."""
 
-    def __init__(self, row: int, message: str, earlier: _Row | None = None):
+    def __init__(self, row: int, message: str, earlier: _Row | tuple | None = None):
         self.row, self.message, self.earlier = row, message, earlier
 
 
+class _Found(Exception):
+    """The row a search for a (chromosome, key) found (BlockReader.target)."""
+
+    def __init__(self, row: _Row):
+        self.row = row
+
+
 class _Order:
-    """Chromosomes contiguous and positions non-decreasing, across blocks; the kept rows at
-    the last position, by strand (a repeat of one may start the next block)."""
+    """Chromosomes contiguous, across blocks; the chromosomes whose positions go back; the
+    kept rows at the last position, by strand (a repeat of one may start the next block)."""
 
     def __init__(self):
         self.finished: set[str] = set()
         self.chrom: str | None = None
         self.position = -1  # the last row's position as in the file
-        self.shifted = -1  # and as yielded (after --merge-strands)
         self.last: dict[int, _Row] = {}  # strand -> a kept row at ``position`` of ``chrom``
+        self.unsorted: set[str] = set()  # chromosomes (as in the file) whose positions go back
+
+
+class _Seen:
+    """The (position, strand) keys of one chromosome's kept rows read so far, one bit each."""
+
+    def __init__(self):
+        self.chrom: str | None = None
+        self.bits = np.zeros(0, np.uint8)
+
+    def first_repeat(self, chrom: str, keys: np.ndarray):
+        """Of ``keys`` (a run of ``chrom``'s kept rows, in file order): (index of the first that
+        repeats an earlier key, index of that earlier key in ``keys`` or None when it was in an
+        earlier block), or None; the keys are recorded."""
+        if chrom != self.chrom:
+            self.chrom, self.bits = chrom, np.zeros(0, np.uint8)
+        if keys.size == 0:
+            return None
+        need = int(keys.max() >> 3) + 1
+        if need > self.bits.size:
+            grown = np.zeros(max(need, 2 * self.bits.size), np.uint8)
+            grown[:self.bits.size] = self.bits
+            self.bits = grown
+        byte, bit = keys >> 3, (keys & 7).astype(np.uint8)
+        before = (self.bits[byte] >> bit) & 1
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        again = np.flatnonzero(ordered[1:] == ordered[:-1]) + 1  # later rows of a key met in the run
+        found = []
+        if before.any():
+            found.append((int(np.argmax(before)), None))
+        if again.size:
+            row = int(order[again].min())
+            found.append((row, int(order[np.searchsorted(ordered, keys[row])])))
+        np.bitwise_or.at(self.bits, byte, np.left_shift(np.uint8(1), bit))
+        return min(found, key=lambda f: (f[0], f[1] is not None)) if found else None
 
 
 class _Checks:
@@ -124,18 +177,64 @@ class _Runs:
 class BlockReader:
     """Validates blocks of one file and turns them into Rows."""
 
-    def __init__(self, path, fmt: str, label: str, layout: Layout, settings: Settings, variable: bool):
+    def __init__(self, path, fmt: str, label: str, layout: Layout, settings: Settings, variable: bool,
+                 skip: int = 0, block_bytes: int = BLOCK_BYTES):
         self.path, self.fmt, self.label, self.layout, self.settings = path, fmt, label, layout, settings
         self.variable = variable  # the number of fields was set by the first data line
+        self.skip, self.block_bytes = skip, block_bytes
         self.parser = Parser(layout)
         self.order = _Order()
+        self.checked: set[str] = set()  # chromosomes whose every key is checked (the second reading)
+        self.seen = _Seen()
+        self.target: tuple | None = None  # (chromosome, key): raise _Found at its first kept row
         self.names: dict[str, str | None] = {}  # chromosome -> problem with its name (kept ones only)
         self.stored: dict[str, str] = {}  # chromosome as named in the store (--chromosome-names) -> in the file
         self.strand_table = code_table(layout.strand_codes)
         self.n_rows = 0
         c, p = layout.chrom + 1, layout.pos + 1
-        self.sort_hint = (f"the file must be sorted by chromosome, then position, e.g. with sort -k{c},{c} "
-                          f"-k{p},{p}n, the header line kept first")
+        self.sort_hint = (f"a chromosome's rows must be contiguous, e.g. sorted with sort -k{c},{c} -k{p},{p}n, "
+                          f"the header line kept first")
+
+    def like(self) -> "BlockReader":
+        """A new reader of the same file and settings (to read it again)."""
+        return BlockReader(self.path, self.fmt, self.label, self.layout, self.settings, self.variable, self.skip,
+                           self.block_bytes)
+
+    def data_blocks(self) -> Iterator[tuple[bytes, int, int]]:
+        """(text, number of its first line, bytes read) of the file's blocks after its header."""
+        todo = self.skip
+        for data, first, offset in blocks(self.path, self.block_bytes):
+            if todo:
+                lines = data.split(b"\n", todo)
+                dropped = min(todo, len(lines) - 1)
+                data, first, todo = (lines[-1] if dropped == todo else b""), first + dropped, todo - dropped
+            if data:
+                yield data, first, offset
+
+    def check_unsorted(self) -> None:
+        """After the first reading: read the file again, checking every kept row of the
+        chromosomes that went back against all earlier ones (a FormatError names the first
+        repeat and the line it repeats)."""
+        if not self.order.unsorted:
+            return
+        again = self.like()
+        again.checked = set(self.order.unsorted)
+        for data, first, offset in prefetched(again.data_blocks()):
+            for _ in again.rows(data, first, offset=offset):
+                pass
+
+    def line_of(self, chrom: str, key: int) -> tuple[int, str]:
+        """The number and text of the first kept row of ``chrom`` with ``key`` (read again)."""
+        finder = self.like()
+        finder.target = (chrom, key)
+        try:
+            for data, first, offset in finder.data_blocks():
+                for _ in finder.rows(data, first, offset=offset):
+                    pass
+        except _Found as found:
+            block = found.row.block
+            return block.line(block.index(found.row.row))
+        raise AssertionError(f"{self.path}: the repeated row's first line was not found again")
 
     def parsed(self, data: bytes):
         """The block's columns and text, or the BadLine that stopped the parse (run ahead
@@ -145,7 +244,7 @@ class BlockReader:
         except BadLine as bad:
             return bad
 
-    def rows(self, data: bytes, first: int, parsed=None) -> Iterator[Rows]:
+    def rows(self, data: bytes, first: int, parsed=None, offset: int = 0) -> Iterator[Rows]:
         parsed = self.parsed(data) if parsed is None else parsed
         try:
             if isinstance(parsed, BadLine):
@@ -157,14 +256,17 @@ class BlockReader:
                 self._validated_or_raise(self.parser(before), _Block(data, before, first))
             message = explain(bad.lines[bad.index], self.layout, bad.reason, self.variable)
             raise self._error(_Block(data, b"", first), bad.index, f"malformed {self.fmt} line: {message}") from None
-        yield from self._validated_or_raise(columns, _Block(data, text, first))
+        yield from self._validated_or_raise(columns, _Block(data, text, first, offset))
 
     def _validated_or_raise(self, columns, block: _Block) -> list[Rows]:
         try:
             return self._validated(columns, block)
         except _Failure as failure:
             message = failure.message
-            if failure.earlier is not None:
+            if isinstance(failure.earlier, tuple):
+                line, text = self.line_of(*failure.earlier)
+                message = message.replace(EARLIER, f"line {line} ({quoted(text)})")
+            elif failure.earlier is not None:
                 earlier = failure.earlier.block
                 line, text = earlier.line(earlier.index(failure.earlier.row))
                 message = message.replace(EARLIER, f"line {line} ({quoted(text)})")
@@ -199,19 +301,23 @@ class BlockReader:
         keep, is_cg = self._kept(col, cov, strand, checks)
         pos0 = pos - lay.base
         if settings.merge_strands and strand is not None and not checks.failures:
-            pos0 = self._merged(pos0, strand, is_cg, runs, checks)
-        repeat, last = self._repeated(block, pos, strand, keep & np.repeat(kept_run, runs.ends - starts), starts,
-                                      runs.continues)
+            pos0 = self._merged(pos0, strand, is_cg, checks)
+        kept = keep & np.repeat(kept_run, runs.ends - starts)
+        repeat, last = self._repeated(block, pos, strand, kept, starts, runs.continues)
         checks.failures += [repeat] if repeat else []
+        if (self.checked or self.target) and not checks.failures:
+            checks.failures += self._repeated_anywhere(block, pos, strand, kept, runs)
         if checks.failures:
             raise min(checks.failures, key=lambda f: f.row)
+        self._note_unsorted(pos, runs)
         order.finished, order.chrom = finished, runs.names[-1]
-        order.position, order.shifted, order.last = int(pos[-1]), int(pos0[-1]), last
+        order.position, order.last = int(pos[-1]), last
         out = []
         for r, (start, end) in enumerate(zip(starts, runs.ends)):
             sel = keep[start:end]
             if kept_run[r] and sel.any():
-                out.append(Rows(stored[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel]))
+                out.append(Rows(stored[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel],
+                                block.offset))
         return out
 
     def _chromosome_runs(self, runs: "_Runs", checks: "_Checks"):
@@ -240,15 +346,44 @@ class BlockReader:
                     break
         return kept_run, stored, finished
 
+    def _note_unsorted(self, pos, runs: "_Runs") -> None:
+        """The chromosomes whose positions go back in this block (their repeats are looked
+        for by check_unsorted)."""
+        if bool((pos[1:] < pos[:-1]).any()) or (runs.continues and pos[0] < self.order.position):
+            back = np.flatnonzero(runs.backwards(pos, self.order.position))
+            self.order.unsorted.update(runs.names[r] for r in np.unique(
+                np.searchsorted(runs.starts, back, side="right") - 1))
+
+    def _repeated_anywhere(self, block: _Block, pos, strand, kept, runs: "_Runs") -> list:
+        """The second reading (``checked`` chromosomes) and the search for a ``target``: the
+        first kept row whose key (position and strand) came before in its chromosome."""
+        keys = pos * 3 + (strand + 1) if strand is not None else pos.copy()
+        found = []
+        for name, start, end in zip(runs.names, runs.starts, runs.ends):
+            rows = np.flatnonzero(kept[start:end]) + start
+            if self.target is not None and name == self.target[0]:
+                hit = np.flatnonzero(keys[rows] == self.target[1])
+                if hit.size:
+                    raise _Found(_Row(block, int(rows[hit[0]])))
+            if name not in self.checked:
+                continue
+            repeat = self.seen.first_repeat(name, keys[rows])
+            if repeat is not None:
+                row, earlier = repeat
+                what = "chromosome, position and strand" if strand is not None else "chromosome and position"
+                found.append(_Failure(int(rows[row]), f"repeats the {what} of {EARLIER}: a file may hold each "
+                                                      f"cytosine once (its counts would be summed twice)",
+                                      (name, int(keys[rows[row]])) if earlier is None else _Row(block,
+                                                                                                int(rows[earlier]))))
+                break
+        return found
+
     def _check_positions(self, col, pos, runs: "_Runs", checks: "_Checks") -> None:
         lay, check = self.layout, checks.check
         check(pos.min() < lay.base, lambda: pos < lay.base,
               lambda i: f"position {pos[i]} below {lay.base} ({lay.base}-based positions)")
         check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX,
               lambda i: f"position {pos[i]} too large (a counts store takes positions up to {POSITION_MAX:,})")
-        check(bool((pos[1:] < pos[:-1]).any()) or (runs.continues and pos[0] < self.order.position),
-              lambda: runs.backwards(pos, self.order.position),
-              lambda i: f"position out of order within {runs.chrom_at(i)} ({self.sort_hint})")
         if lay.end is not None:
             span = col[lay.end].to_numpy() - pos
             if lay.end_offsets is None:
@@ -289,14 +424,9 @@ class BlockReader:
             keep &= pc.is_in(col[lay.code], pa.array(["m", "C"])).to_numpy(zero_copy_only=False)
         return keep, is_cg
 
-    def _merged(self, pos0, strand, is_cg, runs: "_Runs", checks: "_Checks"):
+    def _merged(self, pos0, strand, is_cg, checks: "_Checks"):
         """--merge-strands: the minus-strand C of a CpG (at pos + 1) joins the plus-strand C at pos."""
-        base = self.layout.base
         pos0 = pos0 - ((strand < 0) & (is_cg if is_cg is not None else True))
-        checks.check(bool((pos0[1:] < pos0[:-1]).any()) or (runs.continues and pos0[0] < self.order.shifted),
-                     lambda: runs.backwards(pos0, self.order.shifted),
-                     lambda i: f"with --merge-strands this minus-strand row moves to {pos0[i] + base}, before "
-                               f"the previous row")
         checks.check(pos0.min() < 0, lambda: pos0 < 0,
                      lambda i: "with --merge-strands this minus-strand row moves before the chromosome start")
         return pos0
@@ -306,7 +436,8 @@ class BlockReader:
         (their counts would be summed twice), as a _Failure, or None; and the kept rows at the
         block's last position, by strand (the next block may repeat one). The file is sorted
         by position within a chromosome, so repeats are neighbours: in most blocks one
-        comparison of neighbouring positions finds none."""
+        comparison of neighbouring positions finds none. (In a chromosome that is not sorted,
+        repeats that are not neighbours are found by BlockReader.check_unsorted.)"""
         n, order = len(pos), self.order
         strands = np.zeros(n, np.int64) if strand is None else strand
         same = np.empty(n, bool)  # the row's chromosome and position are the previous row's
@@ -370,24 +501,17 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
                 block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
     """Rows of ``path`` after its first ``skip`` lines (the header), per chromosome run.
     ``label`` names the format in messages ("tsv, detected"). Three stages overlap:
-    decompression, parsing (the next block) and checking (this block)."""
-    reader = BlockReader(path, fmt, label, layout, settings, variable)
-
-    def data_lines():
-        todo = skip
-        for data, first in blocks(path, block_bytes):
-            if todo:
-                lines = data.split(b"\n", todo)
-                dropped = min(todo, len(lines) - 1)
-                data, first, todo = (lines[-1] if dropped == todo else b""), first + dropped, todo - dropped
-            if data:
-                yield data, first
+    decompression, parsing (the next block) and checking (this block). A file whose
+    positions go back within a chromosome is read again at the end for repeats
+    (BlockReader.check_unsorted)."""
+    reader = BlockReader(path, fmt, label, layout, settings, variable, skip, block_bytes)
 
     def parsed():
-        for data, first in prefetched(data_lines()):
-            yield data, first, reader.parsed(data)
+        for data, first, offset in prefetched(reader.data_blocks()):
+            yield data, first, offset, reader.parsed(data)
 
-    for data, first, columns in prefetched(parsed(), depth=1):
-        yield from reader.rows(data, first, columns)
+    for data, first, offset, columns in prefetched(parsed(), depth=1):
+        yield from reader.rows(data, first, columns, offset)
     if reader.n_rows == 0:
         raise FormatError(path, None, None, "the file is empty (no data lines)", label)
+    reader.check_unsorted()

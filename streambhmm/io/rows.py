@@ -67,9 +67,10 @@ class Rows:
     """Validated rows of one chromosome from one block of a file."""
 
     chrom: str
-    pos0: np.ndarray  # int64, 0-based, non-decreasing
+    pos0: np.ndarray  # int64, 0-based, in file order (not always sorted)
     methylated: np.ndarray  # int64
     coverage: np.ndarray  # int64
+    read_bytes: int = 0  # bytes of the file read up to the end of the rows' block (compressed ones if it is)
 
 
 STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))

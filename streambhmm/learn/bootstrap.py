@@ -43,9 +43,9 @@ def check_blocks(n_blocks: int, block_size: int) -> str | None:
 
 
 def block_bootstrap(table: BlockTable, total, point, n_replicates: int, random_state=None,
-                    level: float = 0.95) -> BootstrapIntervals:
+                    level: float = 0.95, progress=None) -> BootstrapIntervals:
     """Percentile intervals of levels and transitions; ``point`` has methylation_ and transmat_;
-    ``total``: the whole data's Moments."""
+    ``total``: the whole data's Moments; ``progress(done, total)`` follows the replicates."""
     rng = np.random.default_rng(random_state)
     n = len(table)
     emission = getattr(point, "emission", "binomial")
@@ -59,13 +59,17 @@ def block_bootstrap(table: BlockTable, total, point, n_replicates: int, random_s
     base_coverage = [q[perm] for q in base.coverage]
     base_dispersion = None if base.dispersion is None else base.dispersion[perm]
     levels, transitions = [], []
-    for _ in range(n_replicates):
+    for r in range(n_replicates):
+        if progress is not None:
+            progress(r, n_replicates)
         weights = rng.multinomial(n, np.full(n, 1.0 / n)).astype(np.float64)
         objective = Objective(table.moments(weights, total), coverage=coverage, emission=emission)
         rep = refine(objective, [("all blocks", base_levels, base_transmat, base_coverage, base_dispersion)], keep=1)
         perm = match_states(base_levels, rep.methylation)
         levels.append(point.methylation_ + rep.methylation[perm] - base_levels)
         transitions.append(point.transmat_ + rep.transmat[np.ix_(perm, perm)] - base_transmat)
+    if progress is not None:
+        progress(n_replicates, n_replicates)
     tail = 100 * (1 - level) / 2
 
     def interval(values):

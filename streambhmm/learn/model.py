@@ -100,8 +100,9 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         return self.fit_moments(compute_moments(methylated, coverage, lengths, n_bins=self.n_bins,
                                                 projection_dim=dim, projection_seed=self.projection_seed))
 
-    def fit_moments(self, moments: Moments) -> "SpectralBinomialHMM":
-        """Fit from precomputed :class:`~streambhmm.moments.sums.Moments`."""
+    def fit_moments(self, moments: Moments, progress=None) -> "SpectralBinomialHMM":
+        """Fit from precomputed :class:`~streambhmm.moments.sums.Moments`; ``progress(done,
+        total)`` follows the refinement's starts."""
         if moments.n_bins != self.n_bins:
             raise ValueError(f"moments use n_bins={moments.n_bins} but the model has n_bins={self.n_bins}")
         self._check_params(moments.n_samples, moments.projection_dim or None)
@@ -121,7 +122,7 @@ class SpectralBinomialHMM(BaseBinomialHMM):
             self.startprob_ = stationary_weights(self.transmat_)
             self.loss_, self.starts_, self.start_ = None, {}, "ftd"
         else:
-            self._refine(moments, ftd, rng)
+            self._refine(moments, ftd, rng, progress)
             clipped = None
         self.check_fit(clipped)
         return self
@@ -155,13 +156,13 @@ class SpectralBinomialHMM(BaseBinomialHMM):
             return None, None
         return (levels, transmat), clipped
 
-    def _refine(self, moments: Moments, ftd, rng) -> None:
+    def _refine(self, moments: Moments, ftd, rng, progress=None) -> None:
         m, n_samples = self.n_components, moments.n_samples
         starts = [] if ftd is None else [("ftd", *ftd)]
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
         starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
         objective = objective_for(moments, self.criterion or Weights(), self.emission)
-        result = refine(objective, starts, limits=self.limits)
+        result = refine(objective, starts, limits=self.limits, progress=progress)
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
         if result.dispersion is not None:
             self.dispersion_ = result.dispersion

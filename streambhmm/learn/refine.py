@@ -54,7 +54,7 @@ criterion wins.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,13 +115,25 @@ def _degenerate(objective: Objective, x: np.ndarray, m: int) -> bool:
     return bool(degeneracy_problems(levels, transmat, stationary(transmat)[0]))
 
 
+def counted_map(pool, fn, items: list, progress=None, done: int = 0, total: int | None = None) -> list:
+    """``pool.map(fn, items)``, calling ``progress(done, total)`` in this thread as each item
+    finishes (counting on from ``done``; ``total`` defaults to ``done + len(items)``)."""
+    futures = [pool.submit(fn, item) for item in items]
+    if progress is not None:
+        total = done + len(items) if total is None else total
+        for done, _ in enumerate(as_completed(futures), done + 1):
+            progress(done, total)
+    return [f.result() for f in futures]
+
+
 def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 40, keep: int = 2,
-           tol: float = 1e-8, limits: StateLimits | None = None) -> Refined:
+           tol: float = 1e-8, limits: StateLimits | None = None, progress=None) -> Refined:
     """L-BFGS-B from each (label, levels, transmat[, coverage[, dispersion]]) start for
     ``screen_iter`` iterations; the ``keep`` lowest then continue to convergence (or
     ``max_iter``); the lowest criterion wins. ``limits`` caps some states' levels and
     overdispersions. Starts run in threads, one per core (the compiled likelihoods release
-    the GIL); each is independent, so the result does not depend on the number of threads."""
+    the GIL); each is independent, so the result does not depend on the number of threads.
+    ``progress(done, total)`` follows the starts screened and finished."""
     m = starts[0][1].shape[0]
     bounds = objective.bounds(m, limits)
 
@@ -141,15 +153,20 @@ def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, scre
     # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
     with threadpool_limits(1, user_api="blas"), \
             ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
-        screened = list(zip(labels, pool.map(first, starts)))
+        total = len(starts) + min(keep, len(starts))
+        screened = list(zip(labels, counted_map(pool, first, starts, progress, 0, total)))
         screened.sort(key=lambda item: item[1].fun)
-        finished = list(zip([label for label, _ in screened[:keep]], pool.map(finish, screened[:keep])))
+        finished = list(zip([label for label, _ in screened[:keep]],
+                            counted_map(pool, finish, screened[:keep], progress, len(starts), total)))
         # a degenerate optimum (a state of no weight, states never left) loses to a sound one:
         # the next screened starts are finished until one is sound
         for item in screened[keep:]:
             if any(not _degenerate(objective, res.x, m) for _, res in finished):
                 break
             finished.append((item[0], finish(item)))
+            if progress is not None:
+                total += 1
+                progress(total, total)
     sound = [item for item in finished if not _degenerate(objective, item[1].x, m)]
     label, best = min(sound or finished, key=lambda item: item[1].fun)
     levels, transmat, coverage, dispersion = objective.unpack(best.x, m)

@@ -17,7 +17,7 @@ from ..moments.sums import Moments
 from .checks import DegenerateModelWarning
 from .criterion import Objective
 from .model import SpectralBinomialHMM
-from .refine import refine
+from .refine import counted_map, refine
 
 HELD_OUT_FOLDS = 5
 # each fold's refit starts at the fit to all the data and moves little: a looser tolerance than
@@ -27,10 +27,11 @@ HELD_OUT_TOL = 1e-6
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
              quiet_degenerate: bool = False, emission: str = "binomial", limits=None,
-             n_random_starts: int = 8) -> SpectralBinomialHMM:
+             n_random_starts: int = 8, progress=None) -> SpectralBinomialHMM:
     """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
     (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start). ``limits``
-    (refine.StateLimits) caps some states' levels and overdispersions."""
+    (refine.StateLimits) caps some states' levels and overdispersions; ``progress(done,
+    total)`` follows the refinement's starts."""
     est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
                               check_spectrum=method == "ftd" and not quiet_degenerate,
                               allow_degenerate=allow_degenerate or quiet_degenerate, emission=emission,
@@ -38,7 +39,7 @@ def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate:
     with warnings.catch_warnings():
         if quiet_degenerate:
             warnings.simplefilter("ignore", DegenerateModelWarning)
-        return est.fit_moments(moments)
+        return est.fit_moments(moments, progress)
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,22 @@ class HeldOut:
     folds: int
 
 
-def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OUT_FOLDS
+def held_out_problem(table: BlockTable | None, block_size: int, folds: int = HELD_OUT_FOLDS) -> str | None:
+    """Why the held-out criterion cannot be computed from these blocks (None: it can)."""
+    if table is None:
+        return "no block statistics"
+    if len(table) < 2 * folds:
+        return (f"too few blocks: {len(table)} of {block_size:,} bp, and {folds} held-out folds need at least "
+                f"{2 * folds} (a smaller --block-size gives more)")
+    return None
+
+
+def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OUT_FOLDS, progress=None
              ) -> HeldOut | None:
     """Blocks go to ``folds`` folds in turn along the genome (whole blocks, never single bins).
     Each fold's fit starts from ``est`` (the fit to all data); the folds run in threads, one
-    per core (the refinement's kernels release the GIL). None with too few blocks."""
+    per core (the refinement's kernels release the GIL); ``progress(done, total)`` follows
+    them. None with too few blocks (:func:`held_out_problem` says why)."""
     if table is None or len(table) < 2 * folds:
         return None
     m = est.n_components
@@ -68,7 +80,7 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
                                   emission=emission) for f in range(1, folds)]
     # one BLAS thread throughout: each refinement's own limit would restore the default on leaving
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=min(folds, os.cpu_count() or 1)) as pool:
-        fits = list(pool.map(lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains))
+        fits = counted_map(pool, lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains, progress)
     losses, weights = [], []
     for f, fit in enumerate(fits):
         test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=first.coverage,

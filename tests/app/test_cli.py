@@ -69,7 +69,8 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t5\n", ":3: malformed tsv line: expected 5 fields, found 4: 'chr1\\t20\\t+\\t5'"),
     ("chr1\t10\t+\t9\t5\n", ":2: methylated count 9 exceeds coverage 5"),
     ("chr1\t10\t+\t-2\t5\n", ":2: negative count"),
-    ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\n", ":3: position out of order within chr1"),
+    ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\nchr1\t30\t+\t1\t5\n", ":4: repeats the chromosome, position and strand "
+                                                                   "of line 2"),
     ("", ": the file is empty"),
 ])
 def test_bad_input_exits_nonzero_and_keeps_the_store(tmp_path, body, fragment):

@@ -2,9 +2,13 @@ import csv
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from streambhmm.io.formats import FormatError, detect_common_format, detect_format, read_rows
+from streambhmm.io.ingest import ingest
+from streambhmm.io.store import open_store
+from streambhmm.testing import load_counts
 
 DATA = Path(__file__).parents[1] / "data"
 REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
@@ -132,7 +136,8 @@ HEADER = "chrom\tpos\tstrand\tmc\tcov\n"
     ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t7\t5\n", 3, "methylated count 7 exceeds coverage 5", "chr1\t20\t+\t7\t5"),
     ("chr1\t10\t+\t-1\t5\n", 2, "negative count", "chr1\t10\t+\t-1\t5"),
     ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t1.5\t5\n", 3, "not an integer", "chr1\t20\t+\t1.5\t5"),
-    ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\n", 3, "position out of order within chr1", "chr1\t20\t+\t1\t5"),
+    ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\nchr1\t30\t+\t2\t5\n", 4,
+     "repeats the chromosome, position and strand of line 2 ('chr1\\t30\\t+\\t1\\t5')", "chr1\t30\t+\t2\t5"),
     ("chr1\t30\t+\t1\t5\nchr2\t20\t+\t1\t5\nchr1\t40\t+\t1\t5\n", 4, "chromosome chr1 appears again",
      "chr1\t40\t+\t1\t5"),
 ])
@@ -302,19 +307,25 @@ def test_real_dmchmm_rows_that_span_many_bases_are_refused_whatever_the_format()
 
 
 @needs_real
-def test_real_methylkit_file_is_refused_as_unsorted_and_read_once_sorted(tmp_path):
+def test_real_methylkit_file_unsorted_within_its_chromosome_reads_as_its_sorted_copy(tmp_path):
+    """methylKit writes its files in no position order: they are read as they are, and
+    ingest into the same store as a sorted copy."""
     path = REAL / "methylKit_extdata/test1.myCpG.txt.gz"
-    with pytest.raises(FormatError, match=r"test1.myCpG.txt.gz:3: position out of order within chr21 "
-                                          r"\(the file must be sorted .* sort -k2,2 -k3,3n, .*format methylkit, "
-                                          r"detected"):
-        read_all(path, "auto")
     rows = csv_rows(path)
     header, body = rows[0], sorted(rows[1:], key=lambda f: (f[1], int(f[2])))
+    assert body != rows[1:]  # the file is not sorted
     sorted_path = tmp_path / "test1.sorted.txt.gz"
     with gzip.open(sorted_path, "wt") as fh:
         fh.writelines("\t".join(f) + "\n" for f in [header] + body)
     expected = [(f[1], int(f[2]) - 1, round(int(f[4]) * float(f[5]) / 100), int(f[4])) for f in body]
-    assert detect_format(sorted_path) == "methylkit"
+    assert detect_format(sorted_path) == detect_format(path) == "methylkit"
     assert read_all(sorted_path, "auto") == expected
+    assert sorted(read_all(path, "auto")) == expected
+    for name, source in (("unsorted", path), ("sorted", sorted_path)):
+        ingest([source], "A", tmp_path / f"{name}.zarr", bin_size=50, chunk_size=1000)
+    stores = [open_store(tmp_path / f"{name}.zarr") for name in ("unsorted", "sorted")]
+    assert stores[0].chromosomes == stores[1].chromosomes
+    for mine, theirs in zip(load_counts(stores[0]), load_counts(stores[1])):
+        np.testing.assert_array_equal(mine, theirs)
     with pytest.raises(ValueError, match="--context CHH: format methylkit records no cytosine context"):
         read_all(sorted_path, "auto", "CHH")

@@ -457,18 +457,18 @@ def test_batch_manifest_lines_are_quoted_short(tmp_path):
 # --- exact line numbers whatever the blocks ---
 
 
-KINDS = ["fields", "letters", "float", "negative", "exceeds", "order", "strand", "name", "utf8", "huge", "repeat"]
+KINDS = ["fields", "letters", "float", "negative", "exceeds", "repeat-back", "strand", "name", "utf8", "huge",
+         "repeat"]
 
 
 def corrupt(fields: list[str], previous: list[str], kind: str) -> bytes:
     chrom, pos, strand, mc, cov = fields
-    previous_pos = int(previous[1])
-    line = {"repeat": "\t".join(previous),"fields": f"{chrom}\t{pos}\t{strand}\t{mc}",
+    line = {"repeat": "\t".join(previous), "repeat-back": "\t".join(previous),
+            "fields": f"{chrom}\t{pos}\t{strand}\t{mc}",
             "letters": f"{chrom}\t{pos}\t{strand}\tab\t{cov}",
             "float": f"{chrom}\t{pos}\t{strand}\t{mc}.5\t{cov}",
             "negative": f"{chrom}\t{pos}\t{strand}\t-1\t{cov}",
             "exceeds": f"{chrom}\t{pos}\t{strand}\t{int(cov) + 1}\t{cov}",
-            "order": f"{chrom}\t{previous_pos - 1}\t{strand}\t{mc}\t{cov}",
             "strand": f"{chrom}\t{pos}\tX\t{mc}\t{cov}",
             "name": f"..\t{pos}\t{strand}\t{mc}\t{cov}",
             "huge": f"{chrom}\t{pos}\t{strand}\t{mc}\t{2 ** 40}"}.get(kind)
@@ -483,10 +483,11 @@ def test_the_first_bad_line_is_named_exactly_for_any_blocking(tmp_path, n, at, k
     positions = np.cumsum(rng.integers(2, 50, n)) + 10
     lines = [[f"chr{1 + i * 3 // n}", str(p), "+-"[i % 2], "1", str(1 + i % 7)] for i, p in enumerate(positions)]
     k = max(1, int(at * n))  # never the first data line: it sets the number of fields
-    if kind == "order" and lines[k][0] != lines[k - 1][0]:
+    if kind == "repeat-back" and (k < 2 or lines[k][0] != lines[k - 2][0]):
         kind = "exceeds"
     text = [("\t" if not spaces else "  \t ").join(f).encode() for f in lines]
-    text[k] = corrupt(lines[k], lines[k - 1], kind)
+    # repeat-back: the row before the previous one again (positions go back: found by the second reading)
+    text[k] = corrupt(lines[k], lines[k - 2] if kind == "repeat-back" else lines[k - 1], kind)
     if blanks:
         text = [t for i, line in enumerate(text) for t in ((line, b"") if i % 5 == 4 else (line,))]
     line_no = 2 + k + (k // 5 if blanks else 0)
@@ -550,3 +551,58 @@ def test_format_errors_survive_pickling():
     err = FormatError("a.tsv", 3, "x" * 300, "bad count", "tsv, detected")
     again = pickle.loads(pickle.dumps(err))
     assert str(again) == str(err) and (again.line, again.text, again.fmt) == (3, "x" * 200, "tsv, detected")
+
+
+# --- rows in any order within a chromosome ---
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2 ** 16), block_bytes=st.sampled_from([60, 700, 1 << 20]),
+       chunk_size=st.sampled_from([3, 50, 10_000]))
+def test_shuffled_rows_ingest_as_the_sorted_file(tmp_path_factory, seed, block_bytes, chunk_size):
+    """Rows shuffled within each chromosome (chromosomes contiguous) read as the same rows and
+    make a store with the same counts as the sorted file, whatever the blocks and chunks."""
+    tmp_path = tmp_path_factory.mktemp("shuffled")
+    rng = np.random.default_rng(seed)
+    lines = []
+    for chrom in ("chr1", "chr2", "chr3"):
+        positions = np.unique(rng.integers(1, 5000, rng.integers(1, 120)))
+        rows = [f"{chrom}\t{p}\t{'+-'[int(p) % 2]}\t{rng.integers(0, 4)}\t{rng.integers(4, 9)}\n" for p in positions]
+        lines.append(rows)
+    ordered = write(tmp_path, "sorted.tsv", HEADER + "".join(r for rows in lines for r in rows))
+    shuffled = write(tmp_path, "shuffled.tsv.gz", HEADER + "".join(
+        r for rows in lines for r in rng.permutation(rows)), gz=True)
+    key = lambda row: (row[0], row[1])  # noqa: E731
+    assert sorted(rows_of(shuffled), key=key) == rows_of(ordered)
+    stores = []
+    for name, path in (("a", ordered), ("b", shuffled)):
+        ingest([path], "A", tmp_path / f"{name}.zarr", bin_size=10, chunk_size=chunk_size)
+        stores.append(open_store(tmp_path / f"{name}.zarr"))
+    assert stores[0].chromosomes == stores[1].chromosomes
+    for chrom in stores[0].chromosomes:
+        for variable in ("methylated", "coverage"):
+            np.testing.assert_array_equal(stores[0].dataset(chrom)[variable].values,
+                                          stores[1].dataset(chrom)[variable].values)
+
+
+@pytest.mark.parametrize("block_bytes", [30, 100, 1 << 20])
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_repeat_far_back_in_an_unsorted_chromosome_names_both_lines(tmp_path, block_bytes, gz):
+    body = HEADER + ("chr1\t50\t+\t1\t2\nchr1\t10\t+\t1\t2\nchr1\t10\t-\t1\t2\nchr1\t70\t+\t1\t2\n"
+                     "chr1\t30\t+\t1\t2\nchr1\t10\t-\t2\t2\nchr2\t5\t+\t1\t1\n")
+    path = write(tmp_path, "u.tsv", body, gz)
+    with pytest.raises(FormatError) as err:
+        list(read_rows(path, "tsv", block_bytes=block_bytes))
+    assert err.value.line == 7 and err.value.text == "chr1\t10\t-\t2\t2"
+    assert "repeats the chromosome, position and strand of line 4 ('chr1\\t10\\t-\\t1\\t2')" in err.value.message
+    store = tmp_path / "s.zarr"
+    with pytest.raises(FormatError, match="u.tsv:7: repeats the chromosome"):
+        ingest([path], "A", store)
+    assert not store.exists()
+
+
+def test_the_rows_of_a_chromosome_must_still_be_contiguous(tmp_path):
+    path = write(tmp_path, "c.tsv", HEADER + "chr1\t50\t+\t1\t2\nchr2\t10\t+\t1\t2\nchr1\t10\t+\t1\t2\n")
+    err = error_of(path, "tsv")
+    assert err.line == 4 and "chromosome chr1 appears again after other chromosomes (a chromosome's rows must be " \
+                              "contiguous" in err.message

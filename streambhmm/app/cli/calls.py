@@ -8,7 +8,8 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, chunk_progress, quiet_option, scheduler_option, \
+from ...io.progress import printed
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, scheduler_option, \
     user_errors
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
@@ -33,9 +34,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     output_checked(output)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, [s for s in samples.split(",") if s] if samples else None,
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
-    with store_session(store, scheduler) as opened, chunk_progress(quiet) as progress:
-        outcome = run_call(settings, opened, echo=lambda message: None if quiet else click.echo(message),
-                           progress=progress)
+    with store_session(store, scheduler) as opened:
+        outcome = run_call(settings, opened, echo=(lambda message: None) if quiet else printed(click.echo))
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
                        + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))

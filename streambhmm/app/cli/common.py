@@ -1,14 +1,13 @@
-"""What the commands share: errors, parameter types, options, Dask clients, the states table."""
+"""What the commands share: errors, parameter types, options."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, ClusterError, clear_status, status_line
+from ...distributed.cluster import SCHEDULER_ENV, ClusterError
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
@@ -96,7 +95,9 @@ scheduler_option = click.option(
          f"command.")
 
 
-quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+quiet_option = click.option("--quiet", "-q", is_flag=True,
+                            help="No progress (by default a line on a terminal, else a line every few seconds, on "
+                                 "standard error).")
 
 
 POSITIVE = click.IntRange(min=1)  # every count option is checked before any work
@@ -165,14 +166,3 @@ def read_options(fn):
 
 POOLED_HELP = ("One set of states shared by the samples, each sample its own sequence (replicates, single "
                "cells); cost linear in the number of samples.")
-
-
-@contextlib.contextmanager
-def chunk_progress(quiet: bool, what: str = "chunks"):
-    """A ``progress(done, total)`` callback that keeps a status line on a terminal (WHAT:
-    DONE/TOTAL), cleared at the end."""
-    show = status_line(quiet)
-    try:
-        yield lambda done, total: show(f"{what}: {done}/{total}")
-    finally:
-        clear_status(quiet)

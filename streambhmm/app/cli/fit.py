@@ -12,6 +12,7 @@ from ...distributed.cluster import store_session
 from ...distributed.fitting import METHODS
 from ...learn.states import DIFF_THRESHOLD
 from ...moments.spec import FeatureSpec
+from ...io.progress import printed
 from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, shown
 from .moments import moment_pass_options
 
@@ -104,26 +105,38 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap,
         allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,
         scheduler=scheduler, quiet=quiet)
+    echo = printed(click.echo)  # above the progress line
     with opened_for(settings, scheduler) as opened:
-        run, models = run_fit(settings, opened, click.echo)
+        run, models = run_fit(settings, opened, echo)
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
                        f"moments in {run.seconds:.1f} s")
         if run.singular_values is not None:
             click.echo("singular values of P13: " + ", ".join(
                 f"{v:.3g}" for v in run.singular_values[:max(settings.states) + 2]))
-        outcomes = [show(outcome, settings) for outcome in models]
+        outcomes = [show(outcome, settings, echo) for outcome in models]
     if settings.sweep:
         click.echo("\n" + format_sweep(outcomes))
         choice = recommend(outcomes)
-        if choice:
-            click.echo(f"recommended: M = {choice[0]}: {choice[1]}")
+        click.echo(f"recommended: M = {choice[0]}: {choice[1]}" if choice else
+                   f"no recommendation: {no_recommendation(outcomes, settings.method)}")
     if not any(o.written for o in outcomes):
         raise click.ClickException("no number of states in the sweep gave a model that could be written")
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
-def show(outcome, settings):
+def no_recommendation(outcomes, method: str) -> str:
+    """Why a sweep recommends no number of states: no model has a held-out criterion
+    (--method refined) or a BIC (the EM methods)."""
+    if method == "ftd":
+        return "--method ftd gives neither a held-out criterion (--method refined) nor a BIC (the EM methods)"
+    reasons = sorted({o.no_held_out for o in outcomes if o.no_held_out})
+    if reasons:
+        return "no held-out criterion: " + "; ".join(reasons)
+    return "no number of states gave a model that could be scored"
+
+
+def show(outcome, settings, echo=click.echo):
     """Print one number of states' model (or why it was not written); returns it."""
     from ..modelio import format_differential, format_states
 
@@ -131,26 +144,26 @@ def show(outcome, settings):
         if not settings.sweep:
             raise click.ClickException(f"{outcome.refused} The model was not written; --allow-degenerate writes "
                                        f"it anyway.")
-        click.echo(f"not written: {outcome.refused}")
+        echo(f"not written: {outcome.refused}")
         return outcome
     for warning in outcome.warnings:
-        click.echo(f"warning: {warning} (written because of --allow-degenerate)")
+        echo(f"warning: {warning} (written because of --allow-degenerate)")
     document = outcome.document
     if settings.spec.pooled:
-        click.echo(f"pooled over {len(outcome.samples)} sample(s): {shown(', '.join(outcome.samples))}")
+        echo(f"pooled over {len(outcome.samples)} sample(s): {shown(', '.join(outcome.samples))}")
     est = outcome.estimator
-    click.echo(format_states(est.methylation_, est.transmat_, est.startprob_, outcome.columns, document["labels"]))
+    echo(format_states(est.methylation_, est.transmat_, est.startprob_, outcome.columns, document["labels"]))
     if "dispersion" in document:
-        click.echo("overdispersion (beta-binomial), per state: " + "; ".join(
+        echo("overdispersion (beta-binomial), per state: " + "; ".join(
             ", ".join(f"{v:.3f}" for v in row) for row in document["dispersion"]))
     if diff := format_differential(est.methylation_, outcome.columns, settings.diff_threshold):
-        click.echo(diff)
+        echo(diff)
     if outcome.bootstrap is not None:
         ci = outcome.bootstrap
-        click.echo(f"block bootstrap: {ci.n_replicates} replicates of {ci.n_blocks} blocks of "
-                   f"{outcome.block_size:,} bp")
-        click.echo(format_intervals(ci.methylation_ci, ci.transmat_ci, outcome.columns))
-    click.echo(f"model written to {outcome.path}")
+        echo(f"block bootstrap: {ci.n_replicates} replicates of {ci.n_blocks} blocks of "
+             f"{outcome.block_size:,} bp")
+        echo(format_intervals(ci.methylation_ci, ci.transmat_ci, outcome.columns))
+    echo(f"model written to {outcome.path}")
     return outcome
 
 

@@ -7,8 +7,9 @@ import time
 import click
 
 from ...distributed.cluster import store_session
+from ...io.progress import stage
 from ...moments.spec import FeatureSpec
-from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, chunk_progress, feature_options,
+from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options,
                      quiet_option, scheduler_option, shown, user_errors)
 
 
@@ -52,7 +53,8 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     sample_list = [s for s in samples.split(",") if s] if samples else None
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
-    with store_session(store, scheduler, if_lost=kept) as opened, chunk_progress(quiet, "partials") as progress:
+    with store_session(store, scheduler, if_lost=kept) as opened, \
+            stage(f"moments of {store}", quiet=quiet, unit="partials") as progress:
         report = update_moments(opened.store, output, opened.client, spec, sample_list, progress=progress)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "
                f"dropped {report.dropped} stale; samples {shown(','.join(report.samples))}; "

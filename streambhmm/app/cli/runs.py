@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ...distributed.cluster import clear_status, dask_client, status_line
+from ...distributed.cluster import dask_client
+from ...io.progress import printed, stage
 from ...io.storage import Location
 from ...moments.features import DEFAULT_N_BINS
 from .common import NEW_STORE, bins_option, feature_options, quiet_option, read_options, scheduler_option, user_errors
@@ -35,15 +36,12 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
     from ...distributed.batch import SUMMARY, format_summary, run_batch
 
     start = time.perf_counter()
-    echo = (lambda message: None) if quiet else click.echo
+    echo = (lambda message: None) if quiet else printed(click.echo)
     kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
-    try:
-        with dask_client(scheduler, if_lost=kept) as client:
-            summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
-                                echo=echo, progress=status_line(quiet), options=options, pooled=pooled,
-                                feature=feature, projection_dim=projection_dim)
-    finally:
-        clear_status(quiet)
+    with dask_client(scheduler, if_lost=kept) as client, stage("batch", quiet=quiet, unit="steps") as shown:
+        summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
+                            echo=echo, progress=shown, options=options, pooled=pooled,
+                            feature=feature, projection_dim=projection_dim)
     click.echo(format_summary(summary), nl=False)
     click.echo(f"{len(summary.samples)} sample(s), {len(summary.groups)} group(s) in "
                f"{time.perf_counter() - start:.1f} s; summary in {Location.of(workdir) / SUMMARY}")

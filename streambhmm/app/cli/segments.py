@@ -7,9 +7,10 @@ import time
 import click
 import numpy as np
 
-from ...distributed.cluster import clear_status, store_session
+from ...distributed.cluster import store_session
+from ...io.progress import printed, stage
 from ...learn.states import DIFF_THRESHOLD
-from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, chunk_progress,
+from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE,
                      quiet_option, scheduler_option, user_errors)
 
 
@@ -67,15 +68,16 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     outputs = decode_outputs(job, output, posteriors)
     outputs.check()
     # with --posteriors decode writes into the store: its exclusive lock
-    with store_session(store, scheduler, write=posteriors) as opened, chunk_progress(quiet) as progress:
+    echo = printed(click.echo)
+    with store_session(store, scheduler, write=posteriors) as opened, \
+            stage("decode", quiet=quiet, unit="chunks") as progress:
         for path, report in run_decode(job.on(opened.store), outputs, opened.client, max_gap, posteriors,
                                        progress=progress):
-            clear_status(quiet)
-            click.echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
+            echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
                        f"({time.perf_counter() - start:.1f} s)")
             for h, n in enumerate(report.state_bins):
                 levels = ", ".join(f"{v:.3f}" for v in job.hmm.methylation_[h])
-                click.echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
+                echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
                            f"({n / max(report.n_bins, 1):.1%})")
     click.echo(f"states (labels, colours, levels) in {outputs.table}")
     if posteriors:
@@ -115,7 +117,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
         job = ModelOnStore.open(store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
-        with chunk_progress(quiet) as progress:
+        with stage("regions", quiet=quiet, unit="chunks") as progress:
             found = run_regions(job, rule, output, opened.client, progress=progress)
     median = np.median(found.lengths) if found.n else 0
     click.echo(f"{output}: {found.n:,} regions of states {', '.join(job.labels[h] for h in rule.targets)}, median "
@@ -152,11 +154,11 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
         job = ModelOnStore.open(store, model) if model else None
         counts = job.counts if job else opened.store
         chosen = [s for s in samples.split(",") if s] if samples else None
-        with chunk_progress(quiet) as progress:
+        echo = printed(click.echo)
+        with stage("tracks", quiet=quiet, unit="chunks") as progress:
             for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, opened.client,
                                     job.states(targets) if job else [], progress=progress):
-                clear_status(quiet)
-                click.echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
+                echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
     if model:
         click.echo(f"({time.perf_counter() - start:.1f} s)")
 
@@ -181,8 +183,7 @@ def report(store, model, output, region, moments_path, max_gap, diff_threshold, 
 
     check_report_output(output, store, model, moments_path)  # before the cluster starts
     # the report reads the store (its segments go into DIR): the shared lock
-    with store_session(store, scheduler) as opened, chunk_progress(quiet, "decoding chunks") as progress:
-        result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path,
-                              progress=progress)
+    with store_session(store, scheduler) as opened:
+        result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path, quiet=quiet)
     click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
                f"{result.timings['total']:.1f} s")

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from ...distributed.cluster import clear_status, status_line
+from ...io.progress import printed, stage
 from ...io.formats import FORMATS
 from .common import (NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, shown,
                      user_errors)
@@ -35,11 +35,9 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
     from ...io.ingest import ingest as run_ingest
 
     start = time.perf_counter()
-    try:
+    with stage(f"ingest {sample}", quiet=quiet, unit="B", unit_scale=True) as shown:
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
-                            chunk_size=chunk_size, echo=click.echo, progress=status_line(quiet), options=options)
-    finally:
-        clear_status(quiet)
+                            chunk_size=chunk_size, echo=printed(click.echo), progress=shown, options=options)
     if not report.unchanged:
         click.echo(f"sample {sample}: {report.n_rows:,} rows from {len(files)} {report.format} file(s) -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "

@@ -43,13 +43,34 @@ def _staging_errors(method):
     return wrapper
 
 
+class _ChromosomeBins:
+    """One chromosome's counts per bin, in memory (SampleWriter, for rows not sorted by position)."""
+
+    def __init__(self, chrom: str):
+        self.chrom = chrom
+        self.methylated = np.zeros(0, np.int64)
+        self.coverage = np.zeros(0, np.int64)
+
+    def add(self, bins: np.ndarray, methylated, coverage) -> None:
+        need = int(bins.max()) + 1
+        if need > self.coverage.size:
+            size = max(need, 2 * self.coverage.size)
+            self.methylated = np.concatenate([self.methylated, np.zeros(size - self.methylated.size, np.int64)])
+            self.coverage = np.concatenate([self.coverage, np.zeros(size - self.coverage.size, np.int64)])
+        np.add.at(self.methylated, bins, np.asarray(methylated, np.int64))
+        np.add.at(self.coverage, bins, np.asarray(coverage, np.int64))
+
+
 class SampleWriter:
     """Stage one sample's counts beside ``store`` and commit them into its column.
 
     ``add`` takes binned rows (chromosome, bin indices, counts) in any order; counts of one
     chunk are summed in memory and flushed to the staging store when the rows move to another
     chunk (a chunk met again, e.g. in a replicate file, is read back and added to), so
-    memory holds one chunk of one sample. ``commit`` puts the sample in place."""
+    memory holds one chunk of one sample. Rows that go back to an earlier chunk of the
+    chromosome they are in (a file not sorted by position) are summed in memory for the rest
+    of that chromosome, then written chunk by chunk: memory then holds the chromosome's bins
+    of one sample. ``commit`` puts the sample in place."""
 
     def __init__(self, store, bin_size: int, chunk_size: int):
         self.store = Location.of(store)
@@ -62,6 +83,7 @@ class SampleWriter:
         self._key = None
         self._meth = np.zeros(self.chunk_size, np.int64)
         self._cov = np.zeros(self.chunk_size, np.int64)
+        self._unsorted: _ChromosomeBins | None = None  # an unsorted chromosome's bins, summed in memory
         try:
             self._start()
         except BaseException:
@@ -86,6 +108,17 @@ class SampleWriter:
         if bins.max() > POSITION_MAX // self.bin_size:
             raise ValueError(f"{chrom}: position {int(bins.max()) * self.bin_size:,} is beyond {POSITION_MAX:,}, the "
                              f"largest a counts store takes")
+        if self._unsorted is not None and self._unsorted.chrom != chrom:
+            self._write_unsorted()
+        if self._unsorted is None and self._key is not None and self._key[0] == chrom \
+                and int(bins.min()) // self.chunk_size < self._key[1]:
+            self._unsorted = _ChromosomeBins(chrom)  # back to an earlier chunk: the rest of it in memory
+        if self._unsorted is not None:
+            self._unsorted.add(bins, methylated, coverage)
+            return
+        self._add_sorted(chrom, bins, methylated, coverage)
+
+    def _add_sorted(self, chrom: str, bins: np.ndarray, methylated, coverage) -> None:
         if (np.diff(bins) < 0).any():
             order = np.argsort(bins, kind="stable")
             bins, methylated, coverage = bins[order], methylated[order], coverage[order]
@@ -98,10 +131,17 @@ class SampleWriter:
             self._meth[b[starts]] += np.add.reduceat(np.asarray(methylated[lo:hi], np.int64), starts)
             self._cov[b[starts]] += np.add.reduceat(np.asarray(coverage[lo:hi], np.int64), starts)
 
+    def _write_unsorted(self) -> None:
+        """The unsorted chromosome's bins, added chunk by chunk (each chunk met once)."""
+        summed, self._unsorted = self._unsorted, None
+        bins = np.flatnonzero(summed.coverage)
+        if bins.size:
+            self._add_sorted(summed.chrom, bins, summed.methylated[bins], summed.coverage[bins])
+
     def _select(self, chrom: str, chunk: int) -> None:
         if self._key == (chrom, chunk):
             return
-        self.flush()
+        self._write_chunk()
         self._key = (chrom, chunk)
         if chunk in self.summaries.get(chrom, {}):  # met before: add to what is staged
             array = self._arrays(chrom)
@@ -120,7 +160,12 @@ class SampleWriter:
 
     @_staging_errors
     def flush(self) -> None:
-        """Write the chunk in memory to the staging store."""
+        """Write what is in memory (a chunk, an unsorted chromosome) to the staging store."""
+        if self._unsorted is not None:
+            self._write_unsorted()
+        self._write_chunk()
+
+    def _write_chunk(self) -> None:
         if self._key is None:
             return
         chrom, chunk = self._key

@@ -1,0 +1,183 @@
+"""Progress of the steps that take long: one module for every command.
+
+A step is a ``stage``: a name, what is done out of a total (bytes, chunks, starts, folds,
+replicates, iterations) and, optionally, a note (EM's log-likelihood). On a terminal it is one
+line on standard error, updated in place by tqdm (stage, done/total, elapsed, time left) and
+cleared when the step ends. Without a terminal (a pipe, a log file, CI) a line is written
+every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead, and a last one when a step that
+wrote one ends. ``quiet`` writes nothing.
+
+Stages nest (a sweep's number of states, then that fit's starts): the innermost is shown,
+after its outer stages' names and counts. Code below the command line takes a plain
+``progress(done, total)`` callback, which a Stage is; messages printed while a stage is shown
+go through :func:`printing`, so the line is cleared first and redrawn after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from typing import Iterator
+
+EVERY_ENV = "STREAMBHMM_PROGRESS_EVERY"
+EVERY = 5.0  # seconds between lines without a terminal
+SEPARATOR = " > "
+
+_active: list["Stage"] = []  # the stages open now, outermost first
+_lock = threading.RLock()
+_last_line = [0.0]  # when the last line was written without a terminal
+
+
+def _tqdm():
+    from tqdm import tqdm  # imported on first use: the command line starts without it
+
+    return tqdm
+
+
+def every() -> float:
+    """Seconds between progress lines without a terminal ($STREAMBHMM_PROGRESS_EVERY)."""
+    text = os.environ.get(EVERY_ENV)
+    if text is None:
+        return EVERY
+    try:
+        return max(float(text), 0.0)
+    except ValueError:
+        raise ValueError(f"${EVERY_ENV} must be a number of seconds, got {text!r}") from None
+
+
+class Stage:
+    """The progress of one step; ``stage(done, total=None, note=None)`` sets it,
+    ``stage.advance(n)`` adds to it."""
+
+    def __init__(self, name: str, total: int | None, unit: str, unit_scale: bool, stream, terminal: bool):
+        self.name, self.total, self.unit, self.unit_scale = name, total, unit, unit_scale
+        self.stream, self.terminal = stream, terminal
+        self.done, self.note, self.started = 0, "", time.time()
+        self.logged = False  # a line was written without a terminal
+        self.bar = None
+
+    @property
+    def counted(self) -> str:
+        """The stage as an outer one shows it: name, done/total and its note."""
+        text = f"{self.name} {self.done + 1}/{self.total}" if self.total else self.name
+        return f"{text} ({self.note})" if self.note else text
+
+    def description(self) -> str:
+        outer = [s.counted for s in _active if s is not self]
+        return SEPARATOR.join([*outer, self.name])
+
+    def __call__(self, done: int, total: int | None = None, note: str | None = None) -> None:
+        with _lock:
+            self.done = int(done)
+            if total is not None:
+                self.total = int(total)
+            if note is not None:
+                self.note = note
+            self._show()
+
+    def advance(self, n: int = 1, note: str | None = None) -> None:
+        self(self.done + n, note=note)
+
+    def _show(self) -> None:
+        if _active and _active[-1] is not self:  # an inner stage has the line
+            return
+        if self.terminal:
+            self._draw()
+            return
+        now = time.time()
+        if now - max(_last_line[0], _active[0].started if _active else self.started) >= every():
+            self._line(now)
+
+    def _draw(self) -> None:
+        if self.bar is None:
+            self.bar = _tqdm()(total=self.total, desc=self.description(), unit=self.unit or "it",
+                               unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
+                               file=self.stream, leave=False, dynamic_ncols=True, mininterval=0.2, smoothing=0.1)
+            self.bar.start_t = self.started
+        bar = self.bar
+        if self.total != bar.total:
+            bar.total = self.total
+        if self.note:
+            bar.set_postfix_str(self.note, refresh=False)
+        bar.update(self.done - bar.n)
+
+    def _line(self, now: float) -> None:
+        _last_line[0] = now
+        self.logged = True
+        text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
+                                    unit=self.unit or "it", unit_scale=self.unit_scale,
+                                    unit_divisor=1024 if self.unit_scale else 1000, postfix=self.note or None,
+                                    bar_format=LINE if self.total else LINE_UNKNOWN)
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def hide(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+LINE = "{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%) [{elapsed} elapsed, {remaining} left, {rate_fmt}]{postfix}"
+LINE_UNKNOWN = "{desc}: {n_fmt} [{elapsed} elapsed, {rate_fmt}]{postfix}"
+
+
+class _Silent:
+    """A quiet stage: takes the calls, shows nothing."""
+
+    done, total = 0, None
+
+    def __call__(self, done: int, total: int | None = None, note: str | None = None) -> None:
+        self.done = done
+        self.total = total if total is not None else self.total
+
+    def advance(self, n: int = 1, note: str | None = None) -> None:
+        self.done += n
+
+
+@contextlib.contextmanager
+def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str = "",
+          unit_scale: bool = False) -> Iterator[Stage]:
+    """A step's progress while the block runs (see the module docstring): ``unit`` names
+    what is counted ("B" with ``unit_scale`` for bytes, shown as kB, MB...)."""
+    if quiet:
+        yield _Silent()
+        return
+    stream = sys.stderr
+    terminal = bool(getattr(stream, "isatty", lambda: False)())
+    with _lock:
+        if _active:
+            _active[-1].hide()
+        current = Stage(name, total, unit, unit_scale, stream, terminal)
+        _active.append(current)
+    try:
+        yield current
+    finally:
+        with _lock:
+            current.hide()
+            if current.logged and not terminal:
+                current._line(time.time())
+            _active.remove(current)
+            if not _active:
+                _last_line[0] = 0.0
+
+
+@contextlib.contextmanager
+def printing() -> Iterator[None]:
+    """Messages written in this block go above the progress line (it is cleared, then redrawn)."""
+    with _lock:
+        if not any(s.bar is not None for s in _active):
+            yield
+            return
+        with _tqdm().external_write_mode():
+            yield
+
+
+def printed(echo):
+    """``echo`` that writes above the progress line (:func:`printing`)."""
+    def write(message) -> None:
+        with printing():
+            echo(message)
+    return write
