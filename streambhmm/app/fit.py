@@ -257,7 +257,7 @@ def em_progress(shown):
     def report(iteration: int, loglik: float) -> None:
         gain = f" ({loglik - history[-1]:+.3g})" if history else ""
         history.append(loglik)
-        shown(iteration, note=f"log-likelihood {loglik:.8g}{gain}")
+        shown(iteration, note=f"loglik {loglik:.8g}{gain}")
     return report
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import threading
 import time
@@ -29,6 +30,10 @@ SEPARATOR = " > "
 _active: list["Stage"] = []  # the stages open now, outermost first
 _lock = threading.RLock()
 _last_line = [0.0]  # when the last line was written without a terminal
+
+
+def _now() -> float:
+    return time.time()  # tqdm's clock: a stage's start is its bar's
 
 
 def _tqdm():
@@ -48,6 +53,12 @@ def every() -> float:
         raise ValueError(f"${EVERY_ENV} must be a number of seconds, got {text!r}") from None
 
 
+def _size() -> os.terminal_size:
+    """The terminal's size (one that reports none, as a bare pseudo-terminal: 100 x 24, where
+    tqdm itself would draw nothing)."""
+    return shutil.get_terminal_size((100, 24))
+
+
 class Stage:
     """The progress of one step; ``stage(done, total=None, note=None)`` sets it,
     ``stage.advance(n)`` adds to it."""
@@ -55,7 +66,7 @@ class Stage:
     def __init__(self, name: str, total: int | None, unit: str, unit_scale: bool, stream, terminal: bool):
         self.name, self.total, self.unit, self.unit_scale = name, total, unit, unit_scale
         self.stream, self.terminal = stream, terminal
-        self.done, self.note, self.started = 0, "", time.time()
+        self.done, self.note, self.started = 0, "", _now()
         self.logged = False  # a line was written without a terminal
         self.bar = None
 
@@ -87,17 +98,19 @@ class Stage:
         if self.terminal:
             self._draw()
             return
-        now = time.time()
+        now = _now()
         if now - max(_last_line[0], _active[0].started if _active else self.started) >= every():
             self._line(now)
 
     def _draw(self) -> None:
         if self.bar is None:
-            self.bar = _tqdm()(total=self.total, desc=self.description(), unit=self.unit or "it",
+            self.bar = _tqdm()(total=self.total, initial=self.done, desc=self.description(), unit=self.unit or "it",
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
-                               file=self.stream, leave=False, dynamic_ncols=True, mininterval=0.2, smoothing=0.1)
+                               file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
+                               mininterval=0.2, smoothing=0.1)
             self.bar.start_t = self.started
         bar = self.bar
+        bar.ncols, bar.nrows = _size()  # the window may change
         if self.total != bar.total:
             bar.total = self.total
         if self.note:
@@ -158,7 +171,7 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
         with _lock:
             current.hide()
             if current.logged and not terminal:
-                current._line(time.time())
+                current._line(_now())
             _active.remove(current)
             if not _active:
                 _last_line[0] = 0.0

@@ -1,0 +1,145 @@
+"""Progress: one updating line on a terminal, a line every few seconds elsewhere, nothing
+with -q; a long command shows it under a pseudo-terminal."""
+
+import io
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streambhmm.io import progress
+from streambhmm.io.progress import EVERY_ENV, printing, stage
+
+STREAMBHMM = [str(Path(sys.executable).with_name("streambhmm"))]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_without_a_terminal_a_line_every_few_seconds_and_a_last_one(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    clock = [1000.0]
+    monkeypatch.setattr(progress, "_now", lambda: clock[0])
+    monkeypatch.setenv(EVERY_ENV, "5")
+    with stage("fit", 3, unit="models") as outer:
+        outer(0, note="M = 2")
+        with stage("EM", 100, unit="iterations") as inner:
+            for i in range(1, 21):
+                clock[0] += 1.0  # a second per iteration: a line every 5
+                inner(i, note=f"loglik {-i}")
+    lines = err.getvalue().splitlines()
+    assert "\r" not in err.getvalue()
+    assert [int(re.search(r"EM: (\d+)/100", line).group(1)) for line in lines[:-1]] == [5, 10, 15, 20]
+    assert lines[0].startswith("fit 1/3 (M = 2) > EM: 5/100 (5%) [00:05 elapsed, 01:35 left")
+    assert lines[0].endswith("loglik -5")
+    assert lines[-1].startswith("fit 1/3 (M = 2) > EM: 20/100")  # the step ended: its last count
+
+
+def test_a_short_step_without_a_terminal_writes_nothing(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with stage("decode", 10) as shown:
+        for i in range(10):
+            shown(i + 1)
+    assert err.getvalue() == ""
+
+
+def test_quiet_writes_nothing_on_a_terminal(monkeypatch):
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    with stage("decode", 10, quiet=True) as shown:
+        shown(3)
+        shown.advance()
+        assert shown.done == 4
+    assert err.getvalue() == ""
+
+
+def test_on_a_terminal_one_line_updated_in_place_and_cleared(monkeypatch):
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(sys, "stdout", err)  # messages and the line share the terminal
+    with stage("ingest A", unit="B", unit_scale=True) as shown:
+        shown(0, 4 << 20)
+        shown(1 << 20)
+        with printing():
+            print("a message")
+        shown(4 << 20)
+    text = err.getvalue()
+    assert "\n" not in text.replace("a message\n", "")  # one line, redrawn with carriage returns
+    assert text.count("\ringest A:") >= 2 and "1.00M/4.00M" in text
+    assert text.index("a message") > text.index("ingest A:") and text.endswith("\r")
+
+
+def test_the_interval_must_be_a_number(monkeypatch):
+    monkeypatch.setenv(EVERY_ENV, "often")
+    with pytest.raises(ValueError, match=r"\$STREAMBHMM_PROGRESS_EVERY must be a number of seconds, got 'often'"):
+        progress.every()
+
+
+# --- a long command, as a user runs it ---
+
+
+@pytest.fixture(scope="module")
+def em_store(tmp_path_factory):
+    from streambhmm.learn.simulate import model
+    from ..conftest import STICKY, WELL_SEPARATED
+
+    from ..moments.test_pipeline import synthetic_store
+
+    return synthetic_store(tmp_path_factory.mktemp("progress") / "counts.zarr", model(WELL_SEPARATED, STICKY),
+                           [20_000, 10_000], chunk_size=5000)
+
+
+def em_command(store, output):
+    return [*STREAMBHMM, "fit", str(store.path), "-m", "4", "--method", "em", "--em-starts", "1", "--em-iter", "60",
+            "--em-tol", "0", "--bins", "8", "-o", str(output)]
+
+
+def env():
+    return {k: v for k, v in os.environ.items() if k not in ("STREAMBHMM_SCHEDULER", EVERY_ENV, "COLUMNS")}
+
+
+@pytest.mark.slow
+def test_a_long_command_under_a_pseudo_terminal_updates_its_progress_line(tmp_path, em_store):
+    main, child = pty.openpty()
+    proc = subprocess.Popen(em_command(em_store, tmp_path / "m.json"), stdin=child, stdout=child, stderr=child,
+                            env=env(), close_fds=True)
+    os.close(child)
+    output = b""
+    while True:
+        ready, _, _ = select.select([main], [], [], 600)
+        try:
+            data = os.read(main, 1 << 16) if ready else b""
+        except OSError:  # the child closed the terminal
+            data = b""
+        if not data:
+            break
+        output += data
+    os.close(main)
+    assert proc.wait(timeout=60) == 0, output
+    text = output.decode("utf-8", "replace")
+    counts = [int(n) for n in re.findall(r"\rEM from random start 1 of 1:\s+\d+%\|[^|]*\|\s+(\d+)/60", text)]
+    assert len(counts) >= 2 and counts == sorted(counts) and counts[-1] > counts[0], text
+    assert "loglik" in text and "EM converged" in text or "EM stopped at --em-iter 60" in text
+
+
+@pytest.mark.slow
+def test_a_long_command_into_a_pipe_writes_progress_lines(tmp_path, em_store):
+    proc = subprocess.run(em_command(em_store, tmp_path / "m.json"), capture_output=True, text=True,
+                          env={**env(), EVERY_ENV: "0"})
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("EM from random start 1 of 1: ")]
+    assert len(lines) >= 2 and "\r" not in proc.stderr, proc.stderr
+    assert re.match(r"EM from random start 1 of 1: \d+/60 \(\d+%\) \[\S+ elapsed, \S+ left, .*\], loglik ", lines[-1])
+    assert "EM from" not in proc.stdout  # the results go to standard output, the progress beside them
+    quiet = subprocess.run(em_command(em_store, tmp_path / "q.json") + ["-q"], capture_output=True, text=True,
+                           env={**env(), EVERY_ENV: "0"})
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
