@@ -26,12 +26,41 @@ def state_colours(methylation):
     return [tuple(v / 255 for v in colour) for colour in rgb_colours(methylation)]
 
 
+DPI = 110  # the page shows the figures at their size: a 5.5 in figure is 605 px wide
+
+
 def _save(fig, path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    """Saved with everything drawn (legends and colour-bar labels outside the axes included)."""
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def state_name(h: int, label: str) -> str:
+    """A state as the figures name it: its index and label, one class per line."""
+    return f"{h} " + label.replace("|", "\n")
+
+
+def state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns: int = 4):
+    """A legend of the states' colours (as in the BED files), least methylated first, under the figure."""
+    from matplotlib.patches import Patch
+
+    colours = state_colours(methylation)
+    order = state_order(methylation)
+    handles = [Patch(color=colours[h], label=f"{h} {labels[h]}") for h in order]
+    return fig.legend(handles=handles, loc="upper center", bbox_to_anchor=anchor, ncol=min(columns, len(order)),
+                      fontsize=8, frameon=False, title="states", title_fontsize=8)
+
+
+def megabases(ax, start: int, end: int, chrom: str) -> None:
+    """The x axis in Mb (no offset), with as many decimals as the span needs."""
+    from matplotlib.ticker import FuncFormatter
+
+    span = max(end - start, 1)
+    decimals = 1 if span >= 5e6 else 2 if span >= 5e5 else 3 if span >= 5e4 else 4
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:.{decimals}f}"))
+    ax.set_xlabel(f"{chrom} position (Mb)")
 
 
 def plot_methylation(path, methylation, samples, differential, labels) -> None:
@@ -39,17 +68,17 @@ def plot_methylation(path, methylation, samples, differential, labels) -> None:
 
     order = state_order(methylation)
     levels = np.asarray(methylation)[order].T  # samples x states
-    fig, ax = plt.subplots(figsize=(1.2 + 0.7 * len(order), 1.0 + 0.45 * len(samples)))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.5 + 1.05 * len(order)), 1.3 + 0.42 * len(samples)))
     image = ax.imshow(levels, cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(levels.shape[0]):
         for j in range(levels.shape[1]):
             ax.text(j, i, f"{levels[i, j]:.2f}", ha="center", va="center",
                     color="white" if levels[i, j] < 0.6 else "black", fontsize=8)
-    ax.set_xticks(range(len(order)), [f"{h}{'*' if h in differential else ''} {labels[h]}" for h in order],
-                  rotation=30, ha="right", fontsize=7)
+    names = [state_name(h, labels[h]).replace(" ", "*\n" if h in differential else "\n", 1) for h in order]
+    ax.set_xticks(range(len(order)), names, fontsize=7)
     ax.set_yticks(range(len(samples)), samples)
     ax.set_xlabel("state (* differential)")
-    fig.colorbar(image, ax=ax, label="methylation level")
+    fig.colorbar(image, ax=ax, label="level", fraction=0.04, pad=0.02)
     _save(fig, path)
 
 
@@ -58,7 +87,7 @@ def plot_transmat(path, transmat, methylation) -> None:
 
     order = state_order(methylation)
     t = np.asarray(transmat)[np.ix_(order, order)]
-    fig, ax = plt.subplots(figsize=(1.5 + 0.6 * len(order), 1.0 + 0.55 * len(order)))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.5 + 0.6 * len(order)), max(3.2, 1.0 + 0.55 * len(order))))
     image = ax.imshow(t, cmap="magma", vmin=0, vmax=1)
     for i in range(len(order)):
         for j in range(len(order)):
@@ -95,16 +124,16 @@ def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> No
     counts = np.array([chromosome_state_bins[c] for c in chroms], dtype=float)
     fractions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     colours = state_colours(methylation)
-    fig, ax = plt.subplots(figsize=(7.5, 1.0 + 0.3 * len(chroms)))
+    fig, ax = plt.subplots(figsize=(5.5, 0.9 + 0.28 * len(chroms)))
     left = np.zeros(len(chroms))
     for h in state_order(methylation):
-        ax.barh(chroms, fractions[:, h], left=left, color=colours[h], edgecolor="white", linewidth=0.5,
-                label=f"{h} {labels[h]}")
+        ax.barh(chroms, fractions[:, h], left=left, color=colours[h], edgecolor="white", linewidth=0.5)
         left += fractions[:, h]
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("fraction of covered bins")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns=3)
     _save(fig, path)
 
 
@@ -129,7 +158,7 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
     meth = ds.methylated.values.astype(float)
     cov = ds.coverage.values.astype(float)
     pos = ds.position.values + counts.bin_size / 2
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 2.2 + 0.25 * len(samples)), sharex=True,
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11.5, 2.6 + 0.25 * len(samples)), sharex=True,
                                       gridspec_kw={"height_ratios": [4, 1]})
     for s, name in enumerate(samples):
         covered = cov[:, s] > 0
@@ -137,7 +166,8 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
         top.scatter(pos[covered], meth[covered, s] / cov[covered, s], s=size, alpha=0.6, label=name)
     top.set_ylim(-0.03, 1.03)
     top.set_ylabel("methylation\nfraction")
-    top.legend(fontsize=7, loc="upper right", ncol=len(samples))
+    top.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(samples), frameon=False,
+               markerscale=1.5, title="samples", title_fontsize=8, alignment="left")
     colours = state_colours(methylation)
     for start, end, state in region_segments(bed_path, region, labels):
         bottom.broken_barh([(start, end - start)], (0, 1), color=colours[state])
@@ -146,7 +176,9 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
     bottom.set_yticks([])
     bottom.set_ylabel("state")
     bottom.set_xlim(region.start, region.end)
-    bottom.set_xlabel(f"{region.chrom} position (bp)")
+    megabases(bottom, region.start, region.end, region.chrom)
+    fig.tight_layout()
+    state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns=6)
     _save(fig, path)
 
 
@@ -167,7 +199,7 @@ def plot_bootstrap(path, methylation, methylation_ci, samples) -> None:
     ax.set_xlabel("state")
     ax.set_ylabel("methylation level (95% interval)")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(samples), frameon=False)
     _save(fig, path)
 
 

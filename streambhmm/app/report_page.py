@@ -11,6 +11,8 @@ from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
 from .modelio import model_labels
 
+WIDE_FIGURES = ("track.png",)  # across the page; the others two by two
+WIDE = ' class="wide"'
 VERSIONED = ("streambhmm", "numpy", "scipy", "numba", "dask", "distributed", "zarr", "xarray", "matplotlib")
 
 
@@ -35,8 +37,8 @@ def _state_rows(document, hmm, decoded, differential) -> str:
         label = labels[h]
         cells = "".join(f"<td>{v:.3f}</td>" for v in hmm.methylation_[h])
         swatch = f'<span style="color:rgb{tuple(colours[h])}">&#9632;</span>'
-        rows.append(f"<tr><td>{h}{' *' if h in differential else ''}</td><td>{swatch} {e(label)}</td>{cells}"
-                    f"<td>{weight[h]:.3f}</td><td>{hmm.transmat_[h, h]:.3f}</td><td>{occupancy[h]:.1%}</td></tr>")
+        rows.append(f"<tr><td>{h}{' *' if h in differential else ''}</td><td class=\"label\">{swatch} {e(label)}</td>"
+                    f"{cells}<td>{weight[h]:.3f}</td><td>{hmm.transmat_[h, h]:.3f}</td><td>{occupancy[h]:.1%}</td></tr>")
     return "".join(rows)
 
 
@@ -88,18 +90,21 @@ def render_page(counts, document, model_path, hmm, decoded, figures, region, max
     versions = _table_rows(_versions())
     setting_rows = _table_rows(_settings(counts, document, model_path, decoded, region, max_gap))
     timing_rows = _table_rows(timings, " s")
-    figure_html = "\n".join(f'<figure><img src="{name}" alt="{e(name)}"><figcaption>{e(caption)}</figcaption></figure>'
-                            for name, caption, _ in figures)
+    figure_html = "\n".join(f'<figure{WIDE if name in WIDE_FIGURES else ""}><img src="{name}" alt="{e(name)}">'
+                            f'<figcaption>{e(caption)}</figcaption></figure>' for name, caption, _ in figures)
     diff_text = ", ".join(map(str, differential)) if differential else "none"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>streambhmm report: {e(str(counts.path.name))}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; }}
+body {{ font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1320px; padding: 0 1.5em; color: #222; }}
 table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-size: 0.9em; }}
-td:first-child, th:first-child {{ text-align: left; }}
-figure {{ margin: 1em 0 2em; }} figure img {{ max-width: 100%; }}
-figcaption {{ font-size: 0.9em; color: #555; }}
+td:first-child, th:first-child, td.label {{ text-align: left; }} td:first-child {{ white-space: nowrap; }}
+.figures {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(600px, 1fr)); gap: 1.5em 2.5em;
+            align-items: start; }}
+figure {{ margin: 0; }} figure img {{ max-width: 100%; }} figure.wide {{ grid-column: 1 / -1; }}
+figcaption {{ font-size: 0.9em; color: #555; margin-top: 0.3em; }}
+.provenance {{ display: grid; grid-template-columns: repeat(auto-fit, minmax(600px, 1fr)); gap: 0 2.5em; }}
 </style></head><body>
 <h1>streambhmm report</h1>
 <p>{e(str(counts.path))}: {len(samples)} sample(s), {len(counts.chromosomes)} chromosome(s), {decoded.n_bins:,}
@@ -109,12 +114,15 @@ Differential states: {e(diff_text)}.</p>
 <table><tr><th>state</th><th>label</th>{head}<th>weight</th><th>stay</th><th>decoded bins</th></tr>
 {rows}</table>
 <h2>Figures</h2>
+<div class="figures">
 {figure_html}
+</div>
 <h2>Provenance</h2>
 <h3>Inputs</h3>
 <table><tr><th>sample</th><th>format</th><th>context</th><th>files</th></tr>{inputs}</table>
-<h3>Settings</h3><table>{setting_rows}</table>
+<div class="provenance"><div>
+<h3>Settings</h3><table>{setting_rows}</table></div><div>
 <h3>Versions</h3><table>{versions}</table>
-<h3>Timings</h3><table>{timing_rows}</table>
+<h3>Timings</h3><table>{timing_rows}</table></div></div>
 </body></html>
 """
