@@ -1,7 +1,34 @@
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from streambhmm.learn.simulate import model
+
+# The real data sets (shared/data/real): $STREAMBHMM_REAL_DATA, else ../shared/data/real beside
+# the repository (where CI has it). Tests marked realdata fail when it is missing, unless
+# $STREAMBHMM_ALLOW_MISSING_REAL_DATA=1 lets them skip (a developer's machine without the data).
+REAL_DATA_ENV, ALLOW_MISSING_ENV = "STREAMBHMM_REAL_DATA", "STREAMBHMM_ALLOW_MISSING_REAL_DATA"
+REAL_DATA = Path(os.environ.get(REAL_DATA_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data" / "real")
+CLUSTER_FIXTURES = {"dask_clients", "scheduler"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses a real Dask cluster is slow (marked here, so no such test can miss it)."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("realdata") is None or REAL_DATA.is_dir():
+        return
+    message = (f"the real data sets are missing: {REAL_DATA} (set ${REAL_DATA_ENV} to their folder, or "
+               f"${ALLOW_MISSING_ENV}=1 to skip the tests that read them)")
+    if os.environ.get(ALLOW_MISSING_ENV) == "1":
+        pytest.skip(message)
+    pytest.fail(message, pytrace=False)
 
 # Four well-separated states, two samples, a sticky chain.
 WELL_SEPARATED = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])

@@ -13,6 +13,8 @@ from streambhmm.testing import write_store
 from streambhmm.learn.domains import hypomethylated, partially_methylated, unmethylated_share
 from streambhmm.moments.sums import compute_moments
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 N_BINS = 40_000  # 4 Mb of 100 bp bins per chromosome
 
 

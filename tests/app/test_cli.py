@@ -11,6 +11,8 @@ from click.testing import CliRunner
 from streambhmm.app.cli import main
 from streambhmm.app.modelio import MODEL_KEYS
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parents[1] / "data"
 

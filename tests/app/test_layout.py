@@ -36,11 +36,13 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_in_memory_estimators_import_no_dask_zarr_or_click():
     result = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_the_blocker_blocks():  # the test above could not fail if the blocker did nothing
     program = PROGRAM.replace("for module in", "import dask\nfor module in")
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
@@ -55,6 +57,7 @@ def test_public_names_at_the_top_level(name):
     assert name in streambhmm.__all__ and getattr(streambhmm, name).__name__ == name
 
 
+@pytest.mark.slow
 def test_numba_caches_outside_the_package(tmp_path):
     """Kernels compiled with cache=True go to the user's cache directory, never into the
     installed package, where pip would leave them behind as an importable empty package."""

@@ -13,6 +13,8 @@ import pytest
 
 from .test_cli import DATA, run
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 TSV = DATA / "dmrseq_H1_r1.chr21.tsv.gz"
 REPORT_MARKER = "streambhmm-report.json"  # in every report directory (README)
 

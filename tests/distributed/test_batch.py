@@ -55,6 +55,7 @@ def test_manifest_columns_in_any_order_and_relative_paths(tmp_path):
                                                                                str(tmp_path / "b.gz")))
 
 
+@pytest.mark.slow
 def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     scheduler = dask_clients[1].scheduler.address
     (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
@@ -100,6 +101,7 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
 
 
+@pytest.mark.slow
 def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, dask_clients):
     """Audit 17: the work directory did not exist yet, so the summary was never written."""
     (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
@@ -110,6 +112,7 @@ def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, 
     assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()
 
 
+@pytest.mark.slow
 def test_a_second_batch_on_one_workdir_is_refused_naming_the_first(tmp_path):
     """Issue 25, item 15: two `batch` runs on one working directory gave tracebacks. The
     running batch holds WORKDIR/.batch.lock; another is refused at once, naming it."""

@@ -23,6 +23,8 @@ from ..conftest import STICKY, WELL_SEPARATED
 from ..app.test_cli import DATA, run
 from ..moments.test_pipeline import synthetic_store
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 STREAMBHMM = [str(Path(sys.executable).with_name("streambhmm"))]  # the installed entry point
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "STREAMBHMM_PROGRESS_EVERY": "0"}  # a progress line per step
 ENV.pop("STREAMBHMM_SCHEDULER", None)

@@ -65,6 +65,7 @@ def one_sample(tmp_path_factory):
     return stores, hmm
 
 
+@pytest.mark.slow
 def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
     stores, hmm = one_sample
     rule = RegionRule((0, 1), 0.5, 300, 500, 2)
@@ -78,6 +79,7 @@ def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
         assert ((a.end - a.start) >= 500).all() and (a.n_bins >= 2).all()
 
 
+@pytest.mark.slow
 def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler):
     from streambhmm.app.modelio import model_to_dict
 
@@ -120,6 +122,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     assert r.exit_code != 0 and "give one of --preset and --targets" in r.output
 
 
+@pytest.mark.slow
 def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, one_sample, scheduler):
     import pyBigWig
 
@@ -156,6 +159,7 @@ def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, o
     assert r.exit_code != 0 and "no 'chr10'" in r.output
 
 
+@pytest.mark.slow
 def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path, one_sample):
     """Audit 1: a command sees the store as it was before a commit or as it is after it, never
     during one: while a writer (an ingest's commit) holds the lock, each command waits."""

@@ -12,6 +12,8 @@ from streambhmm.testing import load_counts, segment_backward, segment_forward, s
 
 from ..moments.test_pipeline import synthetic_store
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 
 def _hmm(truth, seed=0):
     """A model near (not at) the truth, so statistics are not trivially symmetric."""

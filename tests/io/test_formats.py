@@ -10,8 +10,9 @@ from streambhmm.io.ingest import ingest
 from streambhmm.io.store import open_store
 from streambhmm.testing import load_counts
 
+from ..conftest import REAL_DATA as REAL
+
 DATA = Path(__file__).parents[1] / "data"
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
 
 
 def lines_of(path):
@@ -94,7 +95,7 @@ def test_modkit_counts_each_call_once():
     assert rows[0] == ("chr1", 3000826, 2, 28)
 
 
-@pytest.mark.skipif(not REAL.exists(), reason="shared/data/real not present")
+@pytest.mark.realdata
 @pytest.mark.parametrize("relative,fmt,n_rows,pooled", [
     ("modkit_lung_chr20/lung_00733-m_adjacent-normal_5mc-5hmc_chr20_cpg_pileup.bed.gz", "modkit", 17416, None),
     ("DMRcaller_arabidopsis_chr3/WT.Chr3_1-1Mb.CX_report.txt.gz", "bismark-report", None, None),
@@ -183,7 +184,7 @@ def test_explicit_format_is_checked():
 
 # --- every methylation call file in shared/data/real, against an independent reader ---
 
-needs_real = pytest.mark.skipif(not REAL.exists(), reason="shared/data/real not present")
+needs_real = pytest.mark.realdata
 
 
 def csv_rows(path, skip=0):

@@ -1,3 +1,4 @@
+import gzip
 import hashlib
 import os
 import subprocess
@@ -145,6 +146,7 @@ def test_real_replicates_and_provenance(tmp_path):
     assert ds.attrs["chromosome"] == "chr21" and ds.attrs["bin_size"] == 100
 
 
+@pytest.mark.slow
 def test_store_opens_with_plain_xarray_without_streambhmm(tmp_path):
     store = tmp_path / "s.zarr"
     ingest([DATA / "bsseq_modkit_HG002.bed.gz"], "HG002", store)
@@ -173,6 +175,7 @@ def test_files_without_usable_rows_are_refused(tmp_path):
     assert open_store(store).samples == ["A"]
 
 
+@pytest.mark.slow
 def test_an_ingest_waits_for_the_readers_of_the_store(tmp_path):
     """Audit 1: `moments` (a reader, shared lock) and an ingest replacing a sample never
     overlap; the ingest lands after the reader is done."""
@@ -201,3 +204,43 @@ def test_a_planted_lock_symlink_is_refused_and_its_target_untouched(tmp_path):
     with pytest.raises(StoreError, match="lock file .* is a symbolic link"):
         ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", tmp_path / "s.zarr")
     assert target.read_text() == "keep me"
+
+
+@pytest.mark.slow
+def test_contexts_ingested_as_samples_fit_jointly(tmp_path):
+    """CG and CHG from one CX report, each ingested as a sample of its own, fitted jointly:
+    the state methylated in CG only is named so (README: *Several contexts as samples*)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from streambhmm.app.cli import main
+    from streambhmm.learn.simulate import model, simulate
+
+    levels = np.array([[0.9, 0.85], [0.85, 0.05], [0.05, 0.04]])  # (CG, CHG): both, CG only, neither
+    sim = simulate(model(levels, np.full((3, 3), 0.01) + np.eye(3) * 0.97), [15_000, 15_000],
+                   coverage=12, random_state=3)
+    rows = []
+    for c, length in enumerate(sim.lengths):
+        start = int(np.sum(sim.lengths[:c]))
+        for i in range(length):
+            meth, cov = sim.methylated[start + i], sim.coverage[start + i]
+            pos = 100 * i + 1  # one CG and one CHG cytosine per 100 bp bin, in the order the report has them
+            rows.append(f"chr{c + 1}\t{pos}\t+\t{meth[0]}\t{cov[0] - meth[0]}\tCG\tCGA\n")
+            rows.append(f"chr{c + 1}\t{pos + 5}\t+\t{meth[1]}\t{cov[1] - meth[1]}\tCHG\tCAG\n")
+    report = tmp_path / "WT.CX_report.txt.gz"
+    report.write_bytes(gzip.compress("".join(rows).encode(), compresslevel=1))
+    store, output = tmp_path / "at.zarr", tmp_path / "at.json"
+    runner = CliRunner()
+    for context in ("CG", "CHG"):
+        r = runner.invoke(main, ["ingest", str(report), "--sample", f"WT_{context}", "--context", context,
+                                 "--store", str(store), "-q"])
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["info", str(store)])
+    assert "sample WT_CG: 1 bismark-report file(s), context CG" in r.output
+    assert "sample WT_CHG: 1 bismark-report file(s), context CHG" in r.output
+    r = runner.invoke(main, ["fit", str(store), "--states", "3", "--output", str(output), "-q"])
+    assert r.exit_code == 0, r.output
+    document = json.loads(output.read_text())
+    assert document["samples"] == ["WT_CG", "WT_CHG"]
+    assert sorted(document["labels"]) == ["high", "high:WT_CG|unmethylated:WT_CHG", "unmethylated"], r.output

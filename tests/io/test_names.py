@@ -69,7 +69,7 @@ def test_an_ingest_committing_after_another_spelling_came_in_is_refused(tmp_path
     first, second = tsv(tmp_path, "a.tsv", "chr21"), tsv(tmp_path, "b.tsv", "21")
     happened = []
 
-    def commit_a_meanwhile(message):  # called while B reads its file, before B's commit
+    def commit_a_meanwhile(done, total, note=None):  # called while B reads its file, before B's commit
         if not happened:
             happened.append(ingest([first], "A", store))
 
@@ -116,6 +116,7 @@ def test_a_bad_mapping_file_is_refused_with_its_line(tmp_path, text, line, messa
     assert message in str(err.value) and (line is None or err.value.line == line)
 
 
+@pytest.mark.slow
 def test_cli_chromosome_names(tmp_path):
     store = tmp_path / "s.zarr"
     assert run("ingest", tsv(tmp_path, "a.tsv", "chr21"), "--sample", "A", "--store", store).exit_code == 0
@@ -169,6 +170,7 @@ def test_a_batch_manifest_with_such_a_sample_is_refused_before_any_ingest(tmp_pa
         read_batch_manifest(manifest)
 
 
+@pytest.mark.slow
 def test_info_escapes_control_characters_of_names_in_an_old_store(tmp_path):
     """Ingest refuses such names now; a store written before (or by hand) may hold them."""
     store = tmp_path / "s.zarr"

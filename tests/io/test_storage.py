@@ -46,6 +46,7 @@ def test_location_paths():
         open(remote)  # noqa: SIM115 - must refuse before opening anything
 
 
+@pytest.mark.slow
 def test_memory_store_matches_local_store(tmp_path, threaded_client):
     root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
     local = ingest_both(tmp_path / "counts.zarr")
@@ -72,6 +73,7 @@ def test_memory_store_matches_local_store(tmp_path, threaded_client):
     np.testing.assert_array_equal(load_total(tmp_path / "merged.zarr")[0].p123, total.p123)
 
 
+@pytest.mark.slow
 def test_memory_store_em_and_decode(tmp_path, threaded_client):
     root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
     store = ingest_both(f"{root}/counts.zarr")
@@ -92,6 +94,7 @@ def test_memory_store_em_and_decode(tmp_path, threaded_client):
     assert not Location.of(root).glob(f"counts.zarr/*/{POSTERIOR}_tmp_*")
 
 
+@pytest.mark.slow
 def test_cli_with_file_urls(tmp_path, dask_clients):
     scheduler = dask_clients[1].scheduler.address
     url = f"file://{tmp_path}/counts.zarr"

@@ -105,6 +105,7 @@ def test_adding_or_replacing_a_sample_writes_only_its_column(tmp_path, samples):
     assert column_files(store, 1) == column_files(store, 2)  # B now holds C's counts
 
 
+@pytest.mark.slow
 def test_two_concurrent_ingests_both_land(tmp_path, samples):
     store = tmp_path / "s.zarr"
     ingest(samples[:1], "A", store, chunk_size=300)
@@ -129,6 +130,7 @@ def test_two_concurrent_ingests_both_land(tmp_path, samples):
     assert by_sample(store) == by_sample(reference)
 
 
+@pytest.mark.slow
 def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_recovers(tmp_path, samples):
     store = tmp_path / "s.zarr"
     for i in (0, 1):
@@ -154,6 +156,7 @@ def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_r
     assert {c: column_files(store, c) for c in (0, 1)} == kept
 
 
+@pytest.mark.slow
 def test_a_missing_or_damaged_chunk_is_detected_when_read(tmp_path, samples):
     store = tmp_path / "s.zarr"
     ingest([samples[0]], "A", store, chunk_size=100)
@@ -189,6 +192,7 @@ def write_version_1(path: Path, chromosomes: dict, names: list[str], chunk_size:
     group.attrs.update({**attrs, "chromosomes": list(chromosomes)})
 
 
+@pytest.mark.slow
 def test_a_version_1_store_is_refused_by_name_and_upgraded_in_place(tmp_path):
     rng = np.random.default_rng(3)
     chroms = {}

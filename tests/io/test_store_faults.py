@@ -30,6 +30,8 @@ from streambhmm.testing import load_counts
 from ..app.test_cli import run
 from .test_store import HEADER, by_sample, column_files, write_sample
 
+pytestmark = pytest.mark.slow  # faults injected into subprocesses and filesystems
+
 CHUNK = "100"
 
 

@@ -116,6 +116,7 @@ def store_and_models(tmp_path, four_state_model):
     return store, base
 
 
+@pytest.mark.slow
 def test_decode_and_score_stay_finite_under_an_identity_transition_matrix(tmp_path, store_and_models, scheduler):
     store, doc = store_and_models
     model_path = tmp_path / "identity.json"
@@ -142,6 +143,7 @@ def test_decode_and_score_stay_finite_under_an_identity_transition_matrix(tmp_pa
         assert np.isfinite(posterior[covered]).all() and np.isnan(posterior[~covered]).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit,message", [
     (lambda d: d["methylation"][0].__setitem__(0, float("nan")), "methylation contains NaN"),
     (lambda d: d.__setitem__("transmat", (np.eye(4) * 1.5 - 0.5 / 3 * (1 - np.eye(4))).tolist()),
@@ -167,6 +169,7 @@ def test_malformed_model_files_are_refused_with_the_file_named(tmp_path, store_a
     assert not (tmp_path / "x.bed").exists()
 
 
+@pytest.mark.slow
 def test_malformed_json_is_refused_with_the_file_named(tmp_path, store_and_models):
     store, _ = store_and_models
     model_path = tmp_path / "cut.json"
@@ -175,6 +178,7 @@ def test_malformed_json_is_refused_with_the_file_named(tmp_path, store_and_model
     assert r.exit_code != 0 and f"{model_path}: not a valid model file: malformed JSON" in r.output
 
 
+@pytest.mark.slow
 def test_fit_table_shows_the_weights_written_to_the_json(tmp_path, store_and_models, scheduler):
     store, _ = store_and_models
     for method in ("refined", "em"):
@@ -188,6 +192,7 @@ def test_fit_table_shows_the_weights_written_to_the_json(tmp_path, store_and_mod
         assert [float(stay) for _, _, stay in table] == pytest.approx(np.diag(doc["transmat"]), abs=5e-4)
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_degenerate_model_unless_allowed(tmp_path, scheduler):
     """FTD on the real H1/IMR90 excerpt returns an identity transition matrix: refused with
     the reason and what to try; written, with a warning, only when allowed."""

@@ -87,6 +87,7 @@ def test_em_recovers_overdispersion_and_sticky_states_where_the_binomial_fragmen
                                                                                             sim.coverage, sim.lengths)
 
 
+@pytest.mark.slow
 def test_store_em_with_the_beta_binomial_equals_the_in_memory_recursion(tmp_path, dask_clients):
     from streambhmm.distributed.em import fit_store_em
     from streambhmm.testing import load_counts, write_store

@@ -81,6 +81,7 @@ def test_zero_coverage_carries_no_information():
     assert est.score(meth, cov) > base  # fewer observations, higher likelihood
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["random", "spectral"])
 def test_em_log_likelihood_never_decreases(init):
     mdl = model(WELL_SEPARATED, STICKY)
@@ -103,6 +104,7 @@ def test_decoding_a_sticky_chain_with_true_parameters():
     assert (post.argmax(axis=1) == sim.states).mean() > 0.97
 
 
+@pytest.mark.slow
 def test_em_recovers_parameters_and_respects_user_settings():
     mdl = model(WELL_SEPARATED, STICKY)
     sim = simulate(mdl, [50_000], coverage=10, random_state=4)

@@ -60,6 +60,7 @@ def test_synthetic_recovery_at_genome_scale(four_state_model, coverage, limit):
     assert est.methylation_.shape == (4, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["refined", "ftd"])
 def test_same_seed_same_model_and_fit_moments_equals_fit(four_state_model, method):
     sim = simulate(four_state_model, [30_000, 30_000], coverage=20, random_state=5)
@@ -72,6 +73,7 @@ def test_same_seed_same_model_and_fit_moments_equals_fit(four_state_model, metho
         np.testing.assert_array_equal(getattr(a, attr), getattr(c, attr))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,tolerance", [("refined", 1e-4), ("ftd", 1e-6)])
 def test_seed_changes_the_restarts_not_the_answer(four_state_model, method, tolerance):
     sim = simulate(four_state_model, [100_000], coverage=20, random_state=6)
@@ -81,6 +83,7 @@ def test_seed_changes_the_restarts_not_the_answer(four_state_model, method, tole
     assert err.methylation_error < tolerance
 
 
+@pytest.mark.slow
 def test_recovers_a_chain_sampled_by_hmmlearn():
     """Cross-check with independent code: hmmlearn's MultinomialHMM with n_trials = coverage
     is the single-sample Binomial HMM; data it samples must be fitted by ours."""
@@ -100,6 +103,7 @@ def test_recovers_a_chain_sampled_by_hmmlearn():
     assert err.methylation_error < 0.01 and err.transmat_error < 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_samples", [1, 2])
 def test_refinement_returns_the_parameters_from_population_moments(n_samples):
     """Exact moments and histograms of the model (coverage independent of the state, the
@@ -112,6 +116,7 @@ def test_refinement_returns_the_parameters_from_population_moments(n_samples):
     assert np.abs(truth.startprob - est.startprob_[err.permutation]).max() < 1e-3
 
 
+@pytest.mark.slow
 def test_refinement_recovers_simulated_parameters_at_least_as_well_as_ftd(four_state_model):
     """Acceptance: 4 states, 2 samples, 1e6 bins."""
     sim = simulate(four_state_model, [1_000_000], coverage=20.0, random_state=12)

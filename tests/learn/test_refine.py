@@ -181,6 +181,7 @@ def test_the_beta_binomial_criterion_gradient_equals_finite_differences(n_sample
     np.testing.assert_allclose(grad, numeric, atol=1e-6 * max(1.0, np.abs(grad).max()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n_samples", [1, 2])
 def test_the_one_pass_beta_binomial_fit_recovers_levels_dispersions_and_transitions(n_samples):
     from streambhmm import SpectralBinomialHMM
@@ -198,6 +199,7 @@ def test_the_one_pass_beta_binomial_fit_recovers_levels_dispersions_and_transiti
     assert np.diag(binomial.transmat_).min() < 0.9  # the binomial explains the spread by switching
 
 
+@pytest.mark.slow
 def test_caps_hold_a_state_and_change_nothing_when_they_do_not_bind():
     """A cap above the truth leaves the fit as it is free; one below holds the state at it."""
     from streambhmm import SpectralBinomialHMM

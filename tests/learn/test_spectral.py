@@ -41,6 +41,7 @@ def test_spectrum_error_when_data_hold_fewer_states():
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.slow
 def test_refinement_reports_an_unsupported_spectrum_and_starts_elsewhere():
     three_states = model([[0.1], [0.5], [0.9]], np.full((3, 3), 0.05) + np.eye(3) * 0.85)
     sim = simulate(three_states, [100_000], coverage=20, random_state=0)

@@ -19,6 +19,8 @@ from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import simulate
 from streambhmm.io.store import open_store
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 
 
 def write_tsv(path, chrom_rows):

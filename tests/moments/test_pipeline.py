@@ -28,6 +28,7 @@ def synthetic_store(path, model, chrom_lengths, chunk_size, seed=0, gap_fraction
     return write_store(path, chroms, ["A", "B"], chunk_size=chunk_size)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_size", [1, 2, 3, 7, 64, 10_000])
 def test_store_moments_equal_in_memory_moments(tmp_path, four_state_model, dask_clients, chunk_size):
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [40, 2, 1, 25, 3], chunk_size)
@@ -39,6 +40,7 @@ def test_store_moments_equal_in_memory_moments(tmp_path, four_state_model, dask_
         assert got.allclose(expected, rtol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chunk_size", [1, 5])
 @pytest.mark.parametrize("samples", [["B"], ["B", "A"]])
 def test_sample_subsets_skip_bins_without_their_coverage(tmp_path, four_state_model, dask_clients, chunk_size,
@@ -50,6 +52,7 @@ def test_sample_subsets_skip_bins_without_their_coverage(tmp_path, four_state_mo
     assert got.allclose(compute_moments(meth, cov, lengths), rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_result_does_not_depend_on_chunk_size_or_workers(tmp_path, four_state_model, dask_clients):
     totals = []
     for chunk_size in (97, 1000):
@@ -63,6 +66,7 @@ def test_result_does_not_depend_on_chunk_size_or_workers(tmp_path, four_state_mo
     np.testing.assert_array_equal(again.p123, totals[-1].p123)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=4), chunk_size=st.integers(2, 25),
        split_every=st.integers(2, 5), seed=st.integers(0, 1000))
@@ -107,6 +111,7 @@ def test_unknown_sample_is_named(tmp_path, four_state_model):
         moments_graph(store, ["A", "C"])
 
 
+@pytest.mark.slow
 def test_moments_without_block_statistics_are_the_same(tmp_path, four_state_model, dask_clients):
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [300, 200], chunk_size=90)
     client = dask_clients[1]

@@ -23,6 +23,8 @@ from ..conftest import STICKY
 from ..app.test_cli import run
 from .test_pipeline import synthetic_store
 
+pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
+
 SHARED_LEVELS = [0.05, 0.35, 0.65, 0.95]
 
 

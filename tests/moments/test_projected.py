@@ -89,6 +89,7 @@ def test_projection_is_seeded_nonnegative_and_sums_to_one_per_sample_bin():
     assert not np.allclose(r, projection_matrix(4, 30, 16, seed=4))
 
 
+@pytest.mark.slow
 @given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=3), chunk_size=st.integers(2, 30),
        split_every=st.integers(2, 5), seed=st.integers(0, 10_000))
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -109,6 +110,7 @@ def test_store_moments_of_the_projected_feature_do_not_depend_on_chunks_or_reduc
     assert got.projected and got.allclose(expected, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_the_refined_fit_recovers_levels_of_many_samples(tmp_path):
     n_samples = 8
     mdl, sim = simulated(n_samples, [150_000], seed=2, coverage=12)
@@ -136,6 +138,7 @@ def five_sample_store(tmp_path_factory):
                        chunk_size=5_000)
 
 
+@pytest.mark.slow
 def test_projected_moment_store_resumes_and_fits(tmp_path, five_sample_store, dask_clients):
     out = tmp_path / "m.zarr"
     client = dask_clients[1]
