@@ -263,6 +263,7 @@ REAL_CASES = {
 }
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("relative", list(REAL_CASES))
 def test_real_file_read_equals_an_independent_reader(relative):
@@ -307,6 +308,7 @@ def test_real_dmchmm_rows_that_span_many_bases_are_refused_whatever_the_format()
         assert err.value.text == "\t".join(rows[line - 1]) and "(format " + fmt + ", given)" in str(err.value)
 
 
+@pytest.mark.slow
 @needs_real
 def test_real_methylkit_file_unsorted_within_its_chromosome_reads_as_its_sorted_copy(tmp_path):
     """methylKit writes its files in no position order: they are read as they are, and

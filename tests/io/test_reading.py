@@ -559,7 +559,7 @@ def test_format_errors_survive_pickling():
 # --- rows in any order within a chromosome ---
 
 
-@pytest.mark.parametrize("seed,chunk_size", [(0, 3), (1, 50), (2, 10_000)])
+@pytest.mark.parametrize("seed,chunk_size", [(0, 40), (1, 10_000)])
 def test_shuffled_rows_ingest_as_the_sorted_file(tmp_path_factory, seed, chunk_size):
     """Rows shuffled within each chromosome (chromosomes contiguous) read as the same rows and
     make a store with the same counts as the sorted file, whatever the blocks and chunks."""

@@ -81,6 +81,7 @@ def test_the_bin_axis_is_fixed_and_position_is_the_index(tmp_path, samples):
     np.testing.assert_array_equal(ds.sel(sample="A").coverage.values[n_before:], 0)
 
 
+@pytest.mark.slow
 def test_samples_ingested_in_any_order_give_the_same_store(tmp_path, samples):
     stores = []
     for k, order in enumerate(([0, 1, 2], [2, 0, 1])):

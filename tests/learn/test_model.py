@@ -42,6 +42,7 @@ def test_paper_formula_is_biased_by_state_dependent_coverage():
     assert errors(truth, paper.fit_moments(pop_dep)).methylation_error > 0.05
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "coverage,limit",
     [(20.0, 0.02), (STATE_DEPENDENT_COVERAGE, 0.03)],

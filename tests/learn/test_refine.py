@@ -103,6 +103,7 @@ def test_expected_features_equal_the_naive_expectation():
     np.testing.assert_allclose(slope[1:-1], numeric, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_simulated_histograms_approach_the_population_histograms(four_state_model):
     sim = simulate(four_state_model, [300_000], coverage=[[60, 12], [12, 60], [30, 30], [20, 40]],
                    random_state=5)

@@ -69,6 +69,7 @@ def test_no_triple_crosses_a_sequence_boundary():
     assert not split.allclose(compute_moments(mu, cov, n_bins=4) + Moments.zeros(1, 4))
 
 
+@pytest.mark.slow
 def test_empirical_moments_approach_population_moments(four_state_model):
     """Independent check of population_moments: a long simulation's means agree with it
     to a few sampling standard errors, and much better than a wrong model does."""

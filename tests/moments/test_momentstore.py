@@ -184,6 +184,18 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
     assert "only 14 blocks of 50,000 bp" in r.output  # few blocks: a warning
 
 
+def test_a_sweep_on_too_few_blocks_says_why_it_recommends_nothing(tmp_path, four_state_model, dask_clients):
+    chroms = simulated_chroms(four_state_model, [4000, 3000], seed=4)
+    store = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=100_000)
+    out = tmp_path / "moments.zarr"
+    update_moment_store(open_store(store), out, dask_clients[0], block_size=100_000)
+    r = run("fit", out, "--states", "2-3", "-o", tmp_path / "model.json")
+    assert r.exit_code == 0, r.output
+    assert "no recommendation: no held-out criterion: too few blocks: 7 of 100,000 bp, and 5 held-out folds need " \
+           "at least 10 (a smaller --block-size gives more)" in r.output
+
+
 def test_bootstrap_intervals_have_width_on_a_store_of_one_chunk_per_chromosome(tmp_path, four_state_model,
                                                                                dask_clients):
     chroms = simulated_chroms(four_state_model, [4000, 3000], seed=4)
