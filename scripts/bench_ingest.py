@@ -1,6 +1,6 @@
 """Ingest against decompression: how close `streambhmm ingest` comes to `zcat`.
 
-    python scripts/bench_ingest.py [--rows 2e7] [--workdir DIR] [--repeat 2] [--libraries]
+    python scripts/bench_ingest.py [--rows 2e7] [--workdir DIR] [--repeat 2] [--libraries] [--unsorted]
 
 Writes a Bismark CX report (gzip level 6, as `gzip` writes it) of ``--rows`` cytosines
 (all contexts, both strands, about 4% CG, some rows without coverage), then times in the
@@ -13,6 +13,9 @@ It prints rows/s, the ratio of each to zcat's time, and the load average before 
 (the machine may be shared). ``--libraries`` also times the candidates behind the choice of
 libraries on the same file: decompression alone (gzip, python-isal, rapidgzip with 1 and 2
 threads) and the parse of the same text blocks (pyarrow, polars), where installed.
+``--unsorted`` also writes a copy with the rows shuffled within each chromosome (as methylKit
+writes its files) and times the whole ingest of both, alternated, with contexts CG and all,
+with the peak memory of each (GNU time).
 """
 
 from __future__ import annotations
@@ -110,6 +113,36 @@ def compare_libraries(path: Path) -> None:
         print(f"{'parse 6 of 7 columns: ' + name:<44} {seconds:>8.2f}")
 
 
+def compare_unsorted(path: Path, exe: Path, repeat: int) -> None:
+    """The whole ingest of the file and of a copy shuffled within each chromosome."""
+    shuffled = path.with_name(path.name.replace(".CX_report", ".shuffled.CX_report"))
+    if not shuffled.exists():
+        rng = np.random.default_rng(1)
+        with gzip.open(path, "rt") as fh:
+            lines = fh.readlines()
+        chroms = np.array([line.split("\t", 1)[0] for line in lines])
+        starts = np.flatnonzero(np.r_[True, chroms[1:] != chroms[:-1]])
+        order = np.concatenate([start + rng.permutation(end - start)
+                                for start, end in zip(starts, np.r_[starts[1:], len(lines)])])
+        with gzip.open(shuffled, "wt", compresslevel=6) as out:
+            out.writelines(lines[i] for i in order)
+    print(f"\n{'run':>3}  {'file':<9} {'context':<8} {'seconds':>8} {'peak MB':>8} {'/ sorted':>9}")
+    for run in range(1, repeat + 1):
+        for context in ("CG", "all"):
+            seconds = {}
+            for name, source in (("sorted", path), ("shuffled", shuffled)):
+                store = path.with_name(f"{name}.zarr")
+                shutil.rmtree(store, ignore_errors=True)
+                result = subprocess.run(["/usr/bin/time", "-f", "%e %M", str(exe), "ingest", str(source), "--sample",
+                                         "A", "--store", str(store), "--context", context, "--quiet"],
+                                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                wall, peak = result.stderr.strip().splitlines()[-1].split()
+                seconds[name] = float(wall)
+                shutil.rmtree(store, ignore_errors=True)
+                print(f"{run:>3}  {name:<9} {context:<8} {float(wall):>8.2f} {int(peak) / 1024:>8.0f} "
+                      f"{float(wall) / seconds['sorted']:>9.2f}")
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -122,6 +155,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="keep the generated file here (reused if present)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--libraries", action="store_true", help="also compare decompressors and parsers")
+    parser.add_argument("--unsorted", action="store_true", help="also ingest a copy shuffled within chromosomes")
     args = parser.parse_args()
     n_rows = int(args.rows)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-bench-ingest-"))
@@ -150,6 +184,8 @@ def main() -> None:
             print(f"{run:>3}  {step:<44} {seconds:>8.2f} {n_rows / seconds / 1e6:>9.2f} {seconds / zcat:>7.2f}")
     if args.libraries:
         compare_libraries(path)
+    if args.unsorted:
+        compare_unsorted(path, exe, args.repeat)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     shutil.rmtree(store, ignore_errors=True)
 

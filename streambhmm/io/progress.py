@@ -73,7 +73,7 @@ class Stage:
     @property
     def counted(self) -> str:
         """The stage as an outer one shows it: name, done/total and its note."""
-        text = f"{self.name} {self.done + 1}/{self.total}" if self.total else self.name
+        text = f"{self.name} {min(self.done + 1, self.total)}/{self.total}" if self.total else self.name
         return f"{text} ({self.note})" if self.note else text
 
     def description(self) -> str:

@@ -5,8 +5,8 @@ complete lines in a background thread (io/blocks.py). Each block is parsed by py
 multi-threaded CSV reader into typed columns (integers as int64, never through floats;
 io/parser.py) and validated with vectorized checks. Only when a block fails is it examined
 line by line, to name the exact line: the first line pyarrow cannot parse (found by
-bisection), or the row a check rejects. Memory is bounded by a block (``BLOCK_BYTES`` of
-text), never a chromosome.
+bisection), or the row a check rejects. Reading a sorted file, memory is bounded by a
+block (``BLOCK_BYTES`` of text), never a chromosome.
 
 Fields are separated by runs of tabs and/or spaces; leading and trailing blanks and
 CRLF line ends are ignored, and blank lines are skipped.
