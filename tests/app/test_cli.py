@@ -245,6 +245,12 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
         assert f"{level:.3f}" in page
     assert (out / "segments.bed").read_text().startswith('track name="')
     assert not list(tmp_path.glob(".report.tmp-*"))
+    loglik = re.search(r"<td>log-likelihood</td><td>([^<]*)</td>", page).group(1)
+    if method == "refined":  # no likelihood: what was fitted instead, and why
+        assert loglik.startswith("none: --method refined fits the moments of one pass and never computes the "
+                                 "likelihood of the counts (moment-fit criterion "), loglik
+    else:
+        assert loglik.endswith(" (EM, on the counts)"), loglik
     # a bad region fails cleanly and keeps the previous report
     r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr9:0-10",
             "--scheduler", scheduler, "-q")
