@@ -3,9 +3,10 @@
 A step is a ``stage``: a name, what is done out of a total (bytes, chunks, starts, folds,
 replicates, iterations) and, optionally, a note (EM's log-likelihood). On a terminal it is one
 line on standard error, updated in place by tqdm (stage, done/total, elapsed, time left) and
-cleared when the step ends. Without a terminal (a pipe, a log file, CI) a line is written
-every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead, and a last one when a step that
-wrote one ends. ``quiet`` writes nothing.
+cleared when the step ends, redrawn at most every REDRAW seconds. Without a terminal (a pipe,
+a log file, CI) a line is written every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead,
+and a last one when a step that wrote one ends (0: a line, or a redraw, at every update).
+``quiet`` writes nothing.
 
 Stages nest (a sweep's number of states, then that fit's starts): the innermost is shown,
 after its outer stages' names and counts. Code below the command line takes a plain
@@ -25,6 +26,7 @@ from typing import Iterator
 
 EVERY_ENV = "STREAMBHMM_PROGRESS_EVERY"
 EVERY = 5.0  # seconds between lines without a terminal
+REDRAW = 0.2  # seconds between redraws of the line on a terminal (or $STREAMBHMM_PROGRESS_EVERY if shorter)
 SEPARATOR = " > "
 
 _active: list["Stage"] = []  # the stages open now, outermost first
@@ -107,7 +109,7 @@ class Stage:
             self.bar = _tqdm()(total=self.total, initial=self.done, desc=self.description(), unit=self.unit or "it",
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
                                file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
-                               mininterval=0.2, smoothing=0.1)
+                               mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1)
             self.bar.start_t = self.started
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change

@@ -272,8 +272,8 @@ def test_em_sweep_prints_bic_and_recommends(tmp_path, dask_clients, two_sample_s
 
 def test_starting_the_command_imports_no_heavy_library():
     """--version and --help must be quick: scipy, numba, zarr, xarray, dask, distributed,
-    pyarrow and isal are imported only by the commands that use them."""
-    heavy = ("scipy", "numba", "zarr", "xarray", "dask", "distributed", "matplotlib", "pyarrow", "isal")
+    pyarrow, isal and tqdm are imported only by the commands that use them."""
+    heavy = ("scipy", "numba", "zarr", "xarray", "dask", "distributed", "matplotlib", "pyarrow", "isal", "tqdm")
     code = ("import sys; from streambhmm.app.cli import main; import streambhmm; "
             f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
