@@ -74,11 +74,11 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
         for path, report in run_decode(job.on(opened.store), outputs, opened.client, max_gap, posteriors,
                                        progress=progress):
             echo(f"{path}: {report.n_segments:,} segments over {report.n_bins:,} covered bins "
-                       f"({time.perf_counter() - start:.1f} s)")
+                 f"({time.perf_counter() - start:.1f} s)")
             for h, n in enumerate(report.state_bins):
                 levels = ", ".join(f"{v:.3f}" for v in job.hmm.methylation_[h])
                 echo(f"  state {h} {job.labels[h]} ({levels}): {n:,} bins "
-                           f"({n / max(report.n_bins, 1):.1%})")
+                     f"({n / max(report.n_bins, 1):.1%})")
     click.echo(f"states (labels, colours, levels) in {outputs.table}")
     if posteriors:
         click.echo(f"posteriors written to {store} (variable {'state_posterior'!r} of each chromosome group)")
