@@ -387,6 +387,7 @@ def test_chromosome_names_that_cannot_name_a_store_group(tmp_path, name):
     assert rows_of(path, exclude_chromosomes=(name,)) == [("chr1", 9, 1, 2)]  # unless it is excluded
 
 
+@pytest.mark.slow
 def test_unusual_but_valid_chromosome_names_round_trip(tmp_path):
     import xarray as xr
 

@@ -94,6 +94,7 @@ def test_samples_ingested_in_any_order_give_the_same_store(tmp_path, samples):
     np.testing.assert_array_equal(*(load_counts(open_store(p), ["A", "C"])[1] for p in stores))
 
 
+@pytest.mark.slow
 def test_adding_or_replacing_a_sample_writes_only_its_column(tmp_path, samples):
     store = tmp_path / "s.zarr"
     ingest(samples[:1], "A", store, chunk_size=300)
@@ -223,6 +224,7 @@ def test_a_version_1_store_is_refused_by_name_and_upgraded_in_place(tmp_path):
     assert not list(tmp_path.glob("old.zarr.*"))
 
 
+@pytest.mark.slow
 def test_write_store_round_trips_through_load_counts(tmp_path):
     rng = np.random.default_rng(0)
     cov = rng.integers(0, 4, (500, 3))
