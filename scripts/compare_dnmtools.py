@@ -1,7 +1,10 @@
 """`streambhmm hmr` and `pmd` beside DNMTools v1.5.1 (`hmr`, `pmd`) on the same CpGs, in one run
 (issue 24's acceptance).
 
-    python scripts/compare_dnmtools.py [--dnmtools PATH] [--repeats 3] [--workdir DIR] [--sets a,b]
+    python scripts/compare_dnmtools.py [--dnmtools PATH] [--repeats 3] [--workdir DIR] [--sets a,b] [--timing-only]
+
+(--timing-only: the seconds and memory of both jobs beside DNMTools', with the Jaccard of the calls;
+no EM-polished calls, no quarter of the reads, no bedtools check.)
 
 Data (../shared/data/real, replicates summed as DNMTools' input converter sums them):
 
@@ -51,7 +54,9 @@ from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# the shared data beside the checkout (a worktree sits one level deeper than the main checkout)
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+              Path(__file__).resolve().parents[2] / "shared")
 REAL = SHARED / "data" / "real"
 PEERS = SHARED / "tools" / "peers"
 SETS = {
@@ -242,6 +247,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only the jobs' seconds and memory (and Jaccard): no EM polish, quarter reads or bedtools")
     args = parser.parse_args()
     if not Path(args.dnmtools).exists():
         sys.exit(f"no dnmtools at {args.dnmtools}: build it with {PEERS / 'build_dnmtools.sh'} (see its README)")
@@ -255,15 +262,21 @@ def main():
         for kind in ("hmr", "pmd"):
             ours, our_bed, message = run_ours(kind, files, fmt, here, args.repeats)
             theirs, their_bed, meth = run_theirs(kind, files, here, args.repeats, args.dnmtools)
-            polished, polished_bed, _ = run_ours(kind, files, fmt, here, 1, ("--polish-em", "1000"))
+            polished, polished_bed = ({"rc": 1}, None) if args.timing_only else \
+                run_ours(kind, files, fmt, here, 1, ("--polish-em", "1000"))[:2]
             results[key, kind] = dict(ours=ours, theirs=theirs, our_bed=our_bed if ours["rc"] == 0 else None,
                                       their_bed=their_bed, polished_bed=polished_bed if polished["rc"] == 0 else None,
                                       message=message, meth=meth)
             if ours["rc"] == 0:
                 beds.append(our_bed)
-            print(f"{title} {kind}: ours {ours['seconds']:.2f} s {message[:300]}; DNMTools {theirs['seconds']:.2f} s",
+            steps = (lambda run: ", ".join(f"{step} {sec:.2f}" for step, sec in run["steps"].items()))
+            print(f"{title} {kind}: ours {ours['seconds']:.2f} s ({steps(ours)}) {message[:300]}; DNMTools "
+                  f"{theirs['seconds']:.2f} s ({steps(theirs)}); ratio {ours['seconds'] / theirs['seconds']:.2f}",
                   flush=True)
     report(results, work)
+    if args.timing_only:
+        print(f"\nfiles in {work}")
+        return
     if "msr22" in args.sets.split(","):
         robustness(work, args.dnmtools)
     print("\n" + "\n".join(bedtools_check(beds)))
