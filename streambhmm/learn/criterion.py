@@ -11,7 +11,7 @@ from scipy.special import expit
 
 from ..moments.sums import Moments
 from .emissions import START_DISPERSION
-from .expected import GRID_POINTS, SampleCoverage
+from .expected import GRID_POINTS, SampleCoverage, planned_einsum
 from .histograms import _Histogram
 from .overdispersion import ONE_PASS_MAX_DISPERSION, scale_bounds
 
@@ -322,7 +322,7 @@ class Objective:
         """KL of the third-order tensor; adds to the gradients in place."""
         emp, scale, const = self.triples
         core = np.einsum("i,ij,jk->ijk", pi, a, a)
-        model = np.maximum(np.einsum("ijk,ai,bj,ck->abc", core, obs, obs, obs, optimize=True), 1e-300)
+        model = np.maximum(planned_einsum("ijk,ai,bj,ck->abc", core, obs, obs, obs), 1e-300)
         loss = self.triples_weight * (const - scale * float(np.sum(emp * np.log(model))))
         q = -self.triples_weight * scale * emp / model
         q3 = np.tensordot(q, obs, axes=([2], [0]))  # (a, b, k)
@@ -330,7 +330,7 @@ class Objective:
         g_core = np.tensordot(obs, q23, axes=([0], [0])).transpose(0, 2, 1)  # (i, j, k)
         g_obs += (np.einsum("akj,ijk->ai", q23, core)
                   + np.einsum("abk,ai,ijk->bj", q3, obs, core)
-                  + np.einsum("abc,ai,bj,ijk->ck", q, obs, obs, core, optimize=True))
+                  + planned_einsum("abc,ai,bj,ijk->ck", q, obs, obs, core))
         g_pi += np.einsum("ijk,ij,jk->i", g_core, a, a)
         g_a += np.einsum("ijk,i,jk->ij", g_core, pi, a) + np.einsum("ijk,i,ij->jk", g_core, pi, a)
         return loss

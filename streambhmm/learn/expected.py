@@ -3,6 +3,8 @@ state, per coverage bucket, tabulated on a grid of levels and interpolated (cubi
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import gammaln
 
@@ -16,6 +18,17 @@ BUCKET_RATIO = 1.02
 # above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
 # coverages are tabulated at this value (bounded memory for amplicon-deep data)
 LARGEST_TABULATED_COVERAGE = 10_000
+
+
+@functools.lru_cache(maxsize=64)
+def _einsum_path(subscripts: str, shapes: tuple) -> list:
+    return np.einsum_path(subscripts, *(np.empty(shape) for shape in shapes), optimize="greedy")[0]
+
+
+def planned_einsum(subscripts: str, *operands: np.ndarray) -> np.ndarray:
+    """np.einsum(subscripts, *operands, optimize=True), its contraction order planned once per
+    shapes (planning cost a criterion evaluation as much as the contraction): the same result."""
+    return np.einsum(subscripts, *operands, optimize=_einsum_path(subscripts, tuple(x.shape for x in operands)))
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
@@ -134,11 +147,14 @@ class SampleCoverage:
         """E[phi | bucket] when the level is Beta-distributed around each of ``levels`` with
         ``dispersion``, and its derivatives in the level (at fixed a + b) and in
         v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
-        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once
-            self._at_nodes = np.ascontiguousarray(self.features(QUADRATURE.levels)[0])
+        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once: (nodes, buckets * D)
+            at_nodes = self.features(QUADRATURE.levels)[0]
+            self._at_nodes = np.ascontiguousarray(at_nodes.transpose(1, 0, 2).reshape(at_nodes.shape[1], -1))
         a, b = beta_parameters(levels, dispersion)
-        w, w_a, w_b = QUADRATURE.weights(a, b)
-        value, d_a, d_b = (np.einsum("hk,bkd->bhd", x, self._at_nodes, optimize=True) for x in (w, w_a, w_b))
+        m, buckets = levels.size, self.values.shape[0]
+        # the weights and their two derivatives against the nodes' features in one product
+        value, d_a, d_b = (np.vstack(QUADRATURE.weights(a, b)) @ self._at_nodes).reshape(3, m, buckets, -1) \
+            .transpose(0, 2, 1, 3)
         scale = (a + b)[None, :, None]
         return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
 
