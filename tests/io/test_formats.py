@@ -7,7 +7,9 @@ import pytest
 from streambhmm.io.formats import FormatError, detect_common_format, detect_format, read_rows
 
 DATA = Path(__file__).parents[1] / "data"
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
+# beside the checkout (a worktree sits one level deeper than the main checkout)
+REAL = next((p / "shared" / "data" / "real" for p in Path(__file__).resolve().parents
+             if (p / "shared" / "data" / "real").is_dir()), Path("/nonexistent"))
 
 
 def lines_of(path):
