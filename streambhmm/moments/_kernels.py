@@ -248,6 +248,20 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 break
 
 
+@njit(cache=True)
+def add_coverage_features(codes, starts, bucket_of_code, table, out):
+    """out[s, bucket of bin t+1's pair in s] += table[bin t+2's code in s] for every triple
+    start t (codes (n, S), out (S, buckets, D)): per triple, not per code, so a few triples
+    cost little however many codes the table holds."""
+    n_samples, dim = codes.shape[1], table.shape[1]
+    for t in starts:
+        for s in range(n_samples):
+            bucket = bucket_of_code[codes[t + 1, s]]
+            k3 = codes[t + 2, s]
+            for d in range(dim):
+                out[s, bucket, d] += table[k3, d]
+
+
 @njit(cache=True, nogil=True)
 def gather_add(out, table, codes, rows):
     """out[rows[i]] += table[codes[i]] (the projected feature: one sample's rows added)."""

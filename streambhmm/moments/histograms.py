@@ -58,45 +58,10 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
     for row in range(out.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
         tuples, counts = _distinct_rows(codes[:, columns])
-        _add_thinned_tuples(tuples, counts, thin, strides, out[row])
-        mixed = np.any(thin.row[tuples] < 0, axis=1)
-        _kernels.accumulate_histogram(tuples[mixed], counts[mixed], thin.base, thin.row, thin.rows,
-                                      thin.lo, thin.hi, strides, out[row])
-    return out
-
-
-def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: np.ndarray, hist: np.ndarray,
-                        block: int = 1 << 12) -> None:
-    """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
-    each slot, so their histogram is one product A^T B: A's rows are the outer products of
-    the first slots' thinned weights, B's of the other slots' (a GEMM, not a scatter per
-    cell). A tuple with a slot that is not thinned has a zero row and is left out."""
-    n_slots = tuples.shape[1]
-    if thin.rows.shape[0] == 0:
-        return
-    weights = thin.by_code
-    half = n_slots // 2
-    total = 0.0
-    for lo in range(0, tuples.shape[0], block):
-        part = tuples[lo:lo + block]
-        a = _outer_rows([weights[part[:, g]] for g in range(half)], part.shape[0])
-        b = _outer_rows([weights[part[:, g]] for g in range(half, n_slots)], part.shape[0])
-        total = total + (a * counts[lo:lo + block, None]).T @ b
-    cells = thin.spread_base + np.arange(thin.cap + 1)  # each slot's cells (cap, j)
-    index = np.zeros((thin.cap + 1,) * n_slots, dtype=np.int64)
-    for g in range(n_slots):
-        shape = [1] * n_slots
-        shape[g] = thin.cap + 1
-        index = index + (cells * strides[g]).reshape(shape)
-    np.add.at(hist, index.ravel(), np.ravel(total))
-
-
-def _outer_rows(vectors: list[np.ndarray], n: int) -> np.ndarray:
-    """Row-wise outer product (Khatri-Rao) of (n, w_i) arrays, flattened row-major; a column
-    of ones for none."""
-    out = np.ones((n, 1))
-    for v in vectors:
-        out = (out[:, :, None] * v[:, None, :]).reshape(n, -1)
+        # every tuple in the compiled kernel: measured 1.1-2.6x faster than a GEMM of the tuples
+        # whose slots are all thinned beside the kernel for the others (S = 1, 2, 4; real codes)
+        _kernels.accumulate_histogram(tuples, counts, thin.base, thin.row, thin.rows, thin.lo, thin.hi, strides,
+                                      out[row])
     return out
 
 
