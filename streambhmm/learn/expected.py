@@ -3,8 +3,6 @@ state, per coverage bucket, tabulated on a grid of levels and interpolated (cubi
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from scipy.special import gammaln
 
@@ -18,17 +16,6 @@ BUCKET_RATIO = 1.02
 # above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
 # coverages are tabulated at this value (bounded memory for amplicon-deep data)
 LARGEST_TABULATED_COVERAGE = 10_000
-
-
-@functools.lru_cache(maxsize=64)
-def _einsum_path(subscripts: str, shapes: tuple) -> list:
-    return np.einsum_path(subscripts, *(np.empty(shape) for shape in shapes), optimize="greedy")[0]
-
-
-def planned_einsum(subscripts: str, *operands: np.ndarray) -> np.ndarray:
-    """np.einsum(subscripts, *operands, optimize=True), its contraction order planned once per
-    shapes (planning cost a criterion evaluation as much as the contraction): the same result."""
-    return np.einsum(subscripts, *operands, optimize=_einsum_path(subscripts, tuple(x.shape for x in operands)))
 
 
 def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
