@@ -117,7 +117,8 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, progress
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a degenerate fit is refused below, with what the data lack
         est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
-                       emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS)
+                       emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS,
+                       n_finished=model.n_finished, tol=model.tol)
     hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
                       limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
                                                         est.dispersion_)
