@@ -36,7 +36,8 @@ from streambhmm.moments.sums import Moments  # noqa: E402
 LEVELS = np.array([[0.05, 0.10, 0.20, 0.70], [0.35, 0.80, 0.50, 0.10], [0.65, 0.20, 0.90, 0.40],
                    [0.95, 0.90, 0.10, 0.60]])
 STICKY = np.full((4, 4), 0.1 / 3) + np.eye(4) * (0.9 - 0.1 / 3)
-REAL = (Path(__file__).resolve().parents[2] / "shared" / "data" / "real" / "MethylSeekR_IMR90_chr22"
+REAL = (next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+             Path(__file__).resolve().parents[2] / "shared") / "data" / "real" / "MethylSeekR_IMR90_chr22"
         / "Lister2009_imr90_hg18_chr22.tab.gz")
 D = 30
 SUMS = ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage")

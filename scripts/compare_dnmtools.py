@@ -1,7 +1,10 @@
 """`streambhmm hmr` and `pmd` beside DNMTools v1.5.1 (`hmr`, `pmd`) on the same CpGs, in one run
 (issue 24's acceptance).
 
-    python scripts/compare_dnmtools.py [--dnmtools PATH] [--repeats 3] [--workdir DIR] [--sets a,b]
+    python scripts/compare_dnmtools.py [--dnmtools PATH] [--repeats 3] [--workdir DIR] [--sets a,b] [--timing-only]
+
+(--timing-only: the seconds and memory of both jobs beside DNMTools', with the Jaccard of the calls;
+no EM-polished calls, no quarter of the reads, no bedtools check.)
 
 Data (../shared/data/real, replicates summed as DNMTools' input converter sums them):
 
@@ -14,7 +17,9 @@ Each job runs as a user runs it, from the text files, every step a new process t
 ../shared/tools/peers/memtime.py (wall seconds, peak memory of the whole process tree):
 streambhmm `ingest` then `hmr` (or `pmd`) against DNMTools' input conversion
 (../shared/tools/peers/convert.py) then `dnmtools hmr` (or `pmd`), default settings for
-both. The fastest of --repeats runs is reported (memory: the largest).
+both, ours and DNMTools' in turn. The fastest of --repeats runs is reported (memory: the
+largest), and the least CPU seconds (user + system, all processes) of a run: on a shared
+machine the CPU seconds move less with the load than the wall seconds.
 
 Reported per set and job: base-pair Jaccard against DNMTools' calls, counts, median
 lengths, megabases, the mean level inside the calls (methylated over covered reads of the
@@ -51,7 +56,9 @@ from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# the shared data beside the checkout (a worktree sits one level deeper than the main checkout)
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+              Path(__file__).resolve().parents[2] / "shared")
 REAL = SHARED / "data" / "real"
 PEERS = SHARED / "tools" / "peers"
 SETS = {
@@ -75,37 +82,59 @@ def timed(label: str, cmd: list, log: Path) -> dict:
 
 
 def best_of(runs: list[list[dict]]) -> dict:
-    """Per job (a list of steps per run): the fastest run's wall seconds (steps summed), the largest peak memory."""
+    """Per job (a list of steps per run): the fastest run's wall seconds (steps summed), the least CPU
+    seconds, the largest peak memory."""
     walls = [sum(step["wall_s"] for step in run) for run in runs]
-    return {"seconds": min(walls), "memory_mib": max(step["peak_tree_rss_mib"] for run in runs for step in run),
+    cpus = [sum(step["user_s"] + step["sys_s"] for step in run) for run in runs]
+    return {"seconds": min(walls), "cpu": min(cpus),
+            "memory_mib": max(step["peak_tree_rss_mib"] for run in runs for step in run),
             "steps": {step["label"]: step["wall_s"] for step in runs[int(np.argmin(walls))]},
             "rc": runs[-1][-1]["rc"]}
 
 
-def run_ours(kind: str, files, fmt: str, work: Path, repeats: int, extra=()) -> tuple[dict, Path, str]:
+def our_run(kind: str, files, fmt: str, work: Path, extra=()) -> list[dict]:
+    """One run of our job (ingest, then the call), each step a new process."""
     log = work / "memtime.jsonl"
     store, bed = work / f"ours-{kind}.zarr", work / f"ours-{kind}{'-polished' if extra else ''}.bed"
-    runs = []
-    for _ in range(repeats):
-        shutil.rmtree(store, ignore_errors=True)
-        ingest = timed("ingest", ["streambhmm", "ingest", *files, "--sample", "S", "--store", store, "--format", fmt,
-                                  "-q"], log)
-        call = timed(kind, ["streambhmm", kind, store, "-o", bed, "-q", *extra], log)
-        runs.append([ingest, call])
+    shutil.rmtree(store, ignore_errors=True)
+    ingest = timed("ingest", ["streambhmm", "ingest", *files, "--sample", "S", "--store", store, "--format", fmt,
+                              "-q"], log)
+    return [ingest, timed(kind, ["streambhmm", kind, store, "-o", bed, "-q", *extra], log)]
+
+
+def our_outcome(kind: str, work: Path, runs: list, extra=()) -> tuple[dict, Path, str]:
+    """The best of our runs, the BED, and the refusal's message when the call refused."""
+    store, bed = work / f"ours-{kind}.zarr", work / f"ours-{kind}{'-polished' if extra else ''}.bed"
     message = subprocess.run(["streambhmm", kind, store, "-o", bed, "-q", *extra], capture_output=True,
                              text=True) if runs[-1][-1]["rc"] else None
     return best_of(runs), bed, (message.stderr.strip() if message else "")
 
 
-def run_theirs(kind: str, files, work: Path, repeats: int, dnmtools: str) -> tuple[dict, Path, Path]:
+def run_ours(kind: str, files, fmt: str, work: Path, repeats: int, extra=()) -> tuple[dict, Path, str]:
+    return our_outcome(kind, work, [our_run(kind, files, fmt, work, extra) for _ in range(repeats)], extra)
+
+
+def their_run(kind: str, files, work: Path, dnmtools: str) -> list[dict]:
+    """One run of DNMTools' job (the input conversion, then the call)."""
     log = work / "memtime.jsonl"
     meth, bed = work / "dnmtools.meth", work / f"dnmtools-{kind}.bed"
-    runs = []
+    convert = timed("convert", [sys.executable, PEERS / "convert.py", "dnmtools", *files, "--out", meth], log)
+    return [convert, timed(kind, [dnmtools, kind, "-o", bed, meth], log)]
+
+
+def run_theirs(kind: str, files, work: Path, repeats: int, dnmtools: str) -> tuple[dict, Path, Path]:
+    runs = [their_run(kind, files, work, dnmtools) for _ in range(repeats)]
+    return best_of(runs), work / f"dnmtools-{kind}.bed", work / "dnmtools.meth"
+
+
+def run_both(kind: str, files, fmt: str, work: Path, repeats: int, dnmtools: str):
+    """Our job and DNMTools' in turn, ``repeats`` times (turns share a shared machine's load)."""
+    ours, theirs = [], []
     for _ in range(repeats):
-        convert = timed("convert", [sys.executable, PEERS / "convert.py", "dnmtools", *files, "--out", meth], log)
-        call = timed(kind, [dnmtools, kind, "-o", bed, meth], log)
-        runs.append([convert, call])
-    return best_of(runs), bed, meth
+        ours.append(our_run(kind, files, fmt, work))
+        theirs.append(their_run(kind, files, work, dnmtools))
+    return (our_outcome(kind, work, ours),
+            (best_of(theirs), work / f"dnmtools-{kind}.bed", work / "dnmtools.meth"))
 
 
 # -- regions ----------------------------------------------------------------------------------------
@@ -242,6 +271,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only the jobs' seconds and memory (and Jaccard): no EM polish, quarter reads or bedtools")
     args = parser.parse_args()
     if not Path(args.dnmtools).exists():
         sys.exit(f"no dnmtools at {args.dnmtools}: build it with {PEERS / 'build_dnmtools.sh'} (see its README)")
@@ -253,17 +284,23 @@ def main():
         here = work / key
         here.mkdir(exist_ok=True)
         for kind in ("hmr", "pmd"):
-            ours, our_bed, message = run_ours(kind, files, fmt, here, args.repeats)
-            theirs, their_bed, meth = run_theirs(kind, files, here, args.repeats, args.dnmtools)
-            polished, polished_bed, _ = run_ours(kind, files, fmt, here, 1, ("--polish-em", "1000"))
+            (ours, our_bed, message), (theirs, their_bed, meth) = run_both(kind, files, fmt, here, args.repeats,
+                                                                          args.dnmtools)
+            polished, polished_bed = ({"rc": 1}, None) if args.timing_only else \
+                run_ours(kind, files, fmt, here, 1, ("--polish-em", "1000"))[:2]
             results[key, kind] = dict(ours=ours, theirs=theirs, our_bed=our_bed if ours["rc"] == 0 else None,
                                       their_bed=their_bed, polished_bed=polished_bed if polished["rc"] == 0 else None,
                                       message=message, meth=meth)
             if ours["rc"] == 0:
                 beds.append(our_bed)
-            print(f"{title} {kind}: ours {ours['seconds']:.2f} s {message[:300]}; DNMTools {theirs['seconds']:.2f} s",
-                  flush=True)
+            steps = (lambda run: ", ".join(f"{step} {sec:.2f}" for step, sec in run["steps"].items()))
+            print(f"{title} {kind}: ours {ours['seconds']:.2f} s ({steps(ours)}) {message[:300]}; DNMTools "
+                  f"{theirs['seconds']:.2f} s ({steps(theirs)}); ratio {ours['seconds'] / theirs['seconds']:.2f}; "
+                  f"CPU s {ours['cpu']:.2f} / {theirs['cpu']:.2f}", flush=True)
     report(results, work)
+    if args.timing_only:
+        print(f"\nfiles in {work}")
+        return
     if "msr22" in args.sets.split(","):
         robustness(work, args.dnmtools)
     print("\n" + "\n".join(bedtools_check(beds)))
@@ -277,8 +314,8 @@ def report(results: dict, work: Path) -> None:
         print(f"\n### {kind.upper()}\n")
         print("| data set | Jaccard | Jaccard where DNMTools is right | ours: n, median bp, Mb, level, calls > 0.4 | "
               "DNMTools: n, median bp, Mb, level, calls > 0.4 | one pass vs EM (Jaccard) | seconds: ours / DNMTools "
-              "| memory MiB: ours / DNMTools |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| CPU s: ours / DNMTools | memory MiB: ours / DNMTools |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for key, (title, _, _) in SETS.items():
             if (key, kind) not in results:
                 continue
@@ -301,6 +338,7 @@ def report(results: dict, work: Path) -> None:
             our_cell = cell(ours) if r["our_bed"] else f"refused: {r['message'][:160]}"
             print(f"| {title} | {plain:.3f} | {right} | {our_cell} | {cell(theirs)} | {agree} | "
                   f"{r['ours']['seconds']:.2f} / {r['theirs']['seconds']:.2f} | "
+                  f"{r['ours']['cpu']:.2f} / {r['theirs']['cpu']:.2f} | "
                   f"{r['ours']['memory_mib']:.0f} / {r['theirs']['memory_mib']:.0f} |")
 
 

@@ -35,7 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# the shared data beside the checkout (a worktree sits one level deeper than the main checkout)
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+              Path(__file__).resolve().parents[2] / "shared")
 SOURCE = SHARED / "data" / "real" / "MethylSeekR_IMR90_chr22" / "Lister2009_imr90_hg18_chr22.tab.gz"
 PEERS = SHARED / "tools" / "peers"
 HG38 = {"chr1": 248956422, "chr2": 242193529, "chr3": 198295559, "chr4": 190214555, "chr5": 181538259,
@@ -81,7 +83,8 @@ def timed(label: str, cmd: list, log: Path) -> dict:
     record = json.loads(log.read_text().splitlines()[-1])
     if record["rc"] != 0:
         sys.exit(f"{label} failed ({' '.join(map(str, cmd))}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-    print(f"  {label}: {record['wall_s']:.1f} s, {record['peak_tree_rss_mib']:.0f} MiB", flush=True)
+    print(f"  {label}: {record['wall_s']:.1f} s, {record['peak_tree_rss_mib']:.0f} MiB, "
+          f"{record['user_s'] + record['sys_s']:.1f} CPU s", flush=True)
     return record
 
 
@@ -159,8 +162,11 @@ def report(ours, theirs, bins, moments, sweep, work: Path) -> None:
             print(f"| ingest + {job} | {wall:.1f} | | | {memory:.0f} | | |")
     cores = os.cpu_count() or 1
     rate = 2 * bins / moments["wall_s"]
+    cpu = moments["user_s"] + moments["sys_s"]
     print(f"\nmoment pass over 2 samples: {moments['wall_s']:.1f} s, {rate / 1e6:.2f} M bins x samples per second "
-          f"({rate / cores / 1e6:.2f} per core on {cores} cores), {moments['peak_tree_rss_mib']:.0f} MiB")
+          f"({rate / cores / 1e6:.2f} per core on {cores} cores), {moments['peak_tree_rss_mib']:.0f} MiB; "
+          f"{cpu:.1f} CPU s, {2 * bins / cpu / 1e6:.2f} M bins x samples per CPU second (a core's rate when the "
+          f"machine is shared)")
     print(f"fit MOMENTS --states 2-8: {sweep['wall_s']:.1f} s")
     from compare_dnmtools import jaccard_genome, read_beds
 

@@ -124,7 +124,7 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, seconds)
         with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
             est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
                            emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS,
-                           progress=progress)
+                           n_finished=model.n_finished, tol=model.tol, progress=progress)
     hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
                       limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
                                                         est.dispersion_)

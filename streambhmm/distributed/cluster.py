@@ -3,8 +3,9 @@ store_session, which opens a counts store for a command (its lock, and where the
 
 The embedded cluster runs worker processes, one per core, unless the counts store is small
 (at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
-one in-process worker with a thread per core does the same tasks without starting
-processes (0.05 s instead of seconds). The tasks, and so the results, are the same.
+Dask's threaded scheduler runs the same tasks in this process, a thread per core
+(io.tasks.InProcessClient), with no scheduler, worker or server to start (nor distributed to
+import: 0.5-1 s of a command on a chromosome). The tasks, and so the results, are the same.
 
 The embedded cluster of worker processes listens on 127.0.0.1, and only with TLS: a
 self-signed certificate made for the run, kept in memory, is the credential every
@@ -27,7 +28,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..io.progress import stage
-from ..io.tasks import ClusterError, ClusterStalled, Waiter
+from ..io.tasks import ClusterError, ClusterStalled, InProcessClient, Waiter
 
 if TYPE_CHECKING:
     from ..io.store import CountsStore
@@ -102,8 +103,8 @@ def is_small(store) -> bool:
 def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_lost: str = "",
                 in_process: bool = False):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
-    to a LocalCluster of one single-threaded worker process per core, or with
-    ``in_process`` of one worker in this process with a thread per core.
+    to a LocalCluster of one single-threaded worker process per core; or with
+    ``in_process`` an io.tasks.InProcessClient running the tasks here, a thread per core.
 
     Losing the scheduler raises :class:`SchedulerLost`, a stalled computation
     :class:`ClusterStalled`, workers dying on a task over and over (KilledWorker: most
@@ -187,18 +188,11 @@ def _check_scheduler(address: str, timeout: float) -> None:
 
 @contextlib.contextmanager
 def _in_process_client(threads: int):
-    from distributed import Client, LocalCluster
     from threadpoolctl import threadpool_limits
 
     # The tasks' threads are the parallelism: one BLAS thread each, as worker processes have.
-    # No dashboard, and no network: the scheduler and the worker talk in process. They still
-    # serve HTTP (health, metrics, no code): on the loopback interface, at a free port (their
-    # defaults: every interface, port 8787).
-    with threadpool_limits(limits=1, user_api="blas"), \
-            LocalCluster(n_workers=1, threads_per_worker=threads, processes=False, dashboard_address=None,
-                         scheduler_kwargs={"dashboard_address": LOOPBACK_ANY_PORT},
-                         worker_dashboard_address=LOOPBACK_ANY_PORT, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
+    # No scheduler, no worker, no server: Dask's threaded scheduler runs the graphs here.
+    with threadpool_limits(limits=1, user_api="blas"), InProcessClient(threads) as client:
         yield client
 
 
@@ -225,7 +219,7 @@ class OpenedStore:
 
     def __init__(self, path, client, in_process: bool):
         self.path = path
-        self.client = client  # a distributed Client, or None: the command does no Dask work
+        self.client = client  # a distributed Client, an InProcessClient, or None: no Dask work
         self.in_process = in_process  # small, and no scheduler given: the work runs in this process
 
     @functools.cached_property

@@ -30,8 +30,8 @@ import numpy as np
 from .blocks import blocks, prefetched
 from .limits import COUNT_MAX, POSITION_MAX
 from .names import chromosome_name_problem
-from .parser import CONTEXT_INDEX, BadLine, Parser, chars, code_table, contexts, explain
-from .rows import BLOCK_BYTES, FormatError, Layout, Rows, Settings, decoded, pa, pc, quoted
+from .parser import CONTEXT_INDEX, BadLine, Parser, changes, chars, code_table, contexts, explain, numbers
+from .rows import BLOCK_BYTES, FormatError, Layout, Rows, Settings, decoded, quoted
 
 
 @dataclass(frozen=True)
@@ -290,9 +290,9 @@ class BlockReader:
             return []
         self.n_rows += n
         chrom = col[lay.chrom]
-        starts = np.flatnonzero(np.r_[True, pc.not_equal(chrom[1:], chrom[:-1]).to_numpy(zero_copy_only=False)])
-        runs = _Runs(starts, chrom.take(pa.array(starts)).to_pylist(), n, order.chrom)
-        pos = col[lay.pos].to_numpy()
+        starts = changes(chrom)
+        runs = _Runs(starts, [chrom[int(start)].as_py() for start in starts], n, order.chrom)
+        pos = numbers(col[lay.pos])
         checks = _Checks()  # the first check at the earliest row is reported
         kept_run, stored, finished = self._chromosome_runs(runs, checks)
         self._check_positions(col, pos, runs, checks)
@@ -385,7 +385,7 @@ class BlockReader:
         check(pos.max() > POSITION_MAX, lambda: pos > POSITION_MAX,
               lambda i: f"position {pos[i]} too large (a counts store takes positions up to {POSITION_MAX:,})")
         if lay.end is not None:
-            span = col[lay.end].to_numpy() - pos
+            span = numbers(col[lay.end]) - pos
             if lay.end_offsets is None:
                 check(span.min() < 1, lambda: span < 1, lambda i: f"end {pos[i] + span[i]} not after start {pos[i]}")
             else:
@@ -420,8 +420,9 @@ class BlockReader:
             is_cg = ctx == 0
             if settings.context != "all":
                 keep &= ctx == CONTEXT_INDEX[settings.context]
-        if lay.code is not None:
-            keep &= pc.is_in(col[lay.code], pa.array(["m", "C"])).to_numpy(zero_copy_only=False)
+        if lay.code is not None:  # a modification code of one character, m or C
+            lengths, (code,) = chars(col[lay.code], 1)
+            keep &= (lengths == 1) & ((code == ord("m")) | (code == ord("C")))
         return keep, is_cg
 
     def _merged(self, pos0, strand, is_cg, checks: "_Checks"):
@@ -474,14 +475,14 @@ class BlockReader:
 
     def _counts(self, col, check) -> tuple[np.ndarray, np.ndarray]:
         lay = self.layout
-        get = {name: col[i].to_numpy() for name, i in (("meth", lay.meth), ("total", lay.total),
+        get = {name: numbers(col[i]) for name, i in (("meth", lay.meth), ("total", lay.total),
                ("unmeth", lay.unmeth), ("other", lay.other_meth)) if i is not None}
         for values in get.values():
             check(values.min() < 0, lambda v=values: v < 0, lambda i, v=values: f"negative count {v[i]}")
             check(values.max() > COUNT_MAX, lambda v=values: v > COUNT_MAX,
                   lambda i, v=values: f"count {v[i]} too large (the store holds counts up to {COUNT_MAX:,})")
         if lay.fraction is not None:
-            frac = col[lay.fraction].to_numpy()
+            frac = numbers(col[lay.fraction])
             what = "percent" if lay.scale == 100 else "fraction"
             bad = ~np.isfinite(frac) | (frac < 0) | (frac > lay.scale)
             check(bad.any(), lambda: bad, lambda i: f"methylation {what} {frac[i]} outside 0 to {lay.scale:g}")

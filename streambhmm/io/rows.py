@@ -24,7 +24,6 @@ class _OnFirstUse:
 
 
 pa = _OnFirstUse("pyarrow")
-pc = _OnFirstUse("pyarrow.compute")
 pcsv = _OnFirstUse("pyarrow.csv")
 igzip = _OnFirstUse("isal.igzip")
 

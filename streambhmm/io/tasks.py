@@ -1,13 +1,15 @@
-"""Waiting on Dask futures with a bound (every layer computes on Dask, so this is at the bottom).
+"""Waiting on Dask futures with a bound (every layer computes on Dask, so this is at the bottom),
+and InProcessClient, which runs the same Dask graphs in this process.
 
 A computation may go $STREAMBHMM_WAIT_TIMEOUT seconds (WAIT_TIMEOUT by default) without the
 cluster making progress: none of its futures finishing, and the tasks the workers are running
 unchanged (a stopped or hung worker keeps its tasks). Then the wait stops with
 ClusterStalled, naming what it waited for and where. A long computation waits as long as it
-progresses."""
+progresses. In process there is no worker to lose: a wait lasts until the tasks are done."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -43,6 +45,9 @@ class Waiter:
 
     def as_completed(self):
         """The futures as they finish (their results: result())."""
+        if isinstance(self.client, InProcessClient):
+            yield from self._as_completed_here()
+            return
         from distributed import as_completed  # lazy: the command line's start imports this module (via
         # distributed/cluster.py) and must not import distributed (tests/app/test_cli.py)
 
@@ -54,6 +59,18 @@ class Waiter:
             else:
                 self._check()
                 time.sleep(POLL_SECONDS / 10)
+
+    def _as_completed_here(self):
+        finished = queue.SimpleQueue()
+        for future in self.futures:
+            future.add_done_callback(finished.put)
+        for _ in self.futures:
+            while True:
+                try:
+                    yield finished.get(timeout=POLL_SECONDS)
+                    break
+                except queue.Empty:
+                    self._check()
 
     def result(self, future):
         """The result of one of the futures (its task's error raised), fetched within ``bound``."""
@@ -77,6 +94,8 @@ class Waiter:
         now = time.monotonic()
         if self.tick is not None:
             self.tick(now - self._start)
+        if isinstance(self.client, InProcessClient):
+            return  # the tasks run in this process: none is lost to a stopped worker
         if now - self._looked >= LOOK_SECONDS:
             self._looked = now
             running = self._running_tasks()
@@ -97,3 +116,100 @@ class Waiter:
         except (TimeoutError, OSError):
             return None
         return {worker: sorted(map(str, keys)) for worker, keys in running.items()}
+
+
+class LocalFuture:
+    """The result of one task computed by InProcessClient (the part of distributed.Future the
+    commands use: key, result, add_done_callback, release, status)."""
+
+    def __init__(self, key):
+        self.key = key
+        self._finished = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks = []
+        self._value = self._error = None
+
+    @property
+    def status(self) -> str:
+        return "pending" if not self._finished.is_set() else "error" if self._error is not None else "finished"
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def _finish(self, value=None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if self._finished.is_set():
+                return
+            self._value, self._error = value, error
+            self._finished.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+    def add_done_callback(self, callback) -> None:
+        with self._lock:
+            if not self._finished.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def result(self, timeout: float | None = None):
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f"task {self.key} did not finish within {timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def release(self) -> None:
+        """Drop the result (the caller has it): memory holds the results not yet used."""
+        self._value = None
+
+
+def _deliver(value, future: LocalFuture) -> None:
+    future._finish(value)  # noqa: SLF001 - the future's own computation
+
+
+class InProcessClient:
+    """Runs Dask graphs in this process on Dask's threaded scheduler, ``threads`` at a time, in
+    place of a distributed Client (the part of its interface the commands use: ``compute``,
+    ``status``). The tasks, and so the results, are a cluster's; what is saved is starting
+    and stopping a scheduler and a worker, and importing distributed (0.5-1 s of a small
+    command). Each computation runs in a thread of its own; each result is handed to its
+    future as its task finishes, and released by the future (LocalFuture.release). Leaving
+    the context waits until the computations started are done."""
+
+    status = "running"
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._running: list[threading.Thread] = []
+
+    def compute(self, collections):
+        """A LocalFuture for a Delayed, or a list of them for a list."""
+        import dask
+        import dask.threaded
+
+        items = collections if isinstance(collections, (list, tuple)) else [collections]
+        futures = [LocalFuture(item.key) for item in items]
+        deliveries = [dask.delayed(_deliver, pure=False)(item, future) for item, future in zip(items, futures)]
+
+        def run():
+            try:
+                # the scheduler itself, not its name: a name makes Dask import distributed to look for a client
+                dask.compute(*deliveries, scheduler=dask.threaded.get, num_workers=self.threads)
+            except BaseException as exc:  # noqa: BLE001 - handed to the futures, raised where they are read
+                for future in futures:
+                    future._finish(error=exc)  # noqa: SLF001
+
+        thread = threading.Thread(target=run, name="streambhmm-compute", daemon=True)
+        thread.start()
+        self._running.append(thread)
+        return futures if isinstance(collections, (list, tuple)) else futures[0]
+
+    def __enter__(self) -> "InProcessClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for thread in self._running:
+            thread.join()
+        self.status = "closed"

@@ -38,18 +38,22 @@ def mixture_loglik(weight, index, offsets, log_table, pi, g_pi, resp):
     table, shift = _slot_tables(log_table)
     log_pi = np.log(pi)
     joint = np.empty(m)
+    entries = np.empty(n_slots, np.int64)
     total = 0.0
     for i in range(n):
         offset_sum = 0.0
         for g in range(n_slots):
-            offset_sum += shift[offsets[g] + index[i, g]]
+            entries[g] = offsets[g] + index[i, g]
+            offset_sum += shift[entries[g]]
+        # slots outer, states inner: each slot's table row is read once, contiguously
+        for h in range(m):
+            joint[h] = pi[h]
+        for g in range(n_slots):
+            for h in range(m):
+                joint[h] *= table[entries[g], h]
         mix = 0.0
         for h in range(m):
-            v = pi[h]
-            for g in range(n_slots):
-                v *= table[offsets[g] + index[i, g], h]
-            joint[h] = v
-            mix += v
+            mix += joint[h]
         if mix < TINY:  # underflow: the same in the log domain
             top = -np.inf
             for h in range(m):
@@ -66,10 +70,10 @@ def mixture_loglik(weight, index, offsets, log_table, pi, g_pi, resp):
         total += weight[i] * (np.log(mix) + offset_sum)
         scale = weight[i] / mix
         for h in range(m):
-            w = joint[h] * scale
-            g_pi[h] += w / pi[h]
-            for g in range(n_slots):
-                resp[offsets[g] + index[i, g], h] += w
+            g_pi[h] += joint[h] * scale / pi[h]
+        for g in range(n_slots):
+            for h in range(m):
+                resp[entries[g], h] += joint[h] * scale
     return total
 
 
@@ -98,6 +102,7 @@ def pair_mixture_loglik(weight, index, groups, offsets, log_table, pi, transmat,
     z = np.empty(m)
     first_resp = np.empty(m)
     r = np.empty((m, m))
+    second = np.empty(half, np.int64)
     total = 0.0
     for grp in range(groups.size - 1):
         i0 = groups[grp]
@@ -118,24 +123,26 @@ def pair_mixture_loglik(weight, index, groups, offsets, log_table, pi, transmat,
         z[:] = 0.0
         first_resp[:] = 0.0
         for i in range(i0, groups[grp + 1]):
+            # the second bin's entries; slots outer, states inner (contiguous table rows)
             sy = 0.0
-            for g in range(half, 2 * half):
-                sy += shift[offsets[g] + index[i, g]]
+            for g in range(half):
+                second[g] = offsets[half + g] + index[i, half + g]
+                sy += shift[second[g]]
+            by[:] = 1.0
+            for g in range(half):
+                for k in range(m):
+                    by[k] *= table[second[g], k]
             f = 0.0
             for k in range(m):
-                v = 1.0
-                for g in range(half, 2 * half):
-                    v *= table[offsets[g] + index[i, g], k]
-                by[k] = v
-                f += ua[k] * v
+                f += ua[k] * by[k]
             if f > TINY:
                 total += weight[i] * (np.log(f) + sx + sy)
                 scale = weight[i] / f
                 for k in range(m):
                     z[k] += scale * by[k]
-                    w = scale * by[k] * ua[k]
-                    for g in range(half, 2 * half):
-                        resp[offsets[g] + index[i, g], k] += w
+                for g in range(half):
+                    for k in range(m):
+                        resp[second[g], k] += scale * by[k] * ua[k]
                 continue
             # underflow: this cell's posterior over (j, k) in the log domain
             top = -np.inf

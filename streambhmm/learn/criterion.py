@@ -321,16 +321,20 @@ class Objective:
     def _triples(self, obs, a, pi, g_obs, g_a, g_pi) -> float:
         """KL of the third-order tensor; adds to the gradients in place."""
         emp, scale, const = self.triples
-        core = np.einsum("i,ij,jk->ijk", pi, a, a)
-        model = np.maximum(np.einsum("ijk,ai,bj,ck->abc", core, obs, obs, obs, optimize=True), 1e-300)
+        core = pi[:, None, None] * a[:, :, None] * a[None, :, :]  # (i, j, k): P(h_t, h_t+1, h_t+2)
+        # pairwise products (tensordot) throughout: einsum's planning cost more than the contractions
+        first = np.tensordot(obs, core, axes=([1], [0]))  # (a, j, k)
+        model = np.maximum(np.tensordot(np.tensordot(first, obs, axes=([1], [1])), obs, axes=([1], [1])),
+                           1e-300)  # (a, b, c)
         loss = self.triples_weight * (const - scale * float(np.sum(emp * np.log(model))))
         q = -self.triples_weight * scale * emp / model
         q3 = np.tensordot(q, obs, axes=([2], [0]))  # (a, b, k)
         q23 = np.tensordot(q3, obs, axes=([1], [0]))  # (a, k, j)
         g_core = np.tensordot(obs, q23, axes=([0], [0])).transpose(0, 2, 1)  # (i, j, k)
-        g_obs += (np.einsum("akj,ijk->ai", q23, core)
-                  + np.einsum("abk,ai,ijk->bj", q3, obs, core)
-                  + np.einsum("abc,ai,bj,ijk->ck", q, obs, obs, core, optimize=True))
+        q12 = np.tensordot(np.tensordot(q, obs, axes=([0], [0])), obs, axes=([0], [0]))  # (c, i, j)
+        g_obs += (np.tensordot(q23, core, axes=([1, 2], [2, 1]))  # (a, i)
+                  + np.tensordot(np.tensordot(obs, q3, axes=([0], [0])), core, axes=([0, 2], [0, 2]))  # (b, j)
+                  + np.tensordot(q12, core, axes=([1, 2], [0, 1])))  # (c, k)
         g_pi += np.einsum("ijk,ij,jk->i", g_core, a, a)
         g_a += np.einsum("ijk,i,jk->ij", g_core, pi, a) + np.einsum("ijk,i,ij->jk", g_core, pi, a)
         return loss

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
+from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
 from ..moments.features import COVERAGE_BUCKETS, coverage_bucket
 from .overdispersion import QUADRATURE, beta_parameters
 
@@ -51,7 +52,8 @@ class ExpectedFeatures:
     interpolated by cubic Hermite polynomials (C1, so the optimizer sees smooth gradients).
 
     With I_x(mu+1, c-mu+1) = P(Binomial(c+1, x) > mu), the expected Beta-map CDF at an edge
-    x is sum_mu Bin(mu; c, p) P(Bin(c+1, x) > mu): one matrix product per coverage.
+    x is sum_mu Bin(mu; c, p) P(Bin(c+1, x) > mu): a binomial mixture of table rows per
+    coverage, summed over the mu that carry weight (_expected_kernels.binomial_mixtures).
     """
 
     def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
@@ -61,23 +63,24 @@ class ExpectedFeatures:
         slopes = np.zeros((grid.size, n_bins))
         if coverage_histogram.sum() == 0:
             raise ValueError("the coverage histogram is empty")
-        for c, w in zip(*_coverage_buckets(coverage_histogram)):
-            mu = np.arange(c + 1.0)
+        coverages, weights = _coverage_buckets(coverage_histogram)
+        log_factorial = gammaln(np.arange(coverages.max() + 1) + 1.0)
+        in_upper = edges[None, :-1] >= grid[:, None]
+        for c, w in zip(coverages.tolist(), weights):
             # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x: (c+1, D+1)
             log_tail = _log_binomial_pmf(np.arange(c + 2.0), c + 1, edges)  # (D+1, c+2)
             pmf_x = np.exp(log_tail)
             lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
             upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)
-            pmf_p = np.exp(_log_binomial_pmf(mu, c, grid))  # (G+1, c+1)
+            # E[I_x] (increasing in x) and 1 - E[I_x], mu ~ Bin(c, p), at each level of the grid
+            both = binomial_mixtures(c, grid, log_factorial, np.hstack([upper, lower]), LOG_FLOOR_BELOW_PEAK)
+            cdf_up, cdf_low = both[:, :n_bins + 1], both[:, n_bins + 1:]
             # take each bin's mass from the side of the distribution where it is small
-            cdf_up = pmf_p @ upper  # E[I_x], increasing in x
-            cdf_low = pmf_p @ lower  # 1 - E[I_x]
-            in_upper = edges[None, :-1] >= grid[:, None]
             values += w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))
             if c > 0:
                 # d/dp E[f(mu)] = c E_{k ~ Bin(c-1, p)}[f(k+1) - f(k)]
-                pmf_q = np.exp(_log_binomial_pmf(np.arange(c + 0.0), c - 1, grid))
-                d_up = pmf_q @ (upper[1:] - upper[:-1])
+                steps = np.ascontiguousarray(upper[1:] - upper[:-1])
+                d_up = binomial_mixtures(c - 1, grid, log_factorial, steps, LOG_FLOOR_BELOW_PEAK)
                 slopes += w * c * np.diff(d_up, axis=1)
         self.values, self.slopes = values, slopes
 
@@ -131,11 +134,14 @@ class SampleCoverage:
         """E[phi | bucket] when the level is Beta-distributed around each of ``levels`` with
         ``dispersion``, and its derivatives in the level (at fixed a + b) and in
         v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
-        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once
-            self._at_nodes = np.ascontiguousarray(self.features(QUADRATURE.levels)[0])
+        if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once: (nodes, buckets * D)
+            at_nodes = self.features(QUADRATURE.levels)[0]
+            self._at_nodes = np.ascontiguousarray(at_nodes.transpose(1, 0, 2).reshape(at_nodes.shape[1], -1))
         a, b = beta_parameters(levels, dispersion)
-        w, w_a, w_b = QUADRATURE.weights(a, b)
-        value, d_a, d_b = (np.einsum("hk,bkd->bhd", x, self._at_nodes, optimize=True) for x in (w, w_a, w_b))
+        m, buckets = levels.size, self.values.shape[0]
+        # the weights and their two derivatives against the nodes' features in one product
+        value, d_a, d_b = (np.vstack(QUADRATURE.weights(a, b)) @ self._at_nodes).reshape(3, m, buckets, -1) \
+            .transpose(0, 2, 1, 3)
         scale = (a + b)[None, :, None]
         return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
 

@@ -37,6 +37,8 @@ class _Cells:
             index, weight = index[order], weight[order]
             self.groups = np.flatnonzero(np.r_[True, np.diff(first_bin.ravel()[order]) != 0, True]).astype(np.int64)
         self.samples, self.weight, self.index, self.c, self.mu = samples, weight, index, c, mu
+        # cells of the coverage alone have every entry (0, 0): no emission term, none computed
+        self.emits = bool(c.any())
         self.offsets = np.array(offsets, np.int64)
         # per slot: its entries' thinned-coverage probabilities given each bucket
         self.given_bucket = [thinned[samples[g]][:, slot_cov[f, g]] for g, f in enumerate(firsts)]
@@ -82,7 +84,7 @@ class _Histogram:
         prob = [np.maximum(coverage[s] @ t, 1e-300).T for s, t in zip(cells.samples, cells.given_bucket)]
         log_table = np.log(np.concatenate(prob))
         gradients = []
-        for g, s in enumerate(cells.samples):
+        for g, s in enumerate(cells.samples if cells.emits else ()):
             part = slice(cells.offsets[g], cells.offsets[g + 1])
             table, gradient = entry_loglik(cells.c[part], cells.mu[part], cells.coef[part], levels[:, s],
                                            None if dispersion is None else dispersion[:, s])
@@ -100,10 +102,11 @@ class _Histogram:
         for g, s in enumerate(cells.samples):
             part = slice(cells.offsets[g], cells.offsets[g + 1])
             r = resp[part]  # (entries, m) posterior-weighted counts
-            d_level, d_scale = gradients[g](r)
-            g_levels[:, s] += sign * d_level
-            if d_scale is not None:
-                g_scale[:, s] += sign * d_scale
+            if cells.emits:
+                d_level, d_scale = gradients[g](r)
+                g_levels[:, s] += sign * d_level
+                if d_scale is not None:
+                    g_scale[:, s] += sign * d_scale
             g_coverage[s] += sign * (r / prob[g]).T @ cells.given_bucket[g].T
         return sign * value
 

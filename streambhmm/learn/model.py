@@ -41,6 +41,9 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         ``spectrum_supported_ = False``.
     n_random_starts : seeded random starts of the refinement (besides FTD's estimate and a
         spread of levels at the quantiles of the marginal features).
+    n_finished : the screened starts with the lowest criterion that the refinement runs to
+        convergence (:func:`~streambhmm.learn.refine.refine`'s ``keep``).
+    tol : the refinement's relative tolerance on the criterion (L-BFGS-B's ``ftol``).
     allow_degenerate : a degenerate fit (:mod:`streambhmm.learn.checks`) raises
         :class:`~streambhmm.learn.checks.DegenerateModelError` unless this is True; then it warns
         (:class:`~streambhmm.learn.checks.DegenerateModelWarning`) and keeps the fit.
@@ -86,11 +89,13 @@ class SpectralBinomialHMM(BaseBinomialHMM):
                  methylation_recovery: str = "ratio", n_restarts: int = 30, n_iter: int = 50,
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
-                 projection_seed: int = 0, emission: str = "binomial", limits=None):
+                 projection_seed: int = 0, emission: str = "binomial", limits=None, n_finished: int = 2,
+                 tol: float = 1e-8):
         super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, method=method,
                          methylation_recovery=methylation_recovery, n_restarts=n_restarts, n_iter=n_iter,
                          check_spectrum=check_spectrum, n_random_starts=n_random_starts, criterion=criterion,
-                         feature=feature, projection_dim=projection_dim, projection_seed=projection_seed)
+                         feature=feature, projection_dim=projection_dim, projection_seed=projection_seed,
+                         n_finished=n_finished, tol=tol)
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -162,7 +167,8 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         starts.append(("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m))
         starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
         objective = objective_for(moments, self.criterion or Weights(), self.emission)
-        result = refine(objective, starts, limits=self.limits, progress=progress)
+        result = refine(objective, starts, keep=self.n_finished, tol=self.tol, limits=self.limits,
+                        progress=progress)
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
         if result.dispersion is not None:
             self.dispersion_ = result.dispersion

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
-from scipy.stats import binom, poisson
 
 from ..moments.features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket,
                                 histogram_layout, pairs_from_keys)
@@ -126,6 +125,8 @@ def population_moments(mdl: Model, n_bins: int = DEFAULT_N_BINS, coverage=20.0, 
     Coverage is Poisson with the means of :func:`simulate` (scalar, (S,) or (m, S)),
     truncated at ``max_coverage`` and renormalized (default: far in the tail).
     """
+    from scipy.stats import binom, poisson  # here: scipy.stats costs the command line's start 0.3 s
+
     p = mdl.methylation
     m, n_samples = p.shape
     means = _coverage_means(coverage, m, n_samples)
@@ -186,6 +187,8 @@ def _population_histograms(p: np.ndarray, transmat: np.ndarray, pi: np.ndarray, 
     A sample thinned to ``cap`` reads is Binomial(min(c, cap), p) given its state, so the
     cell (c', mu') has probability P(min(c, cap) = c') Binomial(mu'; c', p) per state; an
     adjacent pair has sum_ij pi_i A_ij q_i(first) q_j(second)."""
+    from scipy.stats import binom
+
     m, n_samples = p.shape
     coverage_histogram = np.einsum("h,hsc->sc", pi, cov_pmf)
     out = []

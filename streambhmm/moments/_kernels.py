@@ -248,6 +248,39 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 break
 
 
+@njit(cache=True)
+def thinned_outer_rows(tuple_codes, tuple_counts, row, rows, first_slot, n_slots, out):
+    """Row i of ``out``: the outer product (Khatri-Rao, row-major) of the thinned weights
+    rows[row[code]] of slots first_slot .. first_slot + n_slots - 1 of tuple i, times
+    ``tuple_counts[i]`` (ones to leave them out); every slot of these tuples is thinned."""
+    width = rows.shape[1]
+    for i in range(tuple_codes.shape[0]):
+        out[i, 0] = tuple_counts[i]
+        size = 1
+        for g in range(first_slot, first_slot + n_slots):
+            weights = rows[row[tuple_codes[i, g]]]
+            # expand in place from the back: entry (p, j) of the new product is entry p of the old times w_j
+            for p in range(size - 1, -1, -1):
+                v = out[i, p]
+                for j in range(width - 1, -1, -1):
+                    out[i, p * width + j] = v * weights[j]
+            size *= width
+
+
+@njit(cache=True)
+def add_coverage_features(codes, starts, bucket_of_code, table, out):
+    """out[s, bucket of bin t+1's pair in s] += table[bin t+2's code in s] for every triple
+    start t (codes (n, S), out (S, buckets, D)): per triple, not per code, so a few triples
+    cost little however many codes the table holds."""
+    n_samples, dim = codes.shape[1], table.shape[1]
+    for t in starts:
+        for s in range(n_samples):
+            bucket = bucket_of_code[codes[t + 1, s]]
+            k3 = codes[t + 2, s]
+            for d in range(dim):
+                out[s, bucket, d] += table[k3, d]
+
+
 @njit(cache=True, nogil=True)
 def gather_add(out, table, codes, rows):
     """out[rows[i]] += table[codes[i]] (the projected feature: one sample's rows added)."""

@@ -27,8 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .features import BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, histogram_layout, projected_layout
-from .histograms import coverage_features, histogram_thinning, thinned_histogram
+from . import _kernels
+from .features import (BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, coverage_bucket, histogram_layout,
+                       projected_layout)
+from .histograms import histogram_thinning, thinned_histogram
 from .sums import Moments
 
 
@@ -65,19 +67,25 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     p13 = np.zeros_like(p12)
     by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
     histograms = {1: [], 2: []}
-    thins = {w: histogram_thinning(features, w, BLOCK_CELL_BUDGET) for w in (1, 2)}  # once, not per block
+    layouts = {w: histogram_layout(n_samples, w, BLOCK_CELL_BUDGET) for w in (1, 2)}  # once, not per block
+    thins = {w: histogram_thinning(features, w, layout=layouts[w]) for w in (1, 2)}
     table = features.table.astype(np.float32)  # the sums are kept in float32: half the matmul work
+    bucket_of_code = coverage_bucket(features.coverage)
     for b in range(ids.size):
         chosen = starts[bounds[b]:bounds[b + 1]]
         feats = [np.concatenate([table[features.codes[chosen + k, s]] for s in range(n_samples)], axis=1)
                  for k in range(3)]
         p12[b] = feats[0].T @ feats[1]
         p13[b] = feats[0].T @ feats[2]
-        by_coverage[b] = coverage_features(features, chosen)
+        # per triple (coverage_features' product over every code costs more for a block's few
+        # triples), summed in float64 and kept in float32 as the other block sums
+        summed = np.zeros(by_coverage.shape[1:])
+        _kernels.add_coverage_features(features.codes, chosen, bucket_of_code, features.table, summed)
+        by_coverage[b] = summed
         for width in (1, 2):
-            histograms[width].append(thinned_histogram(features, chosen + 1, width, BLOCK_CELL_BUDGET,
-                                                       thins[width]).ravel())
-    shapes = {w: int(np.prod(histogram_layout(n_samples, w, BLOCK_CELL_BUDGET).shape)) for w in (1, 2)}
+            histograms[width].append(thinned_histogram(features, chosen + 1, width, thin=thins[width],
+                                                       layout=layouts[width]).ravel())
+    shapes = {w: int(np.prod(layouts[w].shape)) for w in (1, 2)}
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
                       by_coverage, *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
                         for w in (1, 2)))

@@ -296,8 +296,7 @@ class Thinning:
     """Each table pair's thinned distribution over histogram cells.
 
     A pair with c <= cap is the single cell ``base``; one with c > cap spreads over cells
-    base + j (j = lo..hi, the pairs (cap, j)) with weights ``rows[row, j]``; ``by_code``
-    holds the same weights per pair (zero rows for single cells).
+    base + j (j = lo..hi, the pairs (cap, j)) with weights ``rows[row, j]``.
     """
 
     cap: int
@@ -306,12 +305,6 @@ class Thinning:
     rows: np.ndarray  # (n_thinned, cap + 1)
     lo: np.ndarray  # (n_thinned,) first and last j with weight >= THINNING_FLOOR
     hi: np.ndarray
-    by_code: np.ndarray  # (K, cap + 1)
-
-    @property
-    def spread_base(self) -> int:
-        """The cell of (cap, 0): a thinned pair's cell j is spread_base + j."""
-        return self.cap * (self.cap + 1) // 2
 
 
 def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning:
@@ -340,9 +333,7 @@ def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning
     rows = np.where(kept, rows, 0.0)
     lo = np.argmax(kept, axis=1)
     hi = cap - np.argmax(kept[:, ::-1], axis=1)
-    by_code = np.zeros((c.size, cap + 1))
-    by_code[over] = rows
-    return Thinning(cap=cap, base=base, row=row, rows=rows, lo=lo, hi=hi, by_code=by_code)
+    return Thinning(cap=cap, base=base, row=row, rows=rows, lo=lo, hi=hi)
 
 
 def decode_cells(cells: np.ndarray, layout: HistogramLayout) -> tuple[np.ndarray, np.ndarray]:

@@ -58,9 +58,9 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
     for row in range(out.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
         tuples, counts = _distinct_rows(codes[:, columns])
-        _add_thinned_tuples(tuples, counts, thin, strides, out[row])
-        mixed = np.any(thin.row[tuples] < 0, axis=1)
-        _kernels.accumulate_histogram(tuples[mixed], counts[mixed], thin.base, thin.row, thin.rows,
+        thinned = np.all(thin.row[tuples] >= 0, axis=1)
+        _add_thinned_tuples(tuples[thinned], counts[thinned], thin, strides, out[row])
+        _kernels.accumulate_histogram(tuples[~thinned], counts[~thinned], thin.base, thin.row, thin.rows,
                                       thin.lo, thin.hi, strides, out[row])
     return out
 
@@ -69,35 +69,28 @@ def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: n
                         block: int = 1 << 12) -> None:
     """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
     each slot, so their histogram is one product A^T B: A's rows are the outer products of
-    the first slots' thinned weights, B's of the other slots' (a GEMM, not a scatter per
-    cell). A tuple with a slot that is not thinned has a zero row and is left out."""
-    n_slots = tuples.shape[1]
-    if thin.rows.shape[0] == 0:
+    the first slots' thinned weights (times the tuples' counts), B's of the other slots'
+    (rows built compiled, _kernels.thinned_outer_rows; a GEMM, not a scatter per cell)."""
+    n, n_slots = tuples.shape
+    if n == 0:
         return
-    weights = thin.by_code
-    half = n_slots // 2
+    half, width = n_slots // 2, thin.cap + 1
+    ones = np.ones(n)
     total = 0.0
-    for lo in range(0, tuples.shape[0], block):
+    for lo in range(0, n, block):
         part = tuples[lo:lo + block]
-        a = _outer_rows([weights[part[:, g]] for g in range(half)], part.shape[0])
-        b = _outer_rows([weights[part[:, g]] for g in range(half, n_slots)], part.shape[0])
-        total = total + (a * counts[lo:lo + block, None]).T @ b
-    cells = thin.spread_base + np.arange(thin.cap + 1)  # each slot's cells (cap, j)
-    index = np.zeros((thin.cap + 1,) * n_slots, dtype=np.int64)
+        a = np.empty((part.shape[0], width ** half))
+        b = np.empty((part.shape[0], width ** (n_slots - half)))
+        _kernels.thinned_outer_rows(part, counts[lo:lo + block], thin.row, thin.rows, 0, half, a)
+        _kernels.thinned_outer_rows(part, ones[lo:lo + block], thin.row, thin.rows, half, n_slots - half, b)
+        total = total + a.T @ b
+    cells = thin.cap * (thin.cap + 1) // 2 + np.arange(width)  # each slot's cells (cap, j): pair keys
+    index = np.zeros((width,) * n_slots, dtype=np.int64)
     for g in range(n_slots):
         shape = [1] * n_slots
-        shape[g] = thin.cap + 1
+        shape[g] = width
         index = index + (cells * strides[g]).reshape(shape)
     np.add.at(hist, index.ravel(), np.ravel(total))
-
-
-def _outer_rows(vectors: list[np.ndarray], n: int) -> np.ndarray:
-    """Row-wise outer product (Khatri-Rao) of (n, w_i) arrays, flattened row-major; a column
-    of ones for none."""
-    out = np.ones((n, 1))
-    for v in vectors:
-        out = (out[:, :, None] * v[:, None, :]).reshape(n, -1)
-    return out
 
 
 def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

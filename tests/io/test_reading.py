@@ -611,3 +611,23 @@ def test_the_rows_of_a_chromosome_must_still_be_contiguous(tmp_path):
     err = error_of(path, "tsv")
     assert err.line == 4 and "chromosome chr1 appears again after other chromosomes (a chromosome's rows must be " \
                               "contiguous" in err.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(names=st.lists(st.sampled_from(["chr1", "chr2", "chr10", "chr1_x", "", "chrä", "c", "chr11"]), min_size=1,
+                      max_size=40), cut=st.integers(0, 5))
+def test_chromosome_changes_and_numbers_read_from_the_buffers_equal_pyarrow(names, cut):
+    """The raw-buffer readers (no pyarrow.compute, no pandas) against Python on the values,
+    sliced arrays included."""
+    import pyarrow as pa
+
+    from streambhmm.io.parser import changes, numbers
+
+    strings = pa.array(names, pa.string()).slice(min(cut, len(names) - 1))
+    values = strings.to_pylist()
+    expected = [i for i in range(len(values)) if i == 0 or values[i] != values[i - 1]]
+    assert changes(strings).tolist() == expected
+    integers = pa.array(np.arange(len(names), dtype=np.int64) * 7 - 3).slice(min(cut, len(names) - 1))
+    assert numbers(integers).tolist() == integers.to_pylist()
+    floats = pa.array(np.linspace(0, 1, len(names))).slice(min(cut, len(names) - 1))
+    assert numbers(floats).tolist() == floats.to_pylist()

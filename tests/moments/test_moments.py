@@ -110,3 +110,20 @@ def test_save_and_load_round_trip(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (path / "zarr.json").stat().st_mode & 0o777 == 0o666 & ~umask  # the user's permissions, not 0600
+
+
+@settings(max_examples=30, deadline=None)
+@given(counts_and_lengths())
+def test_coverage_features_per_triple_equal_the_product_over_codes(case):
+    """The block statistics' kernel (per triple) against coverage_features (per code)."""
+    from streambhmm.moments import _kernels
+    from streambhmm.moments.features import coverage_bucket, encode
+    from streambhmm.moments.histograms import coverage_features
+
+    mu, cov, lengths, n_bins = case
+    features = encode(mu, cov, n_bins)
+    starts = _kernels.triple_starts(np.asarray(lengths, np.int64))
+    expected = coverage_features(features, starts)
+    got = np.zeros_like(expected)
+    _kernels.add_coverage_features(features.codes, starts, coverage_bucket(features.coverage), features.table, got)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)

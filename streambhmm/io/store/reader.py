@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import xarray as xr
 
 from ..names import Spellings
 from ..storage import Location
@@ -68,6 +67,8 @@ class CountsStore:
 
     def dataset(self, chrom: str):
         """Lazy (dask-backed) xarray Dataset of one chromosome."""
+        import xarray as xr  # here: the commands that read counts do not need it (0.5 s to import)
+
         return xr.open_zarr(self.path.url, group=chrom)
 
     def overview(self) -> "StoreOverview":

@@ -1,0 +1,39 @@
+"""InProcessClient: Dask graphs run in this process, with the futures the commands read."""
+
+import dask
+import pytest
+
+from streambhmm.io.tasks import InProcessClient, Waiter
+
+
+def square(x):
+    return x * x
+
+
+def fail(x):
+    raise ZeroDivisionError(f"task {x} failed")
+
+
+def test_in_process_futures_hold_the_graphs_results_by_key():
+    parts = [dask.delayed(square, pure=True)(i) for i in range(20)]
+    total = dask.delayed(sum)(parts)
+    with InProcessClient(2) as client:
+        futures = client.compute(parts)
+        assert [f.key for f in futures] == [p.key for p in parts]
+        waiter = Waiter(client, futures, "the squares")
+        done = {f.key: waiter.result(f) for f in waiter.as_completed()}
+        assert [done[p.key] for p in parts] == [i * i for i in range(20)]
+        single = client.compute(total)
+        assert Waiter(client, [single], "the sum").result(single) == sum(i * i for i in range(20))
+        assert single.status == "finished"
+        single.release()
+        assert single.result() is None  # the value is dropped once the caller has it
+    assert client.status == "closed"
+
+
+def test_a_failing_task_raises_its_error_where_its_result_is_read():
+    with InProcessClient(2) as client:
+        future = client.compute(dask.delayed(fail, pure=True)(3))
+        with pytest.raises(ZeroDivisionError, match="task 3 failed"):
+            Waiter(client, [future], "the failing task").result(future)
+        assert future.status == "error"

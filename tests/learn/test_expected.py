@@ -1,0 +1,53 @@
+"""The refinement's expected-feature tables: the compiled binomial mixtures against dense sums."""
+
+import numpy as np
+import pytest
+from scipy.special import gammaln
+from scipy.stats import binom
+
+from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
+from streambhmm.learn.expected import GRID_POINTS, ExpectedFeatures, _coverage_buckets, _log_binomial_pmf
+
+
+def dense_tables(histogram, n_bins, grid_points=GRID_POINTS):
+    """ExpectedFeatures' tables as full matrix products over every mu (the kernel's reference)."""
+    grid = np.linspace(0.0, 1.0, grid_points + 1)
+    edges = np.arange(n_bins + 1) / n_bins
+    values, slopes = np.zeros((grid.size, n_bins)), np.zeros((grid.size, n_bins))
+    for c, w in zip(*_coverage_buckets(histogram)):
+        pmf_x = np.exp(_log_binomial_pmf(np.arange(c + 2.0), c + 1, edges))
+        lower = np.cumsum(pmf_x, axis=1)[:, :-1].T
+        upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T
+        pmf_p = np.exp(_log_binomial_pmf(np.arange(c + 1.0), c, grid))
+        in_upper = edges[None, :-1] >= grid[:, None]
+        values += w * np.where(in_upper, -np.diff(pmf_p @ lower, axis=1), np.diff(pmf_p @ upper, axis=1))
+        if c > 0:
+            pmf_q = np.exp(_log_binomial_pmf(np.arange(c + 0.0), c - 1, grid))
+            slopes += w * c * np.diff(pmf_q @ (upper[1:] - upper[:-1]), axis=1)
+    return values, slopes
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 130, 4000])
+def test_binomial_mixtures_equal_the_dense_sum(n):
+    rng = np.random.default_rng(n)
+    levels = np.array([0.0, 1e-4, 0.013, 0.3, 0.5, 0.71, 0.999, 1.0])
+    rows = rng.uniform(-1, 1, (n + 1, 5))
+    log_factorial = gammaln(np.arange(n + 1) + 1.0)
+    got = binomial_mixtures(n, levels, log_factorial, rows, LOG_FLOOR_BELOW_PEAK)
+    # the same log-pmf over every k (scipy's pmf differs from it by ~1e-12 at n = 4000: the
+    # rounding of log n!), and scipy's where that is exact enough
+    expected = np.exp(_log_binomial_pmf(np.arange(n + 1.0), n, levels)) @ rows
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)
+    scipy = binom.pmf(np.arange(n + 1)[None, :], n, levels[:, None]) @ rows
+    np.testing.assert_allclose(got, scipy, rtol=0, atol=1e-10)
+
+
+def test_expected_features_equal_the_dense_tables():
+    """Exact coverages, geometric buckets up to the largest tabulated coverage (10,000), and
+    an empty bucket's neighbours: the tables agree to rounding."""
+    histogram = np.zeros(12_000)
+    histogram[[0, 1, 2, 5, 30, 128, 129, 700, 701, 3000, 11_999]] = [4, 9, 3, 7, 2, 1, 5, 2, 2, 1, 1]
+    table = ExpectedFeatures(histogram, n_bins=8)
+    values, slopes = dense_tables(histogram, 8)
+    np.testing.assert_allclose(table.values, values, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(table.slopes, slopes, rtol=1e-12, atol=1e-13 * np.abs(slopes).max())
