@@ -315,8 +315,12 @@ def simulate_groups(length: int = 2_000_000, n_chromosomes: int = 1, replicates=
         level[on_island] = _beta_levels(rng, np.where(methylated_island[island[on_island]], 0.85, 0.05), 20)
         levels = np.tile(level[:, None], (1, len(replicates)))
         taken = np.zeros((0, 2), np.int64)
-        if domain:
+        if domain:  # away from the shared PMDs
             start = int(rng.uniform(0.1, 0.8) * length)
+            for _ in range(100):
+                if not ((pmds[:, 0] < start + 400_000) & (pmds[:, 1] > start)).any():
+                    break
+                start = int(rng.uniform(0.1, 0.8) * length)
             span = np.array([[start, start + 400_000]])
             inside = (_inside(pos0, span) >= 0) & ~on_island & ~in_pmd
             levels[inside, -1] = _beta_levels(rng, np.full(inside.sum(), 0.45), 3)

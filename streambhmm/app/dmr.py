@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..distributed.dmr import (DOMAIN_BIN_SIZE, DmrSettings, Findings, Targets, capped, find_candidates, fit_in_memory,
+from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DmrSettings, Findings, Targets, capped, find_candidates, fit_in_memory,
                                fit_on_store, start_model, summarize, window_regions)
 from ..distributed.regions import RegionRule, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
@@ -342,13 +342,23 @@ def _domains_with_samples(table: RegionTable, called: np.ndarray, findings: Find
 
 
 def _pieces_of_domains(candidates: RegionTable, domains: RegionTable) -> np.ndarray:
-    """Per focal candidate, whether it is a piece of a called domain: at least half of it inside
-    the domain, in the domain's direction."""
+    """Per focal candidate, whether it is a piece of a called domain: in the domain's direction,
+    at least half of it inside the domain or within DOMAIN_MAX_GAP of its ends, or of a piece
+    beyond them (its 5 kb windows end a domain roughly). A domain's ends move out to its
+    pieces; its levels stay those of its windows."""
     pieces = np.zeros(len(candidates), bool)
+    chrom, direction = np.array(candidates.chrom), np.array(candidates.direction)
     for k in range(len(domains)):
-        overlap = (np.minimum(candidates.end, domains.end[k]) - np.maximum(candidates.start, domains.start[k]))
-        inside = (np.array(candidates.chrom) == domains.chrom[k]) & (2 * overlap >= candidates.lengths)
-        pieces |= inside & (np.array(candidates.direction) == domains.direction[k])
+        same = (chrom == domains.chrom[k]) & (direction == domains.direction[k])
+        while True:  # pieces beyond an end, each within DOMAIN_MAX_GAP of the last
+            start, end = domains.start[k] - DOMAIN_MAX_GAP, domains.end[k] + DOMAIN_MAX_GAP
+            overlap = np.minimum(candidates.end, end) - np.maximum(candidates.start, start)
+            piece = same & (2 * overlap >= candidates.lengths) & ~pieces
+            if not piece.any():
+                break
+            domains.start[k] = min(domains.start[k], candidates.start[piece].min())
+            domains.end[k] = max(domains.end[k], candidates.end[piece].max())
+            pieces |= piece
     return pieces
 
 

@@ -11,7 +11,7 @@ dmr`): the passes over the counts, the two models and the candidate regions.
    least 0.5, at least DOMAIN_MIN_LENGTH long, gaps up to DOMAIN_MAX_GAP (PMDs' rule).
 3. The bin model on the store: the same design at the store's bins, its group parameters
    expanded to the samples for the store's E-step (distributed.em, linear in samples) and
-   tied in the M-step; states EM left empty or doubled are removed and EM resumed.
+   tied in the M-step; the states BIC does not keep are removed and EM resumed.
 4. A posterior pass (chains.map_posteriors, exact messages between chunks): the candidate
    DMRs, runs of bins whose posterior of gaining (losing) states is at least 0.5, each with
    its per-sample counts and highest posterior; the per-sample counts of each domain; and,
@@ -26,11 +26,9 @@ import dask
 import numpy as np
 
 from ..io.store import ChunkRef, CountsStore
-from ..learn.checks import MIN_WEIGHT, stationary_weights
 from ..learn.domains import PMD_BIN_SIZE
-from ..learn.groups import (GroupedBinomialHMM, SampleGroups, candidate_start, differential, kept_states,
-                            restricted)
-from ..learn.hmm import EncodedCounts, run_em
+from ..learn.groups import GroupedBinomialHMM, SampleGroups, candidate_start, differential, restricted, supported_states
+from ..learn.hmm import EncodedCounts, SufficientStats, run_em
 from .chains import map_posteriors
 from .cluster import compute, is_small
 from .em import fit_store_em
@@ -149,37 +147,49 @@ def start_model(background: np.ndarray, groups: SampleGroups) -> GroupedBinomial
     return hmm.start_from(startprob, transmat, levels)
 
 
-def pruned(hmm: GroupedBinomialHMM) -> GroupedBinomialHMM | None:
-    """``hmm`` without the states EM left empty or doubled (None: nothing to remove)."""
-    keep = kept_states(hmm.group_methylation_, hmm.group_dispersion_, stationary_weights(hmm.transmat_),
-                       MIN_WEIGHT)
-    return None if keep.size == hmm.n_components else restricted(hmm, keep)
+PRUNING_ROUNDS = 3  # BIC's removals, each followed by EM from what is left
 
 
 def fit_in_memory(meth: np.ndarray, cov: np.ndarray, lengths: np.ndarray, hmm: GroupedBinomialHMM,
                   settings: DmrSettings) -> GroupedBinomialHMM:
-    """EM in memory (the domain model on windows), pruned and resumed."""
+    """EM in memory (the domain model on windows), with BIC's removals."""
     data = EncodedCounts(meth.astype(np.int64), cov.astype(np.int64), lengths)
-    run_em(hmm, lambda: hmm.e_step(data), settings.em_iter, rel_tol=settings.em_tol)
-    smaller = pruned(hmm)
-    if smaller is None:
-        return hmm
-    run_em(smaller, lambda: smaller.e_step(data), settings.em_iter, rel_tol=settings.em_tol)
-    return smaller
+
+    def em(model):
+        last = []
+        run_em(model, lambda: last.append(model.e_step(data)) or last[-1], settings.em_iter, rel_tol=settings.em_tol)
+        return last[-1]
+
+    return _pruned_fits(hmm, em)[0]
 
 
 def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, client, settings: DmrSettings,
                  report=None) -> tuple[GroupedBinomialHMM, list]:
-    """EM on the store (in this process for a small store), pruned and resumed; the model
-    and its log-likelihood history (both fits')."""
+    """EM on the store (in this process for a small store), with BIC's removals; the model and
+    the log-likelihood history of its fits."""
     where = None if is_small(store) else client
-    first = fit_store_em(store, hmm, where, samples, settings.em_iter, settings.em_tol, report=report, check=False)
-    smaller = pruned(hmm)
-    if smaller is None:
-        return hmm, first.history
-    second = fit_store_em(store, smaller, where, samples, settings.em_iter, settings.em_tol, report=report,
-                          check=False)
-    return smaller, first.history + second.history
+    history = []
+
+    def em(model):
+        result = fit_store_em(store, model, where, samples, settings.em_iter, settings.em_tol, report=report,
+                              check=False)
+        history.extend(result.history)
+        return result.stats
+
+    return _pruned_fits(hmm, em)[0], history
+
+
+def _pruned_fits(hmm: GroupedBinomialHMM, em) -> tuple[GroupedBinomialHMM, SufficientStats]:
+    """``em(model)`` (returning its last E-step's statistics) from ``hmm``, then, while BIC
+    removes states (learn.groups.supported_states), again from what is left."""
+    stats = em(hmm)
+    for _ in range(PRUNING_ROUNDS):
+        keep = supported_states(stats, hmm)
+        if keep.size == hmm.n_components:
+            break
+        hmm = restricted(hmm, keep)
+        stats = em(hmm)
+    return hmm, stats
 
 
 # -- the regions' targets ---------------------------------------------------------------------

@@ -90,6 +90,7 @@ class StoreEMResult:
     seconds_per_iteration: float
     converged: bool
     n_bins: float  # covered bins fitted: transitions + sequences
+    stats: SufficientStats | None = None  # of the last E-step: the final parameters'
 
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
@@ -128,4 +129,4 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
     if check:
         hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
-                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()))
+                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()), last[0])

@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import gammaln
 
-from .emissions import PairWeights
+from .emissions import PairWeights, pair_loglik
 from .hmm import BinomialHMM, SufficientStats
+from ..moments.features import pairs_from_keys
 
 
 @dataclass(frozen=True)
@@ -152,8 +154,8 @@ class GroupedBinomialHMM(BinomialHMM):
 
 # The start of EM: a ladder of levels shared by the groups (the background), and beside each
 # level candidate differential states, its groups CANDIDATE_SPREAD apart; EM moves them where
-# the data's differences are, or onto the diagonal where there are none (learn the model's
-# size: SampleGroups.prune removes what EM left empty or doubled).
+# the data's differences are, or onto the diagonal where there are none, and BIC removes the
+# states the data do not pay for (supported_states): the model's size comes from the data.
 CANDIDATE_SPREAD = 0.3
 START_SELF_TRANSITION = 0.99
 CANDIDATE_ENTRY = 0.1  # entering a candidate is this much rarer than entering a background state
@@ -182,18 +184,50 @@ def candidate_start(background: np.ndarray, n_groups: int, spread: float = CANDI
     return np.full(m, 1.0 / m), trans, levels
 
 
-def kept_states(levels: np.ndarray, dispersion: np.ndarray | None, weights: np.ndarray, min_weight: float,
-                tolerance: float = 0.01) -> np.ndarray:
-    """The states to keep after EM: those with a weight of at least ``min_weight``, and of two
-    whose group levels and overdispersions all lie within ``tolerance``, the heavier."""
-    params = levels if dispersion is None else np.hstack([levels, dispersion])
-    keep = []
-    for h in np.argsort(-weights, kind="stable"):
-        if weights[h] < min_weight:
-            continue
-        if all(np.abs(params[h] - params[k]).max() > tolerance for k in keep):
-            keep.append(int(h))
-    return np.sort(np.array(keep, np.int64))
+def support(stats: SufficientStats, hmm: GroupedBinomialHMM) -> np.ndarray:
+    """(m, m): [h, k] the log-likelihood the data would lose if the bins of state h (its
+    posterior weights in ``stats``, of ``hmm``'s E-step) were emitted by state k instead,
+    transitions left aside. Exact per sample from the E-step's sums (the binomial) or pair
+    weights (the beta-binomial): the bins' samples are independent given the state."""
+    m = hmm.n_components
+    loss = np.zeros((m, m))
+    levels = np.clip(hmm.methylation_, 1e-10, 1 - 1e-10)
+    if stats.pairs is None:
+        for s in range(levels.shape[1]):
+            meth, unmeth = stats.methylated[:, s], stats.coverage[:, s] - stats.methylated[:, s]
+            table = meth[:, None] * np.log(levels[:, s])[None, :] + unmeth[:, None] * np.log1p(-levels[:, s])[None, :]
+            loss += np.diag(table)[:, None] - table
+        return loss
+    for s, pairs in enumerate(stats.pairs):
+        coverage, methylated = (x.astype(np.float64)[:, None] for x in pairs_from_keys(pairs.keys))
+        coef = gammaln(coverage + 1) - gammaln(methylated + 1) - gammaln(coverage - methylated + 1)
+        table = pairs.weights @ pair_loglik(coverage, methylated, coef, levels[:, s], hmm.dispersion_[:, s])
+        loss += np.diag(table)[:, None] - table
+    return loss
+
+
+def state_penalty(n_states: int, n_groups: int, n_bins: float, betabinomial: bool = True) -> float:
+    """BIC's price of one state of a model of ``n_states``: its levels (and overdispersions)
+    per group and its free transitions in and out, times log(n) / 2."""
+    return 0.5 * (n_groups * (2 if betabinomial else 1) + 2 * (n_states - 1)) * np.log(max(n_bins, 2.0))
+
+
+def supported_states(stats: SufficientStats, hmm: GroupedBinomialHMM) -> np.ndarray:
+    """The states BIC keeps, removed one at a time (backward elimination from one E-step):
+    while some state's bins would lose less log-likelihood in their best other remaining state
+    than the state's price (state_penalty), the cheapest such state goes. An empty state, or
+    one of two alike, goes first: its bins lose nothing elsewhere."""
+    loss = support(stats, hmm)
+    n_bins = float(stats.trans.sum() + stats.start.sum())
+    alive = list(range(hmm.n_components))
+    while len(alive) > 1:
+        remaining = loss[np.ix_(alive, alive)] + np.diag(np.full(len(alive), np.inf))
+        cheapest = remaining.min(axis=1)
+        worst = int(np.argmin(cheapest))
+        if cheapest[worst] >= state_penalty(len(alive), hmm.groups.n_groups, n_bins, hmm.dispersion is not None):
+            break
+        del alive[worst]
+    return np.array(alive, np.int64)
 
 
 def restricted(hmm: GroupedBinomialHMM, keep: np.ndarray) -> GroupedBinomialHMM:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from streambhmm.learn.emissions import PairWeights
-from streambhmm.learn.groups import (GroupedBinomialHMM, SampleGroups, candidate_start, differential, kept_states,
-                                     qvalues, sum_pairs)
+from streambhmm.learn.groups import (GroupedBinomialHMM, SampleGroups, candidate_start, differential, qvalues,
+                                     restricted, sum_pairs, support, supported_states)
 from streambhmm.learn.hmm import BinomialHMM, EncodedCounts, run_em
 from streambhmm.learn.simulate import model, simulate
 
@@ -87,14 +87,6 @@ def test_candidate_start():
     assert three.shape == (7, 3) and np.allclose(three[1], [0.65, 0.35, 0.35])
 
 
-def test_kept_states_drop_the_empty_and_the_doubled():
-    levels = np.array([[0.1, 0.1], [0.105, 0.1], [0.8, 0.3], [0.5, 0.5]])
-    weights = np.array([0.5, 0.2, 0.29999, 0.00001])
-    assert kept_states(levels, None, weights, 1e-4).tolist() == [0, 2]
-    assert kept_states(levels, np.array([[0.01] * 2, [0.2] * 2, [0.1] * 2, [0.1] * 2]), weights, 1e-4).tolist() \
-        == [0, 1, 2]
-
-
 def test_qvalues_known_answer():
     assert np.allclose(qvalues(np.array([0.5, 0.0, 0.1])), [0.2, 0.0, 0.05])
     assert qvalues(np.zeros(0)).size == 0
@@ -108,3 +100,21 @@ def test_qvalues_are_the_mean_lfdr_of_a_list_ranked_by_lfdr(values):
     order = np.argsort(lfdr, kind="stable")
     assert np.all(np.diff(q[order]) >= -1e-12) and np.all(q <= np.maximum(lfdr, q.max()) + 1e-12)
     assert np.isclose(q[order[-1]], lfdr.mean())
+
+
+def test_bic_keeps_the_states_the_data_hold_and_drops_the_rest():
+    """Fitted with a copy of a state and a state no bin is in, the model keeps the three real
+    states; the support of a state (what its bins lose elsewhere) is exact: zero for its copy."""
+    meth, cov, lengths = grouped_data(dispersion=0.05, n=20000)
+    levels = np.vstack([LEVELS, LEVELS[1], [[0.5, 0.95]]])
+    trans = np.full((5, 5), 0.005) + np.eye(5) * 0.975
+    hmm = GroupedBinomialHMM(5, GROUPS).start_from(np.full(5, 0.2), trans, levels)
+    data = EncodedCounts(meth, cov, lengths)
+    run_em(hmm, lambda: hmm.e_step(data), 10)
+    stats = hmm.e_step(data)
+    loss = support(stats, hmm)
+    assert np.allclose(np.diag(loss), 0) and loss[2, 0] > 1000
+    keep = supported_states(stats, hmm)
+    assert keep.size == 3
+    kept = restricted(hmm, keep)
+    assert np.abs(np.sort(kept.group_methylation_[:, 1]) - np.sort(LEVELS[:, 1])).max() < 0.05
