@@ -53,6 +53,7 @@ class DmrSettings:
     background_states: int = 6
     domain_background_states: int = 3
     em_iter: int = 30
+    resume_iter: int = 10  # EM's iterations after BIC removed states (from a fitted model)
     em_tol: float = 1e-6  # relative gain of an iteration below which EM stops
     min_posterior: float = 0.5
     max_gap: int = 200
@@ -155,12 +156,12 @@ def fit_in_memory(meth: np.ndarray, cov: np.ndarray, lengths: np.ndarray, hmm: G
     """EM in memory (the domain model on windows), with BIC's removals."""
     data = EncodedCounts(meth.astype(np.int64), cov.astype(np.int64), lengths)
 
-    def em(model):
+    def em(model, n_iter):
         last = []
-        run_em(model, lambda: last.append(model.e_step(data)) or last[-1], settings.em_iter, rel_tol=settings.em_tol)
+        run_em(model, lambda: last.append(model.e_step(data)) or last[-1], n_iter, rel_tol=settings.em_tol)
         return last[-1]
 
-    return _pruned_fits(hmm, em)[0]
+    return _pruned_fits(hmm, em, settings)[0]
 
 
 def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, client, settings: DmrSettings,
@@ -170,25 +171,24 @@ def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, cli
     where = None if is_small(store) else client
     history = []
 
-    def em(model):
-        result = fit_store_em(store, model, where, samples, settings.em_iter, settings.em_tol, report=report,
-                              check=False)
+    def em(model, n_iter):
+        result = fit_store_em(store, model, where, samples, n_iter, settings.em_tol, report=report, check=False)
         history.extend(result.history)
         return result.stats
 
-    return _pruned_fits(hmm, em)[0], history
+    return _pruned_fits(hmm, em, settings)[0], history
 
 
-def _pruned_fits(hmm: GroupedBinomialHMM, em) -> tuple[GroupedBinomialHMM, SufficientStats]:
-    """``em(model)`` (returning its last E-step's statistics) from ``hmm``, then, while BIC
-    removes states (learn.groups.supported_states), again from what is left."""
-    stats = em(hmm)
+def _pruned_fits(hmm: GroupedBinomialHMM, em, settings: DmrSettings) -> tuple[GroupedBinomialHMM, SufficientStats]:
+    """``em(model, n_iter)`` (returning its last E-step's statistics) from ``hmm``, then, while
+    BIC removes states (learn.groups.supported_states), again from what is left."""
+    stats = em(hmm, settings.em_iter)
     for _ in range(PRUNING_ROUNDS):
         keep = supported_states(stats, hmm)
         if keep.size == hmm.n_components:
             break
         hmm = restricted(hmm, keep)
-        stats = em(hmm)
+        stats = em(hmm, settings.resume_iter)
     return hmm, stats
 
 

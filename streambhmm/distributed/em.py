@@ -4,7 +4,9 @@ log-likelihood of each chromosome."""
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import dask
@@ -15,7 +17,7 @@ from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_grouping, tree_reduce
 from ..moments.spec import Grouping
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
-from .chains import chain, message_graph, sequences
+from .chains import message_graph, sequences
 from .chunks import kept_counts, stats_task
 from .messages import Params, add_stats, backward_step, forward_step, statistics_between
 
@@ -38,19 +40,29 @@ class LocalEStep:
         return self.cache[ref]
 
     def __call__(self, params: Params) -> SufficientStats:
-        parts = []
-        for refs in self.chains:
-            tables = [self._chunk(ref) for ref in refs]
-            log_bs = [params.log_b(table) for table in tables]
-            links = chain(log_bs, lambda previous, log_b: forward_step(None if previous is None else previous[1],
-                                                                       log_b, params),
-                          lambda following, log_b: backward_step(following, log_b, params))
-            for (previous, following, _), log_b, table in zip(links, log_bs, tables):
-                parts.append(statistics_between(None if previous is None else previous[1], following, log_b, params,
-                                                False, table)[0])
+        # the sequences (chromosomes) in threads, one per core (the recursions release the GIL),
+        # their parts reduced in order: the same statistics as one thread's
+        with ThreadPoolExecutor(max_workers=max(1, min(len(self.chains), len(os.sched_getaffinity(0))))) as pool:
+            parts = [part for parts in pool.map(lambda refs: self._sequence(refs, params), self.chains)
+                     for part in parts]
         if not parts:
             raise ValueError("the store has no bins")
         return tree_reduce(parts, add_stats, self.split_every)
+
+    def _sequence(self, refs: list, params: Params) -> list:
+        """The statistics of each chunk of one sequence. A chunk needs the forward message of
+        the chunks before it and the backward message of those after: the first chunk's
+        forward message and the last's backward one are never computed."""
+        tables = [self._chunk(ref) for ref in refs]
+        log_bs = [params.log_b(table) for table in tables]
+        forward = [None]
+        for log_b in log_bs[:-1]:
+            forward.append(forward_step(forward[-1], log_b, params)[1])
+        backward = [None]
+        for log_b in reversed(log_bs[1:]):
+            backward.insert(0, backward_step(backward[0], log_b, params))
+        return [statistics_between(previous, following, log_b, params, False, table)[0]
+                for previous, following, log_b, table in zip(forward, backward, log_bs, tables)]
 
 
 def stats_graph(store: CountsStore, grouping: Grouping, params: Params, split_every: int = DEFAULT_SPLIT_EVERY):
