@@ -18,6 +18,9 @@ Sets:
     biseq        BiSeq's APL vs control RRBS (5 vs 5)
     sle          DSS's RRBS of 16 samples, HC vs SLE (the design's `case`, 8 vs 8)
     m3d          M3D's H1 vs K562 RRBS chr1 (2 vs 2)
+    h1-null, imr90-null, mixed-null
+                 real nulls: dmrseq's technical replicates against each other (H1 r1 vs r2, IMR90
+                 r1 vs r2, H1 r1 + IMR90 r1 vs H1 r2 + IMR90 r2): every call is false
 
 Each tool runs as a user runs it, every step a new process timed by
 ../shared/tools/peers/memtime.py (wall seconds, peak memory of the whole process tree):
@@ -48,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 SCRIPTS = Path(__file__).resolve().parent
-SHARED = SCRIPTS.parents[1] / "shared"
+SHARED = next((p / "shared" for p in SCRIPTS.parents if (p / "shared" / "data").is_dir()), Path("/work/shared"))
 REAL = SHARED / "data" / "real"
 PEERS = SHARED / "tools" / "peers"
 DSS_SCRIPT = SCRIPTS / "dss_dmr.R"
@@ -82,6 +85,12 @@ def real_sets() -> dict:
             ("cx", context))
     sets["h1-imr90"] = ([(f"{c}_{r}", c, h1 / f"{c}_{r}.chr21.hg18.tsv.gz", []) for c in ("H1", "IMR90")
                          for r in ("r1", "r2")], ("tsv", None))
+    # technical replicates against each other: no true difference (every call is false)
+    sets["h1-null"] = ([(f"H1_{r}", r, h1 / f"H1_{r}.chr21.hg18.tsv.gz", []) for r in ("r1", "r2")], ("tsv", None))
+    sets["imr90-null"] = ([(f"IMR90_{r}", r, h1 / f"IMR90_{r}.chr21.hg18.tsv.gz", []) for r in ("r1", "r2")],
+                          ("tsv", None))
+    sets["mixed-null"] = ([(f"{c}_{r}", r, h1 / f"{c}_{r}.chr21.hg18.tsv.gz", []) for r in ("r1", "r2")
+                           for c in ("H1", "IMR90")], ("tsv", None))
     sets["biseq"] = ([(p.name.split("_")[0], p.name.split("_")[1].split(".")[0], p, [])
                       for g in ("APL", "control") for p in sorted(biseq.glob(f"*_{g}.rrbs.tsv.gz"))], ("tsv", None))
     design = list(csv.DictReader(open(sle / "design.tsv"), delimiter="\t")) if sle.exists() else []

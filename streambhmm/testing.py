@@ -226,6 +226,8 @@ class GroupMethylome:
     def write_dss(self, directory) -> list[Path]:
         """One file per sample in DSS's text format (header ``chr pos N X``, 1-based), CpGs
         without coverage left out; the paths, in sample order."""
+        import pandas as pd
+
         paths = []
         for s, sample in enumerate(self.samples):
             path = Path(directory) / f"{sample}.txt"
@@ -233,8 +235,8 @@ class GroupMethylome:
                 fh.write("chr\tpos\tN\tX\n")
                 for chrom, (pos, meth, cov) in self.chromosomes.items():
                     keep = cov[:, s] > 0
-                    block = np.column_stack([pos[keep], cov[keep, s], meth[keep, s]])
-                    fh.write("".join(f"{chrom}\t{p}\t{n}\t{x}\n" for p, n, x in block.tolist()))
+                    pd.DataFrame({"chr": chrom, "pos": pos[keep], "N": cov[keep, s], "X": meth[keep, s]}).to_csv(
+                        fh, sep="\t", header=False, index=False)
             paths.append(path)
         return paths
 

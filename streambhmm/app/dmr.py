@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DmrSettings, Findings, Targets, capped, find_candidates, fit_in_memory,
-                               fit_on_store, start_model, summarize, window_regions)
+from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE, DmrSettings, Findings, Targets,
+                               capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
+                               window_regions)
 from ..distributed.regions import RegionRule, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
 from ..io.bed import bed9_line, track_line
@@ -262,7 +263,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> Dm
 
     start = time.perf_counter()
     echo(f"the bins: EM, at most {settings.em_iter} iterations")
-    hmm = start_model(summary.quantiles(settings.background_states), groups)
+    hmm = start_model(summary.quantiles(settings.background_states), groups,
+                      summary.quantiles(settings.candidate_levels))
     hmm, history = fit_on_store(store, samples, hmm, client, settings)
     seconds["EM"] = time.perf_counter() - start
 
@@ -274,7 +276,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> Dm
     called_domains = np.flatnonzero(domain_table.qvalue <= job.fdr)
     spans = {}
     for k in called_domains:
-        spans.setdefault(domain_table.chrom[k], []).append((k, domain_table.start[k], domain_table.end[k]))
+        spans.setdefault(domain_table.chrom[k], []).append(
+            (k, domain_table.start[k], domain_table.end[k], targets.directions.index(domain_table.direction[k])))
     spans = {c: np.array(v, np.int64) for c, v in spans.items()}
     rule = RegionRule(targets.any, settings.min_posterior, settings.max_gap, 0, settings.min_bins, "DMR")
     writer = None
@@ -331,13 +334,14 @@ def _fit_domains(summary, groups: SampleGroups, settings: DmrSettings):
 
 
 def _domains_with_samples(table: RegionTable, called: np.ndarray, findings: Findings, n_samples: int) -> RegionTable:
-    """The called domains, their counts per sample (the posterior pass's) in place of the groups'."""
-    out = table.take(called)
-    out.methylated = np.array([findings.domain_counts.get(int(k), (np.zeros(n_samples),) * 2)[0] for k in called]
-                              ).reshape(len(called), n_samples)
-    out.coverage = np.array([findings.domain_counts.get(int(k), (np.zeros(n_samples),) * 2)[1] for k in called]
-                            ).reshape(len(called), n_samples)
-    out.n_bins = (out.end - out.start) // DOMAIN_BIN_SIZE
+    """The called domains where most bins differ (DOMAIN_MIN_SHARE), their counts per sample
+    (the posterior pass's) in place of the groups'."""
+    counts = [findings.domain_counts.get(int(k)) for k in called]
+    kept = [k for k, c in zip(called, counts) if c is not None and c.share >= DOMAIN_MIN_SHARE]
+    out = table.take(kept)
+    out.methylated = np.array([findings.domain_counts[int(k)].methylated for k in kept]).reshape(len(kept), n_samples)
+    out.coverage = np.array([findings.domain_counts[int(k)].coverage for k in kept]).reshape(len(kept), n_samples)
+    out.n_bins = np.array([findings.domain_counts[int(k)].n_bins for k in kept], np.int64)
     return out
 
 

@@ -7,15 +7,17 @@ dmr`): the passes over the counts, the two models and the candidate regions.
    number of samples).
 2. The domain model, in memory on those windows: states with a level per group
    (learn.groups), fitted by EM from the ladder and its candidate differential states;
-   differential domains are runs of windows whose posterior of differential states is at
+   candidate domains are runs of windows whose posterior of differential states is at
    least 0.5, at least DOMAIN_MIN_LENGTH long, gaps up to DOMAIN_MAX_GAP (PMDs' rule).
 3. The bin model on the store: the same design at the store's bins, its group parameters
    expanded to the samples for the store's E-step (distributed.em, linear in samples) and
    tied in the M-step; the states BIC does not keep are removed and EM resumed.
 4. A posterior pass (chains.map_posteriors, exact messages between chunks): the candidate
    DMRs, runs of bins whose posterior of gaining (losing) states is at least 0.5, each with
-   its per-sample counts and highest posterior; the per-sample counts of each domain; and,
-   if asked, each bin's posterior of difference for a bigWig.
+   its per-sample counts and highest posterior; the per-sample counts of each candidate
+   domain and the share of its bins the bin model puts in its direction (a domain is a
+   difference of most of its span, DOMAIN_MIN_SHARE, not a stretch of many focal DMRs);
+   and, if asked, each bin's posterior of difference for a bigWig.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .regions import RegionRule, Regions, join_regions, regions_of
 DOMAIN_BIN_SIZE = PMD_BIN_SIZE
 DOMAIN_MIN_LENGTH = 50_000  # as a PMD (Lister et al. 2009; distributed.regions' pmd preset)
 DOMAIN_MAX_GAP = 10_000
+DOMAIN_MIN_SHARE = 0.5  # of a domain's covered bins, in its direction by the bin model
 # The domain model's windows hold each group's reads scaled down to at most this many (the
 # level kept): the beta-binomial M-step costs the largest coverage, and the levels of states
 # 0.1 apart need no more reads than this.
@@ -50,7 +53,8 @@ class DmrSettings:
     """How the models are fitted and the regions cut (the `dmr` options)."""
 
     min_difference: float = 0.1
-    background_states: int = 6
+    background_states: int = 10  # EM's start: the pooled levels' quantiles, a state each
+    candidate_levels: int = 5  # and at as many quantiles, a gaining and a losing candidate
     domain_background_states: int = 3
     em_iter: int = 30
     resume_iter: int = 10  # EM's iterations after BIC removed states (from a fitted model)
@@ -141,9 +145,10 @@ def capped(meth: np.ndarray, cov: np.ndarray, top: int = DOMAIN_MAX_COVERAGE) ->
     return np.rint(meth * scale).astype(np.int64), np.rint(cov * scale).astype(np.int64)
 
 
-def start_model(background: np.ndarray, groups: SampleGroups) -> GroupedBinomialHMM:
-    """EM's start: the background ladder and its candidates (learn.groups.candidate_start)."""
-    startprob, transmat, levels = candidate_start(background, groups.n_groups)
+def start_model(background: np.ndarray, groups: SampleGroups, candidates: np.ndarray | None = None
+                ) -> GroupedBinomialHMM:
+    """EM's start: the background ladder and the candidates (learn.groups.candidate_start)."""
+    startprob, transmat, levels = candidate_start(background, groups.n_groups, candidates)
     hmm = GroupedBinomialHMM(len(levels), groups, allow_degenerate=True)
     return hmm.start_from(startprob, transmat, levels)
 
@@ -235,38 +240,59 @@ def window_regions(windows: dict, post: dict, targets: Targets, window: int) -> 
 
 # -- 4. the posterior pass --------------------------------------------------------------------
 @dataclass
+class DomainCounts:
+    """What the posterior pass counts inside a domain: its samples' reads, its covered bins
+    and how many of them the bin model puts in the domain's direction (posterior >= 0.5)."""
+
+    methylated: np.ndarray  # (S,)
+    coverage: np.ndarray  # (S,)
+    n_bins: int = 0
+    n_differing: int = 0
+
+    def __add__(self, other: "DomainCounts") -> "DomainCounts":
+        return DomainCounts(self.methylated + other.methylated, self.coverage + other.coverage,
+                            self.n_bins + other.n_bins, self.n_differing + other.n_differing)
+
+    @property
+    def share(self) -> float:
+        """The share of its covered bins that differ in its direction."""
+        return self.n_differing / self.n_bins if self.n_bins else 0.0
+
+
+@dataclass
 class ChunkFindings:
     """What the posterior pass keeps of a chunk: per direction its candidate regions, the
-    per-sample counts inside each domain it overlaps, and the posterior track's values."""
+    counts inside each domain it overlaps, and the posterior track's values."""
 
     candidates: list  # per direction, Regions
-    domain_counts: dict  # {domain number: (methylated (S,), coverage (S,))}
+    domain_counts: dict  # {domain number: DomainCounts}
     track: tuple | None  # (bin starts, posterior of difference float32)
 
 
 def _chunk_findings(post, data, targets: Targets, rule: RegionRule, domains: dict, want_track: bool
                     ) -> ChunkFindings:
-    """A chunk's findings (in a task, map_posteriors); ``domains``: {chrom: (k, 3) number,
-    start, end of its domains}."""
+    """A chunk's findings (in a task, map_posteriors); ``domains``: {chrom: (k, 4) number,
+    start, end, direction (index into targets.directions) of its domains}."""
     ref = data.ref
-    domains = domains.get(ref.chrom, ())
     positions = ref.positions(data.rows)
     n_samples = len(ref.columns)
-    candidates = [regions_of(positions, post[:, list(states)].sum(axis=1), data.sample_counts(), n_samples,
-                             ref.bin_size, rule) for states in targets.states]
-    domain_counts = {}
-    if len(domains):
-        inside = [(int(d), (positions >= start) & (positions < end)) for d, start, end in domains
-                  if start < positions[-1] + ref.bin_size and end > positions[0]] if positions.size else []
-        if inside:
-            sums = {d: (np.zeros(n_samples), np.zeros(n_samples)) for d, _ in inside}
-            for k, m, c in data.sample_counts():
-                for d, mask in inside:
-                    sums[d][0][k] = m[mask].sum()
-                    sums[d][1][k] = c[mask].sum()
-            domain_counts = sums
+    target = [post[:, list(states)].sum(axis=1) for states in targets.states]
+    candidates = [regions_of(positions, values, data.sample_counts(), n_samples, ref.bin_size, rule)
+                  for values in target]
+    inside = []
+    if positions.size:
+        inside = [(int(d), (positions >= start) & (positions < end), int(direction))
+                  for d, start, end, direction in domains.get(ref.chrom, ())
+                  if start < positions[-1] + ref.bin_size and end > positions[0]]
+    counts = {d: DomainCounts(np.zeros(n_samples), np.zeros(n_samples), int(mask.sum()),
+                              int((target[direction][mask] >= 0.5).sum())) for d, mask, direction in inside}
+    if inside:
+        for k, m, c in data.sample_counts():
+            for d, mask, _ in inside:
+                counts[d].methylated[k] = m[mask].sum()
+                counts[d].coverage[k] = c[mask].sum()
     track = (positions, post[:, list(targets.any)].sum(axis=1).astype(np.float32)) if want_track else None
-    return ChunkFindings(candidates, domain_counts, track)
+    return ChunkFindings(candidates, counts, track)
 
 
 @dataclass
@@ -274,16 +300,14 @@ class Findings:
     """The posterior pass's result."""
 
     candidates: dict  # {direction: {chrom: Regions}}
-    domain_counts: dict  # {domain number: (methylated (S,), coverage (S,))}
-    n_bins: int = 0
-    tracks: list = field(default_factory=list)
+    domain_counts: dict  # {domain number: DomainCounts}
 
 
 def find_candidates(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, client, targets: Targets,
                     rule: RegionRule, domains: dict, on_track=None, progress=None) -> Findings:
     """The posterior pass: candidate DMRs per direction and chromosome, joined across the
-    chunks' seams; the per-sample counts of each domain (``domains``: {chrom: (k, 3) number,
-    start, end}); ``on_track(chrom, starts, values)`` for each chunk's posterior of difference."""
+    chunks' seams; the counts inside each domain (``domains``: {chrom: (k, 4) number, start,
+    end, direction}); ``on_track(chrom, starts, values)`` for each chunk's posterior of difference."""
     found = Findings({d: {c: Regions.empty(len(samples)) for c in store.chromosomes} for d in targets.directions},
                      {})
     for ref, chunk in map_posteriors(store, samples, Params.of(hmm), client, _chunk_findings,
@@ -292,9 +316,8 @@ def find_candidates(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, 
         for direction, regions in zip(targets.directions, chunk.candidates):
             found.candidates[direction][ref.chrom] = join_regions(found.candidates[direction][ref.chrom], regions,
                                                                   rule.max_gap, rule.bridge_covered)
-        for d, (m, c) in chunk.domain_counts.items():
-            before = found.domain_counts.get(d, (0.0, 0.0))
-            found.domain_counts[d] = (before[0] + m, before[1] + c)
+        for d, counts in chunk.domain_counts.items():
+            found.domain_counts[d] = found.domain_counts[d] + counts if d in found.domain_counts else counts
         if chunk.track is not None:
             on_track(ref.chrom, *chunk.track)
     return found

@@ -5,12 +5,14 @@ log-likelihood of each chromosome."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import dask
 
+from ..learn import hmm_kernels
 from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_grouping, tree_reduce
@@ -32,6 +34,9 @@ class LocalEStep:
         self.chains = sequences(store, grouping)
         self.split_every = split_every
         self.cache = {}
+        # reused by every iteration: a fresh array of each chunk's size costs page faults
+        self.log_b = {}  # per chunk, its log-emissions
+        self.workspaces = threading.local()  # per thread, the recursion's buffers
 
     def _chunk(self, ref: ChunkRef):
         if ref not in self.cache:
@@ -54,14 +59,18 @@ class LocalEStep:
         the chunks before it and the backward message of those after: the first chunk's
         forward message and the last's backward one are never computed."""
         tables = [self._chunk(ref) for ref in refs]
-        log_bs = [params.log_b(table) for table in tables]
+        log_bs = [params.log_b(table, out=self.log_b.get(ref)) for ref, table in zip(refs, tables)]
+        self.log_b.update(zip(refs, log_bs))
+        if not hasattr(self.workspaces, "buffers"):
+            self.workspaces.buffers = hmm_kernels.Workspace()
         forward = [None]
         for log_b in log_bs[:-1]:
             forward.append(forward_step(forward[-1], log_b, params)[1])
         backward = [None]
         for log_b in reversed(log_bs[1:]):
             backward.insert(0, backward_step(backward[0], log_b, params))
-        return [statistics_between(previous, following, log_b, params, False, table)[0]
+        return [statistics_between(previous, following, log_b, params, False, table,
+                                   workspace=self.workspaces.buffers)[0]
                 for previous, following, log_b, table in zip(forward, backward, log_bs, tables)]
 
 

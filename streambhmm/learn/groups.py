@@ -162,14 +162,15 @@ CANDIDATE_ENTRY = 0.1  # entering a candidate is this much rarer than entering a
 LEVEL_RANGE = (0.02, 0.98)
 
 
-def candidate_start(background: np.ndarray, n_groups: int, spread: float = CANDIDATE_SPREAD
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def candidate_start(background: np.ndarray, n_groups: int, candidates: np.ndarray | None = None,
+                    spread: float = CANDIDATE_SPREAD) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(startprob, transmat, levels (m, G)) of EM's start: a state per ``background`` level
-    (the same in every group) and, per level, two candidates per group: the group above the
-    others by ``spread``, and below (with two groups, one pair: B above A and below)."""
+    (the same in every group) and, around each ``candidates`` level (default: the background's),
+    two candidates per group: the group above the others by ``spread``, and below (with two
+    groups, one pair: B above A and below)."""
     background = np.clip(np.asarray(background, np.float64), *LEVEL_RANGE)
     levels = [np.full(n_groups, q) for q in background]
-    for q in background:
+    for q in background if candidates is None else np.asarray(candidates, np.float64):
         for g in range(n_groups if n_groups > 2 else 1):
             for sign in (1.0, -1.0):
                 row = np.full(n_groups, q - sign * spread / 2)

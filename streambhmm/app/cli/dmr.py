@@ -36,9 +36,10 @@ _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
               help="A DMR holds at least this many covered bins whose posterior of difference is at least 0.5.")
 @click.option("--max-gap", default=200, show_default=True, type=NON_NEGATIVE, metavar="BP",
               help="Bins of a DMR lie at most this far apart.")
-@click.option("--states", "background_states", default=6, show_default=True, type=click.IntRange(2, 20),
-              help="EM's start: this many background levels (the pooled levels' quantiles), each with a gaining "
-                   "and a losing candidate; EM moves them, and removes those it leaves empty or doubled.")
+@click.option("--states", "background_states", default=10, show_default=True, type=click.IntRange(2, 30),
+              help="EM's start: this many background levels (the pooled levels' quantiles) and, at half as many, "
+                   "a gaining and a losing candidate; EM moves them, and BIC removes those the data do not pay "
+                   "for.")
 @click.option("--em-iter", default=30, show_default=True, type=POSITIVE,
               help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
 @click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR.")
@@ -60,7 +61,8 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     start = time.perf_counter()
     sheet_read = read_sheet(sheet).contrast([g for g in contrast.split(",") if g] if contrast else None)
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
-    settings = DmrSettings(min_difference=min_difference, background_states=background_states, em_iter=em_iter,
+    settings = DmrSettings(min_difference=min_difference, background_states=background_states,
+                           candidate_levels=max(1, background_states // 2), em_iter=em_iter,
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
     job = DmrJob(store, sheet_read, output, fdr, bigwig, settings)
     job.check_outputs()
