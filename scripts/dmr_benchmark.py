@@ -11,6 +11,8 @@ Sets:
                  chromosome, 200 bp - 5 kb, differences 0.1-0.6, and a 400 kb PMD of the second
                  group only per chromosome; beta-binomial replicates, coverage 5-30)
     null         the same without any planted difference (every call is false)
+    unbalanced, one
+                 the sim design with 2 vs 4 and 1 vs 3 samples
     scale4, scale16, scale100
                  the sim design at 4, 16 and 100 samples (2 groups): seconds per sample
     arabidopsis-CG, arabidopsis-CHG   DMRcaller's WT vs met1-3, Chr3:1-1,000,000 (1 vs 1)
@@ -66,6 +68,10 @@ def simulated(name: str) -> dict:
         return {"replicates": (3, 3), "dmrs": SIM_DMRS, "seed": 6}
     if name == "null":
         return {"replicates": (3, 3), "dmrs": 0, "seed": 106}
+    if name == "unbalanced":
+        return {"replicates": (2, 4), "dmrs": SIM_DMRS, "seed": 7}
+    if name == "one":
+        return {"replicates": (1, 3), "dmrs": SIM_DMRS, "seed": 8}
     n = int(name.removeprefix("scale"))
     return {"replicates": (n // 2, n - n // 2), "dmrs": SIM_DMRS, "seed": 1000 + n}
 
@@ -353,7 +359,8 @@ def main():
                         help="DSS is not run on sets of more than N samples (hours)")
     parser.add_argument("--skip-dss", action="store_true")
     args = parser.parse_args()
-    results = {}
+    saved = args.workdir / "results.json"
+    results = json.loads(saved.read_text()) if saved.exists() else {}  # the other sets' of earlier runs
     for name in args.sets.split(","):
         work = args.workdir / name
         work.mkdir(parents=True, exist_ok=True)
@@ -371,8 +378,8 @@ def main():
         else:
             results[name] = real_row(name, samples, ours, dss)
             print_real([results[name]])
-        (args.workdir / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    summary(results)
+        saved.write_text(json.dumps(results, indent=1, default=str))
+    summary(results, args.workdir)
 
 
 def run_ours_all(work: Path, samples: list) -> Path:
@@ -418,7 +425,10 @@ def print_real(rows: list) -> None:
               f"{fmt(r.get('dss_memory'), 0)} |")
 
 
-def summary(results: dict) -> None:
+def summary(results: dict, workdir: Path) -> None:
+    for name in ("sim", "null", "unbalanced", "one"):
+        if name in results:
+            print_simulation(name, results[name]["rows"], workdir / name)
     real = [r for name, r in results.items() if name in REAL_SETS]
     if real:
         print("\nreal sets:")

@@ -34,9 +34,10 @@ class LocalEStep:
         self.chains = sequences(store, grouping)
         self.split_every = split_every
         self.cache = {}
-        # reused by every iteration: a fresh array of each chunk's size costs page faults
-        self.log_b = {}  # per chunk, its log-emissions
-        self.workspaces = threading.local()  # per thread, the recursion's buffers
+        # per thread, the buffers of the sequence it works on (its chunks' log-emissions, the
+        # recursion's arrays), reused by the next: fresh arrays of a chunk's size cost page faults
+        self.buffers = threading.local()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(self.chains), len(os.sched_getaffinity(0)))))
 
     def _chunk(self, ref: ChunkRef):
         if ref not in self.cache:
@@ -47,22 +48,26 @@ class LocalEStep:
     def __call__(self, params: Params) -> SufficientStats:
         # the sequences (chromosomes) in threads, one per core (the recursions release the GIL),
         # their parts reduced in order: the same statistics as one thread's
-        with ThreadPoolExecutor(max_workers=max(1, min(len(self.chains), len(os.sched_getaffinity(0))))) as pool:
-            parts = [part for parts in pool.map(lambda refs: self._sequence(refs, params), self.chains)
-                     for part in parts]
+        parts = [part for parts in self.pool.map(lambda refs: self._sequence(refs, params), self.chains)
+                 for part in parts]
         if not parts:
             raise ValueError("the store has no bins")
         return tree_reduce(parts, add_stats, self.split_every)
+
+    def close(self) -> None:
+        """Stop the threads (and release their buffers)."""
+        self.pool.shutdown()
 
     def _sequence(self, refs: list, params: Params) -> list:
         """The statistics of each chunk of one sequence. A chunk needs the forward message of
         the chunks before it and the backward message of those after: the first chunk's
         forward message and the last's backward one are never computed."""
         tables = [self._chunk(ref) for ref in refs]
-        log_bs = [params.log_b(table, out=self.log_b.get(ref)) for ref, table in zip(refs, tables)]
-        self.log_b.update(zip(refs, log_bs))
-        if not hasattr(self.workspaces, "buffers"):
-            self.workspaces.buffers = hmm_kernels.Workspace()
+        if not hasattr(self.buffers, "workspace"):
+            self.buffers.workspace, self.buffers.log_b = hmm_kernels.Workspace(), []
+        kept = self.buffers.log_b
+        log_bs = [params.log_b(table, out=kept[k] if k < len(kept) else None) for k, table in enumerate(tables)]
+        kept[:len(log_bs)] = log_bs
         forward = [None]
         for log_b in log_bs[:-1]:
             forward.append(forward_step(forward[-1], log_b, params)[1])
@@ -70,7 +75,7 @@ class LocalEStep:
         for log_b in reversed(log_bs[1:]):
             backward.insert(0, backward_step(backward[0], log_b, params))
         return [statistics_between(previous, following, log_b, params, False, table,
-                                   workspace=self.workspaces.buffers)[0]
+                                   workspace=self.buffers.workspace)[0]
                 for previous, following, log_b, table in zip(forward, backward, log_bs, tables)]
 
 
@@ -145,7 +150,11 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
         last[:] = [stats]
         return stats
 
-    history = run_em(hmm, e_step, n_iter, rel_tol, report)
+    try:
+        history = run_em(hmm, e_step, n_iter, rel_tol, report)
+    finally:
+        if local is not None:
+            local.close()
     hmm.n_features_in_ = grouping.width
     if check:
         hmm.check_fit()
