@@ -172,3 +172,21 @@ def test_a_contrast_group_without_samples_is_refused(small):
     result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--contrast", "A,C")
     assert result.exit_code != 0 and "--contrast: group 'C' has no sample in" in result.output
     assert not list(directory.glob("out*"))
+
+
+def test_three_groups(tmp_path):
+    """More than two groups: a state differs when its largest and smallest levels do."""
+    store, sheet, sim = simulated_store(tmp_path, (2, 2, 2), n_dmrs=20, domain=False, seed=11)
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    found = calls(tmp_path / "dmr.tsv")
+    assert found and {c["direction"] for c in found} == {"differs"}
+    assert np.mean([bool(overlaps(c, sim.truth)) for c in found]) >= 0.9
+    assert all(c["difference"] >= 0 for c in found)  # the largest minus the smallest level
+    assert {"level_A", "level_B", "level_C"} <= set(found[0])
+    one_pair = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "ac.bed", "--contrast", "C,A",
+                   "-q")
+    assert one_pair.exit_code == 0, one_pair.output
+    header = (tmp_path / "ac.tsv").read_text().splitlines()[0].split("\t")
+    assert [h for h in header if h.startswith("level_")][:2] == ["level_C", "level_A"]
+    assert {c["direction"] for c in calls(tmp_path / "ac.tsv")} <= {"gain", "loss"}
