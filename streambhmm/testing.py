@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -193,3 +194,164 @@ def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
     tails = [tuple(np.concatenate([before, now])[-2:] for before, now in zip(halo, kept))
              for halo, *kept in kept_sequences(previous if pooled else [previous], methylated, coverage, positions)]
     return tails if pooled else tails[0]
+
+
+# --- app: methylomes of groups of samples with planted DMRs (`dmr`'s tests and benchmark) ---
+@dataclass
+class GroupMethylome:
+    """Simulated CpG-level counts of groups of replicates, and where they truly differ.
+
+    ``chromosomes`` maps each name to (1-based positions (n,), methylated (n, S), coverage
+    (n, S)); ``truth`` lists the planted differences as (chrom, start, end, difference, kind):
+    0-based half-open bp, difference = second group's mean level minus the first's over the
+    region's CpGs, kind "focal" (a DMR) or "domain" (a PMD of one group only)."""
+
+    chromosomes: dict
+    samples: list
+    groups: list  # per sample
+    truth: list = field(default_factory=list)
+
+    @property
+    def n_cpgs(self) -> int:
+        return sum(pos.size for pos, _, _ in self.chromosomes.values())
+
+    def binned(self, bin_size: int = 100) -> dict:
+        """The counts summed into bins, as testing.write_store takes them."""
+        out = {}
+        for chrom, (pos, meth, cov) in self.chromosomes.items():
+            bins, first = np.unique((pos - 1) // bin_size, return_index=True)
+            out[chrom] = (bins, np.add.reduceat(meth, first, axis=0), np.add.reduceat(cov, first, axis=0))
+        return out
+
+    def write_dss(self, directory) -> list[Path]:
+        """One file per sample in DSS's text format (header ``chr pos N X``, 1-based), CpGs
+        without coverage left out; the paths, in sample order."""
+        import pandas as pd
+
+        paths = []
+        for s, sample in enumerate(self.samples):
+            path = Path(directory) / f"{sample}.txt"
+            with open(path, "w") as fh:
+                fh.write("chr\tpos\tN\tX\n")
+                for chrom, (pos, meth, cov) in self.chromosomes.items():
+                    keep = cov[:, s] > 0
+                    pd.DataFrame({"chr": chrom, "pos": pos[keep], "N": cov[keep, s], "X": meth[keep, s]}).to_csv(
+                        fh, sep="\t", header=False, index=False)
+            paths.append(path)
+        return paths
+
+
+def _intervals(rng, length: int, every: float, low: int, high: int, log_uniform: bool = False) -> np.ndarray:
+    """Non-overlapping [start, end) intervals along ``length`` bp: starts at mean distance
+    ``every``, lengths between ``low`` and ``high``."""
+    out, at = [], 0.0
+    while True:
+        at += rng.exponential(every)
+        size = np.exp(rng.uniform(np.log(low), np.log(high))) if log_uniform else rng.uniform(low, high)
+        if at + size >= length:
+            return np.array(out, np.int64).reshape(-1, 2)
+        out.append((int(at), int(at + size)))
+        at += size
+
+
+def _inside(pos0: np.ndarray, intervals: np.ndarray) -> np.ndarray:
+    """Index of the interval holding each position, -1 outside all of them."""
+    if not len(intervals):
+        return np.full(pos0.size, -1)
+    k = np.searchsorted(intervals[:, 0], pos0, side="right") - 1
+    ok = (k >= 0) & (pos0 < intervals[np.maximum(k, 0), 1])
+    return np.where(ok, k, -1)
+
+
+def _beta_levels(rng, mean, concentration):
+    mean = np.clip(mean, 0.005, 0.995)
+    return rng.beta(mean * concentration, (1 - mean) * concentration)
+
+
+def simulate_groups(length: int = 2_000_000, n_chromosomes: int = 1, replicates=(3, 3), n_dmrs: int = 20,
+                    domain: bool = True, dispersion: float = 0.05, coverage=(5, 30), missing: float = 0.03,
+                    seed: int = 0, difference=(0.1, 0.6), dmr_length=(200, 5000)) -> GroupMethylome:
+    """CpG-level methylomes of groups of replicates (``replicates``: samples per group),
+    ``n_chromosomes`` of ``length`` bp each.
+
+    CpGs: a sparse background (a CpG every ~100 bp) and clustered islands (0.5-2 kb with a
+    CpG every ~10 bp, one per ~100 kb). Levels shared by all samples: a methylated
+    background (mean 0.82, spread between CpGs), unmethylated islands (9 in 10) with
+    intermediate shores (1 kb on each side), hypomethylated enhancer-like stretches (0.3-1.5 kb, one per
+    ~50 kb), and PMDs (100-600 kb, about a fifth of the genome, mean 0.45 with a wide spread).
+    Differences: ``n_dmrs`` DMRs per chromosome (log-uniform ``dmr_length`` bp, half centred
+    on islands, the second group's level shifted by a uniform ``difference``, up or down as
+    the levels allow) and, with ``domain``, one 400 kb PMD of the second group only per
+    chromosome. Each replicate's level at a CpG is a Beta draw around its group's (variance
+    ``dispersion`` x level x (1 - level), DSS's model); coverage a negative binomial around
+    a depth per sample, held within ``coverage``; a share ``missing`` of CpGs uncovered per sample.
+    """
+    rng = np.random.default_rng(seed)
+    groups = [g for g, n in zip("ABCDEFGH", replicates) for _ in range(n)]
+    samples = [f"{g}{sum(1 for h in groups[:k + 1] if h == g)}" for k, g in enumerate(groups)]
+    group_of = np.array(["ABCDEFGH".index(g) for g in groups])
+    depth = rng.uniform(max(coverage[0], 8), min(coverage[1], 20), len(samples))
+    chromosomes, truth = {}, []
+    for c in range(n_chromosomes):
+        chrom = f"chr{c + 1}"
+        islands = _intervals(rng, length, 100_000, 500, 2000)
+        background = np.cumsum(rng.geometric(1 / 100, int(length / 90)) + 1)
+        dense = [a + np.cumsum(rng.geometric(1 / 10, (b - a) // 4) + 1) for a, b in islands]
+        pos0 = np.unique(np.concatenate([background] + dense))
+        pos0 = pos0[pos0 < length - 1]
+        pos0 = pos0[np.r_[True, np.diff(pos0) >= 2]]  # a CpG takes two bases
+        n = pos0.size
+        level = _beta_levels(rng, np.full(n, 0.82), 6)
+        pmds = _intervals(rng, length, 1_400_000, 100_000, 600_000)
+        in_pmd = _inside(pos0, pmds) >= 0
+        level[in_pmd] = _beta_levels(rng, np.full(in_pmd.sum(), 0.45), 3)
+        shores = np.column_stack([np.maximum(islands[:, 0] - 1000, 0), islands[:, 1] + 1000])
+        in_shore = _inside(pos0, shores) >= 0
+        level[in_shore] = _beta_levels(rng, np.full(in_shore.sum(), 0.4), 4)
+        enhancers = _intervals(rng, length, 50_000, 300, 1500)
+        in_enhancer = _inside(pos0, enhancers) >= 0
+        level[in_enhancer] = _beta_levels(rng, np.full(in_enhancer.sum(), 0.2), 5)
+        island = _inside(pos0, islands)
+        methylated_island = rng.random(len(islands)) < 0.1
+        on_island = island >= 0
+        level[on_island] = _beta_levels(rng, np.where(methylated_island[island[on_island]], 0.85, 0.05), 20)
+        levels = np.tile(level[:, None], (1, len(replicates)))
+        taken = np.zeros((0, 2), np.int64)
+        if domain:  # away from the shared PMDs
+            start = int(rng.uniform(0.1, 0.8) * length)
+            for _ in range(100):
+                if not ((pmds[:, 0] < start + 400_000) & (pmds[:, 1] > start)).any():
+                    break
+                start = int(rng.uniform(0.1, 0.8) * length)
+            span = np.array([[start, start + 400_000]])
+            inside = (_inside(pos0, span) >= 0) & ~on_island & ~in_pmd
+            levels[inside, -1] = _beta_levels(rng, np.full(inside.sum(), 0.45), 3)
+            truth.append((chrom, start, start + 400_000, float(levels[inside, -1].mean() - levels[inside, 0].mean()),
+                          "domain"))
+            taken = span
+        planted = 0
+        while planted < n_dmrs:
+            size = int(np.exp(rng.uniform(*np.log(dmr_length))))
+            centre = (islands[rng.integers(len(islands))].mean() + rng.normal(0, 500) if rng.random() < 0.5
+                      and len(islands) else rng.uniform(0, length))
+            start = int(centre - size / 2)
+            if start < 0 or start + size >= length or ((taken[:, 0] < start + size + 1000)
+                                                       & (taken[:, 1] > start - 1000)).any():
+                continue
+            inside = _inside(pos0, np.array([[start, start + size]])) >= 0
+            if inside.sum() < 2:
+                continue
+            shift = rng.uniform(*difference)
+            mean = levels[inside, 0].mean()
+            up = mean + shift <= 0.95 and (mean - shift < 0.05 or rng.random() < 0.5)
+            for g in range(1, len(replicates)):
+                levels[inside, g] = np.clip(levels[inside, 0] + (shift if up else -shift), 0.005, 0.995)
+            truth.append((chrom, start, start + size, float(levels[inside, -1].mean() - mean), "focal"))
+            taken = np.vstack([taken, [[start, start + size]]])
+            planted += 1
+        own = _beta_levels(rng, levels[:, group_of], 1 / dispersion - 1)
+        cov = np.clip(rng.negative_binomial(4, 4 / (4 + depth), (n, len(samples))), *coverage)
+        cov[rng.random(cov.shape) < missing] = 0
+        chromosomes[chrom] = (pos0 + 1, rng.binomial(cov, own), cov)
+    truth.sort(key=lambda t: (t[0], t[1]))
+    return GroupMethylome(chromosomes, samples, groups, truth)

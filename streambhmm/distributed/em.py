@@ -4,18 +4,22 @@ log-likelihood of each chromosome."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import dask
 
+from ..learn import hmm_kernels
 from ..learn.emissions import EmissionTable
 from ..learn.hmm import BinomialHMM, SufficientStats, has_converged, run_em
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_grouping, tree_reduce
 from ..moments.spec import Grouping
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
-from .chains import chain, message_graph, sequences
+from .chains import message_graph, sequences
 from .chunks import kept_counts, stats_task
 from .messages import Params, add_stats, backward_step, forward_step, statistics_between
 
@@ -30,6 +34,10 @@ class LocalEStep:
         self.chains = sequences(store, grouping)
         self.split_every = split_every
         self.cache = {}
+        # per thread, the buffers of the sequence it works on (its chunks' log-emissions, the
+        # recursion's arrays), reused by the next: fresh arrays of a chunk's size cost page faults
+        self.buffers = threading.local()
+        self.pool = ThreadPoolExecutor(max_workers=max(1, min(len(self.chains), len(os.sched_getaffinity(0)))))
 
     def _chunk(self, ref: ChunkRef):
         if ref not in self.cache:
@@ -38,19 +46,37 @@ class LocalEStep:
         return self.cache[ref]
 
     def __call__(self, params: Params) -> SufficientStats:
-        parts = []
-        for refs in self.chains:
-            tables = [self._chunk(ref) for ref in refs]
-            log_bs = [params.log_b(table) for table in tables]
-            links = chain(log_bs, lambda previous, log_b: forward_step(None if previous is None else previous[1],
-                                                                       log_b, params),
-                          lambda following, log_b: backward_step(following, log_b, params))
-            for (previous, following, _), log_b, table in zip(links, log_bs, tables):
-                parts.append(statistics_between(None if previous is None else previous[1], following, log_b, params,
-                                                False, table)[0])
+        # the sequences (chromosomes) in threads, one per core (the recursions release the GIL),
+        # their parts reduced in order: the same statistics as one thread's
+        parts = [part for parts in self.pool.map(lambda refs: self._sequence(refs, params), self.chains)
+                 for part in parts]
         if not parts:
             raise ValueError("the store has no bins")
         return tree_reduce(parts, add_stats, self.split_every)
+
+    def close(self) -> None:
+        """Stop the threads (and release their buffers)."""
+        self.pool.shutdown()
+
+    def _sequence(self, refs: list, params: Params) -> list:
+        """The statistics of each chunk of one sequence. A chunk needs the forward message of
+        the chunks before it and the backward message of those after: the first chunk's
+        forward message and the last's backward one are never computed."""
+        tables = [self._chunk(ref) for ref in refs]
+        if not hasattr(self.buffers, "workspace"):
+            self.buffers.workspace, self.buffers.log_b = hmm_kernels.Workspace(), []
+        kept = self.buffers.log_b
+        log_bs = [params.log_b(table, out=kept[k] if k < len(kept) else None) for k, table in enumerate(tables)]
+        kept[:len(log_bs)] = log_bs
+        forward = [None]
+        for log_b in log_bs[:-1]:
+            forward.append(forward_step(forward[-1], log_b, params)[1])
+        backward = [None]
+        for log_b in reversed(log_bs[1:]):
+            backward.insert(0, backward_step(backward[0], log_b, params))
+        return [statistics_between(previous, following, log_b, params, False, table,
+                                   workspace=self.buffers.workspace)[0]
+                for previous, following, log_b, table in zip(forward, backward, log_bs, tables)]
 
 
 def stats_graph(store: CountsStore, grouping: Grouping, params: Params, split_every: int = DEFAULT_SPLIT_EVERY):
@@ -90,6 +116,7 @@ class StoreEMResult:
     seconds_per_iteration: float
     converged: bool
     n_bins: float  # covered bins fitted: transitions + sequences
+    stats: SufficientStats | None = None  # of the last E-step: the final parameters'
 
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
@@ -123,9 +150,13 @@ def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_i
         last[:] = [stats]
         return stats
 
-    history = run_em(hmm, e_step, n_iter, rel_tol, report)
+    try:
+        history = run_em(hmm, e_step, n_iter, rel_tol, report)
+    finally:
+        if local is not None:
+            local.close()
     hmm.n_features_in_ = grouping.width
     if check:
         hmm.check_fit()
     return StoreEMResult(hmm, history, (time.perf_counter() - start) / len(history),
-                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()))
+                         has_converged(history, rel_tol), float(last[0].trans.sum() + last[0].start.sum()), last[0])

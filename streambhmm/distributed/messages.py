@@ -41,10 +41,12 @@ class Params:
         return cls(*(np.asarray(a, dtype=np.float64).copy()
                      for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)), dispersion)
 
-    def log_b(self, table: EmissionTable, columns=None) -> np.ndarray:
-        """The emissions of a table of counts (of the samples ``columns``, default all)."""
+    def log_b(self, table: EmissionTable, columns=None, out=None) -> np.ndarray:
+        """The emissions of a table of counts (of the samples ``columns``, default all), into
+        ``out`` if given (an array of the right shape, reused)."""
         columns = slice(None) if columns is None else columns
-        return table.log_b(self.methylation[:, columns], None if self.dispersion is None else self.dispersion[:, columns])
+        return table.log_b(self.methylation[:, columns], None if self.dispersion is None else self.dispersion[:, columns],
+                           out)
 
 
 def forward_step(previous, log_b: np.ndarray, params: Params):
@@ -67,11 +69,13 @@ def backward_step(following, log_b: np.ndarray, params: Params):
 
 
 def statistics_between(previous, following, log_b: np.ndarray, params: Params, want_posteriors: bool,
-                       table: EmissionTable | None = None, statistics_of=None):
+                       table: EmissionTable | None = None, statistics_of=None, workspace=None):
     """The segment's statistics from its log-emissions. The recursion counts the
     posterior weight of each pair of ``table`` (the segment's counts) itself; when the counts
     of all samples would not fit in memory, ``statistics_of(posteriors, keep_pairs)`` gives
-    the posterior-weighted sums ((m, S) each) and, for a beta-binomial model, the pairs."""
+    the posterior-weighted sums ((m, S) each) and, for a beta-binomial model, the pairs.
+    ``workspace`` (hmm_kernels.Workspace) lends the recursion its buffers (the posteriors
+    returned are then its own)."""
     m, n_samples = params.methylation.shape
     if log_b.shape[0] == 0:
         zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
@@ -90,7 +94,7 @@ def statistics_between(previous, following, log_b: np.ndarray, params: Params, w
     final = np.ones(m) if following is None else following
     loglik, first, trans, code_weights, post = hmm_kernels.forward_backward(
         log_b, np.array([log_b.shape[0]]), start, params.transmat, codes, 0 if table is None else table.keys.size,
-        want_posteriors or table is None, final)
+        want_posteriors or table is None, final, workspace)
     if previous is not None:
         first, post = np.zeros(m), post[1:]
     sums = table.statistics(code_weights, beta) if table is not None else statistics_of(post, beta)

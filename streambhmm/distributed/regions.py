@@ -85,7 +85,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     return rule
 
 
-_FIELDS = ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage")
+_FIELDS = ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage", "posterior_max")
 
 
 @dataclass
@@ -98,6 +98,7 @@ class Regions:
     posterior_sum: np.ndarray  # summed posterior of the targets over the target bins
     methylated: np.ndarray  # (regions, S) methylated reads of the target bins
     coverage: np.ndarray  # (regions, S)
+    posterior_max: np.ndarray  # the highest posterior of the targets in the region
     open_start: bool = True  # the part's first covered bin is a target bin (a region may go on before it)
     open_end: bool = True  # the part's last covered bin is
 
@@ -110,8 +111,8 @@ class Regions:
     @classmethod
     def empty(cls, n_samples: int, open_ends: bool = True) -> "Regions":
         zero = np.zeros(0, np.int64)
-        return cls(zero, zero, zero, np.zeros(0), np.zeros((0, n_samples)), np.zeros((0, n_samples)), open_ends,
-                   open_ends)
+        return cls(zero, zero, zero, np.zeros(0), np.zeros((0, n_samples)), np.zeros((0, n_samples)), np.zeros(0),
+                   open_ends, open_ends)
 
 
 def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: int, bin_size: int,
@@ -133,7 +134,8 @@ def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: in
         meth[:, s] = np.add.reduceat(np.asarray(m, np.float64)[chosen], first)
         cov[:, s] = np.add.reduceat(np.asarray(c, np.float64)[chosen], first)
     return Regions(starts[first], starts[last] + bin_size, last - first + 1, np.add.reduceat(target[chosen], first),
-                   meth, cov, chosen[0] == 0, chosen[-1] == positions.size - 1)
+                   meth, cov, np.maximum.reduceat(target[chosen], first), chosen[0] == 0,
+                   chosen[-1] == positions.size - 1)
 
 
 def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bool = True) -> Regions:
@@ -145,6 +147,7 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
         merged.end[-1] = right.end[0]
         for name in ("n_bins", "posterior_sum", "methylated", "coverage"):
             getattr(merged, name)[-1] += getattr(right, name)[0]
+        merged.posterior_max[-1] = max(merged.posterior_max[-1], right.posterior_max[0])
         left, right = merged, right.take(slice(1, None))
     return Regions(*(np.concatenate([getattr(left, f), getattr(right, f)]) for f in _FIELDS),
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)

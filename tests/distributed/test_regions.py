@@ -27,13 +27,14 @@ def test_regions_merge_across_small_gaps_and_keep_their_counts():
     assert got.start.tolist() == [0, 1200] and got.end.tolist() == [700, 1300]
     assert got.n_bins.tolist() == [4, 1] and got.methylated[:, 0].tolist() == [4, 3]
     assert got.coverage[:, 0].tolist() == [18, 3] and got.posterior_sum.tolist() == pytest.approx([3.0, 0.95])
+    assert got.posterior_max.tolist() == [0.9, 0.95]
     tight = regions_of(positions, target, columns, 1, 100, RegionRule((0,), 0.5, max_gap=0))
     assert tight.start.tolist() == [0, 200, 500, 1200]
     # a seam between chunks merges the same way
     left = regions_of(positions[:3], target[:3], [(0, meth[:3, 0], cov[:3, 0])], 1, 100, RegionRule((0,), 0.5, 200))
     right = regions_of(positions[3:], target[3:], [(0, meth[3:, 0], cov[3:, 0])], 1, 100, RegionRule((0,), 0.5, 200))
     joined = join_regions(left, right, 200)
-    for name in ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage"):
+    for name in ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage", "posterior_max"):
         np.testing.assert_array_equal(getattr(joined, name), getattr(got, name))
     assert len(join_regions(Regions.empty(1), right, 200)) == len(right)
 

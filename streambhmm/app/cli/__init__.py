@@ -5,6 +5,7 @@ import click
 
 from ... import __version__
 from .calls import hmr, pmd
+from .dmr import dmr
 from .fit import fit
 from .moments import moments
 from .runs import batch, demo
@@ -18,5 +19,5 @@ def main():
     """Learn Binomial HMMs of DNA methylation by the method of moments."""
 
 
-for command in (ingest, info, upgrade, moments, fit, score, decode, regions, hmr, pmd, tracks, report, batch, demo):
+for command in (ingest, info, upgrade, moments, fit, score, decode, regions, hmr, pmd, dmr, tracks, report, batch, demo):
     main.add_command(command)

@@ -1,0 +1,88 @@
+"""`dmr`: differentially methylated regions between groups of samples."""
+
+from __future__ import annotations
+
+import time
+
+import click
+import numpy as np
+
+from ...distributed.cluster import store_session
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, chunk_progress, quiet_option, scheduler_option, \
+    user_errors
+
+_FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
+
+
+@click.command()
+@click.argument("store", type=STORE)
+@click.option("--groups", "sheet", required=True, type=click.Path(dir_okay=False),
+              help="Sample sheet: a header naming the columns sample and group (tab- or blank-separated; other "
+                   "columns ignored), a line per sample of the store. Two groups or more, of any sizes, one "
+                   "sample or more each.")
+@click.option("--output", "-o", required=True, type=OUTPUT_FILE,
+              help="Focal DMRs (BED9, gains red, losses blue); beside it OUTPUT's stem + .tsv (per DMR, ranked: "
+                   "bins, length, difference, posterior, lfdr, q-value, level per group and sample), and "
+                   "STEM.domains.bed and .tsv: the domain-scale differences.")
+@click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
+              help="A state is differential when its group levels differ by at least this much (DSS's delta).")
+@click.option("--fdr", default=0.05, show_default=True, type=_FRACTION,
+              help="Call regions while the mean local FDR of those called (their q-value) is at most this "
+                   "(1: every candidate, with its q-value).")
+@click.option("--contrast", default=None, metavar="A,B",
+              help="Groups of the sheet to compare, in this order (default: all, in the sheet's order); the "
+                   "difference is B's level minus A's.")
+@click.option("--min-bins", default=2, show_default=True, type=POSITIVE,
+              help="A DMR holds at least this many covered bins whose posterior of difference is at least 0.5.")
+@click.option("--max-gap", default=200, show_default=True, type=NON_NEGATIVE, metavar="BP",
+              help="Bins of a DMR lie at most this far apart.")
+@click.option("--states", "background_states", default=10, show_default=True, type=click.IntRange(2, 30),
+              help="EM's start: this many background levels (the pooled levels' quantiles) and, at half as many, "
+                   "a gaining and a losing candidate; EM moves them, and BIC removes those the data do not pay "
+                   "for.")
+@click.option("--em-iter", default=30, show_default=True, type=POSITIVE,
+              help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
+@click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR.")
+@click.option("--bigwig", default=None, type=OUTPUT_FILE, help="Also write each bin's posterior of difference "
+                                                               "(bigWig).")
+@scheduler_option
+@quiet_option
+@user_errors
+def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, background_states, em_iter,
+        no_domains, bigwig, scheduler, quiet):
+    """Differentially methylated regions between groups of samples (DSS's DMLtest + callDMR,
+    dmrseq): a model whose states have a level per group, shared by the group's replicates
+    (beta-binomial between them), fitted by EM on the store at a cost linear in samples;
+    DMRs are runs of bins with a high posterior of differential states, called at --fdr."""
+    from ...distributed.dmr import DmrSettings
+    from ...io.store import open_store
+    from ..dmr import DmrJob, read_sheet, run_dmr, states_table
+
+    start = time.perf_counter()
+    sheet_read = read_sheet(sheet).contrast([g for g in contrast.split(",") if g] if contrast else None)
+    sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
+    settings = DmrSettings(min_difference=min_difference, background_states=background_states,
+                           candidate_levels=max(1, background_states // 2), em_iter=em_iter,
+                           max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
+    job = DmrJob(store, sheet_read, output, fdr, bigwig, settings)
+    job.check_outputs()
+    with store_session(store, scheduler) as opened, chunk_progress(quiet) as progress:
+        outcome = run_dmr(job, opened, echo=lambda message: None if quiet else click.echo(message),
+                          progress=progress)
+    groups = outcome.groups
+    if not quiet:
+        click.echo(f"states ({'/'.join(groups.names)}; * differential):")
+        for line in states_table(outcome.hmm, min_difference):
+            click.echo(f"  {line}")
+    dmrs, domains = outcome.dmrs, outcome.domains
+    counts = ", ".join(f"{sum(d == name for d in dmrs.direction):,} {name}" for name in outcome.targets.directions)
+    median = np.median(dmrs.lengths) if len(dmrs) else 0
+    steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
+    click.echo(f"{output}: {len(dmrs):,} DMRs ({counts}), median {median:,.0f} bp, at FDR {fdr:g} of "
+               f"{outcome.candidates:,} candidates ({outcome.absorbed:,} of them inside a differential domain)")
+    domain_median = np.median(domains.lengths) if len(domains) else 0
+    click.echo(f"{job.outputs[2]}: {len(domains):,} differential domains, median {domain_median:,.0f} bp "
+               f"({time.perf_counter() - start:.1f} s: {steps})")
+    if not outcome.targets.any:
+        click.echo(f"no state's group levels differ by {min_difference:g} or more: the groups do not differ "
+                   f"(at this --min-difference)")

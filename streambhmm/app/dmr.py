@@ -1,0 +1,419 @@
+"""The `dmr` job: differentially methylated regions between groups of samples, from a counts
+store and a sample sheet, as DSS and dmrseq find them from a BSseq object.
+
+The sheet (tab- or space-separated, a header naming the columns ``sample`` and ``group``;
+other columns are ignored) is read and checked against the store before any work. The
+models and passes are distributed.dmr's: a model whose states have a level per group, fitted
+by EM on the store; the posterior of differential states cut into candidate regions; and a
+model of the groups' counts on 5 kb windows for domain-scale differences (a PMD of one group).
+
+Each region gets a local false discovery rate, lfdr = 1 - its highest bin posterior of
+differential states: an upper bound on the posterior probability that none of its bins
+differs, so on the chance that it overlaps no true difference. Regions are ranked by lfdr
+and called while the mean lfdr of those called (the q-value: the FDR the model expects of
+the list, Newton et al. 2004) is at most --fdr. Focal DMRs and domains are two lists,
+each with its own q-values: a focal candidate inside a called domain, in its direction and
+not differing by --min-difference more than it, is a piece of the domain and leaves the
+focal list.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE, DmrSettings, Findings, Targets,
+                               capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
+                               window_regions)
+from ..distributed.regions import RegionRule, regions_table
+from ..distributed.tracks import BigWigWriter, chromosome_lengths
+from ..io.bed import bed9_line, track_line
+from ..io.outputs import check_output_file, remove_leftovers, replacing
+from ..learn.checks import stationary_weights
+from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
+
+SHEET_COLUMNS = ("sample", "group")
+COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
+DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
+
+
+# -- the sample sheet -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SampleSheet:
+    """The samples of a sheet, their groups and the lines they are on."""
+
+    path: str
+    samples: tuple
+    groups: tuple
+    lines: tuple
+
+    def check_samples(self, known: list, store) -> None:
+        """Refuse a sample the store does not have, naming the sheet's line."""
+        for sample, line in zip(self.samples, self.lines):
+            if sample not in known:
+                raise ValueError(f"{self.path}, line {line}: sample {sample[:100]!r} is not in the store {store} "
+                                 f"(its samples: {', '.join(known)[:200]})")
+
+    def contrast(self, names: list | None) -> "SampleSheet":
+        """The sheet's samples of the groups ``names`` (None: every group), in their order."""
+        if names is None:
+            return self
+        present = list(dict.fromkeys(self.groups))
+        for name in names:
+            if name not in present:
+                raise ValueError(f"--contrast: group {name[:100]!r} has no sample in {self.path} (its groups: "
+                                 f"{', '.join(present)[:200]})")
+        if len(set(names)) != len(names):
+            raise ValueError(f"--contrast names a group twice: {','.join(names)[:200]}")
+        keep = [k for name in names for k, g in enumerate(self.groups) if g == name]
+        return SampleSheet(self.path, *(tuple(getattr(self, f)[k] for k in keep) for f in ("samples", "groups",
+                                                                                            "lines")))
+
+    @property
+    def sample_groups(self) -> SampleGroups:
+        return SampleGroups.of(self.groups)
+
+
+def read_sheet(path) -> SampleSheet:
+    """Read a sample sheet (see the module docstring), refusing, with the file and line, a
+    missing header column, a row of the wrong width, an empty or repeated sample, an empty
+    group, and a sheet of fewer than two groups."""
+    path = str(path)
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
+    rows = [(number, line) for number, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")]
+    if not rows:
+        raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
+                         f"{' and '.join(SHEET_COLUMNS)} and a line per sample")
+    number, header = rows[0]
+    names = _fields(header)
+    missing = [c for c in SHEET_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
+                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}")
+    at = [names.index(c) for c in SHEET_COLUMNS]
+    samples, groups, lines, seen = [], [], [], {}
+    for number, line in rows[1:]:
+        fields = _fields(line)
+        if len(fields) != len(names):
+            raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
+                             f"{line[:200]!r}")
+        sample, group = (fields[k] for k in at)
+        if sample.upper() in ("", "NA"):
+            raise ValueError(f"{path}, line {number}: no sample named for group {group[:100]!r}: {line[:200]!r}")
+        if group.upper() in ("", "NA"):
+            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} has no group: {line[:200]!r}")
+        if sample in seen:
+            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} is listed again (first on line "
+                             f"{seen[sample]})")
+        seen[sample] = number
+        samples.append(sample)
+        groups.append(group)
+        lines.append(number)
+    if len(set(groups)) < 2:
+        found = f"one group, {groups[0][:100]!r}" if groups else "no sample"
+        raise ValueError(f"{path}: the sheet has {found}; DMRs are found between two groups or more")
+    return SampleSheet(path, tuple(samples), tuple(groups), tuple(lines))
+
+
+def _fields(line: str) -> list:
+    """A line's fields: tab-separated when it has a tab, else separated by blanks."""
+    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+
+
+# -- the job ----------------------------------------------------------------------------------
+@dataclass
+class DmrJob:
+    """The options of one `dmr` run."""
+
+    store: str
+    sheet: SampleSheet
+    output: str
+    fdr: float = 0.05
+    bigwig: str | None = None
+    settings: DmrSettings = field(default_factory=DmrSettings)
+
+    @property
+    def outputs(self) -> list:
+        """Every file the job writes: the focal DMRs (BED9, TSV), the domains (BED9, TSV), the track."""
+        output = Path(self.output)
+        domains = output.with_name(f"{output.stem}.domains{output.suffix or '.bed'}")
+        paths = [output, regions_table(output), domains, regions_table(domains)]
+        return paths + ([Path(self.bigwig)] if self.bigwig else [])
+
+    def check_outputs(self) -> None:
+        """Refuse, before any work, a file that cannot be written (io.outputs)."""
+        for path in self.outputs:
+            check_output_file(path)
+
+
+@dataclass
+class RegionTable:
+    """Called regions, one row each, in rank order (strongest evidence first)."""
+
+    kind: str  # "DMR" or "domain"
+    chrom: list
+    start: np.ndarray
+    end: np.ndarray
+    n_bins: np.ndarray
+    direction: list
+    posterior: np.ndarray  # mean posterior of the direction's states over the region's bins
+    lfdr: np.ndarray
+    qvalue: np.ndarray
+    methylated: np.ndarray  # (regions, S)
+    coverage: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.chrom)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.end - self.start
+
+    def sample_levels(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.methylated / self.coverage
+
+    def group_levels(self, groups: SampleGroups) -> np.ndarray:
+        """Per region and group, the mean of its samples' levels (samples without reads left out)."""
+        levels = self.sample_levels()
+        out = np.full((len(self), groups.n_groups), np.nan)
+        for g in range(groups.n_groups):
+            part = levels[:, groups.samples_of(g)]
+            seen = np.isfinite(part)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[:, g] = np.where(seen, part, 0).sum(axis=1) / seen.sum(axis=1)
+        return out
+
+    def differences(self, groups: SampleGroups) -> np.ndarray:
+        """Two groups: the second's level minus the first's; more: the largest minus the smallest."""
+        levels = self.group_levels(groups)
+        return levels[:, 1] - levels[:, 0] if groups.n_groups == 2 else group_differences(levels)
+
+    def take(self, index) -> "RegionTable":
+        index = np.asarray(index, np.int64)
+        return RegionTable(self.kind, [self.chrom[k] for k in index], self.start[index], self.end[index],
+                           self.n_bins[index], [self.direction[k] for k in index], self.posterior[index],
+                           self.lfdr[index], self.qvalue[index], self.methylated[index], self.coverage[index])
+
+    def ranked(self, groups: SampleGroups) -> "RegionTable":
+        """Strongest evidence first: lfdr, then the larger area (bins x |difference|, DSS's areaStat in spirit)."""
+        area = self.n_bins * np.nan_to_num(np.abs(self.differences(groups)))
+        return self.take(np.lexsort((self.start, -area, self.lfdr)))
+
+
+def _table(kind: str, rows: list, n_samples: int) -> RegionTable:
+    """A RegionTable from (chrom, direction, Regions) rows, with q-values of the whole list."""
+    chrom = [c for c, _, r in rows for _ in range(len(r))]
+    direction = [d for _, d, r in rows for _ in range(len(r))]
+    cat = (lambda name, empty: np.concatenate([getattr(r, name) for _, _, r in rows] + [empty]))
+    n_bins = cat("n_bins", np.zeros(0, np.int64))
+    lfdr = np.clip(1.0 - cat("posterior_max", np.zeros(0)), 0.0, 1.0)
+    return RegionTable(kind, chrom, cat("start", np.zeros(0, np.int64)), cat("end", np.zeros(0, np.int64)), n_bins,
+                       direction, cat("posterior_sum", np.zeros(0)) / np.maximum(n_bins, 1), lfdr, qvalues(lfdr),
+                       cat("methylated", np.zeros((0, n_samples))), cat("coverage", np.zeros((0, n_samples))))
+
+
+@dataclass
+class DmrOutcome:
+    """What a `dmr` run fitted, found and wrote."""
+
+    samples: list
+    groups: SampleGroups
+    hmm: GroupedBinomialHMM  # the bin model
+    domain_hmm: GroupedBinomialHMM | None
+    targets: Targets
+    dmrs: RegionTable  # called, ranked
+    domains: RegionTable
+    candidates: int  # focal candidates before the FDR cut
+    absorbed: int  # focal candidates that are pieces of a called domain
+    history: list
+    seconds: dict = field(default_factory=dict)
+    track_bins: int = 0
+
+
+def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> DmrOutcome:
+    """Fit, find and write the DMRs of ``job`` on the store ``opened``
+    (distributed.cluster.store_session)."""
+    job.check_outputs()
+    store, client, settings = opened.store, opened.client, job.settings
+    job.sheet.check_samples(store.samples, job.store)
+    samples, groups = list(job.sheet.samples), job.sheet.sample_groups
+    seconds = {}
+    start = time.perf_counter()
+    echo("the summary: one pass over the counts")
+    summary = summarize(store, samples, groups, client, quiet=True)
+    if not summary.windows:
+        raise ValueError(f"{job.store}: the samples {', '.join(samples)[:200]} have no coverage")
+    seconds["summary"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    domain_hmm, domain_found = None, {}
+    if settings.domains:
+        echo(f"the domains: a model of the groups on {DOMAIN_BIN_SIZE // 1000} kb windows")
+        domain_hmm, domain_found = _fit_domains(summary, groups, settings)
+    seconds["domains"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    echo(f"the bins: EM, at most {settings.em_iter} iterations")
+    hmm = start_model(summary.quantiles(settings.background_states), groups,
+                      summary.quantiles(settings.candidate_levels))
+    hmm, history = fit_on_store(store, samples, hmm, client, settings)
+    seconds["EM"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    echo("the regions: a posterior pass over the counts")
+    targets = Targets.of(hmm.group_methylation_, settings.min_difference)
+    domain_table = _table("domain", [(c, d, r) for d, per in domain_found.items() for c, r in per.items()],
+                          groups.n_groups)
+    called_domains = np.flatnonzero(domain_table.qvalue <= job.fdr)
+    spans = {}
+    for k in called_domains:
+        spans.setdefault(domain_table.chrom[k], []).append(
+            (k, domain_table.start[k], domain_table.end[k], targets.directions.index(domain_table.direction[k])))
+    spans = {c: np.array(v, np.int64) for c, v in spans.items()}
+    rule = RegionRule(targets.any, settings.min_posterior, settings.max_gap, 0, settings.min_bins, "DMR")
+    writer = None
+    if job.bigwig:
+        remove_leftovers(job.bigwig)
+        writer = BigWigWriter(job.bigwig, chromosome_lengths(store, None), store.bin_size)
+    try:
+        findings = find_candidates(store, samples, hmm, client, targets, rule, spans,
+                                   None if writer is None else writer.add, progress)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is not None:
+        writer.close()
+    seconds["regions"] = time.perf_counter() - start
+
+    domains = _domains_with_samples(domain_table, called_domains, findings, len(samples))
+    candidates = _table("DMR", [(c, d, r.take(r.n_bins >= settings.min_bins))
+                                for d, per in findings.candidates.items() for c, r in per.items()], len(samples))
+    pieces = _pieces_of_domains(candidates, domains)
+    focal = candidates.take(np.flatnonzero(~pieces))
+    focal.qvalue = qvalues(focal.lfdr)
+    dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
+    domains = domains.ranked(groups)
+    outputs = job.outputs
+    write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
+    write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")
+    return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
+                      int(pieces.sum()), history, seconds, writer.entries if writer is not None else 0)
+
+
+def _fit_domains(summary, groups: SampleGroups, settings: DmrSettings):
+    """The domain model on the groups' window counts, and its candidate domains
+    ({direction: {chrom: Regions}}, the Regions' counts per group)."""
+    chroms = list(summary.windows)
+    windows = {c: (starts, *capped(meth, cov)) for c, (starts, meth, cov) in summary.windows.items()}
+    meth = np.concatenate([windows[c][1] for c in chroms])
+    cov = np.concatenate([windows[c][2] for c in chroms])
+    lengths = np.array([summary.windows[c][0].size for c in chroms], np.int64)
+    columns = SampleGroups(groups.names, tuple(range(groups.n_groups)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = meth.sum(axis=1) / cov.sum(axis=1)
+    background = np.quantile(pooled[np.isfinite(pooled)], (np.arange(settings.domain_background_states) + 0.5)
+                             / settings.domain_background_states)
+    hmm = fit_in_memory(meth, cov, lengths, start_model(background, columns), settings)
+    targets = Targets.of(hmm.group_methylation_, settings.min_difference)
+    if not targets.any:
+        return hmm, {}
+    post = {}
+    for c in chroms:
+        post[c] = hmm.predict_proba(windows[c][1], windows[c][2])
+    return hmm, window_regions(summary.windows, post, targets, summary.window)
+
+
+def _domains_with_samples(table: RegionTable, called: np.ndarray, findings: Findings, n_samples: int) -> RegionTable:
+    """The called domains where most bins differ (DOMAIN_MIN_SHARE), their counts per sample
+    (the posterior pass's) in place of the groups'."""
+    counts = [findings.domain_counts.get(int(k)) for k in called]
+    kept = [k for k, c in zip(called, counts) if c is not None and c.share >= DOMAIN_MIN_SHARE]
+    out = table.take(kept)
+    out.methylated = np.array([findings.domain_counts[int(k)].methylated for k in kept]).reshape(len(kept), n_samples)
+    out.coverage = np.array([findings.domain_counts[int(k)].coverage for k in kept]).reshape(len(kept), n_samples)
+    out.n_bins = np.array([findings.domain_counts[int(k)].n_bins for k in kept], np.int64)
+    return out
+
+
+def _pieces_of_domains(candidates: RegionTable, domains: RegionTable) -> np.ndarray:
+    """Per focal candidate, whether it is a piece of a called domain: in the domain's direction,
+    at least half of it inside the domain or within DOMAIN_MAX_GAP of its ends, or of a piece
+    beyond them (its 5 kb windows end a domain roughly). A domain's ends move out to its
+    pieces; its levels stay those of its windows."""
+    pieces = np.zeros(len(candidates), bool)
+    chrom, direction = np.array(candidates.chrom), np.array(candidates.direction)
+    for k in range(len(domains)):
+        same = (chrom == domains.chrom[k]) & (direction == domains.direction[k])
+        while True:  # pieces beyond an end, each within DOMAIN_MAX_GAP of the last
+            start, end = domains.start[k] - DOMAIN_MAX_GAP, domains.end[k] + DOMAIN_MAX_GAP
+            overlap = np.minimum(candidates.end, end) - np.maximum(candidates.start, start)
+            piece = same & (2 * overlap >= candidates.lengths) & ~pieces
+            if not piece.any():
+                break
+            domains.start[k] = min(domains.start[k], candidates.start[piece].min())
+            domains.end[k] = max(domains.end[k], candidates.end[piece].max())
+            pieces |= piece
+    return pieces
+
+
+# -- the files --------------------------------------------------------------------------------
+def write_table(table: RegionTable, groups: SampleGroups, samples: list, output, track: str) -> None:
+    """BED9 in genome order (name: kind and rank; score 1000 x (1 - lfdr); colour by
+    direction: gain red, loss blue) and beside it (OUTPUT's stem + .tsv) the table in rank
+    order. Both are written to temporary names and renamed when complete."""
+    prefix = "DMR" if table.kind == "DMR" else "DMD"
+    colours = COLOURS if table.kind == "DMR" else DOMAIN_COLOURS
+    levels = table.sample_levels()
+    group_levels = table.group_levels(groups)
+    differences = table.differences(groups)
+    order = sorted(range(len(table)), key=lambda k: (_chrom_key(table.chrom[k]), table.start[k]))
+    names = [f"{prefix}{k + 1}" for k in range(len(table))]
+    score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
+    what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"
+    with replacing(output) as bed, replacing(regions_table(output)) as tsv:
+        bed.write(track_line(track, f"{table.kind}s between {' and '.join(groups.names)} (difference: {what})"))
+        for k in order:
+            bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
+                                colours[table.direction[k]]))
+        tsv.write("\t".join(["rank", "name", "chrom", "start", "end", "length", "n_bins", "direction", "difference",
+                             "posterior", "lfdr", "qvalue", *(f"level_{g}" for g in groups.names),
+                             *(f"level_{s}" for s in samples)]) + "\n")
+        for k in range(len(table)):
+            tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
+                                 str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),
+                                 table.direction[k], _number(differences[k]), f"{table.posterior[k]:.4f}",
+                                 f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}",
+                                 *map(_number, group_levels[k]), *map(_number, levels[k])]) + "\n")
+        bed.flush()
+
+
+def _number(value: float) -> str:
+    return f"{value:.4f}" if np.isfinite(value) else "NA"
+
+
+def _chrom_key(name: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def states_table(hmm: GroupedBinomialHMM, min_difference: float) -> list:
+    """One line per state (least methylated first): group levels, overdispersions, weight, '*'
+    for a differential state."""
+    levels, dispersion = hmm.group_methylation_, hmm.group_dispersion_
+    weights = stationary_weights(hmm.transmat_)
+    differs = group_differences(levels) >= min_difference - 1e-12
+    lines = []
+    for h in np.argsort(levels.mean(axis=1), kind="stable"):
+        lines.append(f"{'/'.join(f'{v:.2f}' for v in levels[h])} (overdispersion "
+                     f"{'/'.join(f'{v:.3f}' for v in dispersion[h])}, weight {weights[h]:.4f})"
+                     + (" *" if differs[h] else ""))
+    return lines

@@ -1,0 +1,192 @@
+"""`dmr` on simulated groups of replicates with planted DMRs: it finds them where they are,
+with unbalanced groups and a group of one; its FDR holds, under the null too; and a bad
+sheet is refused before any work."""
+
+import csv
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from streambhmm.app.cli import main
+from streambhmm.testing import simulate_groups, write_store
+
+LENGTH = 3_000_000
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def simulated_store(directory, replicates=(3, 3), n_dmrs=30, domain=True, seed=3, chunk_size=None):
+    sim = simulate_groups(LENGTH, 1, replicates, n_dmrs, domain=domain, seed=seed)
+    kwargs = {} if chunk_size is None else {"chunk_size": chunk_size}
+    store = write_store(directory / "counts.zarr", sim.binned(), sim.samples, **kwargs)
+    sheet = directory / "sheet.tsv"
+    sheet.write_text("sample\tgroup\n" + "".join(f"{s}\t{g}\n" for s, g in zip(sim.samples, sim.groups)))
+    return store, sheet, sim
+
+
+def calls(path):
+    with open(path) as fh:
+        return [{**row, "start": int(row["start"]), "end": int(row["end"]), "difference": float(row["difference"]),
+                 "qvalue": float(row["qvalue"]), "lfdr": float(row["lfdr"])}
+                for row in csv.DictReader(fh, delimiter="\t")]
+
+
+def overlaps(call, truth):
+    return [t for t in truth if t[0] == call["chrom"] and t[1] < call["end"] and call["start"] < t[2]]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("dmr")
+    store, sheet, sim = simulated_store(directory)
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", directory / "dmr.bed", "--fdr", "1", "-q",
+                 "--bigwig", directory / "post.bw")
+    assert result.exit_code == 0, result.output
+    return directory, sim
+
+
+def test_planted_dmrs_found_at_their_places(planted):
+    directory, sim = planted
+    focal = [t for t in sim.truth if t[4] == "focal"]
+    found = [c for c in calls(directory / "dmr.tsv") if c["qvalue"] <= 0.05]
+    hits = [overlaps(c, sim.truth) for c in found]
+    assert np.mean([bool(h) for h in hits]) >= 0.95  # precision
+    for call, hit in zip(found, hits):  # each call says which way its DMR goes
+        if hit and hit[0][4] == "focal":
+            assert np.sign(call["difference"]) == np.sign(hit[0][3])
+            assert (call["direction"] == "gain") == (call["difference"] > 0)
+    recovered = [t for t in focal if any(overlaps(c, [t]) for c in found)]
+    strong = [t for t in focal if abs(t[3]) >= 0.3]
+    assert len(recovered) >= 0.55 * len(focal)  # the misses: differences of 0.1-0.25 over 2-3 bins
+    assert sum(any(overlaps(c, [t]) for c in found) for t in strong) >= 0.9 * len(strong)
+    # the PMD of one group is a domain, reported apart, and no focal call is a piece of it
+    domain = [t for t in sim.truth if t[4] == "domain"][0]
+    domains = calls(directory / "dmr.domains.tsv")
+    assert len(domains) == 1 and overlaps(domains[0], [domain]) and domains[0]["direction"] == "loss"
+    assert min(domains[0]["end"], domain[2]) - max(domains[0]["start"], domain[1]) >= 0.8 * (domain[2] - domain[1])
+    inside = [c for c in found if overlaps(c, [domain]) and c["direction"] == "loss"]
+    assert not inside
+
+
+def test_outputs_are_what_users_load(planted):
+    import pyBigWig
+
+    directory, sim = planted
+    bed = [line.split("\t") for line in (directory / "dmr.bed").read_text().splitlines()[1:]]
+    table = calls(directory / "dmr.tsv")
+    assert len(bed) == len(table) and all(len(fields) == 9 for fields in bed)
+    assert {fields[8].strip() for fields in bed} <= {"215,48,39", "69,117,180"}  # gain red, loss blue
+    starts = [(f[0], int(f[1])) for f in bed]
+    assert starts == sorted(starts)  # genome order; the table is ranked
+    lfdr = [c["lfdr"] for c in table]
+    assert lfdr == sorted(lfdr) and [c["rank"] for c in table] == [str(k + 1) for k in range(len(table))]
+    first = table[0]
+    assert {f"level_{s}" for s in sim.samples} | {"level_A", "level_B"} <= set(first)
+    assert np.isclose(float(first["level_B"]) - float(first["level_A"]), first["difference"], atol=1e-3)
+    with pyBigWig.open(str(directory / "post.bw")) as bw:
+        values = bw.values("chr1", first["start"], first["end"])
+        assert np.nanmax(values) >= 0.5 and np.nanmax(values) <= 1.0
+
+
+def test_calibrated_on_planted_differences(planted):
+    """The observed FDR of the calls at q <= alpha stays within twice alpha."""
+    directory, sim = planted
+    table = calls(directory / "dmr.tsv") + calls(directory / "dmr.domains.tsv")
+    for alpha in (0.01, 0.05, 0.1, 0.2):
+        chosen = [c for c in table if c["qvalue"] <= alpha]
+        false = sum(not overlaps(c, sim.truth) for c in chosen)
+        assert false <= 2 * alpha * len(chosen) + 1, (alpha, false, len(chosen))
+
+
+def test_null_calls_nothing(tmp_path):
+    """No planted difference: the FDR of the calls is that any is made; none is, over seeds."""
+    made = 0
+    for seed in range(3):
+        store, sheet, _ = simulated_store(tmp_path / f"s{seed}", n_dmrs=0, domain=False, seed=100 + seed) \
+            if (tmp_path / f"s{seed}").mkdir() is None else None
+        result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / f"s{seed}" / "dmr.bed", "-q")
+        assert result.exit_code == 0, result.output
+        made += bool(calls(tmp_path / f"s{seed}" / "dmr.tsv") + calls(tmp_path / f"s{seed}" / "dmr.domains.tsv"))
+    assert made == 0
+
+
+@pytest.mark.parametrize("replicates", [(2, 4), (1, 3)], ids=["unbalanced", "group-of-one"])
+def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
+    store, sheet, sim = simulated_store(tmp_path, replicates, seed=5)
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    found = calls(tmp_path / "dmr.tsv")
+    focal = [t for t in sim.truth if t[4] == "focal"]
+    assert np.mean([bool(overlaps(c, sim.truth)) for c in found]) >= 0.9
+    assert sum(any(overlaps(c, [t]) for c in found) for t in focal) >= 0.5 * len(focal)
+    header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
+    assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
+                                                                                      sim.samples]
+
+
+def test_the_chunking_changes_nothing(tmp_path):
+    """Exact messages between chunks: small chunks give the regions of one chunk."""
+    tables = []
+    for chunk_size in (2_000, None):
+        directory = tmp_path / str(chunk_size)
+        directory.mkdir()
+        store, sheet, _ = simulated_store(directory, n_dmrs=10, domain=False, seed=7, chunk_size=chunk_size)
+        assert run("dmr", store.path.url, "--groups", sheet, "--output", directory / "dmr.bed", "-q").exit_code == 0
+        tables.append([(c["chrom"], c["start"], c["end"], c["direction"]) for c in calls(directory / "dmr.tsv")])
+    assert tables[0] == tables[1] and tables[0]
+
+
+@pytest.fixture
+def small(tmp_path):
+    store, sheet, sim = simulated_store(tmp_path, (2, 2), n_dmrs=2, domain=False, seed=9)
+    return tmp_path, store.path.url, sheet
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nX9\tB\n", r"sheet.tsv, line 5: sample 'X9' is not in the store"),
+    ("sample\tcondition\nA1\tA\n", r"sheet.tsv, line 1: the header has no column group"),
+    ("sample\tgroup\nA1\tA\nA2\n", r"sheet.tsv, line 3: 1 field\(s\) where the header has 2"),
+    ("sample\tgroup\nA1\tA\nNA\tB\n", r"sheet.tsv, line 3: no sample named for group 'B'"),
+    ("sample\tgroup\nA1\tA\nA2\tA\n", r"sheet.tsv: the sheet has one group, 'A'"),
+    ("sample\tgroup\nA1\tA\nB1\tB\nA1\tB\n", r"sheet.tsv, line 4: sample 'A1' is listed again \(first on line 2\)"),
+    ("", r"sheet.tsv: the sample sheet is empty"),
+])
+def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
+    """Refused before the cluster starts: the scheduler given does not exist, and the error
+    is the sheet's; nothing is written."""
+    directory, store, sheet = small
+    sheet.write_text(text)
+    result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--scheduler",
+                 "tcp://127.0.0.1:9")
+    assert result.exit_code != 0
+    import re
+    assert re.search(message, result.output), result.output
+    assert not list(directory.glob("out*"))
+
+
+def test_a_contrast_group_without_samples_is_refused(small):
+    directory, store, sheet = small
+    result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--contrast", "A,C")
+    assert result.exit_code != 0 and "--contrast: group 'C' has no sample in" in result.output
+    assert not list(directory.glob("out*"))
+
+
+def test_three_groups(tmp_path):
+    """More than two groups: a state differs when its largest and smallest levels do."""
+    store, sheet, sim = simulated_store(tmp_path, (2, 2, 2), n_dmrs=20, domain=False, seed=11)
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    found = calls(tmp_path / "dmr.tsv")
+    assert found and {c["direction"] for c in found} == {"differs"}
+    assert np.mean([bool(overlaps(c, sim.truth)) for c in found]) >= 0.9
+    assert all(c["difference"] >= 0 for c in found)  # the largest minus the smallest level
+    assert {"level_A", "level_B", "level_C"} <= set(found[0])
+    one_pair = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "ac.bed", "--contrast", "C,A",
+                   "-q")
+    assert one_pair.exit_code == 0, one_pair.output
+    header = (tmp_path / "ac.tsv").read_text().splitlines()[0].split("\t")
+    assert [h for h in header if h.startswith("level_")][:2] == ["level_C", "level_A"]
+    assert {c["direction"] for c in calls(tmp_path / "ac.tsv")} <= {"gain", "loss"}

@@ -1,0 +1,120 @@
+"""States with a level per group of samples (learn.groups): the tied M-step, the start, the
+pruning and the q-values, against known answers and the joint model."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from streambhmm.learn.emissions import PairWeights
+from streambhmm.learn.groups import (GroupedBinomialHMM, SampleGroups, candidate_start, differential, qvalues,
+                                     restricted, sum_pairs, support, supported_states)
+from streambhmm.learn.hmm import BinomialHMM, EncodedCounts, run_em
+from streambhmm.learn.simulate import model, simulate
+
+GROUPS = SampleGroups.of(["A", "A", "B", "B", "B"])
+LEVELS = np.array([[0.1, 0.1], [0.8, 0.8], [0.8, 0.3]])  # per group
+TRANS = np.array([[0.95, 0.04, 0.01], [0.02, 0.96, 0.02], [0.05, 0.15, 0.8]])
+
+
+def grouped_data(seed=0, n=3000, dispersion=None):
+    sim = simulate(model(GROUPS.expand(LEVELS), TRANS), [n, n // 2], coverage=12.0, random_state=seed,
+                   dispersion=None if dispersion is None else np.full((3, 5), dispersion))
+    return sim.methylated, sim.coverage, np.array([n, n // 2])
+
+
+def test_sample_groups_expand_collapse_average():
+    assert GROUPS.names == ("A", "B") and GROUPS.members == (0, 0, 1, 1, 1)
+    wide = GROUPS.expand(LEVELS)
+    assert wide.shape == (3, 5) and np.array_equal(GROUPS.collapse(wide), LEVELS)
+    assert np.allclose(GROUPS.average(np.arange(15.0).reshape(3, 5)), [[0.5, 3.0], [5.5, 8.0], [10.5, 13.0]])
+    with pytest.raises(ValueError, match="C has none"):
+        SampleGroups(("A", "B", "C"), (0, 1, 1))
+
+
+def test_tied_binomial_em_is_em_on_the_groups_summed_counts():
+    """For the binomial, the replicates' likelihood is the summed counts' up to binomial
+    coefficients: tied EM on the samples follows EM on each group's summed counts."""
+    meth, cov, lengths = grouped_data()
+    summed = [np.stack([x[:, GROUPS.samples_of(g)].sum(axis=1) for g in range(2)], 1) for x in (meth, cov)]
+    start = (np.full(3, 1 / 3), np.full((3, 3), 0.1) + np.eye(3) * 0.7, np.array([[0.2, 0.3], [0.6, 0.7], [0.7, 0.5]]))
+    tied = GroupedBinomialHMM(3, GROUPS, emission="binomial", stationary_start=False).start_from(*start)
+    plain = BinomialHMM(3, emission="binomial", init="random").start_from(*start)
+    tied_history = run_em(tied, lambda: tied.e_step(EncodedCounts(meth, cov, lengths)), 8)
+    plain_history = run_em(plain, lambda: plain.e_step(EncodedCounts(*summed, lengths)), 8)
+    assert np.allclose(tied.group_methylation_, plain.methylation_, atol=1e-9)
+    assert np.allclose(tied.transmat_, plain.transmat_, atol=1e-9)
+    assert np.allclose(np.diff(tied_history), np.diff(plain_history), rtol=1e-9)  # a constant apart
+    assert np.abs(tied.group_methylation_ - LEVELS).max() < 0.02  # and it recovers the levels
+
+
+def test_one_sample_per_group_is_the_joint_model():
+    meth, cov, lengths = grouped_data(dispersion=0.05)
+    own = SampleGroups.of(["a", "b", "c", "d", "e"])
+    start = (np.full(3, 1 / 3), TRANS, GROUPS.expand(LEVELS) * 0.9 + 0.05)
+    tied = GroupedBinomialHMM(3, own, stationary_start=False).start_from(*start)
+    joint = BinomialHMM(3, emission="betabinomial", init="random").start_from(*start)
+    data = EncodedCounts(meth, cov, lengths)
+    tied.m_step(tied.e_step(data))
+    joint.m_step(joint.e_step(data))
+    assert np.allclose(tied.methylation_, joint.methylation_) and np.allclose(tied.dispersion_, joint.dispersion_)
+
+
+def test_betabinomial_replicates_share_their_group_parameters():
+    meth, cov, lengths = grouped_data(dispersion=0.05)
+    hmm = GroupedBinomialHMM(3, GROUPS).start_from(np.full(3, 1 / 3), TRANS, LEVELS * 0.9 + 0.05)
+    run_em(hmm, lambda: hmm.e_step(EncodedCounts(meth, cov, lengths)), 20)
+    for x in (hmm.methylation_, hmm.dispersion_):
+        assert np.array_equal(x, GROUPS.expand(GROUPS.collapse(x)))
+    assert np.abs(hmm.group_methylation_ - LEVELS).max() < 0.03
+    assert np.abs(hmm.group_dispersion_ - 0.05).max() < 0.03
+
+
+def test_sum_pairs_is_the_pairs_added():
+    rng = np.random.default_rng(1)
+    parts = [PairWeights(np.unique(rng.integers(0, 50, 20)), None) for _ in range(4)]
+    parts = [PairWeights(p.keys, rng.random((3, p.keys.size))) for p in parts]
+    one, many = sum_pairs(parts), parts[0] + parts[1] + parts[2] + parts[3]
+    assert np.array_equal(one.keys, many.keys) and np.allclose(one.weights, many.weights)
+
+
+def test_candidate_start():
+    startprob, trans, levels = candidate_start(np.array([0.05, 0.5, 0.9]), 2, spread=0.3)
+    assert levels.shape == (9, 2) and np.allclose(trans.sum(axis=1), 1) and np.isclose(startprob.sum(), 1)
+    assert not differential(levels[:3], 0.1).any() and differential(levels[3:], 0.1).all()
+    assert np.allclose(levels[5], [0.65, 0.35]) and np.allclose(levels[6], [0.35, 0.65])
+    assert levels.min() >= 0.02 and levels.max() <= 0.98
+    three = candidate_start(np.array([0.5]), 3)[2]
+    assert three.shape == (7, 3) and np.allclose(three[1], [0.65, 0.35, 0.35])
+
+
+def test_qvalues_known_answer():
+    assert np.allclose(qvalues(np.array([0.5, 0.0, 0.1])), [0.2, 0.0, 0.05])
+    assert qvalues(np.zeros(0)).size == 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=30))
+def test_qvalues_are_the_mean_lfdr_of_a_list_ranked_by_lfdr(values):
+    lfdr = np.array(values)
+    q = qvalues(lfdr)
+    order = np.argsort(lfdr, kind="stable")
+    assert np.all(np.diff(q[order]) >= -1e-12) and np.all(q <= np.maximum(lfdr, q.max()) + 1e-12)
+    assert np.isclose(q[order[-1]], lfdr.mean())
+
+
+def test_bic_keeps_the_states_the_data_hold_and_drops_the_rest():
+    """Fitted with a copy of a state and a state no bin is in, the model keeps the three real
+    states; the support of a state (what its bins lose elsewhere) is exact: zero for its copy."""
+    meth, cov, lengths = grouped_data(dispersion=0.05, n=20000)
+    levels = np.vstack([LEVELS, LEVELS[1], [[0.5, 0.95]]])
+    trans = np.full((5, 5), 0.005) + np.eye(5) * 0.975
+    hmm = GroupedBinomialHMM(5, GROUPS).start_from(np.full(5, 0.2), trans, levels)
+    data = EncodedCounts(meth, cov, lengths)
+    run_em(hmm, lambda: hmm.e_step(data), 10)
+    stats = hmm.e_step(data)
+    loss = support(stats, hmm)
+    assert np.allclose(np.diag(loss), 0) and loss[2, 0] > 1000
+    keep = supported_states(stats, hmm)
+    assert keep.size == 3
+    kept = restricted(hmm, keep)
+    assert np.abs(np.sort(kept.group_methylation_[:, 1]) - np.sort(LEVELS[:, 1])).max() < 0.05
