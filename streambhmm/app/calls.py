@@ -19,14 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..distributed.cluster import is_small
 from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
 from ..distributed.regions import find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
-from ..io.progress import stage
+from ..io.progress import em_progress, stage
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
                              hypomethylated, partially_methylated, unmethylated_share)
@@ -35,7 +34,6 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import read_manifest
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
-from .fit import em_progress
 from .segments import output_checked
 
 
@@ -85,7 +83,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
     output = output_checked(settings.output)
-    counts, client = opened.store, opened.client
+    counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = counts.bin_size if settings.kind == "hmr" else (settings.bin_size or PMD_BIN_SIZE)
     if bin_size % counts.bin_size:
@@ -93,7 +91,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"its bins cannot be summed into {bin_size} bp bins")
     seconds = {}
     if bin_size == counts.bin_size:
-        outcome = _fit_and_call(settings, counts, samples, client, echo, seconds)
+        outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)
     else:
         # the coarse store lives beside the output (the same filesystem) and goes with the call
         with scratch_directory(output) as scratch:
@@ -103,13 +101,14 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                 coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
-            outcome = _fit_and_call(settings, coarse, samples, client, echo, seconds)
+            outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds)
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome
 
 
-def _fit_and_call(settings: CallSettings, store, samples, client, echo, seconds) -> CallOutcome:
+def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds) -> CallOutcome:
+    client = opened.client
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     data = load_moments(settings.moments or store.path.url, samples, FeatureSpec(n_bins=settings.n_bins), client,
@@ -133,7 +132,7 @@ def _fit_and_call(settings: CallSettings, store, samples, client, echo, seconds)
         start = time.perf_counter()
         echo(f"EM: at most {settings.polish_em} iterations")
         with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations") as progress:
-            fit_store_em(store, hmm, None if is_small(store) else client, samples, settings.polish_em,
+            fit_store_em(store, hmm, None if opened.in_process else client, samples, settings.polish_em,
                          rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)

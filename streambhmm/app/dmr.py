@@ -33,6 +33,7 @@ from ..distributed.regions import RegionRule, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
 from ..io.bed import bed9_line, track_line
 from ..io.outputs import check_output_file, remove_leftovers, replacing
+from ..io.progress import em_progress, stage
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
 
@@ -239,9 +240,10 @@ class DmrOutcome:
     track_bins: int = 0
 
 
-def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> DmrOutcome:
+def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) -> DmrOutcome:
     """Fit, find and write the DMRs of ``job`` on the store ``opened``
-    (distributed.cluster.store_session)."""
+    (distributed.cluster.store_session); each step's progress is shown unless ``quiet``
+    (io.progress)."""
     job.check_outputs()
     store, client, settings = opened.store, opened.client, job.settings
     job.sheet.check_samples(store.samples, job.store)
@@ -249,7 +251,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> Dm
     seconds = {}
     start = time.perf_counter()
     echo("the summary: one pass over the counts")
-    summary = summarize(store, samples, groups, client, quiet=True)
+    summary = summarize(store, samples, groups, client, quiet=quiet)
     if not summary.windows:
         raise ValueError(f"{job.store}: the samples {', '.join(samples)[:200]} have no coverage")
     seconds["summary"] = time.perf_counter() - start
@@ -265,7 +267,9 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> Dm
     echo(f"the bins: EM, at most {settings.em_iter} iterations")
     hmm = start_model(summary.quantiles(settings.background_states), groups,
                       summary.quantiles(settings.candidate_levels))
-    hmm, history = fit_on_store(store, samples, hmm, client, settings)
+    with stage("dmr: EM", settings.em_iter, quiet=quiet, unit="iterations") as shown:
+        hmm, history = fit_on_store(store, samples, hmm, None if opened.in_process else client, settings,
+                                    report=em_progress(shown))
     seconds["EM"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -285,8 +289,9 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, progress=None) -> Dm
         remove_leftovers(job.bigwig)
         writer = BigWigWriter(job.bigwig, chromosome_lengths(store, None), store.bin_size)
     try:
-        findings = find_candidates(store, samples, hmm, client, targets, rule, spans,
-                                   None if writer is None else writer.add, progress)
+        with stage("dmr: regions", quiet=quiet, unit="chunks") as progress:
+            findings = find_candidates(store, samples, hmm, client, targets, rule, spans,
+                                       None if writer is None else writer.add, progress)
     except BaseException:
         if writer is not None:
             writer.abort()

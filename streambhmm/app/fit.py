@@ -18,7 +18,7 @@ from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
 from ..io.outputs import check_output_file
-from ..io.progress import stage
+from ..io.progress import em_progress, stage
 from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
@@ -248,17 +248,6 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         est.n_triples_ = data.moments.n_triples
     return est, samples, counts.chromosomes, best.history, best.n_bins
 
-
-def em_progress(shown):
-    """EM's ``report(iteration, loglik)`` as a progress stage: the iteration out of the cap,
-    the log-likelihood and the last gain."""
-    history = []
-
-    def report(iteration: int, loglik: float) -> None:
-        gain = f" ({loglik - history[-1]:+.3g})" if history else ""
-        history.append(loglik)
-        shown(iteration, note=f"loglik {loglik:.8g}{gain}")
-    return report
 
 
 def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):

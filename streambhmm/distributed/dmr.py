@@ -32,7 +32,7 @@ from ..learn.domains import PMD_BIN_SIZE
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, candidate_start, differential, restricted, supported_states
 from ..learn.hmm import EncodedCounts, SufficientStats, run_em
 from .chains import map_posteriors
-from .cluster import compute, is_small
+from .cluster import compute
 from .em import fit_store_em
 from .messages import Params
 from .regions import RegionRule, Regions, join_regions, regions_of
@@ -171,13 +171,12 @@ def fit_in_memory(meth: np.ndarray, cov: np.ndarray, lengths: np.ndarray, hmm: G
 
 def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, client, settings: DmrSettings,
                  report=None) -> tuple[GroupedBinomialHMM, list]:
-    """EM on the store (in this process for a small store), with BIC's removals; the model and
-    the log-likelihood history of its fits."""
-    where = None if is_small(store) else client
+    """EM on the store (``client`` None: in this process, for a small store), with BIC's
+    removals; the model and the log-likelihood history of its fits."""
     history = []
 
     def em(model, n_iter):
-        result = fit_store_em(store, model, where, samples, n_iter, settings.em_tol, report=report, check=False)
+        result = fit_store_em(store, model, client, samples, n_iter, settings.em_tol, report=report, check=False)
         history.extend(result.history)
         return result.stats
 

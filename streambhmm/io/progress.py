@@ -196,3 +196,15 @@ def printed(echo):
         with printing():
             echo(message)
     return write
+
+
+def em_progress(shown):
+    """EM's ``report(iteration, loglik)`` as a progress stage: the iteration out of the cap,
+    the log-likelihood and the last gain."""
+    history = []
+
+    def report(iteration: int, loglik: float) -> None:
+        gain = f" ({loglik - history[-1]:+.3g})" if history else ""
+        history.append(loglik)
+        shown(iteration, note=f"loglik {loglik:.8g}{gain}")
+    return report

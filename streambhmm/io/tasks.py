@@ -183,6 +183,12 @@ class InProcessClient:
     def __init__(self, threads: int):
         self.threads = threads
         self._running: list[threading.Thread] = []
+        self._computed: set = set()  # the keys of the tasks computed so far (progress counts them)
+
+    def count_computed(self, keys) -> int:
+        """How many of ``keys`` have been computed (a distributed scheduler's count of a graph's
+        parts done, here)."""
+        return sum(1 for key in keys if key in self._computed)
 
     def compute(self, collections):
         """A LocalFuture for a Delayed, or a list of them for a list."""
@@ -193,10 +199,14 @@ class InProcessClient:
         futures = [LocalFuture(item.key) for item in items]
         deliveries = [dask.delayed(_deliver, pure=False)(item, future) for item, future in zip(items, futures)]
 
+        def computed(key, result, dsk, state, worker_id):  # Dask's posttask callback
+            self._computed.add(key)
+
         def run():
             try:
                 # the scheduler itself, not its name: a name makes Dask import distributed to look for a client
-                dask.compute(*deliveries, scheduler=dask.threaded.get, num_workers=self.threads)
+                dask.compute(*deliveries, scheduler=dask.threaded.get, num_workers=self.threads,
+                             callbacks=[(None, None, None, computed, None)])
             except BaseException as exc:  # noqa: BLE001 - handed to the futures, raised where they are read
                 for future in futures:
                     future._finish(error=exc)  # noqa: SLF001

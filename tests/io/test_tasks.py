@@ -37,3 +37,14 @@ def test_a_failing_task_raises_its_error_where_its_result_is_read():
         with pytest.raises(ZeroDivisionError, match="task 3 failed"):
             Waiter(client, [future], "the failing task").result(future)
         assert future.status == "error"
+
+
+def test_in_process_client_counts_a_graphs_computed_parts():
+    """What a distributed scheduler tells _PartsDone (a graph's parts done), counted here."""
+    parts = [dask.delayed(square, pure=True)(i) for i in range(7)]
+    other = dask.delayed(square, pure=True)(100)
+    with InProcessClient(2) as client:
+        assert client.count_computed([p.key for p in parts]) == 0
+        future = client.compute(dask.delayed(sum)(parts))
+        assert future.result(timeout=60) == sum(i * i for i in range(7))
+        assert client.count_computed([p.key for p in parts] + [other.key]) == 7

@@ -8,7 +8,8 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, chunk_progress, quiet_option, scheduler_option, \
+from ...io.progress import printed
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, scheduler_option, \
     user_errors
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
@@ -66,9 +67,9 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
     job = DmrJob(store, sheet_read, output, fdr, bigwig, settings)
     job.check_outputs()
-    with store_session(store, scheduler) as opened, chunk_progress(quiet) as progress:
-        outcome = run_dmr(job, opened, echo=lambda message: None if quiet else click.echo(message),
-                          progress=progress)
+    with store_session(store, scheduler) as opened:
+        outcome = run_dmr(job, opened, echo=lambda message: None if quiet else printed(click.echo)(message),
+                          quiet=quiet)
     groups = outcome.groups
     if not quiet:
         click.echo(f"states ({'/'.join(groups.names)}; * differential):")
