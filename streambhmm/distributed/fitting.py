@@ -15,10 +15,10 @@ from __future__ import annotations
 METHODS = ("refined", "ftd", "em", "refined-em", "ftd-em")
 ONE_PASS = ("refined", "ftd")
 MOMENT_STORE_METHOD = "refined"
-# fit STORE's default: measured on the real data sets (README, "Choosing a method")
+# fit STORE's default: measured on the real data sets (docs/guide/fit.md, "Which method fit runs")
 COUNTS_STORE_METHOD = "refined"
 # the emission of the EM methods and of the refined one-pass fit: measured on the real data sets
-# (README, "Emissions"; scripts/real_data_fits.py --emission); FTD's is binomial
+# (docs/guide/fit.md, "Emissions"; scripts/real_data_fits.py --emission); FTD's is binomial
 EM_EMISSION = "betabinomial"
 REFINED_EMISSION = "betabinomial"
 

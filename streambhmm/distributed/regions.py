@@ -59,7 +59,7 @@ class RegionRule:
     bridge_covered: bool = True
 
 
-HMR_MIN_BINS = 4  # measured on the real sets (README, "HMRs and PMDs"): shorter runs are single CpGs' noise
+HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
 
 
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> RegionRule:

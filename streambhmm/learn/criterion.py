@@ -48,7 +48,7 @@ def logit(p) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Weights:
-    """Weights of the criterion's terms (the defaults were chosen by measurement, README)."""
+    """Weights of the criterion's terms (the defaults were chosen by measurement, docs/methods/one-pass.md)."""
 
     feature_pairs: float = 1.0  # KL of each of P12, P13, P23
     single_bins: float = 0.5  # the likelihood of the bin histogram
@@ -94,7 +94,7 @@ def projected_weight(moments: Moments) -> float:
     |P13|^2) / S^4 from the moments' own sums. The ring histograms carry most of what ties
     the samples' levels together, and on real data, where the model is misspecified, these
     moments are best trusted less: PROJECTED_SCALE of that weight, chosen by measurement
-    (scripts/projected_weights.py, README)."""
+    (scripts/projected_weights.py, docs/methods/one-pass.md)."""
     n = float(max(moments.n_triples, 1))
     spread = (moments.sq_norm_13 / n - float(np.sum((moments.p13 / n) ** 2))) / moments.n_samples ** 4
     return PROJECTED_SCALE / max(spread, 1e-12)

@@ -4,7 +4,7 @@ model's terms: which states they are made of, and the models `hmr` and `pmd` fit
 HMR. A state is *hypomethylated* when, in every sample, its mean level is at most
 HYPO_LEVEL (0.2) and its overdispersion at most HYPO_DISPERSION (0.2): a Beta distribution
 of the bins' levels with at least 92% of its mass below 0.5, so most of the state's CpGs
-are unmethylated. Both are set by that definition, not fitted to a data set (README,
+are unmethylated. Both are set by that definition, not fitted to a data set (docs/guide/hmr-pmd.md,
 "HMRs and PMDs", shows how the calls move with them). A model fitted freely spends its
 states on the bulk of the genome (methylated background, PMDs) and often leaves none for
 regions that cover 1-3% of it, so `hmr` fits a model with one state held to these bounds

@@ -48,7 +48,7 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         :class:`~streambhmm.learn.checks.DegenerateModelError` unless this is True; then it warns
         (:class:`~streambhmm.learn.checks.DegenerateModelWarning`) and keeps the fit.
     criterion : :class:`~streambhmm.learn.refine.Weights` of the refinement's criterion; None: the
-        default, chosen by measurement (README, scripts/refine_weights.py).
+        default, chosen by measurement (docs/methods/one-pass.md, scripts/refine_weights.py).
     feature : the feature ``fit`` sums moments of: "beta" (each sample's D-bin Beta map,
         concatenated: dimension S * D), "projected" (a seeded projection of those to
         ``projection_dim`` dimensions, whatever S; features.projection_matrix) or "auto"

@@ -29,7 +29,7 @@ transition matrix A, stationary distribution pi) directly to the sums of a
   subsample of Binomial reads is Binomial). These terms weigh bins by their reads, as EM's likelihood
   does, which feature moments cannot; the adjacent pairs add the context of the neighbour.
 
-Why this and not least squares on the moments: measured (scripts/refine_weights.py, README),
+Why this and not least squares on the moments: measured (scripts/refine_weights.py, docs/methods/one-pass.md),
 squared errors barely weigh a rare state far from the others (an unmethylated state of 2% of
 bins), which the likelihood punishes heavily, and the feature moments alone cannot tell
 apart levels within one Beta-map bin; the histograms of single bins and of adjacent pairs

@@ -151,7 +151,7 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
 # up to ~1e5): the refinement lets each state have its own distribution over them (CpG-dense,
 # unmethylated bins get more reads), so one-pass partials record coverage by these buckets.
 # 2x-wide buckets left a bias 3x that of ratio recovery under state-dependent coverage; 1.5x
-# matched it (README, "One-pass fits").
+# matched it (docs/methods/one-pass.md).
 COVERAGE_BUCKETS = np.unique(np.r_[0, 1, 2, np.floor(1.5 ** np.arange(3, 30)).astype(np.int64)])
 
 
@@ -265,7 +265,7 @@ def projected_layout(n_samples: int, width: int, budget: int = HISTOGRAM_CELL_BU
 # on the seed and its place in the selection.
 DEFAULT_PROJECTION_DIM = 32
 # "auto" projects when the concatenated feature's dimension S * D exceeds this (measured,
-# README "Many samples"): there the refinement drops its (S * D)^3 tensor term anyway
+# docs/benchmarks.md, "Many samples"): there the refinement drops its (S * D)^3 tensor term anyway
 AUTO_PROJECTION_ABOVE = 64
 FEATURES = ("auto", "beta", "projected")
 

@@ -70,7 +70,7 @@ def opened_for(settings, scheduler):
 @em_options
 @click.option("--emission", default=None, type=click.Choice(["binomial", "betabinomial"]),
               help="The emission model: betabinomial gives each state and sample an overdispersion (real "
-                   "methylomes vary more than a binomial allows; see README). Default: betabinomial, for the "
+                   "methylomes vary more than a binomial allows; see docs/guide/fit.md). Default: betabinomial, for the "
                    "refined one-pass fit too (measured better on held-out real data); ftd is binomial.")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @click.option("--pooled", is_flag=True,
@@ -86,7 +86,7 @@ def opened_for(settings, scheduler):
               help="Genomic block (bp) of the bootstrap and of the held-out blocks of a sweep (default 1000000, "
                    "at least 50 bins; a moment store has the one it was computed with).")
 @click.option("--allow-degenerate", is_flag=True,
-              help="Write a degenerate model (see README) anyway, with a warning, instead of refusing it.")
+              help="Write a degenerate model (see docs/guide/fit.md) anyway, with a warning, instead of refusing it.")
 @click.option("--diff-threshold", default=DIFF_THRESHOLD, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="A state is differential when its levels across samples differ by more than this.")
 @click.option("--split-every", default=8, show_default=True, type=click.IntRange(min=2), help="Fan-in of the tree reductions.")

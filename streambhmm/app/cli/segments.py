@@ -89,7 +89,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
               help="hmr: hypomethylated regions (states with level and overdispersion <= 0.2 in every "
                    "sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
-                   "of `streambhmm hmr` and `pmd` (README). The options below change a preset's settings.")
+                   "of `streambhmm hmr` and `pmd` (docs/guide/hmr-pmd.md). The options below change a preset's settings.")
 @click.option("--targets", default=None,
               help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
 @click.option("--min-posterior", default=None, type=click.FloatRange(0.0, 1.0),
