@@ -5,7 +5,7 @@ replicates, iterations) and, optionally, a note (EM's log-likelihood). On a term
 line on standard error, updated in place by tqdm (stage, done/total, elapsed, time left) and
 cleared when the step ends, redrawn at most every REDRAW seconds. Without a terminal (a pipe,
 a log file, CI) a line is written every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead,
-and a last one when a step that wrote one ends (0: a line, or a redraw, at every update).
+and a last one when a step that wrote one ends with a count not yet written (0: a line, or a redraw, at every update).
 ``quiet`` writes nothing.
 
 Stages nest (a sweep's number of states, then that fit's starts): the innermost is shown,
@@ -69,7 +69,7 @@ class Stage:
         self.name, self.total, self.unit, self.unit_scale = name, total, unit, unit_scale
         self.stream, self.terminal = stream, terminal
         self.done, self.note, self.started = 0, "", _now()
-        self.logged = False  # a line was written without a terminal
+        self.logged = None  # without a terminal: (done, total, note) of the last line written
         self.bar = None
 
     @property
@@ -121,7 +121,7 @@ class Stage:
 
     def _line(self, now: float) -> None:
         _last_line[0] = now
-        self.logged = True
+        self.logged = (self.done, self.total, self.note)
         text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
                                     unit_divisor=1024 if self.unit_scale else 1000, postfix=self.note or None,
@@ -172,8 +172,8 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
     finally:
         with _lock:
             current.hide()
-            if current.logged and not terminal:
-                current._line(_now())
+            if current.logged not in (None, (current.done, current.total, current.note)) and not terminal:
+                current._line(_now())  # the step's last count, unless its last line showed it
             _active.remove(current)
             if not _active:
                 _last_line[0] = 0.0

@@ -125,27 +125,10 @@ def population_moments(mdl: Model, n_bins: int = DEFAULT_N_BINS, coverage=20.0, 
     Coverage is Poisson with the means of :func:`simulate` (scalar, (S,) or (m, S)),
     truncated at ``max_coverage`` and renormalized (default: far in the tail).
     """
-    from scipy.stats import binom, poisson  # here: scipy.stats costs the command line's start 0.3 s
-
     p = mdl.methylation
     m, n_samples = p.shape
-    means = _coverage_means(coverage, m, n_samples)
-    if max_coverage is None:
-        max_coverage = int(means.max() + 12 * np.sqrt(means.max() + 1) + 10)
-    c = np.arange(max_coverage + 1)
-    cov_pmf = poisson.pmf(c[None, None, :], means[..., None])
-    cov_pmf /= cov_pmf.sum(axis=-1, keepdims=True)  # (m, S, C)
-    cc, mm = np.meshgrid(c, c, indexing="ij")
-    valid = mm <= cc
-    phi = beta_map(cc[valid], mm[valid], n_bins)  # (pairs, D)
-    # joint pmf of (c, mu) per state and sample over the valid pairs
-    mu_pmf = binom.pmf(mm[valid][None, None, :], cc[valid][None, None, :], p[..., None])
-    pair_pmf = cov_pmf[..., cc[valid]] * mu_pmf  # (m, S, pairs)
-    obs = np.einsum("hsk,kd->hsd", pair_pmf, phi).reshape(m, n_samples * n_bins).T  # (SD, m)
-    sq = np.einsum("hsk,k->h", pair_pmf, (phi * phi).sum(axis=1))  # E|F|^2 per state
-    mean_cov = np.einsum("hsk,k->hs", pair_pmf, cc[valid].astype(float))
-    mean_meth = np.einsum("hsk,k->hs", pair_pmf, mm[valid].astype(float))
-    mean_inv = np.einsum("hsk,k->hs", pair_pmf, 1.0 / (cc[valid] + 2.0))
+    cov_pmf, features = _expected_features(p, coverage, n_bins, max_coverage)
+    obs, sq, mean_cov, mean_meth, mean_inv = features
 
     a = mdl.transmat
     pi = stationary_distribution(a)
@@ -153,7 +136,8 @@ def population_moments(mdl: Model, n_bins: int = DEFAULT_N_BINS, coverage=20.0, 
     joint13 = pi[:, None] * (a @ a)
     coverage_histogram, bin_histogram, pair_histogram = _population_histograms(p, a, pi, cov_pmf)
     # P(coverage bucket | state) per sample, against the third bin's features
-    bucket_pmf = np.stack([np.bincount(coverage_bucket(c), w, minlength=len(COVERAGE_BUCKETS))
+    buckets = coverage_bucket(np.arange(cov_pmf.shape[-1]))
+    bucket_pmf = np.stack([np.bincount(buckets, w, minlength=len(COVERAGE_BUCKETS))
                            for w in cov_pmf.reshape(m * n_samples, -1)]).reshape(m, n_samples, -1)
     obs_blocks = obs.reshape(n_samples, n_bins, m)
     coverage_features = np.einsum("j,jsb,jk,sdk->sbd", pi, bucket_pmf, a, obs_blocks)
@@ -179,6 +163,32 @@ def population_moments(mdl: Model, n_bins: int = DEFAULT_N_BINS, coverage=20.0, 
         setattr(out, name, getattr(out, name) * n_triples)
     out.sq_norm_13 *= n_triples
     return out
+
+
+def _expected_features(p: np.ndarray, coverage, n_bins: int, max_coverage: int | None):
+    """Per state and sample: the coverage pmf (m, S, C) and the expected Beta-map feature
+    (as (S * D, m)), E|F|^2, coverage, methylated count and 1 / (coverage + 2)."""
+    from scipy.stats import binom, poisson  # here: scipy.stats costs the command line's start 0.3 s
+
+    m, n_samples = p.shape
+    means = _coverage_means(coverage, m, n_samples)
+    if max_coverage is None:
+        max_coverage = int(means.max() + 12 * np.sqrt(means.max() + 1) + 10)
+    c = np.arange(max_coverage + 1)
+    cov_pmf = poisson.pmf(c[None, None, :], means[..., None])
+    cov_pmf /= cov_pmf.sum(axis=-1, keepdims=True)  # (m, S, C)
+    cc, mm = np.meshgrid(c, c, indexing="ij")
+    valid = mm <= cc
+    phi = beta_map(cc[valid], mm[valid], n_bins)  # (pairs, D)
+    # joint pmf of (c, mu) per state and sample over the valid pairs
+    mu_pmf = binom.pmf(mm[valid][None, None, :], cc[valid][None, None, :], p[..., None])
+    pair_pmf = cov_pmf[..., cc[valid]] * mu_pmf  # (m, S, pairs)
+    obs = np.einsum("hsk,kd->hsd", pair_pmf, phi).reshape(m, n_samples * n_bins).T  # (SD, m)
+    sq = np.einsum("hsk,k->h", pair_pmf, (phi * phi).sum(axis=1))  # E|F|^2 per state
+    mean_cov = np.einsum("hsk,k->hs", pair_pmf, cc[valid].astype(float))
+    mean_meth = np.einsum("hsk,k->hs", pair_pmf, mm[valid].astype(float))
+    mean_inv = np.einsum("hsk,k->hs", pair_pmf, 1.0 / (cc[valid] + 2.0))
+    return cov_pmf, (obs, sq, mean_cov, mean_meth, mean_inv)
 
 
 def _population_histograms(p: np.ndarray, transmat: np.ndarray, pi: np.ndarray, cov_pmf: np.ndarray):
