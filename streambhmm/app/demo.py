@@ -114,7 +114,7 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
     with store_session(store, scheduler) as opened:
-        data = load_moments(store, None, FeatureSpec(), opened.client, quiet)
+        data = load_moments(opened.store, None, FeatureSpec(), opened.client, quiet)
         settings = data_settings_of(opened.store, data.samples)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
     write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes, **settings))

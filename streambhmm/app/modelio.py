@@ -12,7 +12,7 @@ from .. import __version__
 from ..io.documents import Document, version_problem
 from ..io.names import sample_name_problem
 from ..io.storage import Location
-from ..io.store import CountsStore, open_store
+from ..io.store import CountsStore
 from ..learn.checks import validate_parameters
 from ..learn.emissions import EMISSIONS
 from ..learn.evaluate import differential_states
@@ -256,15 +256,23 @@ def hmm_from_model(document):
     return (document if isinstance(document, ModelFile) else ModelFile.of(document)).hmm()
 
 
-def model_for_store(store, model) -> tuple[CountsStore, ModelFile, BinomialHMM]:
-    """(counts store, model file, BinomialHMM), checking that the store has the model's samples."""
-    counts, document = open_store(store), read_model(model)
+def model_for_store(counts: CountsStore, model) -> ModelFile:
+    """The model file at ``model``, read and checked against the opened counts store
+    ``counts`` (:func:`check_model_on_store`)."""
+    document = read_model(model)
+    check_model_on_store(document, counts)
+    return document
+
+
+def check_model_on_store(document: ModelFile, counts: CountsStore) -> None:
+    """Refuse a counts store that lacks the model's samples, or whose bins or samples'
+    reading differ from the model's (:func:`check_model_fits_store`)."""
+    model, store = document.path, counts.path
     missing = [s for s in document.samples if s not in counts.samples]
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
     check_model_fits_store(model, document, store, counts)
-    return counts, document, document.hmm()
 
 
 def data_settings_of(counts, samples) -> dict:

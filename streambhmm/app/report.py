@@ -65,7 +65,9 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     matplotlib.use("Agg")
     start = time.perf_counter()
     timings = {}
-    counts, document, hmm = model_for_store(opened.path, model)
+    counts = opened.store
+    document = model_for_store(counts, model)
+    hmm = document.hmm()
     if document.pooled:
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
