@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..io.documents import Document, version_problem
-from ..io.readers import chromosome_name_problem, quoted
+from ..io.names import chromosome_name_problem
+from ..io.rows import quoted
 from ..io.storage import Location
 from .spec import FeatureSpec
 
