@@ -250,12 +250,6 @@ FIELD_TYPES = {
 }
 
 
-def hmm_from_model(document):
-    """A BinomialHMM with the parameters of a model (a ModelFile, or a document
-    :func:`read_model` would accept), for scoring and decoding."""
-    return (document if isinstance(document, ModelFile) else ModelFile.of(document)).hmm()
-
-
 def model_for_store(counts: CountsStore, model) -> ModelFile:
     """The model file at ``model``, read and checked against the opened counts store
     ``counts`` (:func:`check_model_on_store`)."""
