@@ -27,7 +27,8 @@ from ..moments.momentstore import load_total, read_manifest
 from ..moments.pipeline import moments_graph
 from ..moments.spec import FeatureSpec
 from .modelio import model_for_store, model_labels
-from .report_dir import check_report_output, put_in_place, remove_report_leftovers, staged_report, write_marker
+from .report_dir import (check_report_output, put_report_in_place, remove_report_leftovers, staged_report,
+                         write_marker)
 from .report_figures import (Region, plot_bootstrap, plot_history, plot_methylation, plot_occupancy, plot_spectrum,
                              plot_track, plot_transmat)
 from .report_page import render_page
@@ -99,7 +100,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
         page = render_page(counts, document, model, hmm, decoded, figures, where, max_gap, diff, timings)
         (stage / "index.html").write_text(page)
         write_marker(stage, ["index.html", "segments.bed", *(n for n, _, _ in figures)])
-        put_in_place(stage, output)
+        put_report_in_place(stage, output)
     return ReportResult(output / "index.html", [name for name, _, _ in figures], timings)
 
 
