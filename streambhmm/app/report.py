@@ -26,7 +26,7 @@ from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import load_total, read_manifest
 from ..moments.pipeline import moments_graph
 from ..moments.spec import FeatureSpec
-from .modelio import model_for_store, model_labels
+from .modelio import model_for_store
 from .report_dir import (check_report_output, put_report_in_place, remove_report_leftovers, staged_report,
                          write_marker)
 from .report_figures import (Region, plot_bootstrap, plot_history, plot_methylation, plot_occupancy, plot_spectrum,
@@ -73,7 +73,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
     samples = document.samples
-    labels = model_labels(document)
+    labels = document.labels
     where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
@@ -123,12 +123,12 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
                       "coverage), and the decoded states below.",
          lambda path: plot_track(path, counts, samples, where, bed, hmm.methylation_, labels)),
     ]
-    if "methylation_ci" in document:
+    if document.methylation_ci is not None:
         figures.append(("bootstrap.png", "Block-bootstrap 95% intervals of each state's levels.",
-                        lambda path: plot_bootstrap(path, hmm.methylation_, document["methylation_ci"], samples)))
-    if "loglik_history" in document:
+                        lambda path: plot_bootstrap(path, hmm.methylation_, document.methylation_ci, samples)))
+    if document.loglik_history is not None:
         figures.append(("loglik.png", "EM log-likelihood per iteration.",
-                        lambda path: plot_history(path, document["loglik_history"])))
+                        lambda path: plot_history(path, document.loglik_history)))
     return figures
 
 

@@ -55,10 +55,10 @@ def info(store):
     with store_session(store, dask=False) as opened:
         st = opened.store
         view = st.overview()
-    click.echo(f"{shown(store)}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
-               f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.attrs['tool_version'])}")
+    click.echo(f"{shown(store)}: counts store v{st.meta.format_version}, bin size {st.bin_size} bp, "
+               f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
     for name in st.samples:
-        prov = st.attrs["samples"][name]
+        prov = st.meta.samples[name]
         files = f"{len(prov['files'])} {shown(prov['format'])} file(s), context {shown(prov['context'])}" \
             if "files" in prov else "no input files recorded"
         click.echo(f"  sample {shown(name)}: {files}")
