@@ -273,10 +273,8 @@ def merge_moment_stores(inputs, output) -> dict:
             raise MomentStoreError(f"{path} is incomplete; finish it with `streambhmm moments` before merging")
     settings = manifests[0].settings
     for path, manifest in zip(inputs[1:], manifests[1:]):
-        other = manifest.settings
-        if other != settings:
-            raise MomentStoreError(f"cannot merge {inputs[0]} and {path}: incompatible feature settings "
-                                   f"{settings} vs {other}")
+        manifest.check_settings(path, settings, f"cannot merge it with {inputs[0]}: incompatible feature settings",
+                                str(inputs[0]), "Merge moment stores made with the same settings.")
     chosen: dict[tuple[str, int], tuple[dict, Location]] = {}
     duplicates = 0
     for path, manifest in zip(inputs, manifests):
