@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 
 from ..distributed.cluster import compute
@@ -60,8 +61,6 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     as the report only reads it) with ``model`` and write DIR/index.html, its PNGs and
     segments.bed, each step's progress shown unless ``quiet`` (io.progress). ``output`` is
     refused before any work unless it can be replaced (:func:`check_report_output`)."""
-    import matplotlib
-
     output = check_report_output(output, opened.path, model, moments)
     matplotlib.use("Agg")
     start = time.perf_counter()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from distributed import Client
 
 from ..app.modelio import ModelFile
@@ -248,8 +249,6 @@ class GroupMethylome:
     def write_dss(self, directory) -> list[Path]:
         """One file per sample in DSS's text format (header ``chr pos N X``, 1-based), CpGs
         without coverage left out; the paths, in sample order."""
-        import pandas as pd
-
         paths = []
         for s, sample in enumerate(self.samples):
             path = Path(directory) / f"{sample}.txt"
