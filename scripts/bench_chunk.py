@@ -24,7 +24,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench_triples import D, REAL, real, real_bins  # noqa: E402
-from streambhmm.moments import _kernels  # noqa: E402
+from streambhmm.moments import moment_kernels  # noqa: E402
 from streambhmm.moments.blocks import block_stats  # noqa: E402
 from streambhmm.moments.features import encode  # noqa: E402
 from streambhmm.moments.histograms import coverage_features, coverage_histogram, thinned_histogram  # noqa: E402
@@ -52,14 +52,14 @@ def main():
     n, n_samples = args.bins, args.samples
     meth, cov = real(n, n_samples, real_bins(REAL))
     positions = np.arange(n, dtype=np.int64) * SPACING
-    starts = _kernels.triple_starts(np.array([n], np.int64))
+    starts = moment_kernels.triple_starts(np.array([n], np.int64))
     small = encode(meth[:2000], cov[:2000], D)  # compile outside the timing
     block_stats("c", small, np.arange(1998), positions[:2000], DEFAULT_BLOCK_SIZE)
     features = encode(meth, cov, D)
 
     def triples():
         out = Moments.zeros(n_samples, D)
-        _kernels.accumulate_triples(features.codes, starts, features.table, features.coverage.astype(np.float64),
+        moment_kernels.accumulate_triples(features.codes, starts, features.table, features.coverage.astype(np.float64),
                                     features.methylated.astype(np.float64), out.p12, out.p13, out.p23, out.p123,
                                     out.b_methylated, out.b_coverage, out.inv_coverage)
 

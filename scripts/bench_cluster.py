@@ -37,7 +37,7 @@ import dask  # noqa: E402
 import numpy as np  # noqa: E402
 import zarr  # noqa: E402
 
-from streambhmm.app.demo import build_synthetic_store  # noqa: E402
+from streambhmm.testing.bench import build_synthetic_store  # noqa: E402
 from streambhmm.moments.sums import Moments  # noqa: E402
 from streambhmm.moments.pipeline import (DEFAULT_SPLIT_EVERY, add_moments, chunk_partial, empty_halo,  # noqa: E402
                                  moments_graph, select_samples, tree_reduce)

@@ -176,7 +176,7 @@ def bench_store(n_bins: int, m: int):
     from pathlib import Path
 
     from streambhmm.distributed.cluster import dask_client
-    from streambhmm.app.demo import build_synthetic_store
+    from streambhmm.testing.bench import build_synthetic_store
     from streambhmm.testing import load_counts
     from streambhmm.io.store import open_store
     from streambhmm.distributed.em import fit_store_em

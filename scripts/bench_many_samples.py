@@ -49,7 +49,8 @@ import numpy as np  # noqa: E402
 from streambhmm.learn.evaluate import matched_error  # noqa: E402
 from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
 from streambhmm.learn.model import SpectralBinomialHMM  # noqa: E402
-from streambhmm.moments.momentstore import load_total, update_moment_store  # noqa: E402
+from streambhmm.moments.momentstore import load_total  # noqa: E402
+from streambhmm.testing import update_moment_store  # noqa: E402
 from streambhmm.learn.simulate import model, simulate  # noqa: E402
 from streambhmm.testing import write_store  # noqa: E402
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from streambhmm.app.demo import build_synthetic_store
+from streambhmm.testing.bench import build_synthetic_store
 
 
 def timed(*args) -> float:

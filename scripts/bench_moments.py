@@ -7,7 +7,7 @@ Poisson(20) coverage, D = 30), so the ratios hold on a noisy machine:
   - triples/s of compute_moments (encoding, histograms and every other sum included)
     and of the paper's naive moments: P12, P13, P23, P123 and the ratio-recovery sums by
     einsum ((S*D)^3 work per triple), and their ratio. compute_moments is checked against
-    streambhmm.moments.reference.naive_moments (the test oracle, bin by bin; too slow to be a
+    streambhmm.testing.reference.naive_moments (the test oracle, bin by bin; too slow to be a
     fair baseline) on a slice;
   - einsum-equivalent GFLOP/s of the kernel (2 (S*D)^3 per triple) as a fraction of a
     single-threaded float64 matmul's GFLOP/s;
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments, simulate  # noqa: E402
 from streambhmm.moments.features import beta_map  # noqa: E402
-from streambhmm.moments.reference import naive_moments  # noqa: E402
+from streambhmm.testing.reference import naive_moments  # noqa: E402
 from streambhmm.learn.simulate import model  # noqa: E402
 
 LEVELS = np.array([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]])

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from streambhmm.distributed.cluster import dask_client
-from streambhmm.app.demo import BENCH_COVERAGE, BENCH_TRUTH, build_synthetic_store, cpg_rows, write_bismark_cov
+from streambhmm.app.demo import cpg_rows, write_bismark_cov
+from streambhmm.testing.bench import BENCH_COVERAGE, BENCH_TRUTH, build_synthetic_store
 from streambhmm.io.ingest import ingest
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.pipeline import moments_graph

@@ -40,7 +40,7 @@ EXCERPT = SHARED / "data" / "real" / "MethylSeekR_IMR90_chr22" / "Lister2009_imr
 CONVERT = SHARED / "tools" / "peers" / "convert.py"
 INGEST_IMPORTS = "import numpy, zarr, pyarrow.csv, isal.igzip"
 CALL_IMPORTS = ("import streambhmm.app.cli, streambhmm.app.calls, numpy as np; "
-                "from streambhmm.moments import _kernels; _kernels.triple_starts(np.array([3]))")
+                "from streambhmm.moments import moment_kernels; moment_kernels.triple_starts(np.array([3]))")
 
 
 def children_cpu() -> float:

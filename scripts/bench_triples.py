@@ -3,7 +3,7 @@
     python scripts/bench_triples.py [--bins 1000000] [--repeat 3] [--real [--source FILE]]
 
 For S = 1, 2, 4 samples at D = 30, in the same run and on the same data:
-  - M triples/s of _kernels.accumulate_triples (k3 groups batched into GEMMs) and of
+  - M triples/s of moment_kernels.accumulate_triples (k3 groups batched into GEMMs) and of
     reference.grouped_triples (the previous kernel: one rank-one update of p123 per k3
     group), their ratio, and the largest relative difference of their sums;
   - M bins x samples/s of compute_moments (every histogram and sum included) with each
@@ -28,9 +28,9 @@ import numpy as np  # noqa: E402
 
 from streambhmm import compute_moments, simulate  # noqa: E402
 from streambhmm.learn.simulate import model  # noqa: E402
-from streambhmm.moments import _kernels  # noqa: E402
+from streambhmm.moments import moment_kernels  # noqa: E402
 from streambhmm.moments.features import encode  # noqa: E402
-from streambhmm.moments.reference import grouped_triples  # noqa: E402
+from streambhmm.testing.reference import grouped_triples  # noqa: E402
 from streambhmm.moments.sums import Moments  # noqa: E402
 
 LEVELS = np.array([[0.05, 0.10, 0.20, 0.70], [0.35, 0.80, 0.50, 0.10], [0.65, 0.20, 0.90, 0.40],
@@ -84,7 +84,7 @@ def best_times(fns, repeat):
 
 def old_moments(mu, cov):
     """compute_moments with the previous triple kernel."""
-    with mock.patch.object(_kernels, "accumulate_triples", grouped_triples):
+    with mock.patch.object(moment_kernels, "accumulate_triples", grouped_triples):
         return compute_moments(mu, cov, n_bins=D)
 
 
@@ -114,12 +114,12 @@ def main():
     for n_samples in (1, 2, 4):
         mu, cov = real(args.bins, n_samples, bins) if args.real else simulated(args.bins, n_samples)
         features = encode(mu, cov, D)
-        starts = _kernels.triple_starts(np.array([mu.shape[0]], np.int64))
-        for kernel in (_kernels.accumulate_triples, grouped_triples):  # compile outside the timing
+        starts = moment_kernels.triple_starts(np.array([mu.shape[0]], np.int64))
+        for kernel in (moment_kernels.accumulate_triples, grouped_triples):  # compile outside the timing
             run_kernel(kernel, features, starts[:100], n_samples)
         compute_moments(mu[:1000], cov[:1000], n_bins=D)
         (new_s, old_s), (new, old) = best_times(
-            [lambda: run_kernel(_kernels.accumulate_triples, features, starts, n_samples),
+            [lambda: run_kernel(moment_kernels.accumulate_triples, features, starts, n_samples),
              lambda: run_kernel(grouped_triples, features, starts, n_samples)], args.repeat)
         (moments_new, moments_old), _ = best_times(
             [lambda: compute_moments(mu, cov, n_bins=D), lambda: old_moments(mu, cov)], args.repeat)

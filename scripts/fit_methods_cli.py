@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402  (the same data sets and splits)
 
 from streambhmm.learn.hmm import BinomialHMM  # noqa: E402
-from streambhmm.app.modelio import hmm_from_model, read_model  # noqa: E402
+from streambhmm.app.modelio import read_model  # noqa: E402
+from streambhmm.testing import hmm_from_model  # noqa: E402
 from streambhmm.testing import write_store  # noqa: E402
 
 METHODS = ("refined", "refined-em", "em", "ftd-em")

@@ -111,7 +111,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     client = opened.client
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
-    data = load_moments(settings.moments or store.path.url, samples, FeatureSpec(n_bins=settings.n_bins), client,
+    data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
                         settings.quiet, 8)
     _check_moments(settings, store, data)
     seconds["moments"] = time.perf_counter() - start

@@ -1,5 +1,5 @@
-"""The demo (a synthetic methylome written as real-format files, ingested, its moments
-computed on Dask and fitted), and synthetic stores for benchmarks.
+"""The demo: a synthetic methylome written as real-format files, ingested, its moments
+computed on Dask and fitted (synthetic stores for benchmarks: streambhmm.testing.bench).
 
 Each simulated bin's counts are split over the two strands of one CpG (rows at offsets
 o and o+1 in the bin), so binning the files gives back exactly the simulated counts.
@@ -21,7 +21,6 @@ from ..distributed.cluster import store_session
 from ..distributed.fitdata import load_moments
 from ..io.ingest import ingest
 from ..io.storage import write_json
-from ..io.store import SampleWriter
 from ..learn.evaluate import matched_error
 from ..learn.selection import one_pass
 from ..learn.simulate import model, simulate
@@ -114,36 +113,9 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
     with store_session(store, scheduler) as opened:
-        data = load_moments(store, None, FeatureSpec(), opened.client, quiet)
+        data = load_moments(opened.store, None, FeatureSpec(), opened.client, quiet)
         settings = data_settings_of(opened.store, data.samples)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)
     write_json(directory / "model.json", model_to_dict(est, data.samples, data.chromosomes, **settings))
     error = matched_error(DEMO_TRUTH.methylation, est.methylation_, DEMO_TRUTH.transmat, est.transmat_)
     return DemoResult(est, time.perf_counter() - start, error)
-
-
-CHROM_BINS = 2_500_000  # like human chr1 at 100 bp
-BENCH_TRUTH = model([[0.05, 0.10], [0.35, 0.80], [0.65, 0.20], [0.95, 0.90]],
-                    np.full((4, 4), 0.02 / 3) + np.eye(4) * (0.98 - 0.02 / 3))
-BENCH_COVERAGE = [[30, 25], [15, 18], [15, 18], [12, 14]]
-
-
-def build_synthetic_store(path: Path, total: int, chunk_size: int, echo=lambda message: None) -> float:
-    """A two-sample counts store of ``total`` simulated bins, written one chromosome
-    (CHROM_BINS bins) at a time so the genome is never whole in memory; returns seconds."""
-    start = time.perf_counter()
-    sizes = [CHROM_BINS] * (total // CHROM_BINS) + ([total % CHROM_BINS] if total % CHROM_BINS else [])
-    writers = [SampleWriter(path, 100, chunk_size) for _ in range(2)]
-    try:
-        for i, size in enumerate(sizes):
-            sim = simulate(BENCH_TRUTH, [size], coverage=BENCH_COVERAGE, random_state=i)
-            for s, writer in enumerate(writers):
-                covered = np.flatnonzero(sim.coverage[:, s] > 0)
-                writer.add(f"chr{i + 1}", covered, sim.methylated[covered, s], sim.coverage[covered, s])
-            echo(f"  wrote chr{i + 1} ({sum(sizes[:i + 1]):,} of {total:,} bins)")
-        for name, writer in zip("AB", writers):
-            writer.commit(name, {"synthetic": True})
-    finally:
-        for writer in writers:
-            writer.close()
-    return time.perf_counter() - start

@@ -126,8 +126,8 @@ def run_fit(settings: FitSettings, opened: OpenedStore | None,
     client = opened.client if opened else None
     data, singular_values = None, None
     if settings.method != "em":
-        data = load_moments(settings.store, settings.samples, settings.spec, client, settings.quiet,
-                            settings.split_every,
+        data = load_moments(opened.store if opened else settings.store, settings.samples, settings.spec, client,
+                            settings.quiet, settings.split_every,
                             want_blocks=settings.bootstrap > 0 or (settings.sweep and settings.method in ONE_PASS))
         settings.spec = data.spec
         if settings.sweep:

@@ -12,7 +12,7 @@ from .. import __version__
 from ..io.documents import Document, version_problem
 from ..io.names import sample_name_problem
 from ..io.storage import Location
-from ..io.store import CountsStore, open_store
+from ..io.store import CountsStore
 from ..learn.checks import validate_parameters
 from ..learn.emissions import EMISSIONS
 from ..learn.evaluate import differential_states
@@ -90,6 +90,14 @@ class ModelFile(Grouped, Document):
     labels: list[str]
     bin_size: int | None
     sample_settings: dict
+    method: str
+    feature: dict
+    n_triples: int  # 0: no moments were used (EM alone)
+    created_by: str
+    loglik: float | None  # EM's, on the counts (None: a moment fit)
+    loglik_history: list | None
+    moment_loss: float | None  # the moment fit's criterion
+    methylation_ci: np.ndarray | None  # block-bootstrap intervals (states x samples x 2)
 
     @classmethod
     def of(cls, document: dict, path="") -> "ModelFile":
@@ -99,7 +107,11 @@ class ModelFile(Grouped, Document):
                    int(document["n_states"]), int(document["feature"]["n_bins"]),
                    *(np.asarray(document[key], dtype=np.float64) for key in ("methylation", "transmat", "startprob")),
                    emission, np.asarray(document["dispersion"], dtype=np.float64) if emission == "betabinomial"
-                   else None, model_labels(document), document.get("bin_size"), document.get("sample_settings", {}))
+                   else None, model_labels(document), document.get("bin_size"), document.get("sample_settings", {}),
+                   document.get("method", ""), dict(document["feature"]), int(document.get("n_triples", 0)),
+                   document.get("created_by", ""), document.get("loglik"), document.get("loglik_history"),
+                   document.get("moment_loss"), np.asarray(document["methylation_ci"], dtype=np.float64)
+                   if "methylation_ci" in document else None)
 
     def to_json(self) -> dict:
         return self.document
@@ -250,21 +262,23 @@ FIELD_TYPES = {
 }
 
 
-def hmm_from_model(document):
-    """A BinomialHMM with the parameters of a model (a ModelFile, or a document
-    :func:`read_model` would accept), for scoring and decoding."""
-    return (document if isinstance(document, ModelFile) else ModelFile.of(document)).hmm()
+def model_for_store(counts: CountsStore, model) -> ModelFile:
+    """The model file at ``model``, read and checked against the opened counts store
+    ``counts`` (:func:`check_model_on_store`)."""
+    document = read_model(model)
+    check_model_on_store(document, counts)
+    return document
 
 
-def model_for_store(store, model) -> tuple[CountsStore, ModelFile, BinomialHMM]:
-    """(counts store, model file, BinomialHMM), checking that the store has the model's samples."""
-    counts, document = open_store(store), read_model(model)
+def check_model_on_store(document: ModelFile, counts: CountsStore) -> None:
+    """Refuse a counts store that lacks the model's samples, or whose bins or samples'
+    reading differ from the model's (:func:`check_model_fits_store`)."""
+    model, store = document.path, counts.path
     missing = [s for s in document.samples if s not in counts.samples]
     if missing:
         raise ValueError(f"{model} was fitted to sample(s) {', '.join(missing)}, which {store} "
                          f"lacks (it has {', '.join(counts.samples)})")
     check_model_fits_store(model, document, store, counts)
-    return counts, document, document.hmm()
 
 
 def data_settings_of(counts, samples) -> dict:
@@ -276,7 +290,7 @@ def data_settings_of(counts, samples) -> dict:
 def ingest_settings(counts, sample: str) -> dict:
     """How ``sample`` was read into the counts store ``counts``, as far as a model depends on
     it: its cytosine context and whether strands were merged (what the store records)."""
-    provenance = counts.attrs["samples"][sample]
+    provenance = counts.meta.samples[sample]
     settings = {"context": provenance.get("context")}
     if isinstance(provenance.get("options"), dict) and "merge_strands" in provenance["options"]:
         settings["merge_strands"] = bool(provenance["options"]["merge_strands"])
@@ -291,7 +305,7 @@ def check_model_fits_store(model, document: dict, store, counts) -> None:
         raise ValueError(f"{model} was fitted to {bin_size:,} bp bins, but {store} has {counts.bin_size:,} bp bins; "
                          f"fit a model to this store, or use a store ingested with --bin-size {bin_size}")
     for sample, fitted in document.get("sample_settings", {}).items():
-        if sample not in counts.attrs["samples"]:
+        if sample not in counts.meta.samples:
             continue
         here = ingest_settings(counts, sample)
         differ = [f"{key} {fitted[key]} (in {store}: {here[key]})" for key in fitted

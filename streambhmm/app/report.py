@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 
 from ..distributed.cluster import compute
@@ -26,8 +27,9 @@ from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import load_total, read_manifest
 from ..moments.pipeline import moments_graph
 from ..moments.spec import FeatureSpec
-from .modelio import model_for_store, model_labels
-from .report_dir import check_report_output, put_in_place, remove_report_leftovers, staged_report, write_marker
+from .modelio import model_for_store
+from .report_dir import (check_report_output, put_report_in_place, remove_report_leftovers, staged_report,
+                         write_marker)
 from .report_figures import (Region, plot_bootstrap, plot_history, plot_methylation, plot_occupancy, plot_spectrum,
                              plot_track, plot_transmat)
 from .report_page import render_page
@@ -59,18 +61,18 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     as the report only reads it) with ``model`` and write DIR/index.html, its PNGs and
     segments.bed, each step's progress shown unless ``quiet`` (io.progress). ``output`` is
     refused before any work unless it can be replaced (:func:`check_report_output`)."""
-    import matplotlib
-
     output = check_report_output(output, opened.path, model, moments)
     matplotlib.use("Agg")
     start = time.perf_counter()
     timings = {}
-    counts, document, hmm = model_for_store(opened.path, model)
+    counts = opened.store
+    document = model_for_store(counts, model)
+    hmm = document.hmm()
     if document.pooled:
         raise ValueError(f"{model} is a pooled model; the report draws joint models only (decode a pooled "
                          f"model with `streambhmm decode`)")
     samples = document.samples
-    labels = model_labels(document)
+    labels = document.labels
     where = parse_region(region) if region else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
@@ -97,7 +99,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
         page = render_page(counts, document, model, hmm, decoded, figures, where, max_gap, diff, timings)
         (stage / "index.html").write_text(page)
         write_marker(stage, ["index.html", "segments.bed", *(n for n, _, _ in figures)])
-        put_in_place(stage, output)
+        put_report_in_place(stage, output)
     return ReportResult(output / "index.html", [name for name, _, _ in figures], timings)
 
 
@@ -120,12 +122,12 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
                       "coverage), and the decoded states below.",
          lambda path: plot_track(path, counts, samples, where, bed, hmm.methylation_, labels)),
     ]
-    if "methylation_ci" in document:
+    if document.methylation_ci is not None:
         figures.append(("bootstrap.png", "Block-bootstrap 95% intervals of each state's levels.",
-                        lambda path: plot_bootstrap(path, hmm.methylation_, document["methylation_ci"], samples)))
-    if "loglik_history" in document:
+                        lambda path: plot_bootstrap(path, hmm.methylation_, document.methylation_ci, samples)))
+    if document.loglik_history is not None:
         figures.append(("loglik.png", "EM log-likelihood per iteration.",
-                        lambda path: plot_history(path, document["loglik_history"])))
+                        lambda path: plot_history(path, document.loglik_history)))
     return figures
 
 

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from ..io.outputs import check_output_dir, directory_lock_now, is_temporary_of, temporary_path
-from ..io.storage import Location
+from ..io.storage import Location, put_in_place
 
 REPORT_MARKER = "streambhmm-report.json"  # in every report directory: the files the report wrote
 REPORT_FORMAT = "streambhmm-report"
@@ -94,21 +94,12 @@ def staged_report(output: Path):
             raise
 
 
-def put_in_place(stage: Path, output: Path) -> None:
-    """Rename the complete ``stage`` to ``output``; a previous report there (checked again)
-    is set aside first and then removed file by file."""
-    if not output.exists():
-        os.rename(stage, output)
-        return
-    written = previous_report_files(output)
-    aside = temporary_path(output, "old")
-    os.rename(output, aside)
-    try:
-        os.rename(stage, output)
-    except BaseException:
-        os.rename(aside, output)  # the previous report stays
-        raise
-    _remove_written(aside, written)
+def put_report_in_place(stage: Path, output: Path) -> None:
+    """Rename the complete ``stage`` to ``output`` (io.storage.put_in_place); a previous
+    report there (checked again) is set aside first, and then removed file by file."""
+    written = previous_report_files(output) if output.exists() else None
+    put_in_place(stage, output, replace=written is not None, aside=temporary_path(output, "old"),
+                 remove_aside=lambda aside: _remove_written(Path(aside.url), written))
 
 
 def remove_report_leftovers(output: Path) -> None:

@@ -1,11 +1,15 @@
-"""The report's figures (matplotlib, imported when a figure is drawn): levels, transitions,
-spectrum, occupancy, a genome track, bootstrap intervals and the EM history."""
+"""The report's figures (matplotlib; the command imports this module only when it writes a
+report): levels, transitions, spectrum, occupancy, a genome track, bootstrap intervals and
+the EM history."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
@@ -32,8 +36,6 @@ DPI = 110  # the page shows the figures at their size: a 5.5 in figure is 605 px
 def _save(fig, path) -> None:
     """Saved with everything drawn (legends and colour-bar labels outside the axes included)."""
     fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
-    import matplotlib.pyplot as plt
-
     plt.close(fig)
 
 
@@ -44,8 +46,6 @@ def state_name(h: int, label: str) -> str:
 
 def state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns: int = 4):
     """A legend of the states' colours (as in the BED files), least methylated first, under the figure."""
-    from matplotlib.patches import Patch
-
     colours = state_colours(methylation)
     order = state_order(methylation)
     handles = [Patch(color=colours[h], label=f"{h} {labels[h]}") for h in order]
@@ -55,8 +55,6 @@ def state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns: int = 4):
 
 def megabases(ax, start: int, end: int, chrom: str) -> None:
     """The x axis in Mb (no offset), with as many decimals as the span needs."""
-    from matplotlib.ticker import FuncFormatter
-
     span = max(end - start, 1)
     decimals = 1 if span >= 5e6 else 2 if span >= 5e5 else 3 if span >= 5e4 else 4
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:.{decimals}f}"))
@@ -64,8 +62,6 @@ def megabases(ax, start: int, end: int, chrom: str) -> None:
 
 
 def plot_methylation(path, methylation, samples, differential, labels) -> None:
-    import matplotlib.pyplot as plt
-
     order = state_order(methylation)
     levels = np.asarray(methylation)[order].T  # samples x states
     fig, ax = plt.subplots(figsize=(max(4.5, 1.5 + 1.05 * len(order)), 1.3 + 0.42 * len(samples)))
@@ -83,8 +79,6 @@ def plot_methylation(path, methylation, samples, differential, labels) -> None:
 
 
 def plot_transmat(path, transmat, methylation) -> None:
-    import matplotlib.pyplot as plt
-
     order = state_order(methylation)
     t = np.asarray(transmat)[np.ix_(order, order)]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.5 + 0.6 * len(order)), max(3.2, 1.0 + 0.55 * len(order))))
@@ -102,8 +96,6 @@ def plot_transmat(path, transmat, methylation) -> None:
 
 
 def plot_spectrum(path, spectrum: dict, m: int) -> None:
-    import matplotlib.pyplot as plt
-
     values = np.asarray(spectrum["p13_singular_values"], dtype=float)
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     index = np.arange(1, len(values) + 1)
@@ -118,8 +110,6 @@ def plot_spectrum(path, spectrum: dict, m: int) -> None:
 
 
 def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> None:
-    import matplotlib.pyplot as plt
-
     chroms = list(chromosome_state_bins)
     counts = np.array([chromosome_state_bins[c] for c in chroms], dtype=float)
     fractions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
@@ -152,8 +142,6 @@ def region_segments(bed_path, region: Region, labels: list[str]):
 
 
 def plot_track(path, counts, samples, region: Region, bed_path, methylation, labels) -> None:
-    import matplotlib.pyplot as plt
-
     ds = counts.dataset(region.chrom).sel(sample=samples, position=slice(region.start, region.end - 1))
     meth = ds.methylated.values.astype(float)
     cov = ds.coverage.values.astype(float)
@@ -183,8 +171,6 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
 
 
 def plot_bootstrap(path, methylation, methylation_ci, samples) -> None:
-    import matplotlib.pyplot as plt
-
     order = state_order(methylation)
     ci = np.asarray(methylation_ci)
     levels = np.asarray(methylation)
@@ -204,8 +190,6 @@ def plot_bootstrap(path, methylation, methylation_ci, samples) -> None:
 
 
 def plot_history(path, history) -> None:
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     ax.plot(range(len(history)), history, "o-")
     ax.set_xlabel("EM iteration")

@@ -9,7 +9,6 @@ from importlib import metadata
 
 from ..learn.states import state_colours as rgb_colours
 from ..learn.states import state_order
-from .modelio import model_labels
 
 WIDE_FIGURES = ("track.png",)  # across the page; the others two by two
 WIDE = ' class="wide"'
@@ -32,7 +31,7 @@ def _state_rows(document, hmm, decoded, differential) -> str:
     weight = hmm.startprob_  # the model's weights, as in its JSON and fit's table
     occupancy = decoded.state_bins / max(decoded.n_bins, 1)
     rows = []
-    colours, labels = rgb_colours(hmm.methylation_), model_labels(document)
+    colours, labels = rgb_colours(hmm.methylation_), document.labels
     for h in state_order(hmm.methylation_):
         label = labels[h]
         cells = "".join(f"<td>{v:.3f}</td>" for v in hmm.methylation_[h])
@@ -47,7 +46,7 @@ def _input_rows(counts, samples) -> str:
     e = html.escape
     inputs = []
     for name in samples:
-        prov = counts.attrs["samples"].get(name, {})
+        prov = counts.meta.samples.get(name, {})
         files = "<br>".join(f"{e(str(f.get('path', '')))} <small>sha256 {e(str(f.get('sha256', ''))[:16])}…</small>"
                             for f in prov.get("files", []))
         inputs.append(f"<tr><td>{e(name)}</td><td>{e(str(prov.get('format', '')))}</td>"
@@ -58,8 +57,8 @@ def _input_rows(counts, samples) -> str:
 def _settings(counts, document, model_path, decoded, region, max_gap) -> dict:
     return {
         "store": str(counts.path), "bin size": f"{counts.bin_size} bp", "model": str(model_path),
-        "method": document["method"], "states": document["n_states"], "feature": str(document["feature"]),
-        "triples": f"{document['n_triples']:,}", "model created by": document["created_by"],
+        "method": document.method, "states": document.n_states, "feature": str(document.feature),
+        "triples": f"{document.n_triples:,}", "model created by": document.created_by,
         "log-likelihood": _loglik(document),
         "decoding": "posterior (most probable state per bin)", "max gap": f"{max_gap} bp",
         "track region": str(region), "segments": f"{decoded.n_segments:,}",
@@ -69,10 +68,10 @@ def _settings(counts, document, model_path, decoded, region, max_gap) -> dict:
 
 def _loglik(document) -> str:
     """The model's log-likelihood, or what was fitted instead and why there is none."""
-    if "loglik" in document:
-        return f"{document['loglik']:.6g} (EM, on the counts)"
-    fitted = f"moment-fit criterion {document['moment_loss']:.6g}; " if "moment_loss" in document else ""
-    return (f"none: --method {document['method']} fits the moments of one pass and never computes the likelihood "
+    if document.loglik is not None:
+        return f"{document.loglik:.6g} (EM, on the counts)"
+    fitted = f"moment-fit criterion {document.moment_loss:.6g}; " if document.moment_loss is not None else ""
+    return (f"none: --method {document.method} fits the moments of one pass and never computes the likelihood "
             f"of the counts ({fitted}`streambhmm score` computes it)")
 
 

@@ -19,7 +19,7 @@ from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_nam
 from ..io.outputs import check_output_file, remove_leftovers
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
-from .modelio import model_for_store, model_grouping, model_labels, write_state_table
+from .modelio import check_model_on_store, model_grouping, read_model, write_state_table
 
 
 @dataclass
@@ -35,14 +35,22 @@ class ModelOnStore(Grouped):
     labels: list[str]
 
     @classmethod
-    def open(cls, store, model) -> "ModelOnStore":
-        """Read and check the model, and that the store has its samples."""
-        counts, document, hmm = model_for_store(store, model)
-        return cls(store, model, counts, document, hmm, model_labels(document))
+    def read(cls, store, model) -> "ModelOnStore":
+        """The model at ``model``, read and checked, for the store at ``store`` (not opened
+        yet: :meth:`on` checks it)."""
+        document = read_model(model)
+        return cls(str(store), model, None, document, document.hmm(), document.labels)
+
+    @classmethod
+    def open(cls, counts, model) -> "ModelOnStore":
+        """The model at ``model`` on ``counts``, the store as opened under the command's lock
+        (distributed.cluster.store_session)."""
+        return cls.read(counts.path, model).on(counts)
 
     def on(self, counts) -> "ModelOnStore":
-        """The job on ``counts``, the store as opened under the command's lock
-        (distributed.cluster.store_session)."""
+        """The job on ``counts``, the store as opened under the command's lock, checked to
+        have the model's samples read as the model's were (modelio.check_model_on_store)."""
+        check_model_on_store(self.document, counts)
         return replace(self, counts=counts)
 
     @property

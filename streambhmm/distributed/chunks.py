@@ -68,10 +68,7 @@ def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
         rows, meth, cov = kept_counts(ref)
         table = EmissionTable(meth, cov)
         return ChunkData(ref, rows, params.log_b(table), table, (meth, cov))
-    kept = np.zeros(ref.n_bins, bool)
-    for k in range(n_samples):
-        kept |= ref.read([k], verify=False)[1][:, 0] > 0
-    rows = np.flatnonzero(kept)
+    rows = ref.covered_rows()
     log_b = np.zeros((rows.size, params.methylation.shape[0]))
     for k in range(n_samples):
         meth, cov = ref.read([k])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..io.store import open_store
+from ..io.store import CountsStore, open_store
 from ..moments.blocks import BlockTable
 from ..moments.momentstore import is_moment_store, load_partials, read_manifest
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, add_moments, select_samples, spec_graph, tree_reduce
@@ -29,20 +29,21 @@ class FitData(Grouped):
         return self.spec.block_size
 
 
-def load_moments(path, samples, spec: FeatureSpec, client, quiet: bool = False,
+def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False,
                  split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False) -> FitData:
-    """Moments from a moment store (no counts are read; it has what it was made with, which
-    must agree with ``spec``: Manifest.check_request) or from a counts store (one pass on
-    ``client`` of ``spec`` resolved for the samples, with progress unless ``quiet``); with
+    """Moments from a moment store at ``source`` (no counts are read; it has what it was
+    made with, which must agree with ``spec``: Manifest.check_request) or from a counts
+    store (``source`` opened, a CountsStore, or where one is: one pass on ``client`` of
+    ``spec`` resolved for the samples, with progress unless ``quiet``); with
     ``want_blocks`` also their blocks."""
-    if is_moment_store(path):
-        manifest = read_manifest(path)
-        manifest.check_request(path, samples, spec)
-        partials, manifest = load_partials(path)
+    if not isinstance(source, CountsStore) and is_moment_store(source):
+        manifest = read_manifest(source)
+        manifest.check_request(source, samples, spec)
+        partials, manifest = load_partials(source)
         moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
         blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
         return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes, blocks, manifest.spec)
-    counts = open_store(path)
+    counts = source if isinstance(source, CountsStore) else open_store(source)
     if spec.block_size is not None:
         check_block_size(spec.block_size, counts.bin_size)
     spec = spec.resolve(len(select_samples(counts, samples)))

@@ -22,7 +22,7 @@ def coarsen(store: CountsStore, factor: int, output, samples: list[str], progres
         raise ValueError(f"the coarsening factor must be a positive integer, got {factor}")
     chunk_size = max(store.chunk_size // factor, 1)
     for done, sample in enumerate(samples, 1):
-        provenance = {k: v for k, v in store.attrs["samples"][sample].items() if k != "column"}
+        provenance = {k: v for k, v in store.meta.samples[sample].items() if k != "column"}
         provenance["coarsened"] = {"store": str(store.path), "bin_size": store.bin_size, "factor": factor}
         with SampleWriter(output, store.bin_size * factor, chunk_size) as writer:
             for chrom in store.chromosomes:

@@ -83,8 +83,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     check_replicates(files)
     existing = _existing_store(store, bin_size, chunk_size)
     if existing is not None:
-        if sample in existing.attrs["samples"]:
-            previous = {k: existing.attrs["samples"][sample].get(k) for k in provenance}
+        if sample in existing.meta.samples:
+            previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
             if previous == provenance:
                 report.unchanged = True
                 echo(f"sample {sample}: same files, format, context and options as already stored; "

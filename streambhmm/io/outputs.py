@@ -118,17 +118,6 @@ def replacing(path, mode: str = "w"):
         rename_into_place(fd, tmp, path)
 
 
-@contextlib.contextmanager
-def replacing_path(path):
-    """``path``'s temporary as a path, for a library that opens files by name (pyBigWig):
-    once the library has closed it and the block ends without an exception, it is flushed to
-    disk and renamed to ``path``; removed when the block raises."""
-    path = Path(path)
-    with held_temporary(path) as (tmp, fd):
-        yield tmp
-        rename_into_place(fd, tmp, path)
-
-
 def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""

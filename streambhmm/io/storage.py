@@ -199,14 +199,15 @@ def replacing_dir(target, replace: bool = False, staged=None):
         staged.rmtree()  # gone already when it was put in place
 
 
-def put_in_place(staged, target, replace: bool = False, aside=None) -> None:
+def put_in_place(staged, target, replace: bool = False, aside=None, remove_aside=None) -> None:
     """Rename the complete directory ``staged`` to ``target``, flushed to disk first when local.
     An existing ``target`` is set aside (``NAME.old-*``) and removed afterwards when ``replace``
     says it may be replaced (it is put back if the rename fails); otherwise the rename fails on
     it, unless it is an empty local directory; ``aside`` names the set-aside (default
     :func:`beside` ``target``, "old"). A symbolic link at ``target`` is replaced, not
     followed: pass the real path to replace what a link points to. Removal is recursive and
-    never follows symbolic links."""
+    never follows symbolic links, unless ``remove_aside(aside)`` removes the set-aside
+    (a caller that deletes only what it wrote)."""
     staged, target = Location.of(staged), Location.of(target)
     if staged.is_local:
         sync_tree(staged.url)
@@ -218,7 +219,7 @@ def put_in_place(staged, target, replace: bool = False, aside=None) -> None:
         except BaseException:
             aside.rename(target)
             raise
-        aside.rmtree()
+        (remove_aside or Location.rmtree)(aside)
     else:
         staged.rename(target)
     if target.is_local:

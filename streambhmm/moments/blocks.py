@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from . import _kernels
+from . import moment_kernels
 from .features import (BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, coverage_bucket, histogram_layout,
                        projected_layout)
 from .histograms import histogram_thinning, thinned_histogram
@@ -80,7 +80,7 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
         # per triple (coverage_features' product over every code costs more for a block's few
         # triples), summed in float64 and kept in float32 as the other block sums
         summed = np.zeros(by_coverage.shape[1:])
-        _kernels.add_coverage_features(features.codes, chosen, bucket_of_code, features.table, summed)
+        moment_kernels.add_coverage_features(features.codes, chosen, bucket_of_code, features.table, summed)
         by_coverage[b] = summed
         for width in (1, 2):
             histograms[width].append(thinned_histogram(features, chosen + 1, width, thin=thins[width],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from . import moment_kernels
 from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, HistogramLayout, cells_per_sample,
                        coverage_bucket, histogram_layout, thinning)
 
@@ -60,7 +60,7 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
         tuples, counts = _distinct_rows(codes[:, columns])
         thinned = np.all(thin.row[tuples] >= 0, axis=1)
         _add_thinned_tuples(tuples[thinned], counts[thinned], thin, strides, out[row])
-        _kernels.accumulate_histogram(tuples[~thinned], counts[~thinned], thin.base, thin.row, thin.rows,
+        moment_kernels.accumulate_histogram(tuples[~thinned], counts[~thinned], thin.base, thin.row, thin.rows,
                                       thin.lo, thin.hi, strides, out[row])
     return out
 
@@ -70,7 +70,7 @@ def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: n
     """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
     each slot, so their histogram is one product A^T B: A's rows are the outer products of
     the first slots' thinned weights (times the tuples' counts), B's of the other slots'
-    (rows built compiled, _kernels.thinned_outer_rows; a GEMM, not a scatter per cell)."""
+    (rows built compiled, moment_kernels.thinned_outer_rows; a GEMM, not a scatter per cell)."""
     n, n_slots = tuples.shape
     if n == 0:
         return
@@ -81,8 +81,8 @@ def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: n
         part = tuples[lo:lo + block]
         a = np.empty((part.shape[0], width ** half))
         b = np.empty((part.shape[0], width ** (n_slots - half)))
-        _kernels.thinned_outer_rows(part, counts[lo:lo + block], thin.row, thin.rows, 0, half, a)
-        _kernels.thinned_outer_rows(part, ones[lo:lo + block], thin.row, thin.rows, half, n_slots - half, b)
+        moment_kernels.thinned_outer_rows(part, counts[lo:lo + block], thin.row, thin.rows, 0, half, a)
+        moment_kernels.thinned_outer_rows(part, ones[lo:lo + block], thin.row, thin.rows, half, n_slots - half, b)
         total = total + a.T @ b
     cells = thin.cap * (thin.cap + 1) // 2 + np.arange(width)  # each slot's cells (cap, j): pair keys
     index = np.zeros((width,) * n_slots, dtype=np.int64)

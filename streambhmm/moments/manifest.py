@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from .. import __version__
 from ..io.documents import Document, version_problem
-from ..io.readers import chromosome_name_problem, quoted
+from ..io.names import chromosome_name_problem
+from ..io.rows import quoted
 from ..io.storage import Location
 from .spec import FeatureSpec
 
@@ -101,14 +102,15 @@ class Manifest(Document):
         return cls(document["feature"], document["samples"], bool(document.get("complete")), document["partials"],
                    document.get("source", {}), document.get("updated", ""), document.get("created_by", ""), version)
 
-    def check_settings(self, root, settings: dict, error: str = "mismatched feature settings") -> None:
+    def check_settings(self, root, settings: dict, error: str = "mismatched feature settings",
+                       whose: str = "this run", advice: str = "Use another --output.") -> None:
         """The one compatibility check: refuse (MomentStoreError) feature ``settings`` (a record
-        and its samples) other than this store's, naming each that differs."""
+        and its samples; ``whose`` they are) other than this store's, naming each that differs."""
         have = self.settings
         if have != settings:
-            differ = ", ".join(f"{k} {have.get(k)} (this run: {settings.get(k)})"
+            differ = ", ".join(f"{k} {have.get(k)} ({whose}: {settings.get(k)})"
                                for k in dict.fromkeys([*have, *settings]) if have.get(k) != settings.get(k))
-            raise MomentStoreError(f"{root}: {error}: the moment store has {differ}. Use another --output.")
+            raise MomentStoreError(f"{root}: {error}: the moment store has {differ}. {advice}")
 
     def check_request(self, root, samples, spec: FeatureSpec, asking: str = "--samples") -> None:
         """Refuse moments other than those asked for: ``samples`` (None: any; what ``asking``

@@ -30,7 +30,6 @@ import zarr
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
-from .features import DEFAULT_N_BINS
 from .manifest import MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError, partial_relpath
 from .partials import WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial, write_partial
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_partial,
@@ -40,7 +39,7 @@ from .sums import Moments
 
 __all__ = ["MANIFEST", "MOMENT_STORE_FORMAT", "MOMENT_STORE_VERSION", "Manifest", "MomentStoreError", "UpdateReport",
            "is_moment_store", "load_partials", "load_total", "merge_moment_stores", "read_manifest",
-           "update_moment_store", "update_moments"]
+           "update_moments"]
 
 
 def plan_digest(plan: PlannedChunk, settings: dict) -> str:
@@ -131,15 +130,6 @@ def _init_store(path: Location, settings: dict, source: dict) -> None:
     group.attrs.update({"format": MOMENT_STORE_FORMAT, "format_version": MOMENT_STORE_VERSION,
                         "feature": manifest.feature, "samples": manifest.samples})
     write_json(path / MANIFEST, manifest.to_json())
-
-
-def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = DEFAULT_N_BINS,
-                        progress=lambda done, total: None, block_size: int | None = None,
-                        pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> UpdateReport:
-    """:func:`update_moments` of the feature these settings give (``projection_dim`` K > 0:
-    the projected feature; ``pooled``: the samples' moments summed, each sample its own sequence)."""
-    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size)
-    return update_moments(store, output, client, spec, samples, progress)
 
 
 def update_moments(store: CountsStore, output, client, spec: FeatureSpec, samples=None,
@@ -283,10 +273,8 @@ def merge_moment_stores(inputs, output) -> dict:
             raise MomentStoreError(f"{path} is incomplete; finish it with `streambhmm moments` before merging")
     settings = manifests[0].settings
     for path, manifest in zip(inputs[1:], manifests[1:]):
-        other = manifest.settings
-        if other != settings:
-            raise MomentStoreError(f"cannot merge {inputs[0]} and {path}: incompatible feature settings "
-                                   f"{settings} vs {other}")
+        manifest.check_settings(path, settings, f"cannot merge it with {inputs[0]}: incompatible feature settings",
+                                str(inputs[0]), "Merge moment stores made with the same settings.")
     chosen: dict[tuple[str, int], tuple[dict, Location]] = {}
     duplicates = 0
     for path, manifest in zip(inputs, manifests):

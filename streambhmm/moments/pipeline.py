@@ -206,10 +206,7 @@ def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, d
     memory holds one sample's chunk and the (bins, K) feature, whatever the samples."""
     ref = plan.ref
     n_samples = len(ref.columns)
-    kept = np.zeros(ref.n_bins, bool)
-    for k in range(n_samples):
-        kept |= ref.read([k], verify=False)[1][:, 0] > 0
-    rows = np.flatnonzero(kept)
+    rows = ref.covered_rows()
     halo_meth, halo_cov, halo_positions = plan.halos[0]
     verified = set()
 

@@ -90,7 +90,7 @@ class FeatureSpec:
     @classmethod
     def of_settings(cls, n_bins: int, projection_dim: int = 0, projection_seed: int = 0, pooled: bool = False,
                     block_size: int | None = None) -> FeatureSpec:
-        """The spec of keyword settings (moments_graph, update_moment_store): the projected
+        """The spec of keyword settings (moments_graph, testing.update_moment_store): the projected
         feature when ``projection_dim`` K > 0, else the Beta maps."""
         return cls("projected" if projection_dim else "beta", n_bins, projection_dim, projection_seed, pooled,
                    block_size)

@@ -40,7 +40,7 @@ import numpy as np
 import scipy.linalg.cython_blas  # noqa: F401  the BLAS of numba's np.dot: loaded before threadpool_limits looks
 from threadpoolctl import threadpool_limits
 
-from . import _kernels
+from . import moment_kernels
 from .features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode,
                        histogram_layout, projected_layout, projection_matrix)
 from .histograms import coverage_features, coverage_histogram, thinned_histogram
@@ -178,22 +178,6 @@ class Moments:
         return True
 
 
-def weighted_sum(parts: list[Moments], weights) -> Moments:
-    """sum_i weights[i] * parts[i] (bootstrap resampling of partials)."""
-    first = parts[0]
-    out = first.like()
-    width = max(p.coverage_histogram.shape[1] for p in parts)
-    out.coverage_histogram = np.zeros((first.n_samples, width))
-    for w, part in zip(weights, parts):
-        if w == 0:
-            continue
-        for name in ARRAY_FIELDS:
-            setattr(out, name, _padded_sum(getattr(out, name), w * getattr(part, name)))
-        out.n_triples += int(w * part.n_triples)
-        out.sq_norm_13 += w * part.sq_norm_13
-    return out
-
-
 def _padded(a: np.ndarray, width: int) -> np.ndarray:
     return a if a.shape[1] == width else np.pad(a, ((0, 0), (0, width - a.shape[1])))
 
@@ -211,18 +195,18 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray,
     """Triple sums of encoded bins; no triple crosses a boundary given by ``lengths``."""
     n_samples = features.codes.shape[1]
     out = Moments.zeros(n_samples, features.n_bins, histogram_budget)
-    starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
+    starts = moment_kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
     if starts.size == 0:
         return out
     # the kernel's GEMMs are small: BLAS threads only contend with the other chunks' tasks
     with threadpool_limits(1, user_api="blas"):
-        _kernels.accumulate_triples(
+        moment_kernels.accumulate_triples(
             features.codes, starts, features.table,
             features.coverage.astype(np.float64), features.methylated.astype(np.float64),
             out.p12, out.p13, out.p23, out.p123, out.b_methylated, out.b_coverage, out.inv_coverage,
         )
     sq_norm = np.einsum("kd,kd->k", features.table, features.table)
-    out.sq_norm_13 = float(_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
+    out.sq_norm_13 = float(moment_kernels.feature_sq_norm_13(features.codes, starts, sq_norm))
     out.coverage_histogram = coverage_histogram(features, starts + 1)
     out.coverage_features = coverage_features(features, starts)
     out.bin_histogram = thinned_histogram(features, starts + 1, 1, histogram_budget)
@@ -281,7 +265,7 @@ def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n
         meth, cov = column(s)
         table = encode(meth[:, None], cov[:, None], n_bins)
         covered = np.flatnonzero(cov)
-        _kernels.gather_add(feature, (table.table - uniform) @ projection[s].T, table.codes[covered, 0], covered)
+        moment_kernels.gather_add(feature, (table.table - uniform) @ projection[s].T, table.codes[covered, 0], covered)
         out.inv_coverage[s] = float(np.sum(1.0 / (cov[middle] + 2.0)))
         histograms.append(np.bincount(cov[middle]).astype(np.float64))
         out.coverage_features[s] = coverage_features(table, starts)[0]
@@ -319,6 +303,6 @@ def compute_moments(methylated, coverage, lengths=None, n_bins: int = DEFAULT_N_
     mu, cov, lengths = validate_counts(methylated, coverage, lengths)
     if not projection_dim:
         return moments_from_features(encode(mu, cov, n_bins), lengths, histogram_budget)
-    starts = _kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
+    starts = moment_kernels.triple_starts(np.asarray(lengths, dtype=np.int64))
     return projected_moments(lambda s: (mu[:, s], cov[:, s]), mu.shape[0], mu.shape[1], starts, n_bins,
                              projection_dim, projection_seed, histogram_budget)[0]

@@ -14,7 +14,7 @@ IN_MEMORY = ("streambhmm.learn.spectral", "streambhmm.learn.recovery", "streambh
              "streambhmm.learn.expected", "streambhmm.learn.histograms", "streambhmm.learn.selection",
              "streambhmm.learn.domains", "streambhmm.learn.overdispersion", "streambhmm.moments.spec",
              "streambhmm.moments.histograms", "streambhmm.moments.features", "streambhmm.moments.sums",
-             "streambhmm.moments.blocks", "streambhmm.moments.validation", "streambhmm.moments.reference")
+             "streambhmm.moments.blocks", "streambhmm.moments.validation")
 PROGRAM = f"""
 import importlib.abc, sys
 

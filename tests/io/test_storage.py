@@ -8,7 +8,8 @@ import xarray as xr
 
 from streambhmm.learn.hmm import BinomialHMM, random_parameters
 from streambhmm.io.ingest import ingest
-from streambhmm.moments.momentstore import load_total, merge_moment_stores, update_moment_store
+from streambhmm.moments.momentstore import load_total, merge_moment_stores
+from streambhmm.testing import update_moment_store
 from streambhmm.moments.pipeline import moments_graph
 from streambhmm.io.storage import Location
 from streambhmm.io.store import open_store

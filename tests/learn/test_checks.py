@@ -125,7 +125,7 @@ def test_decode_and_score_stay_finite_under_an_identity_transition_matrix(tmp_pa
     assert r.exit_code == 0, r.output
     total = float(re.search(r"^total\s+(\S+)", r.output, re.M).group(1))
     assert np.isfinite(total)
-    from streambhmm.app.modelio import hmm_from_model
+    from streambhmm.testing import hmm_from_model
     from streambhmm.testing import load_counts
 
     assert total == pytest.approx(hmm_from_model(doc).score(*load_counts(store)), rel=1e-9)

@@ -110,7 +110,8 @@ def test_store_em_with_the_beta_binomial_equals_the_in_memory_recursion(tmp_path
 
 
 def test_a_beta_binomial_model_file_round_trips_and_a_bad_dispersion_is_refused(tmp_path):
-    from streambhmm.app.modelio import hmm_from_model, model_to_dict, read_model
+    from streambhmm.app.modelio import model_to_dict, read_model
+    from streambhmm.testing import hmm_from_model
 
     hmm = BinomialHMM(4, emission="betabinomial").start_from(np.full(4, 0.25), STICKY, LEVELS, DISPERSION)
     document = model_to_dict(hmm, ["A", "B"], ["chr1"], method="em")

@@ -9,7 +9,7 @@ from streambhmm.io.storage import Location
 from streambhmm.moments.momentstore import partial_sha256, read_partial, write_partial
 from streambhmm.moments.pipeline import ChunkPartial, chunk_partial, empty_halo
 from streambhmm.moments.sums import Moments, compute_moments
-from streambhmm.moments.reference import naive_moments
+from streambhmm.testing.reference import naive_moments
 from streambhmm.learn.simulate import population_moments, simulate
 
 
@@ -116,14 +116,14 @@ def test_save_and_load_round_trip(tmp_path):
 @given(counts_and_lengths())
 def test_coverage_features_per_triple_equal_the_product_over_codes(case):
     """The block statistics' kernel (per triple) against coverage_features (per code)."""
-    from streambhmm.moments import _kernels
+    from streambhmm.moments import moment_kernels
     from streambhmm.moments.features import coverage_bucket, encode
     from streambhmm.moments.histograms import coverage_features
 
     mu, cov, lengths, n_bins = case
     features = encode(mu, cov, n_bins)
-    starts = _kernels.triple_starts(np.asarray(lengths, np.int64))
+    starts = moment_kernels.triple_starts(np.asarray(lengths, np.int64))
     expected = coverage_features(features, starts)
     got = np.zeros_like(expected)
-    _kernels.add_coverage_features(features.codes, starts, coverage_bucket(features.coverage), features.table, got)
+    moment_kernels.add_coverage_features(features.codes, starts, coverage_bucket(features.coverage), features.table, got)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from streambhmm.app.cli import main
 from streambhmm.io.ingest import ingest
 from streambhmm.moments.sums import compute_moments
-from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores, update_moment_store
+from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores
+from streambhmm.testing import update_moment_store
 from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import simulate
 from streambhmm.io.store import open_store

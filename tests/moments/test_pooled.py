@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from streambhmm.moments.blocks import BlockTable
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.moments.sums import compute_moments
-from streambhmm.moments.momentstore import MomentStoreError, load_partials, load_total, update_moment_store
+from streambhmm.moments.momentstore import MomentStoreError, load_partials, load_total
+from streambhmm.testing import update_moment_store
 from streambhmm.moments.pipeline import moments_graph
 from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate

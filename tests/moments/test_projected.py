@@ -14,7 +14,8 @@ from streambhmm.learn.model import SpectralBinomialHMM
 from streambhmm.moments.histograms import thinned_histogram
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.features import encode
-from streambhmm.moments.momentstore import load_total, update_moment_store
+from streambhmm.moments.momentstore import load_total
+from streambhmm.testing import update_moment_store
 from streambhmm.moments.pipeline import moments_graph, plan_chunks
 from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate

@@ -35,8 +35,9 @@ def score(store, model, chromosomes, scheduler, quiet):
     start = time.perf_counter()
     wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
     with store_session(store, scheduler) as opened:
-        counts, document, hmm = model_for_store(store, model)
-        per_chrom = run_score(counts, hmm, opened.client, document.samples, wanted, document.pooled)
+        document = model_for_store(opened.store, model)
+        per_chrom = run_score(opened.store, document.hmm(), opened.client, document.samples, wanted,
+                              document.pooled)
     width = max(10, *(len(c) for c in per_chrom))
     click.echo(f"{'chromosome':<{width}} {'log-likelihood':>18}")
     for chrom, value in per_chrom.items():
@@ -64,7 +65,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     from ..segments import ModelOnStore, decode_outputs, run_decode
 
     start = time.perf_counter()
-    job = ModelOnStore.open(store, model)
+    job = ModelOnStore.read(store, model)  # the outputs are checked before any work
     outputs = decode_outputs(job, output, posteriors)
     outputs.check()
     # with --posteriors decode writes into the store: its exclusive lock
@@ -114,7 +115,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
         raise click.UsageError("give one of --preset and --targets")
     output_checked(output)  # and the table beside it
     with store_session(store, scheduler) as opened:
-        job = ModelOnStore.open(store, model)
+        job = ModelOnStore.open(opened.store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
         with stage("regions", quiet=quiet, unit="chunks") as progress:
@@ -151,12 +152,11 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
     start = time.perf_counter()
     # methylation alone needs no Dask client, only the store's shared lock
     with store_session(store, scheduler, dask=bool(model)) as opened:
-        job = ModelOnStore.open(store, model) if model else None
-        counts = job.counts if job else opened.store
+        job = ModelOnStore.open(opened.store, model) if model else None
         chosen = [s for s in samples.split(",") if s] if samples else None
         echo = printed(click.echo)
         with stage("tracks", quiet=quiet, unit="chunks") as progress:
-            for track in run_tracks(counts, prefix, chosen, min_coverage, chrom_sizes, job, opened.client,
+            for track in run_tracks(opened.store, prefix, chosen, min_coverage, chrom_sizes, job, opened.client,
                                     job.states(targets) if job else [], progress=progress):
                 echo(f"{track.path}: {track.description} in {track.n_bins:,} bins")
     if model:

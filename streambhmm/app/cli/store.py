@@ -6,6 +6,7 @@ import time
 
 import click
 
+from ...distributed.cluster import store_session
 from ...io.progress import printed, stage
 from ...io.formats import FORMATS
 from .common import (NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, shown,
@@ -50,15 +51,14 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read)."""
-    from ...io.store import locked, open_store
-
-    with locked(store, shared=True):  # completes a commit a killed ingest left, and none lands meanwhile
-        st = open_store(store)
+    # the shared lock completes a commit a killed ingest left, and none lands meanwhile
+    with store_session(store, dask=False) as opened:
+        st = opened.store
         view = st.overview()
-    click.echo(f"{shown(store)}: counts store v{st.attrs['format_version']}, bin size {st.bin_size} bp, "
-               f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.attrs['tool_version'])}")
+    click.echo(f"{shown(store)}: counts store v{st.meta.format_version}, bin size {st.bin_size} bp, "
+               f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
     for name in st.samples:
-        prov = st.attrs["samples"][name]
+        prov = st.meta.samples[name]
         files = f"{len(prov['files'])} {shown(prov['format'])} file(s), context {shown(prov['context'])}" \
             if "files" in prov else "no input files recorded"
         click.echo(f"  sample {shown(name)}: {files}")

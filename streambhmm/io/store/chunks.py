@@ -60,6 +60,14 @@ class ChunkRef:
             meth[:, k], cov[:, k] = m, c
         return meth, cov
 
+    def covered_rows(self) -> np.ndarray:
+        """The rows where one of the columns has coverage, read one column at a time (memory:
+        one sample's chunk, whatever the samples; not verified: the reads of the counts are)."""
+        covered = np.zeros(self.n_bins, bool)
+        for k in range(len(self.columns)):
+            covered |= self.read([k], verify=False)[1][:, 0] > 0
+        return np.flatnonzero(covered)
+
     def positions(self, rows=None) -> np.ndarray:
         """0-based bp starts of the chunk's rows (default: all of them)."""
         rows = np.arange(self.n_bins) if rows is None else np.asarray(rows, np.int64)

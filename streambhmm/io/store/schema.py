@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from zarr.codecs import BloscCodec
 
+from ..documents import version_problem
 from ..limits import COUNT_MAX, POSITION_MAX  # noqa: F401 - the store's bounds, also read from here
 from ..storage import Location
 
@@ -105,6 +106,7 @@ class StoreAttrs:
     chromosomes: list = field(default_factory=list)  # natural order
     generation: str = ""  # a new value at every change
     format_version: int = COUNTS_VERSION
+    tool_version: str = ""  # the streambhmm that made the last change
 
     @classmethod
     def read(cls, path) -> "StoreAttrs":
@@ -116,18 +118,20 @@ class StoreAttrs:
     def check(cls, path, attrs: dict) -> "StoreAttrs":
         check_format(path, attrs)
         version = attrs.get("format_version")
-        if type(version) is not int:
+        problem = version_problem(version, COUNTS_VERSION, COUNTS_VERSION)
+        if problem == "not an integer":
             raise StoreError(f"{path}: format_version is not an integer ({json.dumps(version)[:100]})")
-        if version > COUNTS_VERSION:
+        if problem == "newer":
             raise StoreError(f"{path}: counts store format version {version} is newer than this streambhmm supports "
                              f"({COUNTS_VERSION}); upgrade streambhmm")
-        if version < COUNTS_VERSION:
+        if problem == "older":
             raise StoreError(f"{path}: a version-{version} counts store (covered bins only, all samples in each "
                              f"chunk); this streambhmm reads version {COUNTS_VERSION}. Convert it with `streambhmm "
                              f"upgrade {path}` (it keeps every sample and its provenance), or ingest the files into a "
                              f"new store")
         return cls(int(attrs["bin_size"]), int(attrs["chunk_size"]), dict(attrs.get("samples", {})),
-                   list(attrs.get("chromosomes", [])), str(attrs.get("generation", "")), version)
+                   list(attrs.get("chromosomes", [])), str(attrs.get("generation", "")), version,
+                   str(attrs.get("tool_version", "")))
 
     def to_attributes(self) -> dict:
         """The attributes a new store starts with (in the order written)."""

@@ -279,7 +279,7 @@ def _check_commit(store: Location, record: dict) -> bool:
     spellings = existing.spellings(record["sample"])  # again: another ingest may have committed meanwhile
     for chrom in record["chromosomes"]:
         spellings.add(chrom, f"sample {record['sample']}")
-    return record["sample"] in existing.attrs["samples"]
+    return record["sample"] in existing.meta.samples
 
 
 def _check_one_filesystem(store: Location, staging: Location, record: dict) -> None:

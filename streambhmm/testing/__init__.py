@@ -1,5 +1,7 @@
 """What only tests and benchmarks need, a section per part of the package: counts stores
-written from arrays and loaded whole, one segment's messages, a Dask cluster of real processes."""
+written from arrays and loaded whole, one segment's messages, a Dask cluster of real processes,
+moment stores and models from keyword settings. Beside it: reference.py (naive moments, the
+previous triple kernel) and bench.py (synthetic stores for benchmarks)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from distributed import Client
 
-from .distributed.messages import Params, backward_step, forward_step, statistics_between
-from .io.store import DEFAULT_CHUNK_SIZE, CountsStore, SampleWriter, open_store
-from .learn.emissions import EmissionTable
-from .moments.pipeline import kept_sequences, plan_chunks, select_samples
+from ..app.modelio import ModelFile
+from ..distributed.messages import Params, backward_step, forward_step, statistics_between
+from ..io.store import DEFAULT_CHUNK_SIZE, CountsStore, SampleWriter, open_store
+from ..learn.emissions import EmissionTable
+from ..moments.features import DEFAULT_N_BINS
+from ..moments.momentstore import UpdateReport, update_moments
+from ..moments.pipeline import kept_sequences, plan_chunks, select_samples
+from ..moments.spec import FeatureSpec
 
 
 # --- dist: a Dask cluster of real processes ---
@@ -196,6 +203,22 @@ def chunk_tail(previous, methylated, coverage, positions, pooled: bool = False):
     return tails if pooled else tails[0]
 
 
+# --- moments and models from keyword settings ---
+def update_moment_store(store: CountsStore, output, client, samples=None, n_bins: int = DEFAULT_N_BINS,
+                        progress=lambda done, total: None, block_size: int | None = None,
+                        pooled: bool = False, projection_dim: int = 0, projection_seed: int = 0) -> UpdateReport:
+    """moments.momentstore.update_moments of the feature these settings give (``projection_dim``
+    K > 0: the projected feature; ``pooled``: the samples' moments summed, each sample its own sequence)."""
+    spec = FeatureSpec.of_settings(n_bins, projection_dim, projection_seed, pooled, block_size)
+    return update_moments(store, output, client, spec, samples, progress)
+
+
+def hmm_from_model(document):
+    """A BinomialHMM with the parameters of a model (a ModelFile, or a document
+    app.modelio.read_model would accept), for scoring and decoding."""
+    return (document if isinstance(document, ModelFile) else ModelFile.of(document)).hmm()
+
+
 # --- app: methylomes of groups of samples with planted DMRs (`dmr`'s tests and benchmark) ---
 @dataclass
 class GroupMethylome:
@@ -226,8 +249,6 @@ class GroupMethylome:
     def write_dss(self, directory) -> list[Path]:
         """One file per sample in DSS's text format (header ``chr pos N X``, 1-based), CpGs
         without coverage left out; the paths, in sample order."""
-        import pandas as pd
-
         paths = []
         for s, sample in enumerate(self.samples):
             path = Path(directory) / f"{sample}.txt"

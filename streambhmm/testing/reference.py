@@ -11,10 +11,10 @@ import numpy as np
 from numba import njit
 from scipy.stats import hypergeom
 
-from . import _kernels
-from .features import DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
-from .sums import Moments
-from .validation import validate_counts
+from ..moments import moment_kernels
+from ..moments.features import DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
+from ..moments.sums import Moments
+from ..moments.validation import validate_counts
 
 
 def naive_moments(methylated, coverage, lengths=None, n_bins: int = DEFAULT_N_BINS) -> Moments:
@@ -83,7 +83,7 @@ def _thinned(mu: int, c: int, cap: int) -> np.ndarray:
 @njit(cache=True)
 def grouped_triples(codes, starts, table, pair_cov, pair_meth,
                        p12, p13, p23, p123, b_meth, b_cov, inv_cov):
-    """The previous _kernels.accumulate_triples (one rank-one update of p123 per k3 group):
+    """The previous moment_kernels.accumulate_triples (one rank-one update of p123 per k3 group):
     the baseline of scripts/bench_triples.py. Same arguments and outputs.
 
     codes (n, S) int32 index table (K, D); pair_cov/pair_meth (K,) give each code's pair.
@@ -101,8 +101,8 @@ def grouped_triples(codes, starts, table, pair_cov, pair_meth,
         k3_of = columns[s3, 2:]  # indexed by triple start t: code of bin t+2
         for s2 in range(n_samples):
             k2_of = columns[s2, 1:]
-            order = _kernels._stable_sort_by(starts, k2_of, n_codes)
-            order = _kernels._stable_sort_by(order, k3_of, n_codes)
+            order = moment_kernels.stable_sort_by(starts, k2_of, n_codes)
+            order = moment_kernels.stable_sort_by(order, k3_of, n_codes)
             o3 = s3 * dim
             o2 = s2 * dim
             i = 0

@@ -45,7 +45,7 @@ def triple_starts(lengths):
 
 
 @njit(cache=True)
-def _stable_sort_by(items, keys, n_keys):
+def stable_sort_by(items, keys, n_keys):
     """Stable counting sort of ``items`` by ``keys[items]``."""
     counts = np.zeros(n_keys + 1, np.int64)
     for it in items:
@@ -83,8 +83,8 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
         k3_of = columns[s3, 2:]  # indexed by triple start t: code of bin t+2
         for s2 in range(n_samples):
             k2_of = columns[s2, 1:]
-            order = _stable_sort_by(starts, k2_of, n_codes)
-            order = _stable_sort_by(order, k3_of, n_codes)
+            order = stable_sort_by(starts, k2_of, n_codes)
+            order = stable_sort_by(order, k3_of, n_codes)
             k1s, k2s, k3s = _gather_sorted(codes, order, k2_of, k3_of)
             pair = np.zeros((rows.shape[1], dim + 1))  # rows^T phis summed over this (s2, s3)'s groups
             used = 0
