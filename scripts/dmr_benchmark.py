@@ -186,6 +186,8 @@ def run_ours(work: Path, samples: list, extra=()) -> dict:
     call = timed("dmr", ["streambhmm", "dmr", store, "--groups", out / "sheet.tsv", "--output", out / "dmr.bed",
                          *extra], log)
     (out / "dmr.stdout").write_text(call["stdout"] + call["stderr"])
+    if call["rc"] or any(r["rc"] for r in ingests):
+        raise SystemExit(f"streambhmm failed on {work.name}: no row is reported (see {out})")
     return {"ingest_s": sum(r["wall_s"] for r in ingests), "dmr_s": call["wall_s"],
             "seconds": sum(r["wall_s"] for r in ingests) + call["wall_s"],
             "memory_mib": max(r["peak_tree_rss_mib"] for r in ingests + [call]), "rc": call["rc"],
