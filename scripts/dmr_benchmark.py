@@ -2,7 +2,8 @@
 with its documented defaults), on simulated methylomes with known DMRs and on the real sets
 (issue 27's acceptance).
 
-    python scripts/dmr_benchmark.py --workdir DIR [--sets sim,null,...] [--rerun-dss] [--skip-dss-above N]
+    python scripts/dmr_benchmark.py --workdir DIR [--sets sim,null,...] [--rerun-dss] [--skip-dss]
+        [--skip-dss-above N] [--no-curve]
 
 Sets:
     sim          2 groups x 3 replicates, 2 chromosomes of 40 Mb (about 1.03 M CpGs;
@@ -323,10 +324,8 @@ def simulation_rows(name: str, work: Path, ours: dict, dss: dict | None) -> list
     nominal_dss = dss_nominal(dss["dir"]) if dss else float("nan")
     all_ours = ours_calls(ours["dir"]) if not ours["rc"] else []
     levels = sorted(set(NOMINAL) | ({round(nominal_dss, 4)} if dss and nominal_dss > 0 else set()))
-    for alpha in levels:
-        calls = [c for c in ours_calls(ours["all_dir"], alpha)] if ours.get("all_dir") else []
-        if alpha == 0.05:
-            calls = all_ours  # the default run itself
+    for alpha in levels if ours.get("all_dir") else [0.05]:
+        calls = all_ours if alpha == 0.05 else ours_calls(ours["all_dir"], alpha)  # 0.05: the default run itself
         row = {"tool": "streambhmm dmr", "setting": f"--fdr {alpha:g}", "nominal": alpha, **scores(calls, truth)}
         if alpha == 0.05:
             row.update(seconds=ours["seconds"], memory=ours["memory_mib"], focal=sum(c[3] == "focal" for c in calls),
@@ -360,6 +359,9 @@ def main():
     parser.add_argument("--skip-dss-above", type=int, default=16, metavar="N",
                         help="DSS is not run on sets of more than N samples (hours)")
     parser.add_argument("--skip-dss", action="store_true")
+    parser.add_argument("--no-curve", action="store_true",
+                        help="simulations: only the default run (--fdr 0.05), not a second `dmr --fdr 1` for the "
+                             "other nominal levels (the scale sets, where a run takes minutes)")
     args = parser.parse_args()
     saved = args.workdir / "results.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}  # the other sets' of earlier runs
@@ -372,8 +374,8 @@ def main():
         if not args.skip_dss and len(samples) <= args.skip_dss_above:
             dss = run_dss(work, args.rerun_dss)
         if name not in REAL_SETS:
-            every = run_ours_all(work, samples)
-            ours["all_dir"] = every
+            if not args.no_curve:
+                ours["all_dir"] = run_ours_all(work, samples)
             rows = simulation_rows(name, work, ours, dss)
             print_simulation(name, rows, work)
             results[name] = {"rows": rows, "n_samples": len(samples), "ours": _brief(ours), "dss": _brief(dss)}
