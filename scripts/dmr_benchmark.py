@@ -190,7 +190,7 @@ def run_ours(work: Path, samples: list, extra=()) -> dict:
     if call["rc"] or any(r["rc"] for r in ingests):
         raise SystemExit(f"streambhmm failed on {work.name}: no row is reported (see {out})")
     return {"ingest_s": sum(r["wall_s"] for r in ingests), "dmr_s": call["wall_s"],
-            "seconds": sum(r["wall_s"] for r in ingests) + call["wall_s"],
+            "seconds": sum(r["wall_s"] for r in ingests) + call["wall_s"], "dmr_cpu_s": call["user_s"] + call["sys_s"],
             "memory_mib": max(r["peak_tree_rss_mib"] for r in ingests + [call]), "rc": call["rc"],
             "dir": out, "stdout": call["stdout"]}
 
@@ -439,11 +439,13 @@ def summary(results: dict, workdir: Path) -> None:
         print_real(real)
     scale = {name: r for name, r in results.items() if name.startswith("scale") or name == "sim"}
     if len(scale) > 1:
-        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | peak MiB | DSS s | DSS s per sample |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | dmr CPU s per sample | peak MiB | DSS s | "
+              "DSS s per sample |")
+        print("|---|---|---|---|---|---|---|---|")
         for name, r in sorted(scale.items(), key=lambda kv: kv[1]["n_samples"]):
             n, ours, dss = r["n_samples"], r["ours"], r["dss"]
-            print(f"| {n} | {ours['ingest_s'] / n:.2f} | {ours['dmr_s']:.1f} | {ours['dmr_s'] / n:.2f} | "
+            cpu = ours["dmr_cpu_s"] / n if "dmr_cpu_s" in ours else None
+            print(f"| {n} | {ours['ingest_s'] / n:.2f} | {ours['dmr_s']:.1f} | {ours['dmr_s'] / n:.2f} | {fmt(cpu, 2)} | "
                   f"{ours['memory_mib']:,.0f} | {fmt(dss['seconds'] if dss else None, 1)} | "
                   f"{fmt(dss['seconds'] / n if dss else None, 1)} |")
 
