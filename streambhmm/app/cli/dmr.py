@@ -13,8 +13,8 @@ from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, sc
     user_errors
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
-# Measured: H1 r1 against H1 r2 (dmrseq's chr21) gives 240 DMRs at --fdr 0.05, where r1 loses
-# methylation over 1.5 Mb and r2 at ~120 loci, one way each (docs/guide/dmr.md).
+# Measured (docs/guide/dmr.md): H1 r1 against H1 r2 (dmrseq's chr21) gives 183 DMRs at --fdr
+# 0.05, where r1 loses methylation over 1.5 Mb and r2 at 119 loci, each one way only.
 NO_REPLICATES = ("every group has one sample: nothing tells a difference between the groups from one between two "
                  "samples of a group, so the DMRs and their q-values are those of differences between these "
                  "samples (give two replicates or more in a group to tell them apart)")
