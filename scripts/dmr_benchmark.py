@@ -439,13 +439,14 @@ def summary(results: dict, workdir: Path) -> None:
         print_real(real)
     scale = {name: r for name, r in results.items() if name.startswith("scale") or name == "sim"}
     if len(scale) > 1:
-        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | dmr CPU s per sample | peak MiB | DSS s | "
-              "DSS s per sample |")
+        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | dmr CPU s per sample | peak MiB | "
+              "DSS s | DSS s per sample |")
         print("|---|---|---|---|---|---|---|---|")
         for name, r in sorted(scale.items(), key=lambda kv: kv[1]["n_samples"]):
             n, ours, dss = r["n_samples"], r["ours"], r["dss"]
             cpu = ours["dmr_cpu_s"] / n if "dmr_cpu_s" in ours else None
-            print(f"| {n} | {ours['ingest_s'] / n:.2f} | {ours['dmr_s']:.1f} | {ours['dmr_s'] / n:.2f} | {fmt(cpu, 2)} | "
+            print(f"| {n} | {ours['ingest_s'] / n:.2f} | {ours['dmr_s']:.1f} | {ours['dmr_s'] / n:.2f} | "
+                  f"{fmt(cpu, 2)} | "
                   f"{ours['memory_mib']:,.0f} | {fmt(dss['seconds'] if dss else None, 1)} | "
                   f"{fmt(dss['seconds'] / n if dss else None, 1)} |")
 

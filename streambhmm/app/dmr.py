@@ -15,8 +15,8 @@ bound on the posterior probability that none of its bins differs, so on the chan
 overlaps no true difference. Regions are ranked by lfdr and called while the mean lfdr of
 those called (the q-value: the FDR the model expects of the list, Newton et al. 2004) is at
 most --fdr. Focal DMRs and domains are two lists, each with its own q-values: a focal
-candidate inside a called domain, in its direction and not differing by --min-difference
-more than it, is a piece of the domain and leaves the focal list.
+candidate in a called domain's direction, at least half of it inside the domain or near its
+ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 """
 
 from __future__ import annotations

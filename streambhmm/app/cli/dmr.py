@@ -31,7 +31,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
                    "bins, length, difference, posterior, lfdr, q-value, level per group and sample), and "
                    "STEM.domains.bed and .tsv: the domain-scale differences.")
 @click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
-              help="A state is differential when its group levels differ by at least this much (DSS's delta).")
+              help="A state is differential when its group levels differ by at least this much (DSS's delta), "
+                   "and a DMR's or domain's own reads differ by this much in its direction.")
 @click.option("--fdr", default=0.05, show_default=True, type=_FRACTION,
               help="Call regions while the mean local FDR of those called (their q-value) is at most this "
                    "(1: every candidate, with its q-value).")
