@@ -2,7 +2,8 @@
 with its documented defaults), on simulated methylomes with known DMRs and on the real sets
 (issue 27's acceptance).
 
-    python scripts/dmr_benchmark.py --workdir DIR [--sets sim,null,...] [--rerun-dss] [--skip-dss-above N]
+    python scripts/dmr_benchmark.py --workdir DIR [--sets sim,null,...] [--rerun-dss] [--skip-dss]
+        [--skip-dss-above N] [--no-curve]
 
 Sets:
     sim          2 groups x 3 replicates, 2 chromosomes of 40 Mb (about 1.03 M CpGs;
@@ -186,8 +187,10 @@ def run_ours(work: Path, samples: list, extra=()) -> dict:
     call = timed("dmr", ["streambhmm", "dmr", store, "--groups", out / "sheet.tsv", "--output", out / "dmr.bed",
                          *extra], log)
     (out / "dmr.stdout").write_text(call["stdout"] + call["stderr"])
+    if call["rc"] or any(r["rc"] for r in ingests):
+        raise SystemExit(f"streambhmm failed on {work.name}: no row is reported (see {out})")
     return {"ingest_s": sum(r["wall_s"] for r in ingests), "dmr_s": call["wall_s"],
-            "seconds": sum(r["wall_s"] for r in ingests) + call["wall_s"],
+            "seconds": sum(r["wall_s"] for r in ingests) + call["wall_s"], "dmr_cpu_s": call["user_s"] + call["sys_s"],
             "memory_mib": max(r["peak_tree_rss_mib"] for r in ingests + [call]), "rc": call["rc"],
             "dir": out, "stdout": call["stdout"]}
 
@@ -321,10 +324,8 @@ def simulation_rows(name: str, work: Path, ours: dict, dss: dict | None) -> list
     nominal_dss = dss_nominal(dss["dir"]) if dss else float("nan")
     all_ours = ours_calls(ours["dir"]) if not ours["rc"] else []
     levels = sorted(set(NOMINAL) | ({round(nominal_dss, 4)} if dss and nominal_dss > 0 else set()))
-    for alpha in levels:
-        calls = [c for c in ours_calls(ours["all_dir"], alpha)] if ours.get("all_dir") else []
-        if alpha == 0.05:
-            calls = all_ours  # the default run itself
+    for alpha in levels if ours.get("all_dir") else [0.05]:
+        calls = all_ours if alpha == 0.05 else ours_calls(ours["all_dir"], alpha)  # 0.05: the default run itself
         row = {"tool": "streambhmm dmr", "setting": f"--fdr {alpha:g}", "nominal": alpha, **scores(calls, truth)}
         if alpha == 0.05:
             row.update(seconds=ours["seconds"], memory=ours["memory_mib"], focal=sum(c[3] == "focal" for c in calls),
@@ -358,6 +359,9 @@ def main():
     parser.add_argument("--skip-dss-above", type=int, default=16, metavar="N",
                         help="DSS is not run on sets of more than N samples (hours)")
     parser.add_argument("--skip-dss", action="store_true")
+    parser.add_argument("--no-curve", action="store_true",
+                        help="simulations: only the default run (--fdr 0.05), not a second `dmr --fdr 1` for the "
+                             "other nominal levels (the scale sets, where a run takes minutes)")
     args = parser.parse_args()
     saved = args.workdir / "results.json"
     results = json.loads(saved.read_text()) if saved.exists() else {}  # the other sets' of earlier runs
@@ -370,8 +374,8 @@ def main():
         if not args.skip_dss and len(samples) <= args.skip_dss_above:
             dss = run_dss(work, args.rerun_dss)
         if name not in REAL_SETS:
-            every = run_ours_all(work, samples)
-            ours["all_dir"] = every
+            if not args.no_curve:
+                ours["all_dir"] = run_ours_all(work, samples)
             rows = simulation_rows(name, work, ours, dss)
             print_simulation(name, rows, work)
             results[name] = {"rows": rows, "n_samples": len(samples), "ours": _brief(ours), "dss": _brief(dss)}
@@ -435,11 +439,14 @@ def summary(results: dict, workdir: Path) -> None:
         print_real(real)
     scale = {name: r for name, r in results.items() if name.startswith("scale") or name == "sim"}
     if len(scale) > 1:
-        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | peak MiB | DSS s | DSS s per sample |")
-        print("|---|---|---|---|---|---|---|")
+        print("\n| samples | ingest s per sample | dmr s | dmr s per sample | dmr CPU s per sample | peak MiB | "
+              "DSS s | DSS s per sample |")
+        print("|---|---|---|---|---|---|---|---|")
         for name, r in sorted(scale.items(), key=lambda kv: kv[1]["n_samples"]):
             n, ours, dss = r["n_samples"], r["ours"], r["dss"]
+            cpu = ours["dmr_cpu_s"] / n if "dmr_cpu_s" in ours else None
             print(f"| {n} | {ours['ingest_s'] / n:.2f} | {ours['dmr_s']:.1f} | {ours['dmr_s'] / n:.2f} | "
+                  f"{fmt(cpu, 2)} | "
                   f"{ours['memory_mib']:,.0f} | {fmt(dss['seconds'] if dss else None, 1)} | "
                   f"{fmt(dss['seconds'] / n if dss else None, 1)} |")
 

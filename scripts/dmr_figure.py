@@ -3,7 +3,7 @@ sample's methylation per 100 bp bin, the posterior of difference (the --bigwig t
 focal DMRs (gain red, loss blue), our differential domains and DSS's calls, around the
 strongest focal DMR and over a stretch with an IMR90 PMD.
 
-    python scripts/dmr_figure.py WORKDIR [--output docs/figures/dmr_calls.png]
+    python scripts/dmr_figure.py WORKDIR [--output docs/figures/dmr.png]
 
 WORKDIR is a `scripts/dmr_benchmark.py --workdir` after its run on h1-imr90 (its store,
 sheet and DSS's calls); `dmr` runs again there with --bigwig for the posterior track.
@@ -31,7 +31,7 @@ def read_calls(path: Path, kind: str) -> list:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workdir", type=Path)
-    parser.add_argument("--output", default="docs/figures/dmr_calls.png")
+    parser.add_argument("--output", default="docs/figures/dmr.png")
     args = parser.parse_args()
     import matplotlib
 

@@ -7,14 +7,16 @@ models and passes are distributed.dmr's: a model whose states have a level per g
 by EM on the store; the posterior of differential states cut into candidate regions; and a
 model of the groups' counts on 5 kb windows for domain-scale differences (a PMD of one group).
 
-Each region gets a local false discovery rate, lfdr = 1 - its highest bin posterior of
-differential states: an upper bound on the posterior probability that none of its bins
-differs, so on the chance that it overlaps no true difference. Regions are ranked by lfdr
-and called while the mean lfdr of those called (the q-value: the FDR the model expects of
-the list, Newton et al. 2004) is at most --fdr. Focal DMRs and domains are two lists,
-each with its own q-values: a focal candidate inside a called domain, in its direction and
-not differing by --min-difference more than it, is a piece of the domain and leaves the
-focal list.
+A candidate is a DMR only where its own reads differ as its states do: its groups' mean
+levels at least --min-difference apart in its direction (RegionTable.differ_by; a run of
+bins in a wide differential state can hold samples that agree). Each region gets a local
+false discovery rate, lfdr = 1 - its highest bin posterior of differential states: an upper
+bound on the posterior probability that none of its bins differs, so on the chance that it
+overlaps no true difference. Regions are ranked by lfdr and called while the mean lfdr of
+those called (the q-value: the FDR the model expects of the list, Newton et al. 2004) is at
+most --fdr. Focal DMRs and domains are two lists, each with its own q-values: a focal
+candidate in a called domain's direction, at least half of it inside the domain or near its
+ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 """
 
 from __future__ import annotations
@@ -198,6 +200,14 @@ class RegionTable:
         levels = self.group_levels(groups)
         return levels[:, 1] - levels[:, 0] if groups.n_groups == 2 else group_differences(levels)
 
+    def differ_by(self, groups: SampleGroups, min_difference: float) -> np.ndarray:
+        """Per region, whether its reads show its direction by at least ``min_difference``
+        (a loss: the second group's level that much below the first's); a region where a
+        group has no read shows none. The states say where the groups differ; a region is
+        a DMR when its own counts do too."""
+        shown = self.differences(groups) * np.array([-1.0 if d == "loss" else 1.0 for d in self.direction])
+        return np.nan_to_num(shown, nan=-1.0) >= min_difference - 1e-12
+
     def take(self, index) -> "RegionTable":
         index = np.asarray(index, np.int64)
         return RegionTable(self.kind, [self.chrom[k] for k in index], self.start[index], self.end[index],
@@ -301,8 +311,10 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     seconds["regions"] = time.perf_counter() - start
 
     domains = _domains_with_samples(domain_table, called_domains, findings, len(samples))
+    domains = domains.take(np.flatnonzero(domains.differ_by(groups, settings.min_difference)))
     candidates = _table("DMR", [(c, d, r.take(r.n_bins >= settings.min_bins))
                                 for d, per in findings.candidates.items() for c, r in per.items()], len(samples))
+    candidates = candidates.take(np.flatnonzero(candidates.differ_by(groups, settings.min_difference)))
     pieces = _pieces_of_domains(candidates, domains)
     focal = candidates.take(np.flatnonzero(~pieces))
     focal.qvalue = qvalues(focal.lfdr)

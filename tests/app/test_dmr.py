@@ -122,6 +122,9 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
     focal = [t for t in sim.truth if t[4] == "focal"]
     assert np.mean([bool(overlaps(c, sim.truth)) for c in found]) >= 0.9
     assert sum(any(overlaps(c, [t]) for c in found) for t in focal) >= 0.5 * len(focal)
+    # a group of one: runs of bins in wide differential states where the samples agree are no DMRs
+    for call in found + calls(tmp_path / "dmr.domains.tsv"):
+        assert call["difference"] * (-1 if call["direction"] == "loss" else 1) >= 0.1 - 1e-3, call
     header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
                                                                                       sim.samples]
@@ -190,3 +193,38 @@ def test_three_groups(tmp_path):
     header = (tmp_path / "ac.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")][:2] == ["level_C", "level_A"]
     assert {c["direction"] for c in calls(tmp_path / "ac.tsv")} <= {"gain", "loss"}
+
+
+def test_a_dmr_differs_by_min_difference_in_its_own_reads():
+    """A candidate whose samples agree (a run of bins in a wide differential state) is no DMR:
+    its groups' levels must be --min-difference apart in its direction; no read in a group
+    shows no difference."""
+    from streambhmm.app.dmr import RegionTable
+    from streambhmm.learn.groups import SampleGroups
+
+    groups = SampleGroups.of(["A", "B", "B"])
+    methylated = np.array([[10, 12, 12], [10, 10, 10], [30, 10, 14], [10, 0, 0], [10, 13, 11]], float)
+    coverage = np.array([[20, 20, 20], [20, 20, 20], [40, 20, 20], [20, 0, 0], [20, 20, 20]], float)
+    n = len(methylated)
+    table = RegionTable("DMR", ["chr1"] * n, np.arange(n) * 1000, np.arange(n) * 1000 + 500, np.full(n, 3),
+                        ["gain", "gain", "loss", "gain", "gain"], np.ones(n), np.zeros(n), np.zeros(n), methylated,
+                        coverage)
+    # B - A: 0.1 (a gain of 0.1), 0 (agree), 0.6 - 0.75 = -0.15 (a loss), no read in B, 0.6 - 0.5 = 0.1
+    assert table.differ_by(groups, 0.1).tolist() == [True, False, True, False, True]
+    assert table.differ_by(groups, 0.12).tolist() == [False, False, True, False, False]
+    three = SampleGroups.of(["A", "B", "C"])
+    table.direction = ["differs"] * n
+    assert table.differ_by(three, 0.1).tolist() == [True, False, True, False, True]
+
+
+def test_a_design_without_replicates_is_told(tmp_path):
+    """One sample per group: the differences found are between the samples, and the user is
+    told so; with a replicate in a group, not."""
+    for replicates in ((1, 1), (1, 2)):
+        directory = tmp_path / f"{replicates[1]}"
+        directory.mkdir()
+        store, sheet, _ = simulated_store(directory, replicates, n_dmrs=5, domain=False, seed=13)
+        result = run("dmr", store.path.url, "--groups", sheet, "--output", directory / "dmr.bed", "-q")
+        assert result.exit_code == 0, result.output
+        told = "warning: every group has one sample" in result.stderr
+        assert told == (replicates == (1, 1))

@@ -13,6 +13,11 @@ from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, sc
     user_errors
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
+# Measured (docs/guide/dmr.md): H1 r1 against H1 r2 (dmrseq's chr21) gives 183 DMRs at --fdr
+# 0.05, where r1 loses methylation over 1.5 Mb and r2 at 119 loci, each one way only.
+NO_REPLICATES = ("every group has one sample: nothing tells a difference between the groups from one between two "
+                 "samples of a group, so the DMRs and their q-values are those of differences between these "
+                 "samples (give two replicates or more in a group to tell them apart)")
 
 
 @click.command()
@@ -26,7 +31,8 @@ _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
                    "bins, length, difference, posterior, lfdr, q-value, level per group and sample), and "
                    "STEM.domains.bed and .tsv: the domain-scale differences.")
 @click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
-              help="A state is differential when its group levels differ by at least this much (DSS's delta).")
+              help="A state is differential when its group levels differ by at least this much (DSS's delta), "
+                   "and a DMR's or domain's own reads differ by this much in its direction.")
 @click.option("--fdr", default=0.05, show_default=True, type=_FRACTION,
               help="Call regions while the mean local FDR of those called (their q-value) is at most this "
                    "(1: every candidate, with its q-value).")
@@ -67,6 +73,8 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
     job = DmrJob(store, sheet_read, output, fdr, bigwig, settings)
     job.check_outputs()
+    if len(set(sheet_read.groups)) == len(sheet_read.samples):
+        click.echo(f"warning: {NO_REPLICATES}", err=True)
     with store_session(store, scheduler) as opened:
         outcome = run_dmr(job, opened, echo=lambda message: None if quiet else printed(click.echo)(message),
                           quiet=quiet)
