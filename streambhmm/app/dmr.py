@@ -38,97 +38,10 @@ from ..io.outputs import check_output_file, remove_leftovers, replacing
 from ..io.progress import em_progress, stage
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
+from .sheet import SampleSheet
 
-SHEET_COLUMNS = ("sample", "group")
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
-
-
-# -- the sample sheet -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SampleSheet:
-    """The samples of a sheet, their groups and the lines they are on."""
-
-    path: str
-    samples: tuple
-    groups: tuple
-    lines: tuple
-
-    def check_samples(self, known: list, store) -> None:
-        """Refuse a sample the store does not have, naming the sheet's line."""
-        for sample, line in zip(self.samples, self.lines):
-            if sample not in known:
-                raise ValueError(f"{self.path}, line {line}: sample {sample[:100]!r} is not in the store {store} "
-                                 f"(its samples: {', '.join(known)[:200]})")
-
-    def contrast(self, names: list | None) -> "SampleSheet":
-        """The sheet's samples of the groups ``names`` (None: every group), in their order."""
-        if names is None:
-            return self
-        present = list(dict.fromkeys(self.groups))
-        for name in names:
-            if name not in present:
-                raise ValueError(f"--contrast: group {name[:100]!r} has no sample in {self.path} (its groups: "
-                                 f"{', '.join(present)[:200]})")
-        if len(set(names)) != len(names):
-            raise ValueError(f"--contrast names a group twice: {','.join(names)[:200]}")
-        keep = [k for name in names for k, g in enumerate(self.groups) if g == name]
-        return SampleSheet(self.path, *(tuple(getattr(self, f)[k] for k in keep) for f in ("samples", "groups",
-                                                                                            "lines")))
-
-    @property
-    def sample_groups(self) -> SampleGroups:
-        return SampleGroups.of(self.groups)
-
-
-def read_sheet(path) -> SampleSheet:
-    """Read a sample sheet (see the module docstring), refusing, with the file and line, a
-    missing header column, a row of the wrong width, an empty or repeated sample, an empty
-    group, and a sheet of fewer than two groups."""
-    path = str(path)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
-    rows = [(number, line) for number, line in enumerate(text.splitlines(), 1)
-            if line.strip() and not line.lstrip().startswith("#")]
-    if not rows:
-        raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
-                         f"{' and '.join(SHEET_COLUMNS)} and a line per sample")
-    number, header = rows[0]
-    names = _fields(header)
-    missing = [c for c in SHEET_COLUMNS if c not in names]
-    if missing:
-        raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
-                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}")
-    at = [names.index(c) for c in SHEET_COLUMNS]
-    samples, groups, lines, seen = [], [], [], {}
-    for number, line in rows[1:]:
-        fields = _fields(line)
-        if len(fields) != len(names):
-            raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
-                             f"{line[:200]!r}")
-        sample, group = (fields[k] for k in at)
-        if sample.upper() in ("", "NA"):
-            raise ValueError(f"{path}, line {number}: no sample named for group {group[:100]!r}: {line[:200]!r}")
-        if group.upper() in ("", "NA"):
-            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} has no group: {line[:200]!r}")
-        if sample in seen:
-            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} is listed again (first on line "
-                             f"{seen[sample]})")
-        seen[sample] = number
-        samples.append(sample)
-        groups.append(group)
-        lines.append(number)
-    if len(set(groups)) < 2:
-        found = f"one group, {groups[0][:100]!r}" if groups else "no sample"
-        raise ValueError(f"{path}: the sheet has {found}; DMRs are found between two groups or more")
-    return SampleSheet(path, tuple(samples), tuple(groups), tuple(lines))
-
-
-def _fields(line: str) -> list:
-    """A line's fields: tab-separated when it has a tab, else separated by blanks."""
-    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -288,26 +201,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     domain_table = _table("domain", [(c, d, r) for d, per in domain_found.items() for c, r in per.items()],
                           groups.n_groups)
     called_domains = np.flatnonzero(domain_table.qvalue <= job.fdr)
-    spans = {}
-    for k in called_domains:
-        spans.setdefault(domain_table.chrom[k], []).append(
-            (k, domain_table.start[k], domain_table.end[k], targets.directions.index(domain_table.direction[k])))
-    spans = {c: np.array(v, np.int64) for c, v in spans.items()}
-    rule = RegionRule(targets.any, settings.min_posterior, settings.max_gap, 0, settings.min_bins, "DMR")
-    writer = None
-    if job.bigwig:
-        remove_leftovers(job.bigwig)
-        writer = BigWigWriter(job.bigwig, chromosome_lengths(store, None), store.bin_size)
-    try:
-        with stage("dmr: regions", quiet=quiet, unit="chunks") as progress:
-            findings = find_candidates(store, samples, hmm, client, targets, rule, spans,
-                                       None if writer is None else writer.add, progress)
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    if writer is not None:
-        writer.close()
+    findings, track_bins = _find_candidates(job, opened, samples, hmm, targets,
+                                            _domain_spans(domain_table, called_domains, targets), quiet)
     seconds["regions"] = time.perf_counter() - start
 
     domains = _domains_with_samples(domain_table, called_domains, findings, len(samples))
@@ -324,7 +219,40 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
     write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")
     return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
-                      int(pieces.sum()), history, seconds, writer.entries if writer is not None else 0)
+                      int(pieces.sum()), history, seconds, track_bins)
+
+
+def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) -> dict:
+    """Per chromosome, the called domains as rows (index, start, end, direction's index)."""
+    spans = {}
+    for k in called:
+        spans.setdefault(table.chrom[k], []).append(
+            (k, table.start[k], table.end[k], targets.directions.index(table.direction[k])))
+    return {c: np.array(v, np.int64) for c, v in spans.items()}
+
+
+def _find_candidates(job: DmrJob, opened, samples: list, hmm: GroupedBinomialHMM, targets: Targets, spans: dict,
+                     quiet: bool) -> tuple[Findings, int]:
+    """The posterior pass: the candidate regions, and the bins written to the optional bigWig
+    of the posterior of difference (removed again if the pass fails)."""
+    store, settings = opened.store, job.settings
+    rule = RegionRule(targets.any, settings.min_posterior, settings.max_gap, 0, settings.min_bins, "DMR")
+    writer = None
+    if job.bigwig:
+        remove_leftovers(job.bigwig)
+        writer = BigWigWriter(job.bigwig, chromosome_lengths(store, None), store.bin_size)
+    try:
+        with stage("dmr: regions", quiet=quiet, unit="chunks") as progress:
+            findings = find_candidates(store, samples, hmm, opened.client, targets, rule, spans,
+                                       None if writer is None else writer.add, progress)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    if writer is None:
+        return findings, 0
+    writer.close()
+    return findings, writer.entries
 
 
 def _fit_domains(summary, groups: SampleGroups, settings: DmrSettings):

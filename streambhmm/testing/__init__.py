@@ -315,64 +315,83 @@ def simulate_groups(length: int = 2_000_000, n_chromosomes: int = 1, replicates=
     chromosomes, truth = {}, []
     for c in range(n_chromosomes):
         chrom = f"chr{c + 1}"
-        islands = _intervals(rng, length, 100_000, 500, 2000)
-        background = np.cumsum(rng.geometric(1 / 100, int(length / 90)) + 1)
-        dense = [a + np.cumsum(rng.geometric(1 / 10, (b - a) // 4) + 1) for a, b in islands]
-        pos0 = np.unique(np.concatenate([background] + dense))
-        pos0 = pos0[pos0 < length - 1]
-        pos0 = pos0[np.r_[True, np.diff(pos0) >= 2]]  # a CpG takes two bases
+        pos0, level, islands, pmds, on_island, in_pmd = _shared_levels(rng, length)
         n = pos0.size
-        level = _beta_levels(rng, np.full(n, 0.82), 6)
-        pmds = _intervals(rng, length, 1_400_000, 100_000, 600_000)
-        in_pmd = _inside(pos0, pmds) >= 0
-        level[in_pmd] = _beta_levels(rng, np.full(in_pmd.sum(), 0.45), 3)
-        shores = np.column_stack([np.maximum(islands[:, 0] - 1000, 0), islands[:, 1] + 1000])
-        in_shore = _inside(pos0, shores) >= 0
-        level[in_shore] = _beta_levels(rng, np.full(in_shore.sum(), 0.4), 4)
-        enhancers = _intervals(rng, length, 50_000, 300, 1500)
-        in_enhancer = _inside(pos0, enhancers) >= 0
-        level[in_enhancer] = _beta_levels(rng, np.full(in_enhancer.sum(), 0.2), 5)
-        island = _inside(pos0, islands)
-        methylated_island = rng.random(len(islands)) < 0.1
-        on_island = island >= 0
-        level[on_island] = _beta_levels(rng, np.where(methylated_island[island[on_island]], 0.85, 0.05), 20)
         levels = np.tile(level[:, None], (1, len(replicates)))
         taken = np.zeros((0, 2), np.int64)
-        if domain:  # away from the shared PMDs
-            start = int(rng.uniform(0.1, 0.8) * length)
-            for _ in range(100):
-                if not ((pmds[:, 0] < start + 400_000) & (pmds[:, 1] > start)).any():
-                    break
-                start = int(rng.uniform(0.1, 0.8) * length)
-            span = np.array([[start, start + 400_000]])
-            inside = (_inside(pos0, span) >= 0) & ~on_island & ~in_pmd
-            levels[inside, -1] = _beta_levels(rng, np.full(inside.sum(), 0.45), 3)
-            truth.append((chrom, start, start + 400_000, float(levels[inside, -1].mean() - levels[inside, 0].mean()),
-                          "domain"))
-            taken = span
-        planted = 0
-        while planted < n_dmrs:
-            size = int(np.exp(rng.uniform(*np.log(dmr_length))))
-            centre = (islands[rng.integers(len(islands))].mean() + rng.normal(0, 500) if rng.random() < 0.5
-                      and len(islands) else rng.uniform(0, length))
-            start = int(centre - size / 2)
-            if start < 0 or start + size >= length or ((taken[:, 0] < start + size + 1000)
-                                                       & (taken[:, 1] > start - 1000)).any():
-                continue
-            inside = _inside(pos0, np.array([[start, start + size]])) >= 0
-            if inside.sum() < 2:
-                continue
-            shift = rng.uniform(*difference)
-            mean = levels[inside, 0].mean()
-            up = mean + shift <= 0.95 and (mean - shift < 0.05 or rng.random() < 0.5)
-            for g in range(1, len(replicates)):
-                levels[inside, g] = np.clip(levels[inside, 0] + (shift if up else -shift), 0.005, 0.995)
-            truth.append((chrom, start, start + size, float(levels[inside, -1].mean() - mean), "focal"))
-            taken = np.vstack([taken, [[start, start + size]]])
-            planted += 1
+        if domain:
+            taken = _plant_domain(rng, chrom, length, pos0, levels, pmds, on_island, in_pmd, truth)
+        _plant_dmrs(rng, chrom, length, pos0, levels, islands, taken, n_dmrs, difference, dmr_length, truth)
         own = _beta_levels(rng, levels[:, group_of], 1 / dispersion - 1)
         cov = np.clip(rng.negative_binomial(4, 4 / (4 + depth), (n, len(samples))), *coverage)
         cov[rng.random(cov.shape) < missing] = 0
         chromosomes[chrom] = (pos0 + 1, rng.binomial(cov, own), cov)
     truth.sort(key=lambda t: (t[0], t[1]))
     return GroupMethylome(chromosomes, samples, groups, truth)
+
+
+def _shared_levels(rng, length: int):
+    """simulate_groups' CpGs and the levels all samples share: positions, levels, islands,
+    PMDs, and which CpGs are on an island or in a PMD."""
+    islands = _intervals(rng, length, 100_000, 500, 2000)
+    background = np.cumsum(rng.geometric(1 / 100, int(length / 90)) + 1)
+    dense = [a + np.cumsum(rng.geometric(1 / 10, (b - a) // 4) + 1) for a, b in islands]
+    pos0 = np.unique(np.concatenate([background] + dense))
+    pos0 = pos0[pos0 < length - 1]
+    pos0 = pos0[np.r_[True, np.diff(pos0) >= 2]]  # a CpG takes two bases
+    n = pos0.size
+    level = _beta_levels(rng, np.full(n, 0.82), 6)
+    pmds = _intervals(rng, length, 1_400_000, 100_000, 600_000)
+    in_pmd = _inside(pos0, pmds) >= 0
+    level[in_pmd] = _beta_levels(rng, np.full(in_pmd.sum(), 0.45), 3)
+    shores = np.column_stack([np.maximum(islands[:, 0] - 1000, 0), islands[:, 1] + 1000])
+    in_shore = _inside(pos0, shores) >= 0
+    level[in_shore] = _beta_levels(rng, np.full(in_shore.sum(), 0.4), 4)
+    enhancers = _intervals(rng, length, 50_000, 300, 1500)
+    in_enhancer = _inside(pos0, enhancers) >= 0
+    level[in_enhancer] = _beta_levels(rng, np.full(in_enhancer.sum(), 0.2), 5)
+    island = _inside(pos0, islands)
+    methylated_island = rng.random(len(islands)) < 0.1
+    on_island = island >= 0
+    level[on_island] = _beta_levels(rng, np.where(methylated_island[island[on_island]], 0.85, 0.05), 20)
+    return pos0, level, islands, pmds, on_island, in_pmd
+
+
+def _plant_domain(rng, chrom: str, length: int, pos0, levels, pmds, on_island, in_pmd, truth: list) -> np.ndarray:
+    """A 400 kb PMD of the last group only, away from the shared PMDs; its span."""
+    start = int(rng.uniform(0.1, 0.8) * length)
+    for _ in range(100):
+        if not ((pmds[:, 0] < start + 400_000) & (pmds[:, 1] > start)).any():
+            break
+        start = int(rng.uniform(0.1, 0.8) * length)
+    span = np.array([[start, start + 400_000]])
+    inside = (_inside(pos0, span) >= 0) & ~on_island & ~in_pmd
+    levels[inside, -1] = _beta_levels(rng, np.full(inside.sum(), 0.45), 3)
+    truth.append((chrom, start, start + 400_000, float(levels[inside, -1].mean() - levels[inside, 0].mean()),
+                  "domain"))
+    return span
+
+
+def _plant_dmrs(rng, chrom: str, length: int, pos0, levels, islands, taken, n_dmrs: int, difference, dmr_length,
+                truth: list) -> None:
+    """``n_dmrs`` focal DMRs (half centred on islands), 1 kb or more from each other and from ``taken``."""
+    planted = 0
+    while planted < n_dmrs:
+        size = int(np.exp(rng.uniform(*np.log(dmr_length))))
+        centre = (islands[rng.integers(len(islands))].mean() + rng.normal(0, 500) if rng.random() < 0.5
+                  and len(islands) else rng.uniform(0, length))
+        start = int(centre - size / 2)
+        if start < 0 or start + size >= length or ((taken[:, 0] < start + size + 1000)
+                                                   & (taken[:, 1] > start - 1000)).any():
+            continue
+        inside = _inside(pos0, np.array([[start, start + size]])) >= 0
+        if inside.sum() < 2:
+            continue
+        shift = rng.uniform(*difference)
+        mean = levels[inside, 0].mean()
+        up = mean + shift <= 0.95 and (mean - shift < 0.05 or rng.random() < 0.5)
+        for g in range(1, levels.shape[1]):
+            levels[inside, g] = np.clip(levels[inside, 0] + (shift if up else -shift), 0.005, 0.995)
+        truth.append((chrom, start, start + size, float(levels[inside, -1].mean() - mean), "focal"))
+        taken = np.vstack([taken, [[start, start + size]]])
+        planted += 1

@@ -63,7 +63,8 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     DMRs are runs of bins with a high posterior of differential states, called at --fdr."""
     from ...distributed.dmr import DmrSettings
     from ...io.store import open_store
-    from ..dmr import DmrJob, read_sheet, run_dmr, states_table
+    from ..dmr import DmrJob, run_dmr, states_table
+    from ..sheet import read_sheet
 
     start = time.perf_counter()
     sheet_read = read_sheet(sheet).contrast([g for g in contrast.split(",") if g] if contrast else None)

@@ -1,0 +1,98 @@
+"""The sample sheet of `dmr`: which samples form which groups (the columns ``sample`` and
+``group`` of a tab- or blank-separated file with a header; other columns are ignored), read and
+checked before any work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..learn.groups import SampleGroups
+
+SHEET_COLUMNS = ("sample", "group")
+
+
+@dataclass(frozen=True)
+class SampleSheet:
+    """The samples of a sheet, their groups and the lines they are on."""
+
+    path: str
+    samples: tuple
+    groups: tuple
+    lines: tuple
+
+    def check_samples(self, known: list, store) -> None:
+        """Refuse a sample the store does not have, naming the sheet's line."""
+        for sample, line in zip(self.samples, self.lines):
+            if sample not in known:
+                raise ValueError(f"{self.path}, line {line}: sample {sample[:100]!r} is not in the store {store} "
+                                 f"(its samples: {', '.join(known)[:200]})")
+
+    def contrast(self, names: list | None) -> "SampleSheet":
+        """The sheet's samples of the groups ``names`` (None: every group), in their order."""
+        if names is None:
+            return self
+        present = list(dict.fromkeys(self.groups))
+        for name in names:
+            if name not in present:
+                raise ValueError(f"--contrast: group {name[:100]!r} has no sample in {self.path} (its groups: "
+                                 f"{', '.join(present)[:200]})")
+        if len(set(names)) != len(names):
+            raise ValueError(f"--contrast names a group twice: {','.join(names)[:200]}")
+        keep = [k for name in names for k, g in enumerate(self.groups) if g == name]
+        return SampleSheet(self.path, *(tuple(getattr(self, f)[k] for k in keep) for f in ("samples", "groups",
+                                                                                            "lines")))
+
+    @property
+    def sample_groups(self) -> SampleGroups:
+        return SampleGroups.of(self.groups)
+
+
+def read_sheet(path) -> SampleSheet:
+    """Read a sample sheet (see the module docstring), refusing, with the file and line, a
+    missing header column, a row of the wrong width, an empty or repeated sample, an empty
+    group, and a sheet of fewer than two groups."""
+    path = str(path)
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
+    rows = [(number, line) for number, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")]
+    if not rows:
+        raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
+                         f"{' and '.join(SHEET_COLUMNS)} and a line per sample")
+    number, header = rows[0]
+    names = _fields(header)
+    missing = [c for c in SHEET_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
+                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}")
+    at = [names.index(c) for c in SHEET_COLUMNS]
+    samples, groups, lines, seen = [], [], [], {}
+    for number, line in rows[1:]:
+        fields = _fields(line)
+        if len(fields) != len(names):
+            raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
+                             f"{line[:200]!r}")
+        sample, group = (fields[k] for k in at)
+        if sample.upper() in ("", "NA"):
+            raise ValueError(f"{path}, line {number}: no sample named for group {group[:100]!r}: {line[:200]!r}")
+        if group.upper() in ("", "NA"):
+            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} has no group: {line[:200]!r}")
+        if sample in seen:
+            raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} is listed again (first on line "
+                             f"{seen[sample]})")
+        seen[sample] = number
+        samples.append(sample)
+        groups.append(group)
+        lines.append(number)
+    if len(set(groups)) < 2:
+        found = f"one group, {groups[0][:100]!r}" if groups else "no sample"
+        raise ValueError(f"{path}: the sheet has {found}; DMRs are found between two groups or more")
+    return SampleSheet(path, tuple(samples), tuple(groups), tuple(lines))
+
+
+def _fields(line: str) -> list:
+    """A line's fields: tab-separated when it has a tab, else separated by blanks."""
+    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
