@@ -53,6 +53,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_dnmtools import merged  # noqa: E402 - the scripts' interval helpers
+
 SCRIPTS = Path(__file__).resolve().parent
 SHARED = next((p / "shared" for p in SCRIPTS.parents if (p / "shared" / "data").is_dir()), Path("/work/shared"))
 REAL = SHARED / "data" / "real"
@@ -247,16 +250,6 @@ def by_chrom(intervals: list) -> dict:
     for chrom, start, end, *_ in intervals:
         out.setdefault(chrom, []).append((start, end))
     return {c: np.array(sorted(v), np.int64) for c, v in out.items()}
-
-
-def merged(iv: np.ndarray) -> np.ndarray:
-    out = []
-    for a, b in iv:
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return np.array(out, np.int64).reshape(-1, 2)
 
 
 def overlapping(a: list, b: list) -> np.ndarray:

@@ -48,6 +48,7 @@ def planted(tmp_path_factory):
     return directory, sim
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_planted_dmrs_found_at_their_places(planted):
     directory, sim = planted
     focal = [t for t in sim.truth if t[4] == "focal"]
@@ -71,6 +72,7 @@ def test_planted_dmrs_found_at_their_places(planted):
     assert not inside
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_outputs_are_what_users_load(planted):
     import pyBigWig
 
@@ -91,6 +93,7 @@ def test_outputs_are_what_users_load(planted):
         assert np.nanmax(values) >= 0.5 and np.nanmax(values) <= 1.0
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_calibrated_on_planted_differences(planted):
     """The observed FDR of the calls at q <= alpha stays within twice alpha."""
     directory, sim = planted
@@ -101,6 +104,7 @@ def test_calibrated_on_planted_differences(planted):
         assert false <= 2 * alpha * len(chosen) + 1, (alpha, false, len(chosen))
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_null_calls_nothing(tmp_path):
     """No planted difference: the FDR of the calls is that any is made; none is, over seeds."""
     made = 0
@@ -113,6 +117,7 @@ def test_null_calls_nothing(tmp_path):
     assert made == 0
 
 
+@pytest.mark.slow  # a whole dmr run
 @pytest.mark.parametrize("replicates", [(2, 4), (1, 3)], ids=["unbalanced", "group-of-one"])
 def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
     store, sheet, sim = simulated_store(tmp_path, replicates, seed=5)
@@ -130,6 +135,7 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
                                                                                       sim.samples]
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_the_chunking_changes_nothing(tmp_path):
     """Exact messages between chunks: small chunks give the regions of one chunk."""
     tables = []
@@ -177,6 +183,7 @@ def test_a_contrast_group_without_samples_is_refused(small):
     assert not list(directory.glob("out*"))
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_three_groups(tmp_path):
     """More than two groups: a state differs when its largest and smallest levels do."""
     store, sheet, sim = simulated_store(tmp_path, (2, 2, 2), n_dmrs=20, domain=False, seed=11)
@@ -217,6 +224,7 @@ def test_a_dmr_differs_by_min_difference_in_its_own_reads():
     assert table.differ_by(three, 0.1).tolist() == [True, False, True, False, True]
 
 
+@pytest.mark.slow  # a whole dmr run
 def test_a_design_without_replicates_is_told(tmp_path):
     """One sample per group: the differences found are between the samples, and the user is
     told so; with a replicate in a group, not."""
