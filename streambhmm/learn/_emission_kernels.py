@@ -58,6 +58,33 @@ def betabinomial_table(coverage, methylated, coef, a, b, out):
 
 
 @njit(cache=True, nogil=True)
+def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
+    """Add sum_k resp[k, h] d log BB(methylated[k] | coverage[k], a[h], b[h]) / d a[h] into
+    g_a[h] (and in b[h] into g_b[h]) for int64 pairs (K,) and weights resp (K, m); dR(x, n)/dx
+    = sum_{j < n} 1 / (x + j) is tabulated per state up to the largest coverage."""
+    top = 0
+    for k in range(coverage.size):
+        top = max(top, coverage[k])
+    da = np.empty(top + 1)
+    db = np.empty(top + 1)
+    dab = np.empty(top + 1)
+    for h in range(a.size):
+        da[0] = db[0] = dab[0] = 0.0
+        for j in range(top):
+            da[j + 1] = da[j] + 1.0 / (a[h] + j)
+            db[j + 1] = db[j] + 1.0 / (b[h] + j)
+            dab[j + 1] = dab[j] + 1.0 / (a[h] + b[h] + j)
+        sum_a = 0.0
+        sum_b = 0.0
+        for k in range(coverage.size):
+            c, mu = coverage[k], methylated[k]
+            sum_a += resp[k, h] * (da[mu] - dab[c])
+            sum_b += resp[k, h] * (db[c - mu] - dab[c])
+        g_a[h] += sum_a
+        g_b[h] += sum_b
+
+
+@njit(cache=True, nogil=True)
 def tail_weights(coverage, methylated, weights):
     """(Wa, Wb, Wc), each (largest weighted coverage,): the weight of pairs with mu > j,
     c - mu > j and c > j."""

@@ -27,8 +27,8 @@ class _Cells:
             _, first, index[:, g] = np.unique(keys[:, g], return_index=True, return_inverse=True)
             firsts.append(first)
             offsets.append(offsets[-1] + first.size)
-        c = np.concatenate([binomial_cov[f, g] for g, f in enumerate(firsts)]).astype(np.float64)
-        mu = np.concatenate([binomial_meth[f, g] for g, f in enumerate(firsts)]).astype(np.float64)
+        c = np.concatenate([binomial_cov[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
+        mu = np.concatenate([binomial_meth[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
         self.groups = np.zeros(1, np.int64)
         if width == 2:  # pairs sorted by their first bin (the kernel's groups)
@@ -40,8 +40,14 @@ class _Cells:
         # cells of the coverage alone have every entry (0, 0): no emission term, none computed
         self.emits = bool(c.any())
         self.offsets = np.array(offsets, np.int64)
-        # per slot: its entries' thinned-coverage probabilities given each bucket
-        self.given_bucket = [thinned[samples[g]][:, slot_cov[f, g]] for g, f in enumerate(firsts)]
+        # per slot: the thinned-coverage probabilities given each bucket of its distinct
+        # coverages (entries are sorted by coverage: each coverage's entries are a run), and
+        # where each coverage's run of entries starts
+        self.given_bucket, self.coverage_runs = [], []
+        for g, f in enumerate(firsts):
+            values, starts = np.unique(slot_cov[f, g], return_index=True)
+            self.given_bucket.append(thinned[samples[g]][:, values])
+            self.coverage_runs.append(starts)
 
 
 class _Histogram:
@@ -81,8 +87,10 @@ class _Histogram:
     def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, coverage, grads, sign):
         m = levels.shape[0]
         g_levels, g_scale, g_pi, g_a, g_coverage = grads
+        # per slot (distinct coverages, m): each state's probability of the thinned coverage
         prob = [np.maximum(coverage[s] @ t, 1e-300).T for s, t in zip(cells.samples, cells.given_bucket)]
-        log_table = np.log(np.concatenate(prob))
+        log_table = np.concatenate([np.repeat(np.log(p), np.diff(np.r_[runs, size]), axis=0) for p, runs, size
+                                    in zip(prob, cells.coverage_runs, np.diff(cells.offsets))])
         gradients = []
         for g, s in enumerate(cells.samples if cells.emits else ()):
             part = slice(cells.offsets[g], cells.offsets[g + 1])
@@ -107,7 +115,9 @@ class _Histogram:
                 g_levels[:, s] += sign * d_level
                 if d_scale is not None:
                     g_scale[:, s] += sign * d_scale
-            g_coverage[s] += sign * (r / prob[g]).T @ cells.given_bucket[g].T
+            if r.size:  # the entries' weights summed over each coverage's run
+                by_coverage = np.add.reduceat(r, cells.coverage_runs[g], axis=0)
+                g_coverage[s] += sign * (by_coverage / prob[g]).T @ cells.given_bucket[g].T
         return sign * value
 
     def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray, coverage: list[np.ndarray],

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _emission_kernels
+
 # The one-pass fit keeps rho >= this: the nodes below resolve a Beta this concentrated
 # (standard deviation in z at least 0.063, 1.6 node spacings). EM has no such bound.
 ONE_PASS_MIN_DISPERSION = 1e-3
@@ -67,21 +69,13 @@ class LevelQuadrature:
 QUADRATURE = LevelQuadrature()
 
 
-def _rising(x: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
-    """(R, dR/dx), each (m, top + 1): R[h, n] = sum_{k < n} log(x_h + k)."""
-    k = np.arange(top, dtype=np.float64)
-    terms = x[:, None] + k
-    zero = np.zeros((x.size, 1))
-    return np.hstack([zero, np.cumsum(np.log(terms), axis=1)]), np.hstack([zero, np.cumsum(1.0 / terms, axis=1)])
-
-
 def entry_loglik(coverage: np.ndarray, methylated: np.ndarray, coef: np.ndarray, levels: np.ndarray,
                  dispersion: np.ndarray | None):
-    """The log-likelihood of each (coverage, methylated) entry (E,) in each state (levels
-    (m,)): (table (E, m), gradient) where ``gradient(resp)`` turns posterior-weighted
-    counts resp (E, m) into the derivatives of sum resp * table in the levels (m,) and, for
-    the beta-binomial, in v = log(a + b) (m,) (else None)."""
-    c, mu = coverage.astype(np.int64), methylated.astype(np.int64)
+    """The log-likelihood of each (coverage, methylated) entry (E,) in each
+    state (levels (m,)): (table (E, m), gradient) where ``gradient(resp)`` turns
+    posterior-weighted counts resp (E, m) into the derivatives of sum resp * table in the
+    levels (m,) and, for the beta-binomial, in v = log(a + b) (m,) (else None)."""
+    c, mu = np.asarray(coverage, np.int64), np.asarray(methylated, np.int64)  # no copy if int64
     if dispersion is None:
         log_p, log_q = np.log(levels), np.log1p(-levels)
         table = coef[:, None] + mu[:, None] * log_p + (c - mu)[:, None] * log_q
@@ -90,15 +84,12 @@ def entry_loglik(coverage: np.ndarray, methylated: np.ndarray, coef: np.ndarray,
             return resp.T @ mu / levels - resp.T @ (c - mu) / (1.0 - levels), None
         return table, gradient
     a, b = beta_parameters(levels, dispersion)
-    top = int(c.max(initial=0))
-    m = levels.size
-    rising, d_rising = _rising(np.concatenate([a, b, a + b]), top)  # the three tables in one pass, row by row
-    (ra, rb, rab), (da, db, dab) = np.split(rising, [m, 2 * m]), np.split(d_rising, [m, 2 * m])
-    table = coef[:, None] + (ra[:, mu] + rb[:, c - mu] - rab[:, c]).T
+    table = np.empty((c.size, levels.size))
+    _emission_kernels.betabinomial_table(c, mu, coef, a, b, table)
 
     def gradient(resp):
-        g_a = np.einsum("eh,he->h", resp, da[:, mu] - dab[:, c])
-        g_b = np.einsum("eh,he->h", resp, db[:, c - mu] - dab[:, c])
+        g_a, g_b = np.zeros(levels.size), np.zeros(levels.size)
+        _emission_kernels.betabinomial_slopes(c, mu, np.ascontiguousarray(resp), a, b, g_a, g_b)
         scale = a + b
         return scale * (g_a - g_b), a * g_a + b * g_b
     return table, gradient
