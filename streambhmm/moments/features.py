@@ -48,20 +48,26 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     if order.size:
         edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
         bounds = np.flatnonzero(np.r_[True, np.diff(flat_c[order]) != 0, True])
+        log_factorial = log_factorials(int(flat_c[order[-1]]) + 1)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             rows = order[lo:hi]
-            flat[rows] = _beta_map_of_coverage(int(flat_c[rows[0]]), flat_mu[rows], edges)
+            flat[rows] = _beta_map_of_coverage(int(flat_c[rows[0]]), flat_mu[rows], edges, log_factorial)
     return out
 
 
-def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    from scipy.special import gammaln
+def log_factorials(n: int) -> np.ndarray:
+    """log k! for k = 0..n (gammaln(k + 1), so a lookup gives what gammaln would)."""
+    from scipy.special import gammaln  # scipy on first use: the command line starts without it
 
+    return gammaln(np.arange(n + 1, dtype=np.float64) + 1.0)
+
+
+def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray, log_factorial: np.ndarray) -> np.ndarray:
     n = c + 1
-    k = np.arange(n + 1, dtype=np.float64)
+    k = np.arange(n + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_x, log_y = np.log(edges)[:, None], np.log1p(-edges)[:, None]
-        log_pmf = (gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
+        log_pmf = (log_factorial[n] - log_factorial[k] - log_factorial[n - k]
                    + np.where(k > 0, k * log_x, 0.0) + np.where(k < n, (n - k) * log_y, 0.0))
     pmf = np.exp(log_pmf)  # (D + 1, n + 1): Y ~ Bin(n, edge)
     above = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, mu + 1]  # the Beta CDF at each edge: P(Y > mu)
@@ -309,25 +315,23 @@ class Thinning:
 
 def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning:
     """The thinned distribution of each pair (c, mu) of a feature table."""
-    from scipy.special import gammaln
-
     c = np.asarray(coverage, dtype=np.int64)
     mu = np.asarray(methylated, dtype=np.int64)
     over = c > cap
     base = np.where(over, pair_keys(np.zeros_like(c), np.full_like(c, cap)), pair_keys(mu, c))
     row = np.full(c.size, -1, np.int64)
     row[over] = np.arange(int(over.sum()))
-    j = np.arange(cap + 1, dtype=np.float64)
+    j = np.arange(cap + 1)
     rows = np.zeros((int(over.sum()), cap + 1))
+    f = log_factorials(int(c.max(initial=cap)))
     for start in range(0, rows.shape[0], 4096):  # bounded temporary memory
-        cc = c[over][start:start + 4096, None].astype(np.float64)
-        mm = mu[over][start:start + 4096, None].astype(np.float64)
+        cc = c[over][start:start + 4096, None]
+        mm = mu[over][start:start + 4096, None]
         uu = cc - mm
         valid = (j <= mm) & (cap - j <= uu)
-        with np.errstate(invalid="ignore"):
-            log_pmf = (gammaln(mm + 1) - gammaln(j + 1) - gammaln(np.maximum(mm - j, 0) + 1)
-                       + gammaln(uu + 1) - gammaln(cap - j + 1) - gammaln(np.maximum(uu - cap + j, 0) + 1)
-                       - gammaln(cc + 1) + gammaln(cap + 1) + gammaln(cc - cap + 1))
+        # the hypergeometric pmf C(mu, j) C(c - mu, cap - j) / C(c, cap) in log factorials
+        log_pmf = (f[mm] - f[j] - f[np.maximum(mm - j, 0)] + f[uu] - f[cap - j] - f[np.maximum(uu - cap + j, 0)]
+                   - f[cc] + f[cap] + f[cc - cap])
         rows[start:start + 4096] = np.where(valid, np.exp(np.where(valid, log_pmf, 0.0)), 0.0)
     kept = rows >= THINNING_FLOOR
     rows = np.where(kept, rows, 0.0)
