@@ -103,11 +103,13 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     log = work / "memtime.jsonl"
     genome, mirror = work / "genome.tab.gz", work / "genome_b.tab.gz"
-    if not genome.exists():
-        t = time.perf_counter()
-        n = build(genome)
-        build(mirror, mirrored=True)
-        print(f"built {genome}: {n:,} CpGs in {time.perf_counter() - t:.0f} s", flush=True)
+    for path, mirrored in ((genome, False), (mirror, True)):
+        if not path.exists():  # written beside and renamed: an interrupted build leaves no partial file
+            t = time.perf_counter()
+            partial = path.with_name(f".{path.name}.partial")
+            n = build(partial, mirrored=mirrored)
+            partial.rename(path)
+            print(f"built {path}: {n:,} CpGs in {time.perf_counter() - t:.0f} s", flush=True)
     store, counts = work / "genome.zarr", {}
     ours = {"ingest": [], "hmr": [], "pmd": []}
     for _ in range(args.repeats):
