@@ -20,6 +20,7 @@ import numpy as np
 
 from ..distributed.cluster import compute
 from ..distributed.decode import decode_store
+from ..io.bed import read_bed
 from ..io.progress import stage as progress_stage
 from ..learn.evaluate import differential_states
 from ..learn.spectral import whiten
@@ -56,11 +57,14 @@ class ReportResult:
 
 
 def write_report(opened, model, output, region: str | None = None, max_gap: int = 1000,
-                 diff_threshold: float = DIFF_THRESHOLD, moments=None, quiet: bool = False) -> ReportResult:
+                 diff_threshold: float = DIFF_THRESHOLD, moments=None, quiet: bool = False,
+                 regions: tuple = ()) -> ReportResult:
     """Decode the store ``opened`` (distributed.cluster.store_session: its shared lock held,
     as the report only reads it) with ``model`` and write DIR/index.html, its PNGs and
     segments.bed, each step's progress shown unless ``quiet`` (io.progress). ``output`` is
-    refused before any work unless it can be replaced (:func:`check_report_output`)."""
+    refused before any work unless it can be replaced (:func:`check_report_output`).
+    ``regions``: (name, BedItems) of BED files (read_region_sets: hmr, pmd, dmr calls) drawn
+    under the track, which by default shows the first file's highest-scoring region."""
     output = check_report_output(output, opened.path, model, moments)
     matplotlib.use("Agg")
     start = time.perf_counter()
@@ -73,7 +77,9 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
                          f"model with `streambhmm decode`)")
     samples = document.samples
     labels = document.labels
-    where = parse_region(region) if region else _default_region(counts, samples)
+    region_sets = list(regions)
+    where = parse_region(region) if region else \
+        _region_around(counts, region_sets[0]) if region_sets else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
     remove_report_leftovers(output)
@@ -89,7 +95,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
         t = time.perf_counter()
         diff = differential_states(hmm.methylation_, diff_threshold)
         figures = _figures(counts, document, hmm, decoded, spectrum, where, stage / "segments.bed", diff,
-                           diff_threshold)
+                           diff_threshold, region_sets)
         with progress_stage("report: figures", len(figures), quiet=quiet, unit="figures") as progress:
             for done, (name, _, draw) in enumerate(figures, 1):
                 draw(stage / name)
@@ -103,7 +109,8 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     return ReportResult(output / "index.html", [name for name, _, _ in figures], timings)
 
 
-def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff, diff_threshold) -> list:
+def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff, diff_threshold,
+             region_sets=()) -> list:
     """(file name, caption, draw(path)) of each figure the report holds."""
     samples, labels = document.samples, document.labels
     figures = [
@@ -119,8 +126,9 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
         ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome.",
          lambda path: plot_occupancy(path, decoded.chromosome_state_bins, hmm.methylation_, labels)),
         ("track.png", f"{where}: methylation fraction per covered bin and sample (point size grows with "
-                      "coverage), and the decoded states below.",
-         lambda path: plot_track(path, counts, samples, where, bed, hmm.methylation_, labels)),
+                      "coverage), and the decoded states below"
+                      + "".join(f"; {name}: its regions in their BED colours" for name, _ in region_sets) + ".",
+         lambda path: plot_track(path, counts, samples, where, bed, hmm.methylation_, labels, region_sets)),
     ]
     if document.methylation_ci is not None:
         figures.append(("bootstrap.png", "Block-bootstrap 95% intervals of each state's levels.",
@@ -147,6 +155,25 @@ def model_spectrum(counts, document, client, moments=None, quiet: bool = False) 
     spectrum = whiten(total, m, check_spectrum=False)
     return {"p13_singular_values": spectrum.p13_singular_values[:max(2 * m, m + 6)].tolist(),
             "noise_level": spectrum.noise_floor}
+
+
+def read_region_sets(paths) -> list:
+    """(name, BedItems) of each BED file, its name without .bed."""
+    return [(Path(path).name.removesuffix(".bed"), read_bed(path)) for path in paths]
+
+
+def _region_around(counts, region_set) -> Region:
+    """A view centred on the highest-scoring region of (name, BedItems) on a chromosome of the
+    store (the first of equal scores): REGION_BINS bins, or three times the region if longer."""
+    name, items = region_set
+    on_store = [item for item in items if item.chrom in counts.chromosomes]
+    if not on_store:
+        raise ValueError(f"{name}.bed has no region on the chromosomes of {counts.path} "
+                         f"({', '.join(counts.chromosomes[:5])}{'...' if len(counts.chromosomes) > 5 else ''})")
+    best = max(on_store, key=lambda item: item.score)  # max keeps the first of equal scores
+    width = max(REGION_BINS * counts.bin_size, 3 * (best.end - best.start))
+    start = max((best.start + best.end) // 2 - width // 2, 0)
+    return Region(best.chrom, start, start + width)
 
 
 def _default_region(counts, samples) -> Region:

@@ -141,13 +141,16 @@ def region_segments(bed_path, region: Region, labels: list[str]):
     return out
 
 
-def plot_track(path, counts, samples, region: Region, bed_path, methylation, labels) -> None:
+def plot_track(path, counts, samples, region: Region, bed_path, methylation, labels, region_sets=()) -> None:
+    """Each sample's methylation per covered bin, the decoded states below, and a row per
+    (name, BedItems) of ``region_sets`` (calls of hmr, pmd or dmr, in their itemRgb colours)."""
     ds = counts.dataset(region.chrom).sel(sample=samples, position=slice(region.start, region.end - 1))
     meth = ds.methylated.values.astype(float)
     cov = ds.coverage.values.astype(float)
     pos = ds.position.values + counts.bin_size / 2
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11.5, 2.6 + 0.25 * len(samples)), sharex=True,
-                                      gridspec_kw={"height_ratios": [4, 1]})
+    fig, (top, bottom, *rows) = plt.subplots(2 + len(region_sets), 1, sharex=True,
+                                             figsize=(11.5, 2.6 + 0.25 * len(samples) + 0.35 * len(region_sets)),
+                                             gridspec_kw={"height_ratios": [4, 1] + [0.6] * len(region_sets)})
     for s, name in enumerate(samples):
         covered = cov[:, s] > 0
         size = 4 + 12 * np.sqrt(cov[covered, s] / max(cov[:, s].max(), 1))
@@ -163,11 +166,24 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
             bottom.text((start + end) / 2, 0.5, str(state), ha="center", va="center", fontsize=7)
     bottom.set_yticks([])
     bottom.set_ylabel("state")
-    bottom.set_xlim(region.start, region.end)
-    megabases(bottom, region.start, region.end, region.chrom)
+    for ax, (name, items) in zip(rows, region_sets):
+        _region_row(ax, name, items, region)
+    last = rows[-1] if rows else bottom
+    last.set_xlim(region.start, region.end)
+    megabases(last, region.start, region.end, region.chrom)
     fig.tight_layout()
     state_legend(fig, methylation, labels, anchor=(0.5, 0.0), columns=6)
     _save(fig, path)
+
+
+def _region_row(ax, name: str, items, region: Region) -> None:
+    """The regions of one BED within ``region``, each a box in its itemRgb (grey without)."""
+    for item in items:
+        if item.chrom == region.chrom and item.end > region.start and item.start < region.end:
+            colour = tuple(v / 255 for v in item.colour) if item.colour else (0.45, 0.45, 0.45)
+            ax.broken_barh([(item.start, item.end - item.start)], (0, 1), color=colour)
+    ax.set_yticks([])
+    ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
 
 
 def plot_bootstrap(path, methylation, methylation_ci, samples) -> None:

@@ -27,3 +27,40 @@ def track_line(name: str, description: str) -> str:
 def bed9_line(chrom: str, start, end, name: str, score, colour: str) -> str:
     """One BED9 line: BED_STRAND, the whole item thick, ``score`` an integer in 0..1000."""
     return f"{chrom}\t{start}\t{end}\t{name}\t{score}\t{BED_STRAND}\t{start}\t{end}\t{colour}\n"
+
+
+@dataclass(frozen=True)
+class BedItem:
+    """One region of a BED file (BED3 to BED9+): ``score`` 0 and ``colour`` None where absent."""
+
+    chrom: str
+    start: int
+    end: int
+    name: str
+    score: float
+    colour: tuple | None  # itemRgb as (r, g, b) in 0..255
+
+
+def read_bed(path) -> list[BedItem]:
+    """The regions of a BED file (track, browser and # lines skipped); a line that is not BED
+    raises ValueError naming the file, the line and (the start of) its text."""
+    items = []
+    with open(path) as bed:
+        for number, line in enumerate(bed, 1):
+            if not line.strip() or line.startswith(("#", "track", "browser")):
+                continue
+            fields = line.rstrip("\n").split("\t")
+            try:
+                start, end = int(fields[1]), int(fields[2])
+                if not 0 <= start < end:
+                    raise ValueError("its start is not before its end")
+                score = float(fields[4]) if len(fields) > 4 and fields[4] not in ("", ".") else 0.0
+                colour = tuple(int(v) for v in fields[8].split(",")) if len(fields) > 8 and fields[8] not in (
+                    "", "0", ".") else None
+                if colour is not None and (len(colour) != 3 or not all(0 <= v <= 255 for v in colour)):
+                    raise ValueError("its itemRgb is not R,G,B")
+            except (IndexError, ValueError) as exc:
+                why = str(exc) if "its" in str(exc) else "not BED (chrom, start, end, tab-separated)"
+                raise ValueError(f"{path}:{number}: {why}: {line.rstrip()[:200]!r}") from None
+            items.append(BedItem(fields[0], start, end, fields[3] if len(fields) > 3 else "", score, colour))
+    return items

@@ -229,10 +229,13 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
         moments = tmp_path / "moments.zarr"
         assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", scheduler, "-q").exit_code == 0
         spectrum_source = ("--moments", moments)
+    calls = tmp_path / "calls.bed"  # regions drawn under the track: BED9 with itemRgb, and BED3
+    calls.write_text('track name="calls"\nchr2\t1000\t5000\tdmr\t900\t+\t1000\t5000\t200,0,0\nchr2\t9000\t9500\n')
     r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr2:0-50,000",
-            *spectrum_source, "--scheduler", scheduler, "-q")
+            "--regions", calls, *spectrum_source, "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     page = (out / "index.html").read_text()
+    assert "calls: its regions in their BED colours" in page
     referenced = re.findall(r'<img src="([^"]+)"', page)
     expected = {"methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "track.png",
                 "bootstrap.png" if method == "refined" else "loglik.png"}
@@ -255,6 +258,10 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
     r = run("report", two_sample_store.path, "--model", model, "--output", out, "--region", "chr9:0-10",
             "--scheduler", scheduler, "-q")
     assert r.exit_code != 0 and "no chromosome chr9" in r.output
+    calls.write_text("chr2\t1000\t5000\nchr2 9000 9500\n")  # spaces, not tabs
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--regions", calls,
+            "--scheduler", scheduler, "-q")
+    assert r.exit_code != 0 and f"{calls}:2: not BED" in r.output and "'chr2 9000 9500'" in r.output, r.output
     assert (out / "index.html").read_text() == page and not list(tmp_path.glob(".report.tmp-*"))
 
 

@@ -38,3 +38,34 @@ def test_a_saved_figure_keeps_its_legend_inside(tmp_path):
     image = matplotlib.image.imread(path)
     # the legend is drawn under the axes: the saved image is taller than the figure's axes alone
     assert image.shape[0] > 1.46 * 110 and image.shape[1] > 400  # beyond the figure: the legend under it
+
+
+def test_region_files_are_read_and_the_track_centres_on_the_best_scoring_region(tmp_path):
+    from types import SimpleNamespace
+
+    import pytest
+
+    from streambhmm.app.report import _region_around, read_region_sets
+    from streambhmm.io.bed import BedItem
+
+    bed = tmp_path / "dmr.bed"
+    bed.write_text('track name="x"\n# comment\nchr1\t100\t300\tgain\t500\t+\t100\t300\t200,0,0\n'
+                   'chr2\t5000\t9000\tloss\t900\t+\t5000\t9000\t0,0,200\nchr3\t10\t20\n')
+    [(name, items)] = read_region_sets([bed])
+    assert name == "dmr" and items[0] == BedItem("chr1", 100, 300, "gain", 500.0, (200, 0, 0))
+    assert items[2] == BedItem("chr3", 10, 20, "", 0.0, None)
+    store = SimpleNamespace(chromosomes=["chr1", "chr2"], bin_size=100, path="counts.zarr")
+    # the highest score (chr2's, 4 kb): REGION_BINS bins of 100 bp around its middle, from 0 at the start
+    view = _region_around(store, (name, items))
+    assert (view.chrom, view.start, view.end) == ("chr2", 0, 50_000)
+    long = [BedItem("chr1", 1_000_000, 1_100_000, "domain", 1.0, None)]
+    view = _region_around(store, ("pmd", long))  # wider than 500 bins: three times the region
+    assert (view.start, view.end) == (1_050_000 - 150_000, 1_050_000 + 150_000)
+    with pytest.raises(ValueError, match="pmd.bed has no region on the chromosomes of counts.zarr"):
+        _region_around(store, ("pmd", [BedItem("chrX", 0, 10, "", 0.0, None)]))
+    for text, why in (("chr1\t300\t100\n", "its start is not before its end"),
+                      ("chr1\t1\t2\tx\t0\t+\t1\t2\t300,0,0\n", "its itemRgb is not R,G,B"),
+                      ("chr1 1 2\n", "not BED")):
+        bed.write_text("chr1\t1\t2\n" + text)
+        with pytest.raises(ValueError, match=f"{bed}:2: {why}"):
+            read_region_sets([bed])

@@ -169,6 +169,9 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
               help="Report directory: a new or empty one, or a previous report's (replaced).")
 @click.option("--region", default=None, help="Track region CHROM:START-END (default: 500 bins at the start "
                                              "of the first chromosome).")
+@click.option("--regions", "region_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="A BED file of regions (hmr, pmd or dmr calls) drawn under the track, in its colours; "
+                   "repeat for several. Without --region the track shows the first file's highest-scoring region.")
 @click.option("--moments", "moments_path", default=None, type=STORE,
               help="Moment store for the spectrum figure (default: the moments are computed on Dask).")
 @click.option("--max-gap", default=1000, show_default=True, type=NON_NEGATIVE, help="As for decode.")
@@ -176,14 +179,16 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
 @scheduler_option
 @quiet_option
 @user_errors
-def report(store, model, output, region, moments_path, max_gap, diff_threshold, scheduler, quiet):
+def report(store, model, output, region, region_files, moments_path, max_gap, diff_threshold, scheduler, quiet):
     """Write DIR/index.html with figures (levels, transitions, spectrum, occupancy, a
     genome track, bootstrap and EM history when present) and DIR/segments.bed."""
-    from ..report import check_report_output, write_report
+    from ..report import check_report_output, read_region_sets, write_report
 
     check_report_output(output, store, model, moments_path)  # before the cluster starts
+    region_sets = read_region_sets(region_files)
     # the report reads the store (its segments go into DIR): the shared lock
     with store_session(store, scheduler) as opened:
-        result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path, quiet=quiet)
+        result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path, quiet=quiet,
+                              regions=region_sets)
     click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
                f"{result.timings['total']:.1f} s")
