@@ -159,6 +159,14 @@ def test_every_command_refuses_a_missing_output_directory_before_any_work(projec
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_new_store_under_a_file_is_refused_by_name(tmp_path):
+    blocker = tmp_path / "notes"
+    blocker.write_text("a file, not a directory\n")
+    r = run("ingest", TSV, "--sample", "S", "--store", blocker / "sub" / "c.zarr", "-q")
+    assert r.exit_code == 2 and f"{blocker / 'sub' / 'c.zarr'}: {blocker} is a file, not a directory" in r.output
+    assert blocker.read_text() == "a file, not a directory\n" and sorted(tmp_path.iterdir()) == [blocker]
+
+
 def test_derived_names_are_checked_before_any_work(project, tmp_path):
     # a sweep writes NAME.m2.json and NAME.m3.json: too long although NAME.json fits
     name = tmp_path / ("m" * 232 + ".json")
