@@ -326,7 +326,7 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
         out = tmp_path / path
         out.mkdir()
         assert run("moments", two_sample_store.path, "-o", out / "m.zarr", "-q", env=env).exit_code == 0
-        r = run("fit", two_sample_store.path, "-m", "4", "--method", "refined-em", "--em-iter", "3", "-o",
+        r = run("fit", two_sample_store.path, "-m", "4", "--method", "ftd-em", "--em-iter", "3", "-o",
                 out / "model.json", "-q", env=env)
         assert r.exit_code == 0, r.output
         r = run("decode", two_sample_store.path, "--model", out / "model.json", "-o", out / "seg.bed", "-q", env=env)

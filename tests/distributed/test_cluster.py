@@ -42,7 +42,7 @@ def model_fields(path):
 def many_chunks(tmp_path_factory):
     """Enough chunks that a run lasts long enough to be interrupted."""
     path = tmp_path_factory.mktemp("cluster") / "counts.zarr"
-    return synthetic_store(path, model(WELL_SEPARATED, STICKY), [40_000, 20_000], 500, seed=5)
+    return synthetic_store(path, model(WELL_SEPARATED, STICKY), [40_000, 20_000], 1000, seed=5)  # 60 chunks
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +119,8 @@ def test_worker_killed_during_moments(tmp_path, many_chunks, reference_moments):
 
 
 def test_worker_killed_during_em(tmp_path, few_chunks, dask_clients):
-    args = ["fit", few_chunks.path, "-m", "4", "--method", "em", "--em-iter", "4", "--em-tol", "0", "--seed", "2",
-            *BINS]
+    args = ["fit", few_chunks.path, "-m", "4", "--method", "em", "--em-starts", "1", "--em-iter", "4", "--em-tol", "0",
+            "--seed", "2", *BINS]
     reference = run(*args, "-o", tmp_path / "reference.json", "--scheduler", dask_clients[1].scheduler.address)
     assert reference.exit_code == 0, reference.output
     with ProcessCluster(n_workers=2) as cluster:
@@ -342,7 +342,7 @@ def test_a_stopped_worker_during_em_ends_with_a_message(tmp_path, few_chunks):
     with ProcessCluster(n_workers=2) as cluster:
         proc = subprocess.Popen([*STREAMBHMM, *map(str, args), "--scheduler", cluster.address],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**ENV, "STREAMBHMM_WAIT_TIMEOUT": "20"})
+                                env={**ENV, "STREAMBHMM_WAIT_TIMEOUT": "10"})
         for line in proc.stderr:
             if (match := EM_ITERATION.search(line)) and int(match.group(1)) >= 1:
                 cluster.pause_workers()
@@ -353,7 +353,7 @@ def test_a_stopped_worker_during_em_ends_with_a_message(tmp_path, few_chunks):
     assert re.search(r"Error: waited \d+ s for the E-step of EM iteration \d+ on \S+counts.zarr while no task "
                      r"finished on the Dask cluster \(scheduler tcp://127.0.0.1:\d+\): a worker may be stopped",
                      errors), errors
-    assert "set $STREAMBHMM_WAIT_TIMEOUT to wait longer than 20 s" in errors
+    assert "set $STREAMBHMM_WAIT_TIMEOUT to wait longer than 10 s" in errors
     assert not (tmp_path / "m.json").exists()
 
 

@@ -32,7 +32,7 @@ def threaded_client():
         yield client
 
 
-def ingest_both(store, chunk_size=250):
+def ingest_both(store, chunk_size=1000):
     for sample, files in FILES.items():
         ingest(files, sample, store, chunk_size=chunk_size)
     return open_store(store)
@@ -100,7 +100,7 @@ def test_cli_with_file_urls(tmp_path, dask_clients):
     scheduler = dask_clients[1].scheduler.address
     url = f"file://{tmp_path}/counts.zarr"
     for sample, files in FILES.items():
-        assert run("ingest", *files, "--sample", sample, "--store", url, "--chunk-size", "250").exit_code == 0
+        assert run("ingest", *files, "--sample", sample, "--store", url, "--chunk-size", "1000").exit_code == 0
     r = run("moments", "compute", url, "-o", f"file://{tmp_path}/m.zarr", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     via_url = run("fit", url, "-m", "2", "--seed", "1", "-o", tmp_path / "a.json", "--scheduler", scheduler, "-q")

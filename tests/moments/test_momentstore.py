@@ -103,7 +103,7 @@ def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, sched
     store = tmp_path / "counts.zarr"
     for s in (0, 1):  # two samples make each partial slower to compute
         sim_rows = simulated_chroms(four_state_model, [10000, 10000], seed=2, sample=s)
-        ingest([write_tsv(tmp_path / f"s{s}.tsv", sim_rows)], f"S{s}", store, chunk_size=250)
+        ingest([write_tsv(tmp_path / f"s{s}.tsv", sim_rows)], f"S{s}", store, chunk_size=500)
     out = tmp_path / "moments.zarr"
     bins = ["--bins", "10"]  # small partials: the test is about resuming, not about their size
     cmd = [sys.executable, "-m", "streambhmm.app.cli", "moments", str(store), "--output", str(out), *bins,
@@ -117,7 +117,7 @@ def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, sched
         time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    n_chunks = 80
+    n_chunks = 40
     manifest = out / "manifest.json"
     killed_midway = not manifest.exists() or not json.loads(manifest.read_text())["complete"]
     assert killed_midway, "the run finished before it could be killed; make it longer"
@@ -129,8 +129,8 @@ def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, sched
     reused = int(r.output.split("reused ")[1].split(",")[0])
     assert reused >= 10
     resumed, _ = load_total(out)
-    uninterrupted = tmp_path / "fresh.zarr"
-    assert run("moments", store, "--output", uninterrupted, *bins, "--scheduler", scheduler, "-q").exit_code == 0
+    uninterrupted = tmp_path / "fresh.zarr"  # in this process: the workers change nothing
+    assert run("moments", store, "--output", uninterrupted, *bins, "-q").exit_code == 0
     fresh, manifest = load_total(uninterrupted)
     assert len(manifest["partials"]) == n_chunks
     assert resumed.allclose(fresh, rtol=1e-12)
@@ -173,7 +173,7 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
                                                                       "model.m4.json", "model.m5.json"]
     # the data hold 4 states: the held-out criterion stops improving beyond them
     assert re.search(r"recommended: M = 4: the smallest M whose held-out criterion", r.output), r.output
-    r = run("fit", out, "--states", "4", "--bootstrap", "30", "-o", tmp_path / "boot.json")
+    r = run("fit", out, "--states", "4", "--bootstrap", "12", "-o", tmp_path / "boot.json")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "boot.json").read_text())
     ci, tci = np.array(doc["methylation_ci"]), np.array(doc["transmat_ci"])
