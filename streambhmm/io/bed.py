@@ -45,22 +45,22 @@ def read_bed(path) -> list[BedItem]:
     """The regions of a BED file (track, browser and # lines skipped); a line that is not BED
     raises ValueError naming the file, the line and (the start of) its text."""
     items = []
-    with open(path) as bed:
+    with open(path, errors="replace") as bed:  # undecodable bytes fail as text that is not BED
         for number, line in enumerate(bed, 1):
             if not line.strip() or line.startswith(("#", "track", "browser")):
                 continue
-            fields = line.rstrip("\n").split("\t")
+            fields, text = line.rstrip("\n").split("\t"), line.rstrip()[:200]
             try:
                 start, end = int(fields[1]), int(fields[2])
-                if not 0 <= start < end:
-                    raise ValueError("its start is not before its end")
                 score = float(fields[4]) if len(fields) > 4 and fields[4] not in ("", ".") else 0.0
                 colour = tuple(int(v) for v in fields[8].split(",")) if len(fields) > 8 and fields[8] not in (
                     "", "0", ".") else None
-                if colour is not None and (len(colour) != 3 or not all(0 <= v <= 255 for v in colour)):
-                    raise ValueError("its itemRgb is not R,G,B")
-            except (IndexError, ValueError) as exc:
-                why = str(exc) if "its" in str(exc) else "not BED (chrom, start, end, tab-separated)"
-                raise ValueError(f"{path}:{number}: {why}: {line.rstrip()[:200]!r}") from None
+            except (IndexError, ValueError):
+                raise ValueError(f"{path}:{number}: not BED (chrom, start, end, tab-separated): {text!r}") from None
+            problem = ("its start is not before its end" if not 0 <= start < end else
+                       "its itemRgb is not R,G,B" if colour is not None and (
+                           len(colour) != 3 or not all(0 <= v <= 255 for v in colour)) else None)
+            if problem:
+                raise ValueError(f"{path}:{number}: {problem}: {text!r}")
             items.append(BedItem(fields[0], start, end, fields[3] if len(fields) > 3 else "", score, colour))
     return items
