@@ -31,6 +31,16 @@ def _rising_logs(x, n, out):
 
 
 @njit(cache=True, nogil=True)
+def _rising_slopes(x, n, out):
+    """out[j] = dR(x, j) / dx = sum_{k < j} 1 / (x + k) for j = 0..n."""
+    out[0] = 0.0
+    acc = 0.0
+    for j in range(n):
+        acc += 1.0 / (x + j)
+        out[j + 1] = acc
+
+
+@njit(cache=True, nogil=True)
 def betabinomial_table(coverage, methylated, coef, a, b, out):
     """out[k, h] = log BB(methylated[k] | coverage[k], a[h], b[h]) for int64 pairs (K,)."""
     n_pairs = coverage.size
@@ -60,8 +70,8 @@ def betabinomial_table(coverage, methylated, coef, a, b, out):
 @njit(cache=True, nogil=True)
 def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
     """Add sum_k resp[k, h] d log BB(methylated[k] | coverage[k], a[h], b[h]) / d a[h] into
-    g_a[h] (and in b[h] into g_b[h]) for int64 pairs (K,) and weights resp (K, m); dR(x, n)/dx
-    = sum_{j < n} 1 / (x + j) is tabulated per state up to the largest coverage."""
+    g_a[h] (and in b[h] into g_b[h]) for int64 pairs (K,) and weights resp (K, m); dR/dx is
+    tabulated per state up to the largest coverage (_rising_slopes)."""
     top = 0
     for k in range(coverage.size):
         top = max(top, coverage[k])
@@ -69,11 +79,9 @@ def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
     db = np.empty(top + 1)
     dab = np.empty(top + 1)
     for h in range(a.size):
-        da[0] = db[0] = dab[0] = 0.0
-        for j in range(top):
-            da[j + 1] = da[j] + 1.0 / (a[h] + j)
-            db[j + 1] = db[j] + 1.0 / (b[h] + j)
-            dab[j + 1] = dab[j] + 1.0 / (a[h] + b[h] + j)
+        _rising_slopes(a[h], top, da)
+        _rising_slopes(b[h], top, db)
+        _rising_slopes(a[h] + b[h], top, dab)
         sum_a = 0.0
         sum_b = 0.0
         for k in range(coverage.size):

@@ -4,10 +4,9 @@ state, per coverage bucket, tabulated on a grid of levels and interpolated (cubi
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import gammaln
 
 from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
-from ..moments.features import COVERAGE_BUCKETS, coverage_bucket
+from ..moments.features import COVERAGE_BUCKETS, coverage_bucket, log_binomial_pmf, log_factorials
 from .overdispersion import QUADRATURE, beta_parameters
 
 GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
@@ -16,15 +15,6 @@ BUCKET_RATIO = 1.02
 # above this the Beta map of a bin is a spike far narrower than a feature bin (1/D): such
 # coverages are tabulated at this value (bounded memory for amplicon-deep data)
 LARGEST_TABULATED_COVERAGE = 10_000
-
-
-def _log_binomial_pmf(k: np.ndarray, n: int, p: np.ndarray) -> np.ndarray:
-    """log Bin(k; n, p) for k (K,) and p (P,), shape (P, K); p may be 0 or 1."""
-    coef = gammaln(n + 1.0) - gammaln(k + 1.0) - gammaln(n - k + 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = coef + np.where(k > 0, k * np.log(p[:, None]), 0.0) \
-            + np.where(n - k > 0, (n - k) * np.log1p(-p[:, None]), 0.0)
-    return out
 
 
 def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,11 +54,11 @@ class ExpectedFeatures:
         if coverage_histogram.sum() == 0:
             raise ValueError("the coverage histogram is empty")
         coverages, weights = _coverage_buckets(coverage_histogram)
-        log_factorial = gammaln(np.arange(coverages.max() + 1) + 1.0)
+        log_factorial = log_factorials(int(coverages.max()) + 1)
         in_upper = edges[None, :-1] >= grid[:, None]
         for c, w in zip(coverages.tolist(), weights):
             # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x: (c+1, D+1)
-            log_tail = _log_binomial_pmf(np.arange(c + 2.0), c + 1, edges)  # (D+1, c+2)
+            log_tail = log_binomial_pmf(c + 1, edges, log_factorial)  # (D+1, c+2)
             pmf_x = np.exp(log_tail)
             lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
             upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)

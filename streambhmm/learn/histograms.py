@@ -42,12 +42,13 @@ class _Cells:
         self.offsets = np.array(offsets, np.int64)
         # per slot: the thinned-coverage probabilities given each bucket of its distinct
         # coverages (entries are sorted by coverage: each coverage's entries are a run), and
-        # where each coverage's run of entries starts
-        self.given_bucket, self.coverage_runs = [], []
+        # where each coverage's run of entries starts and how long it is
+        self.given_bucket, self.coverage_runs, self.run_lengths = [], [], []
         for g, f in enumerate(firsts):
-            values, starts = np.unique(slot_cov[f, g], return_index=True)
+            values, starts, lengths = np.unique(slot_cov[f, g], return_index=True, return_counts=True)
             self.given_bucket.append(thinned[samples[g]][:, values])
             self.coverage_runs.append(starts)
+            self.run_lengths.append(lengths)
 
 
 class _Histogram:
@@ -89,8 +90,7 @@ class _Histogram:
         g_levels, g_scale, g_pi, g_a, g_coverage = grads
         # per slot (distinct coverages, m): each state's probability of the thinned coverage
         prob = [np.maximum(coverage[s] @ t, 1e-300).T for s, t in zip(cells.samples, cells.given_bucket)]
-        log_table = np.concatenate([np.repeat(np.log(p), np.diff(np.r_[runs, size]), axis=0) for p, runs, size
-                                    in zip(prob, cells.coverage_runs, np.diff(cells.offsets))])
+        log_table = np.concatenate([np.repeat(np.log(p), lengths, axis=0) for p, lengths in zip(prob, cells.run_lengths)])
         gradients = []
         for g, s in enumerate(cells.samples if cells.emits else ()):
             part = slice(cells.offsets[g], cells.offsets[g + 1])

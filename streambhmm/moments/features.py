@@ -62,14 +62,17 @@ def log_factorials(n: int) -> np.ndarray:
     return gammaln(np.arange(n + 1, dtype=np.float64) + 1.0)
 
 
-def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray, log_factorial: np.ndarray) -> np.ndarray:
-    n = c + 1
+def log_binomial_pmf(n: int, p: np.ndarray, log_factorial: np.ndarray) -> np.ndarray:
+    """log Bin(k; n, p) for k = 0..n and each of p (P,), shape (P, n + 1); p may be 0 or 1.
+    ``log_factorial``: log_factorials(n) or a longer table."""
     k = np.arange(n + 1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_x, log_y = np.log(edges)[:, None], np.log1p(-edges)[:, None]
-        log_pmf = (log_factorial[n] - log_factorial[k] - log_factorial[n - k]
-                   + np.where(k > 0, k * log_x, 0.0) + np.where(k < n, (n - k) * log_y, 0.0))
-    pmf = np.exp(log_pmf)  # (D + 1, n + 1): Y ~ Bin(n, edge)
+        return (log_factorial[n] - log_factorial[k] - log_factorial[n - k]
+                + np.where(k > 0, k * np.log(p)[:, None], 0.0) + np.where(k < n, (n - k) * np.log1p(-p)[:, None], 0.0))
+
+
+def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray, log_factorial: np.ndarray) -> np.ndarray:
+    pmf = np.exp(log_binomial_pmf(c + 1, edges, log_factorial))  # (D + 1, c + 2): Y ~ Bin(c + 1, edge)
     above = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, mu + 1]  # the Beta CDF at each edge: P(Y > mu)
     below = np.cumsum(pmf, axis=1)[:, mu]  # its survival function: P(Y <= mu)
     from_cdf, from_sf = np.diff(above, axis=0).T, -np.diff(below, axis=0).T

@@ -6,7 +6,8 @@ from scipy.special import gammaln
 from scipy.stats import binom
 
 from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
-from streambhmm.learn.expected import GRID_POINTS, ExpectedFeatures, _coverage_buckets, _log_binomial_pmf
+from streambhmm.learn.expected import GRID_POINTS, ExpectedFeatures, _coverage_buckets
+from streambhmm.moments.features import log_binomial_pmf, log_factorials
 
 
 def dense_tables(histogram, n_bins, grid_points=GRID_POINTS):
@@ -15,14 +16,14 @@ def dense_tables(histogram, n_bins, grid_points=GRID_POINTS):
     edges = np.arange(n_bins + 1) / n_bins
     values, slopes = np.zeros((grid.size, n_bins)), np.zeros((grid.size, n_bins))
     for c, w in zip(*_coverage_buckets(histogram)):
-        pmf_x = np.exp(_log_binomial_pmf(np.arange(c + 2.0), c + 1, edges))
+        pmf_x = np.exp(log_binomial_pmf(c + 1, edges, log_factorials(c + 1)))
         lower = np.cumsum(pmf_x, axis=1)[:, :-1].T
         upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T
-        pmf_p = np.exp(_log_binomial_pmf(np.arange(c + 1.0), c, grid))
+        pmf_p = np.exp(log_binomial_pmf(c, grid, log_factorials(c)))
         in_upper = edges[None, :-1] >= grid[:, None]
         values += w * np.where(in_upper, -np.diff(pmf_p @ lower, axis=1), np.diff(pmf_p @ upper, axis=1))
         if c > 0:
-            pmf_q = np.exp(_log_binomial_pmf(np.arange(c + 0.0), c - 1, grid))
+            pmf_q = np.exp(log_binomial_pmf(c - 1, grid, log_factorials(c - 1)))
             slopes += w * c * np.diff(pmf_q @ (upper[1:] - upper[:-1]), axis=1)
     return values, slopes
 
@@ -36,7 +37,7 @@ def test_binomial_mixtures_equal_the_dense_sum(n):
     got = binomial_mixtures(n, levels, log_factorial, rows, LOG_FLOOR_BELOW_PEAK)
     # the same log-pmf over every k (scipy's pmf differs from it by ~1e-12 at n = 4000: the
     # rounding of log n!), and scipy's where that is exact enough
-    expected = np.exp(_log_binomial_pmf(np.arange(n + 1.0), n, levels)) @ rows
+    expected = np.exp(log_binomial_pmf(n, levels, log_factorials(n))) @ rows
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)
     scipy = binom.pmf(np.arange(n + 1)[None, :], n, levels[:, None]) @ rows
     np.testing.assert_allclose(got, scipy, rtol=0, atol=1e-10)
