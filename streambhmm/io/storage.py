@@ -109,8 +109,19 @@ class Location:
             found = [c for loc in found for c in loc.children() if fnmatch.fnmatchcase(c.name, part)]
         return found
 
+    def file_in_the_way(self) -> Path | None:
+        """Locally, the nearest existing ancestor when it is a file (making this directory would
+        fail there); else None."""
+        if not self.is_local:
+            return None
+        above = next((p for p in Path(self.url).parents if p.exists()), None)
+        return above if above is not None and not above.is_dir() else None
+
     def mkdir(self) -> None:
         if self.is_local:
+            blocker = self.file_in_the_way()
+            if blocker is not None:
+                raise ValueError(f"cannot make {self.url}: {blocker} is a file, not a directory")
             Path(self.url).mkdir(parents=True, exist_ok=True)
         # object stores have no directories; memory:// and others create them implicitly
 

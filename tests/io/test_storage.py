@@ -47,6 +47,13 @@ def test_location_paths():
         open(remote)  # noqa: SIM115 - must refuse before opening anything
 
 
+def test_making_a_directory_under_a_file_names_the_file(tmp_path):
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(ValueError, match=f"cannot make {tmp_path}/notes/sub: {tmp_path}/notes is a file"):
+        Location.of(str(tmp_path / "notes" / "sub" / "c.zarr")).parent.mkdir()
+    assert Location.of(str(tmp_path / "a" / "b")).file_in_the_way() is None
+
+
 @pytest.mark.slow
 def test_memory_store_matches_local_store(tmp_path, threaded_client):
     root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"

@@ -48,10 +48,9 @@ class StoreParam(click.ParamType):
         location = Location.of(value)
         if location.is_local and Path(location.url).is_file():
             self.fail(f"{value}: is a file, not a store directory", param, ctx)
-        if location.is_local:  # a new store's directories are made: none of them may be a file
-            above = next((p for p in Path(location.url).parents if p.exists()), None)
-            if above is not None and not above.is_dir():
-                self.fail(f"{value}: {above} is a file, not a directory", param, ctx)
+        blocker = location.file_in_the_way()  # a new store's directories are made: checked before any work
+        if blocker is not None:
+            self.fail(f"{value}: {blocker} is a file, not a directory", param, ctx)
         if self.exists and not location.exists() and not _awaits_commit(location):
             self.fail(f"{value}: does not exist", param, ctx)
         return location.url
