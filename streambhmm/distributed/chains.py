@@ -53,13 +53,17 @@ class ChunkMessages:
         return self.ref.chrom
 
 
-def message_graph(store: CountsStore, grouping: Grouping, params: Params, chromosomes=None) -> list[ChunkMessages]:
+def message_graph(store: CountsStore, grouping: Grouping, params: Params, chromosomes=None,
+                  verify: bool = True) -> list[ChunkMessages]:
     """Forward and backward message chains of every chromosome (or of ``chromosomes``) of each
-    sequence of ``grouping`` (a Grouping, or samples taken jointly)."""
+    sequence of ``grouping`` (a Grouping, or samples taken jointly). ``verify`` False: the
+    message tasks do not check the counts against their digests, because a task of every
+    chunk that uses both messages does (a chain's last forward message may go unused, so
+    the chain cannot be the one to check)."""
     out = []
     for refs in sequences(store, grouping, chromosomes):
-        links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params),
-                      lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params))
+        links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params, verify),
+                      lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params, verify))
         out += [ChunkMessages(ref, *link) for ref, link in zip(refs, links)]
     return out
 
@@ -71,7 +75,7 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
     chunk on ``client``, between the chunk's exact messages. Each result is released once
     yielded; ``progress(done, total)`` follows each; a wait is bounded (io.tasks.Waiter,
     ``what`` naming the computation)."""
-    graph = message_graph(store, samples, params)
+    graph = message_graph(store, samples, params, verify=False)
     tasks = [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, on_chunk, *args)
              for c in graph]
     futures = client.compute(tasks)

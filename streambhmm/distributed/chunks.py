@@ -45,34 +45,34 @@ class ChunkData:
         msum, csum = np.zeros((m, len(self.ref.columns))), np.zeros((m, len(self.ref.columns)))
         pairs = []
         for k, meth, cov in self.sample_counts():
-            msum[:, k] = posteriors.T @ meth
-            csum[:, k] = posteriors.T @ cov
-            if keep_pairs:
-                pairs += EmissionTable(meth[:, None], cov[:, None]).pair_weights(posteriors)
+            table = EmissionTable(meth[:, None], cov[:, None])
+            sample_msum, sample_csum, sample_pairs = table.statistics(table.code_weights(posteriors), keep_pairs)
+            msum[:, k], csum[:, k] = sample_msum[:, 0], sample_csum[:, 0]
+            pairs += sample_pairs or []
         return msum, csum, pairs if keep_pairs else None
 
 
-def kept_counts(ref: ChunkRef) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def kept_counts(ref: ChunkRef, verify: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, methylated, coverage) of a chunk's kept bins (some of its samples covered),
-    all samples read together."""
-    meth, cov = ref.read()
+    all samples read together (checked against their digests unless ``verify`` is False)."""
+    meth, cov = ref.read(verify=verify)
     rows = np.flatnonzero(cov.sum(axis=1) > 0)
     return rows, meth[rows], cov[rows]
 
 
-def chunk_data(ref: ChunkRef, params: Params) -> ChunkData:
-    """Read a chunk and compute its kept bins' log-emissions (emission cost: samples x
-    states per bin)."""
+def chunk_data(ref: ChunkRef, params: Params, verify: bool = True) -> ChunkData:
+    """Read a chunk (checked against its digests unless ``verify`` is False) and compute its
+    kept bins' log-emissions (emission cost: samples x states per bin)."""
     n_samples = len(ref.columns)
     if ref.n_bins * n_samples <= IN_MEMORY_CELLS:
-        rows, meth, cov = kept_counts(ref)
+        rows, meth, cov = kept_counts(ref, verify)
         table = EmissionTable(meth, cov)
         return ChunkData(ref, rows, params.log_b(table), table, (meth, cov))
     rows = ref.covered_rows()
     log_b = np.zeros((rows.size, params.methylation.shape[0]))
-    for k in range(n_samples):
-        meth, cov = ref.read([k])
-        log_b += params.log_b(EmissionTable(meth[rows], cov[rows]), [k])
+    for k in range(n_samples):  # each sample's terms added in place: one pass over log_b each
+        meth, cov = ref.read([k], verify)
+        params.log_b(EmissionTable(meth[rows], cov[rows]), [k], out=log_b, add=True)
     return ChunkData(ref, rows, log_b, None, None)
 
 
@@ -85,14 +85,15 @@ def _chunk_stats(previous, following, ref: ChunkRef, params: Params, want_poster
     return stats, post, data
 
 
-def forward_task(previous, ref: ChunkRef, params: Params):
-    """The forward chain's (loglik, message) after the chunk, from the one before it."""
-    return forward_step(None if previous is None else previous[1], chunk_data(ref, params).log_b, params)
+def forward_task(previous, ref: ChunkRef, params: Params, verify: bool = True):
+    """The forward chain's (loglik, message) after the chunk, from the one before it
+    (``verify`` False: a task of the same graph checks the chunk's counts)."""
+    return forward_step(None if previous is None else previous[1], chunk_data(ref, params, verify).log_b, params)
 
 
-def backward_task(following, ref: ChunkRef, params: Params):
+def backward_task(following, ref: ChunkRef, params: Params, verify: bool = True):
     """The backward chain's message before the chunk, from the one after it."""
-    return backward_step(following, chunk_data(ref, params).log_b, params)
+    return backward_step(following, chunk_data(ref, params, verify).log_b, params)
 
 
 def stats_task(previous, following, ref: ChunkRef, params: Params):

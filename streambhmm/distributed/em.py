@@ -83,7 +83,7 @@ def stats_graph(store: CountsStore, grouping: Grouping, params: Params, split_ev
     """Delayed total SufficientStats of the store under ``params``, over the sequences of
     ``grouping`` (a Grouping, or samples taken jointly)."""
     parts = [dask.delayed(stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
-             for c in message_graph(store, grouping, params)]
+             for c in message_graph(store, grouping, params, verify=False)]
     if not parts:
         raise ValueError(f"{store.path}: the store has no bins")
     return tree_reduce(parts, dask.delayed(add_stats, pure=True), split_every)

@@ -41,12 +41,12 @@ class Params:
         return cls(*(np.asarray(a, dtype=np.float64).copy()
                      for a in (hmm.startprob_, hmm.transmat_, hmm.methylation_)), dispersion)
 
-    def log_b(self, table: EmissionTable, columns=None, out=None) -> np.ndarray:
+    def log_b(self, table: EmissionTable, columns=None, out=None, add: bool = False) -> np.ndarray:
         """The emissions of a table of counts (of the samples ``columns``, default all), into
-        ``out`` if given (an array of the right shape, reused)."""
+        ``out`` if given (an array of the right shape, reused; with ``add``, added to it)."""
         columns = slice(None) if columns is None else columns
         return table.log_b(self.methylation[:, columns], None if self.dispersion is None else self.dispersion[:, columns],
-                           out)
+                           out, add)
 
 
 def forward_step(previous, log_b: np.ndarray, params: Params):

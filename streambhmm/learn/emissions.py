@@ -74,13 +74,18 @@ class EmissionTable:
     def n_bins(self) -> int:
         return self.codes.shape[1]
 
-    def log_b(self, methylation: np.ndarray, dispersion: np.ndarray | None = None, out=None) -> np.ndarray:
+    def log_b(self, methylation: np.ndarray, dispersion: np.ndarray | None = None, out=None,
+              add: bool = False) -> np.ndarray:
         """Per-bin log P(x_t | h), shape (n, m), for levels ``methylation`` (m, S) [and
-        overdispersions ``dispersion`` (m, S): the beta-binomial], into ``out`` if given."""
+        overdispersions ``dispersion`` (m, S): the beta-binomial], into ``out`` if given (with
+        ``add``, added to what ``out`` holds: other samples' terms)."""
         shape = (self.n_bins, methylation.shape[0])
+        if add and (out is None or out.shape != shape):
+            raise ValueError(f"log_b(add=True) needs an out array of shape {shape}")
         if out is None or out.shape != shape:
             out = np.empty(shape)
-        out.fill(0.0)
+        if not add:
+            out.fill(0.0)
         for s in range(self.codes.shape[0]):
             per_pair = pair_loglik(self.coverage, self.methylated, self.coef, methylation[:, s],
                                    None if dispersion is None else dispersion[:, s])
@@ -102,13 +107,13 @@ class EmissionTable:
             pairs.append(PairWeights(self.keys[keep], w[keep].T.copy()))
         return methylated, coverage, pairs
 
-    def pair_weights(self, posteriors: np.ndarray) -> list["PairWeights"]:
-        """Per sample, the posterior-weighted count of each distinct covered pair in each
-        state, from posteriors (n, m) (when the recursion did not count them itself)."""
-        m = posteriors.shape[1]
-        weights = np.stack([np.stack([np.bincount(codes, posteriors[:, h], self.keys.size) for h in range(m)], axis=1)
-                            for codes in self.codes])
-        return self.statistics(weights, True)[2]
+    def code_weights(self, posteriors: np.ndarray) -> np.ndarray:
+        """The posterior-weighted count of each code per sample and state (S, K, m), from
+        posteriors (n, m) (when the recursion did not count them itself): one pass."""
+        weights = np.zeros((self.codes.shape[0], self.keys.size, posteriors.shape[1]))
+        hmm_kernels.add_code_weights(np.ascontiguousarray(posteriors, np.float64), self.codes.T, 0, self.n_bins,
+                                     weights)
+        return weights
 
 
 @dataclass

@@ -124,12 +124,12 @@ def _sequence_scaled(emis, offset, end, startprob, transmat, codes, final_beta, 
     for h in range(m):
         start[h] += alpha[offset, h]
     trans += s_pairs * transmat
-    _add_code_weights(alpha, codes, offset, end, code_weights)
+    add_code_weights(alpha, codes, offset, end, code_weights)
     return True, loglik
 
 
 @njit(cache=True, nogil=True)
-def _add_code_weights(post, codes, offset, end, code_weights):
+def add_code_weights(post, codes, offset, end, code_weights):
     """code_weights[s, codes[t, s]] += post[t] for the sequence's bins (codes < 0: none)."""
     m = post.shape[1]
     for t in range(offset, end):
@@ -182,7 +182,7 @@ def _sequence_log(log_b, offset, end, startprob, transmat, codes, final_beta, st
             for i in range(m):
                 for j in range(m):
                     trans[i, j] += np.exp(pair[i * m + j] - z)
-    _add_code_weights(post, codes, offset, end, code_weights)
+    add_code_weights(post, codes, offset, end, code_weights)
     return loglik
 
 

@@ -65,6 +65,22 @@ def test_store_statistics_equal_in_memory_statistics(tmp_path, four_state_model,
         _assert_stats_close(got, expected)
 
 
+@pytest.mark.parametrize("chunk", [0, 3, 6])
+def test_a_damaged_chunk_stops_the_e_step_though_its_message_tasks_do_not_check(tmp_path, four_state_model,
+                                                                                 dask_clients, chunk):
+    # the forward and backward tasks read unchecked; the statistics task of every chunk checks
+    import zarr
+
+    from streambhmm.io.store import StoreError
+
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [400], chunk_size=64)
+    counts = zarr.open_group(str(store.path), mode="r+")["chr1/methylated"]
+    rows = slice(chunk * 64, chunk * 64 + 64)
+    counts[rows, 0] = np.where(counts[rows, 0] > 0, counts[rows, 0] - 1, counts[rows, 0])
+    with pytest.raises(StoreError, match=rf"sample A on chr1, chunk {chunk} .* missing or damaged"):
+        dask_clients[1].compute(stats_graph(store, store.samples, Params.of(_hmm(four_state_model)))).result()
+
+
 def test_store_em_equals_in_memory_em_and_never_decreases(tmp_path, four_state_model, dask_clients):
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [400, 250], chunk_size=64)
     meth, cov, lengths = load_counts(store)

@@ -162,11 +162,13 @@ def test_projected_moment_store_resumes_and_fits(tmp_path, five_sample_store, da
     assert r.exit_code == 1 and "projected feature, not --feature beta" in r.output
 
 
-def test_em_statistics_read_one_sample_at_a_time_equal_the_in_memory_ones(five_sample_store, monkeypatch):
+@pytest.mark.parametrize("emission", ["binomial", "betabinomial"])
+def test_em_statistics_read_one_sample_at_a_time_equal_the_in_memory_ones(five_sample_store, monkeypatch, emission):
     mdl = model(group_levels(5), STICKY4)
     from streambhmm.learn.hmm import BinomialHMM
 
-    hmm = BinomialHMM(4).start_from(mdl.startprob, mdl.transmat, mdl.methylation)
+    dispersion = np.linspace(0.01, 0.2, 4 * 5).reshape(4, 5) if emission == "betabinomial" else None
+    hmm = BinomialHMM(4, emission=emission).start_from(mdl.startprob, mdl.transmat, mdl.methylation, dispersion)
     params = storehmm.Params.of(hmm)
     plans = plan_chunks(five_sample_store, five_sample_store.samples)
     together = [storehmm._chunk_stats(None, None, p.ref, params, True) for p in plans]
@@ -177,3 +179,10 @@ def test_em_statistics_read_one_sample_at_a_time_equal_the_in_memory_ones(five_s
         np.testing.assert_allclose(post_a, post_b, rtol=1e-10, atol=1e-12)
         for name in ("loglik", "start", "trans", "methylated", "coverage"):
             np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-10, atol=1e-9)
+        if emission == "betabinomial":  # the dispersion M-step's weights of each sample's distinct pairs
+            assert len(a.pairs) == len(b.pairs) == 5
+            for pairs_a, pairs_b in zip(a.pairs, b.pairs):
+                np.testing.assert_array_equal(pairs_a.keys, pairs_b.keys)
+                np.testing.assert_allclose(pairs_a.weights, pairs_b.weights, rtol=1e-10, atol=1e-9)
+        else:
+            assert a.pairs is None and b.pairs is None
