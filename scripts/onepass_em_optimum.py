@@ -17,21 +17,18 @@ cannot bring the one-pass regions to EM's.
 from __future__ import annotations
 
 import argparse
-import warnings
 
 import numpy as np
 
+from streambhmm.app.calls import fit_call_model
 from streambhmm.distributed.em import fit_store_em
 from streambhmm.distributed.fitdata import load_moments
 from streambhmm.io.store import open_store
 from streambhmm.io.tasks import InProcessClient
 from streambhmm.learn.criterion import Weights, objective_for
 from streambhmm.learn.domains import HMR_MODEL
-from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.learn.refine import refine
-from streambhmm.learn.selection import one_pass
 from streambhmm.moments.spec import FeatureSpec
-from streambhmm.app.calls import CALL_RANDOM_STARTS
 
 
 def rounded(values) -> str:
@@ -42,14 +39,7 @@ def compare(path: str) -> None:
     store = open_store(path)
     model, m = HMR_MODEL, HMR_MODEL.n_states
     data = load_moments(store, store.samples, FeatureSpec(), InProcessClient(2), True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est = one_pass(data.moments, m, "refined", 0, allow_degenerate=True, emission="betabinomial",
-                       limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS, n_finished=model.n_finished,
-                       tol=model.tol)
-    hmm = BinomialHMM(m, emission="betabinomial", stationary_start=True, allow_degenerate=True,
-                      limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
-                                                        est.dispersion_)
+    est, hmm = fit_call_model(data.moments, model, seed=0)
     em = fit_store_em(store, hmm, None, store.samples, 1000, rel_tol=1e-8, check=False)
     objective = objective_for(data.moments, Weights(), "betabinomial")
     at_em = objective(objective.pack(hmm.methylation_, hmm.transmat_, None, hmm.dispersion), m)[0]

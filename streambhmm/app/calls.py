@@ -118,15 +118,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     model = settings.model
     start = time.perf_counter()
     echo(f"fitting {model.n_states} states to the moments")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a degenerate fit is refused below, with what the data lack
-        with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
-            est = one_pass(data.moments, model.n_states, "refined", settings.seed, allow_degenerate=True,
-                           emission="betabinomial", limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS,
-                           n_finished=model.n_finished, tol=model.tol, progress=progress)
-    hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
-                      limits=model.limits()).start_from(est.startprob_, est.transmat_, est.methylation_,
-                                                        est.dispersion_)
+    with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
+        _, hmm = fit_call_model(data.moments, model, settings.seed, progress)
     seconds["fit"] = time.perf_counter() - start
     if settings.polish_em:
         start = time.perf_counter()
@@ -157,6 +150,20 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     if lengths.size == 0:
         raise ValueError(_why_none(settings, samples, hmm, unmethylated, "no run of bins passed the rule"))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
+
+
+def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple:
+    """The one-pass beta-binomial fit of ``model`` (its states' bounds) to ``moments``, and the
+    HMM the regions are called with, made from it; a degenerate fit is returned too (the
+    caller refuses it with what the data lack)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = one_pass(moments, model.n_states, "refined", seed, allow_degenerate=True, emission="betabinomial",
+                       limits=model.limits(), n_random_starts=CALL_RANDOM_STARTS, n_finished=model.n_finished,
+                       tol=model.tol, progress=progress)
+    hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
+                      limits=model.limits())
+    return est, hmm.start_from(est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
 
 
 def _check_moments(settings: CallSettings, store, data) -> None:
