@@ -47,12 +47,10 @@ class ChunkRef:
         which = range(len(self.columns)) if which is None else which
         meth = np.zeros((self.n_bins, len(which)), np.int64)
         cov = np.zeros_like(meth)
-        root = root_group(self.url, self.generation)
         for k, w in enumerate(which):
             if self.digests[w] == (0, 0):
                 continue  # no coverage: nothing written
-            m = root[f"{self.chrom}/methylated"][self.start:self.stop, self.columns[w]]
-            c = root[f"{self.chrom}/coverage"][self.start:self.stop, self.columns[w]]
+            m, c = self._column("methylated", w), self._column("coverage", w)
             if verify and chunk_digest(m, c) != self.digests[w]:
                 raise StoreError(f"{self.url}: the counts of sample {self.samples[w]} on {self.chrom}, chunk "
                                  f"{self.chunk} (bins {self.start:,} to {self.stop:,}) are missing or damaged (their "
@@ -64,11 +62,14 @@ class ChunkRef:
         """The rows where one of the columns has coverage, read one column at a time (memory:
         one sample's chunk, whatever the samples; not verified: the reads of the counts are)."""
         covered = np.zeros(self.n_bins, bool)
-        coverage = root_group(self.url, self.generation)[f"{self.chrom}/coverage"]
-        for column, digest in zip(self.columns, self.digests):
+        for w, digest in enumerate(self.digests):
             if digest != (0, 0):  # else no coverage here: nothing written
-                covered |= coverage[self.start:self.stop, column] > 0
+                covered |= self._column("coverage", w) > 0
         return np.flatnonzero(covered)
+
+    def _column(self, array: str, w: int) -> np.ndarray:
+        """This chunk of column ``w``'s ``array`` ("methylated" or "coverage"), unchecked."""
+        return root_group(self.url, self.generation)[f"{self.chrom}/{array}"][self.start:self.stop, self.columns[w]]
 
     def positions(self, rows=None) -> np.ndarray:
         """0-based bp starts of the chunk's rows (default: all of them)."""
