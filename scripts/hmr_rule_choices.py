@@ -1,7 +1,7 @@
 """How `hmr`'s model and rule were chosen, measured on the four real chromosome sets (README,
 "HMRs and PMDs").
 
-    python scripts/hmr_rule_choices.py [--dnmtools-calls DIR]
+    python scripts/hmr_rule_choices.py [--dnmtools-calls DIR] [--parts 1,2,3]
 
 1. Free models: beta-binomial EM with 2-8 states (best of 3 random starts), the lowest
    state's level and overdispersion per set: whether a hypomethylated state exists without
@@ -10,7 +10,8 @@
 2. The call's choices: background states (2, 3, 5), minimum bins (3, 4, 5), and whether a
    region bridges covered bins of other states: on the MethylSeekR excerpt the Jaccard with
    DNMTools' HMRs outside its PMDs (where its calls are HMRs), on dmrseq IMR90 chr21 (no
-   unmethylated CpGs) the megabases called and the calls averaging above 0.4.
+   unmethylated CpGs) the megabases called and the calls averaging above 0.4. Then, with
+   hmr's choices, the shoulders' window (none, 10, 20, 40 covered bins).
 3. What the data are: CpGs of the MethylSeekR excerpt missing from bsseq's chr22 and their
    levels; rows without methylated reads in each file.
 
@@ -29,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from compare_dnmtools import SETS, away_from, covered_bases, intersect, jaccard, read_bed
+from streambhmm.distributed.shoulders import SHOULDER_WINDOW
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
@@ -73,10 +75,13 @@ def lowest(hmm) -> str:
     return f"{hmm.methylation_[h, 0]:.2f} ({hmm.dispersion_[h, 0]:.3f})"
 
 
-def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool) -> np.ndarray:
-    """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated state."""
+def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool,
+                 window: int = SHOULDER_WINDOW) -> np.ndarray:
+    """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated
+    state widened over their shoulders (``window`` 0: not widened)."""
     from streambhmm.learn.selection import one_pass
     from streambhmm.distributed.regions import RegionRule, regions_of
+    from streambhmm.distributed.shoulders import Profile, widen
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM
 
@@ -88,14 +93,19 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
                        n_random_starts=2)
     hmm = BinomialHMM(model.n_states, emission="betabinomial").start_from(est.startprob_, est.transmat_,
                                                                           est.methylation_, est.dispersion_)
-    post = hmm.predict_proba(meth[:, None], cov[:, None], lengths)[:, 0]
+    post = hmm.predict_proba(meth[:, None], cov[:, None], lengths)
+    level = post @ est.methylation_[:, 0]
     found, offset = [], 0
     for n in lengths:
         part = slice(offset, offset + n)
-        r = regions_of(pos[part], post[part], [(0, meth[part], cov[part])], 1, 100,
+        r = regions_of(pos[part], post[part, 0], [(0, meth[part], cov[part])], 1, 100,
                        RegionRule((0,), 0.5, 1000, 0, min_bins, "HMR", bridge))
         keep = r.n_bins >= min_bins
-        found.append(np.stack([r.start[keep], r.end[keep]], axis=1))
+        starts, ends = r.start[keep], r.end[keep]
+        if window:
+            starts, ends, _ = widen(starts, ends, Profile(np.arange(n), pos[part], level[part]), n,
+                                    float(est.methylation_[0, 0]), 1000, 100, window)
+        found.append(np.stack([starts, ends], axis=1))
         offset += n
     return np.concatenate(found)
 
@@ -109,8 +119,9 @@ def span_levels(iv: np.ndarray, meth, cov, pos) -> np.ndarray:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dnmtools-calls", default=None)
+    parser.add_argument("--parts", default="1,2,3", help="which parts to run (part 1's EM fits take longest)")
     args = parser.parse_args()
-    from streambhmm import compute_moments
+    parts = set(args.parts.split(","))
 
     if args.dnmtools_calls:
         here = Path(args.dnmtools_calls) / "msr22"
@@ -120,6 +131,15 @@ def main():
         hmrs, pmds = read_bed(here / "IMR90.hmr.bed"), read_bed(here / "IMR90.pmd.bed")
     with tempfile.TemporaryDirectory() as tmp:
         data = {key: load(key, Path(tmp)) for key in SETS}
+    if "1" in parts:
+        free_models(data)
+    if "2" in parts:
+        call_choices(data, hmrs, pmds)
+    if "3" in parts:
+        the_data(data, hmrs, pmds)
+
+
+def free_models(data):
     print("1. The lowest state of free beta-binomial EM fits: level (overdispersion)\n")
     print("| data set | " + " | ".join(f"{m} states" for m in range(2, 9)) + " |")
     print("|---|" + "---|" * 7)
@@ -136,6 +156,11 @@ def main():
     run_em(moved, lambda: moved.e_step(encoded), 2000, 1e-9)
     print(f"\nEM on bsseq IMR90 chr22 from the MethylSeekR excerpt's 6-state model: its lowest state "
           f"{lowest(source)} becomes {lowest(moved)}")
+
+
+
+def call_choices(data, hmrs, pmds):
+    from streambhmm import compute_moments
 
     print("\n2. The call's choices (the one-pass model, as `hmr` fits it)\n")
     print("| background states | minimum bins | bridges covered bins | MethylSeekR: Jaccard where DNMTools is right, "
@@ -154,6 +179,22 @@ def main():
                       f"{jaccard(away_from(msr, pmds), away_from(hmrs, pmds)):.3f}, "
                       f"{covered_bases(msr) / 1e6:.2f}, {in_pmds:.0%}, {partial} | {covered_bases(imr) / 1e6:.2f}, "
                       f"{high} |", flush=True)
+    print("\nThe shoulders (3 background states, 4 bins, no bridging)\n")
+    print("| window (covered bins) | MethylSeekR: Jaccard where DNMTools is right, Mb, share inside DNMTools' PMDs, "
+          "calls above 0.3 | dmrseq IMR90 chr21: Mb, calls above 0.4 |")
+    print("|---|---|---|")
+    for window in (0, 10, 20, 40):
+        msr = call_regions(*data["msr22"], moments["msr22"], 3, 4, False, window)
+        imr = call_regions(*data["imr90-21"], moments["imr90-21"], 3, 4, False, window)
+        print(f"| {window or 'none'} | {jaccard(away_from(msr, pmds), away_from(hmrs, pmds)):.3f}, "
+              f"{covered_bases(msr) / 1e6:.2f}, {covered_bases(intersect(msr, pmds)) / max(covered_bases(msr), 1):.0%}, "
+              f"{int((span_levels(msr, *data['msr22'][:3]) > 0.3).sum())} | {covered_bases(imr) / 1e6:.2f}, "
+              f"{int((span_levels(imr, *data['imr90-21'][:3]) > 0.4).sum())} |", flush=True)
+
+
+
+def the_data(data, hmrs, pmds):
+    from streambhmm import compute_moments
 
     print("\n3. The data")
     meth, cov, pos, _ = data["msr22"]
@@ -168,7 +209,8 @@ def main():
     print(f"DNMTools' HMRs on the MethylSeekR excerpt: {in_pmd / total:.1%} of their {total:,} bases inside its own "
           f"PMD calls; mean level {pooled(within, meth, cov, pos):.2f} of those touching a PMD, "
           f"{pooled(out, meth, cov, pos):.2f} of the others")
-    ours = call_regions(*data["msr22"], moments["msr22"], 3, 4, False)  # hmr's own choices
+    msr = data["msr22"]
+    ours = call_regions(*msr, compute_moments(msr[0], msr[1], msr[3], n_bins=30), 3, 4, False)  # hmr's own choices
     covered = np.zeros(hi - lo, bool)
     for a, b in ours:
         covered[max(a, lo) - lo:max(min(b, hi) - lo, 0)] = True

@@ -15,7 +15,9 @@ cut them as `streambhmm hmr` and `pmd` do:
     hmr   hypomethylated states (level <= 0.2 and overdispersion <= 0.2 in every sample);
           bins of a region at most 1 kb apart with no covered bin of another state between
           them (CpG-poor stretches inside an HMR do not cut it, a methylated CpG does, as in
-          DNMTools); at least HMR_MIN_BINS target bins
+          DNMTools); at least HMR_MIN_BINS target bins; then widened over its shoulders, the
+          covered bins beside it nearer its level than the local background
+          (distributed.shoulders)
     pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
           up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them)
 
@@ -40,6 +42,7 @@ from ..io.outputs import replacing
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
+from .shoulders import Profile, chunk_profile, widen
 
 PRESETS = ("hmr", "pmd")
 
@@ -57,6 +60,8 @@ class RegionRule:
     # merge across covered bins of other states within max_gap (else only across bins without
     # coverage: a covered bin of another state ends a region, as a background CpG ends a DNMTools HMR)
     bridge_covered: bool = True
+    # widen each region over its shoulders (distributed.shoulders)
+    shoulders: bool = False
 
 
 HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
@@ -67,7 +72,8 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
         targets = np.flatnonzero(hypomethylated(levels, dispersion))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False)
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False,
+                          shoulders=True)
     elif preset == "pmd":
         targets = np.flatnonzero(partially_methylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
@@ -153,23 +159,53 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
-def _chunk_regions(post, data, rule: RegionRule) -> Regions:
-    """A chunk's regions (in a task, map_posteriors)."""
+def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray):
+    """A chunk's regions, and for shoulders its Profile and number of covered bins (in a
+    task, map_posteriors)."""
     ref = data.ref
     target = post[:, list(rule.targets)].sum(axis=1)
-    return regions_of(ref.positions(data.rows), target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
+    positions = ref.positions(data.rows)
+    regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
+    if not rule.shoulders:
+        return regions, None, positions.size
+    return regions, chunk_profile(positions, post @ state_levels, regions.start, regions.end, ref.bin_size), \
+        positions.size
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
     """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``)."""
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
-    for ref, regions in map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule,),
-                                       f"the regions of {store.path}", progress):
+    profiles = {chrom: [] for chrom in store.chromosomes}
+    covered = dict.fromkeys(store.chromosomes, 0)
+    state_levels = np.asarray(hmm.methylation_, np.float64).mean(axis=1)  # a bin's expected level: over the samples
+    for ref, (regions, profile, n_covered) in map_posteriors(
+            store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
+            f"the regions of {store.path}", progress):
         found[ref.chrom] = join_regions(found[ref.chrom], regions, rule.max_gap, rule.bridge_covered)
+        if profile is not None:
+            profile.index += covered[ref.chrom]
+            profiles[ref.chrom].append(profile)
+        covered[ref.chrom] += n_covered
     for chrom, regions in found.items():
         keep = (regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins)
         found[chrom] = regions.take(keep)
+        if rule.shoulders:
+            found[chrom] = with_shoulders(found[chrom], Profile.concatenate(profiles.pop(chrom)), covered[chrom],
+                                          float(state_levels[list(rule.targets)].mean()), rule, store.bin_size)
     return found
+
+
+def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,
+                   bin_size: int) -> Regions:
+    """One chromosome's regions widened over their shoulders (distributed.shoulders); merged
+    regions add their counts."""
+    starts, ends, group = widen(regions.start, regions.end, profile, n_covered, core_level, rule.max_gap, bin_size)
+    if group.size == 0:
+        return regions
+    heads = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
+    return Regions(starts, ends, *(np.add.reduceat(getattr(regions, f), heads, axis=0)
+                                   for f in ("n_bins", "posterior_sum", "methylated", "coverage")),
+                   np.maximum.reduceat(regions.posterior_max, heads), regions.open_start, regions.open_end)
 
 
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:

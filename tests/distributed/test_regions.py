@@ -8,6 +8,7 @@ import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.distributed.regions import RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of
+from streambhmm.distributed.shoulders import Profile, chunk_profile, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
 
@@ -55,13 +56,39 @@ def test_presets_choose_states_by_their_levels():
         preset_rule("pmd", np.array([[0.3], [0.6]]))
 
 
+def test_shoulders_widen_a_core_half_way_to_its_local_background():
+    # levels of consecutive covered bins, 100 bp apart; cores (level 0.05) at rows 33-37 and 102-106
+    background = [0.9] * 30
+    left = background + [0.6, 0.4, 0.3] + [0.05] * 5 + [0.2, 0.5] + background
+    # inside a PMD (0.5): half-way is 0.275, so 0.2 is a shoulder and 0.3 is not
+    pmd = [0.5] * 30 + [0.3, 0.2] + [0.05] * 5 + [0.25, 0.3] + [0.5] * 30
+    level = np.array(left + pmd)
+    position = np.arange(level.size) * 100
+    position[107:] += 5000  # a desert after the second core: no walk crosses it
+    starts, ends = np.array([3300, 10200]), np.array([3800, 10700])
+    got = widen(starts, ends, Profile(np.arange(level.size), position, level), level.size, 0.05, 1000, 100)
+    # left of the first core 0.3 and 0.4 are nearer 0.05 than the 0.9 beyond, 0.6 is not; right, 0.2 but not 0.5
+    assert got[0].tolist() == [3100, 10100] and got[1].tolist() == [3900, 10700] and got[2].tolist() == [0, 1]
+    # two walks that meet merge their regions
+    near = np.array([0.9] * 30 + [0.05] * 4 + [0.3] * 3 + [0.05] * 4 + [0.9] * 30)
+    pos = np.arange(near.size) * 100
+    got = widen(np.array([3000, 3700]), np.array([3400, 4100]), Profile(np.arange(near.size), pos, near), near.size,
+                0.05, 1000, 100)
+    assert got[0].tolist() == [3000] and got[1].tolist() == [4100] and got[2].tolist() == [0, 0]
+    # a chunk hands on the bins its regions' walks and its neighbours' may read
+    kept = chunk_profile(position, level, starts, ends, 100, window=3)
+    # the chunk's first and last 2 x 3 + 1 bins, and as many before each region's first bin and after its last
+    assert kept.index.tolist() == sorted({*range(7), *range(26, 34), *range(37, 44), *range(95, 103), *range(106, 113),
+                                          *range(level.size - 7, level.size)})
+
+
 @pytest.fixture(scope="module")
 def one_sample(tmp_path_factory):
     sim = simulate(model(LEVELS, STICKY), [6000, 2500], coverage=8, random_state=0, dispersion=0.05)
     chroms = {"chr2": (np.arange(6000), sim.methylated[:6000], sim.coverage[:6000]),
               "chr10": (np.arange(2500), sim.methylated[6000:], sim.coverage[6000:])}
     root = tmp_path_factory.mktemp("regions")
-    stores = [write_store(root / f"s{size}.zarr", chroms, ["A"], chunk_size=size) for size in (333, 100_000)]
+    stores = [write_store(root / f"s{size}.zarr", chroms, ["A"], chunk_size=size) for size in (333, 100_000, 25)]
     hmm = BinomialHMM(4, emission="betabinomial").start_from(np.full(4, 0.25), STICKY, LEVELS, np.full((4, 1), 0.05))
     return stores, hmm
 
@@ -78,6 +105,29 @@ def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         np.testing.assert_allclose(a.posterior_sum, b.posterior_sum, rtol=1e-9)
         assert ((a.end - a.start) >= 500).all() and (a.n_bins >= 2).all()
+
+
+@pytest.mark.slow
+def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
+    stores, hmm = one_sample
+    rule = preset_rule("hmr", LEVELS)
+    found = [find_regions(store, hmm, dask_clients[1], rule, ["A"]) for store in stores]
+    for chrom in ("chr2", "chr10"):
+        # in memory: the cores of the whole chromosome, widened over a profile of every covered bin
+        ds = stores[0].dataset(chrom).sel(sample="A")
+        covered = ds.coverage.values > 0
+        meth, cov = ds.methylated.values[covered].astype(np.int64), ds.coverage.values[covered].astype(np.int64)
+        positions = ds.position.values[covered]
+        post = hmm.predict_proba(meth, cov)
+        cores = regions_of(positions, post[:, 0], [(0, meth, cov)], 1, 100, rule)
+        cores = cores.take(cores.n_bins >= rule.min_bins)
+        starts, ends, group = widen(cores.start, cores.end, Profile(np.arange(positions.size), positions,
+                                                                    post @ LEVELS[:, 0]),
+                                    positions.size, 0.05, rule.max_gap, 100)
+        assert (ends - starts).sum() > (cores.end - cores.start).sum() and len(starts) > 3
+        for regions in (f[chrom] for f in found):
+            assert regions.start.tolist() == starts.tolist() and regions.end.tolist() == ends.tolist()
+            np.testing.assert_array_equal(regions.n_bins, np.bincount(group, weights=cores.n_bins))
 
 
 @pytest.mark.slow

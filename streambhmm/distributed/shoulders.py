@@ -1,0 +1,120 @@
+"""The shoulders of hypomethylated regions: an HMR's core is its run of hypomethylated bins,
+and its shoulders are the covered bins beside it on the way up to the background, as
+DNMTools' HMRs hold them (its two-state model puts a CpG in the foreground when it is
+nearer the foreground than the background).
+
+A region is widened, one covered bin at a time on each side, while the next bin's expected
+level (its posteriors times the states' levels) is nearer the core's level than the
+background beyond it: the median expected level of the SHOULDER_WINDOW covered bins past
+it. The background is local, so an island's shoulders in a methylated background run up
+to about half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop
+near 0.3, before the PMD. A walk stops at more than the rule's gap without coverage, and
+takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's
+counts (its bins, score and levels) stay those of its core.
+
+Chunks are cut anywhere, so each chunk hands on the expected levels of the covered bins
+that a walk may read: those within two windows of each region's ends and of the chunk's
+edges (a `Profile`); the driver widens a chromosome's regions from its chunks' profiles,
+which hold every bin a walk or a window reaches, so the result does not depend on the
+chunking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+SHOULDER_WINDOW = 20  # covered bins: 2 kb at full CpG density, about a DNMTools HMR's median length
+
+
+@dataclass
+class Profile:
+    """Some covered bins of a chromosome: their index among its covered bins, position and
+    expected level."""
+
+    index: np.ndarray  # int64, increasing
+    position: np.ndarray  # int64
+    level: np.ndarray  # float64
+
+    @classmethod
+    def concatenate(cls, parts: list["Profile"]) -> "Profile":
+        if not parts:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "position", "level")))
+
+
+def chunk_profile(positions: np.ndarray, level: np.ndarray, starts: np.ndarray, ends: np.ndarray, bin_size: int,
+                  window: int = SHOULDER_WINDOW) -> Profile:
+    """The bins of one chunk (its covered bins' ``positions`` and expected ``level``) that
+    widening its regions (``starts``, ``ends``), or a neighbour's, may read; indices within
+    the chunk."""
+    n, reach = positions.size, 2 * window + 1
+    first = np.searchsorted(positions, starts)
+    last = np.searchsorted(positions, ends - bin_size)
+    lo = np.r_[0, np.maximum(n - reach, 0), np.maximum(first - reach, 0), last]
+    hi = np.r_[min(reach, n), n, first + 1, np.minimum(last + reach, n)]
+    depth = np.zeros(n + 1, np.int64)
+    np.add.at(depth, lo, 1)
+    np.add.at(depth, hi, -1)
+    keep = np.flatnonzero(np.cumsum(depth[:-1]) > 0)
+    return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), level[keep].astype(np.float64))
+
+
+def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int, core_level: float,
+          max_gap: int, bin_size: int, window: int = SHOULDER_WINDOW) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(new starts, new ends, group): the regions of one chromosome widened over their
+    shoulders; ``group[i]`` is the widened region that region i is part of (merged regions
+    share one), numbered from 0. ``n_covered`` is the chromosome's number of covered bins."""
+    if starts.size == 0:
+        return starts, ends, np.zeros(0, np.int64)
+    first = np.searchsorted(profile.position, starts)
+    last = np.searchsorted(profile.position, ends - bin_size)
+    ends_in = profile.position[np.minimum(np.r_[first, last], profile.position.size - 1)]
+    if (ends_in != np.r_[starts, ends - bin_size]).any():
+        raise AssertionError("a region's end bins are missing from the profile")
+    lo, hi = _walk(first, last, profile.index, profile.position, profile.level, n_covered, core_level,
+                   max_gap, bin_size, window)
+    # merge widened regions that overlap or whose covered bins follow each other within the gap
+    index, position = profile.index, profile.position
+    furthest = np.maximum.accumulate(hi)  # a walk may pass a short region whole
+    joins = (index[lo[1:]] <= index[furthest[:-1]] + 1) & \
+        (position[lo[1:]] - position[furthest[:-1]] - bin_size <= max_gap)
+    heads = np.r_[0, np.flatnonzero(~joins) + 1]
+    group = np.cumsum(np.r_[True, ~joins]) - 1
+    return (position[np.minimum.reduceat(lo, heads)], position[np.maximum.reduceat(hi, heads)] + bin_size,
+            group.astype(np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _walk(first, last, index, position, level, n_covered, core_level, max_gap, bin_size, window):
+    """The profile rows each region's walks end at, left and right (see the module docstring)."""
+    lo, hi = first.copy(), last.copy()
+    for r in range(first.size):
+        for side in (-1, 1):
+            end = first[r] if side < 0 else last[r]
+            for _ in range(window):
+                step = end + side
+                if index[end] + side < 0 or index[end] + side >= n_covered:
+                    break  # the chromosome's end
+                if step < 0 or step >= index.size or index[step] != index[end] + side:
+                    raise AssertionError("a bin a shoulder's walk reads is missing from the profile")
+                if abs(position[step] - position[end]) - bin_size > max_gap:
+                    break
+                # the background: the covered bins past this one, up to a window of them
+                far = min(window, n_covered - 1 - index[step]) if side > 0 else min(window, index[step])
+                if far == 0:
+                    break
+                stop = step + side * far
+                if stop < 0 or stop >= index.size or index[stop] != index[step] + side * far:
+                    raise AssertionError("a bin a shoulder's window reads is missing from the profile")
+                past = level[step + 1:stop + 1] if side > 0 else level[stop:step]
+                if not level[step] < 0.5 * (core_level + np.median(past)):
+                    break
+                end = step
+            if side < 0:
+                lo[r] = end
+            else:
+                hi[r] = end
+    return lo, hi
