@@ -6,9 +6,11 @@ nearer the foreground than the background).
 A region is widened, one covered bin at a time on each side, while the next bin's expected
 level (its posteriors times the states' levels) is nearer the core's level than the
 background beyond it: the median expected level of the SHOULDER_WINDOW covered bins past
-it. The background is local, so an island's shoulders in a methylated background run up
-to about half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop
-near 0.3, before the PMD. A walk stops at more than the rule's gap without coverage, and
+it, and below SHOULDER_CEILING (0.5: more of its reads unmethylated than methylated, as
+in the hypomethylated state, whose definition puts 92% of its mass below 0.5). The
+background is local, so an island's shoulders in a methylated background run up to about
+half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop near 0.3,
+before the PMD. A walk stops at more than the rule's gap without coverage, and
 takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's
 counts (its bins, score and levels) stay those of its core.
 
@@ -27,6 +29,7 @@ import numpy as np
 from numba import njit
 
 SHOULDER_WINDOW = 20  # covered bins: 2 kb at full CpG density, about a DNMTools HMR's median length
+SHOULDER_CEILING = 0.5
 
 
 @dataclass
@@ -110,7 +113,7 @@ def _walk(first, last, index, position, level, n_covered, core_level, max_gap, b
                 if stop < 0 or stop >= index.size or index[stop] != index[step] + side * far:
                     raise AssertionError("a bin a shoulder's window reads is missing from the profile")
                 past = level[step + 1:stop + 1] if side > 0 else level[stop:step]
-                if not level[step] < 0.5 * (core_level + np.median(past)):
+                if not level[step] < min(0.5 * (core_level + np.median(past)), SHOULDER_CEILING):
                     break
                 end = step
             if side < 0:

@@ -69,6 +69,11 @@ def test_shoulders_widen_a_core_half_way_to_its_local_background():
     got = widen(starts, ends, Profile(np.arange(level.size), position, level), level.size, 0.05, 1000, 100)
     # left of the first core 0.3 and 0.4 are nearer 0.05 than the 0.9 beyond, 0.6 is not; right, 0.2 but not 0.5
     assert got[0].tolist() == [3100, 10100] and got[1].tolist() == [3900, 10700] and got[2].tolist() == [0, 1]
+    # a core at 0.2 in a background of 0.95: half-way is 0.575, but a shoulder stays below 0.5
+    high = np.array([0.95] * 30 + [0.52, 0.45] + [0.2] * 4 + [0.45, 0.55] + [0.95] * 30)
+    got = widen(np.array([3200]), np.array([3600]), Profile(np.arange(high.size), np.arange(high.size) * 100, high),
+                high.size, 0.2, 1000, 100)
+    assert got[0].tolist() == [3100] and got[1].tolist() == [3700]
     # two walks that meet merge their regions
     near = np.array([0.9] * 30 + [0.05] * 4 + [0.3] * 3 + [0.05] * 4 + [0.9] * 30)
     pos = np.arange(near.size) * 100
