@@ -66,7 +66,9 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
     """Hypomethylated regions (HMRs) of a counts store, as DNMTools' hmr finds them: a model
     with a hypomethylated state (level <= 0.2, overdispersion <= 0.2) beside three free
     background states, fitted from one pass over the counts; HMRs are runs of at least 4
-    bins whose posterior of that state is above 0.5, bins at most 1 kb apart (BED9 + TSV)."""
+    bins whose posterior of that state is above 0.5, bins at most 1 kb apart, widened over
+    their shoulders: the bins beside them nearer their level than the local background, and
+    below 0.5 (BED9 + TSV)."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
 
 
