@@ -16,7 +16,7 @@ cut them as `streambhmm hmr` and `pmd` do:
           bins of a region at most 1 kb apart with no covered bin of another state between
           them (CpG-poor stretches inside an HMR do not cut it, a methylated CpG does, as in
           DNMTools); at least HMR_MIN_BINS target bins; then widened over its shoulders, the
-          covered bins beside it nearer its level than the local background
+          covered bins beside it nearer its level than the local background and below 0.5
           (distributed.shoulders)
     pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
           up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them)
