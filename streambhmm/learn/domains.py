@@ -60,9 +60,9 @@ class CallModel:
 HMR_MODEL = CallModel("hmr", 1 + HMR_BACKGROUND_STATES, (HYPO_LEVEL,) + (1.0,) * HMR_BACKGROUND_STATES,
                       (HYPO_DISPERSION,) + (1.0,) * HMR_BACKGROUND_STATES)
 # Measured on the four real sets (scripts/call_settings.py): for PMDs one finished start at a
-# relative tolerance of 1e-7 gives the calls of two at 1e-8 (base-pair Jaccard >= 0.99) with
+# relative tolerance of 1e-7 gives the calls of two at 1e-8 (base-pair Jaccard >= 0.98) with
 # 2-4x fewer criterion evaluations; for HMRs each of the cheaper settings tried moved the calls
-# of some set below 0.97, so they keep the refinement's defaults.
+# of some set below 0.97 in one run or another, so they keep the refinement's defaults.
 PMD_MODEL = CallModel("pmd", PMD_STATES, (1.0,) * PMD_STATES, (1.0,) * PMD_STATES, n_finished=1, tol=1e-7)
 
 
