@@ -173,25 +173,36 @@ def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray):
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
-    """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``)."""
+    """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``). The chunks
+    come chromosome by chromosome, so a chromosome is finished (filtered, and widened over
+    its shoulders) when the next one starts: only its profiles are held."""
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
-    profiles = {chrom: [] for chrom in store.chromosomes}
-    covered = dict.fromkeys(store.chromosomes, 0)
     state_levels = np.asarray(hmm.methylation_, np.float64).mean(axis=1)  # a bin's expected level: over the samples
+    core_level = float(state_levels[list(rule.targets)].mean())
+    profiles, covered, current = [], 0, None
+
+    def finish(chrom):
+        regions = found[chrom]
+        regions = regions.take((regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins))
+        if rule.shoulders:
+            regions = with_shoulders(regions, Profile.concatenate(profiles), covered, core_level, rule,
+                                     store.bin_size)
+        found[chrom] = regions
+
     for ref, (regions, profile, n_covered) in map_posteriors(
             store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
             f"the regions of {store.path}", progress):
+        if ref.chrom != current:
+            if current is not None:
+                finish(current)
+            profiles, covered, current = [], 0, ref.chrom
         found[ref.chrom] = join_regions(found[ref.chrom], regions, rule.max_gap, rule.bridge_covered)
         if profile is not None:
-            profile.index += covered[ref.chrom]
-            profiles[ref.chrom].append(profile)
-        covered[ref.chrom] += n_covered
-    for chrom, regions in found.items():
-        keep = (regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins)
-        found[chrom] = regions.take(keep)
-        if rule.shoulders:
-            found[chrom] = with_shoulders(found[chrom], Profile.concatenate(profiles.pop(chrom)), covered[chrom],
-                                          float(state_levels[list(rule.targets)].mean()), rule, store.bin_size)
+            profile.index += covered
+            profiles.append(profile)
+        covered += n_covered
+    if current is not None:
+        finish(current)
     return found
 
 
