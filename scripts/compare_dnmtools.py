@@ -355,15 +355,16 @@ def robustness(work: Path, dnmtools: str) -> None:
     pmds = read_bed(work / "msr22" / "dnmtools-pmd.bed")  # DNMTools' HMRs are HMRs outside its PMDs (see above)
     for kind in ("hmr", "pmd"):
         _, ours, _ = run_ours(kind, thinned, fmt, here, 1)
-        _, theirs, _ = run_theirs(kind, thinned, here, 1, dnmtools)
+        _, theirs_bed, _ = run_theirs(kind, thinned, here, 1, dnmtools)
         full_ours, full_theirs = read_bed(work / "msr22" / f"ours-{kind}.bed"), read_bed(work / "msr22" /
                                                                                        f"dnmtools-{kind}.bed")
         quarter = read_bed(ours) if ours.exists() else np.zeros((0, 2), np.int64)
-        theirs = read_bed(theirs)
+        theirs = read_bed(theirs_bed)
         right = [f"{jaccard(away_from(a, pmds), away_from(full_theirs, pmds)):.3f}" if kind == "hmr" else ""
                  for a in (quarter, theirs)]
         print(f"| {kind} | {jaccard(quarter, full_theirs):.3f} | {right[0]} | {jaccard(quarter, full_ours):.3f} | "
               f"{jaccard(theirs, full_theirs):.3f} | {right[1]} |")
+
 
 def bedtools_check(beds: list[Path]) -> list[str]:
     """What bedtools says of our BED files (sort, merge -s, intersect -s)."""

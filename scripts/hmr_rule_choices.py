@@ -158,7 +158,6 @@ def free_models(data):
           f"{lowest(source)} becomes {lowest(moved)}")
 
 
-
 def call_choices(data, hmrs, pmds):
     from streambhmm import compute_moments
 
@@ -190,7 +189,6 @@ def call_choices(data, hmrs, pmds):
               f"{covered_bases(msr) / 1e6:.2f}, {covered_bases(intersect(msr, pmds)) / max(covered_bases(msr), 1):.0%}, "
               f"{int((span_levels(msr, *data['msr22'][:3]) > 0.3).sum())} | {covered_bases(imr) / 1e6:.2f}, "
               f"{int((span_levels(imr, *data['imr90-21'][:3]) > 0.4).sum())} |", flush=True)
-
 
 
 def the_data(data, hmrs, pmds):
