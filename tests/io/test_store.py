@@ -132,6 +132,31 @@ def test_two_concurrent_ingests_both_land(tmp_path, samples):
     assert by_sample(store) == by_sample(reference)
 
 
+def test_a_staging_directory_is_never_seen_without_its_owner_lock(tmp_path, samples, monkeypatch):
+    # another writer's commit recovers the store (removing stagings whose writer is gone) at
+    # any moment: here, just as this writer's staging appears
+    from streambhmm.io.store import writer
+    from streambhmm.io.store.recovery import recover
+
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=300)
+    real_open = writer.zarr.open_group
+    seen = []
+
+    def open_then_recover(url, *args, **kwargs):
+        group = real_open(url, *args, **kwargs)
+        if not seen:  # the staging's first opening
+            seen.append(Path(url).name)
+            recover(store)
+        return group
+
+    monkeypatch.setattr(writer.zarr, "open_group", open_then_recover)
+    ingest([samples[1]], "B", store, chunk_size=300)
+    monkeypatch.undo()
+    assert seen and seen[0].startswith("s.zarr.ingest-")
+    assert open_store(store).samples == ["A", "B"] and not list(tmp_path.glob("*ingest-*"))
+
+
 @pytest.mark.slow
 def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_recovers(tmp_path, samples):
     store = tmp_path / "s.zarr"

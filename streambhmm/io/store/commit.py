@@ -21,7 +21,8 @@ commit, under the store's exclusive lock:
 Steps 3-5 can be repeated: a commit that stopped after its commit point (a kill, a full disk,
 a failure) keeps its ``COMMIT.json``, and the next command that takes the store's lock,
 reader or writer, completes it. A staging directory without ``COMMIT.json`` whose owner died
-is removed. So a killed or failed ingest leaves every other sample's chunks and, until step 4,
+is removed (its owner lock is taken before it has its staging name, so a starting one is
+never taken for dead). So a killed or failed ingest leaves every other sample's chunks and, until step 4,
 the store's metadata exactly as they were; ingests of different samples can run concurrently
 (only their commits take turns). Locks and staging directories go by the store's real path
 (symbolic links resolved). On read-only media (nobody can write) readers take no lock.

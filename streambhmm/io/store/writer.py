@@ -92,11 +92,23 @@ class SampleWriter:
 
     @_staging_errors
     def _start(self) -> None:
-        self.root = zarr.open_group(self.path.url, mode="w", zarr_format=3)
-        if self.path.is_local:  # held while we live: recovery leaves a live staging alone
-            self._owner = open_lock(self.path / OWNER_LOCK)
+        if not self.path.is_local:
+            self.root = zarr.open_group(self.path.url, mode="w", zarr_format=3)
+            return
+        # The owner lock is held while we live, so recovery (another writer's commit) leaves a
+        # live staging alone. It is taken in a hidden directory that recovery never looks at,
+        # which then gets the staging name: no staging is ever seen without its lock held.
+        starting = self.path.parent / f".{self.path.name}"
+        starting.mkdir()
+        try:
+            self._owner = open_lock(starting / OWNER_LOCK)
             fcntl.flock(self._owner, fcntl.LOCK_EX)
-            _check_one_filesystem(self.store.real(), self.path, {})
+            starting.rename(self.path)
+        except BaseException:
+            starting.rmtree()
+            raise
+        self.root = zarr.open_group(self.path.url, mode="a", zarr_format=3)  # "w" would remove the lock file
+        _check_one_filesystem(self.store.real(), self.path, {})
 
     @_staging_errors
     def add(self, chrom: str, bins: np.ndarray, methylated: np.ndarray, coverage: np.ndarray) -> None:
