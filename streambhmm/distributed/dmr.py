@@ -22,7 +22,7 @@ dmr`): the passes over the counts, the two models and the candidate regions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import dask
 import numpy as np
