@@ -30,6 +30,7 @@ regions are joined at the seams, so memory holds a chunk, not a chromosome.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -174,35 +175,26 @@ def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray):
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
     """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``). The chunks
-    come chromosome by chromosome, so a chromosome is finished (filtered, and widened over
-    its shoulders) when the next one starts: only its profiles are held."""
+    come chromosome by chromosome, so each chromosome is finished (filtered, and widened over
+    its shoulders) before the next one starts: only its profiles are held."""
     found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
     state_levels = np.asarray(hmm.methylation_, np.float64).mean(axis=1)  # a bin's expected level: over the samples
     core_level = float(state_levels[list(rule.targets)].mean())
-    profiles, covered, current = [], 0, None
-
-    def finish(chrom):
-        regions = found[chrom]
+    chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
+                            f"the regions of {store.path}", progress)
+    for chrom, parts in itertools.groupby(chunks, key=lambda chunk: chunk[0].chrom):
+        regions, profiles, covered = found[chrom], [], 0
+        for _, (part, profile, n_covered) in parts:
+            regions = join_regions(regions, part, rule.max_gap, rule.bridge_covered)
+            if profile is not None:
+                profile.index += covered  # the chunk's covered bins follow those before it
+                profiles.append(profile)
+            covered += n_covered
         regions = regions.take((regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins))
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles), covered, core_level, rule,
                                      store.bin_size)
         found[chrom] = regions
-
-    for ref, (regions, profile, n_covered) in map_posteriors(
-            store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
-            f"the regions of {store.path}", progress):
-        if ref.chrom != current:
-            if current is not None:
-                finish(current)
-            profiles, covered, current = [], 0, ref.chrom
-        found[ref.chrom] = join_regions(found[ref.chrom], regions, rule.max_gap, rule.bridge_covered)
-        if profile is not None:
-            profile.index += covered
-            profiles.append(profile)
-        covered += n_covered
-    if current is not None:
-        finish(current)
     return found
 
 

@@ -54,8 +54,7 @@ def chunk_profile(positions: np.ndarray, level: np.ndarray, starts: np.ndarray, 
     widening its regions (``starts``, ``ends``), or a neighbour's, may read; indices within
     the chunk."""
     n, reach = positions.size, 2 * window + 1
-    first = np.searchsorted(positions, starts)
-    last = np.searchsorted(positions, ends - bin_size)
+    first, last = _end_rows(positions, starts, ends, bin_size)
     lo = np.r_[0, np.maximum(n - reach, 0), np.maximum(first - reach, 0), last]
     hi = np.r_[min(reach, n), n, first + 1, np.minimum(last + reach, n)]
     depth = np.zeros(n + 1, np.int64)
@@ -72,8 +71,7 @@ def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int
     share one), numbered from 0. ``n_covered`` is the chromosome's number of covered bins."""
     if starts.size == 0:
         return starts, ends, np.zeros(0, np.int64)
-    first = np.searchsorted(profile.position, starts)
-    last = np.searchsorted(profile.position, ends - bin_size)
+    first, last = _end_rows(profile.position, starts, ends, bin_size)
     ends_in = profile.position[np.minimum(np.r_[first, last], profile.position.size - 1)]
     if (ends_in != np.r_[starts, ends - bin_size]).any():
         raise AssertionError("a region's end bins are missing from the profile")
@@ -88,6 +86,11 @@ def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int
     group = np.cumsum(np.r_[True, ~joins]) - 1
     return (position[np.minimum.reduceat(lo, heads)], position[np.maximum.reduceat(hi, heads)] + bin_size,
             group.astype(np.int64))
+
+
+def _end_rows(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray, bin_size: int) -> tuple:
+    """The rows of ``positions`` holding each region's first and last bin."""
+    return np.searchsorted(positions, starts), np.searchsorted(positions, ends - bin_size)
 
 
 @njit(cache=True, nogil=True)
