@@ -17,6 +17,7 @@ import numpy as np
 
 from ..moments.blocks import BlockTable
 from .evaluate import match_states
+from .criterion import coverage_tables
 from .refine import Objective, refine
 
 MIN_BLOCKS = 10  # fewer cannot be resampled meaningfully: refused
@@ -50,8 +51,8 @@ def block_bootstrap(table: BlockTable, total, point, n_replicates: int, random_s
     n = len(table)
     emission = getattr(point, "emission", "binomial")
     dispersion = getattr(point, "dispersion_", None) if emission == "betabinomial" else None
-    base_objective = Objective(table.moments(np.ones(n), total), emission=emission)
-    coverage = base_objective.coverage
+    coverage = coverage_tables(total)
+    base_objective = Objective(table.moments(np.ones(n), total), coverage=coverage, emission=emission)
     base = refine(base_objective, [("point", point.methylation_, point.transmat_,
                                     getattr(point, "coverage_buckets_", None), dispersion)], keep=1)
     perm = match_states(point.methylation_, base.methylation)

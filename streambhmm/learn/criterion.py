@@ -344,11 +344,20 @@ class Objective:
         return np.stack([q @ cov.mean for q, cov in zip(coverage, self.coverage)], axis=1)
 
 
+def coverage_tables(moments: Moments) -> list[SampleCoverage]:
+    """Each sample's SampleCoverage of ``moments``, built once and kept on the object. The
+    Objectives of their blocks (held-out folds, bootstrap replicates) share them: a block
+    table's Moments carry the whole data's coverage histogram (moments.blocks.BlockTable)."""
+    if "_coverage_tables" not in moments.__dict__:
+        moments.__dict__["_coverage_tables"] = [SampleCoverage(row, moments.n_bins, GRID_POINTS)
+                                                for row in moments.coverage_histogram]
+    return moments.__dict__["_coverage_tables"]
+
+
 def objective_for(moments: Moments, weights: Weights = Weights(), emission: str = "binomial") -> Objective:
     """The Objective of ``moments``, built once and kept on the object (sweeps over the
-    number of states reuse its tables; both emissions share the coverage tables)."""
+    number of states reuse its tables; every emission and weighting shares the coverage tables)."""
     cache = moments.__dict__.setdefault("_objectives", {})
     if (weights, emission) not in cache:
-        shared = next(iter(cache.values())).coverage if cache else None
-        cache[weights, emission] = Objective(moments, weights, coverage=shared, emission=emission)
+        cache[weights, emission] = Objective(moments, weights, coverage=coverage_tables(moments), emission=emission)
     return cache[weights, emission]

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 from ..moments.blocks import BlockTable
 from ..moments.sums import Moments
 from .checks import DegenerateModelWarning
-from .criterion import Objective
+from .criterion import Objective, coverage_tables
 from .model import SpectralBinomialHMM
 from .refine import counted_map, refine
 
@@ -77,16 +77,15 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
     emission = getattr(est, "emission", "binomial")
     start = ("all data", est.methylation_, est.transmat_, getattr(est, "coverage_buckets_", None),
              getattr(est, "dispersion_", None) if emission == "betabinomial" else None)
-    first = Objective(table.moments((fold != 0).astype(np.float64), total), emission=emission)
-    trains = [first] + [Objective(table.moments((fold != f).astype(np.float64), total), coverage=first.coverage,
-                                  emission=emission) for f in range(1, folds)]
+    coverage = coverage_tables(total)
+    trains = [Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage, emission=emission)
+              for f in range(folds)]
     # one BLAS thread throughout: each refinement's own limit would restore the default on leaving
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=min(folds, os.cpu_count() or 1)) as pool:
         fits = counted_map(pool, lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains, progress)
     losses, weights = [], []
     for f, fit in enumerate(fits):
-        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=first.coverage,
-                         emission=emission)
+        test = Objective(table.moments((fold == f).astype(np.float64), total), coverage=coverage, emission=emission)
         losses.append(test(test.pack(*fit.parameters), m)[0])
         weights.append(test.moments.n_triples)
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)

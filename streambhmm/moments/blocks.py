@@ -53,16 +53,16 @@ class BlockStats:
     HISTOGRAMS = ("bin_histogram", "pair_histogram")
 
 
-def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, positions: np.ndarray,
-                block_size: int) -> BlockStats:
-    """The blocks of triples starting at ``starts`` (rows of ``features``, positions in bp)."""
+def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, block_size: int) -> BlockStats:
+    """The blocks of every triple of one sequence (the rows of ``features``, at ``positions``
+    in bp, increasing): each block's triples are a contiguous run of starts, so its
+    features are gathered once and its P12 and P13 are products of shifted slices."""
     n_samples, d = features.codes.shape[1], features.n_bins
     sd = n_samples * d
-    block_of = positions[starts + 1] // block_size
-    order = np.argsort(block_of, kind="stable")
-    starts, block_of = starts[order], block_of[order]
-    ids, first = np.unique(block_of, return_index=True)
-    bounds = np.r_[first, starts.size]
+    n_triples = max(positions.size - 2, 0)
+    starts = np.arange(n_triples)
+    ids, first = np.unique(positions[1:n_triples + 1] // block_size, return_index=True)
+    bounds = np.r_[first, n_triples]
     p12 = np.zeros((ids.size, sd, sd), np.float32)
     p13 = np.zeros_like(p12)
     by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
@@ -72,11 +72,11 @@ def block_stats(chromosome: str, features: FeatureTable, starts: np.ndarray, pos
     table = features.table.astype(np.float32)  # the sums are kept in float32: half the matmul work
     bucket_of_code = coverage_bucket(features.coverage)
     for b in range(ids.size):
-        chosen = starts[bounds[b]:bounds[b + 1]]
-        feats = [np.concatenate([table[features.codes[chosen + k, s]] for s in range(n_samples)], axis=1)
-                 for k in range(3)]
-        p12[b] = feats[0].T @ feats[1]
-        p13[b] = feats[0].T @ feats[2]
+        lo, hi = bounds[b], bounds[b + 1]
+        rows = np.concatenate([table[features.codes[lo:hi + 2, s]] for s in range(n_samples)], axis=1)
+        p12[b] = rows[:-2].T @ rows[1:-1]
+        p13[b] = rows[:-2].T @ rows[2:]
+        chosen = starts[lo:hi]
         # per triple (coverage_features' product over every code costs more for a block's few
         # triples), summed in float64 and kept in float32 as the other block sums
         summed = np.zeros(by_coverage.shape[1:])

@@ -84,7 +84,7 @@ def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray,
                else Moments.zeros(meth.shape[1], n_bins))
     if block_size is None:
         return ChunkPartial(moments, None)
-    return ChunkPartial(moments, block_stats(chromosome, features, np.arange(n_triples), positions, block_size))
+    return ChunkPartial(moments, block_stats(chromosome, features, positions, block_size))
 
 
 def add_moments(*parts: Moments) -> Moments:
