@@ -30,6 +30,7 @@ from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
                              hypomethylated, partially_methylated, unmethylated_share)
 from ..learn.hmm import BinomialHMM
+from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import read_manifest
 from ..moments.pipeline import select_samples
@@ -119,7 +120,10 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     start = time.perf_counter()
     echo(f"fitting {model.n_states} states to the moments")
     with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
-        _, hmm = fit_call_model(data.moments, model, settings.seed, progress)
+        try:
+            _, hmm = fit_call_model(data.moments, model, settings.seed, progress)
+        except TooFewDataError as exc:
+            raise ValueError(_too_few(settings, samples, store.bin_size, exc)) from None
     seconds["fit"] = time.perf_counter() - start
     if settings.polish_em:
         start = time.perf_counter()
@@ -148,7 +152,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, "no run of bins passed the rule"))
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, f"no run of {DEFINITIONS[settings.kind].split(':')[0]} bins passed the rule ("
+                                   + rule.conditions(len(samples)) + ")"))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
 
 
@@ -178,6 +183,17 @@ def _check_moments(settings: CallSettings, store, data) -> None:
         raise ValueError(f"{settings.moments} holds {'pooled' if data.pooled else 'projected'} moments; "
                          f"`{settings.kind}` fits the joint Beta-map moments (`streambhmm moments` without "
                          f"--pooled, --feature beta)")
+
+
+def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataError) -> str:
+    """The message of a call whose data are too few to fit its model."""
+    what = "hypomethylated regions" if settings.kind == "hmr" else "partially methylated domains"
+    scale = ("a PMD spans at least 50 kb" if settings.kind == "pmd" else
+             "the model needs a background as well as the regions")
+    return (f"no {what} in {settings.store} ({','.join(samples)}): too few data. The fit of {settings.model.n_states} "
+            f"states needs at least {exc.needed:,} triples of consecutive covered {bin_size:,} bp bins, and these data "
+            f"hold {exc.n_triples:,}. They cover too little of the genome ({scale}): a targeted or sparse assay, or "
+            f"an excerpt.")
 
 
 def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str) -> str:

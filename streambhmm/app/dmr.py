@@ -21,7 +21,6 @@ ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -321,7 +320,7 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     levels = table.sample_levels()
     group_levels = table.group_levels(groups)
     differences = table.differences(groups)
-    order = sorted(range(len(table)), key=lambda k: (_chrom_key(table.chrom[k]), table.start[k]))
+    order = sorted(range(len(table)), key=lambda k: (table.chrom[k], table.start[k]))  # io.bed.bed_order
     names = [f"{prefix}{k + 1}" for k in range(len(table))]
     score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
     what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"
@@ -344,10 +343,6 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
 
 def _number(value: float) -> str:
     return f"{value:.4f}" if np.isfinite(value) else "NA"
-
-
-def _chrom_key(name: str):
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def states_table(hmm: GroupedBinomialHMM, min_difference: float) -> list:

@@ -69,13 +69,14 @@ def message_graph(store: CountsStore, grouping: Grouping, params: Params, chromo
 
 
 def map_posteriors(store: CountsStore, samples: list[str], params: Params, client, on_chunk: Callable,
-                   args: tuple = (), what: str = "the posteriors", progress=None) -> Iterator[tuple[ChunkRef, object]]:
+                   args: tuple = (), what: str = "the posteriors", progress=None,
+                   chromosomes=None) -> Iterator[tuple[ChunkRef, object]]:
     """(chunk, ``on_chunk(posteriors, ChunkData, *args)``) of every chunk of the store, in
-    order (chromosome by chromosome, along each), the samples jointly: one Dask task per
-    chunk on ``client``, between the chunk's exact messages. Each result is released once
-    yielded; ``progress(done, total)`` follows each; a wait is bounded (io.tasks.Waiter,
-    ``what`` naming the computation)."""
-    graph = message_graph(store, samples, params, verify=False)
+    order (chromosome by chromosome, in the store's order or that of ``chromosomes``, along
+    each), the samples jointly: one Dask task per chunk on ``client``, between the chunk's
+    exact messages. Each result is released once yielded; ``progress(done, total)`` follows
+    each; a wait is bounded (io.tasks.Waiter, ``what`` naming the computation)."""
+    graph = message_graph(store, samples, params, chromosomes, verify=False)
     tasks = [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, on_chunk, *args)
              for c in graph]
     futures = client.compute(tasks)

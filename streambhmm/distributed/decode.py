@@ -13,7 +13,7 @@ import zarr
 from ..learn.hmm import BinomialHMM
 from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.pipeline import select_samples
-from ..io.bed import SegmentStyle, bed9_line, track_line
+from ..io.bed import SegmentStyle, bed9_line, bed_order, track_line
 from ..io.outputs import replacing
 from ..io.storage import put_in_place
 from ..io.store import CountsStore, mark_changed
@@ -110,7 +110,7 @@ def decode_store(store: CountsStore, hmm: BinomialHMM, client, output, samples=N
     try:
         arrays = _create_posterior_arrays(store, hmm.n_components, tag, samples) if posteriors else None
         chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_runs, (max_gap, arrays),
-                                f"the decoding of {store.path}", progress)
+                                f"the decoding of {store.path}", progress, bed_order(store.chromosomes))
         per_chrom = {chrom: np.zeros(hmm.n_components, np.int64) for chrom in store.chromosomes}
         with replacing(output) as bed:
             bed.write(track_line(track, f"states of {','.join(samples)}"))

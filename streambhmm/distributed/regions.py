@@ -12,14 +12,20 @@ over covered reads in its target bins).
 Presets choose the target states by what HMRs and PMDs are (streambhmm.learn.domains) and
 cut them as `streambhmm hmr` and `pmd` do:
 
-    hmr   hypomethylated states (level <= 0.2 and overdispersion <= 0.2 in every sample);
-          bins of a region at most 1 kb apart with no covered bin of another state between
-          them (CpG-poor stretches inside an HMR do not cut it, a methylated CpG does, as in
-          DNMTools); at least HMR_MIN_BINS target bins; then widened over its shoulders, the
-          covered bins beside it nearer its level than the local background and below 0.5
-          (distributed.shoulders)
+    hmr   hypomethylated states (level <= 0.2 and 92% of the bins' levels below 0.5 in
+          every sample, learn.domains); bins of a region at most 1 kb apart with no covered
+          bin of another state between them (CpG-poor stretches inside an HMR do not cut
+          it, a methylated CpG does, as in DNMTools); at least HMR_MIN_BINS target bins;
+          its mean level below 0.5 in every sample (most of its reads unmethylated); then
+          widened over its shoulders, the covered bins beside it nearer its level than the
+          local background and below 0.5 (distributed.shoulders)
     pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
-          up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them)
+          up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them); its mean
+          level below 0.7 in every sample and above 0.2 in some (partially methylated, not
+          hypomethylated, as the region it is, not only as its states)
+
+In both, every sample has reads in a region's target bins: a joint region says nothing of a
+sample without.
 
 A preset refuses a model in which no state, or every state, is a target: there is no
 region, or no background to set one against.
@@ -36,9 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import DEFINITIONS, hypomethylated, partially_methylated
+from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_LEVEL, hypomethylated,
+                             partially_methylated)
 from ..learn.states import item_rgb, state_colours
-from ..io.bed import bed9_line, track_line
+from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import replacing
 from ..io.store import CountsStore
 from .chains import map_posteriors
@@ -63,6 +70,39 @@ class RegionRule:
     bridge_covered: bool = True
     # widen each region over its shoulders (distributed.shoulders)
     shoulders: bool = False
+    # (floor, ceiling): keep a region only when its mean level (its target bins' reads) is
+    # below the ceiling in every sample and above the floor (None: none) in some: a preset's definition
+    level_range: tuple | None = None
+    # keep a region only when every sample has reads in its target bins (else it says
+    # nothing of the samples without)
+    every_sample: bool = False
+
+    def keeps(self, regions: "Regions") -> np.ndarray:
+        """Which of a chromosome's joined regions the rule keeps."""
+        keep = (regions.end - regions.start >= self.min_length) & (regions.n_bins >= self.min_bins)
+        if self.every_sample:
+            keep &= (regions.coverage > 0).all(axis=1)
+        if self.level_range is not None:
+            floor, ceiling = self.level_range
+            with np.errstate(invalid="ignore", divide="ignore"):
+                levels = regions.methylated / regions.coverage
+            keep &= ~(levels >= ceiling).any(axis=1)
+            if floor is not None:
+                keep &= (levels > floor).any(axis=1)
+        return keep
+
+    def conditions(self, n_samples: int) -> str:
+        """What :meth:`keeps` asks of a region, in words (for a call that found none)."""
+        parts = [f"at least {self.min_bins} target bins"] if self.min_bins > 1 else []
+        if self.min_length:
+            parts.append(f"at least {self.min_length:,} bp")
+        if self.level_range is not None:
+            floor, ceiling = self.level_range
+            parts.append(f"a mean level below {ceiling} in every sample" + ("" if floor is None else
+                                                                            f" and above {floor} in some"))
+        if self.every_sample and n_samples > 1:
+            parts.append("reads in every sample")
+        return ", ".join(parts)
 
 
 HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
@@ -74,10 +114,11 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     if preset == "hmr":
         targets = np.flatnonzero(hypomethylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False,
-                          shoulders=True)
+                          shoulders=True, level_range=(None, HALF_METHYLATED), every_sample=True)
     elif preset == "pmd":
         targets = np.flatnonzero(partially_methylated(levels, dispersion))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD")
+        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD",
+                          level_range=(HYPO_LEVEL, PMD_LEVEL), every_sample=True)
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     wanted = DEFINITIONS[preset]
@@ -177,11 +218,12 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     """{chromosome: Regions} of ``store`` under ``hmm`` (joint over ``samples``). The chunks
     come chromosome by chromosome, so each chromosome is finished (filtered, and widened over
     its shoulders) before the next one starts: only its profiles are held."""
-    found = {chrom: Regions.empty(len(samples)) for chrom in store.chromosomes}
+    chromosomes = bed_order(store.chromosomes)  # as the BED lists them
+    found = {chrom: Regions.empty(len(samples)) for chrom in chromosomes}
     state_levels = np.asarray(hmm.methylation_, np.float64).mean(axis=1)  # a bin's expected level: over the samples
     core_level = float(state_levels[list(rule.targets)].mean())
     chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
-                            f"the regions of {store.path}", progress)
+                            f"the regions of {store.path}", progress, chromosomes)
     for chrom, parts in itertools.groupby(chunks, key=lambda chunk: chunk[0].chrom):
         regions, profiles, covered = found[chrom], [], 0
         for _, (part, profile, n_covered) in parts:
@@ -190,7 +232,7 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
                 profile.index += covered  # the chunk's covered bins follow those before it
                 profiles.append(profile)
             covered += n_covered
-        regions = regions.take((regions.end - regions.start >= rule.min_length) & (regions.n_bins >= rule.min_bins))
+        regions = regions.take(rule.keeps(regions))
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles), covered, core_level, rule,
                                      store.bin_size)

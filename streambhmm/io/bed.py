@@ -18,6 +18,13 @@ class SegmentStyle:
     colours: list
 
 
+def bed_order(chromosomes) -> list[str]:
+    """The order BED files list chromosomes in: the names' byte order, as `LC_ALL=C sort
+    -k1,1 -k2,2n` sorts them (chr10 before chr2), which bedToBigBed, BEDOPS and bedtools'
+    -sorted expect. The store keeps them in natural order (chr2 before chr10)."""
+    return sorted(chromosomes)
+
+
 def track_line(name: str, description: str) -> str:
     """A BED track line: genome browsers colour the items by itemRgb."""
     clean = [v.replace('"', "'").replace("\n", " ") for v in (name, description)]

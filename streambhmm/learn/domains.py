@@ -2,13 +2,15 @@
 model's terms: which states they are made of, and the models `hmr` and `pmd` fit.
 
 HMR. A state is *hypomethylated* when, in every sample, its mean level is at most
-HYPO_LEVEL (0.2) and its overdispersion at most HYPO_DISPERSION (0.2): a Beta distribution
-of the bins' levels with at least 92% of its mass below 0.5, so most of the state's CpGs
-are unmethylated. Both are set by that definition, not fitted to a data set (docs/guide/hmr-pmd.md,
-"HMRs and PMDs", shows how the calls move with them). A model fitted freely spends its
-states on the bulk of the genome (methylated background, PMDs) and often leaves none for
-regions that cover 1-3% of it, so `hmr` fits a model with one state held to these bounds
-and HMR_BACKGROUND_STATES free ones: the data decide the background (one methylated
+HYPO_LEVEL (0.2) and the Beta distribution of its bins' levels puts at least HYPO_MASS
+(92%) of its mass below 0.5, so most of the state's CpGs are unmethylated. HYPO_MASS is
+that of a state at the caps, level and overdispersion (HYPO_DISPERSION) both 0.2; a lower
+state may be more dispersed (at level 0.01, up to 0.6). Both are set by that definition,
+not fitted to a data set (docs/guide/hmr-pmd.md, "HMRs and PMDs", shows how the calls move
+with them). A model fitted freely spends its states on the bulk of the genome (methylated
+background, PMDs) and often leaves none for regions that cover 1-3% of it, so `hmr` fits a
+model with one state held to the caps and HMR_BACKGROUND_STATES free ones (a free state
+that falls within the definition is hypomethylated too): the data decide the background (one methylated
 level, or a ladder with PMDs), the definition decides what is hypomethylated, and a PMD
 (a broad state around 0.5) is background, not an HMR. DNMTools' two-state model has no
 room for both, and in a methylome with PMDs its foreground becomes the PMDs.
@@ -24,19 +26,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import betainc
 
 from ..moments.features import decode_cells
 from .criterion import StateLimits
 
 HYPO_LEVEL = 0.2
 HYPO_DISPERSION = 0.2
+HALF_METHYLATED = 0.5
 HMR_BACKGROUND_STATES = 3
 PMD_LEVEL = 0.7
 PMD_BIN_SIZE = 5000
 PMD_STATES = 2
 # the unmethylated check counts bins with at least this many reads (fewer say little)
 UNMETHYLATED_CHECK_READS = 5
-DEFINITIONS = {"hmr": f"hypomethylated: level and overdispersion at most {HYPO_LEVEL} in every sample",
+DEFINITIONS = {"hmr": f"hypomethylated: level at most {HYPO_LEVEL} and at least 92% of the bins' levels below "
+                      f"{HALF_METHYLATED} in every sample",
                "pmd": f"partially methylated: level below {PMD_LEVEL} in every sample, not hypomethylated"}
 
 
@@ -66,12 +71,25 @@ HMR_MODEL = CallModel("hmr", 1 + HMR_BACKGROUND_STATES, (HYPO_LEVEL,) + (1.0,) *
 PMD_MODEL = CallModel("pmd", PMD_STATES, (1.0,) * PMD_STATES, (1.0,) * PMD_STATES, n_finished=1, tol=1e-7)
 
 
+def below_half(level, dispersion) -> np.ndarray:
+    """The mass below HALF_METHYLATED of the Beta distribution of a state's levels (mean
+    ``level``, overdispersion ``dispersion`` = 1 / (a + b + 1))."""
+    level = np.clip(np.asarray(level, np.float64), 1e-12, 1.0 - 1e-12)
+    dispersion = np.asarray(dispersion, np.float64)
+    scale = 1.0 / np.clip(dispersion, 1e-12, 1.0 - 1e-12) - 1.0
+    return betainc(level * scale, (1.0 - level) * scale, HALF_METHYLATED)
+
+
+HYPO_MASS = float(below_half(HYPO_LEVEL, HYPO_DISPERSION))  # 0.920
+
+
 def hypomethylated(methylation, dispersion=None) -> np.ndarray:
     """Per state: hypomethylated in every sample (a binomial model: by its levels alone)."""
-    low = (np.atleast_2d(methylation) <= HYPO_LEVEL + 1e-9).all(axis=1)
+    levels = np.atleast_2d(methylation)
+    low = (levels <= HYPO_LEVEL + 1e-9).all(axis=1)
     if dispersion is None:
         return low
-    return low & (np.atleast_2d(dispersion) <= HYPO_DISPERSION + 1e-9).all(axis=1)
+    return low & (below_half(levels, np.atleast_2d(dispersion)) >= HYPO_MASS - 1e-9).all(axis=1)
 
 
 def partially_methylated(methylation, dispersion=None) -> np.ndarray:

@@ -17,6 +17,14 @@ from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
 TRIPLES_PER_PARAMETER = 10  # fewer data cannot pin the parameters down
+
+
+class TooFewDataError(ValueError):
+    """Too few triples of bins for the model's parameters (``n_triples`` of ``needed``)."""
+
+    def __init__(self, message: str, n_triples: int, needed: int):
+        super().__init__(message)
+        self.n_triples, self.needed = n_triples, needed
 METHYLATION_RECOVERY = ("ratio", "paper")
 
 
@@ -114,10 +122,10 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         m = self.n_components
         n_parameters = m * moments.n_samples + m * (m - 1)
         if moments.n_triples < TRIPLES_PER_PARAMETER * n_parameters:
-            raise ValueError(
+            raise TooFewDataError(
                 f"too few data for {m} states: {moments.n_triples:,} triples of bins for {n_parameters} parameters "
                 f"(levels and transitions); at least {TRIPLES_PER_PARAMETER} triples per parameter are needed. "
-                f"Use fewer states, or more data."
+                f"Use fewer states, or more data.", moments.n_triples, TRIPLES_PER_PARAMETER * n_parameters
             )
         rng = np.random.default_rng(self.random_state)
         ftd, clipped = self._ftd(moments, rng)

@@ -10,7 +10,7 @@ from scipy import stats
 
 from streambhmm.app.cli import main
 from streambhmm.testing import write_store
-from streambhmm.learn.domains import hypomethylated, partially_methylated, unmethylated_share
+from streambhmm.learn.domains import HYPO_MASS, hypomethylated, partially_methylated, unmethylated_share
 from streambhmm.moments.sums import compute_moments
 
 pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
@@ -137,6 +137,20 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
 
 
+def test_too_few_bins_for_domains_are_refused_with_the_reason(tmp_path):
+    # 60 kb of covered 100 bp bins: 12 bins of 5 kb, 10 triples, where 2 states need 40
+    rng = np.random.default_rng(3)
+    bins = np.arange(600)
+    coverage = rng.poisson(15, 600) + 1
+    store = write_store(tmp_path / "short.zarr", {"chr1": (bins, rng.binomial(coverage, 0.5)[:, None],
+                                                            coverage[:, None])}, ["S"]).path
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
+    assert r.exit_code == 1 and "no partially methylated domains" in r.output
+    assert "too few data" in r.output and "at least 40 triples" in r.output and "hold 10" in r.output
+    assert "a PMD spans at least 50 kb" in r.output and "fewer states" not in r.output  # pmd has no --states
+    assert not (tmp_path / "pmd.bed").exists()
+
+
 def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
     chromosomes, _ = planted(2, truncated=True)
     store = write_store(tmp_path / "mc-only.zarr", chromosomes, ["S"], chunk_size=15_000)
@@ -156,7 +170,13 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
 def test_state_rules():
     levels = np.array([[0.1, 0.15], [0.1, 0.5], [0.5, 0.6], [0.9, 0.9]])
     assert hypomethylated(levels).tolist() == [True, False, False, False]
-    assert hypomethylated(levels, np.array([[0.3, 0.1]] + [[0.1, 0.1]] * 3)).tolist() == [False] * 4
+    # the Beta of the bins' levels must put as much mass below 0.5 as at the caps (0.2, 0.2): 92%
+    assert stats.beta.cdf(0.5, 0.2 * 4, 0.8 * 4) == pytest.approx(HYPO_MASS) and HYPO_MASS > 0.92
+    dispersed = np.array([[0.3, 0.1]] + [[0.1, 0.1]] * 3)  # state 0's first sample: level 0.1, 95% below 0.5
+    assert stats.beta.cdf(0.5, 0.1 * (1 / 0.3 - 1), 0.9 * (1 / 0.3 - 1)) > 0.95
+    assert hypomethylated(levels, dispersed).tolist() == [True, False, False, False]
+    at_cap = np.array([[0.2, 0.05], [0.01, 0.01], [0.2, 0.2], [0.2, 0.01]])
+    # level 0.2 at overdispersion 0.3 has 87% below 0.5; level 0.01 at 0.55 has 98%
+    assert hypomethylated(at_cap, np.array([[0.3, 0.1], [0.55, 0.55], [0.2, 0.2], [0.201, 0.1]])).tolist() == \
+        [False, True, True, False]
     assert partially_methylated(levels).tolist() == [False, True, True, False]
-    # the caps' Beta puts at least 92% of its mass below 0.5
-    assert stats.beta.cdf(0.5, 0.2 * 4, 0.8 * 4) > 0.92

@@ -45,15 +45,37 @@ def test_presets_choose_states_by_their_levels():
     assert preset_rule("hmr", levels).targets == (0,)
     assert preset_rule("pmd", levels).targets == (1,)  # below 0.7 in every sample, and not hypomethylated
     assert preset_rule("pmd", levels).min_length == 50_000
-    # a beta-binomial state at low levels but spread over every level is not hypomethylated
-    dispersion = np.array([[0.05, 0.3], [0.1, 0.1], [0.1, 0.1], [0.02, 0.02]])
+    # a beta-binomial state at low levels but spread over every level is not hypomethylated:
+    # at level 0.1 and overdispersion 0.6, 91% of its levels lie below 0.5 (the caps': 92%);
+    # at overdispersion 0.3, 95% do
+    dispersion = np.array([[0.05, 0.6], [0.1, 0.1], [0.1, 0.1], [0.02, 0.02]])
     with pytest.raises(ValueError, match="no state that a hmr is made of"):
         preset_rule("hmr", levels, dispersion)
+    dispersion[0, 1] = 0.3
+    assert preset_rule("hmr", levels, dispersion).targets == (0,)
     assert preset_rule("hmr", levels, np.full((4, 2), 0.1)).targets == (0,)
     with pytest.raises(ValueError, match="no state that a hmr is made of"):
         preset_rule("hmr", np.array([[0.8], [0.9]]))
     with pytest.raises(ValueError, match="every state of the model is one a pmd is made of"):
         preset_rule("pmd", np.array([[0.3], [0.6]]))
+
+
+def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
+    # five joined regions of two samples, 1 kb long with 10 target bins each
+    meth = np.array([[0, 0], [60, 5], [5, 0], [30, 20], [10, 12]], float)
+    cov = np.array([[100, 100], [100, 100], [100, 0], [100, 100], [100, 100]], float)
+    n = len(meth)
+    regions = Regions(np.arange(n) * 2000, np.arange(n) * 2000 + 1000, np.full(n, 10), np.full(n, 9.0), meth, cov,
+                      np.ones(n))
+    levels = np.array([[0.05, 0.05], [0.5, 0.5], [0.9, 0.9]])
+    hmr = preset_rule("hmr", levels)
+    # 0.6 in sample 1 is mostly methylated; no read in sample 2 says nothing of it; no
+    # methylated read at all (the first) is as hypomethylated as can be
+    assert hmr.keeps(regions).tolist() == [True, False, False, True, True]
+    pmd = RegionRule(**{**preset_rule("pmd", levels).__dict__, "min_length": 0})
+    # PMDs: below 0.7 in every sample and above 0.2 in some (0.0 / 0.0 and 0.1 / 0.12 are not)
+    assert pmd.keeps(regions).tolist() == [False, True, False, True, False]
+    assert RegionRule((0,), 0.5).keeps(regions).all()  # a rule of chosen states: no definition to meet
 
 
 def test_shoulders_widen_a_core_half_way_to_its_local_background():
@@ -125,7 +147,7 @@ def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
         positions = ds.position.values[covered]
         post = hmm.predict_proba(meth, cov)
         cores = regions_of(positions, post[:, 0], [(0, meth, cov)], 1, 100, rule)
-        cores = cores.take(cores.n_bins >= rule.min_bins)
+        cores = cores.take(rule.keeps(cores))
         starts, ends, group = widen(cores.start, cores.end, Profile(np.arange(positions.size), positions,
                                                                     post @ LEVELS[:, 0]),
                                     positions.size, 0.05, rule.max_gap, 100)
@@ -149,7 +171,13 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     lines = (tmp_path / "hmr.bed").read_text().splitlines()
     assert lines[0] == 'track name="m hmr" description="HMR regions of A" itemRgb="On"'
     rows = [line.split("\t") for line in lines[1:]]
-    assert rows and [r[0] for r in rows] == sorted((r[0] for r in rows), key=["chr2", "chr10"].index)
+    # the order of LC_ALL=C sort -k1,1 -k2,2n (bedToBigBed's): chr10 before chr2; decode's too
+    assert {r[0] for r in rows} == {"chr2", "chr10"} and rows == sorted(rows, key=lambda r: (r[0], int(r[1])))
+    r = run("decode", stores[0].path, "--model", path, "-o", tmp_path / "seg.bed", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    segments = [line.split("\t") for line in (tmp_path / "seg.bed").read_text().splitlines()[1:]]
+    assert {s[0] for s in segments} == {"chr2", "chr10"}
+    assert segments == sorted(segments, key=lambda s: (s[0], int(s[1])))
     for i, (chrom, start, end, name, score, strand, thick_start, thick_end, rgb) in enumerate(rows):
         assert name == f"HMR{i}" and strand == "+" and (thick_start, thick_end) == (start, end)
         assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3

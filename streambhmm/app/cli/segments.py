@@ -88,8 +88,8 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.command()
 @_model_on_store
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
-              help="hmr: hypomethylated regions (states with level and overdispersion <= 0.2 in every "
-                   "sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
+              help="hmr: hypomethylated regions (states with level <= 0.2 and 92% of their levels below 0.5 in "
+                   "every sample); pmd: partially methylated domains (states below 0.7, not hypomethylated): the rules "
                    "of `streambhmm hmr` and `pmd` (docs/guide/hmr-pmd.md). The options below change a preset's settings.")
 @click.option("--targets", default=None,
               help="Comma-separated states (labels or indices) a region is made of, instead of a preset's.")
