@@ -48,7 +48,8 @@ SETS = {
         {"S1": ("DSS_RRBS_SLE/Sample1.tsv.gz", []), "S2": ("DSS_RRBS_SLE/Sample2.tsv.gz", [])},
         [("hmr", "S1"), ("hmr", "S1,S2"), ("pmd", "S1")]),
     "M3D H1/K562 RRBS": (
-        {"H1": ("M3D_rrbsDemo_H1_K562/H1-hESC1.chr1.tsv.gz", []), "K562": ("M3D_rrbsDemo_H1_K562/K562-1.chr1.tsv.gz", [])},
+        {"H1": ("M3D_rrbsDemo_H1_K562/H1-hESC1.chr1.tsv.gz", []),
+         "K562": ("M3D_rrbsDemo_H1_K562/K562-1.chr1.tsv.gz", [])},
         [("hmr", "H1"), ("hmr", "K562"), ("hmr", "H1,K562"), ("pmd", "H1"), ("pmd", "K562")]),
     "DMRcaller A. thaliana Chr3": (
         {"WT": ("DMRcaller_arabidopsis_chr3/WT.Chr3_1-1Mb.CX_report.txt.gz", []),
@@ -58,7 +59,8 @@ SETS = {
         {"col": ("methimpute_arabidopsis/arabidopsis_bsseeker.txt.gz", [])},
         [("hmr", "col"), ("pmd", "col")]),
     "MethCP A. thaliana H2A.Z": (
-        {"control1": ("MethCP_arabidopsis/twogroup_H2AZ/control1.txt.gz", ["--columns", "chrom=1,pos=2,meth=3,total=4"]),
+        {"control1": ("MethCP_arabidopsis/twogroup_H2AZ/control1.txt.gz",
+                      ["--columns", "chrom=1,pos=2,meth=3,total=4"]),
          "treatment1": ("MethCP_arabidopsis/twogroup_H2AZ/treatment1.txt.gz",
                         ["--columns", "chrom=1,pos=2,meth=3,total=4"])},
         [("hmr", "control1"), ("hmr", "treatment1"), ("hmr", "control1,treatment1"), ("pmd", "control1")]),
@@ -67,14 +69,16 @@ SETS = {
                    ["--columns", "chrom=1,pos=2,strand=3,meth=4,total=5", "--zero-based"])},
         [("hmr", "DS_r1"), ("pmd", "DS_r1")]),
     "ALLCools mouse cells": (
-        {"Cell01": ("ALLCools_allc_mm10/Cell01.allc.tsv.gz", []), "Cell02": ("ALLCools_allc_mm10/Cell02.allc.tsv.gz", [])},
+        {"Cell01": ("ALLCools_allc_mm10/Cell01.allc.tsv.gz", []),
+         "Cell02": ("ALLCools_allc_mm10/Cell02.allc.tsv.gz", [])},
         [("hmr", "Cell01"), ("hmr", "Cell01,Cell02"), ("pmd", "Cell01")]),
     "bsseq nanopore (modkit, modbam2bed)": (
         {"HG002": ("bsseq_extdata/modkit/chr21.chr22.HG002.top1000.bed.gz", []),
          "ctr1": ("bsseq_extdata/modbam2bed/ctr1.chr10.chr11.bed.gz", [])},
         [("hmr", "HG002"), ("hmr", "ctr1"), ("pmd", "HG002")]),
     "methylKit RRBS chr21": (
-        {"test1": ("methylKit_extdata/test1.myCpG.txt.gz", []), "control1": ("methylKit_extdata/control1.myCpG.txt.gz", [])},
+        {"test1": ("methylKit_extdata/test1.myCpG.txt.gz", []),
+         "control1": ("methylKit_extdata/control1.myCpG.txt.gz", [])},
         [("hmr", "test1"), ("hmr", "test1,control1"), ("pmd", "test1")]),
     "biscuiteer MCF7 chr11p15": (
         {"MCF7": ("biscuiteer_MCF7_chr11p15/MCF7_Cunha_chr11p15.bed.gz", [])},

@@ -152,8 +152,9 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, f"no run of {DEFINITIONS[settings.kind].split(':')[0]} bins passed the rule ("
-                                   + rule.conditions(len(samples)) + ")"))
+        kind = DEFINITIONS[settings.kind].split(":")[0]  # hypomethylated, partially methylated
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated,
+                                   f"no run of {kind} bins passed the rule ({rule.conditions(len(samples))})"))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
 
 

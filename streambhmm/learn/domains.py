@@ -10,9 +10,9 @@ not fitted to a data set (docs/guide/hmr-pmd.md, "HMRs and PMDs", shows how the 
 with them). A model fitted freely spends its states on the bulk of the genome (methylated
 background, PMDs) and often leaves none for regions that cover 1-3% of it, so `hmr` fits a
 model with one state held to the caps and HMR_BACKGROUND_STATES free ones (a free state
-that falls within the definition is hypomethylated too): the data decide the background (one methylated
-level, or a ladder with PMDs), the definition decides what is hypomethylated, and a PMD
-(a broad state around 0.5) is background, not an HMR. DNMTools' two-state model has no
+within the definition is hypomethylated too): the data decide the background (one
+methylated level, or a ladder with PMDs), the definition decides what is hypomethylated,
+and a PMD (a broad state around 0.5) is background, not an HMR. DNMTools' two-state model has no
 room for both, and in a methylome with PMDs its foreground becomes the PMDs.
 
 PMD. A state is *partially methylated* when its level is below PMD_LEVEL (0.7) in every

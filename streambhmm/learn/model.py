@@ -17,6 +17,7 @@ from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
 TRIPLES_PER_PARAMETER = 10  # fewer data cannot pin the parameters down
+METHYLATION_RECOVERY = ("ratio", "paper")
 
 
 class TooFewDataError(ValueError):
@@ -25,7 +26,6 @@ class TooFewDataError(ValueError):
     def __init__(self, message: str, n_triples: int, needed: int):
         super().__init__(message)
         self.n_triples, self.needed = n_triples, needed
-METHYLATION_RECOVERY = ("ratio", "paper")
 
 
 class SpectralBinomialHMM(BaseBinomialHMM):
