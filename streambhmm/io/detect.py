@@ -118,7 +118,8 @@ def detect_format(path) -> str:
         listing = "; ".join(f"{name} ({FORMATS[name].columns})" for name in found)
         raise FormatError(path, None, None, f"ambiguous format: the first {len(pre.data)} data lines fit "
                                             f"{len(found)} formats: {listing}. Pass --format "
-                                            f"{' or --format '.join(found)}")
+                                            f"{' or --format '.join(found)}; if it is none of them, "
+                                            f"{columns_hint(None)}")
     line, text = _first_misfit(pre)
     raise FormatError(path, line, text, f"unknown format (none of {', '.join(n for n in FORMATS if n != 'columns')}"
                                         f" fits this line and those before it); {columns_hint(None)}")

@@ -54,7 +54,8 @@ def test_bedgraph_and_bismark_cov_are_told_apart_by_content(tmp_path, body, fmt)
 def test_methyldackel_without_its_track_line_is_ambiguous_not_shifted(tmp_path):
     path = write(tmp_path, "md.bedGraph", "chr1\t9\t10\t50\t1\t1\nchr1\t10\t11\t100\t2\t0\n")
     with pytest.raises(FormatError, match=r"ambiguous format: .*fit 2 formats: bismark-cov .*methyldackel .*"
-                                          r"Pass --format bismark-cov or --format methyldackel"):
+                                          r"Pass --format bismark-cov or --format methyldackel; if it is none of "
+                                          r"them, describe its columns with --columns chrom=N"):
         detect_format(path)
     assert rows_of(path, "methyldackel") == [("chr1", 9, 1, 2), ("chr1", 10, 2, 2)]  # 0-based start
     assert rows_of(path, "bismark-cov") == [("chr1", 8, 1, 2), ("chr1", 9, 2, 2)]  # merged CpG: 1-based C
