@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from streambhmm.io.bed import read_bed
+
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
               Path(__file__).resolve().parents[2] / "shared")
 REAL = SHARED / "data" / "real"
@@ -107,8 +109,8 @@ def table_facts(tsv: Path) -> tuple[float, int]:
 
 
 def bed_sorted(bed: Path) -> bool:
-    rows = [line.split("\t")[:2] for line in bed.read_text().splitlines() if not line.startswith("track")]
-    return rows == sorted(rows, key=lambda r: (r[0], int(r[1])))
+    rows = [(item.chrom, item.start) for item in read_bed(bed)]
+    return rows == sorted(rows)
 
 
 def main() -> None:

@@ -27,8 +27,8 @@ from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..learn.checks import degeneracy_problems
-from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, UNMETHYLATED_CHECK_READS, CallModel,
-                             hypomethylated, partially_methylated, unmethylated_share)
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TARGET_STATES, UNMETHYLATED_CHECK_READS,
+                             CallModel, hypomethylated, partially_methylated, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -62,6 +62,10 @@ class CallSettings:
     @property
     def model(self) -> CallModel:
         return HMR_MODEL if self.kind == "hmr" else PMD_MODEL
+
+    @property
+    def regions(self) -> str:
+        return "hypomethylated regions" if self.kind == "hmr" else "partially methylated domains"
 
 
 @dataclass
@@ -152,9 +156,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:
-        kind = DEFINITIONS[settings.kind].split(":")[0]  # hypomethylated, partially methylated
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated,
-                                   f"no run of {kind} bins passed the rule ({rule.conditions(len(samples))})"))
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, f"no run of {TARGET_STATES[settings.kind]} "
+                                   f"bins passed the rule ({rule.conditions(len(samples))})"))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
 
 
@@ -186,22 +189,25 @@ def _check_moments(settings: CallSettings, store, data) -> None:
                          f"--pooled, --feature beta)")
 
 
+def _refusal(settings: CallSettings, samples, reason: str) -> str:
+    """The first words of a call's refusal: no regions in the store's samples, and why."""
+    return f"no {settings.regions} in {settings.store} ({','.join(samples)}): {reason}."
+
+
 def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataError) -> str:
     """The message of a call whose data are too few to fit its model."""
-    what = "hypomethylated regions" if settings.kind == "hmr" else "partially methylated domains"
     scale = ("a PMD spans at least 50 kb" if settings.kind == "pmd" else
              "the model needs a background as well as the regions")
-    return (f"no {what} in {settings.store} ({','.join(samples)}): too few data. The fit of {settings.model.n_states} "
-            f"states needs at least {exc.needed:,} triples of consecutive covered {bin_size:,} bp bins, and these data "
-            f"hold {exc.n_triples:,}. They cover too little of the genome ({scale}): a targeted or sparse assay, or "
-            f"an excerpt.")
+    return (f"{_refusal(settings, samples, 'too few data')} The fit of {settings.model.n_states} states needs at "
+            f"least {exc.needed:,} triples of consecutive covered {bin_size:,} bp bins, and these data hold "
+            f"{exc.n_triples:,}. They cover too little of the genome ({scale}): a targeted or sparse assay, or an "
+            f"excerpt.")
 
 
 def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str) -> str:
     """The message of a call that found no region: what the model found, and what the data lack."""
     levels = ", ".join("/".join(f"{v:.2f}" for v in row) for row in hmm.methylation_)
-    what = "hypomethylated regions" if settings.kind == "hmr" else "partially methylated domains"
-    lines = [f"no {what} in {settings.store} ({','.join(samples)}): {reason}. The fitted states' levels: {levels}."]
+    lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
     missing = missing_unmethylated(settings.kind, samples, unmethylated)
     if missing:
         lines.append(missing)

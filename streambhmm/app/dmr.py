@@ -32,7 +32,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                window_regions)
 from ..distributed.regions import RegionRule, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
-from ..io.bed import bed9_line, track_line
+from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import check_output_file, remove_leftovers, replacing
 from ..io.progress import em_progress, stage
 from ..learn.checks import stationary_weights
@@ -320,7 +320,8 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     levels = table.sample_levels()
     group_levels = table.group_levels(groups)
     differences = table.differences(groups)
-    order = sorted(range(len(table)), key=lambda k: (table.chrom[k], table.start[k]))  # io.bed.bed_order
+    rank = {chrom: i for i, chrom in enumerate(bed_order(set(table.chrom)))}
+    order = sorted(range(len(table)), key=lambda k: (rank[table.chrom[k]], table.start[k]))
     names = [f"{prefix}{k + 1}" for k in range(len(table))]
     score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
     what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"

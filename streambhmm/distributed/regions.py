@@ -84,8 +84,7 @@ class RegionRule:
             keep &= (regions.coverage > 0).all(axis=1)
         if self.level_range is not None:
             floor, ceiling = self.level_range
-            with np.errstate(invalid="ignore", divide="ignore"):
-                levels = regions.methylated / regions.coverage
+            levels = regions.levels()
             keep &= ~(levels >= ceiling).any(axis=1)
             if floor is not None:
                 keep &= (levels > floor).any(axis=1)
@@ -152,6 +151,11 @@ class Regions:
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def levels(self) -> np.ndarray:
+        """(regions, S) the mean level of each region's target bins per sample; NaN without reads."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.methylated / self.coverage
 
     def take(self, index) -> "Regions":
         return Regions(*(getattr(self, f)[index] for f in _FIELDS), self.open_start, self.open_end)
@@ -266,8 +270,7 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
                              *(f"level_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():
             score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                levels = regions.methylated / regions.coverage
+            levels = regions.levels()
             for i in range(len(regions)):
                 name, start, end = f"{rule.name}{n}", int(regions.start[i]), int(regions.end[i])
                 bed.write(bed9_line(chrom, start, end, name, int(score[i]), colour))

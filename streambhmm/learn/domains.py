@@ -5,7 +5,7 @@ HMR. A state is *hypomethylated* when, in every sample, its mean level is at mos
 HYPO_LEVEL (0.2) and the Beta distribution of its bins' levels puts at least HYPO_MASS
 (92%) of its mass below 0.5, so most of the state's CpGs are unmethylated. HYPO_MASS is
 that of a state at the caps, level and overdispersion (HYPO_DISPERSION) both 0.2; a lower
-state may be more dispersed (at level 0.01, up to 0.6). Both are set by that definition,
+state may be more dispersed (at level 0.1, up to 0.52; at 0.05 or below, any). Both are set by that definition,
 not fitted to a data set (docs/guide/hmr-pmd.md, "HMRs and PMDs", shows how the calls move
 with them). A model fitted freely spends its states on the bulk of the genome (methylated
 background, PMDs) and often leaves none for regions that cover 1-3% of it, so `hmr` fits a
@@ -40,9 +40,10 @@ PMD_BIN_SIZE = 5000
 PMD_STATES = 2
 # the unmethylated check counts bins with at least this many reads (fewer say little)
 UNMETHYLATED_CHECK_READS = 5
-DEFINITIONS = {"hmr": f"hypomethylated: level at most {HYPO_LEVEL} and at least 92% of the bins' levels below "
-                      f"{HALF_METHYLATED} in every sample",
-               "pmd": f"partially methylated: level below {PMD_LEVEL} in every sample, not hypomethylated"}
+TARGET_STATES = {"hmr": "hypomethylated", "pmd": "partially methylated"}  # what a call's regions are made of
+DEFINITIONS = {"hmr": f"{TARGET_STATES['hmr']}: level at most {HYPO_LEVEL} and at least 92% of the bins' levels "
+                      f"below {HALF_METHYLATED} in every sample",
+               "pmd": f"{TARGET_STATES['pmd']}: level below {PMD_LEVEL} in every sample, not hypomethylated"}
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,6 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
     n_samples, d = features.codes.shape[1], features.n_bins
     sd = n_samples * d
     n_triples = max(positions.size - 2, 0)
-    starts = np.arange(n_triples)
     ids, first = np.unique(positions[1:n_triples + 1] // block_size, return_index=True)
     bounds = np.r_[first, n_triples]
     p12 = np.zeros((ids.size, sd, sd), np.float32)
@@ -76,7 +75,7 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
         rows = np.concatenate([table[features.codes[lo:hi + 2, s]] for s in range(n_samples)], axis=1)
         p12[b] = rows[:-2].T @ rows[1:-1]
         p13[b] = rows[:-2].T @ rows[2:]
-        chosen = starts[lo:hi]
+        chosen = np.arange(lo, hi)
         # per triple (coverage_features' product over every code costs more for a block's few
         # triples), summed in float64 and kept in float32 as the other block sums
         summed = np.zeros(by_coverage.shape[1:])
