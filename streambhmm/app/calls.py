@@ -147,7 +147,9 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     except ValueError:
         all_of_them = bool((hypomethylated if settings.kind == "hmr" else partially_methylated)(
             hmm.methylation_, hmm.dispersion).all())
-        reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: no background" if all_of_them else
+        background = ("no methylated background to set domains against (a genome without CG methylation, or a "
+                      "library of CpG islands such as RRBS)" if settings.kind == "pmd" else "no background")
+        reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
         raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason)) from None
     echo("the regions: a posterior pass over the counts")

@@ -20,9 +20,9 @@ cut them as `streambhmm hmr` and `pmd` do:
           widened over its shoulders, the covered bins beside it nearer its level than the
           local background and below 0.5 (distributed.shoulders)
     pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
-          up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them); its mean
-          level below 0.7 in every sample and above 0.2 in some (partially methylated, not
-          hypomethylated, as the region it is, not only as its states)
+          up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them: the length,
+          not the level, tells a PMD from an HMR); its mean level below 0.7 in every sample
+          (as the region it is, not only as its states)
 
 In both, every sample has reads in a region's target bins: a joint region says nothing of a
 sample without.
@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_LEVEL, hypomethylated,
+from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, PMD_LEVEL, hypomethylated,
                              partially_methylated)
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
@@ -117,7 +117,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     elif preset == "pmd":
         targets = np.flatnonzero(partially_methylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD",
-                          level_range=(HYPO_LEVEL, PMD_LEVEL), every_sample=True)
+                          level_range=(None, PMD_LEVEL), every_sample=True)
     else:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     wanted = DEFINITIONS[preset]

@@ -18,7 +18,11 @@ room for both, and in a methylome with PMDs its foreground becomes the PMDs.
 PMD. A state is *partially methylated* when its level is below PMD_LEVEL (0.7) in every
 sample (Lister et al. 2009's definition: mean methylation under 70%) on bins of
 PMD_BIN_SIZE (5 kb), where a PMD spans dozens of bins and an HMR none; `pmd` fits two
-states there (as DNMTools' pmd), and a genome whose two states are both above 0.7 has no PMDs.
+states there (as DNMTools' pmd). What sets a PMD apart from an HMR is its length, not its
+level: a cancer genome's deepest PMDs average 0.1 (MCF7's), so a hypomethylated state
+counts too, and the rule's 50 kb keeps HMRs out. A genome whose two states are both above
+0.7 has no PMDs, and one whose two states are both below has no methylated background to
+set them against (a mutant without CG methylation).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ UNMETHYLATED_CHECK_READS = 5
 TARGET_STATES = {"hmr": "hypomethylated", "pmd": "partially methylated"}  # what a call's regions are made of
 DEFINITIONS = {"hmr": f"{TARGET_STATES['hmr']}: level at most {HYPO_LEVEL} and at least 92% of the bins' levels "
                       f"below {HALF_METHYLATED} in every sample",
-               "pmd": f"{TARGET_STATES['pmd']}: level below {PMD_LEVEL} in every sample, not hypomethylated"}
+               "pmd": f"{TARGET_STATES['pmd']}: level below {PMD_LEVEL} in every sample"}
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,9 @@ def hypomethylated(methylation, dispersion=None) -> np.ndarray:
 
 
 def partially_methylated(methylation, dispersion=None) -> np.ndarray:
-    """Per state: below PMD_LEVEL in every sample, and not hypomethylated."""
-    return (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1) & ~hypomethylated(methylation, dispersion)
+    """Per state: below PMD_LEVEL in every sample (by its levels alone: ``dispersion`` is
+    taken, as hypomethylated takes it, and not needed)."""
+    return (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1)
 
 
 def unmethylated_share(moments) -> np.ndarray:

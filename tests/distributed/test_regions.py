@@ -43,7 +43,8 @@ def test_regions_merge_across_small_gaps_and_keep_their_counts():
 def test_presets_choose_states_by_their_levels():
     levels = np.array([[0.05, 0.1], [0.3, 0.6], [0.6, 0.7], [0.9, 0.9]])
     assert preset_rule("hmr", levels).targets == (0,)
-    assert preset_rule("pmd", levels).targets == (1,)  # below 0.7 in every sample, and not hypomethylated
+    # below 0.7 in every sample: a hypomethylated state too (a cancer genome's deepest PMDs are)
+    assert preset_rule("pmd", levels).targets == (0, 1)
     assert preset_rule("pmd", levels).min_length == 50_000
     # a beta-binomial state at low levels but spread over every level is not hypomethylated:
     # at level 0.1 and overdispersion 0.6, 91% of its levels lie below 0.5 (the caps': 92%);
@@ -61,9 +62,9 @@ def test_presets_choose_states_by_their_levels():
 
 
 def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
-    # five joined regions of two samples, 1 kb long with 10 target bins each
-    meth = np.array([[0, 0], [60, 5], [5, 0], [30, 20], [10, 12]], float)
-    cov = np.array([[100, 100], [100, 100], [100, 0], [100, 100], [100, 100]], float)
+    # six joined regions of two samples, 1 kb long with 10 target bins each
+    meth = np.array([[0, 0], [60, 5], [5, 0], [30, 20], [10, 12], [75, 50]], float)
+    cov = np.array([[100, 100], [100, 100], [100, 0], [100, 100], [100, 100], [100, 100]], float)
     n = len(meth)
     regions = Regions(np.arange(n) * 2000, np.arange(n) * 2000 + 1000, np.full(n, 10), np.full(n, 9.0), meth, cov,
                       np.ones(n))
@@ -71,10 +72,10 @@ def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     hmr = preset_rule("hmr", levels)
     # 0.6 in sample 1 is mostly methylated; no read in sample 2 says nothing of it; no
     # methylated read at all (the first) is as hypomethylated as can be
-    assert hmr.keeps(regions).tolist() == [True, False, False, True, True]
+    assert hmr.keeps(regions).tolist() == [True, False, False, True, True, False]
     pmd = RegionRule(**{**preset_rule("pmd", levels).__dict__, "min_length": 0})
-    # PMDs: below 0.7 in every sample and above 0.2 in some (0.0 / 0.0 and 0.1 / 0.12 are not)
-    assert pmd.keeps(regions).tolist() == [False, True, False, True, False]
+    # PMDs: below 0.7 in every sample (0.75 in one is not), at any depth
+    assert pmd.keeps(regions).tolist() == [True, True, False, True, True, False]
     assert RegionRule((0,), 0.5).keeps(regions).all()  # a rule of chosen states: no definition to meet
 
 
