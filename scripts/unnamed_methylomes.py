@@ -1,16 +1,29 @@
 """`streambhmm hmr` and `pmd` on the real methylomes that compare_dnmtools.py does not name.
 
-    python scripts/unnamed_methylomes.py [--workdir DIR] [--sets a,b]
+    python scripts/unnamed_methylomes.py [--workdir DIR] [--sets a,b] [--dnmtools PATH] [--polish]
 
 Each set of ../shared/data/real is ingested as a user would (the format detected, or the
 --columns its README calls for), one store per set, and `hmr` and `pmd` run on single
 samples and, where a set has several, on two jointly, each command a new process. Printed per
 call: the summary line's regions, median length and Mb, or the refusal's reason; from the
 TSV, the highest mean level of any region in any sample and the regions without reads in
-some sample (the rules allow none above 0.5 for HMRs, none at 0.7 or above or at 0.2 or
-below in every sample for PMDs, and none without reads); and whether the BED is in
-`LC_ALL=C sort -k1,1 -k2,2n` order. Nothing here is compared with a peer: these are the
-sets the rules were not tuned on (docs/guide/hmr-pmd.md, *On methylomes no script names*).
+some sample (the rules allow none above 0.5 for HMRs, none at 0.7 or above for PMDs, and
+none without reads); and whether the BED is in
+`LC_ALL=C sort -k1,1 -k2,2n` order. These are the sets the rules were not tuned on
+(docs/guide/hmr-pmd.md, *On methylomes no script names*).
+
+Beside each single-sample call, DNMTools v1.5.1's (`dnmtools hmr` / `pmd`, default settings,
+when --dnmtools, by default the build of ../shared/tools/peers/build_dnmtools.sh, exists) on
+the same CpGs: the rows `ingest` reads (the same reader and options), sites under 2 bp after
+the previous one folded into it as ../shared/tools/peers/convert.py folds them. Printed: its
+calls' count, Mb and mean level (methylated over covered reads inside them), or its refusal,
+and the base-pair Jaccard of the two; for HMRs also where DNMTools is right (both sides away
+from DNMTools' own PMD calls: in a methylome with PMDs its HMRs are PMD stretches, see
+compare_dnmtools.py). DNMTools' calls are a reference, not the truth: its two-state models
+call something on every input. The summary at the end: over the single-sample calls where
+DNMTools' calls average below 0.4 (HMRs) or all of them (PMDs), the median Jaccard and how
+many reach 0.6. With --polish each single-sample call is also run with --polish-em 1000 (EM
+to convergence from the one-pass model): Jaccard between the two, and the summary again.
 """
 
 from __future__ import annotations
@@ -23,7 +36,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+from compare_dnmtools import DEFAULT_DNMTOOLS, HIGH, away_from, jaccard_genome, read_beds
 from streambhmm.io.bed import read_bed
+from streambhmm.io.detect import detect_common_format
+from streambhmm.io.formats import read_rows
+from streambhmm.io.options import ReadOptions
 
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
               Path(__file__).resolve().parents[2] / "shared")
@@ -113,17 +132,148 @@ def bed_sorted(bed: Path) -> bool:
     return rows == sorted(rows)
 
 
+def read_options(extra: list[str]) -> ReadOptions:
+    """The ReadOptions of a sample's ingest options (--columns, --zero-based)."""
+    columns = ReadOptions.parse_columns(extra[extra.index("--columns") + 1]) if "--columns" in extra else None
+    return ReadOptions(columns=columns, zero_based="--zero-based" in extra)
+
+
+def cpg_counts(path: Path, extra: list[str]) -> dict[str, tuple]:
+    """A sample's CpG rows as `ingest` reads them: per chromosome, sorted 0-based positions,
+    methylated and covered reads, a site under 2 bp after the previous one folded into it."""
+    options = read_options(extra)
+    fmt = detect_common_format([path], "auto", options)
+    parts = {}
+    for rows in read_rows(path, fmt, options=options):
+        keep = rows.coverage > 0
+        parts.setdefault(rows.chrom, []).append((rows.pos0[keep], rows.methylated[keep], rows.coverage[keep]))
+    out = {}
+    for chrom, chunks in parts.items():
+        pos, mc, cov = (np.concatenate([c[i] for c in chunks]) for i in range(3))
+        order = np.argsort(pos, kind="stable")
+        pos, mc, cov = pos[order], mc[order], cov[order]
+        group = np.cumsum(np.r_[True, np.diff(pos) >= 2]) - 1
+        first = np.flatnonzero(np.r_[True, np.diff(group) > 0])
+        out[chrom] = (pos[first], np.bincount(group, mc), np.bincount(group, cov))
+    return out
+
+
+def write_dnmtools_counts(cpgs: dict, out: Path) -> None:
+    """DNMTools' counts format (chrom pos0 + CpG level reads), chromosomes in byte order."""
+    with open(out, "w") as f:
+        for chrom in sorted(cpgs):
+            pos, mc, cov = cpgs[chrom]
+            f.writelines(f"{chrom}\t{p}\t+\tCpG\t{m / c:.6g}\t{int(c)}\n" for p, m, c in zip(pos.tolist(), mc, cov))
+
+
+def pooled_level(cpgs: dict, beds: dict) -> float:
+    """Methylated over covered reads of the CpGs inside a BED's intervals."""
+    mc = cov = 0.0
+    for chrom, intervals in beds.items():
+        if chrom not in cpgs or not len(intervals):
+            continue
+        pos, m, c = cpgs[chrom]
+        cum_m, cum_c = np.r_[0, np.cumsum(m)], np.r_[0, np.cumsum(c)]
+        lo, hi = np.searchsorted(pos, intervals[:, 0]), np.searchsorted(pos, intervals[:, 1])
+        mc, cov = mc + (cum_m[hi] - cum_m[lo]).sum(), cov + (cum_c[hi] - cum_c[lo]).sum()
+    return mc / cov if cov else float("nan")
+
+
+def outside(beds: dict, domains: dict) -> dict:
+    """Per chromosome, the intervals that touch none of ``domains``."""
+    empty = np.zeros((0, 2), np.int64)
+    return {chrom: away_from(iv, domains.get(chrom, empty)) for chrom, iv in beds.items()}
+
+
+class DNMTools:
+    """DNMTools' calls on a sample's CpGs, made once per (sample, kind) in ``work``."""
+
+    def __init__(self, binary: str, work: Path):
+        self.binary, self.work, self.cpgs, self.calls = binary, work, {}, {}
+        self.agreement = {"hmr": [], "pmd": []}  # Jaccard (HMRs: where it is right) where its calls average below HIGH
+        self.only_theirs = {"hmr": [], "pmd": []}  # the samples where we refused and it called
+        self.polished_agreement = {"hmr": [], "pmd": []}  # the same calls' after EM (--polish)
+
+    def call(self, key: str, path: Path, extra: list[str], kind: str) -> tuple[Path | None, str]:
+        """(its BED, or None and its message)."""
+        if (key, kind) not in self.calls:
+            meth = self.work / f"{key}.meth"
+            if key not in self.cpgs:
+                self.cpgs[key] = cpg_counts(path, extra)
+                write_dnmtools_counts(self.cpgs[key], meth)
+            bed = self.work / f"{key}.dnmtools-{kind}.bed"
+            code, output, _ = run([self.binary, kind, "-o", bed, meth])
+            message = (output.strip().splitlines() or [f"exit {code}, no BED written"])[-1]
+            self.calls[key, kind] = (bed, "") if code == 0 and bed.exists() else (None, message)
+        return self.calls[key, kind]
+
+    def columns(self, key: str, path: Path, extra: list[str], kind: str, ours: Path | None,
+                polished: Path | None = None) -> str:
+        """Its calls (count, Mb, level) or refusal | Jaccard | Jaccard where it is right (HMRs);
+        the agreement of ``polished`` (our calls after EM) kept for the summary."""
+        bed, message = self.call(key, path, extra, kind)
+        if bed is None:
+            return f"{message.replace('|', '/')[:120]} | | "
+        theirs = read_beds(bed)
+        n = sum(1 for line in bed.read_text().splitlines() if line.strip())
+        mb = sum(int((iv[:, 1] - iv[:, 0]).sum()) for iv in theirs.values()) / 1e6
+        level = pooled_level(self.cpgs[key], theirs)
+        cell = f"{n:,}, {mb:.2f}, {level:.2f}"
+        if ours is None:
+            if n:
+                self.only_theirs[kind].append(key)
+            return f"{cell} | | "
+        plain, right = jaccard_genome(read_beds(ours), theirs), self.agreement_with(key, path, extra, kind, ours)
+        if level < HIGH or kind == "pmd":
+            self.agreement[kind].append(right)
+            if polished is not None:
+                self.polished_agreement[kind].append(self.agreement_with(key, path, extra, kind, polished))
+        return f"{cell} | {plain:.3f} | {'' if kind == 'pmd' else f'{right:.3f}'}"
+
+    def agreement_with(self, key: str, path: Path, extra: list[str], kind: str, ours: Path) -> float:
+        """Jaccard of a BED of ours with its calls; for HMRs where it is right (away from its PMDs)."""
+        mine, theirs = read_beds(ours), read_beds(self.call(key, path, extra, kind)[0])
+        if kind == "pmd":
+            return jaccard_genome(mine, theirs)
+        pmd_bed, _ = self.call(key, path, extra, "pmd")
+        pmds = read_beds(pmd_bed) if pmd_bed is not None else {}
+        return jaccard_genome(outside(mine, pmds), outside(theirs, pmds))
+
+    def summary(self) -> str:
+        lines = []
+        for kind, values in self.agreement.items():
+            if values:
+                lines.append(f"{kind}: {len(values)} single-sample calls beside DNMTools' with calls"
+                             f"{f' averaging below {HIGH}' if kind == 'hmr' else ''}; Jaccard"
+                             f"{' where DNMTools is right' if kind == 'hmr' else ''}: median {np.median(values):.3f}, "
+                             f"{sum(v >= 0.6 for v in values)} of them at 0.6 or more, range "
+                             f"{min(values):.3f}-{max(values):.3f}; refused by us where DNMTools called: "
+                             f"{len(self.only_theirs[kind])}")
+            after = self.polished_agreement[kind]
+            if after:
+                lines.append(f"    after EM (--polish-em 1000) on the same calls: median {np.median(after):.3f}, "
+                             f"{sum(v >= 0.6 for v in after)} at 0.6 or more, range {min(after):.3f}-{max(after):.3f}")
+        return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--sets", default=None, help="comma-separated names (as printed; default: all)")
+    parser.add_argument("--dnmtools", default=DEFAULT_DNMTOOLS, help="DNMTools' binary (none there: no columns)")
+    parser.add_argument("--polish", action="store_true",
+                        help="also each single-sample call with --polish-em 1000 (EM to convergence): its "
+                             "Jaccard with the one-pass calls, and with DNMTools'")
     args = parser.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-unnamed-"))
     work.mkdir(parents=True, exist_ok=True)
     chosen = [s.strip() for s in args.sets.split(",")] if args.sets else list(SETS)
+    peer = DNMTools(args.dnmtools, work) if Path(args.dnmtools).exists() else None
+    one_pass_vs_em = {"hmr": [], "pmd": []}
     print("| set | call | samples | exit | s | regions, median bp, Mb / refusal | highest mean level | "
-          "regions without reads in a sample | BED order |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "regions without reads in a sample | BED order | DNMTools: n, Mb, level / refusal | Jaccard | "
+          "Jaccard where DNMTools is right |" + (" one pass vs EM (Jaccard) |" if args.polish else ""))
+    print("|---" * (12 + args.polish) + "|")
     for k, name in enumerate(chosen):
         samples, calls = SETS[name]
         store = work / f"set{k}.zarr"
@@ -131,7 +281,7 @@ def main() -> None:
             code, output, _ = run(["streambhmm", "ingest", REAL / path, "--sample", sample, "--store", store, "-q",
                                    *options])
             if code:
-                print(f"| {name} | ingest | {sample} | {code} | | {output.strip()[-300:]} | | | |", flush=True)
+                print(f"| {name} | ingest | {sample} | {code} | | {output.strip()[-300:]} | | | | | | |", flush=True)
         for kind, which in calls:
             bed = work / f"set{k}.{kind}.{which.replace(',', '+')}.bed"
             code, output, seconds = run(["streambhmm", kind, store, "--samples", which, "-o", bed, "-q"])
@@ -143,7 +293,29 @@ def main() -> None:
             else:
                 reason = output.strip().splitlines()[-1] if output.strip() else ""
                 outcome, facts = reason.replace("|", "/")[:300], " | | "
-            print(f"| {name} | {kind} | {which} | {code} | {seconds:.1f} | {outcome} | {facts} |", flush=True)
+            polished, agree = None, ""
+            if args.polish and code == 0 and which in samples:
+                polished = bed.with_name(bed.stem + ".em.bed")
+                polish_code, _, _ = run(["streambhmm", kind, store, "--samples", which, "-o", polished, "-q",
+                                         "--polish-em", "1000"])
+                polished = polished if polish_code == 0 else None
+                if polished:
+                    one_pass_vs_em[kind].append(jaccard_genome(read_beds(bed), read_beds(polished)))
+                agree = f" {one_pass_vs_em[kind][-1]:.3f} |" if polished else " refused |"
+            theirs = " | | "
+            if peer is not None and which in samples:
+                path, options = samples[which]
+                theirs = peer.columns(f"set{k}.{which}", REAL / path, options, kind, bed if code == 0 else None,
+                                      polished)
+            print(f"| {name} | {kind} | {which} | {code} | {seconds:.1f} | {outcome} | {facts} | {theirs} |"
+                  + (agree or (" |" if args.polish else "")), flush=True)
+    if peer is not None:
+        print("\n" + peer.summary())
+    for kind, values in one_pass_vs_em.items():
+        if values:
+            print(f"{kind}, one pass vs EM on {len(values)} single-sample calls: median Jaccard "
+                  f"{np.median(values):.3f}, {sum(v >= 0.9 for v in values)} at 0.9 or more, range "
+                  f"{min(values):.3f}-{max(values):.3f}")
     print(f"\nfiles in {work}")
 
 
