@@ -143,10 +143,10 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
                                    + "; ".join(problems)))
     start = time.perf_counter()
     try:
-        rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion)
+        rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size)
     except ValueError:
-        all_of_them = bool((hypomethylated if settings.kind == "hmr" else partially_methylated)(
-            hmm.methylation_, hmm.dispersion).all())
+        all_of_them = bool((hypomethylated(hmm.methylation_, hmm.dispersion) if settings.kind == "hmr" else
+                            partially_methylated(hmm.methylation_, hmm.dispersion, store.bin_size)).all())
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
                       "library of CpG islands such as RRBS)" if settings.kind == "pmd" else "no background")
         reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else

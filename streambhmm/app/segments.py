@@ -144,7 +144,7 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
     if preset:
-        rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion)
+        rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size)
     else:
         rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")
     return rule_with(rule, **changes)

@@ -19,7 +19,8 @@ cut them as `streambhmm hmr` and `pmd` do:
           its mean level below 0.5 in every sample (most of its reads unmethylated); then
           widened over its shoulders, the covered bins beside it nearer its level than the
           local background and below 0.5 (distributed.shoulders)
-    pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009); gaps
+    pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009; on bins
+          narrower than 5 kb, not hypomethylated: there an HMR fills bins of its own); gaps
           up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them: the length,
           not the level, tells a PMD from an HMR); its mean level below 0.7 in every sample
           (as the region it is, not only as its states)
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, PMD_LEVEL, hypomethylated,
+from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, hypomethylated,
                              partially_methylated)
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
@@ -107,15 +108,17 @@ class RegionRule:
 HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
 
 
-def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None) -> RegionRule:
-    """The rule of a preset for a model's levels and overdispersions (see the module docstring)."""
+def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None,
+                bin_size: int = PMD_BIN_SIZE) -> RegionRule:
+    """The rule of a preset for a model's levels and overdispersions on bins of ``bin_size``
+    (see the module docstring)."""
     levels = np.atleast_2d(np.asarray(methylation))
     if preset == "hmr":
         targets = np.flatnonzero(hypomethylated(levels, dispersion))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False,
                           shoulders=True, level_range=(None, HALF_METHYLATED), every_sample=True)
     elif preset == "pmd":
-        targets = np.flatnonzero(partially_methylated(levels, dispersion))
+        targets = np.flatnonzero(partially_methylated(levels, dispersion, bin_size))
         rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD",
                           level_range=(None, PMD_LEVEL), every_sample=True)
     else:

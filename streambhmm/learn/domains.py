@@ -19,8 +19,9 @@ PMD. A state is *partially methylated* when its level is below PMD_LEVEL (0.7) i
 sample (Lister et al. 2009's definition: mean methylation under 70%) on bins of
 PMD_BIN_SIZE (5 kb), where a PMD spans dozens of bins and an HMR none; `pmd` fits two
 states there (as DNMTools' pmd). What sets a PMD apart from an HMR is its length, not its
-level: a cancer genome's deepest PMDs average 0.1 (MCF7's), so a hypomethylated state
-counts too, and the rule's 50 kb keeps HMRs out. A genome whose two states are both above
+level: a cancer genome's deepest PMDs average 0.1 (MCF7's), so on such bins a hypomethylated
+state counts too, and the rule's 50 kb keeps HMRs out (on narrower bins, where an HMR fills
+bins of its own, it does not). A genome whose two states are both above
 0.7 has no PMDs, and one whose two states are both below has no methylated background to
 set them against (a mutant without CG methylation).
 """
@@ -97,10 +98,14 @@ def hypomethylated(methylation, dispersion=None) -> np.ndarray:
     return low & (below_half(levels, np.atleast_2d(dispersion)) >= HYPO_MASS - 1e-9).all(axis=1)
 
 
-def partially_methylated(methylation, dispersion=None) -> np.ndarray:
-    """Per state: below PMD_LEVEL in every sample (by its levels alone: ``dispersion`` is
-    taken, as hypomethylated takes it, and not needed)."""
-    return (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1)
+def partially_methylated(methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
+    """Per state: below PMD_LEVEL in every sample. On bins narrower than PMD_BIN_SIZE an HMR
+    fills bins of its own, so there a hypomethylated state is the HMRs', not a PMD's (on 100 bp
+    bins its islands, 10 kb apart, would chain into "PMDs" of methylated background)."""
+    below = (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1)
+    if bin_size < PMD_BIN_SIZE:
+        below &= ~hypomethylated(methylation, dispersion)
+    return below
 
 
 def unmethylated_share(moments) -> np.ndarray:

@@ -197,4 +197,5 @@ def test_state_rules():
     # level 0.2 at overdispersion 0.3 has 87% below 0.5; level 0.01 at 0.55 has 98%
     assert hypomethylated(at_cap, np.array([[0.3, 0.1], [0.55, 0.55], [0.2, 0.2], [0.201, 0.1]])).tolist() == \
         [False, True, True, False]
-    assert partially_methylated(levels).tolist() == [True, True, True, False]  # any level below 0.7
+    assert partially_methylated(levels).tolist() == [True, True, True, False]  # any level below 0.7 on 5 kb bins
+    assert partially_methylated(levels, bin_size=100).tolist() == [False, True, True, False]

@@ -15,7 +15,8 @@ LEVELS = np.array([[0.05, 0.10], [0.55, 0.60], [0.90, 0.85]])
 def model_on_store(pooled: bool = False, samples=("H1", "IMR90")) -> ModelOnStore:
     document = {"samples": list(samples), "pooled": pooled}
     hmm = SimpleNamespace(methylation_=LEVELS[:, :1] if pooled else LEVELS, dispersion=None)  # a binomial model
-    return ModelOnStore("counts.zarr", "dir/m3.json", None, document, hmm, ["unmethylated", "intermediate", "high"])
+    counts = SimpleNamespace(bin_size=100)
+    return ModelOnStore("counts.zarr", "dir/m3.json", counts, document, hmm, ["unmethylated", "intermediate", "high"])
 
 
 def test_a_joint_model_writes_one_bed_and_a_pooled_model_one_per_sample():
@@ -46,6 +47,8 @@ def test_region_rules_from_a_preset_or_states_with_the_users_settings():
     job = model_on_store()
     hmr = region_rule(job, "hmr", None, max_gap=500, min_bins=None)
     assert (hmr.targets, hmr.name, hmr.max_gap, hmr.min_bins, hmr.bridge_covered) == ((0,), "HMR", 500, 4, False)
+    # on the store's 100 bp bins the unmethylated state is the HMRs', not a PMD's
+    assert region_rule(job, "pmd", None).targets == (1,)
     chosen = region_rule(job, None, "high,unmethylated,0", min_posterior=0.9)
     assert (chosen.targets, chosen.name, chosen.min_posterior) == ((0, 2), "region", 0.9)
     with pytest.raises(ValueError, match="is a pooled model; regions are found with joint models"):

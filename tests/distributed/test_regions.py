@@ -43,8 +43,10 @@ def test_regions_merge_across_small_gaps_and_keep_their_counts():
 def test_presets_choose_states_by_their_levels():
     levels = np.array([[0.05, 0.1], [0.3, 0.6], [0.6, 0.7], [0.9, 0.9]])
     assert preset_rule("hmr", levels).targets == (0,)
-    # below 0.7 in every sample: a hypomethylated state too (a cancer genome's deepest PMDs are)
+    # below 0.7 in every sample: a hypomethylated state too (a cancer genome's deepest PMDs are),
+    # but not on bins narrower than 5 kb, where an HMR fills bins of its own
     assert preset_rule("pmd", levels).targets == (0, 1)
+    assert preset_rule("pmd", levels, bin_size=100).targets == (1,)
     assert preset_rule("pmd", levels).min_length == 50_000
     # a beta-binomial state at low levels but spread over every level is not hypomethylated:
     # at level 0.1 and overdispersion 0.6, 91% of its levels lie below 0.5 (the caps': 92%);

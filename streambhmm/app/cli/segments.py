@@ -89,7 +89,8 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @_model_on_store
 @click.option("--preset", type=click.Choice(["hmr", "pmd"]), default=None,
               help="hmr: hypomethylated regions (states with level <= 0.2 and 92% of their levels below 0.5 in "
-                   "every sample); pmd: partially methylated domains (states below 0.7, regions of 50 kb or more): "
+                   "every sample); pmd: partially methylated domains (states below 0.7, on bins under 5 kb not "
+                   "hypomethylated; regions of 50 kb or more): "
                    "the rules of `streambhmm hmr` and `pmd` (docs/guide/hmr-pmd.md). The options below change a "
                    "preset's settings.")
 @click.option("--targets", default=None,
