@@ -223,21 +223,18 @@ class DNMTools:
             if n:
                 self.only_theirs[kind].append(key)
             return f"{cell} | | "
-        plain, right = jaccard_genome(read_beds(ours), theirs), self.agreement_with(key, path, extra, kind, ours)
+        mine = read_beds(ours)
+        plain = jaccard_genome(mine, theirs)
+        # where it is right: HMRs away from its own PMD calls (PMDs: all of them, nothing to leave out)
+        pmd_bed = self.call(key, path, extra, "pmd")[0] if kind == "hmr" else None
+        pmds = read_beds(pmd_bed) if pmd_bed is not None else {}
+        theirs_right = outside(theirs, pmds)
+        right = jaccard_genome(outside(mine, pmds), theirs_right)
         if level < HIGH or kind == "pmd":
             self.agreement[kind].append(right)
             if polished is not None:
-                self.polished_agreement[kind].append(self.agreement_with(key, path, extra, kind, polished))
+                self.polished_agreement[kind].append(jaccard_genome(outside(read_beds(polished), pmds), theirs_right))
         return f"{cell} | {plain:.3f} | {'' if kind == 'pmd' else f'{right:.3f}'}"
-
-    def agreement_with(self, key: str, path: Path, extra: list[str], kind: str, ours: Path) -> float:
-        """Jaccard of a BED of ours with its calls; for HMRs where it is right (away from its PMDs)."""
-        mine, theirs = read_beds(ours), read_beds(self.call(key, path, extra, kind)[0])
-        if kind == "pmd":
-            return jaccard_genome(mine, theirs)
-        pmd_bed, _ = self.call(key, path, extra, "pmd")
-        pmds = read_beds(pmd_bed) if pmd_bed is not None else {}
-        return jaccard_genome(outside(mine, pmds), outside(theirs, pmds))
 
     def summary(self) -> str:
         lines = []

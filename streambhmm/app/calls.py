@@ -28,7 +28,7 @@ from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TARGET_STATES, UNMETHYLATED_CHECK_READS,
-                             CallModel, hypomethylated, partially_methylated, unmethylated_share)
+                             CallModel, target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -145,8 +145,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     try:
         rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size)
     except ValueError:
-        all_of_them = bool((hypomethylated(hmm.methylation_, hmm.dispersion) if settings.kind == "hmr" else
-                            partially_methylated(hmm.methylation_, hmm.dispersion, store.bin_size)).all())
+        all_of_them = bool(target_states(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size).all())
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
                       "library of CpG islands such as RRBS)" if settings.kind == "pmd" else "no background")
         reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else

@@ -43,8 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import (DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, hypomethylated,
-                             partially_methylated)
+from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import replacing
@@ -71,9 +70,9 @@ class RegionRule:
     bridge_covered: bool = True
     # widen each region over its shoulders (distributed.shoulders)
     shoulders: bool = False
-    # (floor, ceiling): keep a region only when its mean level (its target bins' reads) is
-    # below the ceiling in every sample and above the floor (None: none) in some: a preset's definition
-    level_range: tuple | None = None
+    # keep a region only when its mean level (its target bins' reads) is below this in every
+    # sample (None: any level): a preset's definition
+    max_level: float | None = None
     # keep a region only when every sample has reads in its target bins (else it says
     # nothing of the samples without)
     every_sample: bool = False
@@ -83,12 +82,8 @@ class RegionRule:
         keep = (regions.end - regions.start >= self.min_length) & (regions.n_bins >= self.min_bins)
         if self.every_sample:
             keep &= (regions.coverage > 0).all(axis=1)
-        if self.level_range is not None:
-            floor, ceiling = self.level_range
-            levels = regions.levels()
-            keep &= ~(levels >= ceiling).any(axis=1)
-            if floor is not None:
-                keep &= (levels > floor).any(axis=1)
+        if self.max_level is not None:
+            keep &= ~(regions.levels() >= self.max_level).any(axis=1)
         return keep
 
     def conditions(self, n_samples: int) -> str:
@@ -96,10 +91,8 @@ class RegionRule:
         parts = [f"at least {self.min_bins} target bins"] if self.min_bins > 1 else []
         if self.min_length:
             parts.append(f"at least {self.min_length:,} bp")
-        if self.level_range is not None:
-            floor, ceiling = self.level_range
-            parts.append(f"a mean level below {ceiling} in every sample" + ("" if floor is None else
-                                                                            f" and above {floor} in some"))
+        if self.max_level is not None:
+            parts.append(f"a mean level below {self.max_level} in every sample")
         if self.every_sample and n_samples > 1:
             parts.append("reads in every sample")
         return ", ".join(parts)
@@ -112,17 +105,15 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
                 bin_size: int = PMD_BIN_SIZE) -> RegionRule:
     """The rule of a preset for a model's levels and overdispersions on bins of ``bin_size``
     (see the module docstring)."""
-    levels = np.atleast_2d(np.asarray(methylation))
-    if preset == "hmr":
-        targets = np.flatnonzero(hypomethylated(levels, dispersion))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False,
-                          shoulders=True, level_range=(None, HALF_METHYLATED), every_sample=True)
-    elif preset == "pmd":
-        targets = np.flatnonzero(partially_methylated(levels, dispersion, bin_size))
-        rule = RegionRule(tuple(int(h) for h in targets), 0.5, 10_000, 50_000, 1, "PMD",
-                          level_range=(None, PMD_LEVEL), every_sample=True)
-    else:
+    if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    levels = np.atleast_2d(np.asarray(methylation))
+    targets = tuple(int(h) for h in np.flatnonzero(target_states(preset, levels, dispersion, bin_size)))
+    if preset == "hmr":
+        rule = RegionRule(targets, 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
+                          max_level=HALF_METHYLATED, every_sample=True)
+    else:
+        rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
     wanted = DEFINITIONS[preset]
     described = f"levels {levels.round(2).tolist()}" + ("" if dispersion is None else
                                                         f", overdispersions {np.round(dispersion, 3).tolist()}")

@@ -108,6 +108,14 @@ def partially_methylated(methylation, dispersion=None, bin_size: int = PMD_BIN_S
     return below
 
 
+def target_states(kind: str, methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
+    """Per state: whether the regions of ``kind`` ("hmr", "pmd") are made of it, on bins of
+    ``bin_size``."""
+    if kind == "hmr":
+        return hypomethylated(methylation, dispersion)
+    return partially_methylated(methylation, dispersion, bin_size)
+
+
 def unmethylated_share(moments) -> np.ndarray:
     """Per sample, the share of bins with at least UNMETHYLATED_CHECK_READS reads that have
     no methylated read, from the single-bin histogram (exact cells only: coverage below its
