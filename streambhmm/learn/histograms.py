@@ -17,7 +17,7 @@ class _Cells:
     """One kernel input: cells as per-slot table entries (see _refine_kernels.mixture_loglik), each
     entry with its Binomial pair and its thinned coverage's probability given each bucket."""
 
-    def __init__(self, slot_cov, binomial_cov, binomial_meth, weight, samples, thinned, width):
+    def __init__(self, slot_cov, binomial_cov, binomial_meth, weight, samples, thinned):
         n_slots = slot_cov.shape[1]
         keys = slot_cov * (slot_cov.max(initial=0) + 1) ** 2 + binomial_cov * (slot_cov.max(initial=0) + 1) \
             + binomial_meth
@@ -30,12 +30,14 @@ class _Cells:
         c = np.concatenate([binomial_cov[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         mu = np.concatenate([binomial_meth[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
-        self.groups = np.zeros(1, np.int64)
-        if width == 2:  # pairs sorted by their first bin (the kernel's groups)
-            _, first_bin = np.unique(index[:, :n_slots // 2], axis=0, return_inverse=True)
-            order = np.argsort(first_bin.ravel(), kind="stable")
-            index, weight = index[order], weight[order]
-            self.groups = np.flatnonzero(np.r_[True, np.diff(first_bin.ravel()[order]) != 0, True]).astype(np.int64)
+        # cells sorted by their first half of slots (a pair's first bin), the kernel's groups
+        self.half = max(n_slots // 2, 1)
+        _, first_part = np.unique(index[:, :self.half], axis=0, return_inverse=True)
+        order = np.argsort(first_part.ravel(), kind="stable")
+        index, weight = index[order], weight[order]
+        first_part = first_part.ravel()[order]
+        self.groups = np.r_[np.flatnonzero(np.r_[True, np.diff(first_part) != 0]) if first_part.size else [],
+                            first_part.size].astype(np.int64)
         self.samples, self.weight, self.index, self.c, self.mu = samples, weight, index, c, mu
         # cells of the coverage alone have every entry (0, 0): no emission term, none computed
         self.emits = bool(c.any())
@@ -78,11 +80,11 @@ class _Histogram:
             cov, meth = decode_cells(cells, self.layout)
             samples = self.layout.slot_samples(row).astype(np.int64)
             weight = hist[row, cells].astype(np.float64)
-            joint = _Cells(cov, cov, meth, weight, samples, thinned, width)
+            joint = _Cells(cov, cov, meth, weight, samples, thinned)
             coverage_tuples, which = np.unique(cov, axis=0, return_inverse=True)
             zeros = np.zeros_like(coverage_tuples)
             coverage_only = _Cells(coverage_tuples, zeros, zeros, np.bincount(which.ravel(), weight), samples,
-                                   thinned, width)
+                                   thinned)
             self.rows.append((joint, coverage_only))
 
     def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, coverage, grads, sign):
@@ -100,11 +102,8 @@ class _Histogram:
             gradients.append(gradient)
         resp = np.zeros((cells.c.size, m))
         gp, ga = np.zeros(m), np.zeros((m, m))
-        if self.width == 1:
-            value = _refine_kernels.mixture_loglik(cells.weight, cells.index, cells.offsets, log_table, pi, gp, resp)
-        else:
-            value = _refine_kernels.pair_mixture_loglik(cells.weight, cells.index, cells.groups, cells.offsets, log_table, pi,
-                                                 transmat, gp, ga, resp)
+        value = _refine_kernels.mixture_loglik(cells.weight, cells.index, cells.half, cells.groups, cells.offsets,
+                                               log_table, pi, transmat if self.width == 2 else None, gp, ga, resp)
         g_pi += sign * gp
         g_a += sign * ga
         for g, s in enumerate(cells.samples):

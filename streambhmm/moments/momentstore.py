@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_mome
                        select_samples, tree_reduce)
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, check_block_size
 from .sums import Moments
+
+READ_THREADS = 4
 
 __all__ = ["MANIFEST", "MOMENT_STORE_FORMAT", "MOMENT_STORE_VERSION", "Manifest", "MomentStoreError", "UpdateReport",
            "is_moment_store", "load_partials", "load_total", "merge_moment_stores", "read_manifest",
@@ -242,14 +245,19 @@ def load_partials(root) -> tuple[list[ChunkPartial], Manifest]:
     if unlisted:
         raise MomentStoreError(f"{root}: partial {unlisted[0]} has no manifest entry; the manifest is "
                                f"missing entries (rerun `streambhmm moments` to rebuild it)")
-    partials = []
     for entry in manifest.partials:
         path = root / entry["path"]
         if not path.exists():
             raise MomentStoreError(f"partial {entry['chromosome']} chunk {entry['chunk']} ({path}) listed in "
                                    f"the manifest is missing")
-        partials.append(read_partial(path, entry["sha256"], _identity(entry))[0])
-    return partials, manifest
+
+    def read(entry: dict) -> ChunkPartial:
+        return read_partial(root / entry["path"], entry["sha256"], _identity(entry))[0]
+
+    # in threads: each read waits on Zarr's I/O loop and on decompression, which release the GIL
+    # (measured on 40 partials of a genome: 3.5 s one at a time, 2.5 s in 4 threads)
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        return list(pool.map(read, manifest.partials)), manifest
 
 
 def _identity(entry: dict) -> dict:

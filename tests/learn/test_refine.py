@@ -48,24 +48,82 @@ def reference_loglik(moments, width, levels, pi, transmat, coverage_models, cove
     return total / moments.n_triples
 
 
-@pytest.mark.parametrize("n_samples", [1, 2, 3])
-def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples):
+def histogram_setting(n_samples: int, underflow: bool):
+    """Moments of a simulated methylome (60 reads per bin) and parameters of 2 states at which
+    to evaluate its histograms. With ``underflow`` the states' levels are 1e-30 and 1 - 1e-12,
+    in opposite samples (state 0 unmethylated in the even samples, state 1 in the odd ones),
+    and A's off-diagonal is 1e-300: a cell of two samples' unmethylated bins, or a single
+    sample's unmethylated bin then a methylated one, or three samples' methylated bins, has a likelihood below the
+    kernels' TINY relative to its entries' best states, which the kernels take to the log domain."""
     rng = np.random.default_rng(n_samples)
-    levels_true = WELL_SEPARATED[:, :1].repeat(n_samples, axis=1) if n_samples == 3 else WELL_SEPARATED[:, :n_samples]
-    sim = simulate(model(levels_true, STICKY), [3000], coverage=60, random_state=1)
+    sim = simulate(model(WELL_SEPARATED[:, :1].repeat(n_samples, axis=1), STICKY), [3000], coverage=60,
+                   random_state=1)
     mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=6)
-    levels = rng.uniform(0.05, 0.95, (4, n_samples))
-    levels[0] = 1e-4  # extreme levels: many cells underflow the linear domain
-    levels[3] = 1 - 1e-4
-    transmat = rng.dirichlet(np.ones(4), size=4)
-    transmat[0] = [1 - 3e-12, 1e-12, 1e-12, 1e-12]
-    pi, _ = stationary(transmat)
+    if underflow:
+        parity = (np.arange(2)[:, None] + np.arange(n_samples)[None, :]) % 2
+        levels = np.where(parity == 0, 1e-30, 1 - 1e-12)
+        transmat = np.array([[1.0, 1e-300], [1e-300, 1.0]])
+    else:
+        levels = rng.uniform(0.05, 0.95, (2, n_samples))
+        transmat = rng.dirichlet(np.ones(2), size=2)
+    pi = np.array([0.3, 0.7])
     models = [SampleCoverage(row, mom.n_bins, 16) for row in mom.coverage_histogram]
-    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=4) for c in models]
+    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=2) for c in models]
+    return mom, models, levels, pi, transmat, coverage
+
+
+@pytest.mark.parametrize("underflow", [False, True])
+@pytest.mark.parametrize("n_samples", [1, 2, 3])
+def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, underflow):
+    mom, models, levels, pi, transmat, coverage = histogram_setting(n_samples, underflow)
     for width in (1, 2):
         value = _Histogram(mom, width, models)(levels, pi, transmat, coverage)[0]
         assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat, models, coverage),
                                       rel=1e-10)
+
+
+@pytest.mark.parametrize("underflow", [False, True])
+@pytest.mark.parametrize("n_samples", [1, 2, 3])
+def test_histogram_gradients_equal_finite_differences(n_samples, underflow):
+    """The compiled kernels' gradients in levels, pi and A against finite differences, in the
+    linear domain and where cells underflow it."""
+    mom, models, levels, pi, transmat, coverage = histogram_setting(n_samples, underflow)
+
+    def numeric(x, f, near_one=False, h=1e-4):
+        """x df/dx by central differences in log x (in log(1 - x), -(1 - x) df/dx, for
+        ``near_one`` entries above 1/2): each entry's step well scaled however near 0 or 1.
+        NaN for an entry within 1e-9 of 1, which float64 cannot move by a relative step."""
+        flip = near_one & (x > 0.5)
+        room = np.where(flip, 1 - x, x)
+        out = np.full(x.shape, np.nan)
+        for i in np.ndindex(x.shape):
+            if flip[i] and room[i] < 1e-9:
+                continue
+            moved = [x.copy(), x.copy()]
+            for k, sign in enumerate((1, -1)):
+                step = room[i] * np.exp(sign * h)
+                moved[k][i] = 1 - step if flip[i] else step
+            out[i] = (f(moved[0]) - f(moved[1])) / (2 * h)
+        return out, np.where(flip, -room, room)
+
+    for width in (1, 2):
+        histogram = _Histogram(mom, width, models)
+        _, g_levels, _, g_pi, g_a, _ = histogram(levels, pi, transmat, coverage)
+
+        def value(lv=levels, p=pi, a=transmat):
+            return histogram(lv, p, a, coverage)[0]
+
+        checks = [(g_levels, *numeric(levels, lambda lv: value(lv=lv), near_one=True)),
+                  (g_pi, *numeric(pi, lambda p: value(p=p)))]
+        if width == 2:
+            checks.append((g_a, *numeric(transmat, lambda a: value(a=a))))
+        else:
+            assert not g_a.any()  # a single bin does not depend on A
+        for grad, fd, scale in checks:
+            movable = np.isfinite(fd)
+            assert movable.sum() >= grad.size // 2
+            np.testing.assert_allclose((scale * grad)[movable], fd[movable], rtol=1e-5,
+                                       atol=1e-7 * np.abs(scale * grad).max())
 
 
 @pytest.mark.parametrize("n_samples", [1, 2])
