@@ -49,12 +49,13 @@ def reference_loglik(moments, width, levels, pi, transmat, coverage_models, cove
 
 
 def histogram_setting(n_samples: int, underflow: bool):
-    """Moments of a simulated methylome (60 reads per bin) and parameters of 2 states at which
-    to evaluate its histograms. With ``underflow`` the states' levels are 1e-30 and 1 - 1e-12,
-    in opposite samples (state 0 unmethylated in the even samples, state 1 in the odd ones),
-    and A's off-diagonal is 1e-300: a cell of two samples' unmethylated bins, or a single
-    sample's unmethylated bin then a methylated one, or three samples' methylated bins, has a likelihood below the
-    kernels' TINY relative to its entries' best states, which the kernels take to the log domain."""
+    """Moments of a simulated methylome (60 reads per bin) and parameters at which to evaluate
+    its histograms: 4 states at random levels, or with ``underflow`` 2 states at 1e-30 and
+    1 - 1e-12 in opposite samples (state 0 unmethylated in the even samples, state 1 in the odd
+    ones) and A's off-diagonal at 1e-300. Then a cell of two samples' unmethylated bins, of a
+    single sample's unmethylated bin then a methylated one, or of three samples' methylated
+    bins has a likelihood below the kernels' TINY relative to its entries' best states: the
+    kernels take it to the log domain."""
     rng = np.random.default_rng(n_samples)
     sim = simulate(model(WELL_SEPARATED[:, :1].repeat(n_samples, axis=1), STICKY), [3000], coverage=60,
                    random_state=1)
@@ -63,12 +64,13 @@ def histogram_setting(n_samples: int, underflow: bool):
         parity = (np.arange(2)[:, None] + np.arange(n_samples)[None, :]) % 2
         levels = np.where(parity == 0, 1e-30, 1 - 1e-12)
         transmat = np.array([[1.0, 1e-300], [1e-300, 1.0]])
+        pi = np.array([0.3, 0.7])
     else:
-        levels = rng.uniform(0.05, 0.95, (2, n_samples))
-        transmat = rng.dirichlet(np.ones(2), size=2)
-    pi = np.array([0.3, 0.7])
+        levels = rng.uniform(0.05, 0.95, (4, n_samples))
+        transmat = rng.dirichlet(np.ones(4), size=4)
+        pi = rng.dirichlet(np.ones(4))
     models = [SampleCoverage(row, mom.n_bins, 16) for row in mom.coverage_histogram]
-    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=2) for c in models]
+    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=len(pi)) for c in models]
     return mom, models, levels, pi, transmat, coverage
 
 
