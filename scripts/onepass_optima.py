@@ -21,17 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
-from real_data_fits import DATASETS, load
+from real_data_fits import DATASETS, load, score
 from streambhmm import compute_moments
 from streambhmm.learn.criterion import objective_for
-from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.learn.refine import quantile_levels, refine, sticky_start
 
 
 def loglik_per_bin(fit, data) -> float:
-    hmm = BinomialHMM(len(fit.methylation), emission="betabinomial").start_from(
-        fit.startprob, fit.transmat, fit.methylation, fit.dispersion)
-    return hmm.score(*data) / data[0].shape[0]
+    result = dict(startprob=fit.startprob, transmat=fit.transmat, levels=fit.methylation, dispersion=fit.dispersion)
+    return score(result, data, len(fit.methylation))
 
 
 def main():

@@ -124,8 +124,6 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
             for j in range(m):
                 for k in range(m):
                     w = r[j, k] * scale
-                    if w == 0.0:
-                        continue
                     g_pi[j] += w / pi[j]
                     if transmat is not None:
                         g_a[j, k] += w / transmat[j, k]

@@ -32,12 +32,10 @@ class _Cells:
         self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
         # cells sorted by their first half of slots (a pair's first bin), the kernel's groups
         self.half = max(n_slots // 2, 1)
-        _, first_part = np.unique(index[:, :self.half], axis=0, return_inverse=True)
+        _, first_part, sizes = np.unique(index[:, :self.half], axis=0, return_inverse=True, return_counts=True)
         order = np.argsort(first_part.ravel(), kind="stable")
         index, weight = index[order], weight[order]
-        first_part = first_part.ravel()[order]
-        self.groups = np.r_[np.flatnonzero(np.r_[True, np.diff(first_part) != 0]) if first_part.size else [],
-                            first_part.size].astype(np.int64)
+        self.groups = np.r_[0, np.cumsum(sizes)].astype(np.int64)
         self.samples, self.weight, self.index, self.c, self.mu = samples, weight, index, c, mu
         # cells of the coverage alone have every entry (0, 0): no emission term, none computed
         self.emits = bool(c.any())
