@@ -153,7 +153,7 @@ class Objective:
             for s, cov in enumerate(self.coverage):
                 emp = moments.coverage_features[s][cov.buckets] / n
                 self.by_coverage.append((emp, *_kl_blocks(emp, self.n_samples)))
-        self.histograms = [(weight, _Histogram(moments, width, self.coverage))
+        self.histograms = [(weight, _Histogram(moments, width))
                            for width, weight in ((1, weights.single_bins), (2, weights.bin_pairs)) if weight]
 
     # -- parameters -----------------------------------------------------------------------
@@ -251,14 +251,12 @@ class Objective:
         g_levels = np.zeros_like(levels)
         g_scale = np.zeros_like(levels)
         for weight, histogram in self.histograms:
-            value, gl, gs, gp, ga, gc = histogram(levels, pi, a, coverage, dispersion)
+            value, gl, gs, gp, ga = histogram(levels, pi, a, dispersion)
             loss += weight * value
             g_levels += weight * gl
             g_scale += weight * gs
             g_pi += weight * gp
             g_a += weight * ga
-            for s in range(self.n_samples):
-                g_coverage[s] += weight * gc[s]
         for s in range(self.n_samples):
             block = slice(s * d, (s + 1) * d)
             g_levels[:, s] += (g_obs[block] * slope[block]).sum(axis=0)

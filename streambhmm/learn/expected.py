@@ -134,10 +134,3 @@ class SampleCoverage:
             .transpose(0, 2, 1, 3)
         scale = (a + b)[None, :, None]
         return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
-
-    def thinned(self, cap: int) -> np.ndarray:
-        """(buckets, cap + 1): P(min(c, cap) = k | bucket)."""
-        out = np.zeros((len(self.buckets), cap + 1))
-        for i, w in enumerate(self.within):
-            out[i] = np.bincount(np.minimum(np.arange(w.size), cap), w, minlength=cap + 1) / w.sum()
-        return out

@@ -7,8 +7,8 @@ from scipy.stats import binom
 
 from streambhmm import compute_moments, simulate
 from streambhmm.moments.features import beta_map, decode_cells
-from streambhmm.learn.criterion import Objective, Weights, stationary
-from streambhmm.learn.expected import ExpectedFeatures, SampleCoverage
+from streambhmm.learn.criterion import Objective, Weights
+from streambhmm.learn.expected import ExpectedFeatures
 from streambhmm.learn.histograms import _Histogram
 from streambhmm.learn.simulate import model, population_moments
 
@@ -19,32 +19,26 @@ def log_bin(c, mu, p):
     return gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1) + mu * np.log(p) + (c - mu) * np.log1p(-p)
 
 
-def reference_loglik(moments, width, levels, pi, transmat, coverage_models, coverage) -> float:
+def reference_loglik(moments, width, levels, pi, transmat) -> float:
     """The histogram's log-likelihood given coverage, per triple: cell by cell from the raw
-    histogram, in the log domain: log sum over state paths of pi (A) prod_slots P(c' | state)
-    Bin(mu' | c', level), minus the same without the Binomial factors."""
+    histogram, in the log domain: log sum over state paths of pi (A) prod_slots Bin(mu' | c',
+    level)."""
     layout = moments.histogram_layout(width)
     hist = moments.bin_histogram if width == 1 else moments.pair_histogram
     total = 0.0
     for row in range(hist.shape[0]):
         cells = np.flatnonzero(hist[row])
         cov, meth = decode_cells(cells, layout)
-        samples = layout.slot_samples(row)
-        per_slot, cov_slot = [], []
-        for g, s in enumerate(samples):
-            log_cov = np.log(coverage[s] @ coverage_models[s].thinned(layout.cap)[:, cov[:, g]]).T  # (n, m)
-            per_slot.append(log_cov + log_bin(cov[:, g][:, None], meth[:, g][:, None], levels[:, s][None, :]))
-            cov_slot.append(log_cov)
-        values = []
-        for slots in (per_slot, cov_slot):
-            if width == 1:
-                values.append(logsumexp(np.log(pi) + sum(slots), axis=1))
-            else:
-                half = len(slots) // 2
-                first, second = sum(slots[:half]), sum(slots[half:])
-                joint = np.log(pi)[None, :, None] + first[:, :, None] + np.log(transmat)[None] + second[:, None, :]
-                values.append(logsumexp(joint.reshape(len(cells), -1), axis=1))
-        total += hist[row, cells] @ (values[0] - values[1])
+        slots = [log_bin(cov[:, g][:, None], meth[:, g][:, None], levels[:, s][None, :])
+                 for g, s in enumerate(layout.slot_samples(row))]  # each (cells, m)
+        if width == 1:
+            values = logsumexp(np.log(pi) + sum(slots), axis=1)
+        else:
+            half = len(slots) // 2
+            first, second = sum(slots[:half]), sum(slots[half:])
+            joint = np.log(pi)[None, :, None] + first[:, :, None] + np.log(transmat)[None] + second[:, None, :]
+            values = logsumexp(joint.reshape(len(cells), -1), axis=1)
+        total += hist[row, cells] @ values
     return total / moments.n_triples
 
 
@@ -69,18 +63,16 @@ def histogram_setting(n_samples: int, underflow: bool):
         levels = rng.uniform(0.05, 0.95, (4, n_samples))
         transmat = rng.dirichlet(np.ones(4), size=4)
         pi = rng.dirichlet(np.ones(4))
-    models = [SampleCoverage(row, mom.n_bins, 16) for row in mom.coverage_histogram]
-    coverage = [rng.dirichlet(np.ones(len(c.buckets)), size=len(pi)) for c in models]
-    return mom, models, levels, pi, transmat, coverage
+    return mom, levels, pi, transmat
 
 
 @pytest.mark.parametrize("underflow", [False, True])
 @pytest.mark.parametrize("n_samples", [1, 2, 3])
 def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, underflow):
-    mom, models, levels, pi, transmat, coverage = histogram_setting(n_samples, underflow)
+    mom, levels, pi, transmat = histogram_setting(n_samples, underflow)
     for width in (1, 2):
-        value = _Histogram(mom, width, models)(levels, pi, transmat, coverage)[0]
-        assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat, models, coverage),
+        value = _Histogram(mom, width)(levels, pi, transmat)[0]
+        assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat),
                                       rel=1e-10)
 
 
@@ -89,7 +81,7 @@ def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, unde
 def test_histogram_gradients_equal_finite_differences(n_samples, underflow):
     """The compiled kernels' gradients in levels, pi and A against finite differences, in the
     linear domain and where cells underflow it."""
-    mom, models, levels, pi, transmat, coverage = histogram_setting(n_samples, underflow)
+    mom, levels, pi, transmat = histogram_setting(n_samples, underflow)
 
     def numeric(x, f, near_one=False, h=1e-4):
         """x df/dx by central differences in log x (in log(1 - x), -(1 - x) df/dx, for
@@ -109,11 +101,11 @@ def test_histogram_gradients_equal_finite_differences(n_samples, underflow):
         return out, np.where(flip, -room, room)
 
     for width in (1, 2):
-        histogram = _Histogram(mom, width, models)
-        _, g_levels, _, g_pi, g_a, _ = histogram(levels, pi, transmat, coverage)
+        histogram = _Histogram(mom, width)
+        _, g_levels, _, g_pi, g_a = histogram(levels, pi, transmat)
 
         def value(lv=levels, p=pi, a=transmat):
-            return histogram(lv, p, a, coverage)[0]
+            return histogram(lv, p, a)[0]
 
         checks = [(g_levels, *numeric(levels, lambda lv: value(lv=lv), near_one=True)),
                   (g_pi, *numeric(pi, lambda p: value(p=p)))]
