@@ -8,9 +8,11 @@ the beta-binomial refinement runs to convergence from each of the quantile start
 ``--starts`` seeded random sticky starts (the kinds of start the product screens), one at a
 time. Printed per distinct optimum, best criterion first: the criterion per triple, each
 state's level (first sample), weight and self-transition, and the beta-binomial
-log-likelihood per bin of the training and the test half. Where the order of the criterion
+log-likelihood per bin of the training and the test half, and the criterion's terms: those
+of the Beta-map features (pairs, tensor and coverage buckets) and those of the histograms of
+reads (EM's likelihood of single bins and adjacent pairs). Where the order of the criterion
 and of the likelihood differ, a better search cannot help: the criterion itself prefers the
-worse model.
+worse model, and the terms say which part of it does.
 """
 
 from __future__ import annotations
@@ -51,18 +53,21 @@ def main():
     print(f"{DATASETS[args.dataset]['title']}: {train[0].shape[0]:,} training bins, M = {m}; optima of the "
           f"one-pass criterion from {len(starts)} starts, best criterion first\n")
     print("| start | criterion per triple | levels (first sample) | weights | self-transitions | "
-          "train loglik/bin | test loglik/bin |")
-    print("|---|---|---|---|---|---|---|")
+          "train loglik/bin | test loglik/bin | feature terms | histogram terms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     seen = []
     for fit in fits:
         if any(abs(fit.loss - loss) < 1e-7 for loss in seen):
             continue  # the same optimum from another start
         seen.append(fit.loss)
         order = np.argsort(fit.methylation[:, 0])
+        terms = {}
+        objective(objective.pack(fit.methylation, fit.transmat, fit.coverage, fit.dispersion), m, terms)
+        histograms = terms["single bins"] + terms["adjacent bins"]
         print(f"| {fit.start} | {fit.loss:.6f} | {', '.join(f'{v:.3f}' for v in fit.methylation[order, 0])} | "
               f"{', '.join(f'{v:.2f}' for v in fit.startprob[order])} | "
               f"{', '.join(f'{v:.4f}' for v in np.diag(fit.transmat)[order])} | {loglik_per_bin(fit, train):.4f} | "
-              f"{loglik_per_bin(fit, test):.4f} |")
+              f"{loglik_per_bin(fit, test):.4f} | {sum(terms.values()) - histograms:.6f} | {histograms:.6f} |")
 
 
 if __name__ == "__main__":

@@ -232,7 +232,10 @@ class Objective:
         return obs, slope, by_scale, per_bucket
 
     # -- criterion ------------------------------------------------------------------------
-    def __call__(self, x: np.ndarray, m: int) -> tuple[float, np.ndarray]:
+    def __call__(self, x: np.ndarray, m: int, terms: dict | None = None) -> tuple[float, np.ndarray]:
+        """(criterion, gradient) at ``x``; ``terms``, when given, receives each term's weighted
+        value (feature pairs, feature triples, coverage, single bins, adjacent bins)."""
+        terms = {} if terms is None else terms
         levels, a, coverage, dispersion = self.unpack(x, m)
         pi, fundamental = stationary(a)
         obs, slope, by_scale, per_bucket = self.observation(levels, coverage, dispersion)
@@ -242,16 +245,20 @@ class Objective:
         g_a = np.zeros((m, m))
         g_pi = np.zeros(m)
         g_coverage = [np.zeros_like(q) for q in coverage]
-        loss = self._pairs(view, a, pi, g_view, g_a, g_pi)
+        loss = terms["feature pairs"] = self._pairs(view, a, pi, g_view, g_a, g_pi)
         if self.triples is not None:
-            loss += self._triples(view, a, pi, g_view, g_a, g_pi)
+            terms["feature triples"] = self._triples(view, a, pi, g_view, g_a, g_pi)
+            loss += terms["feature triples"]
         g_obs = g_view if self.projection is None else self.projection.T @ g_view
+        before = loss
         loss = self._by_coverage(loss, obs, a, pi, coverage, g_obs, g_a, g_pi, g_coverage)
+        terms["coverage"] = loss - before
         d = self.n_bins
         g_levels = np.zeros_like(levels)
         g_scale = np.zeros_like(levels)
         for weight, histogram in self.histograms:
             value, gl, gs, gp, ga = histogram(levels, pi, a, dispersion)
+            terms["single bins" if histogram.width == 1 else "adjacent bins"] = weight * value
             loss += weight * value
             g_levels += weight * gl
             g_scale += weight * gs

@@ -24,10 +24,12 @@ transition matrix A, stationary distribution pi) directly to the sums of a
   (ExpectedFeatures).
 - Single bins and adjacent bins. ``bin_histogram`` and ``pair_histogram`` count the bins'
   (coverage, methylated) pairs, each sample thinned to a few reads (features.histogram_layout);
-  b_h is the likelihood of a cell in state h: the state's probability of the thinned
-  coverage times the Binomial probability of the methylated reads, exact under the model (a
-  subsample of Binomial reads is Binomial). These terms weigh bins by their reads, as EM's likelihood
-  does, which feature moments cannot; the adjacent pairs add the context of the neighbour.
+  b_h is the likelihood of a cell in state h: the Binomial probability of its methylated
+  reads given the thinned coverage, exact under the model (a subsample of Binomial reads is
+  Binomial). So these terms are EM's likelihood of one bin or two: they weigh bins by their
+  reads, which feature moments cannot, and the adjacent pairs add the context of the
+  neighbour. The states' coverage distributions do not enter them (where they did, the fits
+  spent states on coverage: measured, docs/methods/one-pass.md).
 
 Why this and not least squares on the moments: measured (scripts/refine_weights.py, docs/methods/one-pass.md),
 squared errors barely weigh a rare state far from the others (an unmethylated state of 2% of
