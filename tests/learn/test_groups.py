@@ -39,11 +39,13 @@ def test_tied_binomial_em_is_em_on_the_groups_summed_counts():
     start = (np.full(3, 1 / 3), np.full((3, 3), 0.1) + np.eye(3) * 0.7, np.array([[0.2, 0.3], [0.6, 0.7], [0.7, 0.5]]))
     tied = GroupedBinomialHMM(3, GROUPS, emission="binomial", stationary_start=False).start_from(*start)
     plain = BinomialHMM(3, emission="binomial", init="random").start_from(*start)
-    tied_history = run_em(tied, lambda: tied.e_step(EncodedCounts(meth, cov, lengths)), 8)
-    plain_history = run_em(plain, lambda: plain.e_step(EncodedCounts(*summed, lengths)), 8)
+    # 8 iterations each (tol -inf): EM converges within them, where a gain is rounding and may be negative
+    tied_history = run_em(tied, lambda: tied.e_step(EncodedCounts(meth, cov, lengths)), 8, tol=-np.inf)
+    plain_history = run_em(plain, lambda: plain.e_step(EncodedCounts(*summed, lengths)), 8, tol=-np.inf)
     assert np.allclose(tied.group_methylation_, plain.methylation_, atol=1e-9)
     assert np.allclose(tied.transmat_, plain.transmat_, atol=1e-9)
-    assert np.allclose(np.diff(tied_history), np.diff(plain_history), rtol=1e-9)  # a constant apart
+    # a constant apart (the gains agree to the rounding of a log-likelihood of -1e5)
+    assert np.allclose(np.diff(tied_history), np.diff(plain_history), rtol=1e-9, atol=1e-8)
     assert np.abs(tied.group_methylation_ - LEVELS).max() < 0.02  # and it recovers the levels
 
 
