@@ -54,7 +54,7 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
     z = np.empty(m)
     first_resp = np.empty(m)
     r = np.empty((m, m))
-    second = np.empty(n_slots, np.int64)
+    weighted = np.empty(m)  # a cell's posterior-weighted y likelihoods
     total = 0.0
     for grp in range(groups.size - 1):
         i0 = groups[grp]
@@ -75,18 +75,19 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                 for j in range(m):
                     acc += u[j] * transmat[j, k]
                 ua[k] = acc
-        z[:] = 0.0
-        first_resp[:] = 0.0
+        for k in range(m):
+            z[k] = 0.0
+            first_resp[k] = 0.0
         for i in range(i0, groups[grp + 1]):
             # y's entries; slots outer, states inner (contiguous table rows)
             sy = 0.0
+            for k in range(m):
+                by[k] = 1.0
             for g in range(half, n_slots):
-                second[g] = offsets[g] + index[i, g]
-                sy += shift[second[g]]
-            by[:] = 1.0
-            for g in range(half, n_slots):
+                entry = offsets[g] + index[i, g]
+                sy += shift[entry]
                 for k in range(m):
-                    by[k] *= table[second[g], k]
+                    by[k] *= table[entry, k]
             f = 0.0
             for k in range(m):
                 f += ua[k] * by[k]
@@ -94,10 +95,13 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                 total += weight[i] * (np.log(f) + sx + sy)
                 scale = weight[i] / f
                 for k in range(m):
-                    z[k] += scale * by[k]
+                    weighted[k] = scale * by[k]
+                    z[k] += weighted[k]
+                    weighted[k] *= ua[k]
                 for g in range(half, n_slots):
+                    entry = offsets[g] + index[i, g]
                     for k in range(m):
-                        resp[second[g], k] += scale * by[k] * ua[k]
+                        resp[entry, k] += weighted[k]
                 continue
             # underflow: this cell's posterior over (j, k) in the log domain (k = j without A)
             top = -np.inf
