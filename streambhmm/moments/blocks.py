@@ -69,6 +69,10 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
     layouts = {w: histogram_layout(n_samples, w, BLOCK_CELL_BUDGET) for w in (1, 2)}  # once, not per block
     thins = {w: histogram_thinning(features, w, layout=layouts[w]) for w in (1, 2)}
     table = features.table.astype(np.float32)  # the sums are kept in float32: half the matmul work
+    # entries below float32's smallest normal (a Beta map's far tail) would be subnormal, and products with
+    # subnormals run about 10x slower (measured: 9.5 against 0.9 ms per block of 8,100 bins); each is
+    # below 1.2e-38, far below the rounding of a block's sums
+    table[np.abs(table) < np.finfo(np.float32).tiny] = 0.0
     bucket_of_code = coverage_bucket(features.coverage)
     for b in range(ids.size):
         lo, hi = bounds[b], bounds[b + 1]
