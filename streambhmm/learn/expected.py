@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
-from ..moments.features import COVERAGE_BUCKETS, coverage_bucket, log_binomial_pmf, log_factorials
+from ..moments.features import (COVERAGE_BUCKETS, coverage_bucket, flush_subnormals, log_binomial_pmf,
+                                log_factorials)
 from .overdispersion import QUADRATURE, beta_parameters
 
 GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
@@ -34,15 +35,6 @@ def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ws.append(weight)
     cs, ws = np.concatenate(cs), np.concatenate(ws)
     return cs, ws / ws.sum()
-
-
-def _without_subnormals(x: np.ndarray) -> np.ndarray:
-    """``x`` (contiguous) with its subnormal entries (below 2.2e-308: the far tails of a Beta
-    density or a feature) set to zero. A matrix product with subnormals runs several times
-    slower, and none of them reaches a sum that matters (dispersed_features' values are the same)."""
-    x = np.ascontiguousarray(x)
-    x[np.abs(x) < np.finfo(np.float64).tiny] = 0.0
-    return x
 
 
 class ExpectedFeatures:
@@ -135,11 +127,13 @@ class SampleCoverage:
         v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
         if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once: (nodes, buckets * D)
             at_nodes = self.features(QUADRATURE.levels)[0]
-            self._at_nodes = _without_subnormals(at_nodes.transpose(1, 0, 2).reshape(at_nodes.shape[1], -1))
+            self._at_nodes = flush_subnormals(np.ascontiguousarray(at_nodes.transpose(1, 0, 2)
+                                                                   .reshape(at_nodes.shape[1], -1)))
         a, b = beta_parameters(levels, dispersion)
         m, buckets = levels.size, self.values.shape[0]
-        # the weights and their two derivatives against the nodes' features in one product
-        weights = _without_subnormals(np.vstack(QUADRATURE.weights(a, b)))
+        # the weights and their two derivatives against the nodes' features in one product (without
+        # subnormals, which slow it)
+        weights = flush_subnormals(np.vstack(QUADRATURE.weights(a, b)))
         value, d_a, d_b = (weights @ self._at_nodes).reshape(3, m, buckets, -1).transpose(0, 2, 1, 3)
         scale = (a + b)[None, :, None]
         return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b

@@ -55,6 +55,15 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     return out
 
 
+def flush_subnormals(x: np.ndarray) -> np.ndarray:
+    """``x`` with its subnormal entries (below its dtype's smallest normal: a Beta map's far
+    tail, 1.2e-38 in float32, 2.2e-308 in float64) set to zero, in place; returns ``x``.
+    Matrix products with subnormals run several times slower (measured: 9.5 against 0.9 ms
+    per float32 block of 8,100 bins), and no such entry reaches a sum above rounding."""
+    x[np.abs(x) < np.finfo(x.dtype).tiny] = 0.0
+    return x
+
+
 def log_factorials(n: int) -> np.ndarray:
     """log k! for k = 0..n (gammaln(k + 1), so a lookup gives what gammaln would)."""
     from scipy.special import gammaln  # scipy on first use: the command line starts without it

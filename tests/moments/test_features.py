@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
-from streambhmm.moments.features import _DIRECT_KEY_LIMIT, beta_map, encode, pair_keys, pairs_from_keys
+from streambhmm.moments.features import _DIRECT_KEY_LIMIT, beta_map, encode, flush_subnormals, pair_keys, pairs_from_keys
 
 
 def integrated_beta(c, mu, n_bins):
@@ -65,3 +65,21 @@ def test_encode_reproduces_features(n_samples, n, seed, huge):
     np.testing.assert_array_equal(ft.methylated[ft.codes], mu)
     np.testing.assert_allclose(ft.table[ft.codes], beta_map(cov, mu, 9), rtol=0, atol=0)
     assert len(np.unique(pair_keys(ft.methylated, ft.coverage))) == len(ft.table)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_flush_subnormals_zeroes_only_the_subnormal_entries(dtype):
+    tiny = np.finfo(dtype).tiny
+    x = np.array([0.0, tiny / 4, -tiny / 2, tiny, -tiny, 0.5, 1e-3], dtype)
+    out = flush_subnormals(x)
+    assert out is x and out.dtype == dtype
+    assert np.array_equal(out, np.array([0.0, 0.0, 0.0, tiny, -tiny, 0.5, 1e-3], dtype))
+
+
+def test_a_high_coverage_beta_map_in_float32_holds_no_subnormals_once_flushed():
+    """The Beta map's far tail is subnormal in float32 (the block statistics' dtype)."""
+    table = beta_map(np.array([400]), np.array([2]), 30).astype(np.float32)
+    assert ((table != 0) & (np.abs(table) < np.finfo(np.float32).tiny)).any()
+    flushed = flush_subnormals(table.copy())
+    assert not ((flushed != 0) & (np.abs(flushed) < np.finfo(np.float32).tiny)).any()
+    assert np.isclose(flushed.sum(), table.sum(), rtol=1e-6)
