@@ -64,6 +64,11 @@ class CallSettings:
         return HMR_MODEL if self.kind == "hmr" else PMD_MODEL
 
     @property
+    def coarse_bin_size(self) -> int | None:
+        """The bins the call sums the store's into (None: the store's own)."""
+        return None if self.kind == "hmr" else (self.bin_size or PMD_BIN_SIZE)
+
+    @property
     def regions(self) -> str:
         return "hypomethylated regions" if self.kind == "hmr" else "partially methylated domains"
 
@@ -90,7 +95,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     output = output_checked(settings.output)
     counts = opened.store
     samples = select_samples(counts, settings.samples)
-    bin_size = counts.bin_size if settings.kind == "hmr" else (settings.bin_size or PMD_BIN_SIZE)
+    bin_size = settings.coarse_bin_size or counts.bin_size
     if bin_size % counts.bin_size:
         raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
                          f"its bins cannot be summed into {bin_size} bp bins")

@@ -2,7 +2,8 @@
 store_session, which opens a counts store for a command (its lock, and where the work runs).
 
 The embedded cluster runs worker processes, one per core, unless the counts store is small
-(at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change): then
+(at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change; for `pmd`,
+which works on 5 kb sums of the bins, the bins of those): then
 Dask's threaded scheduler runs the same tasks in this process, a thread per core
 (io.tasks.InProcessClient), with no scheduler, worker or server to start (nor distributed to
 import: 0.5-1 s of a command on a chromosome). The tasks, and so the results, are the same.
@@ -86,17 +87,19 @@ def in_process_limit() -> int:
         raise ValueError(f"${IN_PROCESS_ENV} must be an integer (bins x samples), got {value!r:.100}") from None
 
 
-def is_small(store) -> bool:
+def is_small(store, bin_size: int | None = None) -> bool:
     """Whether a counts store (a CountsStore, or where one is) has at most
-    in_process_limit() bins x samples (from its metadata: no counts are read)."""
+    in_process_limit() bins x samples (from its metadata: no counts are read); with
+    ``bin_size``, of its bins summed into bins that wide (where a command's work runs)."""
     from ..io.store import CountsStore, open_store
 
     limit = in_process_limit()
     try:
-        cells = (store if isinstance(store, CountsStore) else open_store(store)).n_cells()
+        opened = store if isinstance(store, CountsStore) else open_store(store)
     except Exception:  # noqa: BLE001 - not a readable counts store: the command itself says why
         return False
-    return cells <= limit
+    factor = max(bin_size // opened.bin_size, 1) if bin_size else 1
+    return opened.n_cells() // factor <= limit
 
 
 @contextlib.contextmanager
@@ -231,9 +234,11 @@ class OpenedStore:
 
 
 @contextlib.contextmanager
-def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = ""):
+def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = "",
+                  bin_size: int | None = None):
     """Open the counts store at ``path`` for a command. Where the work runs is decided here,
-    once: in this process for a small store (is_small) when no scheduler is given, else on
+    once: in this process for a small store (is_small; ``bin_size``: the command sums the
+    store's bins into bins that wide and works on those) when no scheduler is given, else on
     the scheduler or an embedded cluster of worker processes (``dask`` False: no client).
     The client connects first, so an unreachable scheduler never holds the lock; then the
     store's lock is held throughout: ``write``, exclusive (the command writes into the
@@ -241,7 +246,7 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     waits for a running ingest) and the command never sees a mix of old and new counts."""
     from ..io.store import locked
 
-    in_process = dask and not scheduler_address(scheduler) and is_small(path)
+    in_process = dask and not scheduler_address(scheduler) and is_small(path, bin_size)
     client_of = dask_client(scheduler, if_lost=if_lost, in_process=in_process) if dask else contextlib.nullcontext()
     with client_of as client, locked(path, shared=not write):
         yield OpenedStore(path, client, in_process)

@@ -322,6 +322,12 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
     assert is_small(two_sample_store.path)
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells - 1))
     assert not is_small(two_sample_store.path)
+    # a command that sums the bins (pmd) works on fewer of them: half as many at twice the width
+    bin_size = two_sample_store.bin_size
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2))
+    assert is_small(two_sample_store.path, 2 * bin_size) and not is_small(two_sample_store.path, bin_size)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2 - 1))
+    assert not is_small(two_sample_store.path, 2 * bin_size)
     outputs = {}
     for path, limit in (("in_process", ""), ("processes", "0")):
         env = {IN_PROCESS_ENV: limit}

@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
-from streambhmm.moments.features import _DIRECT_KEY_LIMIT, beta_map, encode, flush_subnormals, pair_keys, pairs_from_keys
+from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, TABLE_COVERAGE, beta_map, encode, flush_subnormals,
+                                         pair_keys, pairs_from_keys)
 
 
 def integrated_beta(c, mu, n_bins):
@@ -27,6 +28,24 @@ def test_beta_map_matches_integrated_density(c, mu):
     np.testing.assert_allclose(got, integrated_beta(c, mu, 30), atol=1e-11)
     assert abs(got.sum() - 1.0) < 1e-12
     assert (got >= 0).all()
+
+
+def test_deep_pairs_take_each_bin_from_the_tail_below_it():
+    """Above TABLE_COVERAGE each pair's bins come from betainc (below its mean) or betaincc (at
+    or above it), evaluated only at the edges those bins use: the same values as evaluating
+    both at every edge, for a batch whose pairs split the bins at different places."""
+    from scipy.special import betainc, betaincc
+
+    rng = np.random.default_rng(7)
+    c = rng.integers(TABLE_COVERAGE + 1, 50_000, 400)
+    mu = rng.binomial(c, rng.uniform(size=c.size))
+    mu[:3], mu[3:6] = 0, c[3:6]  # every bin below the mean, and every bin at or above it
+    for n_bins in (1, 2, 30):
+        a, b = (mu + 1.0)[:, None], (c - mu + 1.0)[:, None]
+        edges = np.arange(n_bins + 1) / n_bins
+        both = np.where(edges[:-1] >= a / (a + b), -np.diff(betaincc(a, b, edges), axis=1),
+                        np.diff(betainc(a, b, edges), axis=1))
+        np.testing.assert_array_equal(beta_map(c, mu, n_bins), both)
 
 
 def test_zero_coverage_is_uniform():
