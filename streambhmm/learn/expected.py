@@ -50,8 +50,8 @@ class ExpectedFeatures:
     coverage, summed over the mu that carry weight (_expected_kernels.binomial_mixtures).
     """
 
-    def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS, map=map):
-        """``map``: how the coverages' terms are computed (a thread pool's map runs them side
+    def __init__(self, coverage_histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS, mapper=map):
+        """``mapper``: how the coverages' terms are computed (a thread pool's map runs them side
         by side; they are summed here in order, so the tables do not depend on it)."""
         grid = np.linspace(0.0, 1.0, grid_points + 1)
         edges = np.arange(n_bins + 1) / n_bins
@@ -82,7 +82,7 @@ class ExpectedFeatures:
             d_up = binomial_mixtures(c - 1, grid, log_factorial, steps, LOG_FLOOR_BELOW_PEAK)
             return value, w * c * np.diff(d_up, axis=1)
 
-        for value, slope in map(terms, zip(coverages.tolist(), weights)):
+        for value, slope in mapper(terms, zip(coverages.tolist(), weights)):
             values += value
             if slope is not None:
                 slopes += slope

@@ -52,3 +52,18 @@ def test_expected_features_equal_the_dense_tables():
     values, slopes = dense_tables(histogram, 8)
     np.testing.assert_allclose(table.values, values, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(table.slopes, slopes, rtol=1e-12, atol=1e-13 * np.abs(slopes).max())
+
+
+def test_expected_features_in_threads_are_bitwise_those_computed_in_turn():
+    """SampleCoverage computes the coverages' terms in a thread pool; they are summed in the
+    coverages' order, so the tables are the same to the last bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    histogram = np.zeros(4_000)
+    histogram[rng.integers(0, histogram.size, 300)] = rng.integers(1, 50, 300)
+    alone = ExpectedFeatures(histogram, n_bins=30)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        threaded = ExpectedFeatures(histogram, n_bins=30, mapper=pool.map)
+    np.testing.assert_array_equal(threaded.values, alone.values)
+    np.testing.assert_array_equal(threaded.slopes, alone.slopes)
