@@ -98,7 +98,7 @@ def is_small(store, bin_size: int | None = None) -> bool:
         opened = store if isinstance(store, CountsStore) else open_store(store)
     except Exception:  # noqa: BLE001 - not a readable counts store: the command itself says why
         return False
-    factor = max(bin_size // opened.bin_size, 1) if bin_size else 1
+    factor = max((bin_size or 0) // opened.bin_size, 1)
     return opened.n_cells() // factor <= limit
 
 

@@ -100,7 +100,7 @@ def _beta_map_one_by_one(coverage: np.ndarray, methylated: np.ndarray, n_bins: i
     # A bin below the mean needs the CDF at both its edges, one at or above it the survival
     # function: each edge gets the one its bins use (both at the edge between), half the calls
     # of evaluating both everywhere (deep pairs are most of a 5 kb moment pass), same values.
-    first_upper = upper.argmax(axis=1, keepdims=True) + np.where(upper.any(axis=1, keepdims=True), 0, n_bins)
+    first_upper = (~upper).sum(axis=1, keepdims=True)  # upper is False then True along the bins
     index = np.arange(n_bins + 1)
     a, b, x = np.broadcast_arrays(a, b, edges)
     cdf, sf = np.zeros(x.shape), np.zeros(x.shape)
