@@ -272,3 +272,45 @@ def test_caps_hold_a_state_and_change_nothing_when_they_do_not_bind():
     np.testing.assert_allclose(fits["loose"][0], fits["free"][0], atol=1e-3)
     np.testing.assert_allclose(fits["loose"][1], fits["free"][1], atol=1e-3)
     assert fits["tight"][0][0] <= 0.02 + 1e-9 and fits["tight"][1][0] <= 0.02 + 1e-9
+
+
+@pytest.mark.slow
+def test_likelihood_selection_keeps_the_optimum_that_best_explains_the_reads():
+    """select="likelihood" finishes every start and keeps the optimum with the lowest histogram
+    terms (checked against each start refined on its own), where the criterion keeps another:
+    a 3-state binomial fit to 5 overdispersed states has optima the two terms rank apart."""
+    from streambhmm.learn.criterion import objective_for
+    from streambhmm.learn.refine import histogram_terms, quantile_levels, refine, sticky_start
+
+    levels = np.array([[0.03], [0.3], [0.6], [0.85], [0.95]])
+    dispersion = np.array([[0.05], [0.2], [0.2], [0.1], [0.03]])
+    sticky = np.full((5, 5), 0.05 / 4) + np.eye(5) * (0.95 - 0.05 / 4)
+    sim = simulate(model(levels, sticky), [20_000], coverage=10, random_state=1, dispersion=dispersion)
+    objective = objective_for(compute_moments(sim.methylated, sim.coverage, n_bins=30))
+    m, rng = 3, np.random.default_rng(1)
+    starts = [("quantiles", quantile_levels(objective.moments, m), 0.9 * np.eye(m) + 0.1 / m)]
+    starts += [(f"random{i}", *sticky_start(m, 1, rng)) for i in range(5)]
+
+    alone = {start[0]: refine(objective, [start], keep=1) for start in starts}
+    likelihood = {label: histogram_terms(objective, objective.pack(*fit.parameters), m) for label, fit in alone.items()}
+    chosen = refine(objective, starts, select="likelihood")
+    assert chosen.start == min(likelihood, key=likelihood.get)
+    np.testing.assert_array_equal(chosen.methylation, alone[chosen.start].methylation)
+    np.testing.assert_array_equal(chosen.transmat, alone[chosen.start].transmat)
+    by_criterion = refine(objective, starts, keep=len(starts))
+    assert by_criterion.start == min(alone, key=lambda label: alone[label].loss) != chosen.start
+    assert chosen.loss > by_criterion.loss
+    assert likelihood[chosen.start] < likelihood[by_criterion.start]
+
+
+def test_likelihood_selection_needs_the_histogram_terms():
+    from streambhmm.learn.refine import refine
+
+    sim = simulate(model(WELL_SEPARATED[:2, :1], STICKY[:2, :2] / STICKY[:2, :2].sum(axis=1, keepdims=True)),
+                   [2_000], random_state=0)
+    moments = compute_moments(sim.methylated, sim.coverage, n_bins=30)
+    start = [("two", np.array([[0.1], [0.8]]), np.full((2, 2), 0.5))]
+    with pytest.raises(ValueError, match="histogram terms"):
+        refine(Objective(moments, Weights(single_bins=0.0, bin_pairs=0.0)), start, select="likelihood")
+    with pytest.raises(ValueError, match="select must be one of"):
+        refine(Objective(moments), start, select="best")
