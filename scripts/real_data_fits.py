@@ -3,8 +3,6 @@ log-likelihood per test bin, seconds and EM iterations of
 
     FTD          the paper's tensor decomposition (method="ftd")
     refined      the one-pass fit: FTD's estimate and other starts refined on the moments
-    refined (likelihood)  the same with every start run to convergence and the optimum
-                 whose likelihood of the reads is best kept (fit --select-optimum likelihood)
     refined+EM   EM to convergence from the refined fit
     FTD+EM       EM to convergence from FTD's estimate
     EM           EM to convergence from random starts, the best of 3 (training likelihood)
@@ -122,13 +120,11 @@ def fit_all(m: int, train, moments, seed: int = 0) -> dict:
     """{method: dict(levels, transmat, startprob, seconds, iterations, history, problems)}"""
     out = {}
     n_samples = train[0].shape[1]
-    for label, method, select in (("FTD", "ftd", "criterion"), ("refined", "refined", "criterion"),
-                                  (LIKELIHOOD, "refined", "likelihood")):
+    for label, method in (("FTD", "ftd"), ("refined", "refined")):
         t = time.perf_counter()
         try:
             est = SpectralBinomialHMM(m, method=method, random_state=seed, check_spectrum=False,
-                                      allow_degenerate=True, emission=EMISSION if method == "refined" else "binomial",
-                                      select=select)
+                                      allow_degenerate=True, emission=EMISSION if method == "refined" else "binomial")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DegenerateModelWarning)
                 est.fit_moments(moments)
@@ -187,8 +183,7 @@ def score(result: dict, test, m: int) -> float:
     return hmm.score(*test) / test[0].shape[0]
 
 
-LIKELIHOOD = "refined (likelihood)"
-METHODS = ("FTD", "refined", LIKELIHOOD, "refined+EM", "FTD+EM", "EM")
+METHODS = ("FTD", "refined", "refined+EM", "FTD+EM", "EM")
 
 
 def main():
@@ -218,21 +213,21 @@ def main():
             results = fit_all(m, train, moments, args.seed)
             em_score = score(results["EM"], test, m)
             print(f"\nM = {m}")
-            print(f"  {'method':<20} {'test loglik/bin':>15} {'vs EM':>8} {'seconds':>8} {'EM iters':>9} "
+            print(f"  {'method':<11} {'test loglik/bin':>15} {'vs EM':>8} {'seconds':>8} {'EM iters':>9} "
                   f"{'to 0.01%':>9}  degenerate")
             for label in METHODS:
                 r = results[label]
                 if "error" in r:
-                    print(f"  {label:<20} failed: {r['error']}")
+                    print(f"  {label:<11} failed: {r['error']}")
                     continue
                 if label != "EM":  # every method but EM from random starts begins with the one pass
                     r["seconds"] += t_moments
                 value = score(r, test, m)
                 gap = 100 * (value - em_score) / abs(em_score)
                 within = r.get("to_within")
-                within = "" if within is None and label in ("FTD", "refined", LIKELIHOOD) else str(within)
+                within = "" if within is None and label in ("FTD", "refined") else str(within)
                 iters = r["iterations"] if label != "EM" else f"{r['iterations']} (mean)"
-                print(f"  {label:<20} {value:>15.4f} {gap:>+7.2f}% {r['seconds']:>8.2f} {iters!s:>9} {within:>9}  "
+                print(f"  {label:<11} {value:>15.4f} {gap:>+7.2f}% {r['seconds']:>8.2f} {iters!s:>9} {within:>9}  "
                       f"{'; '.join(r['problems']) or 'no'}")
                 record = dict(dataset=name, m=m, method=label, test_loglik=value, gap_percent=gap,
                               seconds=r["seconds"], iterations=r["iterations"], to_within=r.get("to_within"),
@@ -256,12 +251,10 @@ def main():
     degenerate = [r for r in summary if r["degenerate"]]
     print(f"\n{len(degenerate)} of {len(summary)} fits degenerate"
           + (": " + ", ".join(f"{r['dataset']} M={r['m']} {r['method']}" for r in degenerate) if degenerate else ""))
-    for label in ("refined", LIKELIHOOD):
-        refined = [r for r in summary if r["method"] == label and r["m"] in states]
-        if refined:
-            worst = min(refined, key=lambda r: r["gap_percent"])
-            print(f"{label} vs EM, M in {states}: worst {worst['gap_percent']:+.2f}% ({worst['dataset']} M={worst['m']}); "
-                  f"{sum(r['gap_percent'] >= -1.0 for r in refined)} of {len(refined)} within 1%")
+    refined = [r for r in summary if r["method"] == "refined" and r["m"] in states]
+    if refined:
+        worst = min(refined, key=lambda r: r["gap_percent"])
+        print(f"refined vs EM, M in {states}: worst {worst['gap_percent']:+.2f}% ({worst['dataset']} M={worst['m']})")
     # refined+EM to within 0.01% of EM's converged value, against half the random starts' mean iterations
     by_key = {(r["dataset"], r["m"], r["method"]): r for r in summary}
     met = []
@@ -273,8 +266,7 @@ def main():
               f"(random starts' mean {em_mean:.1f}, half {em_mean / 2:.1f}): {'met' if ok else 'missed'}")
     if met:
         print(f"refined+EM within half the random starts' mean iterations: {sum(met)} of {len(met)}")
-    print("\n| data set | M | FTD | refined | refined (likelihood) | refined+EM | FTD+EM | EM (best of 3) |\n"
-          "|---|---|---|---|---|---|---|---|")
+    print("\n| data set | M | FTD | refined | refined+EM | FTD+EM | EM (best of 3) |\n|---|---|---|---|---|---|---|")
     for dataset in dict.fromkeys(r["dataset"] for r in summary):
         for m in states:
             cells = []
@@ -283,7 +275,7 @@ def main():
                 if r is None:
                     cells.append("failed")
                     continue
-                iters = f", {r['iterations']} it" if label not in ("FTD", "refined", LIKELIHOOD) else ""
+                iters = f", {r['iterations']} it" if label != "FTD" and label != "refined" else ""
                 bad = " degenerate" if r["degenerate"] else ""
                 cells.append(f"{r['test_loglik']:.3f} ({r['gap_percent']:+.2f}%; {r['seconds']:.1f} s{iters}){bad}")
             print(f"| {DATASETS[dataset]['title']} | {m} | " + " | ".join(cells) + " |")

@@ -46,7 +46,6 @@ class FitSettings:
     em_tol: float = 1e-7
     em_starts: int = 3
     emission: str | None = None  # None: the method's (fitting.default_emission)
-    select: str = "criterion"  # which of the refinement's optima is kept (refine.SELECTIONS)
     bootstrap: int = 0
     allow_degenerate: bool = False
     diff_threshold: float = DIFF_THRESHOLD
@@ -68,9 +67,6 @@ class FitSettings:
         if self.method == "ftd" and self.emission == "betabinomial":
             raise ValueError("--method ftd (the tensor decomposition) fits binomial emissions; --method refined "
                              "fits beta-binomial ones from the same moments")
-        if self.select != "criterion" and not self.method.startswith("refined"):
-            raise ValueError(f"--select-optimum {self.select} picks among the refinement's optima; it needs --method "
-                             f"refined or refined-em, not {self.method}")
         self.emission = self.emission or default_emission(self.method)
         for m in self.states:  # a sweep's models are named after --output: each is checked
             check_output_file(self.output_path(m))
@@ -176,7 +172,7 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
     document = model_to_dict(est, settings.spec.grouping(samples), chromosomes, method=settings.method,
                              **data_settings(settings, opened, samples))
     if outcome.loss is not None:
-        document.update(moment_loss=float(outcome.loss), moment_optimum=settings.select)
+        document["moment_loss"] = float(outcome.loss)
     if history:
         document["loglik"] = history[-1]
         document["loglik_history"] = history
@@ -203,13 +199,11 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
     if method in ONE_PASS:
         with stage(f"{method} fit of {m} states: starts", quiet=settings.quiet, unit="starts") as shown:
             est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate,
-                           emission=settings.emission, select=settings.select, progress=shown)
+                           emission=settings.emission, progress=shown)
         if not settings.quiet and method == "refined":
             supported = "supported" if est.spectrum_supported_ else \
                 "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
-            kept = ("; every start finished, kept for the likelihood of the reads"
-                    if settings.select == "likelihood" else "")
-            echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}{kept}); the spectrum check: {supported}")
+            echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
         return est, data.samples, data.chromosomes, None, None
     counts = opened.store
     grouping = settings.spec.grouping(select_samples(counts, settings.samples))
@@ -222,7 +216,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         with stage(f"{first} start of {m} states: starts", quiet=settings.quiet, unit="starts") as shown:
             start = one_pass(data.moments, m, first, settings.seed, quiet_degenerate=True,
                              emission=default_emission(first) if settings.emission == "betabinomial" else "binomial",
-                             select=settings.select, progress=shown)
+                             progress=shown)
         echo(f"{first} start:")
         echo(format_states(start.methylation_, start.transmat_, start.startprob_, columns))
         starts = [(f"{first} start", (start.startprob_, start.transmat_, start.methylation_,

@@ -17,7 +17,6 @@ from ..learn.checks import validate_parameters
 from ..learn.emissions import EMISSIONS
 from ..learn.evaluate import differential_states
 from ..learn.hmm import BinomialHMM
-from ..learn.refine import SELECTIONS
 from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.spec import Grouped, Grouping
 
@@ -258,7 +257,6 @@ FIELD_TYPES = {
                    "loglik_history")},
     "loglik": (_is_number, "a number"),
     "moment_loss": (_is_number, "a number"),
-    "moment_optimum": (lambda v: v in SELECTIONS, " or ".join(f'"{v}"' for v in SELECTIONS)),
     "bin_size": (lambda v: _is_count(v) and v > 0, "a positive integer (bp)"),
     "sample_settings": (_is_sample_settings, "{sample: {\"context\": text, \"merge_strands\": true or false}}"),
 }

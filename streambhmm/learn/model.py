@@ -12,7 +12,7 @@ from .checks import stationary_weights
 from ..moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, projection_for
 from ..moments.sums import Moments, compute_moments
 from .criterion import Weights, objective_for
-from .refine import SELECTIONS, quantile_levels, refine, sticky_start
+from .refine import quantile_levels, refine, sticky_start
 from .spectral import SpectrumError, decompose, whiten
 
 METHODS = ("refined", "ftd")
@@ -51,12 +51,6 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         spread of levels at the quantiles of the marginal features).
     n_finished : the screened starts with the lowest criterion that the refinement runs to
         convergence (:func:`~streambhmm.learn.refine.refine`'s ``keep``).
-    select : how the refinement picks among its optima: "criterion" (default: the lowest
-        criterion of the ``n_finished`` starts) or "likelihood" (every start runs to
-        convergence, and the optimum that best explains the reads wins: the criterion's
-        histogram terms, EM's likelihood of single bins and adjacent pairs). "likelihood" takes
-        about 3-4x the time and comes closer to EM on held-out data where the criterion's
-        optima differ (docs/methods/one-pass.md).
     tol : the refinement's relative tolerance on the criterion (L-BFGS-B's ``ftol``).
     allow_degenerate : a degenerate fit (:mod:`streambhmm.learn.checks`) raises
         :class:`~streambhmm.learn.checks.DegenerateModelError` unless this is True; then it warns
@@ -104,12 +98,12 @@ class SpectralBinomialHMM(BaseBinomialHMM):
                  check_spectrum: bool = True, n_random_starts: int = 8, allow_degenerate: bool = False,
                  criterion=None, feature: str = "auto", projection_dim: int = DEFAULT_PROJECTION_DIM,
                  projection_seed: int = 0, emission: str = "binomial", limits=None, n_finished: int = 2,
-                 tol: float = 1e-8, select: str = "criterion"):
+                 tol: float = 1e-8):
         super().__init__(n_components, n_bins, random_state, allow_degenerate, emission, limits, method=method,
                          methylation_recovery=methylation_recovery, n_restarts=n_restarts, n_iter=n_iter,
                          check_spectrum=check_spectrum, n_random_starts=n_random_starts, criterion=criterion,
                          feature=feature, projection_dim=projection_dim, projection_seed=projection_seed,
-                         n_finished=n_finished, tol=tol, select=select)
+                         n_finished=n_finished, tol=tol)
 
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
@@ -182,7 +176,7 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         starts += [(f"random{i}", *sticky_start(m, n_samples, rng)) for i in range(self.n_random_starts)]
         objective = objective_for(moments, self.criterion or Weights(), self.emission)
         result = refine(objective, starts, keep=self.n_finished, tol=self.tol, limits=self.limits,
-                        progress=progress, select=self.select)
+                        progress=progress)
         self.methylation_, self.transmat_, self.startprob_ = result.methylation, result.transmat, result.startprob
         if result.dispersion is not None:
             self.dispersion_ = result.dispersion
@@ -202,8 +196,6 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         if self.emission == "betabinomial" and self.method == "ftd":
             raise ValueError("the tensor decomposition (method='ftd') fits binomial emissions; "
                              "use method='refined' for emission='betabinomial'")
-        if self.select not in SELECTIONS:
-            raise ValueError(f"select must be one of {SELECTIONS}, got {self.select!r}")
         if self.methylation_recovery not in METHYLATION_RECOVERY:
             raise ValueError(f"methylation_recovery must be one of {METHYLATION_RECOVERY}, "
                              f"got {self.methylation_recovery!r}")

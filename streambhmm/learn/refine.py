@@ -69,10 +69,6 @@ from .checks import degeneracy_problems
 from .criterion import Objective, StateLimits, Weights, objective_for, stationary  # noqa: F401
 
 
-# how the refinement picks among its optima (refine's ``select``)
-SELECTIONS = ("criterion", "likelihood")
-
-
 # -- starts and the optimizer ----------------------------------------------------------------
 def quantile_levels(moments: Moments, n_components: int) -> np.ndarray:
     """Levels at the quantiles (h + 0.5) / m of each sample's marginal Beta-map feature
@@ -116,14 +112,6 @@ class Refined:
         return self.methylation, self.transmat, self.coverage, self.dispersion
 
 
-def histogram_terms(objective: Objective, x: np.ndarray, m: int) -> float:
-    """The criterion's weighted histogram terms at ``x``: minus EM's log-likelihood of the
-    thinned reads of single bins and adjacent pairs, per triple."""
-    terms = {}
-    objective(x, m, terms)
-    return terms.get("single bins", 0.0) + terms.get("adjacent bins", 0.0)
-
-
 def _degenerate(objective: Objective, x: np.ndarray, m: int) -> bool:
     levels, transmat = objective.unpack(x, m)[:2]
     return bool(degeneracy_problems(levels, transmat, stationary(transmat)[0]))
@@ -141,22 +129,13 @@ def counted_map(pool, fn, items: list, progress=None, done: int = 0, total: int 
 
 
 def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 40, keep: int = 2,
-           tol: float = 1e-8, limits: StateLimits | None = None, progress=None, select: str = "criterion") -> Refined:
+           tol: float = 1e-8, limits: StateLimits | None = None, progress=None) -> Refined:
     """L-BFGS-B from each (label, levels, transmat[, coverage[, dispersion]]) start for
     ``screen_iter`` iterations; the ``keep`` lowest then continue to convergence (or
-    ``max_iter``); the lowest criterion wins. With ``select="likelihood"`` every start runs
-    to convergence and the optimum whose histogram terms (EM's likelihood of the reads of
-    single bins and adjacent pairs) are lowest wins: the criterion's feature terms can prefer
-    an optimum that is worse on held-out data (docs/methods/one-pass.md). ``limits`` caps some
-    states' levels and overdispersions. Starts run in threads, one per core (the compiled
-    likelihoods release the GIL); each is independent, so the result does not depend on the
-    number of threads. ``progress(done, total)`` follows the starts screened and finished."""
-    if select not in SELECTIONS:
-        raise ValueError(f"select must be one of {SELECTIONS}, got {select!r}")
-    if select == "likelihood":
-        if not objective.histograms:
-            raise ValueError('select="likelihood" needs the histogram terms (their weights are zero)')
-        keep = len(starts)
+    ``max_iter``); the lowest criterion wins. ``limits`` caps some states' levels and
+    overdispersions. Starts run in threads, one per core (the compiled likelihoods release
+    the GIL); each is independent, so the result does not depend on the number of threads.
+    ``progress(done, total)`` follows the starts screened and finished."""
     m = starts[0][1].shape[0]
     bounds = objective.bounds(m, limits)
 
@@ -191,8 +170,7 @@ def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, scre
                 total += 1
                 progress(total, total)
     sound = [item for item in finished if not _degenerate(objective, item[1].x, m)]
-    rank = (lambda item: item[1].fun) if select == "criterion" else (lambda item: histogram_terms(objective, item[1].x, m))
-    label, best = min(sound or finished, key=rank)
+    label, best = min(sound or finished, key=lambda item: item[1].fun)
     levels, transmat, coverage, dispersion = objective.unpack(best.x, m)
     pi, _ = stationary(transmat)
     losses = dict((lab, float(res.fun)) for lab, res in screened) | dict((lab, float(res.fun)) for lab, res in finished)

@@ -27,18 +27,17 @@ HELD_OUT_TOL = 1e-6
 
 def one_pass(moments: Moments, m: int, method: str, seed: int, allow_degenerate: bool = False,
              quiet_degenerate: bool = False, emission: str = "binomial", limits=None,
-             n_random_starts: int = 8, n_finished: int = 2, tol: float = 1e-8, select: str = "criterion",
+             n_random_starts: int = 8, n_finished: int = 2, tol: float = 1e-8,
              progress=None) -> SpectralBinomialHMM:
     """The refined or FTD fit; a degenerate one raises DegenerateModelError unless allowed
     (then it warns, or with ``quiet_degenerate`` keeps silent: an EM start). ``limits``
     (refine.StateLimits) caps some states' levels and overdispersions; ``n_random_starts``,
-    ``n_finished``, ``tol`` and ``select`` set the refinement (SpectralBinomialHMM); ``progress(done,
+    ``n_finished`` and ``tol`` set the refinement (SpectralBinomialHMM); ``progress(done,
     total)`` follows the refinement's starts."""
     est = SpectralBinomialHMM(m, n_bins=moments.n_bins, method=method, random_state=seed,
                               check_spectrum=method == "ftd" and not quiet_degenerate,
                               allow_degenerate=allow_degenerate or quiet_degenerate, emission=emission,
-                              limits=limits, n_random_starts=n_random_starts, n_finished=n_finished, tol=tol,
-                              select=select)
+                              limits=limits, n_random_starts=n_random_starts, n_finished=n_finished, tol=tol)
     with warnings.catch_warnings():
         if quiet_degenerate:
             warnings.simplefilter("ignore", DegenerateModelWarning)

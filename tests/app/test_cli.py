@@ -52,8 +52,7 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert re.search(r"state\s+H1\s+IMR90\s+weight\s+stay", r.output)
     doc = json.loads(model.read_text())
     assert tuple(doc) == (*MODEL_KEYS, "labels", "bin_size", "sample_settings", "emission", "dispersion",
-                          "moment_loss", "moment_optimum")
-    assert doc["moment_optimum"] == "criterion"
+                          "moment_loss")
     assert doc["bin_size"] == 100 and doc["sample_settings"]["H1"] == {"context": "CG", "merge_strands": False}
     assert doc["format"] == "streambhmm-model" and doc["version"] == 1 and doc["method"] == "refined"
     assert doc["samples"] == ["H1", "IMR90"] and doc["chromosomes"] == ["chr21"] and doc["n_states"] == 2
@@ -212,20 +211,6 @@ def test_em_refuses_a_moment_store_and_a_foreign_model(tmp_path, dask_clients, t
     model.write_text(json.dumps(doc))
     r = run("score", two_sample_store.path, "--model", model, "--scheduler", scheduler)
     assert r.exit_code != 0 and "sample(s) Z" in r.output
-
-
-def test_fit_keeps_the_optimum_of_the_likelihood_when_asked(tmp_path, dask_clients, two_sample_store):
-    moments = tmp_path / "m.zarr"
-    assert run("moments", two_sample_store.path, "-o", moments, "--scheduler", dask_clients[0].scheduler.address,
-               "-q").exit_code == 0
-    model = tmp_path / "a.json"
-    r = run("fit", moments, "-m", "3", "--select-optimum", "likelihood", "-o", model)
-    assert r.exit_code == 0, r.output
-    assert "every start finished, kept for the likelihood of the reads" in r.output
-    assert json.loads(model.read_text())["moment_optimum"] == "likelihood"
-    r = run("fit", moments, "-m", "3", "--method", "ftd", "--select-optimum", "likelihood", "-o", tmp_path / "b.json")
-    assert r.exit_code != 0 and "needs --method refined or refined-em" in r.output
-    assert not (tmp_path / "b.json").exists()
 
 
 @pytest.mark.parametrize("method", ["refined", "ftd-em"])

@@ -72,13 +72,6 @@ def opened_for(settings, scheduler):
               help="The emission model: betabinomial gives each state and sample an overdispersion (real "
                    "methylomes vary more than a binomial allows; see docs/guide/fit.md). Default: betabinomial, for the "
                    "refined one-pass fit too (measured better on held-out real data); ftd is binomial.")
-@click.option("--select-optimum", "select", default="criterion", show_default=True,
-              type=click.Choice(["criterion", "likelihood"]),
-              help="Which optimum of the one-pass refinement to keep (--method refined, refined-em): criterion: the "
-                   "lowest criterion of the two best screened starts; likelihood: every start runs to convergence "
-                   "and the one whose likelihood of the reads (the criterion's histogram terms) is best wins. "
-                   "likelihood takes 3-4x as long and came closer to EM on held-out data where the optima differ "
-                   "(docs/methods/one-pass.md).")
 @click.option("--samples", default=None, help="Comma-separated samples to fit jointly (default: all).")
 @click.option("--pooled", is_flag=True,
               help=POOLED_HELP + " A moment store made with --pooled is fitted pooled without it.")
@@ -98,8 +91,8 @@ def opened_for(settings, scheduler):
               help="A state is differential when its levels across samples differ by more than this.")
 @click.option("--split-every", default=8, show_default=True, type=click.IntRange(min=2), help="Fan-in of the tree reductions.")
 @moment_pass_options
-def fit(store, states, method, em_iter, em_tol, em_starts, emission, select, samples, pooled, n_bins, seed, output,
-        bootstrap, block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
+def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, pooled, n_bins, seed, output, bootstrap,
+        block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
     from ..fit import FitSettings, run_fit
     from ...learn.selection import recommend
@@ -109,7 +102,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, select, sam
         store, parse_states(states), output, method=method,
         samples=[s for s in samples.split(",") if s] if samples else None,
         spec=FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size), seed=seed,
-        em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, select=select, bootstrap=bootstrap,
+        em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap,
         allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,
         scheduler=scheduler, quiet=quiet)
     echo = printed(click.echo)  # above the progress line
