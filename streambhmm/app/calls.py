@@ -155,7 +155,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
                       "library of CpG islands such as RRBS)" if settings.kind == "pmd" else "no background")
         reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason)) from None
+        note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
+        raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason, note)) from None
     echo("the regions: a posterior pass over the counts")
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
@@ -163,7 +164,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds)
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:
         raise ValueError(_why_none(settings, samples, hmm, unmethylated, f"no run of {TARGET_STATES[settings.kind]} "
-                                   f"bins passed the rule ({rule.conditions(len(samples))})"))
+                                   f"bins passed the rule ({rule.conditions(len(samples))})",
+                                   NO_PMDS if settings.kind == "pmd" else ""))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
 
 
@@ -210,16 +212,18 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
             f"excerpt.")
 
 
-def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str) -> str:
-    """The message of a call that found no region: what the model found, and what the data lack."""
+NO_PMDS = "A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call."
+
+
+def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str, note: str = "") -> str:
+    """The message of a call that found no region: what the model found, what the data lack
+    and ``note``."""
     levels = ", ".join("/".join(f"{v:.2f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
     missing = missing_unmethylated(settings.kind, samples, unmethylated)
     if missing:
         lines.append(missing)
-    if settings.kind == "pmd":
-        lines.append("A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call.")
-    return " ".join(lines)
+    return " ".join(lines + [note] if note else lines)
 
 
 def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:
@@ -229,4 +233,4 @@ def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:
         return None
     return (f"none of the bins with {UNMETHYLATED_CHECK_READS} or more reads in {', '.join(missing)} has every read "
             f"unmethylated: the input seems to list methylated cytosines only (as Lister et al. 2009's mc files do), "
-            f"so the unmethylated CpGs at the core of every HMR are missing and HMRs cannot be found in it.")
+            f"so the unmethylated CpGs at the core of every HMR are missing, and regions called from it are not HMRs.")

@@ -30,7 +30,7 @@ import numpy as np
 from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE, DmrSettings, Findings, Targets,
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
                                window_regions)
-from ..distributed.regions import RegionRule, regions_table
+from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import check_output_file, remove_leftovers, replacing
@@ -64,8 +64,14 @@ class DmrJob:
         return paths + ([Path(self.bigwig)] if self.bigwig else [])
 
     def check_outputs(self) -> None:
-        """Refuse, before any work, a file that cannot be written (io.outputs)."""
-        for path in self.outputs:
+        """Refuse, before any work, a file that cannot be written (io.outputs), or two outputs
+        of one name."""
+        check_regions_name(self.output)
+        paths = self.outputs
+        if len(set(paths)) < len(paths):
+            raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
+                             f"({', '.join(map(str, paths[:-1]))}); give it another name")
+        for path in paths:
             check_output_file(path)
 
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..distributed.decode import decode_store
 from ..distributed.em import score_store
-from ..distributed.regions import RegionRule, find_regions, preset_rule, regions_table, rule_with, write_regions
+from ..distributed.regions import RegionRule, check_regions_name, find_regions, preset_rule, regions_table, rule_with, \
+    write_regions
 from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_name, write_methylation,
                                   write_posteriors)
 from ..io.outputs import check_output_file, remove_leftovers
@@ -124,7 +125,7 @@ def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled:
 def output_checked(path) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
     cannot be written (io.outputs)."""
-    check_output_file(regions_table(path))
+    check_output_file(regions_table(check_regions_name(path)))
     return check_output_file(path)
 
 

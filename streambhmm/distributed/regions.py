@@ -282,6 +282,23 @@ def regions_table(output) -> Path:
     return output.with_name(f"{output.stem}.tsv")
 
 
+def check_regions_name(output) -> Path:
+    """``output`` as a Path, refused (ValueError) when it cannot name a regions' BED: the
+    table beside it would take its name (NAME.tsv), it asks for compression the writer does
+    not do (NAME.gz), or standard output ("-": two files are written)."""
+    output = Path(output)
+    name = output.name
+    if str(output) == "-":
+        problem = "the regions go to two files (a BED and a table beside it), not to standard output"
+    elif output.suffix.lower() in (".gz", ".bgz", ".bz2", ".xz", ".zst"):
+        problem = "the regions are written as plain text, not compressed (bgzip the BED afterwards)"
+    elif regions_table(output) == output:
+        problem = f"the table beside the regions is named after it ({name}) and would replace it"
+    else:
+        return output
+    raise ValueError(f"{output}: {problem}; give the regions a name ending in .bed")
+
+
 def rule_with(rule: RegionRule, **changes) -> RegionRule:
     """The rule with the options the user gave (None: the preset's)."""
     return replace(rule, **{k: v for k, v in changes.items() if v is not None})

@@ -132,6 +132,7 @@ def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     store = write_store(tmp_path / "unmethylated.zarr", chromosomes, ["S"], chunk_size=15_000).path
     r = run("pmd", store, "-o", tmp_path / "none.bed", "-q")
     assert r.exit_code == 1 and "no methylated background" in r.output, r.output
+    assert "has none to call" not in r.output  # its states are all below 0.7: not a genome without PMDs
     assert not (tmp_path / "none.bed").exists()
 
 
@@ -149,7 +150,7 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     chromosomes, _ = planted(1, hmrs=False, pmds=False)
     store = write_store(tmp_path / "flat.zarr", chromosomes, ["S"], chunk_size=15_000).path
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
-    assert r.exit_code == 1 and "no partially methylated domains" in r.output
+    assert r.exit_code == 1 and "no partially methylated domains" in r.output and "has none to call" in r.output
     assert not (tmp_path / "pmd.bed").exists()
     r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
@@ -183,6 +184,20 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
         assert "methylated cytosines only" in r.output
     else:
         assert "methylated cytosines only" in r.output  # a warning beside the regions
+
+
+def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methylome, tmp_path, monkeypatch):
+    store, _ = methylome
+    monkeypatch.chdir(tmp_path)
+    for name, why in (("calls.tsv", "would replace it"), ("calls.bed.gz", "not compressed"),
+                      ("-", "not to standard output")):
+        r = run("pmd", store, "-o", name, "-q")
+        assert r.exit_code == 1 and why in r.output and "a name ending in .bed" in r.output, r.output
+    assert not list(tmp_path.iterdir())
+    r = run("pmd", store, "-o", "calls.bed", "--samples", " S ,", "-q")  # names are trimmed
+    assert r.exit_code == 0, r.output
+    r = run("pmd", store, "-o", tmp_path / "other.bed", "--samples", " , ", "-q")
+    assert r.exit_code == 2 and "names nothing" in r.output
 
 
 def test_state_rules():

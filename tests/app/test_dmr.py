@@ -183,6 +183,19 @@ def test_a_contrast_group_without_samples_is_refused(small):
     assert not list(directory.glob("out*"))
 
 
+@pytest.mark.parametrize("output, bigwig, message", [
+    ("out.tsv", None, "would replace it"),
+    ("out.bed.gz", None, "not compressed"),
+    ("out.bed", "out.domains.bed", "the track would replace one of the regions' files"),
+])
+def test_outputs_that_collide_are_refused(small, output, bigwig, message):
+    directory, store, sheet = small
+    options = ["--bigwig", directory / bigwig] if bigwig else []
+    result = run("dmr", store, "--groups", sheet, "--output", directory / output, *options)
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert not list(directory.glob("out*"))
+
+
 @pytest.mark.slow  # a whole dmr run
 def test_three_groups(tmp_path):
     """More than two groups: a state differs when its largest and smallest levels do."""

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...distributed.cluster import store_session
 from ...io.progress import printed
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, scheduler_option, \
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, \
     user_errors
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
@@ -32,7 +32,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
 
     start = time.perf_counter()
     output_checked(output)  # and the table beside it, before the cluster starts
-    settings = CallSettings(kind, store, output, [s for s in samples.split(",") if s] if samples else None,
+    settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size) as opened:
         outcome = run_call(settings, opened, echo=(lambda message: None) if quiet else printed(click.echo))
@@ -46,7 +46,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         click.echo(f"warning: {warning}", err=True)
     median = np.median(outcome.lengths) if outcome.n else 0
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
-    click.echo(f"{output}: {outcome.n:,} {kind.upper()}s, median {median:,.0f} bp, "
+    click.echo(f"{output}: {outcome.n:,} {kind.upper()}{'' if outcome.n == 1 else 's'}, median {median:,.0f} bp, "
                f"{outcome.lengths.sum() / 1e6:.2f} Mb in all, on {outcome.bin_size} bp bins "
                f"({time.perf_counter() - start:.1f} s: {steps})")
 

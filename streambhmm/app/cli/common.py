@@ -103,6 +103,17 @@ quiet_option = click.option("--quiet", "-q", is_flag=True,
                                  "standard error).")
 
 
+def names(text: str | None, option: str) -> list[str] | None:
+    """The comma-separated names of ``option`` (spaces around each ignored); None when the
+    option was not given, refused when given with no name."""
+    if text is None:
+        return None
+    listed = [name.strip() for name in text.split(",") if name.strip()]
+    if not listed:
+        raise click.BadParameter(f"{text!r} names nothing; leave {option} out to take all", param_hint=option)
+    return listed
+
+
 POSITIVE = click.IntRange(min=1)  # every count option is checked before any work
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from ...distributed.cluster import store_session
 from ...io.progress import printed
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, quiet_option, scheduler_option, \
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, \
     user_errors
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
@@ -67,7 +67,7 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     from ..sheet import read_sheet
 
     start = time.perf_counter()
-    sheet_read = read_sheet(sheet).contrast([g for g in contrast.split(",") if g] if contrast else None)
+    sheet_read = read_sheet(sheet).contrast(names(contrast, "--contrast"))
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,

@@ -13,7 +13,7 @@ from ...distributed.fitting import METHODS
 from ...learn.states import DIFF_THRESHOLD
 from ...moments.spec import FeatureSpec
 from ...io.progress import printed
-from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, shown
+from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, names, shown
 from .moments import moment_pass_options
 
 # EM's options: (name, default, type, help)
@@ -100,7 +100,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
     start = time.perf_counter()
     settings = FitSettings(
         store, parse_states(states), output, method=method,
-        samples=[s for s in samples.split(",") if s] if samples else None,
+        samples=names(samples, "--samples"),
         spec=FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size), seed=seed,
         em_iter=em_iter, em_tol=em_tol, em_starts=em_starts, emission=emission, bootstrap=bootstrap,
         allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,

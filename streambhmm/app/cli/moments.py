@@ -9,7 +9,7 @@ import click
 from ...distributed.cluster import store_session
 from ...io.progress import stage
 from ...moments.spec import FeatureSpec
-from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options,
+from .common import (OUTPUT_STORE, POOLED_HELP, POSITIVE, STORE, bins_option, feature_options, names,
                      quiet_option, scheduler_option, shown, user_errors)
 
 
@@ -50,7 +50,7 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     from ...moments.momentstore import update_moments
 
     start = time.perf_counter()
-    sample_list = [s for s in samples.split(",") if s] if samples else None
+    sample_list = names(samples, "--samples")
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
     with store_session(store, scheduler, if_lost=kept) as opened, \

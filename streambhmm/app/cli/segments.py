@@ -10,7 +10,7 @@ import numpy as np
 from ...distributed.cluster import store_session
 from ...io.progress import printed, stage
 from ...learn.states import DIFF_THRESHOLD
-from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE,
+from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, names,
                      quiet_option, scheduler_option, user_errors)
 
 
@@ -33,7 +33,7 @@ def score(store, model, chromosomes, scheduler, quiet):
     from ..segments import run_score
 
     start = time.perf_counter()
-    wanted = [c for c in chromosomes.split(",") if c] if chromosomes else None
+    wanted = names(chromosomes, "--chromosomes")
     with store_session(store, scheduler) as opened:
         document = model_for_store(opened.store, model)
         per_chrom = run_score(opened.store, document.hmm(), opened.client, document.samples, wanted,
@@ -155,7 +155,7 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
     # methylation alone needs no Dask client, only the store's shared lock
     with store_session(store, scheduler, dask=bool(model)) as opened:
         job = ModelOnStore.open(opened.store, model) if model else None
-        chosen = [s for s in samples.split(",") if s] if samples else None
+        chosen = names(samples, "--samples")
         echo = printed(click.echo)
         with stage("tracks", quiet=quiet, unit="chunks") as progress:
             for track in run_tracks(opened.store, prefix, chosen, min_coverage, chrom_sizes, job, opened.client,
