@@ -1,0 +1,74 @@
+"""What each chromosome or contig costs: the same CpGs on one chromosome and split over many
+contigs (draft assemblies, hg38's unplaced and alternative contigs).
+
+    python scripts/many_contigs.py [--contigs 200] [--workdir DIR]
+
+The rows of the MethylSeekR IMR90 chr22 excerpt (200,000 CpGs) are written twice in its own
+format: as they are (one chromosome, 14.8 Mb), and cut into --contigs contigs of equal numbers
+of rows, each contig's positions counted from its first CpG (contigs of about 50 kb at 200).
+Each is ingested into a new store, and `hmr` and `pmd` run on it, each step a new process as a
+user runs it; printed: the seconds of each step for both, their ratio, and the seconds per
+contig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+              Path(__file__).resolve().parents[2] / "shared")
+SOURCE = SHARED / "data" / "real" / "MethylSeekR_IMR90_chr22" / "Lister2009_imr90_hg18_chr22.tab.gz"
+
+
+def write_contigs(path: Path, n_contigs: int) -> None:
+    """The excerpt's rows cut into ``n_contigs`` contigs, positions from each contig's first CpG."""
+    rows = [line.split("\t") for line in gzip.open(SOURCE, "rt").read().splitlines()]
+    per_contig = -(-len(rows) // n_contigs)
+    with open(path, "w") as out:
+        for i, row in enumerate(rows):
+            contig = i // per_contig
+            first = int(rows[contig * per_contig][1])
+            out.write(f"ctg_{contig}\t{int(row[1]) - first + 1}\t{row[2]}\t{row[3]}\n")
+
+
+def timed(*args) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(["streambhmm", *map(str, args), "-q"], capture_output=True, text=True)
+    if result.returncode:
+        sys.exit(f"streambhmm {' '.join(map(str, args))} failed:\n{result.stdout}{result.stderr}")
+    return time.perf_counter() - start
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--contigs", type=int, default=200)
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args()
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="many_contigs_"))
+    work.mkdir(parents=True, exist_ok=True)
+    contigs = work / "contigs.tab"
+    write_contigs(contigs, args.contigs)
+    seconds = {}
+    for label, source in (("one chromosome", SOURCE), (f"{args.contigs} contigs", contigs)):
+        store = work / f"{label.replace(' ', '_')}.zarr"
+        seconds[label] = {
+            "ingest": timed("ingest", source, "--format", "methylseekr", "--sample", "S", "--store", store),
+            "hmr": timed("hmr", store, "-o", store.with_suffix(".hmr.bed")),
+            "pmd": timed("pmd", store, "-o", store.with_suffix(".pmd.bed")),
+        }
+    one, many = seconds.values()
+    print(f"the MethylSeekR excerpt's 200,000 CpGs, each step a new process (work in {work}):")
+    print(f"| step | one chromosome, s | {args.contigs} contigs, s | ratio | s per contig |\n|---|---|---|---|---|")
+    for step in one:
+        extra = (many[step] - one[step]) / (args.contigs - 1)
+        print(f"| {step} | {one[step]:.1f} | {many[step]:.1f} | {many[step] / one[step]:.1f}x | {extra:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
