@@ -278,7 +278,9 @@ def compute(client, delayed, quiet: bool = False, what: str = "the computation",
     with stage(what, quiet=quiet, unit=unit) as shown:
         if not isinstance(futures, list):
             count = _PartsDone(client, parts or [], shown)
-            return Waiter(client, [futures], what, tick=count).result(futures)
+            result = Waiter(client, [futures], what, tick=count).result(futures)
+            count.finished()
+            return result
         results = {}
         waiter = Waiter(client, futures, what)
         shown(0, len(futures))
@@ -311,6 +313,11 @@ class _PartsDone:
                     self.shown(self.client.run_on_scheduler(_finished, self.keys))
             except (TimeoutError, OSError):
                 pass  # the count waits for the next look; the Waiter judges the scheduler
+
+    def finished(self) -> None:
+        """Every part is done (the value is): the count says so."""
+        if self.keys:
+            self.shown(len(self.keys))
 
 
 def _finished(keys, dask_scheduler=None) -> int:

@@ -48,3 +48,21 @@ def test_in_process_client_counts_a_graphs_computed_parts():
         future = client.compute(dask.delayed(sum)(parts))
         assert future.result(timeout=60) == sum(i * i for i in range(7))
         assert client.count_computed([p.key for p in parts] + [other.key]) == 7
+
+
+def test_the_progress_of_one_value_ends_with_every_part_done(monkeypatch, capsys):
+    """Without a terminal, a computation that wrote a line writes its last count: all parts."""
+    import time
+
+    from streambhmm.distributed.cluster import compute
+
+    def slow(x):
+        time.sleep(0.3)
+        return x
+
+    monkeypatch.setenv("STREAMBHMM_PROGRESS_EVERY", "0.1")
+    parts = [dask.delayed(slow, pure=True)(i) for i in range(3)]
+    with InProcessClient(1) as client:
+        assert compute(client, dask.delayed(sum)(parts), what="the sum", parts=parts) == 3
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and lines[-1].startswith("the sum: 3/3 (100%)"), lines
