@@ -103,7 +103,7 @@ BSMAP = ("chr", "pos", "strand", "context", "ratio", "eff_ct_count", "c_count", 
 FORMATS: dict[str, Format] = {f.name: f for f in [
     Format("bismark-cov", "chrom start end pct meth unmeth; 1-based start, end = start (or start + 1 for a CpG "
                           "merged by coverage2cytosine --merge_CpG)",
-           (Layout(6, 0, 1, 1, meth=4, unmeth=5, end=2, end_offsets=(0, 1)),), "unknown", fits=_fits_cov),
+           (Layout(6, 0, 1, 1, meth=4, unmeth=5, end=2, end_offsets=(0, 1), percent=3),), "unknown", fits=_fits_cov),
     Format("bismark-report", "chrom pos strand meth unmeth context trinucleotide; 1-based",
            (Layout(7, 0, 1, 1, meth=3, unmeth=4, strand=2, strand_codes=ONE, context=5, context_kind="name"),),
            "stranded", fits=_fits_report),
@@ -133,7 +133,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
            fits=_fits_modkit),
     Format("methyldackel", "MethylDackel bedGraph: chrom start end pct meth unmeth; 0-based start, end = "
                            "start + 1 (or + 2 for merged CpGs)",
-           (Layout(6, 0, 1, 0, meth=4, unmeth=5, end=2, end_offsets=(1, 2)),), "unknown", fits=_fits_dackel),
+           (Layout(6, 0, 1, 0, meth=4, unmeth=5, end=2, end_offsets=(1, 2), percent=3),), "unknown",
+           fits=_fits_dackel),
     Format("biscuit", "BISCUIT BED: chrom start end beta coverage; 0-based start",
            (Layout(5, 0, 1, 0, total=4, fraction=3, end=2, end_offsets=(1, 2)),), "unknown", fits=_fits_biscuit),
     Format("tsv", "header chrom pos strand mc cov; 1-based",

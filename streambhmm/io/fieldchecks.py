@@ -13,6 +13,10 @@ from .limits import COUNT_MAX, POSITION_MAX
 from .parser import CONTEXT_INDEX, chars, code_table, contexts, numbers
 from .rows import Layout, Settings
 
+# percent points a percent column may differ from its counts' percent: writers round it (MethylDackel
+# to whole percents), and a count cut short moves it further at all but the deepest coverage
+PERCENT_TOLERANCE = 1.0
+
 if TYPE_CHECKING:
     from .blockcheck import BlockRow
 
@@ -127,4 +131,11 @@ class FieldChecks:
               lambda i: f"coverage {cov[i]} too large (the store holds counts up to {COUNT_MAX:,})")
         over = meth > cov
         check(over.any(), lambda: over, lambda i: f"methylated count {meth[i]} exceeds coverage {cov[i]}")
+        if lay.percent is not None:  # a line cut short can still parse: its percent then disagrees
+            pct = numbers(col[lay.percent])
+            expected = 100.0 * meth / np.maximum(cov, 1)
+            off = (cov > 0) & ~(np.abs(pct - expected) <= PERCENT_TOLERANCE)
+            check(off.any(), lambda: off,
+                  lambda i: f"percent {pct[i]:g} disagrees with the counts, {meth[i]} methylated of {cov[i]} "
+                            f"({expected[i]:.2f}%): a truncated or edited line?")
         return meth, cov

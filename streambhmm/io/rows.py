@@ -99,6 +99,7 @@ class Layout:
     end: int | None = None
     end_offsets: tuple[int, ...] | None = None  # allowed end - start (None: any end > start)
     code: int | None = None  # modkit modification code: rows with m or C are kept
+    percent: int | None = None  # a methylation percent beside the counts: checked to agree with them
 
     def types(self) -> dict[int, pa.DataType]:
         out = {self.chrom: pa.string(), self.pos: pa.int64()}
@@ -108,8 +109,9 @@ class Layout:
         for i in (self.strand, self.context, self.code):
             if i is not None:
                 out[i] = pa.string()
-        if self.fraction is not None:
-            out[self.fraction] = pa.float64()
+        for i in (self.fraction, self.percent):
+            if i is not None:
+                out[i] = pa.float64()
         return out
 
 

@@ -332,3 +332,18 @@ def test_real_methylkit_file_unsorted_within_its_chromosome_reads_as_its_sorted_
         np.testing.assert_array_equal(mine, theirs)
     with pytest.raises(ValueError, match="--context CHH: format methylkit records no cytosine context"):
         read_all(sorted_path, "auto", "CHH")
+
+
+@pytest.mark.parametrize("fmt, first, line", [
+    ("bismark-cov", "chr1\t4\t4\t50\t1\t1\n", "chr1\t10\t10\t{pct}\t32\t1\n"),
+    ("methyldackel", "chr1\t3\t4\t50\t1\t1\n", "chr1\t9\t10\t{pct}\t32\t1\n"),
+])
+def test_a_percent_that_disagrees_with_its_counts_names_the_line(tmp_path, fmt, first, line):
+    """A line cut short in its last count still parses; its percent no longer agrees."""
+    for pct in ("96.9697", "97", "96"):  # full precision and whole percents (MethylDackel's) agree
+        path = write(tmp_path, f"ok{pct}.txt", first + line.format(pct=pct))
+        assert sum(r.pos0.size for r in read_rows(path, fmt)) == 2
+    path = write(tmp_path, "cut.txt", first + line.format(pct="84.21"))
+    with pytest.raises(FormatError) as info:
+        list(read_rows(path, fmt))
+    assert info.value.line == 2 and "percent 84.21 disagrees with the counts, 32 methylated of 33" in str(info.value)
