@@ -32,8 +32,8 @@ from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TA
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.momentstore import read_manifest
-from ..moments.pipeline import select_samples
+from ..moments.momentstore import plan_digest, read_manifest
+from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
 from .segments import output_checked
 
@@ -92,7 +92,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
-    output = output_checked(settings.output)
+    output = output_checked(settings.output, settings.store, settings.moments)
     counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
@@ -111,19 +111,20 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                 coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
-            outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds)
+            outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome
 
 
-def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds) -> CallOutcome:
+def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds, coarsened: bool = False
+                  ) -> CallOutcome:
     client = opened.client
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
                         settings.quiet, 8)
-    _check_moments(settings, store, data)
+    _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
     model = settings.model
     start = time.perf_counter()
@@ -183,8 +184,10 @@ def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple
     return est, hmm.start_from(est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
 
 
-def _check_moments(settings: CallSettings, store, data) -> None:
-    """A moment store given with --moments must hold these samples' moments at the call's bins."""
+def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:
+    """A moment store given with --moments must hold these samples' moments at the call's bins,
+    of these counts: each partial's digest that of the store's chunk (not checked on bins the
+    call summed: the moments are then another store's, chunked otherwise)."""
     if not settings.moments:
         return
     source = read_manifest(settings.moments).get("source", {})
@@ -195,6 +198,19 @@ def _check_moments(settings: CallSettings, store, data) -> None:
         raise ValueError(f"{settings.moments} holds {'pooled' if data.pooled else 'projected'} moments; "
                          f"`{settings.kind}` fits the joint Beta-map moments (`streambhmm moments` without "
                          f"--pooled, --feature beta)")
+    if coarsened:
+        return
+    manifest = read_manifest(settings.moments)
+    recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
+    digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
+    expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)
+                for plan in plan_chunks(store, manifest["samples"])}
+    if recorded != expected:
+        differ = sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
+        raise ValueError(f"{settings.moments} holds the moments of other counts than {settings.store}'s ({differ} of "
+                         f"its chunks differ; they were computed from {source.get('counts_store')}): update them "
+                         f"with `streambhmm moments compute {settings.store} -o {settings.moments}`, or leave out "
+                         f"--moments")
 
 
 def _refusal(settings: CallSettings, samples, reason: str) -> str:

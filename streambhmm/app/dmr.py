@@ -32,13 +32,14 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
-from ..io.bed import bed9_line, bed_order, track_line
-from ..io.outputs import check_output_file, remove_leftovers, replacing
+from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
+from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing
 from ..io.progress import em_progress, stage
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
 from .sheet import SampleSheet
 
+TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
 
@@ -71,7 +72,12 @@ class DmrJob:
         if len(set(paths)) < len(paths):
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
-        for path in paths:
+        check_outside(self.output, self.store)
+        output, table, domains, domains_table = paths[:4]
+        check_output_file(output)
+        for path, ours in ((table, TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, TABLE_HEAD)):
+            check_derived_file(path, ours, output)  # named after --output: never someone else's file
+        for path in paths[4:]:
             check_output_file(path)
 
 
@@ -336,9 +342,9 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
         for k in order:
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
-        tsv.write("\t".join(["rank", "name", "chrom", "start", "end", "length", "n_bins", "direction", "difference",
-                             "posterior", "lfdr", "qvalue", *(f"level_{g}" for g in groups.names),
-                             *(f"level_{s}" for s in samples)]) + "\n")
+        tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "n_bins", "direction", "difference", "posterior", "lfdr",
+                                                   "qvalue", *(f"level_{g}" for g in groups.names),
+                                                   *(f"level_{s}" for s in samples)]) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),

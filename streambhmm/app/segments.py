@@ -13,11 +13,11 @@ import numpy as np
 
 from ..distributed.decode import decode_store
 from ..distributed.em import score_store
-from ..distributed.regions import RegionRule, check_regions_name, find_regions, preset_rule, regions_table, rule_with, \
-    write_regions
+from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, find_regions, preset_rule, \
+    regions_table, rule_with, write_regions
 from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_name, write_methylation,
                                   write_posteriors)
-from ..io.outputs import check_output_file, remove_leftovers
+from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
 from .modelio import check_model_on_store, model_grouping, read_model, write_state_table
@@ -122,10 +122,11 @@ def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled:
     return score_store(counts, hmm, client, Grouping(samples, pooled), chromosomes)
 
 
-def output_checked(path) -> Path:
+def output_checked(path, *inputs) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
-    cannot be written (io.outputs)."""
-    check_output_file(regions_table(check_regions_name(path)))
+    cannot be written (io.outputs), or lies inside one of the ``inputs`` the command reads."""
+    check_outside(path, *inputs)
+    check_derived_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
     return check_output_file(path)
 
 

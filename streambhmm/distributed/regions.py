@@ -260,8 +260,7 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
     n = 0
     with replacing(output) as bed, replacing(regions_table(output)) as tsv:
         bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
-        tsv.write("\t".join(["chrom", "start", "end", "name", "n_bins", "length", "score",
-                             *(f"level_{s}" for s in samples)]) + "\n")
+        tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():
             score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
             levels = regions.levels()
@@ -274,6 +273,9 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
                 n += 1
         bed.flush()  # a full disk fails here, before either file is renamed into place
     return n
+
+
+TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
 
 
 def regions_table(output) -> Path:

@@ -25,6 +25,9 @@ def bed_order(chromosomes) -> list[str]:
     return sorted(chromosomes)
 
 
+TRACK_HEAD = b'track name="'  # how every BED this tool writes begins (track_line)
+
+
 def track_line(name: str, description: str) -> str:
     """A BED track line: genome browsers colour the items by itemRgb."""
     clean = [v.replace('"', "'").replace("\n", " ") for v in (name, description)]

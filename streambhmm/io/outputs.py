@@ -44,7 +44,38 @@ def check_output_file(path) -> Path:
     _check_name(path)
     if path.is_dir():
         raise ValueError(f"{path}: is a directory; give a file name")
+    mode = os.lstat(path).st_mode if os.path.lexists(path) else stat.S_IFREG
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # a device or a FIFO would be replaced by a file
+        raise ValueError(f"{path}: is not a regular file; give the name of a file to write")
     return path
+
+
+def check_derived_file(path, ours: bytes, named_after) -> Path:
+    """``path``, an output the user did not name (named after their ``named_after``), refused
+    when it exists and does not begin with ``ours`` (what this command writes there): it is
+    someone else's file, which the command must not replace."""
+    path = check_output_file(path)
+    if os.path.lexists(path):
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(ours))
+        except OSError:
+            head = b""
+        if head != ours:
+            raise ValueError(f"{path}: exists and is not a file this command wrote; it would be replaced by the "
+                             f"output named after {named_after}. Move it, or give another output name")
+    return path
+
+
+def check_outside(path, *inputs) -> None:
+    """Refuse an output inside one of the ``inputs`` (stores, directories) the command reads."""
+    where = Path(os.path.abspath(path))
+    for given in inputs:
+        if given is None or "://" in str(given):
+            continue
+        root = Path(os.path.abspath(given))
+        if where == root or root in where.parents:
+            raise ValueError(f"{path}: is inside {given}, which this command reads; write it elsewhere")
 
 
 def check_output_dir(path) -> Path:

@@ -180,6 +180,43 @@ def test_derived_names_are_checked_before_any_work(project, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.tsv"]
 
 
+def test_outputs_never_replace_what_the_command_did_not_write(project, tmp_path):
+    """The table named after --output, a device or FIFO named by it, and files inside the
+    store the command reads are refused before any work, and left as they were."""
+    other = tmp_path / "calls.tsv"
+    other.write_text("chrom\tpos\tmc\tcov\nchr21\t10\t1\t2\n")  # say, the input the store was made from
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
+            tmp_path / "calls.bed", "-q")
+    assert r.exit_code == 1 and "exists and is not a file this command wrote" in r.output, r.output
+    assert other.read_text().startswith("chrom\tpos") and not (tmp_path / "calls.bed").exists()
+    os.mkfifo(tmp_path / "pipe.bed")
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
+            tmp_path / "pipe.bed", "-q")
+    assert r.exit_code != 0 and "is not a regular file" in r.output, r.output
+    before = snapshot(project / "c.zarr")
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
+            project / "c.zarr" / "zarr.json", "-q")
+    assert r.exit_code == 1 and "which this command reads" in r.output, r.output
+    assert snapshot(project / "c.zarr") == before
+    # what the command wrote itself it replaces when run again
+    for _ in range(2):
+        r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
+                tmp_path / "mine.bed", "-q")
+        assert r.exit_code == 0, r.output
+
+
+def test_moments_of_other_counts_are_refused(project, tmp_path):
+    moments = tmp_path / "m.zarr"
+    assert run("moments", project / "c.zarr", "-o", moments, "-q").exit_code == 0
+    assert run("hmr", project / "c.zarr", "--moments", moments, "-o", tmp_path / "a.bed", "-q").exit_code in (0, 1)
+    other = tmp_path / "other.zarr"
+    r = run("ingest", DATA / "dmrseq_H1_r2.chr21.tsv.gz", "--sample", "H1", "--store", other, "-q")
+    assert r.exit_code == 0, r.output
+    r = run("hmr", other, "--moments", moments, "-o", tmp_path / "b.bed", "-q")
+    assert r.exit_code == 1 and "holds the moments of other counts" in r.output, r.output
+    assert "streambhmm moments compute" in r.output and not (tmp_path / "b.bed").exists()
+
+
 # -- item 15: model files with fields of the wrong type -----------------------------------------
 @pytest.mark.parametrize("change,message", [
     ({"n_triples": "12"}, "n_triples must be a non-negative integer, got '12'"),

@@ -31,7 +31,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     from ..calls import CallSettings, missing_unmethylated, output_checked, run_call
 
     start = time.perf_counter()
-    output_checked(output)  # and the table beside it, before the cluster starts
+    output_checked(output, store, moments_path)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size) as opened:
