@@ -337,7 +337,9 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     names = [f"{prefix}{k + 1}" for k in range(len(table))]
     score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
     what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"
-    with replacing(output) as bed, replacing(regions_table(output)) as tsv:
+    for path in (output, regions_table(output)):
+        remove_leftovers(path)  # of a killed run
+    with replacing(regions_table(output)) as tsv, replacing(output) as bed:  # the BED renamed first
         bed.write(track_line(track, f"{table.kind}s between {' and '.join(groups.names)} (difference: {what})"))
         for k in order:
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),

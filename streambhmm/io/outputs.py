@@ -153,7 +153,10 @@ def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""
     os.fsync(fd)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:  # an immutable file, another user's in a sticky directory
+        raise ValueError(f"{path}: cannot be replaced ({exc.strerror}); it is left as it was") from None
     sync_directory(path.parent)
 
 

@@ -132,3 +132,31 @@ def test_a_directory_appears_whole_and_replaces_only_what_it_may(tmp_path):
     assert sorted(p.name for p in target.iterdir()) == ["b.json"]
     assert (outside / "kept").read_text() == "not ours"  # the link was removed, not followed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.zarr", "outside"]
+
+
+def test_a_file_that_cannot_be_replaced_is_named_and_left_with_no_temporary(tmp_path, monkeypatch):
+    """An immutable file (or another user's in a sticky directory): the rename fails. The pair
+    of a BED and its table is renamed BED first, so the table is not replaced either."""
+    import numpy as np
+
+    from streambhmm.distributed.regions import RegionRule, Regions, write_regions
+
+    bed, table = tmp_path / "r.bed", tmp_path / "r.tsv"
+    bed.write_text("old bed\n")
+    table.write_text("old table\n")
+    real = os.replace
+
+    def refuse_the_bed(src, dst):
+        if os.fspath(dst) == os.fspath(bed):
+            raise PermissionError(1, "Operation not permitted")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse_the_bed)
+    one = np.ones(1, np.int64)
+    found = {"chr1": Regions(one * 100, one * 500, one * 4, np.ones(1), one[:, None] * 2, one[:, None] * 8,
+                             np.ones(1), False, False)}
+    rule = RegionRule((0,), name="HMR")
+    with pytest.raises(ValueError, match=r"r.bed: cannot be replaced \(Operation not permitted\)"):
+        write_regions(found, rule, np.array([[0.1], [0.9]]), ["S"], bed, "t")
+    assert bed.read_text() == "old bed\n" and table.read_text() == "old table\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bed", "r.tsv"]
