@@ -194,6 +194,10 @@ def test_a_missing_or_damaged_chunk_is_detected_when_read(tmp_path, samples):
         load_counts(st)
     r = run("fit", store, "-m", "2", "-o", tmp_path / "m.json", "-q")
     assert r.exit_code == 1 and "missing or damaged" in r.output
+    other = store / "chr2" / "methylated" / "c" / chunk.parent.name / "0"  # read before the missing one
+    other.write_bytes(b"garbage")  # no longer decompresses
+    with pytest.raises(StoreError, match=r"sample A on chr2, chunk \d+ .* damaged \(they cannot be decoded"):
+        load_counts(st)
 
 
 def test_chunk_digest_covers_counts_up_to_the_last_covered_bin():

@@ -52,11 +52,14 @@ class ChunkRef:
                 continue  # no coverage: nothing written
             m, c = self._column("methylated", w), self._column("coverage", w)
             if verify and chunk_digest(m, c) != self.digests[w]:
-                raise StoreError(f"{self.url}: the counts of sample {self.samples[w]} on {self.chrom}, chunk "
-                                 f"{self.chunk} (bins {self.start:,} to {self.stop:,}) are missing or damaged (their "
-                                 f"checksum does not match the store's index); ingest sample {self.samples[w]} again")
+                raise self._damaged(w, "their checksum does not match the store's index")
             meth[:, k], cov[:, k] = m, c
         return meth, cov
+
+    def _damaged(self, w: int, why: str) -> StoreError:
+        return StoreError(f"{self.url}: the counts of sample {self.samples[w]} on {self.chrom}, chunk {self.chunk} "
+                          f"(bins {self.start:,} to {self.stop:,}) are missing or damaged ({why}); ingest sample "
+                          f"{self.samples[w]} again")
 
     def covered_rows(self) -> np.ndarray:
         """The rows where one of the columns has coverage, read one column at a time (memory:
@@ -69,7 +72,10 @@ class ChunkRef:
 
     def _column(self, array: str, w: int) -> np.ndarray:
         """This chunk of column ``w``'s ``array`` ("methylated" or "coverage"), unchecked."""
-        return root_group(self.url, self.generation)[f"{self.chrom}/{array}"][self.start:self.stop, self.columns[w]]
+        try:
+            return root_group(self.url, self.generation)[f"{self.chrom}/{array}"][self.start:self.stop, self.columns[w]]
+        except (RuntimeError, ValueError) as exc:  # a chunk file that no longer decompresses
+            raise self._damaged(w, f"they cannot be decoded: {exc}") from None
 
     def positions(self, rows=None) -> np.ndarray:
         """0-based bp starts of the chunk's rows (default: all of them)."""
