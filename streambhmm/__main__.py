@@ -1,5 +1,5 @@
 """`python -m streambhmm`: the command line."""
 
-from .app.cli import main
+from .app.cli import run
 
-main()
+run()

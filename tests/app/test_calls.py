@@ -1,7 +1,13 @@
 """`hmr` and `pmd` on a simulated methylome with planted HMRs and PMDs: they find them, and
 refuse with a reason where the data hold none."""
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,3 +220,24 @@ def test_state_rules():
         [False, True, True, False]
     assert partially_methylated(levels).tolist() == [True, True, True, False]  # any level below 0.7 on 5 kb bins
     assert partially_methylated(levels, bin_size=100).tolist() == [False, True, True, False]
+
+
+def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
+    """SIGTERM (a scheduler's time limit) unwinds as Ctrl-C does: pmd's scratch store goes."""
+    store, _ = methylome
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    log = (tmp_path / "log.txt").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "streambhmm", "pmd", str(store), "-o", str(out / "r.bed"), "-q"],
+                            env=env, stdout=log, stderr=log)
+    try:
+        while not list(out.glob(".r.bed.scratch-*")) and proc.poll() is None:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the call ended before its scratch store appeared"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM, (tmp_path / "log.txt").read_text()
+    finally:
+        proc.kill()
+        log.close()
+    assert not list(out.iterdir())
