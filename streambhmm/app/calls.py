@@ -99,6 +99,10 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     if bin_size % counts.bin_size:
         raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
                          f"its bins cannot be summed into {bin_size} bp bins")
+    longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
+    if bin_size > longest:
+        raise ValueError(f"--bin-size {bin_size:,} is longer than the store's longest chromosome ({longest:,} bp): "
+                         f"domains are runs of many bins")
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)

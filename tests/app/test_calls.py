@@ -200,6 +200,11 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
         r = run("pmd", store, "-o", name, "-q")
         assert r.exit_code == 1 and why in r.output and "a name ending in .bed" in r.output, r.output
     assert not list(tmp_path.iterdir())
+    for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
+                      (10**20, "is longer than the store's longest chromosome")):
+        r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
+        assert r.exit_code == 1 and why in r.output, r.output
+    assert not list(tmp_path.iterdir())
     r = run("pmd", store, "-o", "calls.bed", "--samples", " S ,", "-q")  # names are trimmed
     assert r.exit_code == 0, r.output
     r = run("pmd", store, "-o", tmp_path / "other.bed", "--samples", " , ", "-q")
