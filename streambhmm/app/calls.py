@@ -194,7 +194,8 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     call summed: the moments are then another store's, chunked otherwise)."""
     if not settings.moments:
         return
-    source = read_manifest(settings.moments).get("source", {})
+    manifest = read_manifest(settings.moments)
+    source = manifest.get("source", {})
     if source.get("bin_size") != store.bin_size:
         raise ValueError(f"{settings.moments} holds moments of {source.get('bin_size')} bp bins; `{settings.kind}` "
                          f"needs {store.bin_size} bp bins")
@@ -204,7 +205,6 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
                          f"--pooled, --feature beta)")
     if coarsened:
         return
-    manifest = read_manifest(settings.moments)
     recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
     digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
     expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)

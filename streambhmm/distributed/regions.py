@@ -251,6 +251,9 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
                    np.maximum.reduceat(regions.posterior_max, heads), regions.open_start, regions.open_end)
 
 
+TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
+
+
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
     """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
@@ -275,9 +278,6 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
                 n += 1
         bed.flush()  # a full disk fails here, before either file is renamed into place
     return n
-
-
-TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
 
 
 def regions_table(output) -> Path:

@@ -56,11 +56,13 @@ def check_derived_file(path, ours: bytes, named_after) -> Path:
     someone else's file, which the command must not replace."""
     path = check_output_file(path)
     if os.path.lexists(path):
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(len(ours))
-        except OSError:
-            head = b""
+        head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:
+                head = os.read(fd, len(ours))
+            finally:
+                os.close(fd)
         if head != ours:
             raise ValueError(f"{path}: exists and is not a file this command wrote; it would be replaced by the "
                              f"output named after {named_after}. Move it, or give another output name")
