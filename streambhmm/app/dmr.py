@@ -33,13 +33,13 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
-from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing
+from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
 from .sheet import SampleSheet
 
-TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
+DMR_TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
 
@@ -75,7 +75,7 @@ class DmrJob:
         check_outside(self.output, self.store)
         output, table, domains, domains_table = paths[:4]
         check_output_file(output)
-        for path, ours in ((table, TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, TABLE_HEAD)):
+        for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
             check_derived_file(path, ours, output)  # named after --output: never someone else's file
         for path in paths[4:]:
             check_output_file(path)
@@ -337,16 +337,14 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     names = [f"{prefix}{k + 1}" for k in range(len(table))]
     score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
     what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"
-    for path in (output, regions_table(output)):
-        remove_leftovers(path)  # of a killed run
-    with replacing(regions_table(output)) as tsv, replacing(output) as bed:  # the BED renamed first
+    with replacing_pair(output, regions_table(output)) as (bed, tsv):
         bed.write(track_line(track, f"{table.kind}s between {' and '.join(groups.names)} (difference: {what})"))
         for k in order:
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
-        tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "n_bins", "direction", "difference", "posterior", "lfdr",
-                                                   "qvalue", *(f"level_{g}" for g in groups.names),
-                                                   *(f"level_{s}" for s in samples)]) + "\n")
+        columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue",
+                   *(f"level_{g}" for g in groups.names), *(f"level_{s}" for s in samples)]
+        tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),

@@ -46,7 +46,7 @@ import numpy as np
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
-from ..io.outputs import remove_leftovers, replacing
+from ..io.outputs import replacing_pair
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
@@ -261,9 +261,7 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
     sample. Both are written to temporary names and renamed when complete."""
     colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
-    for path in (output, regions_table(output)):
-        remove_leftovers(path)  # of a killed run
-    with replacing(regions_table(output)) as tsv, replacing(output) as bed:  # the BED renamed first
+    with replacing_pair(output, regions_table(output)) as (bed, tsv):
         bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
         tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():

@@ -151,6 +151,18 @@ def replacing(path, mode: str = "w"):
         rename_into_place(fd, tmp, path)
 
 
+@contextlib.contextmanager
+def replacing_pair(first, second):
+    """(``first``'s file object, ``second``'s): two files written together (a BED and the table
+    beside it), as :func:`replacing` writes each, after removing what killed runs left of them.
+    ``first`` is renamed into place before ``second``, so a ``first`` that cannot be replaced
+    leaves both as they were."""
+    for path in (first, second):
+        remove_leftovers(path)
+    with replacing(second) as later, replacing(first) as sooner:
+        yield sooner, later
+
+
 def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""
