@@ -22,13 +22,13 @@ import numpy as np
 from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
-from ..distributed.regions import find_regions, preset_rule, write_regions
+from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TARGET_STATES, UNMETHYLATED_CHECK_READS,
-                             CallModel, target_states, unmethylated_share)
+                             CallModel, shared_coverage, target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -96,6 +96,11 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
+    if settings.kind == "hmr" and bin_size > HMR_DESERT:
+        raise ValueError(f"{settings.store} has bins of {bin_size:,} bp, and hmr needs bins of at most "
+                         f"{HMR_DESERT:,} bp: an HMR spans a few hundred bp to a few kb, so a wider bin averages it "
+                         f"with the methylated CpGs around it. Ingest the calls into another store at --bin-size "
+                         f"100 (the default)")
     if bin_size % counts.bin_size:
         raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
                          f"its bins cannot be summed into {bin_size} bp bins")
@@ -149,7 +154,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_)
     if problems:
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, "the fitted model is degenerate: "
+        raise ValueError(_why_none(settings, samples, hmm, data.moments, "the fitted model is degenerate: "
                                    + "; ".join(problems)))
     start = time.perf_counter()
     try:
@@ -161,14 +166,14 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
         note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, reason, note)) from None
+        raise ValueError(_why_none(settings, samples, hmm, data.moments, reason, note)) from None
     echo("the regions: a posterior pass over the counts")
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
     lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
     if lengths.size == 0:
-        raise ValueError(_why_none(settings, samples, hmm, unmethylated, f"no run of {TARGET_STATES[settings.kind]} "
+        raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no run of {TARGET_STATES[settings.kind]} "
                                    f"bins passed the rule ({rule.conditions(len(samples))})",
                                    NO_PMDS if settings.kind == "pmd" else ""))
     return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
@@ -235,14 +240,21 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
 NO_PMDS = "A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call."
 
 
-def _why_none(settings: CallSettings, samples, hmm, unmethylated, reason: str, note: str = "") -> str:
+def _why_none(settings: CallSettings, samples, hmm, moments, reason: str, note: str = "") -> str:
     """The message of a call that found no region: what the model found, what the data lack
-    and ``note``."""
+    (``moments``: unmethylated reads, bins with reads in every sample) and ``note``; the data's
+    lack replaces a note on the biology."""
     levels = ", ".join("/".join(f"{v:.2f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
-    missing = missing_unmethylated(settings.kind, samples, unmethylated)
+    missing = missing_unmethylated(settings.kind, samples, unmethylated_share(moments))
     if missing:
         lines.append(missing)
+    shared = shared_coverage(moments)
+    if shared is not None and shared < 1:
+        some = "No bin with reads has" if shared == 0 else f"Only {shared:.1%} of the bins with reads have"
+        lines.append(f"{some} reads in every sample ({', '.join(samples)}), and a region needs reads in each of them.")
+        if shared < 0.5:  # most bins lack a sample: the data, not the biology, explain the call
+            note = "Call the samples one at a time, or choose samples that cover the same CpGs."
     return " ".join(lines + [note] if note else lines)
 
 

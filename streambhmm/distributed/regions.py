@@ -99,6 +99,7 @@ class RegionRule:
 
 
 HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
+HMR_DESERT = 1000  # bp without coverage that end an HMR (DNMTools' desert); hmr's bins are no wider
 
 
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None,
@@ -110,7 +111,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     levels = np.atleast_2d(np.asarray(methylation))
     targets = tuple(int(h) for h in np.flatnonzero(target_states(preset, levels, dispersion, bin_size)))
     if preset == "hmr":
-        rule = RegionRule(targets, 0.5, 1000, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
+        rule = RegionRule(targets, 0.5, HMR_DESERT, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
                           max_level=HALF_METHYLATED, every_sample=True)
     else:
         rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)

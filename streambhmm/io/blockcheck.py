@@ -148,6 +148,7 @@ class BlockChecks:
         self.names: dict[str, str | None] = {}  # chromosome -> problem with its name (kept ones only)
         self.stored: dict[str, str] = {}  # chromosome as named in the store (--chromosome-names) -> in the file
         self.fields = FieldChecks(layout, settings)
+        self.below_min_coverage = 0  # rows of kept chromosomes left out by --min-coverage alone
         self.n_rows = 0
         c, p = layout.chrom + 1, layout.pos + 1
         self.sort_hint = (f"a chromosome's rows must be contiguous, e.g. sorted with sort -k{c},{c} -k{p},{p}n, "
@@ -175,11 +176,12 @@ class BlockChecks:
         self.fields.positions(col, pos, checks)
         meth, cov = self.fields.counts(col, checks.check)
         strand = self.fields.strand(col, checks)
-        keep, is_cg = self.fields.kept(col, cov, strand, checks)
+        keep, is_cg, low = self.fields.kept(col, cov, strand, checks)
         pos0 = pos - lay.base
         if settings.merge_strands and strand is not None and not checks.failures:
             pos0 = self.fields.merged(pos0, strand, is_cg, checks)
-        kept = keep & np.repeat(kept_run, runs.ends - starts)
+        in_run = np.repeat(kept_run, runs.ends - starts)
+        kept = keep & in_run
         repeat, last = self._repeated(block, pos, strand, kept, starts, runs.continues)
         checks.failures += [repeat] if repeat else []
         if (self.checked or self.target) and not checks.failures:
@@ -187,6 +189,7 @@ class BlockChecks:
         if checks.failures:
             raise min(checks.failures, key=lambda f: f.row)
         self._note_unsorted(pos, runs)
+        self.below_min_coverage += int(np.count_nonzero(low & in_run))
         order.finished, order.chrom = finished, runs.names[-1]
         order.position, order.last = int(pos[-1]), last
         out = []

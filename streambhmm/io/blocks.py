@@ -4,12 +4,14 @@ background thread."""
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
 import threading
+import zlib
 from typing import Iterator
 
-from .rows import BLOCK_BYTES, BOM, GZIP_MAGIC, MAX_LINE, SHOWN, FormatError, decoded, igzip
+from .rows import BLOCK_BYTES, BOM, GZIP_MAGIC, MAX_LINE, SHOWN, FormatError, decoded, igzip, isal_zlib
 
 
 def open_binary(path):
@@ -28,10 +30,12 @@ def _pieces(fh, size: int):
     the exception itself, after the data read before it."""
     parts, held = [], 0
     raw = getattr(fh, "fileobj", fh)  # a GzipFile's compressed file
+    # BadGzipFile is an OSError, truncation an EOFError, corrupt deflate data isal's own error
+    errors = (OSError, EOFError) + ((isal_zlib.error,) if raw is not fh else ())
     while True:
         try:
             piece = fh.read(min(PIECE, size))
-        except (OSError, EOFError) as exc:  # BadGzipFile is an OSError, truncation an EOFError
+        except errors as exc:
             yield b"".join(parts), raw.tell()
             yield exc
             return
@@ -43,6 +47,34 @@ def _pieces(fh, size: int):
             parts, held = [], 0
         if not piece:
             return
+
+
+def _gzip_end(path) -> int | None:
+    """Where ``path``'s gzip members end, when whole members are followed by bytes that are
+    not gzip (None otherwise: a member corrupt or cut short). The decompressor reads ahead,
+    so its error names no line; this second reading, only after an error, finds the byte."""
+    end, position, member = 0, 0, None
+    with open(path, "rb") as fh:
+        data = fh.read(PIECE)
+        while data:
+            if member is None:  # between members: the next bytes must begin one
+                data += fh.read(1) if len(data) < 2 else b""
+                if data[:2] != GZIP_MAGIC:
+                    return end
+                member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+            try:
+                member.decompress(data, PIECE)  # the output is not needed, only where the member ends
+            except zlib.error:
+                return None
+            if member.eof:
+                rest = member.unused_data
+                position += len(data) - len(rest)
+                end, member, data = position, None, rest or fh.read(PIECE)
+            else:
+                tail = member.unconsumed_tail
+                position += len(data) - len(tail)
+                data = tail or fh.read(PIECE)
+    return None
 
 
 def lines(path) -> Iterator[bytes]:
@@ -71,7 +103,14 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
     with open_binary(path) as fh:
         for piece in _pieces(fh, block_bytes):
             if isinstance(piece, Exception):
-                raise FormatError(path, line, None, f"corrupt or truncated compressed data at this line "
+                end = _gzip_end(path)
+                if end is not None:
+                    junk = os.path.getsize(path) - end
+                    what = "byte that is" if junk == 1 else "bytes that are"
+                    raise FormatError(path, None, None, f"the gzip data end at byte {end:,}, followed by {junk:,} "
+                                      f"{what} not gzip (appended to the file?); keep the data with head -c {end} "
+                                      f"FILE > FIXED") from None
+                raise FormatError(path, line, None, f"corrupt or truncated compressed data at or after this line "
                                                     f"({type(piece).__name__}: {piece})")
             chunk, offset = piece
             if start and chunk.startswith(BOM):
@@ -83,17 +122,20 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
             pending = data[cut:]
             if len(pending) > MAX_LINE:
                 line += data.count(b"\n", 0, cut)
+                _check_carriage_returns(path, pending, len(pending), line)
                 raise FormatError(path, line, decoded(pending[:SHOWN * 4]),
                                   f"line longer than {MAX_LINE:,} bytes (no newline)")
             if cut:
                 yield (data if cut == len(data) else data[:cut]), line, offset
                 line += data.count(b"\n", 0, cut)
-        if pending:  # a last line without a newline
+        if pending:  # a last line without a newline (its line end may be a \r alone)
+            _check_carriage_returns(path, pending, len(pending.rstrip(b"\r")), line)
             yield pending + b"\n", line, offset
 
 
 def _check_lines(path, data: bytes, end: int, line: int) -> None:
     """Lines of data[:end] are at most MAX_LINE bytes, without a lone carriage return."""
+    _check_carriage_returns(path, data, end, line)
     window = MAX_LINE // 2  # a longer line spans a whole window without a newline
     for start in range(0, end, window):
         if data.find(b"\n", start, min(start + window, end)) < 0:
@@ -102,11 +144,23 @@ def _check_lines(path, data: bytes, end: int, line: int) -> None:
             if hi - lo > MAX_LINE:
                 raise FormatError(path, line + data.count(b"\n", 0, lo), decoded(data[lo:lo + SHOWN * 4]),
                                   f"line longer than {MAX_LINE:,} bytes")
-    if b"\r" in data and data.count(b"\r", 0, end) != data.count(b"\r\n", 0, end):
-        at = re.search(rb"\r(?!\n)", data).start()
-        lo = data.rfind(b"\n", 0, at) + 1
-        raise FormatError(path, line + data.count(b"\n", 0, lo), decoded(data[lo:data.find(b"\n", at)]),
-                          "carriage return (\\r) inside a line")
+
+
+def _check_carriage_returns(path, data: bytes, end: int, line: int) -> None:
+    """No carriage return in data[:end] but before a newline. Lines ended by one alone (old
+    Mac files) would otherwise read as one line too long."""
+    if b"\r" not in data or data.count(b"\r", 0, end) == data.count(b"\r\n", 0, end):
+        return
+    at = re.search(rb"\r(?!\n)", data).start()
+    lo = data.rfind(b"\n", 0, at) + 1
+    hi = data.find(b"\n", at)
+    hi = hi if hi >= 0 else len(data)
+    text = decoded(data[lo:min(hi, lo + SHOWN * 4)])
+    if len(re.findall(rb"\r(?!\n)", data[at:hi + 1])) > 1:  # several lines in one: ended by \r alone
+        raise FormatError(path, line + data.count(b"\n", 0, lo), text,
+                          "lines end in a carriage return (\\r) alone, not a newline; convert them first, "
+                          "e.g. tr '\\r' '\\n' < FILE > FILE.txt")
+    raise FormatError(path, line + data.count(b"\n", 0, lo), text, "carriage return (\\r) inside a line")
 
 
 def prefetched(items: Iterator, depth: int = 2) -> Iterator:

@@ -85,10 +85,10 @@ class FieldChecks:
         return value[codes]
 
     def kept(self, col, cov, strand, checks: Checks):
-        """The rows kept (coverage, context, modification code) and which are CpGs (None
-        without a context column)."""
+        """The rows kept (coverage, context, modification code), which are CpGs (None
+        without a context column) and which are left out only for --min-coverage."""
         lay, settings = self.layout, self.settings
-        keep = cov >= max(settings.min_coverage, 1)
+        keep = np.ones(cov.size, bool)
         is_cg = None
         if lay.context is not None:
             ctx, ok, looks = contexts(col[lay.context], lay.context_kind, strand)
@@ -100,7 +100,8 @@ class FieldChecks:
         if lay.code is not None:  # a modification code of one character, m or C
             lengths, (code,) = chars(col[lay.code], 1)
             keep &= (lengths == 1) & ((code == ord("m")) | (code == ord("C")))
-        return keep, is_cg
+        low = keep & (cov > 0) & (cov < settings.min_coverage)
+        return keep & (cov >= max(settings.min_coverage, 1)), is_cg, low
 
     def merged(self, pos0, strand, is_cg, checks: Checks):
         """--merge-strands: the minus-strand C of a CpG (at pos + 1) joins the plus-strand C at pos."""

@@ -12,7 +12,7 @@ from .detect import detect_common_format, detect_format, preamble
 from .inputs import check_input, check_replicates
 from .options import ReadOptions, columns_layout
 from .readers import read_layout
-from .rows import BLOCK_BYTES, FormatError, Rows, Settings, quoted
+from .rows import BLOCK_BYTES, FormatError, ReadTally, Rows, Settings, quoted
 
 __all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input",
            "check_replicates", "detect_common_format", "detect_format", "quoted", "read_rows"]
@@ -35,7 +35,8 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
 
 
 def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | None = None,
-              detected: bool = False, block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
+              detected: bool = False, block_bytes: int = BLOCK_BYTES, tally: ReadTally | None = None
+              ) -> Iterator[Rows]:
     """Yield validated rows of ``path`` per chromosome run, in file order (positions in any
     order within a chromosome).
 
@@ -43,7 +44,7 @@ def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | Non
     non-integer, negative, too large or inconsistent counts, a repeated row (chromosome,
     position and strand), a chromosome that reappears after another, an invalid
     chromosome name, or a file without data lines; ValueError for options the format
-    cannot honour.
+    cannot honour. ``tally`` (optional) adds up the rows left out by --min-coverage.
     """
     options = options or ReadOptions()
     settings = settings_for(fmt, context, options)
@@ -64,4 +65,4 @@ def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | Non
         raise FormatError(path, line, text, f"malformed {fmt} line: expected {expected} fields, found {n_fields}",
                           label)
     variable = fmt == "columns" or len(spec.layouts) > 1
-    yield from read_layout(path, fmt, label, layout, settings, pre.skip, variable, block_bytes)
+    yield from read_layout(path, fmt, label, layout, settings, pre.skip, variable, block_bytes, tally)

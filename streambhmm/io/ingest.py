@@ -18,6 +18,7 @@ from typing import Callable
 
 from .. import __version__
 from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows, settings_for
+from .rows import ReadTally
 from .names import Spellings, check_sample_name
 from .storage import Location
 from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, open_store
@@ -33,6 +34,7 @@ class IngestReport:
     chromosomes: list[str] = field(default_factory=list)
     n_bins: int = 0
     n_rows: int = 0
+    below_min_coverage: int = 0  # rows left out by --min-coverage
 
 
 def file_sha256(path) -> str:
@@ -69,7 +71,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     """
     files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
-    read = {"options": options, "detected": fmt == "auto" and options.columns is None}
+    tally = ReadTally()
+    read = {"options": options, "detected": fmt == "auto" and options.columns is None, "tally": tally}
     fmt = detect_common_format(files, fmt, options)
     settings_for(fmt, context, options)  # options the format cannot honour stop here, before any work
     store = Location.of(store)
@@ -102,11 +105,14 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         writer.flush()
         if writer.covered_bins == 0:
             filtered = FORMATS[fmt].has_context and context != "all"
-            raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
+            low = (f" ({tally.below_min_coverage:,} had fewer than --min-coverage {options.min_coverage})"
+                   if tally.below_min_coverage else "")
+            raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''}{low} "
                              f"in {', '.join(map(str, files))}; nothing to ingest")
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
         report.n_bins = writer.covered_bins
+        report.below_min_coverage = tally.below_min_coverage
         report.replaced = writer.commit(sample, {
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__})

@@ -38,7 +38,10 @@ def is_temporary_of(path, candidate, kind: str = "tmp") -> bool:
 
 def check_output_file(path) -> Path:
     """``path``, refused (naming it) when it cannot be written: its directory missing or
-    unwritable, a directory in its place, or a name too long for its temporary."""
+    unwritable, a directory in its place, a name ending in a separator (a directory's name),
+    or a name too long for its temporary."""
+    if str(path).endswith((os.sep, "/")):  # Path() would drop it and write the file x.bed for "x.bed/"
+        raise ValueError(f"{path}: names a directory (it ends in {os.sep}); give a file name")
     path = _named(path)
     _check_directory(path.parent, path)
     _check_name(path)

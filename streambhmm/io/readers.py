@@ -22,7 +22,7 @@ from .blockcheck import EARLIER, Block, BlockChecks, RowFound
 from .fieldchecks import CheckFailure
 from .blocks import blocks, prefetched
 from .parser import BadLine, Parser, explain
-from .rows import BLOCK_BYTES, FormatError, Layout, Rows, Settings, quoted
+from .rows import BLOCK_BYTES, FormatError, Layout, ReadTally, Rows, Settings, quoted
 
 
 class BlockReader:
@@ -120,12 +120,12 @@ class BlockReader:
 
 
 def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, skip: int, variable: bool,
-                block_bytes: int = BLOCK_BYTES) -> Iterator[Rows]:
+                block_bytes: int = BLOCK_BYTES, tally: ReadTally | None = None) -> Iterator[Rows]:
     """Rows of ``path`` after its first ``skip`` lines (the header), per chromosome run.
     ``label`` names the format in messages ("tsv, detected"). Three stages overlap:
     decompression, parsing (the next block) and checking (this block). A file whose
     positions go back within a chromosome is read again at the end for repeats
-    (BlockReader.check_unsorted)."""
+    (BlockReader.check_unsorted). ``tally`` adds up the rows left out by --min-coverage."""
     reader = BlockReader(path, fmt, label, layout, settings, variable, skip, block_bytes)
 
     def parsed():
@@ -137,3 +137,5 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
     if reader.checks.n_rows == 0:
         raise FormatError(path, None, None, "the file is empty (no data lines)", label)
     reader.check_unsorted()
+    if tally is not None:
+        tally.below_min_coverage += reader.checks.below_min_coverage

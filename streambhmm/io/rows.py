@@ -26,6 +26,7 @@ class _OnFirstUse:
 pa = _OnFirstUse("pyarrow")
 pcsv = _OnFirstUse("pyarrow.csv")
 igzip = _OnFirstUse("isal.igzip")
+isal_zlib = _OnFirstUse("isal.isal_zlib")
 
 BLOCK_BYTES = 8 << 20  # text per parsed block
 MAX_LINE = 1 << 16  # longer lines are refused: a file without newlines must not fill memory
@@ -70,6 +71,13 @@ class Rows:
     methylated: np.ndarray  # int64
     coverage: np.ndarray  # int64
     read_bytes: int = 0  # bytes of the file read up to the end of the rows' block (compressed ones if it is)
+
+
+@dataclass
+class ReadTally:
+    """What reading files left out, for the user: rows below --min-coverage."""
+
+    below_min_coverage: int = 0
 
 
 STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))

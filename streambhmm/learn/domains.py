@@ -116,6 +116,21 @@ def target_states(kind: str, methylation, dispersion=None, bin_size: int = PMD_B
     return partially_methylated(methylation, dispersion, bin_size)
 
 
+def shared_coverage(moments) -> float | None:
+    """The share of the bins with reads that have reads in every sample, from the single-bin
+    histogram; None for one sample, or where that histogram is kept per sample (many samples).
+    A joint call's regions need reads in every sample, so samples that share few covered
+    bins (other assays, other chromosomes) have few regions to give."""
+    layout = moments.histogram_layout(1)
+    if moments.n_samples < 2 or not layout.joint:
+        return None
+    cells = np.flatnonzero(moments.bin_histogram[0])
+    weight = moments.bin_histogram[0, cells]
+    coverage, _ = decode_cells(cells, layout)
+    total = weight[(coverage > 0).any(axis=1)].sum()
+    return float(weight[(coverage > 0).all(axis=1)].sum() / total) if total > 0 else None
+
+
 def unmethylated_share(moments) -> np.ndarray:
     """Per sample, the share of bins with at least UNMETHYLATED_CHECK_READS reads that have
     no methylated read, from the single-bin histogram (exact cells only: coverage below its

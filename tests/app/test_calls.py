@@ -192,6 +192,23 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
         assert "methylated cytosines only" in r.output  # a warning beside the regions
 
 
+@pytest.mark.parametrize("kind", ["hmr", "pmd"])
+def test_a_joint_call_on_samples_without_shared_bins_says_so(tmp_path, kind):
+    """A on chr1, B on chr2: no region can have reads in both, which the refusal says, in place
+    of a note on the biology."""
+    chromosomes, _ = planted(3)
+    (bins1, meth1, cov1), (bins2, meth2, cov2) = chromosomes["chr1"], chromosomes["chr2"]
+    apart = {"chr1": (bins1, np.c_[meth1, 0 * meth1], np.c_[cov1, 0 * cov1]),
+             "chr2": (bins2, np.c_[0 * meth2, meth2], np.c_[0 * cov2, cov2])}
+    store = write_store(tmp_path / "apart.zarr", apart, ["A", "B"], chunk_size=15_000).path
+    r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A,B", "-q")
+    assert r.exit_code == 1 and "No bin with reads has reads in every sample (A, B)" in r.output, r.output
+    assert "Call the samples one at a time" in r.output and "A genome without PMDs" not in r.output
+    assert not (tmp_path / "calls.bed").exists()
+    r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A", "-q")
+    assert r.exit_code == 0, r.output
+
+
 def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methylome, tmp_path, monkeypatch):
     store, _ = methylome
     monkeypatch.chdir(tmp_path)
@@ -204,6 +221,11 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
                       (10**20, "is longer than the store's longest chromosome")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
         assert r.exit_code == 1 and why in r.output, r.output
+    assert not list(tmp_path.iterdir())
+    coarse = write_store(tmp_path.parent / f"{tmp_path.name}-5kb.zarr", {"chr1": ([0, 1, 2], [[0]] * 3, [[9]] * 3)},
+                         ["S"], bin_size=5000).path
+    r = run("hmr", coarse, "-o", "calls.bed", "-q")  # an HMR is narrower than one bin
+    assert r.exit_code == 1 and "has bins of 5,000 bp, and hmr needs bins of at most 1,000 bp" in r.output, r.output
     assert not list(tmp_path.iterdir())
     r = run("pmd", store, "-o", "calls.bed", "--samples", " S ,", "-q")  # names are trimmed
     assert r.exit_code == 0, r.output

@@ -77,7 +77,8 @@ def test_an_output_that_cannot_be_written_is_named(tmp_path):
     for path, message in ((tmp_path / "nope" / "x.bed", f"{tmp_path / 'nope' / 'x.bed'}: the directory "
                                                          f"{tmp_path / 'nope'} does not exist"),
                           (tmp_path / "file" / "x.bed", f"the directory {tmp_path / 'file'} is not a directory"),
-                          (tmp_path, f"{tmp_path}: is a directory")):
+                          (tmp_path, f"{tmp_path}: is a directory"),
+                          (f"{tmp_path / 'x.bed'}/", "x.bed/: names a directory")):
         with pytest.raises(ValueError, match=message.replace("(", r"\(")):
             check_output_file(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -196,14 +196,14 @@ def test_options_are_recorded_and_a_change_reingests(tmp_path):
     path = write(tmp_path, "f.tsv", HEADER + "chr1\t10\t+\t1\t1\nchr1\t20\t+\t2\t4\nchrM\t5\t+\t1\t9\n")
     store = tmp_path / "s.zarr"
     options = ReadOptions(min_coverage=2, exclude_chromosomes=("chrM",))
-    ingest([path], "A", store, options=options)
+    assert ingest([path], "A", store, options=options).below_min_coverage == 1  # chrM's row is excluded, not low
     recorded = open_store(store).attrs["samples"]["A"]["options"]
     assert recorded == {"merge_strands": False, "min_coverage": 2, "chromosomes": None,
                         "exclude_chromosomes": ["chrM"], "columns": None, "zero_based": False, "header": False}
     assert chrom_table(store, "chr1") == ([0], [[2]], [[4]]) and open_store(store).chromosomes == ["chr1"]
     assert ingest([path], "A", store, options=options).unchanged
     report = ingest([path], "A", store, options=ReadOptions(min_coverage=1))
-    assert report.replaced and chrom_table(store, "chr1") == ([0], [[3]], [[5]])
+    assert report.replaced and chrom_table(store, "chr1") == ([0], [[3]], [[5]]) and report.below_min_coverage == 0
 
 
 # --- audit findings ---
@@ -362,18 +362,20 @@ def test_invalid_utf8_in_a_chromosome_name(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["truncated", "crc"])
+@pytest.mark.parametrize("damage", ["truncated", "crc", "deflate"])
 def test_corrupt_gzip_names_the_file_and_line(tmp_path, damage):
     from ..app.test_cli import run
 
     data = bytearray(gzip.compress((HEADER + "".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(1, 200001))).encode()))
     if damage == "truncated":
         data = data[:len(data) // 2]
-    else:
+    elif damage == "crc":
         data[-6] ^= 0xFF  # the CRC
+    else:
+        data[1000:1050] = b"x" * 50  # isal's own error, not an OSError
     path = write(tmp_path, "bad.tsv.gz", bytes(data))
     err = error_of(path)
-    assert "corrupt or truncated compressed data at this line" in str(err) and err.line > 1
+    assert "corrupt or truncated compressed data at or after this line" in str(err) and err.line >= 1
     r = run("ingest", path, "--sample", "A", "--store", tmp_path / "s.zarr")
     assert r.exit_code == 1 and f"{path}:{err.line}: corrupt or truncated" in r.output
     assert "Aborted" not in r.output and "Traceback" not in r.output
@@ -411,6 +413,28 @@ def test_a_line_without_end_is_refused_early(tmp_path, block_bytes):
     with pytest.raises(FormatError, match=r"long2.tsv:7: line longer than 65,536 bytes: 'chr2\\t9999") as err:
         list(read_rows(write(tmp_path, "long2.tsv", body), "tsv", block_bytes=block_bytes))
     assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_bytes_after_the_gzip_data_are_named(tmp_path, members):
+    text = (HEADER + "".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(1, 50001))).encode()
+    half = len(text) // 2
+    data = gzip.compress(text) if members == 1 else gzip.compress(text[:half]) + gzip.compress(text[half:])
+    err = error_of(write(tmp_path, "junk.tsv.gz", data + b"\x1f"), "tsv")
+    assert err.line is None and str(err) == (f"{tmp_path / 'junk.tsv.gz'}: the gzip data end at byte {len(data):,}, "
+                                             f"followed by 1 byte that is not gzip (appended to the file?); keep "
+                                             f"the data with head -c {len(data)} FILE > FIXED")
+
+
+@pytest.mark.parametrize("n_lines", [3, 20_000])  # within the first block, and past the line bound
+def test_line_ends_of_a_carriage_return_alone_are_named(tmp_path, n_lines):
+    body = HEADER + "".join(f"chr1\t{10 * i + 10}\t+\t1\t2\n" for i in range(n_lines))
+    assert len(rows_of(write(tmp_path, "crlf.tsv", body.replace("\n", "\r\n")[:-1]))) == n_lines  # last \n lost
+    err = error_of(write(tmp_path, "mac.tsv", body.replace("\n", "\r")), "tsv")
+    assert err.line == 1 and "lines end in a carriage return (\\r) alone, not a newline; convert them" in str(err)
+    stray = body.replace("\n", "\r\n").replace("chr1\t20\t", "chr1\t2\r0\t")
+    err = error_of(write(tmp_path, "stray.tsv", stray), "tsv")
+    assert err.line == 3 and "carriage return (\\r) inside a line" in str(err)
 
 
 def test_messages_quote_at_most_200_characters(tmp_path):
@@ -517,6 +541,7 @@ def test_cli_ingest_options(tmp_path):
             "--zero-based", "--min-coverage", "3", "--exclude-chromosomes", "chrM", "--bin-size", "10")
     assert r.exit_code == 0, r.output
     assert "1 rows from 1 columns file(s)" in r.output
+    assert "; 2 rows with fewer than --min-coverage 3 reads left out" in r.output
     assert chrom_table(store, "chr1") == ([10], [[3]], [[8]])
     options = open_store(store).attrs["samples"]["A"]["options"]
     assert options["columns"] == {"chrom": 1, "pos": 2, "meth": 3, "unmeth": 4} and options["zero_based"]

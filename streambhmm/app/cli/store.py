@@ -40,9 +40,11 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
                             chunk_size=chunk_size, echo=printed(click.echo), progress=shown, options=options)
     if not report.unchanged:
+        low = (f"; {report.below_min_coverage:,} rows with fewer than --min-coverage {options.min_coverage} reads "
+               f"left out" if report.below_min_coverage else "")
         click.echo(f"sample {sample}: {report.n_rows:,} rows from {len(files)} {report.format} file(s) -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "
-                   f"({time.perf_counter() - start:.1f} s)")
+                   f"({time.perf_counter() - start:.1f} s){low}")
 
 
 @click.command()
