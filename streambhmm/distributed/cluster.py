@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 from ..io.progress import stage
 from ..io.tasks import ClusterError, ClusterStalled, InProcessClient, Waiter
+from . import stopping_logs
+from .stopping_logs import quiet_interrupted_sync
 
 if TYPE_CHECKING:
     from ..io.store import CountsStore
@@ -114,6 +116,7 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
     likely memory) :class:`ClusterError`, their messages ending with ``if_lost`` (what the
     user keeps); a worker killed once is not an error: the scheduler reruns its tasks."""
     address = scheduler_address(scheduler)
+    quiet_interrupted_sync()
     if address:
         client_of = _external_client(address)
     elif in_process:
@@ -211,7 +214,7 @@ def _embedded_client(workers: int):
     with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          dashboard_address=LOOPBACK_ANY_PORT, security=Security.temporary(),
-                         silence_logs=logging.ERROR) as cluster, \
+                         silence_logs=logging.ERROR, preload=[stopping_logs.__name__]) as cluster, \
             Client(cluster) as client:
         yield client
 

@@ -1,6 +1,7 @@
 """`hmr` and `pmd` on a simulated methylome with planted HMRs and PMDs: they find them, and
 refuse with a reason where the data hold none."""
 
+import logging
 import os
 import re
 import signal
@@ -268,3 +269,44 @@ def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
         proc.kill()
         log.close()
     assert not list(out.iterdir())
+
+
+def test_ctrl_c_on_a_cluster_of_worker_processes_prints_no_traceback(methylome, tmp_path):
+    """Ctrl-C during the moment pass on the embedded cluster of worker processes: distributed
+    logs tracebacks as the run stops (a future cancelled before it exists, a worker's heartbeat
+    cut off by its closing); streambhmm.distributed.stopping_logs filters them out."""
+    store, _ = methylome
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "STREAMBHMM_IN_PROCESS_MAX": "0"}
+    log_path = tmp_path / "log.txt"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streambhmm", "hmr", str(store), "-o", str(tmp_path / "r.bed"),
+                                 "--polish-em", "1000"], env=env, stdout=log, stderr=log,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            while "the moments" not in log_path.read_text() and proc.poll() is None:
+                time.sleep(0.01)
+            time.sleep(1.0)  # into the pass: the workers are running its tasks
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            proc.kill()
+    text = log_path.read_text()
+    assert proc.returncode == 1 and "Aborted!" in text, text
+    assert "Traceback" not in text and "ERROR" not in text, text
+    assert not list(tmp_path.glob("r.*"))
+
+
+def test_the_stopping_filters_drop_only_what_they_name():
+    from distributed.comm.core import CommClosedError
+    from streambhmm.distributed import stopping_logs
+
+    def record(message, error):
+        return logging.LogRecord("x", logging.ERROR, __file__, 1, message, (), (type(error), error, None))
+
+    cancel = "Exception in callback functools.partial(<function sync.<locals>.cancel at 0x7f1acc727e20>)"
+    assert not stopping_logs._interrupted_sync(record(cancel, NameError("future")))
+    assert stopping_logs._interrupted_sync(record(cancel, ValueError("x")))
+    assert stopping_logs._interrupted_sync(record("Exception in callback other", NameError("future")))
+    heartbeat = "Failed to communicate with scheduler during heartbeat."
+    assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("ConnectionPool closing.")))
+    assert stopping_logs._closing_heartbeat(record(heartbeat, OSError("Timed out trying to connect")))

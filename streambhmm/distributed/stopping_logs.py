@@ -1,0 +1,37 @@
+"""Tracebacks distributed logs while a run stops, which tell the user nothing: filtered out
+in the command's process (quiet_interrupted_sync) and, preloaded by distributed, in the
+embedded cluster's worker processes (dask_setup). Nothing is lost: the run is stopping."""
+
+from __future__ import annotations
+
+import logging
+
+
+def _interrupted_sync(record: logging.LogRecord) -> bool:
+    """False for the traceback Ctrl-C leaves after a Client call it stops: distributed's sync()
+    then cancels a future it may not have made yet (a NameError that tornado logs in the
+    client's event loop; distributed 2026.8)."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(error, NameError) and "sync.<locals>.cancel" in record.getMessage())
+
+
+def _closing_heartbeat(record: logging.LogRecord) -> bool:
+    """False for a worker's heartbeat cut off by its own closing (its connection pool closed),
+    which distributed logs as an error with a traceback."""
+    error = record.exc_info[1] if record.exc_info else None
+    return not (record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+                and "ConnectionPool closing" in str(error))
+
+
+def _add_filter(logger_name: str, keep) -> None:
+    logger = logging.getLogger(logger_name)
+    if keep not in logger.filters:
+        logger.addFilter(keep)
+
+
+def quiet_interrupted_sync() -> None:
+    _add_filter("tornado.application", _interrupted_sync)
+
+
+def dask_setup(worker) -> None:  # distributed's preload hook, in each worker process
+    _add_filter("distributed.worker", _closing_heartbeat)
