@@ -12,21 +12,30 @@ overdispersions, the one-pass criterion at both (EM's coverage terms at the samp
 marginals), and where the refinement goes when it starts from EM's parameters. If it goes
 back to its own optimum, the criterion prefers that model: better starts or a longer search
 cannot bring the one-pass regions to EM's.
+
+One more row: every parameter refitted from the one-pass fit by the criterion's histogram
+terms alone (the likelihood of single bins and of adjacent pairs: EM's composite likelihood,
+the feature, tensor and coverage terms off). And per model, its HMRs as `hmr` calls them
+(the same rule, shoulders included) and their base-pair Jaccard with EM's.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 
 import numpy as np
+from compare_dnmtools import jaccard_genome, merged
 
 from streambhmm.app.calls import fit_call_model
 from streambhmm.distributed.em import fit_store_em
 from streambhmm.distributed.fitdata import load_moments
+from streambhmm.distributed.regions import find_regions, preset_rule
 from streambhmm.io.store import open_store
 from streambhmm.io.tasks import InProcessClient
 from streambhmm.learn.criterion import Weights, objective_for
 from streambhmm.learn.domains import HMR_MODEL
+from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.learn.refine import refine
 from streambhmm.moments.spec import FeatureSpec
 
@@ -35,24 +44,48 @@ def rounded(values) -> str:
     return " ".join(f"{v:.3f}" for v in np.ravel(values))
 
 
+def hmrs(store, hmm, client) -> dict:
+    """{chromosome: (n, 2) merged intervals} of the HMRs `hmr` calls with ``hmm``."""
+    rule = preset_rule("hmr", hmm.methylation_, hmm.dispersion, store.bin_size)
+    found = find_regions(store, hmm, client, rule, store.samples)
+    return {chrom: merged(np.c_[r.start, r.end]) for chrom, r in found.items() if len(r.start)}
+
+
 def compare(path: str) -> None:
     store = open_store(path)
     model, m = HMR_MODEL, HMR_MODEL.n_states
-    data = load_moments(store, store.samples, FeatureSpec(), InProcessClient(2), True)
+    client = InProcessClient(2)
+    data = load_moments(store, store.samples, FeatureSpec(), client, True)
     est, hmm = fit_call_model(data.moments, model, seed=0)
+    one_pass = copy.deepcopy(hmm)
     em = fit_store_em(store, hmm, None, store.samples, 1000, rel_tol=1e-8, check=False)
     objective = objective_for(data.moments, Weights(), "betabinomial")
     at_em = objective(objective.pack(hmm.methylation_, hmm.transmat_, None, hmm.dispersion), m)[0]
     back = refine(objective, [("EM", hmm.methylation_, hmm.transmat_, None, hmm.dispersion)], keep=1,
                   tol=model.tol, limits=model.limits())
+    histograms = objective_for(data.moments, Weights(feature_pairs=0.0, feature_triples=0.0, coverage=0.0),
+                               "betabinomial")
+    composite = refine(histograms, [("one pass", est.methylation_, est.transmat_, None, est.dispersion_)], keep=1,
+                       tol=model.tol, limits=model.limits())
+    by_composite = BinomialHMM(m, emission="betabinomial", stationary_start=True, allow_degenerate=True,
+                               limits=model.limits()).start_from(composite.startprob, composite.transmat,
+                                                                 composite.methylation, composite.dispersion)
+    at_composite = objective(objective.pack(composite.methylation, composite.transmat, None, composite.dispersion),
+                             m)[0]
+    em_calls = hmrs(store, hmm, client)
+    agreement = {name: jaccard_genome(hmrs(store, h, client), em_calls)
+                 for name, h in (("one pass", one_pass), ("composite", by_composite))}
     print(f"\n{path}")
-    print("| fit | levels | overdispersions | one-pass criterion |")
-    print("|---|---|---|---|")
-    print(f"| one pass | {rounded(est.methylation_)} | {rounded(est.dispersion_)} | {est.loss_:.6f} |")
+    print("| fit | levels | overdispersions | one-pass criterion | HMRs: Jaccard with EM's |")
+    print("|---|---|---|---|---|")
+    print(f"| one pass | {rounded(est.methylation_)} | {rounded(est.dispersion_)} | {est.loss_:.6f} | "
+          f"{agreement['one pass']:.3f} |")
     print(f"| EM from it ({len(em.history) - 1} iterations) | {rounded(hmm.methylation_)} | "
-          f"{rounded(hmm.dispersion)} | {at_em:.6f} |")
+          f"{rounded(hmm.dispersion)} | {at_em:.6f} | 1 |")
     print(f"| the refinement started from EM | {rounded(back.methylation)} | {rounded(back.dispersion)} | "
-          f"{back.loss:.6f} |")
+          f"{back.loss:.6f} | |")
+    print(f"| the histogram terms alone, from the one-pass fit | {rounded(composite.methylation)} | "
+          f"{rounded(composite.dispersion)} | {at_composite:.6f} | {agreement['composite']:.3f} |")
 
 
 def main() -> None:
