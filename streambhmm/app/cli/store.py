@@ -22,6 +22,10 @@ def layout_options(chunk_help: str):
     return decorate
 
 
+def _rows(n: int) -> str:
+    return f"{n:,} row{'' if n == 1 else 's'}"
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
@@ -40,9 +44,9 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
                             chunk_size=chunk_size, echo=printed(click.echo), progress=shown, options=options)
     if not report.unchanged:
-        low = (f"; {report.below_min_coverage:,} rows with fewer than --min-coverage {options.min_coverage} reads "
-               f"left out" if report.below_min_coverage else "")
-        click.echo(f"sample {sample}: {report.n_rows:,} rows from {len(files)} {report.format} file(s) -> "
+        low = (f"; {_rows(report.below_min_coverage)} with fewer than --min-coverage {options.min_coverage} "
+               f"reads left out" if report.below_min_coverage else "")
+        click.echo(f"sample {sample}: {_rows(report.n_rows)} from {len(files)} {report.format} file(s) -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "
                    f"({time.perf_counter() - start:.1f} s){low}")
 
