@@ -21,7 +21,7 @@ from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect
 from .rows import ReadTally
 from .names import Spellings, check_sample_name
 from .storage import Location
-from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, open_store
+from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, needs_recovery, open_store
 
 
 @dataclass
@@ -137,6 +137,8 @@ def _checked_arguments(files, sample: str, bin_size: int) -> list[Path]:
 def _existing_store(store: Location, bin_size: int, chunk_size: int | None):
     """The store as it is (None when there is none yet), refused when its bins or chunks are
     not those asked for."""
+    if not store.exists() and not needs_recovery(store):
+        return None  # nothing to read or to complete: no lock file for a store an ingest may never make
     with locked(store, shared=True):
         existing = open_store(store) if store.exists() else None
     if existing is not None:

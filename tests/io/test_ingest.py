@@ -206,6 +206,14 @@ def test_a_planted_lock_symlink_is_refused_and_its_target_untouched(tmp_path):
     assert target.read_text() == "keep me"
 
 
+def test_a_failed_first_ingest_leaves_no_lock_file(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("chrom\tpos\tstrand\tmc\tcov\nchr1\t10\t+\tx\t2\n")
+    with pytest.raises(FormatError):
+        ingest([bad], "A", tmp_path / "s.zarr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tsv"]
+
+
 @pytest.mark.slow
 def test_contexts_ingested_as_samples_fit_jointly(tmp_path):
     """CG and CHG from one CX report, each ingested as a sample of its own, fitted jointly:
