@@ -15,7 +15,9 @@ import fcntl
 import os
 import re
 import shutil
+import signal
 import stat
+import threading
 import uuid
 from pathlib import Path
 
@@ -296,4 +298,21 @@ def scratch_directory(path):
         with directory_lock_now(scratch):
             yield scratch
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        with interruptions_ignored():
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def interruptions_ignored():
+    """Ctrl-C and SIGTERM ignored meanwhile (in the main thread; elsewhere signals do not
+    arrive): a second Ctrl-C while a stopping command removes its temporaries would leave
+    them half removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)

@@ -3,6 +3,8 @@ only abandoned temporaries of the same output removed."""
 
 import fcntl
 import os
+import signal
+import time
 
 import pytest
 
@@ -161,3 +163,20 @@ def test_a_file_that_cannot_be_replaced_is_named_and_left_with_no_temporary(tmp_
         write_regions(found, rule, np.array([[0.1], [0.9]]), ["S"], bed, "t")
     assert bed.read_text() == "old bed\n" and table.read_text() == "old table\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bed", "r.tsv"]
+
+
+def test_interruptions_are_ignored_while_temporaries_go():
+    from streambhmm.io.outputs import interruptions_ignored
+
+    received = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        with interruptions_ignored():
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while the temporaries go: ignored
+            time.sleep(0.05)
+        assert received == []
+        os.kill(os.getpid(), signal.SIGINT)  # the handler is back
+        time.sleep(0.05)
+        assert received == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, before)
