@@ -17,7 +17,7 @@ from ..distributed.cluster import OpenedStore
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
-from ..io.outputs import check_output_file
+from ..io.outputs import check_derived_file, check_output_file, check_outside
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
@@ -28,7 +28,7 @@ from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
-from .modelio import data_settings_of, format_states, model_to_dict
+from .modelio import MODEL_HEAD, data_settings_of, format_states, model_to_dict
 
 
 @dataclass
@@ -69,7 +69,11 @@ class FitSettings:
                              "fits beta-binomial ones from the same moments")
         self.emission = self.emission or default_emission(self.method)
         for m in self.states:  # a sweep's models are named after --output: each is checked
-            check_output_file(self.output_path(m))
+            path = self.output_path(m)
+            check_outside(path, self.store)
+            if self.sweep:  # a name the user did not give: replaced only if it holds a model
+                check_derived_file(path, MODEL_HEAD, self.output)
+            check_output_file(path)
 
     @property
     def sweep(self) -> bool:

@@ -21,6 +21,7 @@ from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.spec import Grouped, Grouping
 
 MODEL_FORMAT = "streambhmm-model"
+MODEL_HEAD = b'{\n  "format": "streambhmm-model"'  # how a model file begins (write_json of its document)
 MODEL_VERSION = 1
 MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
               "startprob", "feature", "n_triples", "chromosomes", "created_by")
@@ -313,6 +314,9 @@ def check_model_fits_store(model, document: dict, store, counts) -> None:
         if differ:
             raise ValueError(f"{model} was fitted to sample {sample} read with {', '.join(differ)}; fit a model "
                              f"to this store")
+
+
+STATE_TABLE_HEAD = b"state\tlabel\titemRgb\t"  # how write_state_table's tables begin
 
 
 def write_state_table(path, document: dict) -> None:

@@ -15,12 +15,13 @@ from ..distributed.decode import decode_store
 from ..distributed.em import score_store
 from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, find_regions, preset_rule, \
     regions_table, rule_with, write_regions
-from ..distributed.tracks import (chromosome_lengths, read_chrom_sizes, safe_name, write_methylation,
-                                  write_posteriors)
+from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
+                                  write_methylation, write_posteriors)
 from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers
+from ..io.bed import TRACK_HEAD
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
-from .modelio import check_model_on_store, model_grouping, read_model, write_state_table
+from .modelio import STATE_TABLE_HEAD, check_model_on_store, model_grouping, read_model, write_state_table
 
 
 @dataclass
@@ -86,9 +87,14 @@ class DecodeOutputs:
     def paths(self) -> list[Path]:
         return [path for path, _ in self.beds] + [self.table]
 
-    def check(self) -> None:
-        """Refuse, before any work, a file that cannot be written (io.outputs)."""
+    def check(self, output, *inputs) -> None:
+        """Refuse, before any work, a file that cannot be written (io.outputs), one inside
+        the ``inputs`` the command reads (the store, the model), and a file named after
+        ``output`` that this command did not write."""
         for path in self.paths:
+            check_outside(path, *inputs)
+            if Path(path) != Path(output):
+                check_derived_file(path, TRACK_HEAD if path != self.table else STATE_TABLE_HEAD, output)
             check_output_file(path)
 
 
@@ -188,7 +194,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
-        check_output_file(path)
+        check_outside(path, counts.path.url, job.model if job else None)
+        check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
     for sample, path in methylation:
         yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage,

@@ -66,6 +66,9 @@ def safe_name(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", label.replace(":", "-"))
 
 
+BIGWIG_HEAD = (0x888FFC26).to_bytes(4, "little")  # how a bigWig begins (its magic number)
+
+
 class BigWigWriter:
     """One bigWig file written chromosome by chromosome in the header's order; entries of a
     chromosome arrive in position order, chunk by chunk."""

@@ -76,13 +76,15 @@ def check_derived_file(path, ours: bytes, named_after) -> Path:
 
 def check_outside(path, *inputs) -> None:
     """Refuse an output inside one of the ``inputs`` (stores, directories) the command reads."""
-    where = Path(os.path.abspath(path))
+    where = {Path(os.path.abspath(path)), Path(os.path.realpath(path))}
     for given in inputs:
         if given is None or "://" in str(given):
             continue
-        root = Path(os.path.abspath(given))
-        if where == root or root in where.parents:
-            raise ValueError(f"{path}: is inside {given}, which this command reads; write it elsewhere")
+        for root in {Path(os.path.abspath(given)), Path(os.path.realpath(given))}:
+            if root in where:
+                raise ValueError(f"{path}: is {given}, which this command reads; write it elsewhere")
+            if any(root in w.parents for w in where):
+                raise ValueError(f"{path}: is inside {given}, which this command reads; write it elsewhere")
 
 
 def check_output_dir(path) -> Path:

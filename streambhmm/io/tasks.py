@@ -169,6 +169,10 @@ def _deliver(value, future: LocalFuture) -> None:
     future._finish(value)  # noqa: SLF001 - the future's own computation
 
 
+class ComputationStopped(Exception):
+    """An InProcessClient's computation stopped because its command is stopping."""
+
+
 class InProcessClient:
     """Runs Dask graphs in this process on Dask's threaded scheduler, ``threads`` at a time, in
     place of a distributed Client (the part of its interface the commands use: ``compute``,
@@ -176,7 +180,9 @@ class InProcessClient:
     and stopping a scheduler and a worker, and importing distributed (0.5-1 s of a small
     command). Each computation runs in a thread of its own; each result is handed to its
     future as its task finishes, and released by the future (LocalFuture.release). Leaving
-    the context waits until the computations started are done."""
+    the context waits until the computations started are done; leaving it on an error
+    (Ctrl-C, SIGTERM, a failed step) first stops them from starting more tasks, so it waits
+    for the tasks running, not for the whole pass."""
 
     status = "running"
 
@@ -184,6 +190,7 @@ class InProcessClient:
         self.threads = threads
         self._running: list[threading.Thread] = []
         self._computed: set = set()  # the keys of the tasks computed so far (progress counts them)
+        self._stopping = threading.Event()
 
     def count_computed(self, keys) -> int:
         """How many of ``keys`` have been computed (a distributed scheduler's count of a graph's
@@ -202,11 +209,15 @@ class InProcessClient:
         def computed(key, result, dsk, state, worker_id):  # Dask's posttask callback
             self._computed.add(key)
 
+        def starting(key, dsk, state):  # Dask's pretask callback, in the scheduler's thread
+            if self._stopping.is_set():
+                raise ComputationStopped("the command is stopping")
+
         def run():
             try:
                 # the scheduler itself, not its name: a name makes Dask import distributed to look for a client
                 dask.compute(*deliveries, scheduler=dask.threaded.get, num_workers=self.threads,
-                             callbacks=[(None, None, None, computed, None)])
+                             callbacks=[(None, None, starting, computed, None)])
             except BaseException as exc:  # noqa: BLE001 - handed to the futures, raised where they are read
                 for future in futures:
                     future._finish(error=exc)  # noqa: SLF001
@@ -219,7 +230,9 @@ class InProcessClient:
     def __enter__(self) -> "InProcessClient":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._stopping.set()
         for thread in self._running:
             thread.join()
         self.status = "closed"

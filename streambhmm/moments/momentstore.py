@@ -117,7 +117,9 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
     created whole (Zarr root and an empty, incomplete manifest) and renamed into place, so
     a killed run always leaves a moment store that the next run can resume."""
     if (root / MANIFEST).exists():
-        Manifest.read(root).check_settings(root, settings)
+        manifest = Manifest.read(root)
+        _check_source(root, manifest.source, source)
+        manifest.check_settings(root, settings)
         return
     if root.children():
         raise MomentStoreError(f"{root} exists and is not a moment store")
@@ -125,6 +127,19 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> None:
     _init_store(staged, settings, source)
     root.rmtree()  # an empty directory
     put_in_place(staged, root)
+
+
+def _check_source(root: Location, have: dict, source: dict) -> None:
+    """An update reads the counts store the moment store was computed from: another's (a
+    typo, a merged store) would drop every partial it holds as stale, and it may be the only
+    copy of them (a fit needs the moments only)."""
+    if have.get("counts_store") == source["counts_store"] and have.get("bin_size") == source["bin_size"]:
+        return
+    was = (f"merged from {', '.join(have['merged_from'])[:300]}" if "merged_from" in have else
+           f"computed from {have.get('counts_store')} ({have.get('bin_size')} bp bins)")
+    raise MomentStoreError(f"{root} was {was}, not from {source['counts_store']} ({source['bin_size']} bp bins); "
+                           f"updating it would drop its partials. Use another --output (or remove {root} to "
+                           f"start it again)")
 
 
 def _init_store(path: Location, settings: dict, source: dict) -> None:
@@ -260,6 +275,30 @@ def load_partials(root) -> tuple[list[ChunkPartial], Manifest]:
         return list(pool.map(read, manifest.partials)), manifest
 
 
+def _merged_source(inputs, manifests) -> dict:
+    """The source of merged moment stores: their bin size (one for all) and each chromosome's
+    counts store. A chromosome's partials are keyed by chunk index, so only partials of one
+    counts store (one chunking) may meet: a chromosome from two counts stores would be
+    counted twice (chunks of 50,000 and of 1,000,000 bins share no index)."""
+    bin_sizes, counts_stores = {}, {}
+    for path, manifest in zip(inputs, manifests):
+        source = manifest.source
+        if source.get("bin_size") is not None:
+            bin_sizes.setdefault(source["bin_size"], path)
+        of = source.get("chromosomes") or {c: source.get("counts_store") for c in manifest.chromosomes}
+        for chrom, store in of.items():
+            first = counts_stores.setdefault(chrom, (store, path))
+            if first[1] != path and (first[0] != store or store is None):
+                raise MomentStoreError(f"{first[1]} and {path} both hold moments of {chrom}, of the counts stores "
+                                       f"{first[0]} and {store}: merging would count it twice. Merge moment stores "
+                                       f"of other chromosomes, or of one counts store")
+    if len(bin_sizes) > 1:
+        raise MomentStoreError("cannot merge moment stores of different bin sizes: " + ", ".join(
+            f"{path} has {size} bp bins" for size, path in bin_sizes.items()))
+    return {"merged_from": [str(p) for p in inputs], "bin_size": next(iter(bin_sizes), None),
+            "chromosomes": {c: store for c, (store, _) in counts_stores.items()}}
+
+
 def _identity(entry: dict) -> dict:
     return {key: entry[key] for key in ("chromosome", "chunk", "digest")}
 
@@ -283,6 +322,7 @@ def merge_moment_stores(inputs, output) -> dict:
     for path, manifest in zip(inputs[1:], manifests[1:]):
         manifest.check_settings(path, settings, f"cannot merge it with {inputs[0]}: incompatible feature settings",
                                 str(inputs[0]), "Merge moment stores made with the same settings.")
+    source = _merged_source(inputs, manifests)
     chosen: dict[tuple[str, int], tuple[dict, Location]] = {}
     duplicates = 0
     for path, manifest in zip(inputs, manifests):
@@ -301,12 +341,12 @@ def merge_moment_stores(inputs, output) -> dict:
         if output.exists():
             raise MomentStoreError(f"{output} exists; merge writes a new moment store")
         with replacing_dir(output, staged=staging_path(output)) as staged:
-            _init_store(staged, settings, {"merged_from": [str(p) for p in inputs]})
+            _init_store(staged, settings, source)
             entries = []
-            for entry, source in chosen.values():
-                read_partial(source / entry["path"], entry["sha256"], _identity(entry))  # verify before copying
-                (source / entry["path"]).copytree(staged / entry["path"])
+            for entry, holder in chosen.values():
+                read_partial(holder / entry["path"], entry["sha256"], _identity(entry))  # verify before copying
+                (holder / entry["path"]).copytree(staged / entry["path"])
                 entries.append({**entry, "reused": True})
-            merged = Manifest.of(settings, entries, True, {"merged_from": [str(p) for p in inputs]})
+            merged = Manifest.of(settings, entries, True, source)
             write_json(staged / MANIFEST, merged.to_json())
     return {"partials": len(chosen), "duplicates": duplicates, "chromosomes": merged.chromosomes}

@@ -297,3 +297,29 @@ def test_report_removes_what_a_killed_report_left_and_nothing_else(project, tmp_
     assert not stage.exists() and not aside.exists()
     assert sorted(p.name for p in foreign.iterdir()) == ["mine.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".rep.tmp-aaaaaaaaaaaa", "rep"]
+
+
+def test_no_command_writes_over_its_inputs_or_files_it_did_not_write(project, tmp_path):
+    """Audit 3 (decode, fit, tracks): the model read, the stores read, a table or a track named
+    after the output that another wrote, a sweep's model name holding a file of another's."""
+    model = tmp_path / "m.json"
+    model.write_text((project / "c.json").read_text())
+    before = snapshot(project / "c.zarr")
+    mine = {tmp_path / "s.states.tsv": "my table\n", tmp_path / "t.H1.methylation.bw": "my notes\n",
+            tmp_path / "sweep.m2.json": "my model\n"}
+    for path, text in mine.items():
+        path.write_text(text)
+    refused = [
+        (("decode", project / "c.zarr", "--model", model, "-o", model), f"{model}: is {model}, which this command reads"),
+        (("decode", project / "c.zarr", "--model", model, "-o", tmp_path / "s.bed"), "s.states.tsv: exists and is not"),
+        (("decode", project / "c.zarr", "--model", model, "-o", project / "c.zarr" / "x.bed"), "is inside"),
+        (("fit", project / "c.zarr", "-m", "2", "-o", project / "c.zarr" / "zarr.json"), "is inside"),
+        (("fit", project / "c.zarr", "-m", "2,3", "-o", tmp_path / "sweep.json"), "sweep.m2.json: exists and is not"),
+        (("tracks", project / "c.zarr", "-o", tmp_path / "t"), "t.H1.methylation.bw: exists and is not"),
+    ]
+    for args, message in refused:
+        r = run(*args, "-q")
+        assert r.exit_code == 1 and message in r.output and "Traceback" not in r.output, (args, r.output)
+    assert model.read_text() == (project / "c.json").read_text() and snapshot(project / "c.zarr") == before
+    assert all(path.read_text() == text for path, text in mine.items())
+    assert not (tmp_path / "s.bed").exists() and not (tmp_path / "sweep.m3.json").exists()

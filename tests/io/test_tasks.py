@@ -39,6 +39,28 @@ def test_a_failing_task_raises_its_error_where_its_result_is_read():
         assert future.status == "error"
 
 
+def test_leaving_on_an_error_stops_the_computation_starting_tasks():
+    """Ctrl-C in a command: the context is left with KeyboardInterrupt, and the pass stops
+    after the tasks running, where it used to run to its end first."""
+    import threading
+
+    gate = threading.Event()
+
+    def held(x):
+        gate.wait(60)  # the first tasks wait until the command is stopping
+        return x
+
+    parts = [dask.delayed(held, pure=True)(i) for i in range(40)]
+    client = InProcessClient(1)
+    with pytest.raises(KeyboardInterrupt):
+        with client:
+            futures = client.compute(parts)
+            threading.Timer(0.2, gate.set).start()
+            raise KeyboardInterrupt
+    assert client.count_computed([p.key for p in parts]) < 5  # the one running, not the 40
+    assert all(f.status == "error" for f in futures[5:])
+
+
 def test_in_process_client_counts_a_graphs_computed_parts():
     """What a distributed scheduler tells _PartsDone (a graph's parts done), counted here."""
     parts = [dask.delayed(square, pure=True)(i) for i in range(7)]

@@ -147,6 +147,20 @@ def moment_store(tmp_path, four_state_model, dask_clients):
     return store, out
 
 
+def test_an_update_from_other_counts_is_refused_and_loses_nothing(tmp_path, moment_store, dask_clients):
+    """A typo in STORE: updating would drop every partial as stale, and a moment store may be
+    the only copy of its moments (a fit needs nothing else)."""
+    store, out = moment_store
+    elsewhere = tmp_path / "copy.zarr"
+    shutil.copytree(store, elsewhere)
+    before = (out / "manifest.json").read_text()
+    with pytest.raises(MomentStoreError, match=f"was computed from {store} \\(100 bp bins\\), not from {elsewhere} "
+                                               f"\\(100 bp bins\\); updating it would drop its partials"):
+        update_moment_store(open_store(elsewhere), out, dask_clients[0])
+    assert (out / "manifest.json").read_text() == before
+    assert update_moment_store(open_store(store), out, dask_clients[0]).computed == 0
+
+
 def test_fit_from_moment_store_without_counts(tmp_path, moment_store, scheduler):
     store, out = moment_store
     assert run("fit", store, "--states", "4", "-o", tmp_path / "from_counts.json", "--scheduler", scheduler,
@@ -301,17 +315,31 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     r = run("moments", "merge", tmp_path / "merged.zarr", parts[0], "--output", tmp_path / "again.zarr")
     assert r.exit_code == 0 and "5 duplicate partial(s) kept once" in r.output
     assert load_total(tmp_path / "again.zarr")[0].allclose(single, rtol=0)
-    # the same chunk with other contents is refused; so are other settings
+    # a chromosome from another counts store (another chunking: its chunk indices mean other
+    # bins) is refused, as are other bin sizes, other settings and a chunk with other contents
     other = tmp_path / "other.zarr"
-    ingest([write_tsv(tmp_path / "o.tsv", {"chr1": (chroms["chr2"][0][:2500], chroms["chr2"][1][:2500])})], "A",
-           other, chunk_size=500)
+    ingest([write_tsv(tmp_path / "o.tsv", {"chr1": chroms["chr1"]})], "A", other, chunk_size=2000)
     update_moment_store(open_store(other), tmp_path / "m_other.zarr", client)
-    with pytest.raises(MomentStoreError, match="both hold chr1 chunk 0 with different contents"):
+    with pytest.raises(MomentStoreError, match="both hold moments of chr1, of the counts stores .*chr1.zarr and "
+                                               ".*other.zarr: merging would count it twice"):
         merge_moment_stores([parts[0], tmp_path / "m_other.zarr"], tmp_path / "bad.zarr")
+    coarse = tmp_path / "coarse.zarr"
+    ingest([write_tsv(tmp_path / "c.tsv", {"chr2": chroms["chr2"]})], "A", coarse, bin_size=200, chunk_size=500)
+    update_moment_store(open_store(coarse), tmp_path / "m_coarse.zarr", client)
+    with pytest.raises(MomentStoreError, match="different bin sizes: .*m_chr1.zarr has 100 bp bins, .*has 200"):
+        merge_moment_stores([parts[0], tmp_path / "m_coarse.zarr"], tmp_path / "bad1.zarr")
     update_moment_store(open_store(both), tmp_path / "m_d20.zarr", client, n_bins=20)
     with pytest.raises(MomentStoreError, match="incompatible feature settings"):
         merge_moment_stores([parts[0], tmp_path / "m_d20.zarr"], tmp_path / "bad2.zarr")
-    assert not (tmp_path / "bad.zarr").exists() and not (tmp_path / "bad2.zarr").exists()
+    first = tmp_path / "first.zarr"
+    shutil.copytree(tmp_path / "m_chr1.zarr", first)
+    ingest([write_tsv(tmp_path / "chr1b.tsv", {"chr1": (chroms["chr2"][0][:2500], chroms["chr2"][1][:2500])})],
+           "A", tmp_path / "chr1.zarr")  # the same store, other counts
+    update_moment_store(open_store(tmp_path / "chr1.zarr"), tmp_path / "m_chr1.zarr", client)
+    with pytest.raises(MomentStoreError, match="both hold chr1 chunk 0 with different contents"):
+        merge_moment_stores([first, tmp_path / "m_chr1.zarr"], tmp_path / "bad3.zarr")
+    assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3))
+    assert json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]["bin_size"] == 100
 
 
 def test_a_partial_swapped_for_another_chunks_is_refused(moment_store, dask_clients):

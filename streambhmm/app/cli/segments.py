@@ -67,7 +67,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     start = time.perf_counter()
     job = ModelOnStore.read(store, model)  # the outputs are checked before any work
     outputs = decode_outputs(job, output, posteriors)
-    outputs.check()
+    outputs.check(output, store, model)
     # with --posteriors decode writes into the store: its exclusive lock
     echo = printed(click.echo)
     with store_session(store, scheduler, write=posteriors) as opened, \
