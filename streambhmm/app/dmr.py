@@ -29,7 +29,7 @@ import numpy as np
 
 from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE, DmrSettings, Findings, Targets,
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
-                               window_regions)
+                               interval_counts, window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
@@ -220,6 +220,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     domains = domains.take(np.flatnonzero(domains.differ_by(groups, settings.min_difference)))
     candidates = _table("DMR", [(c, d, r.take(r.n_bins >= settings.min_bins))
                                 for d, per in findings.candidates.items() for c, r in per.items()], len(samples))
+    candidates.methylated, candidates.coverage, candidates.n_bins = interval_counts(
+        store, samples, candidates.chrom, candidates.start, candidates.end)  # every read in the interval
     candidates = candidates.take(np.flatnonzero(candidates.differ_by(groups, settings.min_difference)))
     pieces = _pieces_of_domains(candidates, domains)
     focal = candidates.take(np.flatnonzero(~pieces))

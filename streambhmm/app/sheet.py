@@ -39,6 +39,9 @@ class SampleSheet:
                                  f"{', '.join(present)[:200]})")
         if len(set(names)) != len(names):
             raise ValueError(f"--contrast names a group twice: {','.join(names)[:200]}")
+        if len(names) < 2:
+            raise ValueError(f"--contrast names one group, {names[0][:100]!r}: a contrast needs two or more, "
+                             f"e.g. --contrast A,B")
         keep = [k for name in names for k, g in enumerate(self.groups) if g == name]
         return SampleSheet(self.path, *(tuple(getattr(self, f)[k] for k in keep) for f in ("samples", "groups",
                                                                                             "lines")))

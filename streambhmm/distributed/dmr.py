@@ -294,6 +294,33 @@ def _chunk_findings(post, data, targets: Targets, rule: RegionRule, domains: dic
     return ChunkFindings(candidates, counts, track)
 
 
+def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per interval (bp, on bin edges): the methylated and covered reads of each of
+    ``samples`` (regions, S) over every bin in it, and its covered bins; read a chunk at a
+    time. A DMR's interval bridges bins of other states within --max-gap: its levels are
+    those of all its reads, as a user recounting them finds."""
+    n = len(chrom)
+    meth, cov, covered = np.zeros((n, len(samples))), np.zeros((n, len(samples))), np.zeros(n, np.int64)
+    chrom = np.asarray(chrom, dtype=object)
+    for name in dict.fromkeys(chrom.tolist()):
+        rows = np.flatnonzero(chrom == name)
+        lo, hi = start[rows] // store.bin_size, end[rows] // store.bin_size
+        for ref in store.chunk_refs(name, samples):
+            hit = np.flatnonzero((lo < ref.stop) & (hi > ref.start))
+            if hit.size == 0:
+                continue
+            m, c = ref.read()
+            sums = [np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)]) for x in (m, c)]
+            any_reads = np.r_[0, np.cumsum((c > 0).any(axis=1))]
+            a = np.clip(lo[hit] - ref.start, 0, ref.n_bins)
+            b = np.clip(hi[hit] - ref.start, 0, ref.n_bins)
+            meth[rows[hit]] += sums[0][b] - sums[0][a]
+            cov[rows[hit]] += sums[1][b] - sums[1][a]
+            covered[rows[hit]] += any_reads[b] - any_reads[a]
+    return meth, cov, covered
+
+
 @dataclass
 class Findings:
     """The posterior pass's result."""

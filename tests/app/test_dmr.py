@@ -6,6 +6,7 @@ import csv
 
 import numpy as np
 import pytest
+import xarray as xr
 from click.testing import CliRunner
 
 from streambhmm.app.cli import main
@@ -88,6 +89,13 @@ def test_outputs_are_what_users_load(planted):
     first = table[0]
     assert {f"level_{s}" for s in sim.samples} | {"level_A", "level_B"} <= set(first)
     assert np.isclose(float(first["level_B"]) - float(first["level_A"]), first["difference"], atol=1e-3)
+    # each level is that of every read in the DMR's interval, as a user recounting them finds
+    counts = xr.open_zarr(directory / "counts.zarr", group="chr1")
+    for call in table:
+        inside = counts.sel(position=slice(call["start"], call["end"] - 1))
+        levels = inside.methylated.sum("position").values / inside.coverage.sum("position").values
+        np.testing.assert_allclose([float(call[f"level_{s}"]) for s in sim.samples], levels, atol=1e-4)
+        assert int(call["n_bins"]) == int((inside.coverage.values > 0).any(axis=1).sum())
     with pyBigWig.open(str(directory / "post.bw")) as bw:
         values = bw.values("chr1", first["start"], first["end"])
         assert np.nanmax(values) >= 0.5 and np.nanmax(values) <= 1.0
@@ -180,6 +188,8 @@ def test_a_contrast_group_without_samples_is_refused(small):
     directory, store, sheet = small
     result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--contrast", "A,C")
     assert result.exit_code != 0 and "--contrast: group 'C' has no sample in" in result.output
+    result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--contrast", "A")
+    assert result.exit_code != 0 and "--contrast names one group, 'A': a contrast needs two" in result.output
     assert not list(directory.glob("out*"))
 
 
