@@ -82,6 +82,7 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
         _region_around(counts, region_sets[0]) if region_sets else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
         raise ValueError(f"region {where}: {counts.path} has no chromosome {where.chrom}")
+    where = _checked_view(counts, samples, where)
     remove_report_leftovers(output)
     with staged_report(output) as stage:
         t = time.perf_counter()
@@ -174,6 +175,24 @@ def _region_around(counts, region_set) -> Region:
     width = max(REGION_BINS * counts.bin_size, 3 * (best.end - best.start))
     start = max((best.start + best.end) // 2 - width // 2, 0)
     return Region(best.chrom, start, start + width)
+
+
+def _checked_view(counts, samples, where: Region) -> Region:
+    """The view on the store's bins of its chromosome (from the start of its first bin to the
+    end of the last), refused (before any work) when it holds no covered bin of the samples."""
+    last = counts.n_bins(where.chrom) * counts.bin_size
+    if where.start >= last:
+        raise ValueError(f"region {where}: starts after the last bin of {where.chrom} in {counts.path}, which ends "
+                         f"at {last:,}")
+    view = Region(where.chrom, where.start // counts.bin_size * counts.bin_size, min(where.end, last))
+    lo, hi = view.start // counts.bin_size, -(-view.end // counts.bin_size)
+    for ref in counts.chunk_refs(view.chrom, samples):
+        if ref.start < hi and ref.stop > lo:
+            _, cov = ref.read()
+            if cov[max(lo - ref.start, 0):hi - ref.start].any():
+                return view
+    raise ValueError(f"region {where}: no bin of {where.chrom} there has reads of {', '.join(samples)[:200]}; "
+                     f"choose another --region")
 
 
 def _default_region(counts, samples) -> Region:

@@ -323,3 +323,14 @@ def test_no_command_writes_over_its_inputs_or_files_it_did_not_write(project, tm
     assert model.read_text() == (project / "c.json").read_text() and snapshot(project / "c.zarr") == before
     assert all(path.read_text() == text for path, text in mine.items())
     assert not (tmp_path / "s.bed").exists() and not (tmp_path / "sweep.m3.json").exists()
+
+
+@pytest.mark.parametrize("region, message", [
+    ("chr21:100,000,000-100,050,000", "starts after the last bin of chr21"),
+    ("chr21:1-1,000", "no bin of chr21 there has reads of H1"),
+])
+def test_a_report_of_a_view_without_data_is_refused_before_any_work(project, tmp_path, region, message):
+    r = run("report", project / "c.zarr", "--model", project / "c.json", "-o", tmp_path / "r", "--region", region,
+            "-q")
+    assert r.exit_code == 1 and message in r.output, r.output
+    assert not (tmp_path / "r").exists()
