@@ -69,8 +69,9 @@ def read_sheet(path) -> SampleSheet:
     names = _fields(header)
     missing = [c for c in SHEET_COLUMNS if c not in names]
     if missing:
+        commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
         raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
-                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}")
+                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}.{commas}")
     at = [names.index(c) for c in SHEET_COLUMNS]
     samples, groups, lines, seen = [], [], [], {}
     for number, line in rows[1:]:
@@ -93,6 +94,13 @@ def read_sheet(path) -> SampleSheet:
     if len(set(groups)) < 2:
         found = f"one group, {groups[0][:100]!r}" if groups else "no sample"
         raise ValueError(f"{path}: the sheet has {found}; DMRs are found between two groups or more")
+    first = {}
+    for group, number in zip(groups, lines):
+        other = first.setdefault(group.casefold(), (group, number))
+        if other[0] != group:
+            raise ValueError(f"{path}, line {number}: group {group[:100]!r} differs from {other[0][:100]!r} (line "
+                             f"{other[1]}) only in case: a typo would make a group of its own. Name them alike, or "
+                             f"otherwise apart")
     return SampleSheet(path, tuple(samples), tuple(groups), tuple(lines))
 
 

@@ -170,6 +170,9 @@ def small(tmp_path):
     ("sample\tgroup\nA1\tA\nA2\tA\n", r"sheet.tsv: the sheet has one group, 'A'"),
     ("sample\tgroup\nA1\tA\nB1\tB\nA1\tB\n", r"sheet.tsv, line 4: sample 'A1' is listed again \(first on line 2\)"),
     ("", r"sheet.tsv: the sample sheet is empty"),
+    ("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nB2\tb\n", r"sheet.tsv, line 5: group 'b' differs from 'B' \(line 4\) "
+                                                        r"only in case"),
+    ("sample,group\nA1,A\nB1,B\n", r"the header has no column sample or group .*Commas do not separate its columns"),
 ])
 def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
     """Refused before the cluster starts: the scheduler given does not exist, and the error
