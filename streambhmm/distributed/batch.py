@@ -37,6 +37,7 @@ from ..io.storage import Location
 from ..io.store import open_store
 from ..io.tasks import Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
+from ..moments.manifest import SettingsMismatch
 from ..moments.momentstore import update_moments
 from ..moments.spec import FeatureSpec
 
@@ -312,10 +313,19 @@ class _BatchRun:
             with self.lock:
                 self.partials[result.group] = (done, total)
                 self.show()
+        moments = self.workdir / result.group / "moments.zarr"
+
+        def update():
+            return update_moments(open_store(self.workdir / result.group / "counts.zarr"), moments, self.client,
+                                  self.spec, result.samples, progress=count)
         try:
-            report = update_moments(open_store(self.workdir / result.group / "counts.zarr"),
-                                    self.workdir / result.group / "moments.zarr", self.client, self.spec, result.samples,
-                                    progress=count)
+            try:
+                report = update()
+            except SettingsMismatch:  # the group's samples changed: the workdir's moment store is ours to redo
+                self.echo(f"group {result.group}: its samples or settings changed since its moment store was made; "
+                          f"computing it again")
+                Location.of(moments).rmtree()
+                report = update()
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(self.client, exc):
                 raise

@@ -26,6 +26,10 @@ class MomentStoreError(ValueError):
     """A moment store that is incomplete, corrupted, incompatible or too new."""
 
 
+class SettingsMismatch(MomentStoreError):
+    """A moment store of other feature settings or samples than a run's."""
+
+
 def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 
@@ -110,7 +114,7 @@ class Manifest(Document):
         if have != settings:
             differ = ", ".join(f"{k} {have.get(k)} ({whose}: {settings.get(k)})"
                                for k in dict.fromkeys([*have, *settings]) if have.get(k) != settings.get(k))
-            raise MomentStoreError(f"{root}: {error}: the moment store has {differ}. {advice}")
+            raise SettingsMismatch(f"{root}: {error}: the moment store has {differ}. {advice}")
 
     def check_request(self, root, samples, spec: FeatureSpec, asking: str = "--samples") -> None:
         """Refuse moments other than those asked for: ``samples`` (None: any; what ``asking``

@@ -101,6 +101,20 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     assert r.exit_code == 0, r.output
 
 
+def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_clients):
+    """A sample added to a group: its moment store (the workdir's, batch's own) no longer fits
+    the group's samples, and is computed again, where the rerun used to fail every time."""
+    scheduler = dask_clients[1].scheduler.address
+    rows = {"H1": GOOD["H1"]}
+    manifest = write_manifest(tmp_path / "manifest.tsv", rows)
+    work = tmp_path / "work"
+    assert run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q").exit_code == 0
+    write_manifest(manifest, {**rows, "IMR90": GOOD["IMR90"]})
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
+    assert r.exit_code == 0 and "group lister: its samples or settings changed" in r.output, r.output
+    assert load_total(work / "lister" / "moments.zarr")[1]["samples"] == ["H1", "IMR90"]
+
+
 @pytest.mark.slow
 def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, dask_clients):
     """Audit 17: the work directory did not exist yet, so the summary was never written."""
