@@ -1,5 +1,5 @@
 """`python -m streambhmm`: the command line."""
 
-from .app.cli import run
+from .app.console import run
 
 run()

@@ -310,3 +310,25 @@ def test_the_stopping_filters_drop_only_what_they_name():
     heartbeat = "Failed to communicate with scheduler during heartbeat."
     assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("ConnectionPool closing.")))
     assert stopping_logs._closing_heartbeat(record(heartbeat, OSError("Timed out trying to connect")))
+
+
+def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatch, capsys):
+    import builtins
+
+    from streambhmm.app import console
+
+    real_import = builtins.__import__
+
+    def interrupted(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "cli" and level == 1:
+            raise KeyboardInterrupt
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            console.run()
+    finally:
+        signal.signal(signal.SIGTERM, before)  # run() installs its handler
+    assert stopped.value.code == 128 + signal.SIGINT and capsys.readouterr().err == "Aborted!\n"

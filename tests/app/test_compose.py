@@ -370,7 +370,7 @@ def test_dockerfile_is_valid():
 
 def test_entry_point_is_declared():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["streambhmm"] == "streambhmm.app.cli:run"  # main, with SIGTERM unwinding as Ctrl-C
+    assert scripts["streambhmm"] == "streambhmm.app.console:run"  # main, with SIGTERM unwinding as Ctrl-C
 
 
 def test_interpolation_uses_defaults():

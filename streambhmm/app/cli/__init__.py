@@ -1,8 +1,6 @@
 """The `streambhmm` command: thin click commands over the Python API, one module per
 command group (common.py holds what they share)."""
 
-import signal
-
 import click
 
 from ... import __version__
@@ -24,14 +22,3 @@ def main():
 for command in (ingest, info, upgrade, moments, fit, score, decode, regions, hmr, pmd, dmr, tracks, report, batch, demo):
     main.add_command(command)
 
-
-def run() -> None:
-    """The console script (and ``python -m streambhmm``): a SIGTERM (a batch scheduler's time
-    limit, ``kill``) unwinds the command as Ctrl-C does, so its temporaries, scratch stores and
-    embedded cluster go with it."""
-    signal.signal(signal.SIGTERM, _terminated)
-    main()
-
-
-def _terminated(signum, frame):
-    raise SystemExit(128 + signum)
