@@ -172,6 +172,7 @@ class DmrOutcome:
     history: list
     seconds: dict = field(default_factory=dict)
     track_bins: int = 0
+    shared: float = 1.0  # of the 5 kb windows with reads, the share where every group has reads
 
 
 def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) -> DmrOutcome:
@@ -188,6 +189,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     summary = summarize(store, samples, groups, client, quiet=quiet)
     if not summary.windows:
         raise ValueError(f"{job.store}: the samples {', '.join(samples)[:200]} have no coverage")
+    covered = np.concatenate([cov for _, _, cov in summary.windows.values()]) > 0
+    shared = float(covered.all(axis=1).sum() / max(covered.any(axis=1).sum(), 1))
     seconds["summary"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -232,7 +235,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
     write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")
     return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
-                      int(pieces.sum()), history, seconds, track_bins)
+                      int(pieces.sum()), history, seconds, track_bins, shared)
 
 
 def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) -> dict:

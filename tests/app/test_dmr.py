@@ -187,6 +187,22 @@ def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
     assert not list(directory.glob("out*"))
 
 
+def test_groups_without_shared_reads_are_told(tmp_path):
+    """Group A on chr1, group B on chr2: no DMR can have reads of both, which the user is told."""
+    rng = np.random.default_rng(1)
+    bins = np.arange(0, 20_000, 2)
+    cov = rng.poisson(10, (bins.size, 4)) + 1
+    meth = rng.binomial(cov, 0.7)
+    on = {"chr1": np.array([1, 1, 0, 0]), "chr2": np.array([0, 0, 1, 1])}
+    store = write_store(tmp_path / "apart.zarr", {c: (bins, meth * m, cov * m) for c, m in on.items()},
+                        ["A1", "A2", "B1", "B2"])
+    sheet = tmp_path / "sheet.tsv"
+    sheet.write_text("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nB2\tB\n")
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q", "--no-domains")
+    assert result.exit_code == 0, result.output
+    assert "warning: every group has reads in only 0.0% of the 5 kb windows with reads" in result.output
+
+
 def test_a_contrast_group_without_samples_is_refused(small):
     directory, store, sheet = small
     result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--contrast", "A,C")

@@ -96,3 +96,7 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     if not outcome.targets.any:
         click.echo(f"no state's group levels differ by {min_difference:g} or more: the groups do not differ "
                    f"(at this --min-difference)")
+    if outcome.shared < 0.5:  # most of the data say nothing of one group: other chromosomes, assays, organisms
+        click.echo(f"warning: every group has reads in only {outcome.shared:.1%} of the 5 kb windows with reads; "
+                   f"a DMR needs reads of each group, so few can be found. Are the groups' samples of the same "
+                   f"assay, chromosomes and genome?", err=True)
