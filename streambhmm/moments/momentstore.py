@@ -101,6 +101,7 @@ class UpdateReport:
     chromosomes: list[str]
     samples: list[str]
     foreign: list[str] = field(default_factory=list)  # entries under partials/ left alone: not ours
+    was_complete: bool = False  # the manifest was complete before the run (else: a new or interrupted store)
 
 
 def _refuse_foreign(path: Location) -> None:
@@ -168,6 +169,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
         _open_or_create(root, settings, source)
+        was_complete = Manifest.read(root).complete
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
@@ -182,7 +184,8 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
             _remove(path, "stale")
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
-                            chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign])
+                            chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign],
+                            was_complete=was_complete)
 
 
 def _run_tasks(client, tasks: list, root: Location, progress, checkpoint) -> list[dict]:

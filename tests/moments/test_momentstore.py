@@ -161,6 +161,16 @@ def test_an_update_from_other_counts_is_refused_and_loses_nothing(tmp_path, mome
     assert update_moment_store(open_store(store), out, dask_clients[0]).computed == 0
 
 
+def test_finishing_an_interrupted_store_is_not_called_a_no_op(moment_store, scheduler):
+    store, out = moment_store
+    manifest = json.loads((out / "manifest.json").read_text())
+    (out / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))  # as a killed run leaves it
+    r = run("moments", "compute", store, "-o", out, "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0 and "the moment store is complete now" in r.output, r.output
+    r = run("moments", "compute", store, "-o", out, "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0 and "nothing changed: the moment store was already up to date" in r.output, r.output
+
+
 def test_fit_from_moment_store_without_counts(tmp_path, moment_store, scheduler):
     store, out = moment_store
     assert run("fit", store, "--states", "4", "-o", tmp_path / "from_counts.json", "--scheduler", scheduler,

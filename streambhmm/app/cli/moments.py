@@ -63,7 +63,8 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
         click.echo(f"warning: left {entry} alone: not a partial of the moment store (a symbolic link, a file or "
                    f"another name)", err=True)
     if report.computed == 0 and report.dropped == 0:
-        click.echo("nothing changed: the moment store was already up to date")
+        click.echo("nothing changed: the moment store was already up to date" if report.was_complete else
+                   "the moment store is complete now: an interrupted run had computed every partial")
 
 
 @moments.command("merge")
