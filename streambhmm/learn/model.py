@@ -201,8 +201,9 @@ class SpectralBinomialHMM(BaseBinomialHMM):
                              f"got {self.methylation_recovery!r}")
         if n_samples is not None and self.n_components > n_samples * self.n_bins:
             raise ValueError(
-                f"n_components={self.n_components} is larger than the feature dimension "
-                f"n_samples * n_bins = {n_samples} * {self.n_bins} = {n_samples * self.n_bins}"
+                f"n_components={self.n_components} (fit --states) is larger than the feature dimension "
+                f"n_samples * n_bins = {n_samples} * {self.n_bins} = {n_samples * self.n_bins} (samples x --bins): "
+                f"fit fewer states, or use more --bins"
             )
         if dim is not None and self.n_components > dim:
             raise ValueError(f"n_components={self.n_components} is larger than the projected feature's dimension "

@@ -43,7 +43,7 @@ def test_integral_floats_are_accepted():
 
 def test_too_many_components_for_the_feature():
     cov = np.full(100, 10)
-    with pytest.raises(ValueError, match=r"n_components=7 is larger than the feature dimension n_samples \* n_bins = 1 \* 5 = 5"):
+    with pytest.raises(ValueError, match=r"n_components=7 \(fit --states\) is larger than the feature dimension n_samples \* n_bins = 1 \* 5 = 5"):
         SpectralBinomialHMM(7, n_bins=5).fit(cov // 2, cov)
 
 
@@ -51,3 +51,14 @@ def test_too_few_triples():
     # 6 bins in sequences of 4 and 2 hold 2 triples
     with pytest.raises(ValueError, match="too few data for 3 states: 2 triples of bins for 9 parameters"):
         SpectralBinomialHMM(3).fit([1, 2, 3, 1, 2, 0], [5, 5, 5, 5, 5, 5], lengths=[4, 2])
+
+
+def test_the_states_option_refuses_typos():
+    import click
+
+    from streambhmm.app.cli.fit import parse_states
+
+    assert parse_states("4") == [4] and parse_states("2-4") == [2, 3, 4] and parse_states("2,6") == [2, 6]
+    for text, message in (("2,,3", "expected M"), ("2,2", "names a number of states twice"), ("0", "no valid")):
+        with pytest.raises(click.BadParameter, match=message):
+            parse_states(text)

@@ -39,11 +39,13 @@ def parse_states(text: str) -> list[int]:
             lo, hi = (int(v) for v in text.split("-", 1))
             values = list(range(lo, hi + 1))
         else:
-            values = [int(v) for v in text.split(",") if v]
+            values = [int(v) for v in text.split(",")]  # an empty item ("2,,3") is a typo: refused
     except ValueError:
         raise click.BadParameter(f"expected M, M1-M2 or M1,M2,...; got {text!r}", param_hint="--states") from None
     if not values or min(values) < 1:
         raise click.BadParameter(f"no valid number of states in {text!r}", param_hint="--states")
+    if len(set(values)) < len(values):
+        raise click.BadParameter(f"{text!r} names a number of states twice", param_hint="--states")
     return values
 
 
