@@ -112,7 +112,7 @@ class Manifest(Document):
         and its samples; ``whose`` they are) other than this store's, naming each that differs."""
         have = self.settings
         if have != settings:
-            differ = ", ".join(f"{k} {have.get(k)} ({whose}: {settings.get(k)})"
+            differ = ", ".join(f"{k} {_shown(have.get(k))} ({whose}: {_shown(settings.get(k))})"
                                for k in dict.fromkeys([*have, *settings]) if have.get(k) != settings.get(k))
             raise SettingsMismatch(f"{root}: {error}: the moment store has {differ}. {advice}")
 
@@ -122,6 +122,9 @@ class Manifest(Document):
         size when given)."""
         have = self.feature
         if samples and list(samples) != self.samples:
+            if sorted(samples) == sorted(self.samples):
+                raise MomentStoreError(f"{root} holds moments of samples {','.join(self.samples)}, in that order; "
+                                       f"give {asking} in that order (or leave it out)")
             raise MomentStoreError(f"{root} holds moments of samples {','.join(self.samples)}; "
                                    f"{asking} {','.join(samples)} needs `streambhmm moments` with it")
         if have["n_bins"] != spec.n_bins:
@@ -135,6 +138,11 @@ class Manifest(Document):
         if spec.block_size is not None and spec.block_size != have["block_size"]:
             raise MomentStoreError(f"{root} holds blocks of {have['block_size']:,} bp, not {spec.block_size:,}; "
                                    f"the block size is set by `streambhmm moments --block-size`")
+
+
+def _shown(value) -> str:
+    """A setting's value in a message ("pooled None" said nothing: it is off)."""
+    return "off" if value is None or value is False else "on" if value is True else str(value)
 
 
 def _check_entries(root: Location, entries) -> None:

@@ -87,7 +87,7 @@ def test_pooled_moment_store_resumes_and_keeps_its_kind(tmp_path, four_state_mod
     np.testing.assert_allclose(whole.p12, total.p12, rtol=1e-5)
     again = update_moment_store(store, out, client, pooled=True)
     assert again.computed == 0 and again.reused == first.computed
-    with pytest.raises(MomentStoreError, match="pooled True \\(this run: None\\)"):
+    with pytest.raises(MomentStoreError, match="pooled on \\(this run: off\\)"):
         update_moment_store(store, out, client)
     # a joint store's settings, and so its partials' digests, do not mention pooling
     update_moment_store(store, tmp_path / "joint.zarr", client)
