@@ -38,8 +38,9 @@ def _staging_errors(method):
         except OSError as exc:
             if exc.errno not in DISK_ERRNOS:
                 raise
+            unchanged = "the store is unchanged" if self.store.exists() else "nothing was written"
             raise StoreError(f"cannot stage counts for {self.store} in {self.path.parent}: "
-                             f"{(exc.strerror or str(exc)).lower()}; the store is unchanged") from None
+                             f"{(exc.strerror or str(exc)).lower()}; {unchanged}") from None
     return wrapper
 
 
