@@ -31,7 +31,7 @@ from streambhmm.io.store import open_store
 from streambhmm.io.tasks import InProcessClient
 from streambhmm.learn import criterion as C
 from streambhmm.learn.domains import HMR_MODEL
-from streambhmm.learn.histograms import _Histogram
+from streambhmm.learn.histograms import HistogramLikelihood
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.moments.features import encode
 from streambhmm.moments.histograms import thinned_histogram
@@ -59,7 +59,7 @@ def lag_histograms(path, store, moments, lags: list[int]) -> list:
         hist = thinned_histogram(paired, np.arange(firsts.size) * 2, 2, moments.histogram_budget)
         lagged = types.SimpleNamespace(pair_histogram=hist, histogram_layout=moments.histogram_layout,
                                        histogram_budget=moments.histogram_budget, n_triples=firsts.size)
-        out.append((k, _Histogram(lagged, 2)))
+        out.append((k, HistogramLikelihood(lagged, 2)))
     return out
 
 
@@ -84,7 +84,7 @@ def with_lags(base, histograms, weight: float):
             for r in range(k):  # d(A^k) = sum_r A^r dA A^(k-1-r)
                 g_a += weight * powers[r].T @ g_ak @ powers[k - 1 - r].T
         g_a += np.outer(pi, fundamental @ g_pi)
-        extra = np.concatenate([(g_levels * levels * (1 - levels)).ravel(), C._softmax_gradient(a, g_a).ravel(),
+        extra = np.concatenate([(g_levels * levels * (1 - levels)).ravel(), C.softmax_gradient(a, g_a).ravel(),
                                 g_scale.ravel(), np.zeros(grad.size - 2 * levels.size - m * m)])
         return loss, grad + extra
     return objective

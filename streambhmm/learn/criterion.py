@@ -12,7 +12,7 @@ from scipy.special import expit
 from ..moments.sums import Moments
 from .emissions import START_DISPERSION
 from .expected import GRID_POINTS, SampleCoverage
-from .histograms import _Histogram
+from .histograms import HistogramLikelihood
 from .overdispersion import ONE_PASS_MAX_DISPERSION, scale_bounds
 
 LEVEL_BOUND = 9.21  # logit bound: levels within [1e-4, 1 - 1e-4]
@@ -105,7 +105,7 @@ def _softmax_rows(u: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def _softmax_gradient(q: np.ndarray, g_q: np.ndarray) -> np.ndarray:
+def softmax_gradient(q: np.ndarray, g_q: np.ndarray) -> np.ndarray:
     """The gradient with respect to the logits of softmax rows q, from the gradient in q."""
     return q * (g_q - (g_q * q).sum(axis=1, keepdims=True))
 
@@ -153,7 +153,7 @@ class Objective:
             for s, cov in enumerate(self.coverage):
                 emp = moments.coverage_features[s][cov.buckets] / n
                 self.by_coverage.append((emp, *_kl_blocks(emp, self.n_samples)))
-        self.histograms = [(weight, _Histogram(moments, width))
+        self.histograms = [(weight, HistogramLikelihood(moments, width))
                            for width, weight in ((1, weights.single_bins), (2, weights.bin_pairs)) if weight]
 
     # -- parameters -----------------------------------------------------------------------
@@ -271,9 +271,9 @@ class Objective:
                 g_scale[:, s] += (g_obs[block] * by_scale[block]).sum(axis=0)
             g_coverage[s] += np.einsum("dh,bhd->hb", g_obs[block], per_bucket[s])
         g_a += np.outer(pi, fundamental @ g_pi)  # through pi = stationary(A)
-        g_logits = _softmax_gradient(a, g_a)
+        g_logits = softmax_gradient(a, g_a)
         g_logit_levels = g_levels * levels * (1 - levels)
-        g_coverage_logits = [_softmax_gradient(q, gq)[:, 1:].ravel() for q, gq in zip(coverage, g_coverage)]
+        g_coverage_logits = [softmax_gradient(q, gq)[:, 1:].ravel() for q, gq in zip(coverage, g_coverage)]
         by_dispersion = [g_scale.ravel()] if self.dispersed else []
         return loss, np.concatenate([g_logit_levels.ravel(), g_logits.ravel(), *by_dispersion, *g_coverage_logits])
 

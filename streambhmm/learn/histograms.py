@@ -38,7 +38,7 @@ class _Cells:
         self.offsets = np.array(offsets, np.int64)
 
 
-class _Histogram:
+class HistogramLikelihood:
     """The likelihood of a thinned histogram (features.histogram_layout) of single bins
     (a mixture over the states) or of adjacent pairs (over pairs of states, through the
     transition matrix), *given the bins' coverage*, and its gradient.

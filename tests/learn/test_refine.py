@@ -9,7 +9,7 @@ from streambhmm import compute_moments, simulate
 from streambhmm.moments.features import beta_map, decode_cells
 from streambhmm.learn.criterion import Objective, Weights
 from streambhmm.learn.expected import ExpectedFeatures
-from streambhmm.learn.histograms import _Histogram
+from streambhmm.learn.histograms import HistogramLikelihood
 from streambhmm.learn.simulate import model, population_moments
 
 from ..conftest import STICKY, WELL_SEPARATED
@@ -71,7 +71,7 @@ def histogram_setting(n_samples: int, underflow: bool):
 def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, underflow):
     mom, levels, pi, transmat = histogram_setting(n_samples, underflow)
     for width in (1, 2):
-        value = _Histogram(mom, width)(levels, pi, transmat)[0]
+        value = HistogramLikelihood(mom, width)(levels, pi, transmat)[0]
         assert value == pytest.approx(-reference_loglik(mom, width, levels, pi, transmat),
                                       rel=1e-10)
 
@@ -101,7 +101,7 @@ def test_histogram_gradients_equal_finite_differences(n_samples, underflow):
         return out, np.where(flip, -room, room)
 
     for width in (1, 2):
-        histogram = _Histogram(mom, width)
+        histogram = HistogramLikelihood(mom, width)
         _, g_levels, _, g_pi, g_a = histogram(levels, pi, transmat)
 
         def value(lv=levels, p=pi, a=transmat):
