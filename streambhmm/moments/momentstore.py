@@ -134,8 +134,8 @@ def _check_source(root: Location, have: dict, source: dict) -> None:
     """An update reads the counts store the moment store was computed from: another's (a
     typo, a merged store) would drop every partial it holds as stale, and it may be the only
     copy of them (a fit needs the moments only)."""
-    if have.get("counts_store") == source["counts_store"] and have.get("bin_size") == source["bin_size"]:
-        return
+    if have.get("counts_store") == source["counts_store"] and have.get("bin_size") in (None, source["bin_size"]):
+        return  # (a store written before the bin size was recorded has none)
     was = (f"merged from {', '.join(have['merged_from'])[:300]}" if "merged_from" in have else
            f"computed from {have.get('counts_store')} ({have.get('bin_size')} bp bins)")
     raise MomentStoreError(f"{root} was {was}, not from {source['counts_store']} ({source['bin_size']} bp bins); "
