@@ -165,13 +165,14 @@ def read_region_sets(paths) -> list:
 
 def _region_around(counts, region_set) -> Region:
     """A view centred on the highest-scoring region of (name, BedItems) on a chromosome of the
-    store (the first of equal scores): REGION_BINS bins, or three times the region if longer."""
+    store (of equal scores the longest, then the first: scores saturate, a DMR's at 1000, and
+    the longest shows the most): REGION_BINS bins, or three times the region if longer."""
     name, items = region_set
     on_store = [item for item in items if item.chrom in counts.chromosomes]
     if not on_store:
         raise ValueError(f"{name}.bed has no region on the chromosomes of {counts.path} "
                          f"({', '.join(counts.chromosomes[:5])}{'...' if len(counts.chromosomes) > 5 else ''})")
-    best = max(on_store, key=lambda item: item.score)  # max keeps the first of equal scores
+    best = max(on_store, key=lambda item: (item.score, item.end - item.start))  # max keeps the first of equals
     width = max(REGION_BINS * counts.bin_size, 3 * (best.end - best.start))
     start = max((best.start + best.end) // 2 - width // 2, 0)
     return Region(best.chrom, start, start + width)

@@ -61,6 +61,10 @@ def test_region_files_are_read_and_the_track_centres_on_the_best_scoring_region(
     long = [BedItem("chr1", 1_000_000, 1_100_000, "domain", 1.0, None)]
     view = _region_around(store, ("pmd", long))  # wider than 500 bins: three times the region
     assert (view.start, view.end) == (1_050_000 - 150_000, 1_050_000 + 150_000)
+    tied = [BedItem("chr1", 100, 300, "DMR9", 1000.0, None),
+            BedItem("chr1", 1_000_000, 1_001_000, "DMR1", 1000.0, None)]
+    view = _region_around(store, ("dmr", tied))  # equal scores: the longest, not the first
+    assert (view.chrom, view.start, view.end) == ("chr1", 1_000_500 - 25_000, 1_000_500 + 25_000)
     with pytest.raises(ValueError, match="pmd.bed has no region on the chromosomes of counts.zarr"):
         _region_around(store, ("pmd", [BedItem("chrX", 0, 10, "", 0.0, None)]))
     for text, why in (("chr1\t300\t100\n", "its start is not before its end"),
