@@ -73,7 +73,8 @@ class FitSettings:
             check_outside(path, self.store)
             if self.sweep:  # a name the user did not give: replaced only if it holds a model
                 check_derived_file(path, MODEL_HEAD, self.output)
-            check_output_file(path)
+            else:
+                check_output_file(path)
 
     @property
     def sweep(self) -> bool:

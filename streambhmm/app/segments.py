@@ -93,9 +93,10 @@ class DecodeOutputs:
         ``output`` that this command did not write."""
         for path in self.paths:
             check_outside(path, *inputs)
-            if Path(path) != Path(output):
+            if Path(path) == Path(output):
+                check_output_file(path)
+            else:  # named after it (and checked as an output too)
                 check_derived_file(path, TRACK_HEAD if path != self.table else STATE_TABLE_HEAD, output)
-            check_output_file(path)
 
 
 def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:

@@ -306,6 +306,19 @@ class _BatchRun:
         self.progress(ingested + done, len(self.rows) + total,
                       f"{ingested}/{len(self.rows)} samples ingested, {done}/{total} partials")
 
+    def _update_group_moments(self, result: GroupResult, progress):
+        """The group's moment store brought up to date; one made for other samples or settings
+        (the group's samples changed) is the workdir's, batch's own, and is computed again."""
+        moments = self.workdir / result.group / "moments.zarr"
+        counts = open_store(self.workdir / result.group / "counts.zarr")
+        try:
+            return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
+        except SettingsMismatch:
+            self.echo(f"group {result.group}: its samples or settings changed since its moment store was made; "
+                      f"computing it again")
+            Location.of(moments).rmtree()
+            return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
+
     def update_moments(self, result: GroupResult) -> None:
         start = time.perf_counter()
 
@@ -313,19 +326,8 @@ class _BatchRun:
             with self.lock:
                 self.partials[result.group] = (done, total)
                 self.show()
-        moments = self.workdir / result.group / "moments.zarr"
-
-        def update():
-            return update_moments(open_store(self.workdir / result.group / "counts.zarr"), moments, self.client,
-                                  self.spec, result.samples, progress=count)
         try:
-            try:
-                report = update()
-            except SettingsMismatch:  # the group's samples changed: the workdir's moment store is ours to redo
-                self.echo(f"group {result.group}: its samples or settings changed since its moment store was made; "
-                          f"computing it again")
-                Location.of(moments).rmtree()
-                report = update()
+            report = self._update_group_moments(result, count)
         except Exception as exc:  # noqa: BLE001 - reported per group
             if lost_scheduler(self.client, exc):
                 raise

@@ -189,7 +189,8 @@ class BlockChecks:
         if checks.failures:
             raise min(checks.failures, key=lambda f: f.row)
         self._note_unsorted(pos, runs)
-        self.below_min_coverage += int(np.count_nonzero(low & in_run))
+        if low is not None:
+            self.below_min_coverage += int(np.count_nonzero(low & in_run))
         order.finished, order.chrom = finished, runs.names[-1]
         order.position, order.last = int(pos[-1]), last
         out = []

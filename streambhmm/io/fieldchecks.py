@@ -86,7 +86,8 @@ class FieldChecks:
 
     def kept(self, col, cov, strand, checks: Checks):
         """The rows kept (coverage, context, modification code), which are CpGs (None
-        without a context column) and which are left out only for --min-coverage."""
+        without a context column) and which are left out only for --min-coverage (None when
+        it leaves none out)."""
         lay, settings = self.layout, self.settings
         keep = np.ones(cov.size, bool)
         is_cg = None
@@ -100,7 +101,7 @@ class FieldChecks:
         if lay.code is not None:  # a modification code of one character, m or C
             lengths, (code,) = chars(col[lay.code], 1)
             keep &= (lengths == 1) & ((code == ord("m")) | (code == ord("C")))
-        low = keep & (cov > 0) & (cov < settings.min_coverage)
+        low = keep & (cov > 0) & (cov < settings.min_coverage) if settings.min_coverage > 1 else None
         return keep & (cov >= max(settings.min_coverage, 1)), is_cg, low
 
     def merged(self, pos0, strand, is_cg, checks: Checks):

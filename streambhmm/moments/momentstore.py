@@ -113,21 +113,23 @@ def _refuse_foreign(path: Location) -> None:
                                f"and rerun")
 
 
-def _open_or_create(root: Location, settings: dict, source: dict) -> None:
-    """Check an existing moment store against ``settings``, or create one. A new store is
-    created whole (Zarr root and an empty, incomplete manifest) and renamed into place, so
-    a killed run always leaves a moment store that the next run can resume."""
+def _open_or_create(root: Location, settings: dict, source: dict) -> bool:
+    """Check an existing moment store against ``settings``, or create one; returns whether
+    it was complete. A new store is created whole (Zarr root and an empty, incomplete
+    manifest) and renamed into place, so a killed run always leaves a moment store that the
+    next run can resume."""
     if (root / MANIFEST).exists():
         manifest = Manifest.read(root)
         _check_source(root, manifest.source, source)
         manifest.check_settings(root, settings)
-        return
+        return manifest.complete
     if root.children():
         raise MomentStoreError(f"{root} exists and is not a moment store")
     staged = staging_path(root)
     _init_store(staged, settings, source)
     root.rmtree()  # an empty directory
     put_in_place(staged, root)
+    return False
 
 
 def _check_source(root: Location, have: dict, source: dict) -> None:
@@ -168,8 +170,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
     settings = {**spec.record(), "samples": samples}
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
     with locked(root):
-        _open_or_create(root, settings, source)
-        was_complete = Manifest.read(root).complete
+        was_complete = _open_or_create(root, settings, source)
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
