@@ -16,11 +16,15 @@ def _interrupted_sync(record: logging.LogRecord) -> bool:
 
 
 def _closing_heartbeat(record: logging.LogRecord) -> bool:
-    """False for a worker's heartbeat cut off by its own closing (its connection pool closed),
-    which distributed logs as an error with a traceback."""
+    """False for a worker's heartbeat cut off as the cluster closes (its own connection pool
+    closing, or the scheduler's end of the connection), which distributed logs as an error
+    with a traceback. The embedded scheduler lives in the command's process: it goes only
+    when the command does."""
+    from distributed.comm.core import CommClosedError
+
     error = record.exc_info[1] if record.exc_info else None
     return not (record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
-                and "ConnectionPool closing" in str(error))
+                and isinstance(error, CommClosedError))
 
 
 def _add_filter(logger_name: str, keep) -> None:

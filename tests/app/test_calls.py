@@ -309,6 +309,7 @@ def test_the_stopping_filters_drop_only_what_they_name():
     assert stopping_logs._interrupted_sync(record("Exception in callback other", NameError("future")))
     heartbeat = "Failed to communicate with scheduler during heartbeat."
     assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("ConnectionPool closing.")))
+    assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("in <TLS (closed)>: Stream is closed")))
     assert stopping_logs._closing_heartbeat(record(heartbeat, OSError("Timed out trying to connect")))
 
 
