@@ -1,6 +1,9 @@
 """The `streambhmm` command: thin click commands over the Python API, one module per
 command group (common.py holds what they share)."""
 
+import signal
+import sys
+
 import click
 
 from ... import __version__
@@ -13,7 +16,21 @@ from .segments import decode, regions, report, score, tracks
 from .store import info, ingest, upgrade
 
 
-@click.group()
+class Commands(click.Group):
+    """The command group; Ctrl-C ends a command with the shell's status for SIGINT (130),
+    as an interrupted program should, where click exits 1 (a script cannot tell a stop
+    from a failure)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo(file=sys.stderr)  # closes the terminal's ^C echo
+            click.echo("Aborted!", file=sys.stderr)
+            sys.exit(128 + signal.SIGINT)
+
+
+@click.group(cls=Commands)
 @click.version_option(__version__, prog_name="streambhmm")
 def main():
     """Learn Binomial HMMs of DNA methylation by the method of moments."""
