@@ -31,7 +31,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
                                interval_counts, window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
-from ..distributed.tracks import BigWigWriter, chromosome_lengths
+from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
 from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
@@ -55,6 +55,7 @@ class DmrJob:
     fdr: float = 0.05
     bigwig: str | None = None
     settings: DmrSettings = field(default_factory=DmrSettings)
+    chrom_sizes: str | None = None  # the bigWig header's lengths (UCSC chrom.sizes); default: the store's
 
     @property
     def outputs(self) -> list:
@@ -79,6 +80,14 @@ class DmrJob:
             check_derived_file(path, ours, output)  # named after --output: never someone else's file
         for path in paths[4:]:
             check_output_file(path)
+
+    def track_lengths(self, store) -> dict | None:
+        """The bigWig header's chromosome lengths (None without --bigwig): --chrom-sizes', each
+        refused where the store's data reach past it, else the end of the store's last bin."""
+        if not self.bigwig:
+            return None
+        return chromosome_lengths(store, read_chrom_sizes(self.chrom_sizes) if self.chrom_sizes else None,
+                                  self.chrom_sizes)
 
 
 @dataclass
@@ -182,6 +191,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     job.check_outputs()
     store, client, settings = opened.store, opened.client, job.settings
     job.sheet.check_samples(store.samples, job.store)
+    lengths = job.track_lengths(store)  # before any work: sizes of another assembly are refused
     samples, groups = list(job.sheet.samples), job.sheet.sample_groups
     seconds = {}
     start = time.perf_counter()
@@ -216,7 +226,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
                           groups.n_groups)
     called_domains = np.flatnonzero(domain_table.qvalue <= job.fdr)
     findings, track_bins = _find_candidates(job, opened, samples, hmm, targets,
-                                            _domain_spans(domain_table, called_domains, targets), quiet)
+                                            _domain_spans(domain_table, called_domains, targets), lengths, quiet)
     seconds["regions"] = time.perf_counter() - start
 
     domains = _domains_with_samples(domain_table, called_domains, findings, len(samples))
@@ -248,7 +258,7 @@ def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) ->
 
 
 def _find_candidates(job: DmrJob, opened, samples: list, hmm: GroupedBinomialHMM, targets: Targets, spans: dict,
-                     quiet: bool) -> tuple[Findings, int]:
+                     track_lengths: dict | None, quiet: bool) -> tuple[Findings, int]:
     """The posterior pass: the candidate regions, and the bins written to the optional bigWig
     of the posterior of difference (removed again if the pass fails)."""
     store, settings = opened.store, job.settings
@@ -256,7 +266,7 @@ def _find_candidates(job: DmrJob, opened, samples: list, hmm: GroupedBinomialHMM
     writer = None
     if job.bigwig:
         remove_leftovers(job.bigwig)
-        writer = BigWigWriter(job.bigwig, chromosome_lengths(store, None), store.bin_size)
+        writer = BigWigWriter(job.bigwig, track_lengths, store.bin_size)
     try:
         with stage("dmr: regions", quiet=quiet, unit="chunks") as progress:
             findings = find_candidates(store, samples, hmm, opened.client, targets, rule, spans,

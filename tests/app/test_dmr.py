@@ -43,8 +43,9 @@ def overlaps(call, truth):
 def planted(tmp_path_factory):
     directory = tmp_path_factory.mktemp("dmr")
     store, sheet, sim = simulated_store(directory)
+    (directory / "hg.sizes").write_text(f"chrX\t1000\nchr1\t{LENGTH + 51}\n")
     result = run("dmr", store.path.url, "--groups", sheet, "--output", directory / "dmr.bed", "--fdr", "1", "-q",
-                 "--bigwig", directory / "post.bw")
+                 "--bigwig", directory / "post.bw", "--chrom-sizes", directory / "hg.sizes")
     assert result.exit_code == 0, result.output
     return directory, sim
 
@@ -97,6 +98,7 @@ def test_outputs_are_what_users_load(planted):
         np.testing.assert_allclose([float(call[f"level_{s}"]) for s in sim.samples], levels, atol=1e-4)
         assert int(call["n_bins"]) == int((inside.coverage.values > 0).any(axis=1).sum())
     with pyBigWig.open(str(directory / "post.bw")) as bw:
+        assert bw.chroms() == {"chr1": LENGTH + 51}  # --chrom-sizes' length
         values = bw.values("chr1", first["start"], first["end"])
         assert np.nanmax(values) >= 0.5 and np.nanmax(values) <= 1.0
 
@@ -222,6 +224,19 @@ def test_outputs_that_collide_are_refused(small, output, bigwig, message):
     options = ["--bigwig", directory / bigwig] if bigwig else []
     result = run("dmr", store, "--groups", sheet, "--output", directory / output, *options)
     assert result.exit_code != 0 and message in result.output, result.output
+    assert not list(directory.glob("out*"))
+
+
+def test_chrom_sizes_of_another_assembly_are_refused_before_any_work(small):
+    directory, store, sheet = small
+    (directory / "short.sizes").write_text("chr1\t1000\n")
+    result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--bigwig",
+                 directory / "out.bw", "--chrom-sizes", directory / "short.sizes", "-q")
+    assert result.exit_code != 0 and "gives chr1 1,000 bp" in result.output, result.output
+    assert "the summary" not in result.output
+    result = run("dmr", store, "--groups", sheet, "--output", directory / "out.bed", "--chrom-sizes",
+                 directory / "short.sizes")
+    assert result.exit_code != 0 and "--chrom-sizes sets the --bigwig track's header" in result.output
     assert not list(directory.glob("out*"))
 
 

@@ -52,11 +52,14 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR.")
 @click.option("--bigwig", default=None, type=OUTPUT_FILE, help="Also write each bin's posterior of difference "
                                                                "(bigWig).")
+@click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="UCSC chrom.sizes for the --bigwig header (default: each chromosome ends at the store's last "
+                   "bin).")
 @scheduler_option
 @quiet_option
 @user_errors
 def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, background_states, em_iter,
-        no_domains, bigwig, scheduler, quiet):
+        no_domains, bigwig, chrom_sizes, scheduler, quiet):
     """Differentially methylated regions between groups of samples (DSS's DMLtest + callDMR,
     dmrseq): a model whose states have a level per group, shared by the group's replicates
     (beta-binomial between them), fitted by EM on the store at a cost linear in samples;
@@ -72,7 +75,9 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
-    job = DmrJob(store, sheet_read, output, fdr, bigwig, settings)
+    if chrom_sizes and not bigwig:
+        raise click.UsageError("--chrom-sizes sets the --bigwig track's header; give --bigwig too")
+    job = DmrJob(store, sheet_read, output, fdr, bigwig, settings, chrom_sizes)
     job.check_outputs()
     if len(set(sheet_read.groups)) == len(sheet_read.samples):
         click.echo(f"warning: {NO_REPLICATES}", err=True)
