@@ -26,6 +26,10 @@ class DegenerateModelError(ValueError):
     """A fit produced parameters that cannot describe the data (see :mod:`streambhmm.learn.checks`)."""
 
 
+class NotFittedError(ValueError, AttributeError):
+    """A model used before it has parameters (scikit-learn's and hmmlearn's convention)."""
+
+
 class DegenerateModelWarning(UserWarning):
     """Issued instead of :class:`DegenerateModelError` when the caller allows degenerate models."""
 

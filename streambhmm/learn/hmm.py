@@ -1,5 +1,5 @@
-"""Binomial (or beta-binomial) HMM by EM (Baum-Welch), with scoring, decoding and sampling
-(hmmlearn-style API).
+"""Binomial (or beta-binomial) HMM by EM (Baum-Welch), hmmlearn-style (scoring, decoding and
+sampling are every model's: streambhmm.learn.base).
 
 log P(x_t | h) = sum_s [log C(c, mu) + mu log p[h, s] + (c - mu) log(1 - p[h, s])]; zero
 coverage contributes 0. Including the binomial coefficient makes log-likelihoods comparable
@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import hmm_kernels
-from .base import BaseBinomialHMM
+from .base import BaseBinomialHMM, EncodedCounts, log_emissions  # noqa: F401 - also public here
 from .checks import stationary_weights
-from .emissions import START_DISPERSION, EmissionTable, add_pair_weights, betabinomial_mstep
+from .emissions import START_DISPERSION, add_pair_weights, betabinomial_mstep
 from .model import SpectralBinomialHMM
-from .simulate import Model, simulate
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.validation import validate_counts
+from ..moments.validation import refuse_without_reads, validate_counts
 
 
 @dataclass
@@ -67,14 +65,8 @@ class ConvergenceMonitor:
         return self.iter > self.n_iter or has_converged(self.history, self.rel_tol, self.tol)
 
 
-def log_emissions(methylated: np.ndarray, coverage: np.ndarray, methylation: np.ndarray,
-                  dispersion: np.ndarray | None = None) -> np.ndarray:
-    """Per-bin log P(x_t | h), shape (n, m), from validated (n, S) counts (``dispersion``:
-    the beta-binomial's, (m, S))."""
-    return EmissionTable(methylated, coverage).log_b(methylation, dispersion)
-
-
 INITS = ("spectral", "ftd", "random")
+PARAMETER_LETTERS = "stmd"
 
 
 class BinomialHMM(BaseBinomialHMM):
@@ -156,14 +148,6 @@ class BinomialHMM(BaseBinomialHMM):
         return self
 
     # -- E and M steps --------------------------------------------------------------
-    def _fb(self, data: "EncodedCounts", want_posteriors=False):
-        self.validate(data.table.codes.shape[0])
-        data.log_b = data.table.log_b(np.asarray(self.methylation_, dtype=np.float64), self.dispersion, data.log_b)
-        return hmm_kernels.forward_backward(data.log_b, data.lengths, np.asarray(self.startprob_, dtype=np.float64),
-                                             np.asarray(self.transmat_, dtype=np.float64), data.table.codes.T,
-                                             data.table.keys.size, want_posteriors, np.ones(self.n_components),
-                                             data.workspace)
-
     def e_step(self, methylated, coverage=None, lengths=None) -> SufficientStats:
         """Sufficient statistics of the current parameters (add them across data).
         ``methylated`` may be counts encoded once (EncodedCounts.of) for many E-steps."""
@@ -194,9 +178,20 @@ class BinomialHMM(BaseBinomialHMM):
                 self.methylation_ = np.stack([u[0] for u in updated], axis=1)
                 self.dispersion_ = np.stack([u[1] for u in updated], axis=1)
 
+    def _check_params(self) -> None:
+        super()._check_params()
+        if not isinstance(self.n_iter, (int, np.integer)) or self.n_iter < 0:
+            raise ValueError(f"n_iter must be a non-negative integer, got {self.n_iter!r}")
+        for name in ("params", "init_params"):
+            unknown = set(getattr(self, name)) - set(PARAMETER_LETTERS)
+            if unknown:
+                raise ValueError(f"{name} may hold the letters {PARAMETER_LETTERS} (startprob, transmat, methylation, "
+                                 f"dispersion), got {getattr(self, name)!r}")
+
     def fit(self, methylated, coverage, lengths=None) -> "BinomialHMM":
         self._check_params()
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
+        refuse_without_reads(cov)
         self._initialize(meth, cov, lengths)
         data = EncodedCounts(meth, cov, lengths)  # once for all iterations
         run_em(self, lambda: self.e_step(data), self.n_iter, tol=self.tol)
@@ -207,52 +202,6 @@ class BinomialHMM(BaseBinomialHMM):
     def _degeneracy_terms(self) -> tuple[str, np.ndarray, str]:
         return ("EM", stationary_weights(self.transmat_),
                 "other starts (fit --seed, --em-starts; BinomialHMM init, random_state)")
-
-    # -- scoring and decoding -------------------------------------------------------
-    def score(self, methylated, coverage, lengths=None) -> float:
-        """Total log-likelihood, binomial coefficients included."""
-        return float(self._fb(EncodedCounts.of(methylated, coverage, lengths))[0])
-
-    def predict_proba(self, methylated, coverage, lengths=None) -> np.ndarray:
-        """Posterior state probabilities, shape (n, n_components)."""
-        return self._fb(EncodedCounts.of(methylated, coverage, lengths), want_posteriors=True)[4]
-
-    def decode(self, methylated, coverage, lengths=None) -> tuple[float, np.ndarray]:
-        """Viterbi: (log-probability of the best paths, states)."""
-        meth, cov, lengths = validate_counts(methylated, coverage, lengths)
-        self.validate(meth.shape[1])
-        log_b = log_emissions(meth, cov, np.asarray(self.methylation_, dtype=np.float64), self.dispersion)
-        with np.errstate(divide="ignore"):
-            states, logprob = hmm_kernels.viterbi(log_b, lengths, np.log(self.startprob_), np.log(self.transmat_))
-        return float(logprob), states
-
-    def predict(self, methylated, coverage, lengths=None) -> np.ndarray:
-        """Most probable state of each bin along the best path (Viterbi)."""
-        return self.decode(methylated, coverage, lengths)[1]
-
-    def sample(self, n_samples: int = 1, coverage=20.0, random_state=None, lengths=None):
-        """Draw (methylated, coverage, states); coverage is Poisson with the given mean(s)."""
-        mdl = Model(np.asarray(self.methylation_), np.asarray(self.transmat_), np.asarray(self.startprob_))
-        sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
-                       random_state=random_state, dispersion=self.dispersion)
-        return sim.methylated, sim.coverage, sim.states
-
-
-class EncodedCounts:
-    """Validated counts ready for the recursion: their emission table and lengths; with the
-    recursion's buffers, reused by every iteration (BinomialHMM.e_step)."""
-
-    def __init__(self, methylated: np.ndarray, coverage: np.ndarray, lengths: np.ndarray):
-        self.table = EmissionTable(methylated, coverage)
-        self.lengths = lengths
-        self.log_b = None
-        self.workspace = hmm_kernels.Workspace()
-
-    @classmethod
-    def of(cls, methylated, coverage, lengths=None) -> "EncodedCounts":
-        """Counts of shape (n,) or (n, n_samples), validated (moments.validation), encoded."""
-        return cls(*validate_counts(methylated, coverage, lengths))
-
 
 def run_em(hmm: BinomialHMM, e_step, n_iter: int, rel_tol: float = 0.0, report=None, tol: float = 0.0
            ) -> list[float]:

@@ -11,6 +11,7 @@ from .base import BaseBinomialHMM
 from .checks import stationary_weights
 from ..moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, projection_for
 from ..moments.sums import Moments, compute_moments
+from ..moments.validation import refuse_without_reads, validate_counts
 from .criterion import Weights, objective_for
 from .refine import quantile_levels, refine, sticky_start
 from .spectral import SpectrumError, decompose, whiten
@@ -108,8 +109,9 @@ class SpectralBinomialHMM(BaseBinomialHMM):
     def fit(self, methylated, coverage, lengths=None) -> "SpectralBinomialHMM":
         """Fit to counts of shape (n,) or (n, n_samples); ``lengths`` splits sequences."""
         self._check_params(n_samples=None)
-        n_samples = 1 if np.ndim(methylated) == 1 else np.shape(methylated)[1]
-        dim = projection_for(self.feature, n_samples, self.n_bins, self.projection_dim)
+        methylated, coverage, lengths = validate_counts(methylated, coverage, lengths)
+        refuse_without_reads(coverage)
+        dim = projection_for(self.feature, methylated.shape[1], self.n_bins, self.projection_dim)
         return self.fit_moments(compute_moments(methylated, coverage, lengths, n_bins=self.n_bins,
                                                 projection_dim=dim, projection_seed=self.projection_seed))
 
@@ -196,6 +198,10 @@ class SpectralBinomialHMM(BaseBinomialHMM):
         if self.emission == "betabinomial" and self.method == "ftd":
             raise ValueError("the tensor decomposition (method='ftd') fits binomial emissions; "
                              "use method='refined' for emission='betabinomial'")
+        for name, least in (("n_restarts", 1), ("n_iter", 1), ("n_random_starts", 0), ("n_finished", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < least:
+                raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
         if self.methylation_recovery not in METHYLATION_RECOVERY:
             raise ValueError(f"methylation_recovery must be one of {METHYLATION_RECOVERY}, "
                              f"got {self.methylation_recovery!r}")

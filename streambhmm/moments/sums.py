@@ -301,6 +301,8 @@ def compute_moments(methylated, coverage, lengths=None, n_bins: int = DEFAULT_N_
     (``histogram_budget``: cells of the thinned histograms, features.histogram_layout;
     ``projection_dim`` K > 0: the projected feature, features.projection_matrix)."""
     mu, cov, lengths = validate_counts(methylated, coverage, lengths)
+    if not isinstance(projection_dim, (int, np.integer)) or projection_dim < 0:
+        raise ValueError(f"projection_dim must be a non-negative integer (0: no projection), got {projection_dim!r}")
     if not projection_dim:
         return moments_from_features(encode(mu, cov, n_bins), lengths, histogram_budget)
     starts = moment_kernels.triple_starts(np.asarray(lengths, dtype=np.int64))

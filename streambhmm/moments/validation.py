@@ -10,6 +10,11 @@ def _first_index(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(mask)), mask.shape))
 
 
+# reads per bin and sample: the emission tables index (coverage, methylated) pairs by
+# c (c + 1) / 2 + mu in int64, exact far beyond any real coverage
+MAX_COUNT = 2**31 - 1
+
+
 def _as_count_array(name: str, values) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype == bool or arr.dtype.kind not in "iuf":
@@ -19,9 +24,14 @@ def _as_count_array(name: str, values) -> np.ndarray:
         if bad.any():
             idx = _first_index(bad)
             raise ValueError(f"{name} must hold integer counts; {name}[{_fmt(idx)}] = {arr[idx].item()!r}")
-    if arr.dtype.kind == "u" and arr.dtype.itemsize >= 8 and arr.size and arr.max() > np.iinfo(np.int64).max:
-        idx = _first_index(arr > np.iinfo(np.int64).max)
-        raise ValueError(f"{name}[{_fmt(idx)}] = {arr[idx]} does not fit in int64")
+    huge = arr > MAX_COUNT
+    if huge.any():  # before the conversion, which would wrap them around
+        idx = _first_index(huge)
+        raise ValueError(f"{name}[{_fmt(idx)}] = {arr[idx].item()!r}: counts above {MAX_COUNT:,} reads are not "
+                         f"supported")
+    if arr.dtype.kind == "f" and (arr < -MAX_COUNT).any():
+        idx = _first_index(arr < -MAX_COUNT)
+        raise ValueError(f"negative count: {name}[{_fmt(idx)}] = {arr[idx].item()!r}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -64,6 +74,8 @@ def validate_lengths(lengths, n: int) -> np.ndarray:
     if lengths is None:
         return np.array([n], dtype=np.int64)
     arr = np.asarray(lengths)
+    if arr.ndim == 1 and arr.size == 0:
+        arr = arr.astype(np.int64)  # no sequences: their sum, 0, is checked below
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise ValueError(f"lengths must be a 1-D sequence of integers, got {arr!r}")
     arr = arr.astype(np.int64)
@@ -73,3 +85,10 @@ def validate_lengths(lengths, n: int) -> np.ndarray:
     if int(arr.sum()) != n:
         raise ValueError(f"lengths sum to {int(arr.sum())} but the counts have {n} rows")
     return arr
+
+
+def refuse_without_reads(coverage: np.ndarray) -> None:
+    """A fit needs reads: refuse validated counts without any (no bins, or every bin empty)."""
+    if not coverage.any():
+        what = "there are no bins" if coverage.shape[0] == 0 else f"all {coverage.shape[0]:,} bins have coverage 0"
+        raise ValueError(f"no reads to fit: {what}")

@@ -129,7 +129,7 @@ def test_bad_parameters_are_named():
     est = BinomialHMM(2)
     est.startprob_, est.transmat_ = np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.3, 0.3]])
     est.methylation_ = np.array([[0.1], [0.9]])
-    with pytest.raises(ValueError, match="must sum to 1"):
+    with pytest.raises(ValueError, match="BinomialHMM: transmat row 1 sums to 0.6, not 1"):
         est.score([1, 2], [3, 3])
     est.transmat_ = np.eye(2)
     with pytest.raises(ValueError, match=r"methylation_ has shape \(2, 1\), expected \(2, 2\)"):
