@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..io.rows import sheet_fields
 from ..learn.groups import SampleGroups
 
 SHEET_COLUMNS = ("sample", "group")
@@ -66,7 +67,7 @@ def read_sheet(path) -> SampleSheet:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(SHEET_COLUMNS)} and a line per sample")
     number, header = rows[0]
-    names = _fields(header)
+    names = sheet_fields(header)
     missing = [c for c in SHEET_COLUMNS if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
@@ -75,7 +76,7 @@ def read_sheet(path) -> SampleSheet:
     at = [names.index(c) for c in SHEET_COLUMNS]
     samples, groups, lines, seen = [], [], [], {}
     for number, line in rows[1:]:
-        fields = _fields(line)
+        fields = sheet_fields(line)
         if len(fields) != len(names):
             raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
                              f"{line[:200]!r}")
@@ -102,8 +103,3 @@ def read_sheet(path) -> SampleSheet:
                              f"{other[1]}) only in case: a typo would make a group of its own. Name them alike, or "
                              f"otherwise apart")
     return SampleSheet(path, tuple(samples), tuple(groups), tuple(lines))
-
-
-def _fields(line: str) -> list:
-    """A line's fields: tab-separated when it has a tab, else separated by blanks."""
-    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()

@@ -33,6 +33,7 @@ from .cluster import lost_scheduler, worker_died
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
+from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
 from ..io.tasks import Waiter, wait_timeout
@@ -114,17 +115,17 @@ def read_batch_manifest(path) -> list[ManifestRow]:
     for number, text in enumerate(path.read_text().splitlines(), 1):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
-        fields = [f.strip() for f in text.split("\t")]
+        fields = sheet_fields(text)
         where = f"{path}, line {number}: {quoted(text)}"
         if header is None:
             missing = [c for c in COLUMNS if c not in fields]
             if missing:
                 raise ManifestError(f"{where}: the header lacks column(s) {', '.join(missing)} "
-                                    f"(tab-separated: {', '.join(COLUMNS)})")
+                                    f"(tab- or blank-separated: {', '.join(COLUMNS)})")
             header = {c: fields.index(c) for c in COLUMNS}
             continue
         if len(fields) < len(header) or any(not fields[i] for i in header.values()):
-            raise ManifestError(f"{where}: expected {len(header)} tab-separated, non-empty fields")
+            raise ManifestError(f"{where}: expected {len(header)} non-empty fields, as the header's")
         sample, group, fmt, files = (fields[header[c]] for c in COLUMNS)
         if fmt not in ("auto", *FORMATS):
             raise ManifestError(f"{where}: unknown format {fmt!r} (one of auto, {', '.join(FORMATS)})")

@@ -42,6 +42,12 @@ def quoted(text: str) -> str:
     return f"{text[:SHOWN]!r} (the first {SHOWN} of {len(text):,} characters)"
 
 
+def sheet_fields(line: str) -> list:
+    """A sample sheet's or manifest's fields: tab-separated when the line has a tab, else
+    separated by blanks (a table lined up with spaces, as pasted from a page)."""
+    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+
+
 def decoded(line: bytes) -> str:
     return line.decode("utf-8", errors="backslashreplace")
 

@@ -31,7 +31,7 @@ def write_manifest(path, rows):
     ("sample\tgroup\tfiles\n", "the header lacks column(s) format"),
     (HEADER + "A\tg\tcram\tx.gz\n", "unknown format 'cram'"),
     (HEADER + "A\tg/h\ttsv\tx.gz\n", "group 'g/h' is not a valid directory name"),
-    (HEADER + "A\tg\ttsv\n", "expected 4 tab-separated, non-empty fields"),
+    (HEADER + "A\tg\ttsv\n", "expected 4 non-empty fields, as the header's"),
     (HEADER + "A\tg\ttsv\tx.gz\n# comment\nA\tg\ttsv\ty.gz\n", "listed again (first on line 2)"),
     ("# only a comment\n" + HEADER, "no samples"),
     (HEADER + "A\tbatch-summary.tsv\ttsv\tx.gz\n", "the summary file is named so"),  # audit 17
@@ -45,6 +45,15 @@ def test_manifest_errors_name_file_line_and_text(tmp_path, text, message):
     if "line" in str(err.value) and "no samples" not in message:
         bad_line = text.splitlines()[int(str(err.value).split("line ")[1].split(":")[0]) - 1]
         assert repr(bad_line) in str(err.value)
+
+
+def test_a_manifest_lined_up_with_blanks_reads_as_one_with_tabs(tmp_path):
+    """docs/guide/batch.md's example, copied from the page: columns lined up with spaces."""
+    lined = tmp_path / "lined.tsv"
+    lined.write_text("sample  group     format       files\nH1      lister    tsv          H1_r1.tsv.gz,H1_r2.tsv.gz\n")
+    tabbed = tmp_path / "tabbed.tsv"
+    tabbed.write_text("sample\tgroup\tformat\tfiles\nH1\tlister\ttsv\tH1_r1.tsv.gz,H1_r2.tsv.gz\n")
+    assert read_batch_manifest(lined) == read_batch_manifest(tabbed)
 
 
 def test_manifest_columns_in_any_order_and_relative_paths(tmp_path):
