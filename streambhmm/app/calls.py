@@ -216,10 +216,14 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
                 for plan in plan_chunks(store, manifest["samples"])}
     if recorded != expected:
         differ = sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
+        # `moments compute` updates a moment store from the counts store it was computed from, no other
+        advice = (f"update them with `streambhmm moments compute {settings.store} -o {settings.moments}`"
+                  if source.get("counts_store") == store.path.resolve() else
+                  f"compute {settings.store}'s with `streambhmm moments compute {settings.store} -o NEW_MOMENTS` "
+                  f"and give that")
         raise ValueError(f"{settings.moments} holds the moments of other counts than {settings.store}'s ({differ} of "
-                         f"its chunks differ; they were computed from {source.get('counts_store')}): update them "
-                         f"with `streambhmm moments compute {settings.store} -o {settings.moments}`, or leave out "
-                         f"--moments")
+                         f"its chunks differ; they were computed from {source.get('counts_store')}): {advice}, or "
+                         f"leave out --moments")
 
 
 def _refusal(settings: CallSettings, samples, reason: str) -> str:
