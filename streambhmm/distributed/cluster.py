@@ -26,6 +26,7 @@ import contextlib
 import functools
 import logging
 import os
+import tempfile
 from typing import TYPE_CHECKING
 
 from ..io.progress import stage
@@ -43,12 +44,12 @@ if TYPE_CHECKING:
 SCHEDULER_ENV = "STREAMBHMM_SCHEDULER"
 IN_PROCESS_ENV = "STREAMBHMM_IN_PROCESS_MAX"
 IN_PROCESS_MAX_CELLS = 20_000_000  # bins x samples: a chromosome or two of 100 bp bins for a few samples
-LOOPBACK_ANY_PORT = "127.0.0.1:0"  # where the embedded clusters listen: this machine only, a free port
 # The nanny starts workers with MALLOC_TRIM_THRESHOLD_=65536, which makes glibc hand freed
 # memory back at once: our chunk tasks (many mid-sized temporary arrays) ran 2.7x slower
 # with it (a one-sample chunk with its block statistics). Workers keep glibc's default.
 TRIM, NANNY_TRIM = "MALLOC_TRIM_THRESHOLD_", 65536
 WORKER_CONFIG = {f"distributed.nanny.pre-spawn-environ.{TRIM}": None}
+HEALTH_ONLY = {f"distributed.{server}.http.routes": ["distributed.http.health"] for server in ("scheduler", "worker")}
 
 
 def scheduler_address(scheduler: str | None) -> str | None:
@@ -208,13 +209,20 @@ def _embedded_client(workers: int):
     from distributed import Client, LocalCluster
     from distributed.security import Security
 
-    # Scheduler, nannies, workers and dashboard on the loopback interface only: never
-    # reachable from the network. Their connections need this run's certificate (mutual
-    # TLS), which only this process and its workers hold: other local users cannot connect.
-    with dask.config.set(WORKER_CONFIG), _without_nanny_trim(), \
+    # Scheduler, nannies and workers on the loopback interface only: never reachable from
+    # the network. Their connections need this run's certificate (mutual TLS), which only
+    # this process and its workers hold: other local users cannot connect. Their HTTP
+    # servers (plain HTTP, open to local users) answer health checks only: no dashboard,
+    # task names, logs or call stacks. The workers' directory is private to this run:
+    # Dask's default, $TMPDIR/dask-scratch-space, is a name any local user can create first,
+    # and the nannies put it on sys.path, so modules planted there ran as this user.
+    with tempfile.TemporaryDirectory(prefix="streambhmm-dask-") as scratch, \
+            dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, "temporary-directory": scratch}), \
+            _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=LOOPBACK_ANY_PORT, security=Security.temporary(),
-                         silence_logs=logging.ERROR, preload=[stopping_logs.__name__]) as cluster, \
+                         dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                         local_directory=scratch, security=Security.temporary(), silence_logs=logging.ERROR,
+                         preload=[stopping_logs.__name__]) as cluster, \
             Client(cluster) as client:
         yield client
 

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import dask
@@ -170,8 +172,9 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
 
 @pytest.mark.parametrize("in_process", [False, True])
 def test_embedded_cluster_listens_on_loopback_only(in_process):
-    """Audit 8: the dashboard and every server of the embedded cluster of worker processes
-    listen on 127.0.0.1 only; in process nothing listens at all (no scheduler, no worker)."""
+    """Audit 8: every server of the embedded cluster of worker processes listens on 127.0.0.1
+    only, and their HTTP servers answer health checks alone (the dashboard showed local users
+    task names, logs and call stacks); in process nothing listens at all."""
     import psutil
 
     from streambhmm.distributed.cluster import dask_client
@@ -182,12 +185,43 @@ def test_embedded_cluster_listens_on_loopback_only(in_process):
                 if c.status == psutil.CONN_LISTEN}
 
     before = listening()
-    with dask_client(n_workers=1, in_process=in_process):
+    with dask_client(n_workers=1, in_process=in_process) as client:
         opened = listening() - before
+        if not in_process:  # their HTTP servers (plain HTTP, open to local users): health checks only
+            info = client.scheduler_info()
+            for port in [info["services"]["dashboard"]] + [w["services"]["dashboard"] for w in info["workers"].values()]:
+                assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read() == b"ok"
+                for page in ("/json/identity.json", "/info/main/workers.html", "/status", "/metrics"):
+                    with pytest.raises(urllib.error.HTTPError, match="404"):
+                        urllib.request.urlopen(f"http://127.0.0.1:{port}{page}", timeout=10)
     if in_process:
         assert opened == set(), opened
     else:
         assert len(opened) >= 2 and {address.ip for address in opened} == {"127.0.0.1"}, opened
+
+
+def test_the_workers_directory_is_private_to_the_run(tmp_path, monkeypatch):
+    """Security audit: Dask's default worker directory, $TMPDIR/dask-scratch-space, is a name
+    any local user can create first, and the nannies put it on sys.path, so a module planted
+    there ran as this user. The embedded cluster's is made for the run (mode 0700) and goes
+    with it; nothing planted is on any sys.path."""
+    import tempfile
+
+    from streambhmm.distributed.cluster import dask_client
+
+    planted = tmp_path / "dask-scratch-space"
+    planted.mkdir()
+    planted.chmod(0o777)
+    (planted / "planted_module.py").write_text("RAN = True\n")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with dask_client(n_workers=1) as client:
+        paths = list(client.run(lambda: list(sys.path)).values()) + [list(sys.path)]
+        (directory,) = client.run(lambda dask_worker: dask_worker.local_directory).values()
+        (run,) = tmp_path.glob("streambhmm-dask-*")
+        assert Path(directory).is_relative_to(run) and run.stat().st_mode & 0o777 == 0o700
+    assert all(str(planted) not in path for path in paths), paths
+    assert not run.exists() and sorted(p.name for p in planted.iterdir()) == ["planted_module.py"]
 
 
 def test_workers_keep_glibcs_memory_trimming(tmp_path):

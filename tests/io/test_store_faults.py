@@ -407,3 +407,45 @@ def test_a_store_the_reader_may_not_write_is_read(shared_directory, samples):
     root.chmod(0o555)  # nobody may write: nothing to lock against
     r = streambhmm("info", store, prefix=as_nobody)
     assert r.returncode == 0 and "sample A:" in r.stdout, r.stderr
+
+
+def test_a_committed_staging_of_another_user_is_left_to_them(tmp_path, samples, reference):
+    """A shared directory: another user's staging past its commit point (or one planted
+    there) is not completed into this user's store, nor removed; its owner's next command
+    completes it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the staging to another user")
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))
+    r = streambhmm(*ingest_args(samples[1], "B", store), fault="moved@5:kill")
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    (staging,) = [p for p in leftovers(store) if ".ingest-" in p.name]
+    for path in [staging, *staging.rglob("*")]:
+        os.lchown(path, 65534, 65534)
+    r = streambhmm("info", store)
+    assert r.returncode == 0 and "sample B:" not in r.stdout, r.stdout + r.stderr
+    assert open_store(store).samples == ["A"] and staging.exists()
+    for path in [staging, *staging.rglob("*")]:  # its owner's again: the next command completes it
+        os.lchown(path, 0, 0)
+    r = streambhmm("info", store)
+    assert r.returncode == 0 and "sample B:" in r.stdout, r.stderr
+    assert by_sample(store) == reference["AB"] and leftovers(store) == []
+
+
+def test_a_link_inside_the_store_is_not_written_through(tmp_path):
+    """A new sample without counts on a chromosome gets that chromosome's column metadata and
+    sample names written in place: a link there (a store copied from elsewhere) is refused,
+    and the file it points to is untouched."""
+    store = tmp_path / "s.zarr"
+    (tmp_path / "two.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\nchr2\t10\t+\t1\t3\n")
+    (tmp_path / "one.tsv").write_text(HEADER + "chr1\t20\t+\t1\t2\n")
+    ingest([tmp_path / "two.tsv"], "A", store)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    names = store / "chr2" / "sample" / "c" / "0"
+    names.unlink()
+    names.symlink_to(precious)
+    r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", "B", "--store", store, "-q")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "symbolic links" in r.stderr, r.stderr
+    assert precious.read_text() == "keep me"

@@ -30,6 +30,7 @@ the store's metadata exactly as they were; ingests of different samples can run 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
@@ -243,24 +244,30 @@ def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], refe
     for array, axis in (("methylated", 1), ("coverage", 1), ("index/summary", 1), ("sample", 0)):
         node = nodes[f"{chrom}/{array}"]
         node["shape"][axis] = len(names)
-        _write_in_place(store / chrom / array / "zarr.json", json.dumps(node).encode())
+        _write_in_place(store, store / chrom / array / "zarr.json", json.dumps(node).encode())
 
     def encoding(path: str) -> dict:
         return {k: v for k, v in nodes[path].items() if k != "shape"}
 
     if reference is not None and encoding(f"{chrom}/sample") == encoding(f"{reference}/sample"):
         for k, data in enumerate(names_chunks):
-            _write_in_place(store / chrom / "sample" / "c" / str(k), data)
+            _write_in_place(store, store / chrom / "sample" / "c" / str(k), data)
     else:  # written with other codecs (by another zarr version)
         zarr.open_array(store.url, path=f"{chrom}/sample", mode="r+")[:] = np.array(names, dtype=object)
 
 
-def _write_in_place(path: Location, data: bytes) -> None:
+def _write_in_place(store: Location, path: Location, data: bytes) -> None:
+    """Write ``data`` at ``path`` inside ``store``, following no link: a store copied from
+    elsewhere, or written by others, may hold one pointing at any file of the user's."""
     if not path.is_local:
         path.write_bytes(data)
         return
-    os.makedirs(os.path.dirname(path.url), exist_ok=True)
-    with open(path.url, "wb") as fh:
+    directory = os.path.dirname(path.url)
+    os.makedirs(directory, exist_ok=True)
+    if os.path.commonpath([os.path.realpath(directory), os.path.realpath(store.url)]) != os.path.realpath(store.url):
+        raise OSError(errno.ELOOP, "a symbolic link leads out of the store", directory)
+    fd = os.open(path.url, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as fh:
         fh.write(data)
 
 
