@@ -32,6 +32,8 @@ from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TA
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
+from ..io.storage import Location
+from ..io.store import open_store
 from ..moments.momentstore import plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
@@ -195,8 +197,10 @@ def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple
 
 def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:
     """A moment store given with --moments must hold these samples' moments at the call's bins,
-    of these counts: each partial's digest that of the store's chunk (not checked on bins the
-    call summed: the moments are then another store's, chunked otherwise)."""
+    of these counts: each partial's digest that of the store's chunk. On bins the call summed
+    (``store`` the summed one) the moments are another store's, chunked otherwise: they must
+    be up to date with that counts store, and it must hold the same reads as ``store``
+    (per chromosome and sample, methylated and covered reads)."""
     if not settings.moments:
         return
     manifest = read_manifest(settings.moments)
@@ -208,22 +212,29 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
         raise ValueError(f"{settings.moments} holds {'pooled' if data.pooled else 'projected'} moments; "
                          f"`{settings.kind}` fits the joint Beta-map moments (`streambhmm moments` without "
                          f"--pooled, --feature beta)")
+    counts = store
     if coarsened:
-        return
+        if not source.get("counts_store") or not Location.of(source["counts_store"]).exists():
+            raise ValueError(f"{settings.moments} was computed from {source.get('counts_store') or 'merged stores'}, "
+                             f"which is not there to check it against {settings.store}: leave out --moments")
+        counts = open_store(source["counts_store"])
+        if counts.totals(manifest["samples"]) != store.totals(manifest["samples"]):
+            raise ValueError(f"{settings.moments} was computed from {source['counts_store']}, whose reads differ from "
+                             f"{settings.store}'s summed into {store.bin_size:,} bp bins: leave out --moments")
     recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
     digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
     expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)
-                for plan in plan_chunks(store, manifest["samples"])}
+                for plan in plan_chunks(counts, manifest["samples"])}
     if recorded != expected:
         differ = sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
         # `moments compute` updates a moment store from the counts store it was computed from, no other
-        advice = (f"update them with `streambhmm moments compute {settings.store} -o {settings.moments}`"
-                  if source.get("counts_store") == store.path.resolve() else
+        advice = (f"update them with `streambhmm moments compute {counts.path} -o {settings.moments}`"
+                  if source.get("counts_store") == counts.path.resolve() else
                   f"compute {settings.store}'s with `streambhmm moments compute {settings.store} -o NEW_MOMENTS` "
                   f"and give that")
-        raise ValueError(f"{settings.moments} holds the moments of other counts than {settings.store}'s ({differ} of "
-                         f"its chunks differ; they were computed from {source.get('counts_store')}): {advice}, or "
-                         f"leave out --moments")
+        raise ValueError(f"{settings.moments} does not hold the moments of {counts.path}'s chunks ({differ} of its "
+                         f"chunks differ; they were computed from {source.get('counts_store')}): other counts, or "
+                         f"these counts chunked otherwise (--chunk-size); {advice}, or leave out --moments")
 
 
 def _refusal(settings: CallSettings, samples, reason: str) -> str:

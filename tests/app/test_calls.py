@@ -4,6 +4,7 @@ refuse with a reason where the data hold none."""
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,6 +124,36 @@ def test_pmd_sums_the_bins_and_finds_the_planted_pmds(methylome, tmp_path):
     recall, precision = overlap(read_bed(tmp_path / "pmd.bed"), truth["pmd"])
     assert recall > 0.9 and precision > 0.9, (recall, precision)
     assert not list(tmp_path.glob(".pmd.bed.*")), "the coarse store went with the call"
+
+
+def summed(chromosomes: dict, factor: int = 50) -> dict:
+    """The store's chromosomes with their bins summed ``factor`` at a time (5 kb bins)."""
+    out = {}
+    for chrom, (bins, meth, cov) in chromosomes.items():
+        coarse, first = np.unique(bins // factor, return_index=True)
+        out[chrom] = (coarse, np.add.reduceat(meth, first, axis=0), np.add.reduceat(cov, first, axis=0))
+    return out
+
+
+def test_pmd_takes_moments_of_these_counts_at_its_bins_and_no_others(methylome, tmp_path):
+    """pmd sums the store's bins, so the moments it may reuse are another store's (an ingest at
+    5 kb, chunked otherwise): they are taken when that store holds the same reads, and refused
+    when it holds other reads or is gone (a helper's audit: moments of another chromosome were
+    taken, and PMDs fitted on it written)."""
+    store, _ = methylome
+    assert run("pmd", store, "-o", tmp_path / "plain.bed", "-q").exit_code == 0
+    for name, seed in (("same", 0), ("other", 1)):
+        write_store(tmp_path / f"{name}.zarr", summed(planted(seed)[0]), ["S"], bin_size=5000, chunk_size=70)
+        assert run("moments", tmp_path / f"{name}.zarr", "-o", tmp_path / f"{name}.mom", "-q").exit_code == 0
+    r = run("pmd", store, "--moments", tmp_path / "same.mom", "-o", tmp_path / "same.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "same.bed").read_text() == (tmp_path / "plain.bed").read_text().replace("plain", "same")
+    r = run("pmd", store, "--moments", tmp_path / "other.mom", "-o", tmp_path / "other.bed", "-q")
+    assert r.exit_code == 1 and "whose reads differ from" in r.output, r.output
+    shutil.rmtree(tmp_path / "same.zarr")
+    r = run("pmd", store, "--moments", tmp_path / "same.mom", "-o", tmp_path / "gone.bed", "-q")
+    assert r.exit_code == 1 and "which is not there to check it against" in r.output, r.output
+    assert not (tmp_path / "other.bed").exists() and not (tmp_path / "gone.bed").exists()
 
 
 def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):

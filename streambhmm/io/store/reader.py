@@ -90,6 +90,17 @@ class CountsStore:
             return np.zeros((array.shape[0], 0, len(FIELDS)), np.int64)
         return np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
 
+    def totals(self, samples) -> dict:
+        """Per chromosome where ``samples`` have reads, each one's methylated and covered reads:
+        from the index, the same whatever the bins they were summed into and the chunking."""
+        columns = [self.column(s) for s in samples]
+        out = {}
+        for chrom in self.chromosomes:
+            sums = self.summary(chrom, columns)[:, :, SUMS].sum(axis=0)
+            if sums.any():
+                out[chrom] = sums.tolist()
+        return out
+
     def holds(self, chrom: str, excluding: str | None = None) -> bool:
         """Whether a sample other than ``excluding`` has coverage on ``chrom`` (from the index)."""
         columns = [self.column(s) for s in self.samples if s != excluding]
