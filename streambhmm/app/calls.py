@@ -108,7 +108,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"its bins cannot be summed into {bin_size} bp bins")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
     if bin_size > longest:
-        raise ValueError(f"--bin-size {bin_size:,} is longer than the store's longest chromosome ({longest:,} bp): "
+        raise ValueError(f"--bin-size {bin_size:,} is longer than the longest stretch of the store's chromosomes "
+                         f"that has data (from 0 to its last bin with reads: {longest:,} bp): "
                          f"domains are runs of many bins")
     seconds = {}
     if bin_size == counts.bin_size:
@@ -266,8 +267,10 @@ def _why_none(settings: CallSettings, samples, hmm, moments, reason: str, note: 
         lines.append(missing)
     shared = shared_coverage(moments)
     if shared is not None and shared < 1:
+        # the single-bin histogram counts the bins of triples of consecutive bins with reads
         some = "No bin with reads has" if shared == 0 else f"Only {shared:.1%} of the bins with reads have"
-        lines.append(f"{some} reads in every sample ({', '.join(samples)}), and a region needs reads in each of them.")
+        lines.append(f"{some} reads in every sample ({', '.join(samples)}) among the runs of three or more bins "
+                     f"with reads, and a region needs reads in each of them.")
         if shared < 0.5:  # most bins lack a sample: the data, not the biology, explain the call
             note = "Call the samples one at a time, or choose samples that cover the same CpGs."
     return " ".join(lines + [note] if note else lines)

@@ -125,8 +125,9 @@ class Manifest(Document):
             if sorted(samples) == sorted(self.samples):
                 raise MomentStoreError(f"{root} holds moments of samples {','.join(self.samples)}, in that order; "
                                        f"give {asking} in that order (or leave it out)")
-            raise MomentStoreError(f"{root} holds moments of samples {','.join(self.samples)}; "
-                                   f"{asking} {','.join(samples)} needs `streambhmm moments` with it")
+            raise MomentStoreError(f"{root} holds moments of samples {','.join(self.samples)}; those of "
+                                   f"{','.join(samples)} (the samples asked for) need `streambhmm moments` with "
+                                   f"{asking} {','.join(samples)}")
         if have["n_bins"] != spec.n_bins:
             raise MomentStoreError(f"{root} holds moments with --bins {have['n_bins']}, not {spec.n_bins}")
         if spec.kind != "auto" and spec.kind != have.get("kind", "beta"):

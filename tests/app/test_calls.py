@@ -234,7 +234,7 @@ def test_a_joint_call_on_samples_without_shared_bins_says_so(tmp_path, kind):
              "chr2": (bins2, np.c_[0 * meth2, meth2], np.c_[0 * cov2, cov2])}
     store = write_store(tmp_path / "apart.zarr", apart, ["A", "B"], chunk_size=15_000).path
     r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A,B", "-q")
-    assert r.exit_code == 1 and "No bin with reads has reads in every sample (A, B)" in r.output, r.output
+    assert r.exit_code == 1 and "No bin with reads has reads in every sample (A, B) among the runs" in r.output, r.output
     assert "Call the samples one at a time" in r.output and "A genome without PMDs" not in r.output
     assert not (tmp_path / "calls.bed").exists()
     r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A", "-q")
@@ -250,7 +250,7 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
         assert r.exit_code == 1 and why in r.output and "a name ending in .bed" in r.output, r.output
     assert not list(tmp_path.iterdir())
     for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
-                      (10**20, "is longer than the store's longest chromosome")):
+                      (10**20, "is longer than the longest stretch of the store's chromosomes that has data")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
         assert r.exit_code == 1 and why in r.output, r.output
     assert not list(tmp_path.iterdir())
