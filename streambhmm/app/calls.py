@@ -209,10 +209,15 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     if source.get("bin_size") != store.bin_size:
         raise ValueError(f"{settings.moments} holds moments of {source.get('bin_size')} bp bins; `{settings.kind}` "
                          f"needs {store.bin_size} bp bins")
-    if data.pooled or data.moments.projected:
-        raise ValueError(f"{settings.moments} holds {'pooled' if data.pooled else 'projected'} moments; "
-                         f"`{settings.kind}` fits the joint Beta-map moments (`streambhmm moments` without "
-                         f"--pooled, --feature beta)")
+    own = FeatureSpec(n_bins=settings.n_bins).resolve(data.moments.n_samples)  # what the call's pass computes
+    mom = data.moments
+    if data.pooled or (mom.projection_dim, mom.projection_seed) != (own.projection_dim, own.seed):
+        kind = "pooled" if data.pooled else "projected" if mom.projected else "Beta-map"
+        wanted = (f"moments of the {own.dim}-dimensional projected feature (seed {own.seed})" if own.projection_dim
+                  else "the joint Beta-map moments")
+        raise ValueError(f"{settings.moments} holds {kind} moments of {mom.n_samples} sample(s); "
+                         f"`{settings.kind}` fits {wanted} there, as `streambhmm moments` computes them by default "
+                         f"(without --pooled or --feature)")
     counts = store
     if coarsened:
         if not source.get("counts_store") or not Location.of(source["counts_store"]).exists():

@@ -156,6 +156,24 @@ def test_pmd_takes_moments_of_these_counts_at_its_bins_and_no_others(methylome, 
     assert not (tmp_path / "other.bed").exists() and not (tmp_path / "gone.bed").exists()
 
 
+def test_hmr_takes_the_moments_its_own_pass_computes(tmp_path):
+    """Three samples: the call's own pass computes moments of the projected feature (auto), and
+    --moments takes a moment store of those (the same calls) and refuses the Beta-map one,
+    which would fit another model (a helper's audit: it was the other way round)."""
+    chromosomes, _ = planted(5)
+    tripled = {c: (bins, np.tile(m, 3), np.tile(v, 3)) for c, (bins, m, v) in chromosomes.items()}
+    store = write_store(tmp_path / "three.zarr", tripled, ["A", "B", "C"]).path.url
+    assert run("hmr", store, "-o", tmp_path / "own.bed", "-q").exit_code == 0
+    assert run("moments", store, "-o", tmp_path / "auto.mom", "-q").exit_code == 0
+    r = run("hmr", store, "--moments", tmp_path / "auto.mom", "-o", tmp_path / "again.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "again.bed").read_text() == (tmp_path / "own.bed").read_text().replace("own", "again")
+    assert run("moments", store, "--feature", "beta", "-o", tmp_path / "beta.mom", "-q").exit_code == 0
+    r = run("hmr", store, "--moments", tmp_path / "beta.mom", "-o", tmp_path / "beta.bed", "-q")
+    assert r.exit_code == 1 and "holds Beta-map moments of 3 sample(s); `hmr` fits moments of the 32-dimensional " \
+        "projected feature" in r.output, r.output
+
+
 def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     # a cancer genome's deepest PMDs average 0.1 (MCF7's): their length, not their level, tells
     # them from HMRs, and the HMRs planted beside them are not called PMDs
