@@ -200,7 +200,7 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
-def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray):
+def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray, methylation: np.ndarray):
     """A chunk's regions, and for shoulders its Profile and number of covered bins (in a
     task, map_posteriors)."""
     ref = data.ref
@@ -209,7 +209,8 @@ def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray):
     regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
     if not rule.shoulders:
         return regions, None, positions.size
-    return regions, chunk_profile(positions, post @ state_levels, regions.start, regions.end, ref.bin_size), \
+    top = (post @ methylation).max(axis=1)  # the highest of the samples' expected levels
+    return regions, chunk_profile(positions, post @ state_levels, top, regions.start, regions.end, ref.bin_size), \
         positions.size
 
 
@@ -219,9 +220,10 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     its shoulders) before the next one starts: only its profiles are held."""
     chromosomes = bed_order(store.chromosomes)  # as the BED lists them
     found = {chrom: Regions.empty(len(samples)) for chrom in chromosomes}
-    state_levels = np.asarray(hmm.methylation_, np.float64).mean(axis=1)  # a bin's expected level: over the samples
+    methylation = np.asarray(hmm.methylation_, np.float64)
+    state_levels = methylation.mean(axis=1)  # a bin's expected level: over the samples
     core_level = float(state_levels[list(rule.targets)].mean())
-    chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels),
+    chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels, methylation),
                             f"the regions of {store.path}", progress, chromosomes)
     for chrom, parts in itertools.groupby(chunks, key=lambda chunk: chunk[0].chrom):
         regions, profiles, covered = found[chrom], [], 0

@@ -4,10 +4,11 @@ DNMTools' HMRs hold them (its two-state model puts a CpG in the foreground when 
 nearer the foreground than the background).
 
 A region is widened, one covered bin at a time on each side, while the next bin's expected
-level (its posteriors times the states' levels) is nearer the core's level than the
-background beyond it: the median expected level of the SHOULDER_WINDOW covered bins past
-it, and below SHOULDER_CEILING (0.5: more of its reads unmethylated than methylated, as
-in the hypomethylated state, whose definition puts 92% of its mass below 0.5). The
+level (its posteriors times the states' levels, over the samples) is nearer the core's level
+than the background beyond it: the median expected level of the SHOULDER_WINDOW covered bins
+past it; and while its expected level in every sample is below SHOULDER_CEILING (0.5: more of
+its reads unmethylated than methylated, as in the hypomethylated state, whose definition puts
+92% of its mass below 0.5, in every sample). The
 background is local, so an island's shoulders in a methylated background run up to about
 half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop near 0.3,
 before the PMD. A walk stops at more than the rule's gap without coverage, and
@@ -39,20 +40,21 @@ class Profile:
 
     index: np.ndarray  # int64, increasing
     position: np.ndarray  # int64
-    level: np.ndarray  # float64
+    level: np.ndarray  # float64: the expected level over the samples
+    top: np.ndarray  # float64: the highest of the samples' expected levels
 
     @classmethod
     def concatenate(cls, parts: list["Profile"]) -> "Profile":
         if not parts:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "position", "level")))
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "position", "level", "top")))
 
 
-def chunk_profile(positions: np.ndarray, level: np.ndarray, starts: np.ndarray, ends: np.ndarray, bin_size: int,
-                  window: int = SHOULDER_WINDOW) -> Profile:
-    """The bins of one chunk (its covered bins' ``positions`` and expected ``level``) that
-    widening its regions (``starts``, ``ends``), or a neighbour's, may read; indices within
-    the chunk."""
+def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                  bin_size: int, window: int = SHOULDER_WINDOW) -> Profile:
+    """The bins of one chunk (its covered bins' ``positions``, expected ``level`` and highest
+    expected level of a sample, ``top``) that widening its regions (``starts``, ``ends``), or a
+    neighbour's, may read; indices within the chunk."""
     n, reach = positions.size, 2 * window + 1
     first, last = _end_rows(positions, starts, ends, bin_size)
     lo = np.r_[0, np.maximum(n - reach, 0), np.maximum(first - reach, 0), last]
@@ -61,7 +63,8 @@ def chunk_profile(positions: np.ndarray, level: np.ndarray, starts: np.ndarray, 
     np.add.at(depth, lo, 1)
     np.add.at(depth, hi, -1)
     keep = np.flatnonzero(np.cumsum(depth[:-1]) > 0)
-    return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), level[keep].astype(np.float64))
+    return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), level[keep].astype(np.float64),
+                   top[keep].astype(np.float64))
 
 
 def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int, core_level: float,
@@ -75,7 +78,7 @@ def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int
     ends_in = profile.position[np.minimum(np.r_[first, last], profile.position.size - 1)]
     if (ends_in != np.r_[starts, ends - bin_size]).any():
         raise AssertionError("a region's end bins are missing from the profile")
-    lo, hi = _walk(first, last, profile.index, profile.position, profile.level, n_covered, core_level,
+    lo, hi = _walk(first, last, profile.index, profile.position, profile.level, profile.top, n_covered, core_level,
                    max_gap, bin_size, window)
     # merge widened regions that overlap or whose covered bins follow each other within the gap
     index, position = profile.index, profile.position
@@ -94,7 +97,7 @@ def _end_rows(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray, bin_s
 
 
 @njit(cache=True, nogil=True)
-def _walk(first, last, index, position, level, n_covered, core_level, max_gap, bin_size, window):
+def _walk(first, last, index, position, level, top, n_covered, core_level, max_gap, bin_size, window):
     """The profile rows each region's walks end at, left and right (see the module docstring)."""
     lo, hi = first.copy(), last.copy()
     for r in range(first.size):
@@ -116,7 +119,7 @@ def _walk(first, last, index, position, level, n_covered, core_level, max_gap, b
                 if stop < 0 or stop >= index.size or index[stop] != index[step] + side * far:
                     raise AssertionError("a bin a shoulder's window reads is missing from the profile")
                 past = level[step + 1:stop + 1] if side > 0 else level[stop:step]
-                if not level[step] < min(0.5 * (core_level + np.median(past)), SHOULDER_CEILING):
+                if not (level[step] < 0.5 * (core_level + np.median(past)) and top[step] < SHOULDER_CEILING):
                     break
                 end = step
             if side < 0:
