@@ -165,11 +165,19 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     except ValueError:
         all_of_them = bool(target_states(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size).all())
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
-                      "library of CpG islands such as RRBS)" if settings.kind == "pmd" else "no background")
+                      "library of CpG islands such as RRBS)" if settings.kind == "pmd" else
+                      "no methylated background to set regions against (a genome without CG methylation?)")
         reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
         note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
         raise ValueError(_why_none(settings, samples, hmm, data.moments, reason, note)) from None
+    methylated = np.asarray(hmm.methylation_).min(axis=1) >= METHYLATED
+    if settings.kind == "hmr" and not methylated[[h for h in range(len(methylated)) if h not in rule.targets]].any():
+        # hypomethylated against what? (a genome without CG methylation was one long "HMR")
+        raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no fitted state besides the "
+                                   f"{TARGET_STATES['hmr']} ones is methylated (a level of {METHYLATED} or more in "
+                                   f"every sample): no methylated background to set regions against (a genome "
+                                   f"without CG methylation?)"))
     echo("the regions: a posterior pass over the counts")
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
@@ -258,6 +266,7 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
             f"excerpt.")
 
 
+METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample
 NO_PMDS = "A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call."
 
 

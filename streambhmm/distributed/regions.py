@@ -50,7 +50,7 @@ from ..io.outputs import replacing_pair
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
-from .shoulders import Profile, chunk_profile, widen
+from .shoulders import SHOULDER_CEILING, Profile, chunk_profile, widen
 
 PRESETS = ("hmr", "pmd")
 
@@ -210,8 +210,9 @@ def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray, methy
     if not rule.shoulders:
         return regions, None, positions.size
     top = (post @ methylation).max(axis=1)  # the highest of the samples' expected levels
-    return regions, chunk_profile(positions, post @ state_levels, top, regions.start, regions.end, ref.bin_size), \
-        positions.size
+    profile = chunk_profile(positions, post @ state_levels, top, data.sample_counts(), len(ref.columns), regions.start,
+                            regions.end, ref.bin_size)
+    return regions, profile, positions.size
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
@@ -235,7 +236,7 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
             covered += n_covered
         regions = regions.take(rule.keeps(regions))
         if rule.shoulders:
-            regions = with_shoulders(regions, Profile.concatenate(profiles), covered, core_level, rule,
+            regions = with_shoulders(regions, Profile.concatenate(profiles, len(samples)), covered, core_level, rule,
                                      store.bin_size)
         found[chrom] = regions
     return found
@@ -244,14 +245,27 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
 def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,
                    bin_size: int) -> Regions:
     """One chromosome's regions widened over their shoulders (distributed.shoulders); merged
-    regions add their counts."""
-    starts, ends, group = widen(regions.start, regions.end, profile, n_covered, core_level, rule.max_gap, bin_size)
+    regions add their counts. A widened region whose reads (its regions' and its shoulders')
+    average SHOULDER_CEILING or more in a sample keeps its regions as they were: a bin's
+    expected level can be below the ceiling while its reads are not."""
+    starts, ends, group, shoulders = widen(regions.start, regions.end, profile, n_covered, core_level, rule.max_gap,
+                                           bin_size)
     if group.size == 0:
         return regions
     heads = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-    return Regions(starts, ends, *(np.add.reduceat(getattr(regions, f), heads, axis=0)
-                                   for f in ("n_bins", "posterior_sum", "methylated", "coverage")),
-                   np.maximum.reduceat(regions.posterior_max, heads), regions.open_start, regions.open_end)
+    widened = Regions(starts, ends, *(np.add.reduceat(getattr(regions, f), heads, axis=0)
+                                      for f in ("n_bins", "posterior_sum", "methylated", "coverage")),
+                      np.maximum.reduceat(regions.posterior_max, heads), regions.open_start, regions.open_end)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        level = (widened.methylated + shoulders[0]) / (widened.coverage + shoulders[1])
+    failed = (level >= SHOULDER_CEILING).any(axis=1)
+    if not failed.any():
+        return widened
+    # each failed widened region is replaced by its regions (disjoint from the others: in start order)
+    kept, restored = widened.take(np.flatnonzero(~failed)), regions.take(np.flatnonzero(failed[group]))
+    order = np.argsort(np.r_[kept.start, restored.start], kind="stable")
+    return Regions(*(np.concatenate([getattr(kept, f), getattr(restored, f)])[order] for f in _FIELDS),
+                   regions.open_start, regions.open_end)
 
 
 TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)

@@ -13,7 +13,9 @@ background is local, so an island's shoulders in a methylated background run up 
 half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop near 0.3,
 before the PMD. A walk stops at more than the rule's gap without coverage, and
 takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's
-counts (its bins, score and levels) stay those of its core.
+counts (its bins, score and levels) stay those of its core; but a widened region whose reads
+(its cores' and its shoulders') average 0.5 or more in a sample is not a hypomethylated
+region by its reads: its cores are kept as they were (with_shoulders, distributed.regions).
 
 Chunks are cut anywhere, so each chunk hands on the expected levels of the covered bins
 that a walk may read: those within two windows of each region's ends and of the chunk's
@@ -42,19 +44,24 @@ class Profile:
     position: np.ndarray  # int64
     level: np.ndarray  # float64: the expected level over the samples
     top: np.ndarray  # float64: the highest of the samples' expected levels
+    methylated: np.ndarray  # (bins, S) int64: the bins' reads, to count a widened region's
+    coverage: np.ndarray  # (bins, S) int64
 
     @classmethod
-    def concatenate(cls, parts: list["Profile"]) -> "Profile":
+    def concatenate(cls, parts: list["Profile"], n_samples: int = 1) -> "Profile":
         if not parts:
-            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "position", "level", "top")))
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0),
+                       np.zeros((0, n_samples), np.int64), np.zeros((0, n_samples), np.int64))
+        return cls(*(np.concatenate([getattr(p, f) for p in parts])
+                     for f in ("index", "position", "level", "top", "methylated", "coverage")))
 
 
-def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                  bin_size: int, window: int = SHOULDER_WINDOW) -> Profile:
-    """The bins of one chunk (its covered bins' ``positions``, expected ``level`` and highest
-    expected level of a sample, ``top``) that widening its regions (``starts``, ``ends``), or a
-    neighbour's, may read; indices within the chunk."""
+def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, sample_counts, n_samples: int,
+                  starts: np.ndarray, ends: np.ndarray, bin_size: int, window: int = SHOULDER_WINDOW) -> Profile:
+    """The bins of one chunk (its covered bins' ``positions``, expected ``level``, highest
+    expected level of a sample, ``top``, and reads: ``sample_counts`` yields (sample,
+    methylated, coverage) one sample at a time) that widening its regions (``starts``,
+    ``ends``), or a neighbour's, may read; indices within the chunk."""
     n, reach = positions.size, 2 * window + 1
     first, last = _end_rows(positions, starts, ends, bin_size)
     lo = np.r_[0, np.maximum(n - reach, 0), np.maximum(first - reach, 0), last]
@@ -63,17 +70,23 @@ def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, sta
     np.add.at(depth, lo, 1)
     np.add.at(depth, hi, -1)
     keep = np.flatnonzero(np.cumsum(depth[:-1]) > 0)
+    methylated, coverage = np.zeros((keep.size, n_samples), np.int64), np.zeros((keep.size, n_samples), np.int64)
+    for k, meth, cov in sample_counts:
+        methylated[:, k], coverage[:, k] = meth[keep], cov[keep]
     return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), level[keep].astype(np.float64),
-                   top[keep].astype(np.float64))
+                   top[keep].astype(np.float64), methylated, coverage)
 
 
 def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int, core_level: float,
-          max_gap: int, bin_size: int, window: int = SHOULDER_WINDOW) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(new starts, new ends, group): the regions of one chromosome widened over their
-    shoulders; ``group[i]`` is the widened region that region i is part of (merged regions
-    share one), numbered from 0. ``n_covered`` is the chromosome's number of covered bins."""
+          max_gap: int, bin_size: int, window: int = SHOULDER_WINDOW) -> tuple:
+    """(new starts, new ends, group, shoulders): the regions of one chromosome widened over
+    their shoulders; ``group[i]`` is the widened region that region i is part of (merged
+    regions share one), numbered from 0; ``shoulders`` (widened regions, S) x 2: the methylated
+    and covered reads of each widened region's bins outside its regions. ``n_covered`` is the
+    chromosome's number of covered bins."""
     if starts.size == 0:
-        return starts, ends, np.zeros(0, np.int64)
+        none = np.zeros((0, profile.methylated.shape[1]), np.int64)
+        return starts, ends, np.zeros(0, np.int64), (none, none)
     first, last = _end_rows(profile.position, starts, ends, bin_size)
     ends_in = profile.position[np.minimum(np.r_[first, last], profile.position.size - 1)]
     if (ends_in != np.r_[starts, ends - bin_size]).any():
@@ -87,8 +100,17 @@ def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int
         (position[lo[1:]] - position[furthest[:-1]] - bin_size <= max_gap)
     heads = np.r_[0, np.flatnonzero(~joins) + 1]
     group = np.cumsum(np.r_[True, ~joins]) - 1
-    return (position[np.minimum.reduceat(lo, heads)], position[np.maximum.reduceat(hi, heads)] + bin_size,
-            group.astype(np.int64))
+    low, high = np.minimum.reduceat(lo, heads), np.maximum.reduceat(hi, heads)
+    # the reads of the profile's bins outside the regions, summed over each widened region's rows
+    inside = np.zeros(position.size + 1, np.int64)
+    np.add.at(inside, first, 1)
+    np.add.at(inside, last + 1, -1)
+    outside = (np.cumsum(inside[:-1]) == 0)[:, None]
+    shoulders = []
+    for reads in (profile.methylated, profile.coverage):
+        total = np.vstack([np.zeros((1, reads.shape[1]), np.int64), np.cumsum(reads * outside, axis=0)])
+        shoulders.append(total[high + 1] - total[low])
+    return position[low], position[high] + bin_size, group.astype(np.int64), tuple(shoulders)
 
 
 def _end_rows(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray, bin_size: int) -> tuple:

@@ -174,6 +174,17 @@ def test_hmr_takes_the_moments_its_own_pass_computes(tmp_path):
         "projected feature" in r.output, r.output
 
 
+@pytest.mark.parametrize("background", [0.15, 0.3])  # every state hypomethylated; or one low state besides them
+def test_hmr_refuses_a_genome_without_a_methylated_background(tmp_path, background):
+    """No state methylated (a genome without CG methylation, as Arabidopsis met1-3's): a helper
+    found `hmr` calling the whole excerpt four "HMRs" of 250-420 kb; pmd refused the same."""
+    chromosomes, _ = planted(4, pmds=False, background=background)
+    store = write_store(tmp_path / "flat.zarr", chromosomes, ["S"]).path.url
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
+    assert r.exit_code == 1 and "no methylated background to set regions against" in r.output, r.output
+    assert not (tmp_path / "hmr.bed").exists()
+
+
 def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     # a cancer genome's deepest PMDs average 0.1 (MCF7's): their length, not their level, tells
     # them from HMRs, and the HMRs planted beside them are not called PMDs

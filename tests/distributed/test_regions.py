@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.distributed.regions import RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of
+from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
+                                           with_shoulders)
 from streambhmm.distributed.shoulders import Profile, chunk_profile, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
@@ -81,6 +82,13 @@ def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     assert RegionRule((0,), 0.5).keeps(regions).all()  # a rule of chosen states: no definition to meet
 
 
+def profile(position, level, top=None, meth=None, cov=None) -> Profile:
+    """A Profile of consecutive covered bins (without reads unless given)."""
+    zeros = np.zeros((level.size, 1), np.int64)
+    return Profile(np.arange(level.size), np.asarray(position), level, level if top is None else top,
+                   zeros if meth is None else meth, zeros if cov is None else cov)
+
+
 def test_shoulders_widen_a_core_half_way_to_its_local_background():
     # levels of consecutive covered bins, 100 bp apart; cores (level 0.05) at rows 33-37 and 102-106
     background = [0.9] * 30
@@ -91,29 +99,29 @@ def test_shoulders_widen_a_core_half_way_to_its_local_background():
     position = np.arange(level.size) * 100
     position[107:] += 5000  # a desert after the second core: no walk crosses it
     starts, ends = np.array([3300, 10200]), np.array([3800, 10700])
-    got = widen(starts, ends, Profile(np.arange(level.size), position, level, level), level.size, 0.05, 1000, 100)
+    got = widen(starts, ends, profile(position, level), level.size, 0.05, 1000, 100)
     # left of the first core 0.3 and 0.4 are nearer 0.05 than the 0.9 beyond, 0.6 is not; right, 0.2 but not 0.5
     assert got[0].tolist() == [3100, 10100] and got[1].tolist() == [3900, 10700] and got[2].tolist() == [0, 1]
     # a core at 0.2 in a background of 0.95: half-way is 0.575, but a shoulder stays below 0.5
     high = np.array([0.95] * 30 + [0.52, 0.45] + [0.2] * 4 + [0.45, 0.55] + [0.95] * 30)
-    got = widen(np.array([3200]), np.array([3600]),
-                Profile(np.arange(high.size), np.arange(high.size) * 100, high, high), high.size, 0.2, 1000, 100)
+    got = widen(np.array([3200]), np.array([3600]), profile(np.arange(high.size) * 100, high), high.size, 0.2,
+                1000, 100)
     assert got[0].tolist() == [3100] and got[1].tolist() == [3700]
     # two samples: a bin whose expected level is 0.45 over the samples but 0.55 in one of them is
     # no shoulder (a helper's audit: such bins carried a joint HMR above 0.5 in one sample)
     top = high.copy()
     top[31] = 0.55
-    got = widen(np.array([3200]), np.array([3600]), Profile(np.arange(high.size), np.arange(high.size) * 100, high, top),
-                high.size, 0.2, 1000, 100)
+    got = widen(np.array([3200]), np.array([3600]), profile(np.arange(high.size) * 100, high, top), high.size, 0.2,
+                1000, 100)
     assert got[0].tolist() == [3200] and got[1].tolist() == [3700]
     # two walks that meet merge their regions
     near = np.array([0.9] * 30 + [0.05] * 4 + [0.3] * 3 + [0.05] * 4 + [0.9] * 30)
     pos = np.arange(near.size) * 100
-    got = widen(np.array([3000, 3700]), np.array([3400, 4100]), Profile(np.arange(near.size), pos, near, near),
-                near.size, 0.05, 1000, 100)
+    got = widen(np.array([3000, 3700]), np.array([3400, 4100]), profile(pos, near), near.size, 0.05, 1000, 100)
     assert got[0].tolist() == [3000] and got[1].tolist() == [4100] and got[2].tolist() == [0, 0]
     # a chunk hands on the bins its regions' walks and its neighbours' may read
-    kept = chunk_profile(position, level, level, starts, ends, 100, window=3)
+    counts = [(0, np.zeros(level.size, np.int64), np.ones(level.size, np.int64))]
+    kept = chunk_profile(position, level, level, counts, 1, starts, ends, 100, window=3)
     # the chunk's first and last 2 x 3 + 1 bins, and as many before each region's first bin and after its last
     assert kept.index.tolist() == sorted({*range(7), *range(26, 34), *range(37, 44), *range(95, 103), *range(106, 113),
                                           *range(level.size - 7, level.size)})
@@ -158,13 +166,33 @@ def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
         post = hmm.predict_proba(meth, cov)
         cores = regions_of(positions, post[:, 0], [(0, meth, cov)], 1, 100, rule)
         cores = cores.take(rule.keeps(cores))
-        starts, ends, group = widen(cores.start, cores.end, Profile(np.arange(positions.size), positions,
-                                                                    post @ LEVELS[:, 0], post @ LEVELS[:, 0]),
-                                    positions.size, 0.05, rule.max_gap, 100)
-        assert (ends - starts).sum() > (cores.end - cores.start).sum() and len(starts) > 3
+        whole = profile(positions, post @ LEVELS[:, 0], meth=meth[:, None], cov=cov[:, None])
+        widened = with_shoulders(cores, whole, positions.size, 0.05, rule, 100)
+        assert (widened.end - widened.start).sum() > (cores.end - cores.start).sum() and len(widened) > 3
         for regions in (f[chrom] for f in found):
-            assert regions.start.tolist() == starts.tolist() and regions.end.tolist() == ends.tolist()
-            np.testing.assert_array_equal(regions.n_bins, np.bincount(group, weights=cores.n_bins))
+            for name in ("start", "end", "n_bins", "methylated", "coverage"):
+                np.testing.assert_array_equal(getattr(regions, name), getattr(widened, name))
+        # and every widened region's reads are below the ceiling in its sample
+        for start, end in zip(widened.start, widened.end):
+            inside = (positions >= start) & (positions < end)
+            assert meth[inside].sum() < 0.5 * cov[inside].sum()
+
+
+def test_a_widened_region_whose_reads_are_not_hypomethylated_keeps_its_core():
+    """A bin's expected level may be below the ceiling while its reads are not: a helper's audit
+    found a joint HMR whose shoulders took one sample's interval to 0.51. Such a widened region
+    is its cores again (two here, which its walks had merged); the other is widened."""
+    level = np.array([0.9] * 30 + [0.3] + [0.05] * 4 + [0.3] * 2 + [0.05] * 4 + [0.3] + [0.9] * 30
+                     + [0.05] * 4 + [0.3] + [0.9] * 30)
+    meth, cov = np.zeros((level.size, 1), np.int64), np.full((level.size, 1), 10)
+    meth[:, 0] = np.rint(10 * level)
+    meth[35:37, 0] = cov[35:37, 0] = 50  # the two shoulder bins between the first two cores: every read methylated
+    position = np.arange(level.size) * 100
+    cores = Regions(np.array([3100, 3700, 7200]), np.array([3500, 4100, 7600]), np.full(3, 4), np.full(3, 3.8),
+                    np.full((3, 1), 2.0), np.full((3, 1), 40.0), np.ones(3))
+    got = with_shoulders(cores, profile(position, level, meth=meth, cov=cov), level.size, 0.05,
+                         preset_rule("hmr", LEVELS), 100)
+    assert got.start.tolist() == [3100, 3700, 7200] and got.end.tolist() == [3500, 4100, 7700]
 
 
 @pytest.mark.slow
