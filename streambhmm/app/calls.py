@@ -26,14 +26,14 @@ from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, write_r
 from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
+from ..io.storage import Location
+from ..io.store import open_store
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TARGET_STATES, UNMETHYLATED_CHECK_READS,
                              CallModel, shared_coverage, target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
-from ..io.storage import Location
-from ..io.store import open_store
 from ..moments.momentstore import plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
@@ -171,8 +171,9 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                   f"no fitted state is {DEFINITIONS[settings.kind]}")
         note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
         raise ValueError(_why_none(settings, samples, hmm, data.moments, reason, note)) from None
-    methylated = np.asarray(hmm.methylation_).min(axis=1) >= METHYLATED
-    if settings.kind == "hmr" and not methylated[[h for h in range(len(methylated)) if h not in rule.targets]].any():
+    background = np.ones(len(hmm.methylation_), bool)
+    background[list(rule.targets)] = False
+    if settings.kind == "hmr" and not (np.asarray(hmm.methylation_).min(axis=1)[background] >= METHYLATED).any():
         # hypomethylated against what? (a genome without CG methylation was one long "HMR")
         raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no fitted state besides the "
                                    f"{TARGET_STATES['hmr']} ones is methylated (a level of {METHYLATED} or more in "
