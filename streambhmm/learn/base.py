@@ -83,8 +83,9 @@ class BaseBinomialHMM:
         return self
 
     def __repr__(self) -> str:
+        defaults = self._parameter_defaults()
         changed = [f"{name}={value!r}" for name, value in self.get_params().items()
-                   if not _is_default(value, self._parameter_defaults()[name])]
+                   if not _is_default(value, defaults[name])]
         return f"{type(self).__name__}({', '.join(changed)})"
 
     @property
@@ -176,7 +177,7 @@ class BaseBinomialHMM:
             raise ValueError(f"algorithm must be one of {', '.join(DECODERS)}, got {algorithm!r}")
         meth, cov, lengths = validate_counts(methylated, coverage, lengths)
         if algorithm == "map":
-            posteriors = self.score_samples(meth, cov, lengths)[1]
+            posteriors = self._fb(EncodedCounts(meth, cov, lengths), want_posteriors=True)[4]
             with np.errstate(divide="ignore"):
                 return float(np.log(posteriors.max(axis=1)).sum()), posteriors.argmax(axis=1)
         self.validate(meth.shape[1])
@@ -193,19 +194,17 @@ class BaseBinomialHMM:
         """Draw (methylated, coverage, states) of ``n_samples`` bins (default 1), or of
         sequences of ``lengths``; coverage is Poisson with the given mean(s). ``random_state``
         None uses the model's (hmmlearn's convention: an int seed gives the same draw each time)."""
-        if lengths is not None:
-            lengths = [int(k) for k in lengths]
-            if n_samples is not None and n_samples != sum(lengths):
-                raise ValueError(f"n_samples={n_samples} but lengths sum to {sum(lengths)}; give one of them")
-        elif n_samples is None:
-            n_samples = 1
-        if lengths is None and (not isinstance(n_samples, (int, np.integer)) or n_samples < 0):
-            raise ValueError(f"n_samples must be a non-negative integer, got {n_samples!r}")
-        self._check_fitted()
-        levels = np.asarray(self.methylation_)
-        self.validate(levels.shape[1] if levels.ndim == 2 else 1)
+        if lengths is None:
+            n_samples = 1 if n_samples is None else n_samples
+            if not isinstance(n_samples, (int, np.integer)) or n_samples < 0:
+                raise ValueError(f"n_samples must be a non-negative integer, got {n_samples!r}")
+            lengths = [n_samples]
+        elif n_samples is not None and n_samples != sum(lengths):
+            raise ValueError(f"n_samples={n_samples} but lengths sum to {sum(lengths)}; give one of them")
+        self._check_fitted()  # before its levels are read
+        self.validate(np.shape(self.methylation_)[-1])
         mdl = Model(self.methylation_, self.transmat_, self.startprob_)
-        sim = simulate(mdl, [n_samples] if lengths is None else lengths, coverage=coverage,
+        sim = simulate(mdl, [int(k) for k in lengths], coverage=coverage,
                        random_state=self.random_state if random_state is None else random_state,
                        dispersion=self.dispersion)
         return sim.methylated, sim.coverage, sim.states
