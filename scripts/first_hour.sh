@@ -18,12 +18,14 @@ git clone --quiet "$REPO" "$WORK/streambhmm"
 ln -s "$SHARED" "$WORK/shared"
 cd "$WORK/streambhmm"
 
-readme_block() {  # the README's lines between a start and an end pattern (awk regexes)
-    awk -v start="$1" -v end="$2" '$0 ~ start {on = 1; next} on && $0 ~ end {exit} on' README.md
+readme_block() {  # the first lines between a start and an end pattern (awk regexes), of README.md or stdin
+    # reads its input to the end: an early exit would cut off a pipe feeding it (SIGPIPE under pipefail)
+    awk -v start="$1" -v end="$2" 'on && $0 ~ end {on = 0; done = 1; next} on; !done && $0 ~ start {on = 1}' \
+        "${3:--}"
 }
 INSTALL=$(grep -m1 '^    python3 -m venv .venv && . .venv/bin/activate && pip install \. && streambhmm demo$' README.md \
           | sed 's/^    //')
-TUTORIAL=$(readme_block '^<!-- --8<-- \[start:tutorial\]' '^<!-- --8<-- \[end:tutorial\]' \
+TUTORIAL=$(readme_block '^<!-- --8<-- \[start:tutorial\]' '^<!-- --8<-- \[end:tutorial\]' README.md \
            | readme_block '^```sh$' '^```$')
 [ -n "$INSTALL" ] && [ -n "$TUTORIAL" ] || { echo "the README's install command or tutorial block is missing" >&2; exit 1; }
 
