@@ -1,8 +1,20 @@
 import os
 from pathlib import Path
 
-import numpy as np
-import pytest
+# Dask's background monitoring, for every cluster the suite starts (here, and inherited by the
+# commands and `dask` processes it runs): each idle worker sampled its own call stack every
+# 10 ms and read /proc every 100-500 ms, a tenth of the suite's CPU time in a profile of it.
+# The tests assert results, messages and files, none of which these samplers feed.
+os.environ.update({"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+                   "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "5s",
+                   "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__DISK": "False",
+                   "DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL": "1s"})
+
+import dask  # noqa: E402 - after the environment it reads
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+dask.config.refresh()  # in case a plugin imported dask before the environment was set
 
 from streambhmm.learn.simulate import model
 

@@ -50,6 +50,9 @@ IN_PROCESS_MAX_CELLS = 20_000_000  # bins x samples: a chromosome or two of 100 
 TRIM, NANNY_TRIM = "MALLOC_TRIM_THRESHOLD_", 65536
 WORKER_CONFIG = {f"distributed.nanny.pre-spawn-environ.{TRIM}": None}
 HEALTH_ONLY = {f"distributed.{server}.http.routes": ["distributed.http.health"] for server in ("scheduler", "worker")}
+# Each worker's profiler samples its threads' call stacks every 10 ms for the dashboard's
+# profile page, which these servers do not serve.
+NO_PROFILER = {"distributed.worker.profile.enabled": False}
 
 
 def scheduler_address(scheduler: str | None) -> str | None:
@@ -217,7 +220,7 @@ def _embedded_client(workers: int):
     # Dask's default, $TMPDIR/dask-scratch-space, is a name any local user can create first,
     # and the nannies put it on sys.path, so modules planted there ran as this user.
     with tempfile.TemporaryDirectory(prefix="streambhmm-dask-") as scratch, \
-            dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, "temporary-directory": scratch}), \
+            dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, **NO_PROFILER, "temporary-directory": scratch}), \
             _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},

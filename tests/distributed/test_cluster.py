@@ -174,7 +174,8 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
 def test_embedded_cluster_listens_on_loopback_only(in_process):
     """Audit 8: every server of the embedded cluster of worker processes listens on 127.0.0.1
     only, and their HTTP servers answer health checks alone (the dashboard showed local users
-    task names, logs and call stacks); in process nothing listens at all."""
+    task names, logs and call stacks), so the workers do not sample call stacks for its
+    profile page; in process nothing listens at all."""
     import psutil
 
     from streambhmm.distributed.cluster import dask_client
@@ -185,9 +186,11 @@ def test_embedded_cluster_listens_on_loopback_only(in_process):
                 if c.status == psutil.CONN_LISTEN}
 
     before = listening()
-    with dask_client(n_workers=1, in_process=in_process) as client:
+    with dask.config.set({"distributed.worker.profile.enabled": True}), \
+            dask_client(n_workers=1, in_process=in_process) as client:
         opened = listening() - before
         if not in_process:  # their HTTP servers (plain HTTP, open to local users): health checks only
+            assert not any(client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks).values())
             info = client.scheduler_info()
             for port in [info["services"]["dashboard"]] + [w["services"]["dashboard"] for w in info["workers"].values()]:
                 assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10).read() == b"ok"
