@@ -14,9 +14,9 @@ import dask  # noqa: E402 - after the environment it reads
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-dask.config.refresh()  # in case a plugin imported dask before the environment was set
+from streambhmm.learn.simulate import model  # noqa: E402
 
-from streambhmm.learn.simulate import model
+dask.config.refresh()  # in case a plugin imported dask before the environment was set
 
 # The real data sets (shared/data/real): $STREAMBHMM_REAL_DATA, else ../shared/data/real beside
 # the repository (where CI has it). Tests marked realdata fail when it is missing, unless
