@@ -202,7 +202,8 @@ class BaseBinomialHMM:
         elif n_samples is not None and n_samples != sum(lengths):
             raise ValueError(f"n_samples={n_samples} but lengths sum to {sum(lengths)}; give one of them")
         self._check_fitted()  # before its levels are read
-        self.validate(np.shape(self.methylation_)[-1])
+        levels = np.asarray(self.methylation_)  # one sample's levels as a vector: validate names the shape wanted
+        self.validate(levels.shape[1] if levels.ndim == 2 else 1)
         mdl = Model(self.methylation_, self.transmat_, self.startprob_)
         sim = simulate(mdl, [int(k) for k in lengths], coverage=coverage,
                        random_state=self.random_state if random_state is None else random_state,
