@@ -3,6 +3,7 @@ statistics, its checksum, and its atomic write (temporary directory, then rename
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import re
@@ -10,7 +11,9 @@ import uuid
 
 import numpy as np
 import zarr
+import zarr.api.asynchronous
 from scipy import sparse
+from zarr.core.sync import sync
 
 from ..io.storage import Location, put_in_place
 from .blocks import BlockStats
@@ -52,17 +55,15 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
     """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
     path.parent.mkdir()
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
-    group = zarr.open_group(tmp.url, mode="w", zarr_format=3)
     moments, blocks = partial.moments, partial.blocks
     arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in ARRAY_FIELDS}
-    for name, data in {**arrays, **_block_arrays(blocks)}.items():
-        group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
-    group.attrs.update({**attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins,
-                        "n_triples": moments.n_triples, "sq_norm_13": moments.sq_norm_13,
-                        "histogram_budget": moments.histogram_budget, "projection_dim": moments.projection_dim,
-                        "projection_seed": moments.projection_seed, "chromosome_of_blocks": blocks.chromosome,
-                        "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
-                        "sha256": sha256})
+    sync(_write_group(tmp.url, {**arrays, **_block_arrays(blocks)}, {
+        **attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins, "n_triples": moments.n_triples,
+        "sq_norm_13": moments.sq_norm_13, "histogram_budget": moments.histogram_budget,
+        "projection_dim": moments.projection_dim, "projection_seed": moments.projection_seed,
+        "chromosome_of_blocks": blocks.chromosome,
+        "block_histogram_shapes": [list(getattr(blocks, n).shape) for n in BlockStats.HISTOGRAMS],
+        "sha256": sha256}))
     try:
         put_in_place(tmp, path)
     except OSError as exc:
@@ -79,19 +80,20 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
     be the one for that chunk and digest (a checksum alone cannot tell another chunk's
     self-consistent partial put in its place)."""
     try:
-        group = zarr.open_group(path.url, mode="r")
-        attrs = dict(group.attrs)
-        arrays = {name: group[name][...] for name in ARRAY_FIELDS}
+        block_names = [f"block_{name}" for name in BlockStats.ARRAYS] + [
+            f"block_{name}_{part}" for name in BlockStats.HISTOGRAMS for part in ("data", "indices", "indptr")]
+        attrs, stored = sync(_read_group(path.url, [*ARRAY_FIELDS, *block_names]))
+        arrays = {name: stored[name] for name in ARRAY_FIELDS}
         moments = Moments(n_samples=int(attrs["n_samples"]), n_bins=int(attrs["n_bins"]),
                           n_triples=int(attrs["n_triples"]), sq_norm_13=float(attrs["sq_norm_13"]),
                           histogram_budget=int(attrs["histogram_budget"]),
                           projection_dim=int(attrs.get("projection_dim", 0)),
                           projection_seed=int(attrs.get("projection_seed", 0)), **arrays)
-        histograms = [sparse.csr_matrix(tuple(group[f"block_{name}_{part}"][...] for part in ("data", "indices", "indptr")),
+        histograms = [sparse.csr_matrix(tuple(stored[f"block_{name}_{part}"] for part in ("data", "indices", "indptr")),
                                         shape=tuple(shape))
                       for name, shape in zip(BlockStats.HISTOGRAMS, attrs["block_histogram_shapes"])]
         blocks = BlockStats(attrs["chromosome_of_blocks"], moments.n_samples, moments.n_bins,
-                            *(group[f"block_{name}"][...] for name in BlockStats.ARRAYS), *histograms)
+                            *(stored[f"block_{name}"] for name in BlockStats.ARRAYS), *histograms)
         partial = ChunkPartial(moments, blocks)
     except Exception as exc:  # noqa: BLE001 - any failure to read is damage to report
         raise MomentStoreError(f"partial {path} is unreadable or truncated ({type(exc).__name__}: {exc})") from None
@@ -104,6 +106,25 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
     if actual != attrs.get("sha256") or (expected_sha256 is not None and actual != expected_sha256):
         raise MomentStoreError(f"partial {path} is corrupted: its checksum does not match")
     return partial, actual
+
+
+# A partial is some twenty small arrays: written and read one at a time, each waited for on
+# Zarr's event loop, they took twice as long as all at once (0.16 against 0.09 s to write one,
+# 0.07 against 0.03 s to read it).
+async def _write_group(url: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    group = await zarr.api.asynchronous.open_group(store=url, mode="w", zarr_format=3)
+    await asyncio.gather(*(group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
+                           for name, data in arrays.items()))
+    await group.update_attributes(attrs)
+
+
+async def _read_group(url: str, names: list[str]) -> tuple[dict, dict[str, np.ndarray]]:
+    group = await zarr.api.asynchronous.open_group(store=url, mode="r")
+
+    async def read(name):
+        return await (await group.getitem(name)).getitem(Ellipsis)
+
+    return dict(group.attrs), dict(zip(names, await asyncio.gather(*map(read, names))))
 
 
 def is_link(path: Location) -> bool:

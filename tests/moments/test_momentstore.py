@@ -17,8 +17,10 @@ from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores
 from streambhmm.testing import update_moment_store
 from streambhmm.testing import load_counts
-from streambhmm.learn.simulate import simulate
+from streambhmm.learn.simulate import model, simulate
 from streambhmm.io.store import open_store
+
+from ..conftest import STICKY, WELL_SEPARATED
 
 pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
 
@@ -137,13 +139,25 @@ def test_killed_run_resumes_to_the_same_totals(tmp_path, four_state_model, sched
     np.testing.assert_array_equal(resumed.p123, fresh.p123)  # same partials, same tree: bitwise
 
 
-@pytest.fixture
-def moment_store(tmp_path, four_state_model, dask_clients):
-    chroms = simulated_chroms(four_state_model, [4000, 3000], seed=3)
-    store = tmp_path / "counts.zarr"
-    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", store, chunk_size=1000)
-    out = tmp_path / "moments.zarr"
+@pytest.fixture(scope="module")
+def built_moment_store(tmp_path_factory, dask_clients):
+    """A counts store and its moment store, built once for the module's tests (most of their
+    time went into building them): the tests read the counts store and never change it."""
+    root = tmp_path_factory.mktemp("moment_store")
+    chroms = simulated_chroms(model(WELL_SEPARATED, STICKY), [4000, 3000], seed=3)
+    store = root / "counts.zarr"
+    ingest([write_tsv(root / "a.tsv", chroms)], "A", store, chunk_size=1000)
+    out = root / "moments.zarr"
     update_moment_store(open_store(store), out, dask_clients[0], block_size=50_000)  # 14 blocks
+    return store, out
+
+
+@pytest.fixture
+def moment_store(tmp_path, built_moment_store):
+    """The module's counts store, and a copy of its moment store for this test to change."""
+    store, built = built_moment_store
+    out = tmp_path / "moments.zarr"
+    shutil.copytree(built, out, symlinks=True)
     return store, out
 
 
@@ -172,7 +186,8 @@ def test_finishing_an_interrupted_store_is_not_called_a_no_op(moment_store, sche
 
 
 def test_fit_from_moment_store_without_counts(tmp_path, moment_store, scheduler):
-    store, out = moment_store
+    shared, out = moment_store
+    store = shutil.copytree(shared, tmp_path / "counts.zarr")  # removed below
     assert run("fit", store, "--states", "4", "-o", tmp_path / "from_counts.json", "--scheduler", scheduler,
                "-q").exit_code == 0
     shutil.rmtree(store)
