@@ -102,8 +102,8 @@ def is_small(store, bin_size: int | None = None) -> bool:
     limit = in_process_limit()
     try:
         opened = store if isinstance(store, CountsStore) else open_store(store)
-    except Exception:  # noqa: BLE001 - not a readable counts store: the command itself says why
-        return False
+    except Exception:  # noqa: BLE001 - not a readable counts store: the command says why, without a cluster
+        return True
     factor = max((bin_size or 0) // opened.bin_size, 1)
     return opened.n_cells() // factor <= limit
 
@@ -254,16 +254,23 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     once: in this process for a small store (is_small; ``bin_size``: the command sums the
     store's bins into bins that wide and works on those) when no scheduler is given, else on
     the scheduler or an embedded cluster of worker processes (``dask`` False: no client).
-    The client connects first, so an unreachable scheduler never holds the lock; then the
-    store's lock is held throughout: ``write``, exclusive (the command writes into the
+    The store's lock is held throughout: ``write``, exclusive (the command writes into the
     store), else shared, so an ingest waits until the command is done (and the command
-    waits for a running ingest) and the command never sees a mix of old and new counts."""
+    waits for a running ingest) and the command never sees a mix of old and new counts. A
+    given scheduler is connected to first, so an unreachable one never holds the lock; an
+    embedded cluster starts under the lock, sized to the store as it is then (a store that
+    cannot be read is refused by the command, in process, without starting one)."""
     from ..io.store import locked
 
-    in_process = dask and not scheduler_address(scheduler) and is_small(path, bin_size)
-    client_of = dask_client(scheduler, if_lost=if_lost, in_process=in_process) if dask else contextlib.nullcontext()
-    with client_of as client, locked(path, shared=not write):
-        yield OpenedStore(path, client, in_process)
+    with contextlib.ExitStack() as stack:
+        external = dask and scheduler_address(scheduler)
+        if external:
+            client = stack.enter_context(dask_client(scheduler, if_lost=if_lost))
+        stack.enter_context(locked(path, shared=not write))
+        in_process = dask and not external and is_small(path, bin_size)
+        if dask and not external:
+            client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, in_process=in_process))
+        yield OpenedStore(path, client if dask else None, in_process)
 
 
 @contextlib.contextmanager

@@ -316,7 +316,14 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
     from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small
     from streambhmm.moments.momentstore import load_total
 
-    assert is_small(two_sample_store.path) and not is_small(tmp_path / "missing.zarr")
+    assert is_small(two_sample_store.path)
+    # a store that cannot be read is refused in this process: no cluster is started for a message
+    (tmp_path / "other.zarr").mkdir()
+    assert is_small(tmp_path / "missing.zarr") and is_small(tmp_path / "other.zarr")
+    with monkeypatch.context() as patch:
+        patch.setattr("streambhmm.distributed.cluster._embedded_client", None)  # starting one fails
+        r = run("fit", tmp_path / "other.zarr", "-m", "2", "-o", tmp_path / "m.json", env={IN_PROCESS_ENV: "0"})
+    assert r.exit_code == 1 and "other.zarr" in r.output and "NoneType" not in r.output, r.output
     cells = sum(two_sample_store.dataset(c).methylated.size for c in two_sample_store.chromosomes)
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells))
     assert is_small(two_sample_store.path)

@@ -228,7 +228,7 @@ def test_a_version_1_store_is_refused_by_name_and_upgraded_in_place(tmp_path):
     rng = np.random.default_rng(3)
     chroms = {}
     for chrom, n in (("chr2", 130), ("chr1", 90)):
-        position = np.sort(rng.choice(10_000, n, replace=False)) * 100
+        position = np.sort(rng.choice(1_000, n, replace=False)) * 100  # 20 chunks of 50 bins
         cov = rng.integers(0, 6, (n, 2))
         cov[cov.sum(axis=1) == 0, 0] = 1
         chroms[chrom] = (position, rng.binomial(cov, 0.3), cov)
