@@ -13,7 +13,7 @@ DATA = Path(__file__).parents[1] / "data"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("factor, chunk_size", [(5, 300), (50, 1000), (7, 1000)])
+@pytest.mark.parametrize("factor, chunk_size", [(5, 2000), (50, 1000), (7, 1000)])
 def test_coarsening_equals_an_ingest_at_the_coarser_bin_size(tmp_path, factor, chunk_size):
     files = [DATA / "dmrseq_H1_r1.chr21.tsv.gz", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz"]
     fine, wide = tmp_path / "fine.zarr", tmp_path / "wide.zarr"
