@@ -96,7 +96,8 @@ def in_process_limit() -> int:
 def is_small(store, bin_size: int | None = None) -> bool:
     """Whether a counts store (a CountsStore, or where one is) has at most
     in_process_limit() bins x samples (from its metadata: no counts are read); with
-    ``bin_size``, of its bins summed into bins that wide (where a command's work runs)."""
+    ``bin_size``, of its bins summed into bins that wide (where a command's work runs). True
+    for a path that is not a readable counts store: the command refuses it, in process."""
     from ..io.store import CountsStore, open_store
 
     limit = in_process_limit()
@@ -262,15 +263,14 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     cannot be read is refused by the command, in process, without starting one)."""
     from ..io.store import locked
 
+    external = bool(dask and scheduler_address(scheduler))
     with contextlib.ExitStack() as stack:
-        external = dask and scheduler_address(scheduler)
-        if external:
-            client = stack.enter_context(dask_client(scheduler, if_lost=if_lost))
+        client = stack.enter_context(dask_client(scheduler, if_lost=if_lost)) if external else None
         stack.enter_context(locked(path, shared=not write))
         in_process = dask and not external and is_small(path, bin_size)
         if dask and not external:
             client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, in_process=in_process))
-        yield OpenedStore(path, client if dask else None, in_process)
+        yield OpenedStore(path, client, in_process)
 
 
 @contextlib.contextmanager
