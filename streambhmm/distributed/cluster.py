@@ -267,9 +267,10 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(dask_client(scheduler, if_lost=if_lost)) if external else None
         stack.enter_context(locked(path, shared=not write))
-        in_process = dask and not external and is_small(path, bin_size)
+        in_process = False
         if dask and not external:
-            client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, in_process=in_process))
+            in_process = is_small(path, bin_size)
+            client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=in_process))
         yield OpenedStore(path, client, in_process)
 
 

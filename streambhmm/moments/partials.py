@@ -44,16 +44,15 @@ def partial_sha256(partial: ChunkPartial) -> str:
 
 def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
     """A partial's block statistics as named arrays (sparse histograms by their CSR parts)."""
-    arrays = {f"block_{name}": getattr(blocks, name) for name in BlockStats.ARRAYS}
+    values = [getattr(blocks, name) for name in BlockStats.ARRAYS]
     for name in BlockStats.HISTOGRAMS:
         matrix = getattr(blocks, name)
-        arrays.update(zip((f"block_{name}_{part}" for part in CSR_PARTS),
-                          (matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64))))
-    return arrays
+        values += [matrix.data, matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64)]  # CSR_PARTS
+    return dict(zip(_block_names(), values, strict=True))
 
 
 def _block_names() -> list[str]:
-    """The names _block_arrays gives a partial's block statistics."""
+    """The names of a partial's block statistics, in the order of _block_arrays (and of its checksum)."""
     return [f"block_{name}" for name in BlockStats.ARRAYS] + [
         f"block_{name}_{part}" for name in BlockStats.HISTOGRAMS for part in CSR_PARTS]
 
