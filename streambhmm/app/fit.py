@@ -5,6 +5,7 @@ parses the options, calls ``run_fit`` and prints what it returns; progress goes 
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
 from ..learn.hmm import BinomialHMM, random_parameters
-from ..learn.selection import HeldOut, bic, held_out, held_out_problem, one_pass
+from ..learn.selection import HeldOut, SweepFit, bic, held_out, held_out_problem, one_pass, sweep_in_processes
 from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
 from ..moments.pipeline import select_samples
@@ -144,27 +145,42 @@ def run_fit(settings: FitSettings, opened: OpenedStore | None,
 
 def _fits(settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> Iterator[FitOutcome]:
     """fit_one for each number of states; a sweep's progress counts them."""
+    processes = min(len(settings.states), os.cpu_count() or 1)
+    fitted = None
+    if settings.sweep and settings.method == "refined" and processes > 1:  # a process per core
+        fitted = sweep_in_processes(data.moments, data.blocks, settings.states, settings.seed,
+                                    settings.allow_degenerate, settings.emission, processes)
     with stage("sweep", len(settings.states), quiet=settings.quiet or not settings.sweep, unit="models") as sweep:
         for done, m in enumerate(settings.states):
             sweep(done, note=f"M = {m}")
-            yield fit_one(m, settings, data, opened, echo)
+            yield fit_one(m, settings, data, opened, echo, None if fitted is None else next(fitted))
         sweep(len(settings.states))
 
 
-def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> FitOutcome:
-    """Fit, check, describe and write the model of ``m`` states."""
+def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo,
+            fitted: SweepFit | None = None) -> FitOutcome:
+    """Fit, check, describe and write the model of ``m`` states (``fitted``: its fit and
+    held-out criterion, made in a sweep's worker process)."""
 
     if settings.sweep:
         echo(f"\nM = {m}:")
     outcome = FitOutcome(m, settings.output_path(m))
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DegenerateModelWarning)
-            est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, opened, echo)
-    except DegenerateModelError as exc:
-        outcome.refused = str(exc)
-        return outcome
-    outcome.warnings = [str(w.message) for w in caught]
+    if fitted is not None:
+        if fitted.refused:
+            outcome.refused = fitted.refused
+            return outcome
+        est, samples, chromosomes, history, n_bins = fitted.estimator, data.samples, data.chromosomes, None, None
+        _describe_start(est, settings, echo)
+        outcome.warnings = fitted.warnings
+    else:
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", DegenerateModelWarning)
+                est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, opened, echo)
+        except DegenerateModelError as exc:
+            outcome.refused = str(exc)
+            return outcome
+        outcome.warnings = [str(w.message) for w in caught]
     outcome.estimator, outcome.samples = est, samples
     outcome.columns = settings.spec.grouping(samples).columns
     outcome.spectrum, outcome.loss = getattr(est, "spectrum_supported_", None), getattr(est, "loss_", None)
@@ -172,8 +188,11 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
         outcome.bic = bic(history[-1], m, len(outcome.columns), n_bins, getattr(est, "emission", "") == "betabinomial")
     if settings.sweep and settings.method == "refined":
         outcome.no_held_out = held_out_problem(data.blocks, data.block_size)
-        with stage("held-out folds", quiet=settings.quiet, unit="folds") as shown:
-            outcome.held_out = held_out(data.blocks, data.moments, est, progress=shown)
+        if fitted is not None:
+            outcome.held_out = fitted.held_out
+        else:
+            with stage("held-out folds", quiet=settings.quiet, unit="folds") as shown:
+                outcome.held_out = held_out(data.blocks, data.moments, est, progress=shown)
     document = model_to_dict(est, settings.spec.grouping(samples), chromosomes, method=settings.method,
                              **data_settings(settings, opened, samples))
     if outcome.loss is not None:
@@ -205,10 +224,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         with stage(f"{method} fit of {m} states: starts", quiet=settings.quiet, unit="starts") as shown:
             est = one_pass(data.moments, m, method, settings.seed, settings.allow_degenerate,
                            emission=settings.emission, progress=shown)
-        if not settings.quiet and method == "refined":
-            supported = "supported" if est.spectrum_supported_ else \
-                "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
-            echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
+        _describe_start(est, settings, echo)
         return est, data.samples, data.chromosomes, None, None
     counts = opened.store
     grouping = settings.spec.grouping(select_samples(counts, settings.samples))
@@ -253,6 +269,14 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         est.n_triples_ = data.moments.n_triples
     return est, samples, counts.chromosomes, best.history, best.n_bins
 
+
+
+def _describe_start(est, settings: FitSettings, echo) -> None:
+    """Which start a refined fit came from, and whether the spectrum supports it."""
+    if not settings.quiet and settings.method == "refined":
+        supported = "supported" if est.spectrum_supported_ else \
+            "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
+        echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
 
 
 def _bootstrap(est, settings: FitSettings, data: FitData, document: dict, echo):

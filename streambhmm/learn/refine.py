@@ -69,6 +69,22 @@ from .checks import degeneracy_problems
 from .criterion import Objective, StateLimits, Weights, objective_for, stationary  # noqa: F401
 
 
+# Threads for independent fits (starts, held-out folds): one per core, unless a process of a
+# sweep's pool (streambhmm.learn.selection.sweep_in_processes) runs one fit per core already.
+_fit_threads: int | None = None
+
+
+def fit_threads(tasks: int) -> int:
+    """How many threads run ``tasks`` independent fits."""
+    return max(1, min(tasks, _fit_threads or os.cpu_count() or 1))
+
+
+def limit_fit_threads(threads: int | None) -> None:
+    """Run independent fits in at most ``threads`` threads from now on (None: one per core)."""
+    global _fit_threads
+    _fit_threads = threads
+
+
 # -- starts and the optimizer ----------------------------------------------------------------
 def quantile_levels(moments: Moments, n_components: int) -> np.ndarray:
     """Levels at the quantiles (h + 0.5) / m of each sample's marginal Beta-map feature
@@ -154,7 +170,7 @@ def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, scre
 
     # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
     with threadpool_limits(1, user_api="blas"), \
-            ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+            ThreadPoolExecutor(max_workers=fit_threads(len(starts))) as pool:
         total = len(starts) + min(keep, len(starts))
         screened = list(zip(labels, counted_map(pool, first, starts, progress, 0, total)))
         screened.sort(key=lambda item: item[1].fun)

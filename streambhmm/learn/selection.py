@@ -3,21 +3,23 @@ over genomic blocks, BIC, and the number of states to recommend from a sweep's o
 
 from __future__ import annotations
 
-import os
+import multiprocessing
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Iterable, Iterator, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..io.tasks import ClusterError
 from ..moments.blocks import BlockTable
 from ..moments.sums import Moments
-from .checks import DegenerateModelWarning
+from .checks import DegenerateModelError, DegenerateModelWarning
 from .criterion import Objective, coverage_tables
 from .model import SpectralBinomialHMM
-from .refine import counted_map, refine
+from .refine import counted_map, fit_threads, limit_fit_threads, refine
 
 HELD_OUT_FOLDS = 5
 # each fold's refit starts at the fit to all the data and moves little: a looser tolerance than
@@ -81,7 +83,7 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
     trains = [Objective(table.moments((fold != f).astype(np.float64), total), coverage=coverage, emission=emission)
               for f in range(folds)]
     # one BLAS thread throughout: each refinement's own limit would restore the default on leaving
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=min(folds, os.cpu_count() or 1)) as pool:
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(max_workers=fit_threads(folds)) as pool:
         fits = counted_map(pool, lambda train: refine(train, [start], keep=1, tol=HELD_OUT_TOL), trains, progress)
     losses, weights = [], []
     for f, fit in enumerate(fits):
@@ -91,6 +93,70 @@ def held_out(table: BlockTable | None, total: Moments, est, folds: int = HELD_OU
     losses, weights = np.array(losses), np.array(weights, dtype=np.float64)
     mean = float(weights @ losses / weights.sum())
     return HeldOut(mean, float(losses.std(ddof=1) / np.sqrt(folds)), folds)
+
+
+@dataclass(frozen=True)
+class SweepFit:
+    """One number of states of a one-pass sweep: the refined fit (None when refused as
+    degenerate, ``refused`` says why), the warnings it gave and its held-out criterion."""
+
+    m: int
+    estimator: SpectralBinomialHMM | None
+    refused: str | None
+    warnings: list[str]
+    held_out: HeldOut | None
+
+
+class SweepProcessLost(ClusterError):
+    """A sweep's worker process ended before returning its fit (the commands report it as
+    they report a cluster that could not do the run)."""
+
+
+_SWEEP_DATA: tuple = ()  # (moments, block table) of a sweep's worker process
+
+
+def _sweep_worker(moments: Moments, table: BlockTable | None) -> None:
+    """A sweep's process: its data, and one thread per fit (the processes use the cores)."""
+    global _SWEEP_DATA
+    _SWEEP_DATA = (moments, table)
+    limit_fit_threads(1)
+
+
+def sweep_fit(moments: Moments, table: BlockTable | None, m: int, seed: int, allow_degenerate: bool,
+              emission: str) -> SweepFit:
+    """The refined one-pass fit of ``m`` states and its held-out criterion (as `fit --states`
+    makes them, without progress)."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DegenerateModelWarning)
+            est = one_pass(moments, m, "refined", seed, allow_degenerate, emission=emission)
+    except DegenerateModelError as exc:
+        return SweepFit(m, None, str(exc), [], None)
+    return SweepFit(m, est, None, [str(w.message) for w in caught], held_out(table, moments, est))
+
+
+def _sweep_fit_in_worker(m: int, seed: int, allow_degenerate: bool, emission: str) -> SweepFit:
+    return sweep_fit(*_SWEEP_DATA, m, seed, allow_degenerate, emission)
+
+
+def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[int], seed: int,
+                       allow_degenerate: bool, emission: str, processes: int) -> Iterator[SweepFit]:
+    """:func:`sweep_fit` of every number of states, in ``processes`` worker processes with one
+    thread each, yielded in the order of ``states``. The same fits as in threads (each is
+    deterministic and single-threaded either way), but a process of its own holds each core
+    fully: threads of one process share Python's lock, which the criterion's small numpy
+    steps hold most of the time."""
+    context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker,
+                             initargs=(moments, table)) as pool:
+        futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission)
+                   for m in states}
+        for m in states:
+            try:
+                yield futures[m].result()
+            except BrokenProcessPool:
+                raise SweepProcessLost(f"a worker process of the sweep ended before its fit of {m} states was done "
+                                       f"(killed, or out of memory?); the models before it are written") from None
 
 
 def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:

@@ -12,7 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from streambhmm.app.cli import main
+from streambhmm.distributed.fitdata import load_moments
 from streambhmm.io.ingest import ingest
+from streambhmm.learn.selection import sweep_fit, sweep_in_processes
+from streambhmm.moments.spec import FeatureSpec
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores
 from streambhmm.testing import update_moment_store
@@ -222,6 +225,23 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
     assert ((ci[..., 0] - 1e-9 <= point) & (point <= ci[..., 1] + 1e-9)).mean() >= 0.75
     assert "95% CI" in r.output and "stay 95% CI" in r.output
     assert "only 14 blocks of 50,000 bp" in r.output  # few blocks: a warning
+
+
+def test_a_sweep_in_worker_processes_fits_what_one_process_fits(built_moment_store):
+    """`fit --states` fits its numbers of states in a process per core, one thread each: the
+    same models and held-out criteria, bitwise, as fitting each here in threads."""
+    _, out = built_moment_store
+    data = load_moments(out, None, FeatureSpec(), None, quiet=True, want_blocks=True)
+    states = [2, 3, 4]
+    here = [sweep_fit(data.moments, data.blocks, m, 0, False, "betabinomial") for m in states]
+    there = list(sweep_in_processes(data.moments, data.blocks, states, 0, False, "betabinomial", processes=2))
+    assert [fit.m for fit in there] == states
+    for a, b in zip(here, there):
+        assert a.estimator is not None and a.held_out is not None
+        assert (a.refused, a.warnings, a.held_out) == (b.refused, b.warnings, b.held_out)
+        for name in ("methylation_", "transmat_", "startprob_", "dispersion_", "loss_"):
+            np.testing.assert_array_equal(getattr(a.estimator, name), getattr(b.estimator, name))
+        assert a.estimator.starts_ == b.estimator.starts_
 
 
 def test_a_sweep_on_too_few_blocks_says_why_it_recommends_nothing(tmp_path, four_state_model, dask_clients):

@@ -16,7 +16,8 @@ from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
 
 
 # StoreError, MomentStoreError, FormatError and SpectrumError are ValueErrors; ClusterError:
-# the scheduler lost or unreachable, a computation stalled, workers dying on a task
+# the scheduler lost or unreachable, a computation stalled, workers dying on a task, a sweep's
+# worker process lost
 USER_ERRORS = (ValueError, FileNotFoundError, ClusterError)
 
 
