@@ -147,16 +147,17 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     fully: threads of one process share Python's lock, which the criterion's small numpy
     steps hold most of the time."""
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
-    with ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker,
-                             initargs=(moments, table)) as pool:
-        futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission)
-                   for m in states}
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker, initargs=(moments, table))
+    try:
+        futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
         for m in states:
             try:
                 yield futures[m].result()
             except BrokenProcessPool:
                 raise SweepProcessLost(f"a worker process of the sweep ended before its fit of {m} states was done "
                                        f"(killed, or out of memory?); the models before it are written") from None
+    finally:  # also when the caller stops early (an error writing a model): no fit not yet started
+        pool.shutdown(cancel_futures=True)
 
 
 def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:

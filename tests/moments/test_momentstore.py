@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from streambhmm.app.cli import main
 from streambhmm.distributed.fitdata import load_moments
 from streambhmm.io.ingest import ingest
-from streambhmm.learn.selection import sweep_fit, sweep_in_processes
+from streambhmm.learn.selection import SweepProcessLost, sweep_fit, sweep_in_processes
 from streambhmm.moments.spec import FeatureSpec
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores
@@ -242,6 +242,18 @@ def test_a_sweep_in_worker_processes_fits_what_one_process_fits(built_moment_sto
         for name in ("methylation_", "transmat_", "startprob_", "dispersion_", "loss_"):
             np.testing.assert_array_equal(getattr(a.estimator, name), getattr(b.estimator, name))
         assert a.estimator.starts_ == b.estimator.starts_
+
+
+class _EndsTheProcessThatLoadsIt:
+    def __reduce__(self):
+        return os._exit, (3,)
+
+
+def test_a_sweep_whose_worker_process_dies_says_so(built_moment_store):
+    data = load_moments(built_moment_store[1], None, FeatureSpec(), None, quiet=True)
+    with pytest.raises(SweepProcessLost, match="a worker process of the sweep ended before its fit of 2 states "
+                                               r"was done \(killed, or out of memory\?\)"):
+        list(sweep_in_processes(data.moments, _EndsTheProcessThatLoadsIt(), [2, 3], 0, False, "betabinomial", 2))
 
 
 def test_a_sweep_on_too_few_blocks_says_why_it_recommends_nothing(tmp_path, four_state_model, dask_clients):
