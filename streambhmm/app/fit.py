@@ -5,7 +5,6 @@ parses the options, calls ``run_fit`` and prints what it returns; progress goes 
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import DegenerateModelError, DegenerateModelWarning
 from ..learn.hmm import BinomialHMM, random_parameters
+from ..learn.refine import fit_threads
 from ..learn.selection import HeldOut, SweepFit, bic, held_out, held_out_problem, one_pass, sweep_in_processes
 from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
@@ -145,7 +145,7 @@ def run_fit(settings: FitSettings, opened: OpenedStore | None,
 
 def _fits(settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> Iterator[FitOutcome]:
     """fit_one for each number of states; a sweep's progress counts them."""
-    processes = min(len(settings.states), os.cpu_count() or 1)
+    processes = fit_threads(len(settings.states))  # one per core, as the threads of one fit
     fitted = None
     if settings.sweep and settings.method == "refined" and processes > 1:  # a process per core
         fitted = sweep_in_processes(data.moments, data.blocks, settings.states, settings.seed,
