@@ -71,7 +71,9 @@ class ExpectedFeatures:
             lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
             upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)
             # E[I_x] (increasing in x) and 1 - E[I_x], mu ~ Bin(c, p), at each level of the grid
-            both = binomial_mixtures(c, grid, log_factorial, np.hstack([upper, lower]), LOG_FLOOR_BELOW_PEAK)
+            # C order, as steps below: the kernel is compiled once, not once per layout
+            rows = np.ascontiguousarray(np.hstack([upper, lower]))
+            both = binomial_mixtures(c, grid, log_factorial, rows, LOG_FLOOR_BELOW_PEAK)
             cdf_up, cdf_low = both[:, :n_bins + 1], both[:, n_bins + 1:]
             # take each bin's mass from the side of the distribution where it is small
             value = w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))

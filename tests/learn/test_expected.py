@@ -67,3 +67,21 @@ def test_expected_features_in_threads_are_bitwise_those_computed_in_turn():
         threaded = ExpectedFeatures(histogram, n_bins=30, mapper=pool.map)
     np.testing.assert_array_equal(threaded.values, alone.values)
     np.testing.assert_array_equal(threaded.slopes, alone.slopes)
+
+
+def test_expected_features_give_the_kernel_rows_in_one_layout(monkeypatch):
+    """The kernel is compiled once per layout of its rows (numba types C and F arrays apart):
+    every call gets C order, so a new installation's first fit compiles it once."""
+    import streambhmm.learn.expected as expected
+
+    layouts = set()
+
+    def recording(n, levels, log_factorial, rows, log_floor):
+        layouts.add("C" if rows.flags.c_contiguous else "F" if rows.flags.f_contiguous else "neither")
+        return binomial_mixtures(n, levels, log_factorial, rows, log_floor)
+
+    monkeypatch.setattr(expected, "binomial_mixtures", recording)
+    histogram = np.zeros(200)
+    histogram[[0, 1, 3, 40, 150]] = [2, 5, 1, 3, 1]
+    ExpectedFeatures(histogram, n_bins=8)
+    assert layouts == {"C"}
