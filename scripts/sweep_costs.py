@@ -16,9 +16,12 @@ import argparse
 import heapq
 import time
 
+import click
 from threadpoolctl import threadpool_limits
 
+from streambhmm.app.cli.fit import parse_states
 from streambhmm.distributed.fitdata import load_moments
+from streambhmm.distributed.fitting import default_emission
 from streambhmm.learn.refine import limit_fit_threads
 from streambhmm.learn.selection import sweep_fit
 from streambhmm.moments.spec import FeatureSpec
@@ -32,22 +35,28 @@ def makespan(costs: list[float], cores: int) -> float:
     return max(free)
 
 
+def states(text: str) -> list[int]:
+    try:
+        return parse_states(text)
+    except click.BadParameter as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("moments", help="a moment store (streambhmm moments)")
-    parser.add_argument("--states", default="2-8", help="A-B, as fit --states")
+    parser.add_argument("--states", default="2-8", type=states, help="as fit --states: M, M1-M2 or M1,M2,...")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    first, last = (int(v) for v in args.states.split("-"))
     data = load_moments(args.moments, None, FeatureSpec(), None, quiet=True, want_blocks=True)
     limit_fit_threads(1)  # as in a sweep's process
     costs = []
     print("M  seconds (fit and held-out folds, one thread)")
     with threadpool_limits(1, user_api="blas"):
-        for m in range(first, last + 1):
+        for m in args.states:
             start = time.perf_counter()
-            fit = sweep_fit(data.moments, data.blocks, m, args.seed, False, "betabinomial")
+            fit = sweep_fit(data.moments, data.blocks, m, args.seed, False, default_emission("refined"))
             costs.append(time.perf_counter() - start)
             print(f"{m}  {costs[-1]:.1f}" + (f"  (refused: {fit.refused[:80]})" if fit.refused else ""), flush=True)
     total = sum(costs)

@@ -6,7 +6,6 @@ parses the options, calls ``run_fit`` and prints what it returns; progress goes 
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -21,7 +20,7 @@ from ..io.outputs import check_derived_file, check_output_file, check_outside
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
 from ..learn.bootstrap import block_bootstrap, check_blocks
-from ..learn.checks import DegenerateModelError, DegenerateModelWarning
+from ..learn.checks import fit_or_refusal
 from ..learn.hmm import BinomialHMM, random_parameters
 from ..learn.refine import fit_threads
 from ..learn.selection import HeldOut, SweepFit, bic, held_out, held_out_problem, one_pass, sweep_in_processes
@@ -165,22 +164,17 @@ def fit_one(m: int, settings: FitSettings, data: FitData | None, opened: OpenedS
     if settings.sweep:
         echo(f"\nM = {m}:")
     outcome = FitOutcome(m, settings.output_path(m))
+    if fitted is None:
+        result, outcome.refused, warned = fit_or_refusal(lambda: _fit_model(m, settings, data, opened, echo))
+    else:  # made in a sweep's worker process: a refined fit of the moments, as _fit_model returns it
+        result = fitted.estimator, data.samples, data.chromosomes, None, None
+        outcome.refused, warned = fitted.refused, fitted.warnings
+    if outcome.refused:
+        return outcome
+    est, samples, chromosomes, history, n_bins = result
     if fitted is not None:
-        if fitted.refused:
-            outcome.refused = fitted.refused
-            return outcome
-        est, samples, chromosomes, history, n_bins = fitted.estimator, data.samples, data.chromosomes, None, None
         _describe_start(est, settings, echo)
-        outcome.warnings = fitted.warnings
-    else:
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always", DegenerateModelWarning)
-                est, samples, chromosomes, history, n_bins = _fit_model(m, settings, data, opened, echo)
-        except DegenerateModelError as exc:
-            outcome.refused = str(exc)
-            return outcome
-        outcome.warnings = [str(w.message) for w in caught]
+    outcome.warnings = warned
     outcome.estimator, outcome.samples = est, samples
     outcome.columns = settings.spec.grouping(samples).columns
     outcome.spectrum, outcome.loss = getattr(est, "spectrum_supported_", None), getattr(est, "loss_", None)

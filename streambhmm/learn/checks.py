@@ -13,6 +13,7 @@ A fit is *degenerate* when its parameters cannot describe a methylome:
 from __future__ import annotations
 
 import warnings
+from typing import Callable, TypeVar
 
 import numpy as np
 from scipy.sparse.csgraph import connected_components
@@ -20,6 +21,9 @@ from scipy.sparse.csgraph import connected_components
 MIN_WEIGHT = 1e-4  # a state below one bin in 10,000
 MIN_TRANSITION = 1e-6  # rarer than once per 100 Mb of 100-bp bins: no transition
 ROW_TOLERANCE = 1e-6
+
+
+T = TypeVar("T")
 
 
 class DegenerateModelError(ValueError):
@@ -32,6 +36,18 @@ class NotFittedError(ValueError, AttributeError):
 
 class DegenerateModelWarning(UserWarning):
     """Issued instead of :class:`DegenerateModelError` when the caller allows degenerate models."""
+
+
+def fit_or_refusal(fit: Callable[[], T]) -> tuple[T | None, str | None, list[str]]:
+    """Run ``fit``: (its result, None, the warnings it gave), or (None, why, []) when it
+    refuses a degenerate model (DegenerateModelError)."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DegenerateModelWarning)
+            result = fit()
+    except DegenerateModelError as exc:
+        return None, str(exc), []
+    return result, None, [str(w.message) for w in caught]
 
 
 def stationary_weights(transmat: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 from ..io.tasks import ClusterError
 from ..moments.blocks import BlockTable
 from ..moments.sums import Moments
-from .checks import DegenerateModelError, DegenerateModelWarning
+from .checks import DegenerateModelWarning, fit_or_refusal
 from .criterion import Objective, coverage_tables
 from .model import SpectralBinomialHMM
 from .refine import counted_map, fit_threads, limit_fit_threads, refine
@@ -126,13 +126,9 @@ def sweep_fit(moments: Moments, table: BlockTable | None, m: int, seed: int, all
               emission: str) -> SweepFit:
     """The refined one-pass fit of ``m`` states and its held-out criterion (as `fit --states`
     makes them, without progress)."""
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", DegenerateModelWarning)
-            est = one_pass(moments, m, "refined", seed, allow_degenerate, emission=emission)
-    except DegenerateModelError as exc:
-        return SweepFit(m, None, str(exc), [], None)
-    return SweepFit(m, est, None, [str(w.message) for w in caught], held_out(table, moments, est))
+    est, refused, warned = fit_or_refusal(lambda: one_pass(moments, m, "refined", seed, allow_degenerate,
+                                                            emission=emission))
+    return SweepFit(m, est, refused, warned, None if est is None else held_out(table, moments, est))
 
 
 def _sweep_fit_in_worker(m: int, seed: int, allow_degenerate: bool, emission: str) -> SweepFit:
