@@ -27,26 +27,27 @@ def _slot_tables(log_table):
 
 
 @njit(cache=True, nogil=True)
-def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat, g_pi, g_a, resp):
+def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat, paired, g_pi, g_a, resp):
     """sum_i weight[i] log sum_jk pi_j A_jk b_j(x_i) b_k(y_i) over cells i = (x_i, y_i): x is
     the cell's first ``half`` slots, y the others, and b_h(.) the product over their slots of
     exp(log_table[entry, h]) (each entry's likelihood in state h; slot g's entry is
-    offsets[g] + index[i, g]). A is ``transmat`` for adjacent pairs of bins (x the first
-    bin, y the second); None stands for the identity: a single bin, its slots split in two,
-    sum_h pi_h b_h(x) b_h(y).
+    offsets[g] + index[i, g]). With ``paired``, A is ``transmat``, for adjacent pairs of
+    bins (x the first bin, y the second); without, A is the identity and ``transmat`` is not
+    read: a single bin, its slots split in two, sum_h pi_h b_h(x) b_h(y). (A flag, not None:
+    one argument type, so numba compiles the kernel once.)
 
     Cells are sorted by x, and ``groups`` holds where each x's cells start (and n at the
     end). The x part u A (u = pi * b(x)) is computed once per group, so a cell costs O(m)
     per slot of y; the gradients and x's posterior go through z = sum over the group's cells
-    of weight b(y) / value. Adds the gradients with respect to pi (m,) and A (m, m; with A
-    given), and each entry's posterior-weighted count per state into resp; returns the sum.
+    of weight b(y) / value. Adds the gradients with respect to pi (m,) and A (m, m; when
+    ``paired``), and each entry's posterior-weighted count per state into resp; returns the sum.
     Linear domain with per-entry shifts; a cell whose value underflows is done in the log
     domain."""
     n_slots = index.shape[1]
     m = pi.size
     table, shift = _slot_tables(log_table)
     log_pi = np.log(pi)
-    log_a = np.zeros((m, m)) if transmat is None else np.log(transmat)
+    log_a = np.log(transmat) if paired else np.zeros((m, m))
     bx = np.empty(m)
     u = np.empty(m)
     ua = np.empty(m)
@@ -68,7 +69,7 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
             bx[h] = v
             u[h] = pi[h] * v
         for k in range(m):
-            if transmat is None:
+            if not paired:
                 ua[k] = u[k]
             else:
                 acc = 0.0
@@ -111,7 +112,7 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                     lx += log_table[offsets[g] + index[i, g], j]
                 for k in range(m):
                     r[j, k] = -np.inf
-                    if transmat is None and k != j:
+                    if not paired and k != j:
                         continue
                     ly = log_a[j, k]
                     for g in range(half, n_slots):
@@ -129,14 +130,14 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                 for k in range(m):
                     w = r[j, k] * scale
                     g_pi[j] += w / pi[j]
-                    if transmat is not None:
+                    if paired:
                         g_a[j, k] += w / transmat[j, k]
                     first_resp[j] += w
                     for g in range(half, n_slots):
                         resp[offsets[g] + index[i, g], k] += w
         # x's posterior of state j = u_j (A z)_j (+ underflowed cells)
         for j in range(m):
-            if transmat is None:
+            if not paired:
                 acc = z[j]
             else:
                 acc = 0.0

@@ -79,8 +79,7 @@ class HistogramLikelihood:
             gradients.append(gradient)
         resp = np.zeros((cells.c.size, m))
         value = _refine_kernels.mixture_loglik(cells.weight, cells.index, cells.half, cells.groups, cells.offsets,
-                                               log_table, pi, transmat if self.width == 2 else None, g_pi, g_a,
-                                               resp)
+                                               log_table, pi, transmat, self.width == 2, g_pi, g_a, resp)
         for g, s in enumerate(cells.samples):
             # the entries' posterior-weighted counts
             d_level, d_scale = gradients[g](resp[cells.offsets[g]:cells.offsets[g + 1]])

@@ -76,6 +76,27 @@ def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, unde
                                       rel=1e-10)
 
 
+def test_single_bins_and_pairs_call_the_kernel_with_one_signature(monkeypatch):
+    """numba compiles the kernel once per signature of its arguments: both widths pass the
+    same types, so a new installation's first fit compiles it once, not twice."""
+    import numba
+
+    from streambhmm.learn import _refine_kernels
+
+    kernel = _refine_kernels.mixture_loglik
+    signatures = set()
+
+    def recording(*args):
+        signatures.add(tuple(numba.typeof(arg) for arg in args))
+        return kernel(*args)
+
+    monkeypatch.setattr(_refine_kernels, "mixture_loglik", recording)
+    mom, levels, pi, transmat = histogram_setting(2, underflow=False)
+    for width in (1, 2):
+        HistogramLikelihood(mom, width)(levels, pi, transmat)
+    assert len(signatures) == 1
+
+
 @pytest.mark.parametrize("underflow", [False, True])
 @pytest.mark.parametrize("n_samples", [1, 2, 3])
 def test_histogram_gradients_equal_finite_differences(n_samples, underflow):
