@@ -44,7 +44,7 @@ def _rising_slopes(x, n, out):
 def betabinomial_table(coverage, methylated, coef, a, b, out):
     """out[k, h] = log BB(methylated[k] | coverage[k], a[h], b[h]) for int64 pairs (K,)."""
     n_pairs = coverage.size
-    top = 0
+    top = np.int64(0)  # not the literal 0: numba would compile _rising_logs once more for it
     for k in range(n_pairs):
         top = max(top, coverage[k])
     if top <= 4 * n_pairs + 64:  # tables of R: one log per coverage value and state
@@ -72,7 +72,7 @@ def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
     """Add sum_k resp[k, h] d log BB(methylated[k] | coverage[k], a[h], b[h]) / d a[h] into
     g_a[h] (and in b[h] into g_b[h]) for int64 pairs (K,) and weights resp (K, m); dR/dx is
     tabulated per state up to the largest coverage (_rising_slopes)."""
-    top = 0
+    top = np.int64(0)  # not the literal 0 (see betabinomial_table)
     for k in range(coverage.size):
         top = max(top, coverage[k])
     da = np.empty(top + 1)

@@ -244,7 +244,7 @@ def _forward_backward(log_b, emis, shift, alpha, lengths, startprob, transmat, c
     start = np.zeros(m)
     trans = np.zeros((m, m))
     loglik = 0.0
-    offset = 0
+    offset = np.int64(0)  # not the literal 0: numba would compile the callees once more for it
     for length in lengths:
         if length == 0:
             continue

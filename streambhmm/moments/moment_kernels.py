@@ -88,7 +88,7 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
             k1s, k2s, k3s = _gather_sorted(codes, order, k2_of, k3_of)
             pair = np.zeros((rows.shape[1], dim + 1))  # rows^T phis summed over this (s2, s3)'s groups
             used = 0
-            i = 0
+            i = np.int64(0)  # not the literal 0: numba would compile _sum_group once more for it
             while i < order.size:
                 k3 = k3s[i]
                 i = _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, rows[used], run_sum, inv_cov, s2,
