@@ -150,7 +150,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     if settings.polish_em:
         start = time.perf_counter()
         echo(f"EM: at most {settings.polish_em} iterations")
-        with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations") as progress:
+        with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations",
+                   capped=True) as progress:
             fit_store_em(store, hmm, None if opened.in_process else client, samples, settings.polish_em,
                          rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start

@@ -244,7 +244,8 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         if len(starts) > 1:
             echo(f"EM from {label}:")
         t = time.perf_counter()
-        with stage(f"EM from {label}", settings.em_iter, quiet=settings.quiet, unit="iterations") as shown:
+        with stage(f"EM from {label}", settings.em_iter, quiet=settings.quiet, unit="iterations",
+                   capped=True) as shown:
             result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, grouping,
                                   settings.em_iter, settings.em_tol, settings.split_every, report=em_progress(shown),
                                   check=False)

@@ -3,10 +3,13 @@
 A step is a ``stage``: a name, what is done out of a total (bytes, chunks, starts, folds,
 replicates, iterations) and, optionally, a note (EM's log-likelihood). On a terminal it is one
 line on standard error, updated in place by tqdm (stage, done/total, elapsed, time left) and
-cleared when the step ends, redrawn at most every REDRAW seconds. Without a terminal (a pipe,
+cleared when the step ends, redrawn at most every REDRAW seconds; it is drawn when the step
+starts and its clock redrawn every TICK seconds, so a step of one long task (a chromosome's
+chunk, a first run's compilation) shows its time passing. Without a terminal (a pipe,
 a log file, CI) a line is written every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead,
 and a last one when a step that wrote one ends with a count not yet written (0: a line, or a redraw, at every update).
-``quiet`` writes nothing.
+``quiet`` writes nothing. A ``capped`` step's total is a cap it may stop before (EM's
+iterations): it shows no time left.
 
 Stages nest (a sweep's number of states, then that fit's starts): the innermost is shown,
 after its outer stages' names and counts. Code below the command line takes a plain
@@ -27,6 +30,7 @@ from typing import Iterator
 EVERY_ENV = "STREAMBHMM_PROGRESS_EVERY"
 EVERY = 5.0  # seconds between lines without a terminal
 REDRAW = 0.2  # seconds between redraws of the line on a terminal (or $STREAMBHMM_PROGRESS_EVERY if shorter)
+TICK = 1.0  # seconds between redraws of a terminal line's clock while its step has no news
 SEPARATOR = " > "
 
 _active: list["Stage"] = []  # the stages open now, outermost first
@@ -65,8 +69,9 @@ class Stage:
     """The progress of one step; ``stage(done, total=None, note=None)`` sets it,
     ``stage.advance(n)`` adds to it."""
 
-    def __init__(self, name: str, total: int | None, unit: str, unit_scale: bool, stream, terminal: bool):
-        self.name, self.total, self.unit, self.unit_scale = name, total, unit, unit_scale
+    def __init__(self, name: str, total: int | None, unit: str, unit_scale: bool, stream, terminal: bool,
+                 capped: bool = False):
+        self.name, self.total, self.unit, self.unit_scale, self.capped = name, total, unit, unit_scale, capped
         self.stream, self.terminal = stream, terminal
         self.done, self.note, self.started = 0, "", _now()
         self.logged = None  # without a terminal: (done, total, note) of the last line written
@@ -109,7 +114,8 @@ class Stage:
             self.bar = _tqdm()(total=self.total, initial=self.done, desc=self.description(), unit=self.unit or "it",
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
                                file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
-                               mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1)
+                               mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1,
+                               bar_format=BAR_CAPPED if self.capped else None)
             self.bar.start_t = self.started
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
@@ -125,9 +131,17 @@ class Stage:
         text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
                                     unit_divisor=1024 if self.unit_scale else 1000, postfix=self.note or None,
-                                    bar_format=LINE if self.total else LINE_UNKNOWN)
+                                    bar_format=LINE_CAPPED if self.capped else LINE if self.total else LINE_UNKNOWN)
         self.stream.write(text + "\n")
         self.stream.flush()
+
+    def tick(self, stopped: threading.Event) -> None:
+        """Redraw the line every TICK seconds (its elapsed time) until ``stopped``, while it is
+        the one shown."""
+        while not stopped.wait(TICK):
+            with _lock:
+                if _active and _active[-1] is self and self.bar is not None:
+                    self.bar.refresh()
 
     def hide(self) -> None:
         if self.bar is not None:
@@ -137,6 +151,8 @@ class Stage:
 
 LINE = "{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%) [{elapsed} elapsed, {remaining} left, {rate_fmt}]{postfix}"
 LINE_UNKNOWN = "{desc}: {n_fmt} [{elapsed} elapsed, {rate_fmt}]{postfix}"
+LINE_CAPPED = "{desc}: {n_fmt} of at most {total_fmt} [{elapsed} elapsed, {rate_fmt}]{postfix}"
+BAR_CAPPED = "{desc}: {n_fmt} of at most {total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
 
 
 class _Silent:
@@ -154,22 +170,28 @@ class _Silent:
 
 @contextlib.contextmanager
 def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str = "",
-          unit_scale: bool = False) -> Iterator[Stage]:
+          unit_scale: bool = False, capped: bool = False) -> Iterator[Stage]:
     """A step's progress while the block runs (see the module docstring): ``unit`` names
-    what is counted ("B" with ``unit_scale`` for bytes, shown as kB, MB...)."""
+    what is counted ("B" with ``unit_scale`` for bytes, shown as kB, MB...); ``capped``: the
+    total is a cap the step may stop before."""
     if quiet:
         yield _Silent()
         return
     stream = sys.stderr
     terminal = bool(getattr(stream, "isatty", lambda: False)())
+    stopped = threading.Event()
     with _lock:
         if _active:
             _active[-1].hide()
-        current = Stage(name, total, unit, unit_scale, stream, terminal)
+        current = Stage(name, total, unit, unit_scale, stream, terminal, capped)
         _active.append(current)
+        if terminal:
+            current._draw()
+            threading.Thread(target=current.tick, args=(stopped,), name="progress clock", daemon=True).start()
     try:
         yield current
     finally:
+        stopped.set()
         with _lock:
             current.hide()
             if current.logged not in (None, (current.done, current.total, current.note)) and not terminal:
@@ -177,6 +199,8 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
             _active.remove(current)
             if not _active:
                 _last_line[0] = 0.0
+            elif terminal:
+                _active[-1]._draw()  # the outer step's line again, its clock running
 
 
 @contextlib.contextmanager
