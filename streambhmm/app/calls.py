@@ -134,8 +134,10 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     client = opened.client
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
+    # a coarse store is the call's scratch: the progress names what it sums
+    what = f"the moments of {settings.store} in {store.bin_size} bp bins" if coarsened else None
     data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
-                        settings.quiet, 8)
+                        settings.quiet, 8, what=what)
     _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
     model = settings.model

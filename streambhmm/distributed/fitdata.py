@@ -30,11 +30,12 @@ class FitData(Grouped):
 
 
 def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False,
-                 split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False) -> FitData:
+                 split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False, what: str | None = None
+                 ) -> FitData:
     """Moments from a moment store at ``source`` (no counts are read; it has what it was
     made with, which must agree with ``spec``: Manifest.check_request) or from a counts
     store (``source`` opened, a CountsStore, or where one is: one pass on ``client`` of
-    ``spec`` resolved for the samples, with progress unless ``quiet``); with
+    ``spec`` resolved for the samples, with progress unless ``quiet``, named ``what``); with
     ``want_blocks`` also their blocks."""
     if not isinstance(source, CountsStore) and is_moment_store(source):
         manifest = read_manifest(source)
@@ -49,7 +50,7 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
     spec = spec.resolve(len(select_samples(counts, samples)))
     # the block statistics cost more than the moments on one sample: computed only when used
     graph = spec_graph(counts, spec, samples, split_every, with_blocks=want_blocks)
-    what = f"the moments of {counts.path}"
+    what = what or f"the moments of {counts.path}"
     grouping = spec.grouping(graph.samples)
     if want_blocks:
         partials = compute(client, graph.partials, quiet=quiet, what=what, unit="chunks")

@@ -17,7 +17,8 @@ _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
                             "length, score, mean level per sample).")
 _SAMPLES = click.option("--samples", default=None,
                         help="Comma-separated samples, one model shared along the genome (default: all); a region "
-                             "is called where all of them are hypomethylated (partially methylated).")
+                             "is called where every one of them is hypomethylated (hmr) or partially methylated "
+                             "(pmd).")
 _MOMENTS = click.option("--moments", "moments_path", default=None, type=STORE,
                         help="A moment store of these counts (`streambhmm moments`, at the call's bin size): the "
                              "one pass is not repeated.")

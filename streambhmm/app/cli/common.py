@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ...distributed.cluster import SCHEDULER_ENV, ClusterError
+from ...distributed.cluster import IN_PROCESS_ENV, IN_PROCESS_MAX_CELLS, SCHEDULER_ENV, ClusterError
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
@@ -92,11 +92,19 @@ class OutputParam(click.ParamType):
 OUTPUT_FILE, OUTPUT_DIR, OUTPUT_PREFIX, OUTPUT_STORE = (OutputParam(k) for k in ("file", "dir", "prefix", "store"))
 
 
-scheduler_option = click.option(
-    "--scheduler", default=None, metavar="ADDRESS",
-    help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else an embedded LocalCluster, on 127.0.0.1 with "
-         f"TLS). A computation that makes no progress for ${WAIT_ENV} seconds ({WAIT_TIMEOUT:g}) stops the "
-         f"command.")
+def _scheduler_option(default: str):
+    return click.option(
+        "--scheduler", default=None, metavar="ADDRESS",
+        help=f"Dask scheduler to use (default: ${SCHEDULER_ENV}, else {default}). A computation that makes no "
+             f"progress for ${WAIT_ENV} seconds ({WAIT_TIMEOUT:g}) stops the command.")
+
+
+_EMBEDDED = "an embedded LocalCluster on 127.0.0.1 with TLS"
+# the commands that open a counts store (distributed.cluster.store_session), and batch
+scheduler_option = _scheduler_option(
+    f"this process for a store of at most ${IN_PROCESS_ENV} bins x samples ({IN_PROCESS_MAX_CELLS:,}, counted at "
+    f"the bin size the command works on), and {_EMBEDDED} for a larger one")
+cluster_scheduler_option = _scheduler_option(_EMBEDDED)
 
 
 quiet_option = click.option("--quiet", "-q", is_flag=True,

@@ -13,7 +13,8 @@ from ...distributed.cluster import dask_client
 from ...io.progress import printed, stage
 from ...io.storage import Location
 from ...moments.features import DEFAULT_N_BINS
-from .common import NEW_STORE, bins_option, feature_options, quiet_option, read_options, scheduler_option, user_errors
+from .common import NEW_STORE, bins_option, cluster_scheduler_option, feature_options, quiet_option, read_options, \
+    scheduler_option, user_errors
 from .store import layout_options
 
 
@@ -26,7 +27,7 @@ from .store import layout_options
 @click.option("--pooled", is_flag=True, help="Pooled moment stores: states shared by a group's samples (see fit).")
 @feature_options
 @read_options
-@scheduler_option
+@cluster_scheduler_option
 @quiet_option
 @user_errors
 def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feature, projection_dim, scheduler, quiet,
