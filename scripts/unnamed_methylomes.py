@@ -109,7 +109,8 @@ SETS = {
         [("hmr", "lung"), ("pmd", "lung")]),
 }
 
-SUMMARY = re.compile(r": ([\d,]+) (?:HMRs|PMDs), median ([\d,]+) bp, ([\d.]+) Mb")
+SUMMARY = re.compile(r": ([\d,]+) (?:HMRs|PMDs|regions? \(called as HMRs: see the warning\)), median ([\d,]+) bp, "
+                     r"([\d.]+) Mb")
 
 
 def run(args: list) -> tuple[int, str, float]:

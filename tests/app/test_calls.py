@@ -251,6 +251,7 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
         assert "methylated cytosines only" in r.output
     else:
         assert "methylated cytosines only" in r.output  # a warning beside the regions
+        assert re.search(r"hmr.bed: [0-9,]+ regions? \(called as HMRs: see the warning\), median", r.output)
 
 
 @pytest.mark.parametrize("kind", ["hmr", "pmd"])
