@@ -7,7 +7,8 @@ cleared when the step ends, redrawn at most every REDRAW seconds; it is drawn wh
 starts and its clock redrawn every TICK seconds, so a step of one long task (a chromosome's
 chunk, a first run's compilation) shows its time passing. Without a terminal (a pipe,
 a log file, CI) a line is written every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (5) instead,
-and a last one when a step that wrote one ends with a count not yet written (0: a line, or a redraw, at every update).
+news or not, and a last one when a step that wrote one ends with a count not yet written (0: a line, or a
+redraw, at every update, and none between).
 ``quiet`` writes nothing. A ``capped`` step's total is a cap it may stop before (EM's
 iterations): it shows no time left.
 
@@ -36,6 +37,7 @@ SEPARATOR = " > "
 _active: list["Stage"] = []  # the stages open now, outermost first
 _lock = threading.RLock()
 _last_line = [0.0]  # when the last line was written without a terminal
+_last_written = [0.0]  # the same by the machine's clock (time.monotonic), which the ticks go by
 
 
 def _now() -> float:
@@ -73,7 +75,7 @@ class Stage:
                  capped: bool = False):
         self.name, self.total, self.unit, self.unit_scale, self.capped = name, total, unit, unit_scale, capped
         self.stream, self.terminal = stream, terminal
-        self.done, self.note, self.started = 0, "", _now()
+        self.done, self.note, self.started, self.opened = 0, "", _now(), time.monotonic()
         self.logged = None  # without a terminal: (done, total, note) of the last line written
         self.bar = None
 
@@ -127,6 +129,7 @@ class Stage:
 
     def _line(self, now: float) -> None:
         _last_line[0] = now
+        _last_written[0] = time.monotonic()
         self.logged = (self.done, self.total, self.note)
         text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
@@ -136,12 +139,18 @@ class Stage:
         self.stream.flush()
 
     def tick(self, stopped: threading.Event) -> None:
-        """Redraw the line every TICK seconds (its elapsed time) until ``stopped``, while it is
-        the one shown."""
+        """Until ``stopped``, while this step is the one shown: on a terminal, redraw its line
+        every TICK seconds (its elapsed time); elsewhere, write a line when none was written
+        for ``every()`` seconds, though the step has no news."""
         while not stopped.wait(TICK):
             with _lock:
-                if _active and _active[-1] is self and self.bar is not None:
-                    self.bar.refresh()
+                if not (_active and _active[-1] is self):
+                    continue
+                if self.terminal:
+                    if self.bar is not None:
+                        self.bar.refresh()
+                elif 0 < every() <= time.monotonic() - max(_last_written[0], _active[0].opened):
+                    self._line(_now())
 
     def hide(self) -> None:
         if self.bar is not None:
@@ -187,7 +196,7 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
         _active.append(current)
         if terminal:
             current._draw()
-            threading.Thread(target=current.tick, args=(stopped,), name="progress clock", daemon=True).start()
+        threading.Thread(target=current.tick, args=(stopped,), name="progress clock", daemon=True).start()
     try:
         yield current
     finally:

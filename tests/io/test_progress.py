@@ -101,6 +101,20 @@ def test_on_a_terminal_a_step_is_shown_from_its_start_and_its_clock_runs(monkeyp
         assert err.getvalue().rindex("\rfit:") > err.getvalue().rindex("\rfit 1/3 > regions:")
 
 
+def test_without_a_terminal_a_step_without_news_still_writes_a_line_every_few_seconds(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(progress, "TICK", 0.01)
+    monkeypatch.setenv(EVERY_ENV, "0.05")
+    with stage("moments", 1, unit="chunks"):
+        for _ in range(500):
+            if len(err.getvalue().splitlines()) >= 2:
+                break
+            threading.Event().wait(0.01)
+    lines = err.getvalue().splitlines()
+    assert len(lines) >= 2 and all(line.startswith("moments: 0/1 (0%) [") for line in lines), lines
+
+
 def test_a_capped_step_shows_no_time_left(monkeypatch):
     err = io.StringIO()
     monkeypatch.setattr(sys, "stderr", err)
