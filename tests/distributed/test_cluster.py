@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluste
 STREAMBHMM = [str(Path(sys.executable).with_name("streambhmm"))]  # the installed entry point
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "STREAMBHMM_PROGRESS_EVERY": "0"}  # a progress line per step
 ENV.pop("STREAMBHMM_SCHEDULER", None)
-EM_ITERATION = re.compile(r"EM from random start 1 of \d: (\d+)/")  # the progress line after an iteration
+EM_ITERATION = re.compile(r"EM from random start 1 of \d: (\d+) of at most ")  # the progress line after an iteration
 BINS = ("--bins", "8")  # a small Beta map keeps partials small
 
 
