@@ -119,6 +119,9 @@ class Stage:
                                mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1,
                                bar_format=BAR_CAPPED if self.capped else None)
             self.bar.start_t = self.started
+            if self.note:
+                self.bar.set_postfix_str(self.note, refresh=False)
+            self.bar.refresh()  # tqdm drew it when made, before its start and note were set
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
         if self.total != bar.total:
@@ -141,8 +144,9 @@ class Stage:
     def tick(self, stopped: threading.Event) -> None:
         """Until ``stopped``, while this step is the one shown: on a terminal, redraw its line
         every TICK seconds (its elapsed time); elsewhere, write a line when none was written
-        for ``every()`` seconds, though the step has no news."""
-        while not stopped.wait(TICK):
+        for ``every()`` seconds, though the step has no news (looked at every TICK seconds, or
+        every ``every()`` when shorter)."""
+        while not stopped.wait(TICK if self.terminal else min(TICK, every() or TICK)):
             with _lock:
                 if not (_active and _active[-1] is self):
                     continue

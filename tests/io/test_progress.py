@@ -9,6 +9,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,20 +86,23 @@ def test_on_a_terminal_one_line_updated_in_place_and_cleared(monkeypatch):
 def test_on_a_terminal_a_step_is_shown_from_its_start_and_its_clock_runs(monkeypatch):
     """A step of one long task (one chunk) gets no update until it ends: its line is drawn
     when it starts, and redrawn every TICK seconds meanwhile; an outer step's line comes back
-    when the inner one ends."""
+    when the inner one ends, with its clock and note (the outer step began 65 s ago)."""
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
     monkeypatch.setattr(progress, "TICK", 0.01)
-    with stage("fit", 3, unit="models"):
+    monkeypatch.setattr(progress, "_now", lambda: time.time() - 65)  # tqdm's clock, 65 s back
+    with stage("fit", 3, unit="models") as outer:
+        outer(0, note="M = 2")
         with stage("regions", 1, unit="chunks"):
-            assert "\rfit 1/3 > regions:" in err.getvalue()  # before any update
-            drawn = err.getvalue().count("\rfit 1/3 > regions:")
+            assert "\rfit 1/3 (M = 2) > regions:" in err.getvalue()  # before any update
+            drawn = err.getvalue().count("\rfit 1/3 (M = 2) > regions:")
             for _ in range(500):
-                if err.getvalue().count("\rfit 1/3 > regions:") >= drawn + 3:
+                if err.getvalue().count("\rfit 1/3 (M = 2) > regions:") >= drawn + 3:
                     break
                 threading.Event().wait(0.01)
-            assert err.getvalue().count("\rfit 1/3 > regions:") >= drawn + 3
-        assert err.getvalue().rindex("\rfit:") > err.getvalue().rindex("\rfit 1/3 > regions:")
+            assert err.getvalue().count("\rfit 1/3 (M = 2) > regions:") >= drawn + 3
+        assert err.getvalue().rindex("\rfit:") > err.getvalue().rindex("\rfit 1/3 (M = 2) > regions:")
+        assert re.search(r"\[01:0\d<.*M = 2\]$", err.getvalue().split("\r")[-1]), err.getvalue().split("\r")[-1]
 
 
 def test_without_a_terminal_a_step_without_news_still_writes_a_line_every_few_seconds(monkeypatch):
