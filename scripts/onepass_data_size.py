@@ -3,7 +3,7 @@ set of real_data_fits.py, whose training half holds only 4,252 bins, is the one 
 where the beta-binomial one-pass fit misses 1% of EM).
 
     python scripts/onepass_data_size.py [--datasets h1-imr90,methylseekr,arabidopsis] [--bins 4252,17000]
-                                        [--windows 5] [--states 4] [--searches 8:2,32:4]
+                                        [--windows 5] [--states 4] [--searches 8:2,32:4] [--optima 24]
 
 For each data set, real_data_fits.py's split (20 blocks of covered bins: even blocks train,
 odd blocks test). The training half is cut down to N bins: from each of its 10 blocks a run
@@ -23,6 +23,13 @@ larger N are skipped.
 And whether the search stops short: on the whole training half, the one-pass fit with each
 --searches setting (random starts : starts finished; the default is 8:2), its criterion
 (lower is better: the fit keeps its lowest) and its held-out gap to EM.
+
+With --optima N (A. thaliana only, by default), the optima themselves: the refinement from
+the quantile start and from N random starts, each alone to convergence, the distinct optima
+listed by criterion, each with the histogram terms' value at it (the likelihood of single
+bins and adjacent pairs, EM's composite likelihood: the criterion without its feature,
+tensor and coverage terms) and its held-out gap to EM; then the gap of the optimum with the
+lowest criterion (the fit's choice) against that with the lowest histogram terms.
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ import real_data_fits as rdf  # noqa: E402
 
 from streambhmm import SpectralBinomialHMM, compute_moments  # noqa: E402
 from streambhmm.learn.checks import DegenerateModelWarning  # noqa: E402
+from streambhmm.learn.criterion import Weights, objective_for  # noqa: E402
+from streambhmm.learn.refine import quantile_levels, refine, sticky_start  # noqa: E402
 
 
 def window(train, n_bins: int, rng) -> tuple:
@@ -79,6 +88,33 @@ def searched(train, test, m: int, seed: int, em: float, n_random: int, n_finishe
     return f"criterion {est.loss_:.6f}, held-out {value:.4f}, gap {100 * (value - em) / abs(em):+.2f}%"
 
 
+def optima(train, test, m: int, seed: int, em: float, n_random: int) -> None:
+    """Print the distinct optima of the refinement's starts (see the module docstring)."""
+    moments = compute_moments(*train, n_bins=30)
+    criterion = objective_for(moments, Weights(), "betabinomial")
+    histograms = objective_for(moments, Weights(feature_pairs=0.0, feature_triples=0.0, coverage=0.0),
+                               "betabinomial")
+    rng = np.random.default_rng(seed)
+    starts = [("quantiles", quantile_levels(moments, m), 0.9 * np.eye(m) + 0.1 / m)]
+    starts += [(f"random{i}", *sticky_start(m, moments.n_samples, rng)) for i in range(n_random)]
+    found = []
+    for start in starts:
+        r = refine(criterion, [start], keep=1)
+        if any(abs(r.loss - other[0]) < 1e-6 for other in found):
+            continue
+        value = rdf.score(dict(levels=r.methylation, transmat=r.transmat, startprob=r.startprob,
+                               dispersion=r.dispersion), test, m)
+        found.append((r.loss, histograms(histograms.pack(r.methylation, r.transmat, None, r.dispersion), m)[0],
+                      100 * (value - em) / abs(em), start[0]))
+    found.sort()
+    print(f"  {len(found)} distinct optima of {len(starts)} starts (criterion, histogram terms, held-out gap):")
+    for loss, composite, gap_percent, label in found:
+        print(f"    {label:>10}  {loss:.6f}  {composite:.6f}  {gap_percent:+.2f}%")
+    best_composite = min(found, key=lambda row: row[1])
+    print(f"  lowest criterion: gap {found[0][2]:+.2f}%; lowest histogram terms ({best_composite[3]}, criterion "
+          f"{best_composite[0]:.6f}): gap {best_composite[2]:+.2f}%", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="h1-imr90,methylseekr,arabidopsis")
@@ -87,6 +123,8 @@ def main():
     parser.add_argument("--states", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--searches", default="8:2,32:4", help="random starts:finished starts, comma-separated")
+    parser.add_argument("--optima", type=int, default=24, help="random starts whose optima are listed (0: none)")
+    parser.add_argument("--optima-datasets", default="arabidopsis")
     args = parser.parse_args()
     rdf.EMISSION = "betabinomial"
     m = args.states
@@ -104,6 +142,8 @@ def main():
             n_random, n_finished = (int(v) for v in setting.split(":"))
             print(f"  all training bins, {n_random} random starts, {n_finished} finished: "
                   f"{searched(train, test, m, args.seed, em, n_random, n_finished)}", flush=True)
+        if args.optima and name in args.optima_datasets.split(","):
+            optima(train, test, m, args.seed, em, args.optima)
         rng = np.random.default_rng(args.seed)
         for n_bins in (int(v) for v in args.bins.split(",")):
             if n_bins >= train[0].shape[0]:
