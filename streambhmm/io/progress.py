@@ -187,10 +187,10 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
     """A step's progress while the block runs (see the module docstring): ``unit`` names
     what is counted ("B" with ``unit_scale`` for bytes, shown as kB, MB...); ``capped``: the
     total is a cap the step may stop before."""
-    if quiet:
+    stream = sys.stderr
+    if quiet or stream is None:  # None: standard error closed (2>&-), nowhere to show it
         yield _Silent()
         return
-    stream = sys.stderr
     terminal = bool(getattr(stream, "isatty", lambda: False)())
     stopped = threading.Event()
     with _lock:

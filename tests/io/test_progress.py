@@ -67,6 +67,15 @@ def test_quiet_writes_nothing_on_a_terminal(monkeypatch):
     assert err.getvalue() == ""
 
 
+def test_with_standard_error_closed_a_step_shows_nothing_and_fails_nothing(monkeypatch):
+    monkeypatch.setattr(sys, "stderr", None)  # what Python sets for 2>&-
+    monkeypatch.setenv(EVERY_ENV, "0")  # a line at every update, were there somewhere to write it
+    with stage("EM", 10, unit="iterations", capped=True) as shown:
+        shown(3, note="loglik -5")
+        shown.advance()
+        assert shown.done == 4
+
+
 def test_on_a_terminal_one_line_updated_in_place_and_cleared(monkeypatch):
     err = Terminal()
     monkeypatch.setattr(sys, "stderr", err)
