@@ -24,9 +24,9 @@ And whether the search stops short: on the whole training half, the one-pass fit
 --searches setting (random starts : starts finished; the default is 8:2), its criterion
 (lower is better: the fit keeps its lowest) and its held-out gap to EM.
 
-With --optima N (A. thaliana only, by default), the optima themselves: the refinement from
-the quantile start and from N random starts, each alone to convergence, the distinct optima
-listed by criterion, each with the histogram terms' value at it (the likelihood of single
+With --optima N (A. thaliana only, by default), where the starts end: the refinement from
+the quantile start and from N random starts, each alone to convergence, the ends (repeats
+within 1e-6 of criterion dropped) listed by criterion, each with the histogram terms' value at it (the likelihood of single
 bins and adjacent pairs, EM's composite likelihood: the criterion without its feature,
 tensor and coverage terms) and its held-out gap to EM; then the gap of the optimum with the
 lowest criterion (the fit's choice) against that with the lowest histogram terms.
@@ -67,30 +67,33 @@ def window(train, n_bins: int, rng) -> tuple:
             np.full(len(runs), per))
 
 
-def gap(train, test, m: int, seed: int) -> tuple[float, float, float]:
-    """(refined, EM, gap %) held-out log-likelihood per test bin."""
-    results = rdf.fit_all(m, train, compute_moments(*train, n_bins=30), seed)
+def gap(train, test, m: int, seed: int, moments=None) -> tuple[float, float, float]:
+    """(refined, EM, gap %) held-out log-likelihood per test bin (``moments``: of ``train``, when at hand)."""
+    results = rdf.fit_all(m, train, compute_moments(*train, n_bins=30) if moments is None else moments, seed)
     refined, em = rdf.score(results["refined"], test, m), rdf.score(results["EM"], test, m)
     return refined, em, 100 * (refined - em) / abs(em)
 
 
-def searched(train, test, m: int, seed: int, em: float, n_random: int, n_finished: int) -> str:
+def held_out(test, m: int, em: float, levels, transmat, startprob, dispersion) -> tuple[float, float]:
+    """(held-out log-likelihood per test bin, its gap to EM's ``em`` in percent) of a beta-binomial model."""
+    value = rdf.score(dict(levels=levels, transmat=transmat, startprob=startprob, dispersion=dispersion), test, m)
+    return value, 100 * (value - em) / abs(em)
+
+
+def searched(moments, test, m: int, seed: int, em: float, n_random: int, n_finished: int) -> str:
     """The one-pass fit with n_random random starts, n_finished of them finished: its
     criterion and held-out gap to EM (``em``, per test bin)."""
-    moments = compute_moments(*train, n_bins=30)
     est = SpectralBinomialHMM(m, random_state=seed, allow_degenerate=True, emission="betabinomial",
                               n_random_starts=n_random, n_finished=n_finished)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DegenerateModelWarning)
         est.fit_moments(moments)
-    value = rdf.score(dict(levels=est.methylation_, transmat=est.transmat_, startprob=est.startprob_,
-                           dispersion=est.dispersion_), test, m)
-    return f"criterion {est.loss_:.6f}, held-out {value:.4f}, gap {100 * (value - em) / abs(em):+.2f}%"
+    value, gap_percent = held_out(test, m, em, est.methylation_, est.transmat_, est.startprob_, est.dispersion_)
+    return f"criterion {est.loss_:.6f}, held-out {value:.4f}, gap {gap_percent:+.2f}%"
 
 
-def optima(train, test, m: int, seed: int, em: float, n_random: int) -> None:
-    """Print the distinct optima of the refinement's starts (see the module docstring)."""
-    moments = compute_moments(*train, n_bins=30)
+def optima(moments, test, m: int, seed: int, em: float, n_random: int) -> None:
+    """Print where the refinement's starts end (see the module docstring)."""
     criterion = objective_for(moments, Weights(), "betabinomial")
     histograms = objective_for(moments, Weights(feature_pairs=0.0, feature_triples=0.0, coverage=0.0),
                                "betabinomial")
@@ -102,12 +105,11 @@ def optima(train, test, m: int, seed: int, em: float, n_random: int) -> None:
         r = refine(criterion, [start], keep=1)
         if any(abs(r.loss - other[0]) < 1e-6 for other in found):
             continue
-        value = rdf.score(dict(levels=r.methylation, transmat=r.transmat, startprob=r.startprob,
-                               dispersion=r.dispersion), test, m)
         found.append((r.loss, histograms(histograms.pack(r.methylation, r.transmat, None, r.dispersion), m)[0],
-                      100 * (value - em) / abs(em), start[0]))
+                      held_out(test, m, em, r.methylation, r.transmat, r.startprob, r.dispersion)[1], start[0]))
     found.sort()
-    print(f"  {len(found)} distinct optima of {len(starts)} starts (criterion, histogram terms, held-out gap):")
+    print(f"  {len(found)} ends of {len(starts)} starts, repeats within 1e-6 dropped (criterion, histogram terms, "
+          f"held-out gap):")
     for loss, composite, gap_percent, label in found:
         print(f"    {label:>10}  {loss:.6f}  {composite:.6f}  {gap_percent:+.2f}%")
     best_composite = min(found, key=lambda row: row[1])
@@ -135,15 +137,16 @@ def main():
         title = rdf.DATASETS[name]["title"]
         print(f"\n=== {title}: {train[0].shape[0]:,} training bins, {test[0].shape[0]:,} test bins, "
               f"{train[0].shape[1]} sample(s), M = {m} ===", flush=True)
-        refined, em, whole = gap(train, test, m, args.seed)
+        moments = compute_moments(*train, n_bins=30)  # of the whole training half: its fits below share them
+        refined, em, whole = gap(train, test, m, args.seed, moments)
         print(f"  all {train[0].shape[0]:,} training bins: refined {refined:.4f}, EM {em:.4f}, gap {whole:+.2f}%",
               flush=True)
         for setting in args.searches.split(","):
             n_random, n_finished = (int(v) for v in setting.split(":"))
             print(f"  all training bins, {n_random} random starts, {n_finished} finished: "
-                  f"{searched(train, test, m, args.seed, em, n_random, n_finished)}", flush=True)
+                  f"{searched(moments, test, m, args.seed, em, n_random, n_finished)}", flush=True)
         if args.optima and name in args.optima_datasets.split(","):
-            optima(train, test, m, args.seed, em, args.optima)
+            optima(moments, test, m, args.seed, em, args.optima)
         rng = np.random.default_rng(args.seed)
         for n_bins in (int(v) for v in args.bins.split(",")):
             if n_bins >= train[0].shape[0]:

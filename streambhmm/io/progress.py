@@ -112,16 +112,14 @@ class Stage:
             self._line(now)
 
     def _draw(self) -> None:
-        if self.bar is None:
+        made = self.bar is None
+        if made:
             self.bar = _tqdm()(total=self.total, initial=self.done, desc=self.description(), unit=self.unit or "it",
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
                                file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
                                mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1,
                                bar_format=BAR_CAPPED if self.capped else None)
             self.bar.start_t = self.started
-            if self.note:
-                self.bar.set_postfix_str(self.note, refresh=False)
-            self.bar.refresh()  # tqdm drew it when made, before its start and note were set
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
         if self.total != bar.total:
@@ -129,6 +127,8 @@ class Stage:
         if self.note:
             bar.set_postfix_str(self.note, refresh=False)
         bar.update(self.done - bar.n)
+        if made:
+            bar.refresh()  # tqdm drew it when made, before its start and note were set
 
     def _line(self, now: float) -> None:
         _last_line[0] = now
