@@ -3,7 +3,8 @@
 # checkout's HEAD in a fresh directory, with ../shared beside it; the README's install-and-demo
 # command (a fresh virtual environment); then the README's tutorial block, read from the README
 # itself so the two cannot drift, run by bash with -e. Prints each command's wall seconds and
-# the totals, and checks that the files the tutorial promises exist.
+# the totals, and checks that the files the tutorial promises exist. Then runs the tutorial's
+# `pmd` once more (into another BED), its kernels compiled by then, and prints its timing line.
 #
 #     scripts/first_hour.sh [WORKDIR]        (default: a new temporary directory)
 set -euo pipefail
@@ -71,3 +72,9 @@ done
 [ "$missing" = 0 ]
 echo "== total: $(elapsed "$t0" "$t3") s (install and demo $(elapsed "$t0" "$t1") s, tutorial $(elapsed "$t2" "$t3") s)"
 echo "   outputs in $DIR"
+
+PMD=$(grep -m1 '^streambhmm pmd .*--output imr90.pmd.bed' <<< "$TUTORIAL") \
+    || { echo "the tutorial's pmd command is missing" >&2; exit 1; }
+echo "== the tutorial's pmd again: ${PMD/imr90.pmd.bed/again.pmd.bed}"
+(cd "$DIR" && . "$WORK/streambhmm/.venv/bin/activate" && ${PMD/imr90.pmd.bed/again.pmd.bed} -q) | tail -1 \
+    | sed 's/^/   /'
