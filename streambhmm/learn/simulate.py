@@ -67,7 +67,7 @@ def paper_model(random_state=None, n_components: int = 4, self_transition: float
     return Model(methylation=p[:, None], transmat=column_stochastic.T.copy(), startprob=start / start.sum())
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _markov_chain(cum_start, cum_trans, lengths, uniforms):
     states = np.empty(uniforms.size, np.int64)
     offset = 0

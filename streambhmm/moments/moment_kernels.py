@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def triple_starts(lengths):
     """First-bin index of every triple that lies inside one sequence."""
     total = 0
@@ -44,7 +44,7 @@ def triple_starts(lengths):
     return starts
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def stable_sort_by(items, keys, n_keys):
     """Stable counting sort of ``items`` by ``keys[items]``."""
     counts = np.zeros(n_keys + 1, np.int64)
@@ -63,7 +63,7 @@ def stable_sort_by(items, keys, n_keys):
 GROUP_BLOCK = 128  # k3 groups per GEMM: bounds the buffer at GROUP_BLOCK x (S*D*D + S*D + D + 2)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
                        p12, p13, p23, p123, b_meth, b_cov, inv_cov, block=GROUP_BLOCK):
     """Add the sums over the triples starting at ``starts`` to the output arrays (in place).
@@ -104,7 +104,7 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
             _scatter_pair(pair, s2, s3, dim, sd, p12, p13, p23, p123, b_meth, b_cov)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _gather_sorted(codes, order, k2_of, k3_of):
     """The codes of the triples in ``order``, contiguous: the group sums then read memory in
     sequence (independent gathers here overlap; dependent ones there would wait)."""
@@ -120,7 +120,7 @@ def _gather_sorted(codes, order, k2_of, k3_of):
     return k1s, k2s, k3s
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, row, run_sum, inv_cov, s2, first_s3):
     """Sum the k3 group starting at sorted triple ``i`` into ``row`` (overwritten); returns
     where the next group starts. Row layout: acc (SD x D, sum of phi(x_t) (x) phi_k2,
@@ -161,7 +161,7 @@ def _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, row, run_sum, inv_c
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _scatter_pair(pair, s2, s3, dim, sd, p12, p13, p23, p123, b_meth, b_cov):
     """Add one (s2, s3)'s rows^T phis (pair, see accumulate_triples) to the outputs' blocks."""
     o2 = s2 * dim
@@ -184,7 +184,7 @@ def _scatter_pair(pair, s2, s3, dim, sd, p12, p13, p23, p123, b_meth, b_cov):
         b_cov[s2, o3 + d] += pair[base + sd + dim + 1, d]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def feature_sq_norm_13(codes, starts, sq_norm):
     """sum over triples of |phi(x_t)|^2 |phi(x_t+2)|^2 (sq_norm[k] = |table[k]|^2)."""
     total = 0.0
@@ -199,7 +199,7 @@ def feature_sq_norm_13(codes, starts, sq_norm):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, strides, hist):
     """hist[cell] += count * prod_g weight_g over every combination of the thinned cells of
     each tuple's codes (see features.Thinning). tuple_codes (T, G); strides (G,) flatten the
@@ -248,7 +248,7 @@ def accumulate_histogram(tuple_codes, tuple_counts, base, row, rows, lo, hi, str
                 break
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def thinned_outer_rows(tuple_codes, tuple_counts, row, rows, first_slot, n_slots, out):
     """Row i of ``out``: the outer product (Khatri-Rao, row-major) of the thinned weights
     rows[row[code]] of slots first_slot .. first_slot + n_slots - 1 of tuple i, times
@@ -267,7 +267,7 @@ def thinned_outer_rows(tuple_codes, tuple_counts, row, rows, first_slot, n_slots
             size *= width
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def add_coverage_features(codes, starts, bucket_of_code, table, out):
     """out[s, bucket of bin t+1's pair in s] += table[bin t+2's code in s] for every triple
     start t (codes (n, S), out (S, buckets, D)): per triple, not per code, so a few triples

@@ -80,7 +80,7 @@ def _thinned(mu: int, c: int, cap: int) -> np.ndarray:
     return dist
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grouped_triples(codes, starts, table, pair_cov, pair_meth,
                        p12, p13, p23, p123, b_meth, b_cov, inv_cov):
     """The previous moment_kernels.accumulate_triples (one rank-one update of p123 per k3 group):
