@@ -2,22 +2,29 @@
 and the loop that maps a function of each chunk's posteriors over a store on Dask.
 
 The chains are sequential within a chromosome (chromosomes run in parallel); the tasks
-that use both messages of a chunk are independent. Every task holds one chunk, so memory
+that use both messages of a chunk are independent. Every task holds one chunk, and the
+results wait to be read in order for a bounded number of chunks (RESULTS_AHEAD), so memory
 stays bounded."""
 
 from __future__ import annotations
 
+import collections
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import dask
 
 from ..io.store import ChunkRef, CountsStore
-from ..io.tasks import Waiter
+from ..io.tasks import Waiter, task_threads
 from ..moments.pipeline import plan_chunks
 from ..moments.spec import Grouping
 from .chunks import backward_task, forward_task, posterior_task
 from .messages import Params
+
+# chunks whose results may wait to be read, per thread of the cluster, beyond the chromosome
+# being read: whole chromosomes are started while fewer wait (their chains are computed once)
+RESULTS_AHEAD = 2
 
 
 def sequences(store: CountsStore, grouping: Grouping, chromosomes=None) -> list[list[ChunkRef]]:
@@ -74,14 +81,25 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
     """(chunk, ``on_chunk(posteriors, ChunkData, *args)``) of every chunk of the store, in
     order (chromosome by chromosome, in the store's order or that of ``chromosomes``, along
     each), the samples jointly: one Dask task per chunk on ``client``, between the chunk's
-    exact messages. Each result is released once yielded; ``progress(done, total)`` follows
-    each; a wait is bounded (io.tasks.Waiter, ``what`` naming the computation)."""
+    exact messages. A chromosome's tasks are computed together, and the next chromosomes
+    start while fewer than RESULTS_AHEAD chunks per thread wait to be read: the results
+    held at once do not grow with the genome. Each result is released once yielded;
+    ``progress(done, total)`` follows each; a wait is bounded (io.tasks.Waiter, ``what``
+    naming the computation)."""
     graph = message_graph(store, samples, params, chromosomes, verify=False)
-    tasks = [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params, on_chunk, *args)
-             for c in graph]
-    futures = client.compute(tasks)
-    waiter = Waiter(client, futures, what)
-    for done, (chunk, future) in enumerate(zip(graph, futures), 1):
+    by_chromosome = (list(chunks) for _, chunks in itertools.groupby(graph, key=lambda chunk: chunk.chrom))
+    ahead = RESULTS_AHEAD * task_threads(client)
+    waiting = collections.deque()  # (chunk, future, its computation's Waiter), in order
+    for done in range(1, len(graph) + 1):
+        while not waiting or len(waiting) < ahead:
+            chunks = next(by_chromosome, None)
+            if chunks is None:
+                break
+            futures = client.compute([dask.delayed(posterior_task, pure=True)(
+                c.forward_in, c.backward_in, c.ref, params, on_chunk, *args) for c in chunks])
+            waiter = Waiter(client, futures, what)
+            waiting.extend((chunk, future, waiter) for chunk, future in zip(chunks, futures))
+        chunk, future, waiter = waiting.popleft()
         result = waiter.result(future)
         future.release()
         yield chunk.ref, result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from .limits import WAIT_ENV, WAIT_TIMEOUT, wait_timeout  # noqa: F401 - also read from here
 
@@ -182,12 +183,14 @@ class InProcessClient:
     future as its task finishes, and released by the future (LocalFuture.release). Leaving
     the context waits until the computations started are done; leaving it on an error
     (Ctrl-C, SIGTERM, a failed step) first stops them from starting more tasks, so it waits
-    for the tasks running, not for the whole pass."""
+    for the tasks running, not for the whole pass. Computations running side by side share
+    one pool of ``threads`` threads, as a cluster's share its workers."""
 
     status = "running"
 
     def __init__(self, threads: int):
         self.threads = threads
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="streambhmm-task")
         self._running: list[threading.Thread] = []
         self._computed: set = set()  # the keys of the tasks computed so far (progress counts them)
         self._stopping = threading.Event()
@@ -216,7 +219,7 @@ class InProcessClient:
         def run():
             try:
                 # the scheduler itself, not its name: a name makes Dask import distributed to look for a client
-                dask.compute(*deliveries, scheduler=dask.threaded.get, num_workers=self.threads,
+                dask.compute(*deliveries, scheduler=dask.threaded.get, pool=self._pool,
                              callbacks=[(None, None, starting, computed, None)])
             except BaseException as exc:  # noqa: BLE001 - handed to the futures, raised where they are read
                 for future in futures:
@@ -235,4 +238,12 @@ class InProcessClient:
             self._stopping.set()
         for thread in self._running:
             thread.join()
+        self._pool.shutdown()
         self.status = "closed"
+
+
+def task_threads(client) -> int:
+    """How many tasks ``client`` runs at once: its threads, or its workers' (at least 1)."""
+    if isinstance(client, InProcessClient):
+        return client.threads
+    return max(1, sum(client.nthreads().values()))

@@ -1,5 +1,8 @@
 """InProcessClient: Dask graphs run in this process, with the futures the commands read."""
 
+import threading
+import time
+
 import dask
 import pytest
 
@@ -29,6 +32,31 @@ def test_in_process_futures_hold_the_graphs_results_by_key():
         single.release()
         assert single.result() is None  # the value is dropped once the caller has it
     assert client.status == "closed"
+
+
+class Running:
+    """How many tasks run at once, at most."""
+
+    def __init__(self):
+        self.lock, self.now, self.most = threading.Lock(), 0, 0
+
+    def task(self, x):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(0.02)  # long enough for the other computation's tasks to overlap
+        with self.lock:
+            self.now -= 1
+        return x
+
+
+def test_computations_side_by_side_share_the_clients_threads():
+    running = Running()
+    with InProcessClient(2) as client:
+        batches = [client.compute([dask.delayed(running.task, pure=False)(i) for i in range(8)]) for _ in range(3)]
+        for futures in batches:
+            assert [Waiter(client, futures, "the tasks").result(f) for f in futures] == list(range(8))
+    assert running.most == 2  # 6 with a pool of two threads per computation
 
 
 def test_a_failing_task_raises_its_error_where_its_result_is_read():

@@ -1,0 +1,43 @@
+"""The posterior pass over a store (distributed.chains.map_posteriors): results in order, and
+no more of them held at once than a few chromosomes' worth, whatever the genome."""
+
+import numpy as np
+
+from streambhmm.distributed.chains import RESULTS_AHEAD, map_posteriors
+from streambhmm.distributed.messages import Params
+from streambhmm.io.tasks import InProcessClient
+from streambhmm.learn.hmm import BinomialHMM
+from streambhmm.testing import write_store
+
+
+class CountingClient(InProcessClient):
+    """An InProcessClient that counts the tasks it was given."""
+
+    submitted = 0
+
+    def compute(self, collections):
+        self.submitted += len(collections)
+        return super().compute(collections)
+
+
+def chunk_bins(posteriors, data):
+    return posteriors.shape[0]
+
+
+def test_the_posterior_pass_holds_a_bounded_number_of_results(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300  # bins per chromosome: 3 chunks of 100
+    chromosomes = {f"chr{k}": (np.arange(n), rng.binomial(10, 0.5, (n, 1)), np.full((n, 1), 10)) for k in range(12)}
+    store = write_store(tmp_path / "s.zarr", chromosomes, ["A"], chunk_size=100)
+    hmm = BinomialHMM(2).start_from(np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.1, 0.9]]), np.array([[0.2], [0.8]]))
+    with CountingClient(1) as client:
+        waiting, order = [], []
+        for done, (ref, bins) in enumerate(map_posteriors(store, ["A"], Params.of(hmm), client, chunk_bins), 1):
+            waiting.append(client.submitted - done + 1)  # given to the client and not yet read, this one included
+            order.append((ref.chrom, ref.start))
+            assert bins == 100
+    assert order == [(f"chr{k}", start) for k in range(12) for start in (0, 100, 200)]
+    # whole chromosomes start while fewer than RESULTS_AHEAD (2) per thread wait: at most one
+    # chromosome (3 chunks) beyond that; all 36 at once before
+    assert RESULTS_AHEAD == 2 and max(waiting) <= 4
+    assert client.submitted == 36
