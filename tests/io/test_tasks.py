@@ -56,7 +56,7 @@ def test_computations_side_by_side_share_the_clients_threads():
         batches = [client.compute([dask.delayed(running.task, pure=False)(i) for i in range(8)]) for _ in range(3)]
         for futures in batches:
             assert [Waiter(client, futures, "the tasks").result(f) for f in futures] == list(range(8))
-    assert running.most == 2  # 6 with a pool of two threads per computation
+    assert running.most <= 2  # 6 with a pool of two threads per computation
 
 
 def test_a_failing_task_raises_its_error_where_its_result_is_read():
