@@ -91,7 +91,7 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
     ahead = RESULTS_AHEAD * task_threads(client)
     waiting = collections.deque()  # (chunk, future, its computation's Waiter), in order
     for done in range(1, len(graph) + 1):
-        while not waiting or len(waiting) < ahead:
+        while len(waiting) < ahead:  # ahead >= 2: an empty queue always takes the next chromosome
             chunks = next(by_chromosome, None)
             if chunks is None:
                 break

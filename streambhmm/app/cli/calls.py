@@ -47,9 +47,9 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         click.echo(f"warning: {warning}", err=True)
     median = np.median(outcome.lengths) if outcome.n else 0
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
-    called = f"{kind.upper()}{'' if outcome.n == 1 else 's'}"
-    if warning:  # the summary does not call them what the warning says they are not
-        called = f"region{'' if outcome.n == 1 else 's'} (called as {kind.upper()}s: see the warning)"
+    plural = "" if outcome.n == 1 else "s"
+    # the summary does not call them what the warning says they are not
+    called = f"region{plural} (called as {kind.upper()}s: see the warning)" if warning else f"{kind.upper()}{plural}"
     click.echo(f"{output}: {outcome.n:,} {called}, median {median:,.0f} bp, "
                f"{outcome.lengths.sum() / 1e6:.2f} Mb in all, on {outcome.bin_size} bp bins "
                f"({time.perf_counter() - start:.1f} s: {steps})")
