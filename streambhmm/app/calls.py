@@ -154,7 +154,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         echo(f"EM: at most {settings.polish_em} iterations")
         with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations",
                    capped=True) as progress:
-            fit_store_em(store, hmm, None if opened.in_process else client, samples, settings.polish_em,
+            fit_store_em(store, hmm, opened.em_client, samples, settings.polish_em,
                          rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)

@@ -215,7 +215,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     hmm = start_model(summary.quantiles(settings.background_states), groups,
                       summary.quantiles(settings.candidate_levels))
     with stage("dmr: EM", settings.em_iter, quiet=quiet, unit="iterations", capped=True) as shown:
-        hmm, history = fit_on_store(store, samples, hmm, None if opened.in_process else client, settings,
+        hmm, history = fit_on_store(store, samples, hmm, opened.em_client, settings,
                                     report=em_progress(shown))
     seconds["EM"] = time.perf_counter() - start
 

@@ -246,7 +246,7 @@ def _fit_model(m: int, settings: FitSettings, data: FitData | None, opened: Open
         t = time.perf_counter()
         with stage(f"EM from {label}", settings.em_iter, quiet=settings.quiet, unit="iterations",
                    capped=True) as shown:
-            result = fit_store_em(counts, hmm, None if opened.in_process else opened.client, grouping,
+            result = fit_store_em(counts, hmm, opened.em_client, grouping,
                                   settings.em_iter, settings.em_tol, settings.split_every, report=em_progress(shown),
                                   check=False)
         gain = result.history[-1] - result.history[-2] if len(result.history) > 1 else float("nan")

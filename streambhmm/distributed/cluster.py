@@ -1,12 +1,15 @@
 """Where the Dask work runs: an existing scheduler, or an embedded LocalCluster; and
 store_session, which opens a counts store for a command (its lock, and where the work runs).
 
-The embedded cluster runs worker processes, one per core, unless the counts store is small
-(at most IN_PROCESS_MAX_CELLS bins x samples, $STREAMBHMM_IN_PROCESS_MAX to change; for `pmd`,
-which works on 5 kb sums of the bins, the bins of those): then
-Dask's threaded scheduler runs the same tasks in this process, a thread per core
-(io.tasks.InProcessClient), with no scheduler, worker or server to start (nor distributed to
-import: 0.5-1 s of a command on a chromosome). The tasks, and so the results, are the same.
+Without a scheduler, Dask's threaded scheduler runs a command's tasks in this process, a
+thread per core (io.tasks.InProcessClient), with no scheduler, worker or server to start (nor
+distributed to import: 0.5-1 s of a command on a chromosome); the tasks, and so the results,
+are those of a cluster. A task holds a chunk, so the threads hold what worker processes would,
+whatever the store's size. EM is the exception: its in-process E-step keeps every chunk's
+counts and emissions for the next iteration (distributed.em.LocalEStep), so a command that
+runs EM on a store of more than IN_PROCESS_MAX_CELLS bins x samples ($STREAMBHMM_IN_PROCESS_MAX
+to change; 0 sends every command there) runs on an embedded cluster of worker processes, one
+per core, reading the chunks again in each iteration.
 
 The embedded cluster of worker processes listens on 127.0.0.1, and only with TLS: a
 self-signed certificate made for the run, kept in memory, is the credential every
@@ -91,6 +94,16 @@ def in_process_limit() -> int:
         return int(value) if value else IN_PROCESS_MAX_CELLS
     except ValueError:
         raise ValueError(f"${IN_PROCESS_ENV} must be an integer (bins x samples), got {value!r:.100}") from None
+
+
+def runs_in_process(store, bin_size: int | None = None, keeps_counts: bool = False) -> bool:
+    """Whether a command's work on a counts store (a CountsStore, or where one is) runs in
+    this process, given no scheduler: always, unless $STREAMBHMM_IN_PROCESS_MAX is 0, for work
+    that holds a chunk per task (moments, posterior passes: on a two-sample genome `hmr` took
+    29.3 s and 801 MiB here against 35.1 s and 1,458 MiB on two worker processes); for work that
+    ``keeps_counts`` (EM), only on a small store (is_small, which a limit of 0 leaves to a path
+    that is not a readable counts store: refused here, without starting a cluster to say so)."""
+    return is_small(store, bin_size) if keeps_counts or in_process_limit() == 0 else True
 
 
 def is_small(store, bin_size: int | None = None) -> bool:
@@ -235,10 +248,18 @@ class OpenedStore:
     """A counts store opened for a command (store_session): where its work runs, and the
     store itself, read under the lock on first use."""
 
-    def __init__(self, path, client, in_process: bool):
+    def __init__(self, path, client, in_process: bool, keeps_counts: bool = False):
         self.path = path
         self.client = client  # a distributed Client, an InProcessClient, or None: no Dask work
-        self.in_process = in_process  # small, and no scheduler given: the work runs in this process
+        self.in_process = in_process  # no scheduler given: the work runs in this process
+        self.keeps_counts = keeps_counts  # and EM may keep the store's counts here (store_session)
+
+    @property
+    def em_client(self):
+        """Where EM's E-steps run: None, in this process with every chunk's counts and emissions
+        kept between iterations (distributed.em.LocalEStep), for a command that said it runs EM
+        on a small store; else the client, a graph per E-step (a chunk per task)."""
+        return None if self.in_process and self.keeps_counts else self.client
 
     @functools.cached_property
     def store(self) -> CountsStore:
@@ -250,11 +271,12 @@ class OpenedStore:
 
 @contextlib.contextmanager
 def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = "",
-                  bin_size: int | None = None):
+                  bin_size: int | None = None, keeps_counts: bool = False):
     """Open the counts store at ``path`` for a command. Where the work runs is decided here,
-    once: in this process for a small store (is_small; ``bin_size``: the command sums the
-    store's bins into bins that wide and works on those) when no scheduler is given, else on
-    the scheduler or an embedded cluster of worker processes (``dask`` False: no client).
+    once: on the scheduler when one is given, else in this process or on an embedded cluster of
+    worker processes (runs_in_process: ``keeps_counts``, the command runs EM on the store;
+    ``bin_size``, it sums the store's bins into bins that wide and works on those); ``dask``
+    False: no client.
     The store's lock is held throughout: ``write``, exclusive (the command writes into the
     store), else shared, so an ingest waits until the command is done (and the command
     waits for a running ingest) and the command never sees a mix of old and new counts. A
@@ -269,9 +291,9 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
         stack.enter_context(locked(path, shared=not write))
         in_process = False
         if dask and not external:
-            in_process = is_small(path, bin_size)
+            in_process = runs_in_process(path, bin_size, keeps_counts)
             client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=in_process))
-        yield OpenedStore(path, client, in_process)
+        yield OpenedStore(path, client, in_process, keeps_counts)
 
 
 @contextlib.contextmanager

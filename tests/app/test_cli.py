@@ -313,7 +313,7 @@ def test_numeric_options_are_checked_before_any_work(tmp_path, args):
 
 
 def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_store, monkeypatch):
-    from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small
+    from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small, runs_in_process, store_session
     from streambhmm.moments.momentstore import load_total
 
     assert is_small(two_sample_store.path)
@@ -335,8 +335,19 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
     assert is_small(two_sample_store.path, 2 * bin_size) and not is_small(two_sample_store.path, bin_size)
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2 - 1))
     assert not is_small(two_sample_store.path, 2 * bin_size)
+    # work that holds a chunk per task runs here at any size; EM keeps the counts here only for a small store
+    monkeypatch.setenv(IN_PROCESS_ENV, "1")
+    assert runs_in_process(two_sample_store.path) and not runs_in_process(two_sample_store.path, keeps_counts=True)
+    with store_session(two_sample_store.path) as opened:  # no EM said: an E-step would be a graph on the threads
+        assert opened.in_process and opened.em_client is opened.client is not None
+    monkeypatch.setenv(IN_PROCESS_ENV, "")
+    with store_session(two_sample_store.path, keeps_counts=True) as opened:
+        assert opened.in_process and opened.em_client is None  # distributed.em.LocalEStep
+    monkeypatch.setenv(IN_PROCESS_ENV, "0")
+    assert not runs_in_process(two_sample_store.path)
     outputs = {}
-    for path, limit in (("in_process", ""), ("processes", "0")):
+    # "1": the moments and segments in process, EM on worker processes
+    for path, limit in (("in_process", ""), ("processes", "0"), ("em_in_processes", "1")):
         env = {IN_PROCESS_ENV: limit}
         out = tmp_path / path
         out.mkdir()
@@ -348,9 +359,10 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
         assert r.exit_code == 0, r.output
         outputs[path] = (load_total(out / "m.zarr")[0], (out / "model.json").read_text(),
                          (out / "seg.bed").read_bytes())
-    (m1, model1, bed1), (m2, model2, bed2) = outputs.values()
-    for name in ("p12", "p123", "pair_histogram", "coverage_features"):
-        np.testing.assert_array_equal(getattr(m1, name), getattr(m2, name))
-    assert model1 == model2 and bed1 == bed2
+    (m1, model1, bed1), *others = outputs.values()
+    for m2, model2, bed2 in others:
+        for name in ("p12", "p123", "pair_histogram", "coverage_features"):
+            np.testing.assert_array_equal(getattr(m1, name), getattr(m2, name))
+        assert model1 == model2 and bed1 == bed2
     r = run("moments", two_sample_store.path, "-o", tmp_path / "x.zarr", env={IN_PROCESS_ENV: "many"})
     assert r.exit_code != 0 and "STREAMBHMM_IN_PROCESS_MAX must be an integer" in r.output

@@ -9,7 +9,7 @@ import time
 import click
 
 from ...distributed.cluster import store_session
-from ...distributed.fitting import METHODS
+from ...distributed.fitting import METHODS, ONE_PASS
 from ...learn.states import DIFF_THRESHOLD
 from ...moments.spec import FeatureSpec
 from ...io.progress import printed
@@ -60,7 +60,9 @@ def format_intervals(methylation_ci, transmat_ci, samples) -> str:
 
 def opened_for(settings, scheduler):
     """The counts store opened for the fit (store_session); nothing for a moment store (no counts are read)."""
-    return contextlib.nullcontext() if settings.moment_store else store_session(settings.store, scheduler)
+    if settings.moment_store:
+        return contextlib.nullcontext()
+    return store_session(settings.store, scheduler, keeps_counts=settings.method not in ONE_PASS)
 
 
 @click.command()
