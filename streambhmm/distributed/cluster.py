@@ -1,15 +1,16 @@
-"""Where the Dask work runs: an existing scheduler, or an embedded LocalCluster; and
+"""Where the Dask work runs: an existing scheduler, this process, or an embedded LocalCluster; and
 store_session, which opens a counts store for a command (its lock, and where the work runs).
 
 Without a scheduler, Dask's threaded scheduler runs a command's tasks in this process, a
 thread per core (io.tasks.InProcessClient), with no scheduler, worker or server to start (nor
 distributed to import: 0.5-1 s of a command on a chromosome); the tasks, and so the results,
 are those of a cluster. A task holds a chunk, so the threads hold what worker processes would,
-whatever the store's size. EM is the exception: its in-process E-step keeps every chunk's
-counts and emissions for the next iteration (distributed.em.LocalEStep), so a command that
-runs EM on a store of more than IN_PROCESS_MAX_CELLS bins x samples ($STREAMBHMM_IN_PROCESS_MAX
-to change; 0 sends every command there) runs on an embedded cluster of worker processes, one
-per core, reading the chunks again in each iteration.
+whatever the store's size. EM on a small store (at most IN_PROCESS_MAX_CELLS bins x samples,
+$STREAMBHMM_IN_PROCESS_MAX to change; for `pmd`, which works on 5 kb sums of the bins, the bins
+of those) keeps every chunk's counts and emissions for the next iteration
+(distributed.em.LocalEStep); on a larger one each E-step is a graph, its chunks read again.
+$STREAMBHMM_IN_PROCESS_MAX=0 runs every command on an embedded cluster of worker processes,
+one per core.
 
 The embedded cluster of worker processes listens on 127.0.0.1, and only with TLS: a
 self-signed certificate made for the run, kept in memory, is the credential every
@@ -94,16 +95,6 @@ def in_process_limit() -> int:
         return int(value) if value else IN_PROCESS_MAX_CELLS
     except ValueError:
         raise ValueError(f"${IN_PROCESS_ENV} must be an integer (bins x samples), got {value!r:.100}") from None
-
-
-def runs_in_process(store, bin_size: int | None = None, keeps_counts: bool = False) -> bool:
-    """Whether a command's work on a counts store (a CountsStore, or where one is) runs in
-    this process, given no scheduler: always, unless $STREAMBHMM_IN_PROCESS_MAX is 0, for work
-    that holds a chunk per task (moments, posterior passes: on a two-sample genome `hmr` took
-    29.3 s and 801 MiB here against 35.1 s and 1,458 MiB on two worker processes); for work that
-    ``keeps_counts`` (EM), only on a small store (is_small, which a limit of 0 leaves to a path
-    that is not a readable counts store: refused here, without starting a cluster to say so)."""
-    return is_small(store, bin_size) if keeps_counts or in_process_limit() == 0 else True
 
 
 def is_small(store, bin_size: int | None = None) -> bool:
@@ -248,18 +239,18 @@ class OpenedStore:
     """A counts store opened for a command (store_session): where its work runs, and the
     store itself, read under the lock on first use."""
 
-    def __init__(self, path, client, in_process: bool, keeps_counts: bool = False):
+    def __init__(self, path, client, in_process: bool, em_in_memory: bool = False):
         self.path = path
         self.client = client  # a distributed Client, an InProcessClient, or None: no Dask work
         self.in_process = in_process  # no scheduler given: the work runs in this process
-        self.keeps_counts = keeps_counts  # and EM may keep the store's counts here (store_session)
+        self.em_in_memory = em_in_memory  # and EM keeps the store's counts here (store_session)
 
     @property
     def em_client(self):
         """Where EM's E-steps run: None, in this process with every chunk's counts and emissions
         kept between iterations (distributed.em.LocalEStep), for a command that said it runs EM
         on a small store; else the client, a graph per E-step (a chunk per task)."""
-        return None if self.in_process and self.keeps_counts else self.client
+        return None if self.em_in_memory else self.client
 
     @functools.cached_property
     def store(self) -> CountsStore:
@@ -271,12 +262,14 @@ class OpenedStore:
 
 @contextlib.contextmanager
 def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = "",
-                  bin_size: int | None = None, keeps_counts: bool = False):
+                  bin_size: int | None = None, em: bool = False):
     """Open the counts store at ``path`` for a command. Where the work runs is decided here,
-    once: on the scheduler when one is given, else in this process or on an embedded cluster of
-    worker processes (runs_in_process: ``keeps_counts``, the command runs EM on the store;
-    ``bin_size``, it sums the store's bins into bins that wide and works on those); ``dask``
-    False: no client.
+    once: on the scheduler when one is given, else in this process (an embedded cluster of
+    worker processes with $STREAMBHMM_IN_PROCESS_MAX=0); ``dask`` False: no client. ``em``: the
+    command runs EM on the store, which keeps its counts in this process if it is small
+    (is_small; ``bin_size``: the command sums the store's bins into bins that wide and works on
+    those). In process, a genome's `hmr` and EM take 0.84-1.02 of the time and 0.52-0.67 of the
+    memory of worker processes (scripts/where_work_runs.py, docs/guide/cluster.md).
     The store's lock is held throughout: ``write``, exclusive (the command writes into the
     store), else shared, so an ingest waits until the command is done (and the command
     waits for a running ingest) and the command never sees a mix of old and new counts. A
@@ -289,11 +282,13 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(dask_client(scheduler, if_lost=if_lost)) if external else None
         stack.enter_context(locked(path, shared=not write))
-        in_process = False
+        in_process = em_in_memory = False
         if dask and not external:
-            in_process = runs_in_process(path, bin_size, keeps_counts)
+            small = is_small(path, bin_size)  # a path that is not a readable store too: refused here
+            in_process = small or in_process_limit() > 0
+            em_in_memory = em and small
             client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=in_process))
-        yield OpenedStore(path, client, in_process, keeps_counts)
+        yield OpenedStore(path, client, in_process, em_in_memory)
 
 
 @contextlib.contextmanager

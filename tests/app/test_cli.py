@@ -312,8 +312,8 @@ def test_numeric_options_are_checked_before_any_work(tmp_path, args):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
-def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_store, monkeypatch):
-    from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small, runs_in_process, store_session
+def test_work_runs_in_process_with_a_clusters_results(tmp_path, two_sample_store, monkeypatch):
+    from streambhmm.distributed.cluster import IN_PROCESS_ENV, is_small, store_session
     from streambhmm.moments.momentstore import load_total
 
     assert is_small(two_sample_store.path)
@@ -335,19 +335,19 @@ def test_small_stores_run_in_process_with_the_same_results(tmp_path, two_sample_
     assert is_small(two_sample_store.path, 2 * bin_size) and not is_small(two_sample_store.path, bin_size)
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2 - 1))
     assert not is_small(two_sample_store.path, 2 * bin_size)
-    # work that holds a chunk per task runs here at any size; EM keeps the counts here only for a small store
+    # the work runs here at any size; EM keeps the counts here only for a small store
     monkeypatch.setenv(IN_PROCESS_ENV, "1")
-    assert runs_in_process(two_sample_store.path) and not runs_in_process(two_sample_store.path, keeps_counts=True)
-    with store_session(two_sample_store.path) as opened:  # no EM said: an E-step would be a graph on the threads
-        assert opened.in_process and opened.em_client is opened.client is not None
+    for em in (False, True):
+        with store_session(two_sample_store.path, em=em) as opened:  # an E-step is a graph on the threads
+            assert opened.in_process and opened.em_client is opened.client is not None
     monkeypatch.setenv(IN_PROCESS_ENV, "")
-    with store_session(two_sample_store.path, keeps_counts=True) as opened:
+    with store_session(two_sample_store.path, em=True) as opened:
         assert opened.in_process and opened.em_client is None  # distributed.em.LocalEStep
-    monkeypatch.setenv(IN_PROCESS_ENV, "0")
-    assert not runs_in_process(two_sample_store.path)
+    with store_session(two_sample_store.path) as opened:
+        assert opened.in_process and opened.em_client is opened.client  # said no EM: nothing kept
     outputs = {}
-    # "1": the moments and segments in process, EM on worker processes
-    for path, limit in (("in_process", ""), ("processes", "0"), ("em_in_processes", "1")):
+    # "1": EM's E-steps are graphs on the command's threads
+    for path, limit in (("in_process", ""), ("processes", "0"), ("em_graphs", "1")):
         env = {IN_PROCESS_ENV: limit}
         out = tmp_path / path
         out.mkdir()

@@ -81,7 +81,7 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     job.check_outputs()
     if len(set(sheet_read.groups)) == len(sheet_read.samples):
         click.echo(f"warning: {NO_REPLICATES}", err=True)
-    with store_session(store, scheduler, keeps_counts=True) as opened:  # EM
+    with store_session(store, scheduler, em=True) as opened:
         outcome = run_dmr(job, opened, echo=lambda message: None if quiet else printed(click.echo)(message),
                           quiet=quiet)
     groups = outcome.groups
