@@ -5,10 +5,13 @@ A bin's start is floor(pos0 / bin) * bin, so the coarse bin of a row,
 floor(pos0 / (bin * factor)), is floor(fine bin / factor): summing ``factor`` consecutive
 bins gives exactly what an ingest of the same files at ``bin * factor`` would have stored.
 Each sample is read one chunk at a time and written through a SampleWriter, so memory holds
-a chunk, and the new store is as any ingest would leave it.
+two chunks (the next one is read in a thread while this one is added), and the new store is
+as any ingest would leave it.
 """
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -24,13 +27,24 @@ def coarsen(store: CountsStore, factor: int, output, samples: list[str], progres
     for done, sample in enumerate(samples, 1):
         provenance = {k: v for k, v in store.meta.samples[sample].items() if k != "column"}
         provenance["coarsened"] = {"store": str(store.path), "bin_size": store.bin_size, "factor": factor}
+        refs = [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
         with SampleWriter(output, store.bin_size * factor, chunk_size) as writer:
-            for chrom in store.chromosomes:
-                for ref in store.chunk_refs(chrom, [sample]):
-                    meth, cov = ref.read()
-                    rows = np.flatnonzero(cov[:, 0])
-                    writer.add(chrom, (ref.start + rows) // factor, meth[rows, 0], cov[rows, 0])
+            for ref, (meth, cov) in _read_ahead(refs):
+                rows = np.flatnonzero(cov[:, 0])
+                writer.add(ref.chrom, (ref.start + rows) // factor, meth[rows, 0], cov[rows, 0])
             writer.commit(sample, provenance)
         if progress is not None:
             progress(done, len(samples))
     return open_store(output)
+
+
+def _read_ahead(refs: list):
+    """Each chunk reference with its counts, the next chunk read (decompressed, checked) in a
+    thread while the caller adds this one."""
+    with ThreadPoolExecutor(1, thread_name_prefix="streambhmm-coarsen") as pool:
+        pending = pool.submit(refs[0].read) if refs else None
+        for i, ref in enumerate(refs):
+            counts = pending.result()
+            if i + 1 < len(refs):
+                pending = pool.submit(refs[i + 1].read)
+            yield ref, counts
