@@ -15,8 +15,8 @@ from streambhmm.testing import simulate_groups, write_store
 LENGTH = 3_000_000
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+def run(*args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env=env)
 
 
 def simulated_store(directory, replicates=(3, 3), n_dmrs=30, domain=True, seed=3, chunk_size=None):
@@ -48,6 +48,19 @@ def planted(tmp_path_factory):
                  "--bigwig", directory / "post.bw", "--chrom-sizes", directory / "hg.sizes")
     assert result.exit_code == 0, result.output
     return directory, sim
+
+
+@pytest.mark.slow  # a whole dmr run
+def test_em_graphs_on_the_threads_give_the_same_calls(planted, tmp_path):
+    """Above $STREAMBHMM_IN_PROCESS_MAX cells EM's E-steps are graphs on the command's threads,
+    not an in-memory E-step: the same calls, byte for byte."""
+    directory, _ = planted
+    store = directory / "counts.zarr"
+    result = run("dmr", store, "--groups", directory / "sheet.tsv", "--output", tmp_path / "dmr.bed", "--fdr", "1",
+                 "-q", env={"STREAMBHMM_IN_PROCESS_MAX": "1"})
+    assert result.exit_code == 0, result.output
+    for name in ("dmr.bed", "dmr.tsv", "dmr.domains.tsv"):
+        assert (tmp_path / name).read_bytes() == (directory / name).read_bytes(), name
 
 
 @pytest.mark.slow  # a whole dmr run
