@@ -119,7 +119,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         with scratch_directory(output) as scratch:
             start = time.perf_counter()
             echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
-            with stage(f"{settings.kind}: summing bins", quiet=settings.quiet, unit="samples") as progress:
+            with stage(f"{settings.kind}: summing bins", quiet=settings.quiet, unit="chunks") as progress:
                 coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start

@@ -20,21 +20,24 @@ from .store import CountsStore, SampleWriter, open_store
 
 def coarsen(store: CountsStore, factor: int, output, samples: list[str], progress=None) -> CountsStore:
     """Write ``samples`` of ``store`` into a new counts store ``output`` with bins ``factor``
-    times wider; ``progress(done, total)`` after each sample."""
+    times wider; ``progress(done, total)`` after each chunk of a sample is summed."""
     if factor < 1:
         raise ValueError(f"the coarsening factor must be a positive integer, got {factor}")
     chunk_size = max(store.chunk_size // factor, 1)
-    for done, sample in enumerate(samples, 1):
+    refs = {sample: [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
+            for sample in samples}
+    total, done = sum(map(len, refs.values())), 0
+    for sample in samples:
         provenance = {k: v for k, v in store.meta.samples[sample].items() if k != "column"}
         provenance["coarsened"] = {"store": str(store.path), "bin_size": store.bin_size, "factor": factor}
-        refs = [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
         with SampleWriter(output, store.bin_size * factor, chunk_size) as writer:
-            for ref, (meth, cov) in _read_ahead(refs):
+            for ref, (meth, cov) in _read_ahead(refs[sample]):
                 rows = np.flatnonzero(cov[:, 0])
                 writer.add(ref.chrom, (ref.start + rows) // factor, meth[rows, 0], cov[rows, 0])
+                done += 1
+                if progress is not None:
+                    progress(done, total)
             writer.commit(sample, provenance)
-        if progress is not None:
-            progress(done, len(samples))
     return open_store(output)
 
 

@@ -20,8 +20,13 @@ def test_coarsening_equals_an_ingest_at_the_coarser_bin_size(tmp_path, factor, c
     for sample, path in zip(("H1", "IMR90"), files):
         ingest([path], sample, fine, bin_size=100, chunk_size=chunk_size)
         ingest([path], sample, wide, bin_size=100 * factor, chunk_size=max(chunk_size // factor, 1))
-    got = coarsen(open_store(fine), factor, tmp_path / "coarse.zarr", ["H1", "IMR90"])
+    shown = []
+    got = coarsen(open_store(fine), factor, tmp_path / "coarse.zarr", ["H1", "IMR90"],
+                  lambda done, total: shown.append((done, total)))
     expected = open_store(wide)
+    # progress after each chunk of each sample, up to all of them
+    chunks = sum(len(open_store(fine).chunk_refs(c, [s])) for c in expected.chromosomes for s in ("H1", "IMR90"))
+    assert shown == [(k, chunks) for k in range(1, chunks + 1)]
     assert got.bin_size == expected.bin_size == 100 * factor and got.samples == expected.samples
     assert got.chromosomes == expected.chromosomes
     for chrom in expected.chromosomes:
