@@ -239,11 +239,15 @@ class OpenedStore:
     """A counts store opened for a command (store_session): where its work runs, and the
     store itself, read under the lock on first use."""
 
-    def __init__(self, path, client, in_process: bool, em_in_memory: bool = False):
+    def __init__(self, path, client, em_in_memory: bool = False):
         self.path = path
         self.client = client  # a distributed Client, an InProcessClient, or None: no Dask work
-        self.in_process = in_process  # no scheduler given: the work runs in this process
-        self.em_in_memory = em_in_memory  # and EM keeps the store's counts here (store_session)
+        self.em_in_memory = em_in_memory  # EM keeps the store's counts in this process (store_session)
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the work runs in this process (no scheduler given, nor worker processes asked for)."""
+        return isinstance(self.client, InProcessClient)
 
     @property
     def em_client(self):
@@ -282,13 +286,13 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     with contextlib.ExitStack() as stack:
         client = stack.enter_context(dask_client(scheduler, if_lost=if_lost)) if external else None
         stack.enter_context(locked(path, shared=not write))
-        in_process = em_in_memory = False
+        em_in_memory = False
         if dask and not external:
             small = is_small(path, bin_size)  # a path that is not a readable store too: refused here
-            in_process = small or in_process_limit() > 0
             em_in_memory = em and small
-            client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=in_process))
-        yield OpenedStore(path, client, in_process, em_in_memory)
+            client = stack.enter_context(dask_client(None, if_lost=if_lost,
+                                                     in_process=small or in_process_limit() > 0))
+        yield OpenedStore(path, client, em_in_memory)
 
 
 @contextlib.contextmanager
