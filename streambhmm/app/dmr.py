@@ -237,6 +237,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
         store, samples, candidates.chrom, candidates.start, candidates.end)  # every read in the interval
     candidates = candidates.take(np.flatnonzero(candidates.differ_by(groups, settings.min_difference)))
     pieces = _pieces_of_domains(candidates, domains)
+    domains = _merge_overlapping(domains)
     focal = candidates.take(np.flatnonzero(~pieces))
     focal.qvalue = qvalues(focal.lfdr)
     dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
@@ -337,6 +338,32 @@ def _pieces_of_domains(candidates: RegionTable, domains: RegionTable) -> np.ndar
     return pieces
 
 
+def _merge_overlapping(domains: RegionTable) -> RegionTable:
+    """One domain for each set of domains in one direction that overlap once their ends moved
+    out to their pieces (_pieces_of_domains): the union of their windows, whose counts, bins
+    and posteriors add up (the windows are disjoint), its lfdr and q-value the best of them."""
+    order = sorted(range(len(domains)), key=lambda k: (domains.chrom[k], domains.direction[k], domains.start[k]))
+    merged: list[list[int]] = []
+    for k in order:
+        last = merged[-1][0] if merged else None
+        if (last is not None and domains.chrom[k] == domains.chrom[last] and domains.direction[k] ==
+                domains.direction[last] and domains.start[k] < max(domains.end[j] for j in merged[-1])):
+            merged[-1].append(k)
+        else:
+            merged.append([k])
+    if all(len(group) == 1 for group in merged):
+        return domains
+    out = domains.take([group[0] for group in merged])
+    for row, group in enumerate(merged):
+        out.start[row] = domains.start[group].min()
+        out.end[row] = domains.end[group].max()
+        out.n_bins[row] = domains.n_bins[group].sum()
+        out.posterior[row] = (domains.posterior[group] * domains.n_bins[group]).sum() / max(out.n_bins[row], 1)
+        out.lfdr[row], out.qvalue[row] = domains.lfdr[group].min(), domains.qvalue[group].min()
+        out.methylated[row], out.coverage[row] = domains.methylated[group].sum(axis=0), domains.coverage[group].sum(axis=0)
+    return out
+
+
 # -- the files --------------------------------------------------------------------------------
 def write_table(table: RegionTable, groups: SampleGroups, samples: list, output, track: str) -> None:
     """BED9 in genome order (name: kind and rank; score 1000 x (1 - lfdr); colour by
@@ -358,7 +385,7 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
         columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue",
-                   *(f"level_{g}" for g in groups.names), *(f"level_{s}" for s in samples)]
+                   *level_columns(groups.names, samples)]
         tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
@@ -367,6 +394,13 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
                                  f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}",
                                  *map(_number, group_levels[k]), *map(_number, levels[k])]) + "\n")
         bed.flush()
+
+
+def level_columns(groups, samples) -> list[str]:
+    """level_GROUP per group, then level_SAMPLE per sample; a sample named like a group (one
+    sample per group, named alike) gets level_sample_SAMPLE, so no two columns share a name."""
+    names = set(groups)
+    return [f"level_{g}" for g in groups] + [f"level_sample_{s}" if s in names else f"level_{s}" for s in samples]
 
 
 def _number(value: float) -> str:

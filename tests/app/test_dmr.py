@@ -294,6 +294,48 @@ def test_a_dmr_differs_by_min_difference_in_its_own_reads():
     assert table.differ_by(three, 0.1).tolist() == [True, False, True, False, True]
 
 
+def test_the_tables_columns_have_distinct_names():
+    """One sample per group, named like its group (modkit's normal and tumour): the samples'
+    level columns must not repeat the groups' (pandas and R would rename them)."""
+    from streambhmm.app.dmr import level_columns
+
+    assert level_columns(["normal", "tumour"], ["normal", "tumour"]) == [
+        "level_normal", "level_tumour", "level_sample_normal", "level_sample_tumour"]
+    assert level_columns(["H1", "IMR90"], ["H1_r1", "IMR90_r1"]) == [
+        "level_H1", "level_IMR90", "level_H1_r1", "level_IMR90_r1"]
+
+
+def test_domains_that_meet_through_their_pieces_become_one():
+    """A domain's ends move out to the focal candidates that are its pieces; where that carries
+    it into another domain of its direction, the two are one domain (the union of their
+    windows: counts, bins and posteriors added, the best lfdr), never two overlapping lines."""
+    from streambhmm.app.dmr import RegionTable, _merge_overlapping, _pieces_of_domains
+
+    def table(kind, starts, ends, directions, lfdr, methylated, coverage):
+        n = len(starts)
+        return RegionTable(kind, ["chr1"] * n, np.array(starts), np.array(ends), np.full(n, 10), directions,
+                           np.linspace(0.8, 0.9, n), np.array(lfdr, float), np.array(lfdr, float) / 2,
+                           np.array(methylated, float), np.array(coverage, float))
+
+    # loss domains at 0-50 kb and 60-100 kb, a gain domain beside them, a loss one far away
+    domains = table("domain", [0, 60_000, 100_000, 500_000], [50_000, 100_000, 120_000, 550_000],
+                    ["loss", "loss", "gain", "loss"], [0.01, 0.001, 0.02, 0.03],
+                    [[5, 50], [6, 60], [70, 7], [8, 80]], [[10, 100], [10, 100], [100, 10], [10, 100]])
+    # a loss piece past the first domain's end, overlapping the second; a gain piece of the gain one
+    candidates = table("DMR", [48_000, 105_000], [62_000, 106_000], ["loss", "gain"], [0.1, 0.1],
+                       [[1, 2], [3, 4]], [[5, 5], [5, 5]])
+    assert _pieces_of_domains(candidates, domains).tolist() == [True, True]
+    assert domains.end[0] == 62_000 > domains.start[1]  # the first now overlaps the second
+    merged = _merge_overlapping(domains)
+    rows = sorted(zip(merged.start.tolist(), merged.end.tolist(), merged.direction))
+    assert rows == [(0, 100_000, "loss"), (100_000, 120_000, "gain"), (500_000, 550_000, "loss")]
+    both = merged.start.tolist().index(0)
+    assert merged.n_bins[both] == 20 and merged.lfdr[both] == 0.001 and merged.qvalue[both] == 0.0005
+    assert merged.methylated[both].tolist() == [11, 110] and merged.coverage[both].tolist() == [20, 200]
+    assert np.isclose(merged.posterior[both], (domains.posterior[0] + domains.posterior[1]) / 2)
+    assert _merge_overlapping(merged) is merged  # nothing left to merge
+
+
 @pytest.mark.slow  # a whole dmr run
 def test_a_design_without_replicates_is_told(tmp_path):
     """One sample per group: the differences found are between the samples, and the user is
