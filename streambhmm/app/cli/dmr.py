@@ -91,12 +91,10 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
             click.echo(f"  {line}")
     dmrs, domains = outcome.dmrs, outcome.domains
     counts = ", ".join(f"{sum(d == name for d in dmrs.direction):,} {name}" for name in outcome.targets.directions)
-    median = np.median(dmrs.lengths) if len(dmrs) else 0
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
-    click.echo(f"{output}: {len(dmrs):,} DMRs ({counts}), median {median:,.0f} bp, at FDR {fdr:g} of "
+    click.echo(f"{output}: {_found(dmrs.lengths, 'DMR', f' ({counts})')}, at FDR {fdr:g} of "
                f"{outcome.candidates:,} candidates ({outcome.absorbed:,} of them inside a differential domain)")
-    domain_median = np.median(domains.lengths) if len(domains) else 0
-    click.echo(f"{job.outputs[2]}: {len(domains):,} differential domains, median {domain_median:,.0f} bp "
+    click.echo(f"{job.outputs[2]}: {_found(domains.lengths, 'differential domain')} "
                f"({time.perf_counter() - start:.1f} s: {steps})")
     if not outcome.targets.any:
         click.echo(f"no state's group levels differ by {min_difference:g} or more: the groups do not differ "
@@ -105,3 +103,12 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
         click.echo(f"warning: every group has reads in only {outcome.shared:.1%} of the 5 kb windows with reads; "
                    f"a DMR needs reads of each group, so few can be found. Are the groups' samples of the same "
                    f"assay, chromosomes and genome?", err=True)
+
+
+def _found(lengths: np.ndarray, noun: str, detail: str = "") -> str:
+    """'3,201 DMRs (detail), median 400 bp', '1 DMR (detail), 400 bp', '0 DMRs (detail)'."""
+    n = len(lengths)
+    text = f"{n:,} {noun}{'' if n == 1 else 's'}{detail}"
+    if n == 0:
+        return text
+    return f"{text}, {int(lengths[0]):,} bp" if n == 1 else f"{text}, median {np.median(lengths):,.0f} bp"
