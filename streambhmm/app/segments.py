@@ -19,6 +19,7 @@ from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_si
                                   write_methylation, write_posteriors)
 from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers
 from ..io.bed import TRACK_HEAD
+from ..learn.states import without_repeat
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
 from .modelio import STATE_TABLE_HEAD, check_model_on_store, model_grouping, read_model, write_state_table
@@ -191,7 +192,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
     methylation = [(sample, Path(f"{prefix}.{safe_name(sample)}.methylation.bw")) for sample in samples]
     runs = []
     if job is not None:
-        names = [f"state{h}-{safe_name(job.labels[h])}" for h in states]
+        names = [f"state{h}-{safe_name(without_repeat(job.labels[h]))}" for h in states]
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:

@@ -4,7 +4,7 @@ labels are unique and do not depend on the order of the states."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from streambhmm.learn.states import LEVEL_DIFFERENCE, state_colours, state_labels
+from streambhmm.learn.states import LEVEL_DIFFERENCE, state_colours, state_labels, without_repeat
 
 
 def test_a_state_whose_samples_differ_below_the_differential_threshold_says_how():
@@ -31,7 +31,8 @@ def test_levels_just_below_a_tenth_apart_are_one_class():
 
 
 def test_one_sample_is_named_by_class_with_repeats_numbered_by_level():
-    assert state_labels([[0.9], [0.8], [0.05], [0.95]], ["A"]) == ["high-2", "high", "unmethylated", "high-3"]
+    assert state_labels([[0.9], [0.8], [0.05], [0.95]], ["A"]) == ["high#2", "high", "unmethylated", "high#3"]
+    assert [without_repeat(label) for label in ["high#2", "high", "low:IMR90-2#3"]] == ["high", "high", "low:IMR90-2"]
 
 
 levels_strategy = st.integers(2, 8).flatmap(lambda m: st.integers(1, 4).flatmap(
