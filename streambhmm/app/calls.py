@@ -29,8 +29,8 @@ from ..io.progress import em_progress, stage
 from ..io.storage import Location
 from ..io.store import open_store
 from ..learn.checks import degeneracy_problems
-from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_MODEL, TARGET_STATES, UNMETHYLATED_CHECK_READS,
-                             CallModel, shared_coverage, target_states, unmethylated_share)
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL, TARGET_STATES,
+                             UNMETHYLATED_CHECK_READS, CallModel, shared_coverage, target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -170,8 +170,12 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
                       "library of CpG islands such as RRBS)" if settings.kind == "pmd" else
                       "no methylated background to set regions against (a genome without CG methylation?)")
-        reason = (f"every fitted state is {DEFINITIONS[settings.kind]}: {background}" if all_of_them else
-                  f"no fitted state is {DEFINITIONS[settings.kind]}")
+        if not all_of_them:
+            reason = f"no fitted state is {DEFINITIONS[settings.kind]}"
+        elif settings.kind == "pmd":  # (levels of 0.03 are "partially methylated" by the rule, not to a reader)
+            reason = f"no fitted state is methylated (a level of {PMD_LEVEL} or more in some sample): {background}"
+        else:
+            reason = f"every fitted state is {DEFINITIONS[settings.kind]}: {background}"
         note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
         raise ValueError(_why_none(settings, samples, hmm, data.moments, reason, note)) from None
     background = np.ones(len(hmm.methylation_), bool)
@@ -278,7 +282,8 @@ def _why_none(settings: CallSettings, samples, hmm, moments, reason: str, note: 
     """The message of a call that found no region: what the model found, what the data lack
     (``moments``: unmethylated reads, bins with reads in every sample) and ``note``; the data's
     lack replaces a note on the biology."""
-    levels = ", ".join("/".join(f"{v:.2f}" for v in row) for row in hmm.methylation_)
+    # three decimals: a level next to a rule's bound (0.7) must not print as the bound
+    levels = ", ".join("/".join(f"{v:.3f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
     missing = missing_unmethylated(settings.kind, samples, unmethylated_share(moments))
     if missing:

@@ -200,6 +200,8 @@ def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     r = run("pmd", store, "-o", tmp_path / "none.bed", "-q")
     assert r.exit_code == 1 and "no methylated background" in r.output, r.output
     assert "has none to call" not in r.output  # its states are all below 0.7: not a genome without PMDs
+    # said as a reader sees it: no state is methylated (not "every state is partially methylated")
+    assert "no fitted state is methylated (a level of 0.7 or more" in r.output, r.output
     assert not (tmp_path / "none.bed").exists()
 
 
