@@ -137,22 +137,24 @@ def _value_and_derivatives(wa, wb, wc, a, b):
 
 
 @njit(cache=True, nogil=True)
-def _objective(wa, wb, wc, u, v):
+def _at(wa, wb, wc, u, v):
+    """(s = a + b, p, a, b, then _value_and_derivatives) at u = logit p, v = log(a + b)."""
     s = math.exp(v)
     p = 1.0 / (1.0 + math.exp(-u))
-    return _value_and_derivatives(wa, wb, wc, p * s, (1.0 - p) * s)[0]
+    a, b = p * s, (1.0 - p) * s
+    f, ga, gb, haa, hbb, hab = _value_and_derivatives(wa, wb, wc, a, b)
+    return s, p, a, b, f, ga, gb, haa, hbb, hab
 
 
 @njit(cache=True, nogil=True)
 def betabinomial_newton(wa, wb, wc, u, v, u_bounds, v_bounds, max_iter=100):
     """Maximize the M-step objective over u = logit p and v = log(a + b) within bounds, by
     Newton's method on the coordinates not held at a bound (gradient ascent where the
-    Hessian is not negative definite), with backtracking. Returns (u, v)."""
+    Hessian is not negative definite), with backtracking. Returns (u, v). An accepted
+    point's derivatives come with its value (each pass sums over every coverage up to the
+    deepest: on RRBS depths, thousands of terms)."""
+    s, p, a, b, f, ga, gb, haa, hbb, hab = _at(wa, wb, wc, u, v)
     for _ in range(max_iter):
-        s = math.exp(v)
-        p = 1.0 / (1.0 + math.exp(-u))
-        a, b = p * s, (1.0 - p) * s
-        f, ga, gb, haa, hbb, hab = _value_and_derivatives(wa, wb, wc, a, b)
         q = s * p * (1.0 - p)  # da/du = -db/du
         gu = q * (ga - gb)
         gv = a * ga + b * gb
@@ -176,9 +178,11 @@ def betabinomial_newton(wa, wb, wc, u, v, u_bounds, v_bounds, max_iter=100):
         for _ in range(40):
             nu = min(max(u + step * du, u_bounds[0]), u_bounds[1])
             nv = min(max(v + step * dv, v_bounds[0]), v_bounds[1])
-            if _objective(wa, wb, wc, nu, nv) >= f:
+            trial = _at(wa, wb, wc, nu, nv)
+            if trial[4] >= f:
                 moved = abs(nu - u) > 1e-12 or abs(nv - v) > 1e-12
                 u, v = nu, nv
+                s, p, a, b, f, ga, gb, haa, hbb, hab = trial
                 break
             step *= 0.5
         if not moved:

@@ -145,29 +145,35 @@ SCALE_BOUNDS = np.array([np.log((1 - MAX_DISPERSION) / MAX_DISPERSION), np.log((
 
 
 def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.ndarray, level_caps=None,
-                       dispersion_caps=None) -> tuple[np.ndarray, np.ndarray]:
+                       dispersion_caps=None, pool=None) -> tuple[np.ndarray, np.ndarray]:
     """(levels (m,), dispersions (m,)) maximizing each state's posterior-weighted
     beta-binomial log-likelihood of one sample's pairs, from the current values, each state
     within its caps (m,) when given. Each state is its own 2-parameter problem (logit p,
     log of a + b), solved by Newton's method on sums over the coverage (_emission_kernels),
-    not over the pairs."""
+    not over the pairs; with ``pool`` (an Executor) the states' problems run in its threads
+    (the kernels release the GIL; each problem is the same whichever thread solves it)."""
     coverage, methylated = pairs_from_keys(pairs.keys)
     new_levels, new_dispersion = levels.copy(), dispersion.copy()
     m = pairs.weights.shape[0]
     level_caps = np.ones(m) if level_caps is None else np.asarray(level_caps, np.float64)
     dispersion_caps = np.ones(m) if dispersion_caps is None else np.asarray(dispersion_caps, np.float64)
-    for h in range(m):
+
+    def solve(h: int):
         wa, wb, wc = _emission_kernels.tail_weights(coverage, methylated, pairs.weights[h])
         if not wc.size:
-            continue
+            return None
         top = min(LEVEL_LOGIT_BOUND, np.log(level_caps[h] / (1 - level_caps[h])) if level_caps[h] < 1 else np.inf)
         widest = min(MAX_DISPERSION, dispersion_caps[h])
         level_bounds = np.array([-LEVEL_LOGIT_BOUND, top])
         scale_bounds = np.array([max(SCALE_BOUNDS[0], np.log((1 - widest) / widest)), SCALE_BOUNDS[1]])
         p0 = np.clip(levels[h], 1e-4, min(1 - 1e-4, level_caps[h]))
         rho0 = np.clip(dispersion[h], MIN_DISPERSION, widest)
-        u, v = _emission_kernels.betabinomial_newton(wa, wb, wc, np.log(p0 / (1 - p0)), np.log((1 - rho0) / rho0),
+        return _emission_kernels.betabinomial_newton(wa, wb, wc, np.log(p0 / (1 - p0)), np.log((1 - rho0) / rho0),
                                                      level_bounds, scale_bounds)
-        new_levels[h] = expit(u)
-        new_dispersion[h] = 1.0 / (1.0 + np.exp(v))
+
+    for h, solved in enumerate((pool.map if pool is not None else map)(solve, range(m))):
+        if solved is not None:
+            u, v = solved
+            new_levels[h] = expit(u)
+            new_dispersion[h] = 1.0 / (1.0 + np.exp(v))
     return new_levels, new_dispersion
