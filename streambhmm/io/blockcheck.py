@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .fieldchecks import CheckFailure, Checks, FieldChecks
+from .fieldchecks import LEFT_OUT, CheckFailure, Checks, FieldChecks
 from .names import chromosome_name_problem
 from .parser import changes, numbers
 from .rows import Layout, Rows, Settings, decoded
@@ -148,7 +148,7 @@ class BlockChecks:
         self.names: dict[str, str | None] = {}  # chromosome -> problem with its name (kept ones only)
         self.stored: dict[str, str] = {}  # chromosome as named in the store (--chromosome-names) -> in the file
         self.fields = FieldChecks(layout, settings)
-        self.below_min_coverage = 0  # rows of kept chromosomes left out by --min-coverage alone
+        self.left_out = dict.fromkeys(LEFT_OUT, 0)  # rows of kept chromosomes left out, by reason (LeftOut)
         self.n_rows = 0
         c, p = layout.chrom + 1, layout.pos + 1
         self.sort_hint = (f"a chromosome's rows must be contiguous, e.g. sorted with sort -k{c},{c} -k{p},{p}n, "
@@ -176,7 +176,7 @@ class BlockChecks:
         self.fields.positions(col, pos, checks)
         meth, cov = self.fields.counts(col, checks.check)
         strand = self.fields.strand(col, checks)
-        keep, is_cg, low = self.fields.kept(col, cov, strand, checks)
+        keep, is_cg, left_out = self.fields.kept(col, cov, strand, checks)
         pos0 = pos - lay.base
         if settings.merge_strands and strand is not None and not checks.failures:
             pos0 = self.fields.merged(pos0, strand, is_cg, checks)
@@ -189,8 +189,10 @@ class BlockChecks:
         if checks.failures:
             raise min(checks.failures, key=lambda f: f.row)
         self._note_unsorted(pos, runs)
-        if low is not None:
-            self.below_min_coverage += int(np.count_nonzero(low & in_run))
+        for reason in LEFT_OUT:
+            mask = getattr(left_out, reason)
+            if mask is not None:
+                self.left_out[reason] += int(np.count_nonzero(mask & in_run))
         order.finished, order.chrom = finished, runs.names[-1]
         order.position, order.last = int(pos[-1]), last
         out = []

@@ -5,6 +5,7 @@ row mask only when that fails; the earliest row failed is reported."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +21,18 @@ PERCENT_TOLERANCE = 1.0
 if TYPE_CHECKING:
     from .blockcheck import BlockRow
 
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Rows of a block left out, by reason (boolean masks; None: the reason cannot apply)."""
+
+    without_reads: np.ndarray  # coverage 0 (some formats list every C)
+    other_context: np.ndarray | None  # not the --context asked for
+    other_code: np.ndarray | None  # a modification code other than m or C (modkit's h)
+    below_min_coverage: np.ndarray | None  # reads, but fewer than --min-coverage
+
+
+LEFT_OUT = tuple(f.name for f in fields(LeftOut))
 
 class CheckFailure(Exception):
     """The row that fails a check; ``earlier``: the row it repeats, named after the message
@@ -85,24 +98,26 @@ class FieldChecks:
         return value[codes]
 
     def kept(self, col, cov, strand, checks: Checks):
-        """The rows kept (coverage, context, modification code), which are CpGs (None
-        without a context column) and which are left out only for --min-coverage (None when
-        it leaves none out)."""
+        """The rows kept, which are CpGs (None without a context column), and why the others
+        were left out (LeftOut: each reason's rows, None where none can be)."""
         lay, settings = self.layout, self.settings
         keep = np.ones(cov.size, bool)
-        is_cg = None
+        is_cg = other_context = other_code = None
         if lay.context is not None:
             ctx, ok, looks = contexts(col[lay.context], lay.context_kind, strand)
             checks.check(not ok.all(), lambda: ~ok,
                          lambda i: f"context {col[lay.context][i].as_py()!r} (expected {looks})")
             is_cg = ctx == 0
             if settings.context != "all":
-                keep &= ctx == CONTEXT_INDEX[settings.context]
+                other_context = ctx != CONTEXT_INDEX[settings.context]
+                keep &= ~other_context
         if lay.code is not None:  # a modification code of one character, m or C
             lengths, (code,) = chars(col[lay.code], 1)
-            keep &= (lengths == 1) & ((code == ord("m")) | (code == ord("C")))
+            other_code = keep & ~((lengths == 1) & ((code == ord("m")) | (code == ord("C"))))
+            keep &= ~other_code
         low = keep & (cov > 0) & (cov < settings.min_coverage) if settings.min_coverage > 1 else None
-        return keep & (cov >= max(settings.min_coverage, 1)), is_cg, low
+        return keep & (cov >= max(settings.min_coverage, 1)), is_cg, LeftOut(keep & (cov == 0), other_context,
+                                                                             other_code, low)
 
     def merged(self, pos0, strand, is_cg, checks: Checks):
         """--merge-strands: the minus-strand C of a CpG (at pos + 1) joins the plus-strand C at pos."""

@@ -34,7 +34,11 @@ class IngestReport:
     chromosomes: list[str] = field(default_factory=list)
     n_bins: int = 0
     n_rows: int = 0
-    below_min_coverage: int = 0  # rows left out by --min-coverage
+    left_out: ReadTally = field(default_factory=ReadTally)  # rows of the kept chromosomes left out, by reason
+
+    @property
+    def below_min_coverage(self) -> int:
+        return self.left_out.below_min_coverage
 
 
 def file_sha256(path) -> str:
@@ -112,7 +116,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
         report.n_bins = writer.covered_bins
-        report.below_min_coverage = tally.below_min_coverage
+        report.left_out = tally
         report.replaced = writer.commit(sample, {
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__})

@@ -125,7 +125,7 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
     ``label`` names the format in messages ("tsv, detected"). Three stages overlap:
     decompression, parsing (the next block) and checking (this block). A file whose
     positions go back within a chromosome is read again at the end for repeats
-    (BlockReader.check_unsorted). ``tally`` adds up the rows left out by --min-coverage."""
+    (BlockReader.check_unsorted). ``tally`` adds up the rows left out, by reason."""
     reader = BlockReader(path, fmt, label, layout, settings, variable, skip, block_bytes)
 
     def parsed():
@@ -138,4 +138,5 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
         raise FormatError(path, None, None, "the file is empty (no data lines)", label)
     reader.check_unsorted()
     if tally is not None:
-        tally.below_min_coverage += reader.checks.below_min_coverage
+        for reason, rows in reader.checks.left_out.items():
+            setattr(tally, reason, getattr(tally, reason) + rows)

@@ -81,8 +81,12 @@ class Rows:
 
 @dataclass
 class ReadTally:
-    """What reading files left out, for the user: rows below --min-coverage."""
+    """What reading files left out, for the user: rows of the kept chromosomes, by reason
+    (fieldchecks.LeftOut)."""
 
+    without_reads: int = 0
+    other_context: int = 0
+    other_code: int = 0
     below_min_coverage: int = 0
 
 

@@ -169,6 +169,23 @@ def test_merge_strands_moves_minus_cpg_cs_onto_their_plus_partner(tmp_path):
     assert chrom_table(store, "chr2") == ([0], [[1]], [[9]])
 
 
+@pytest.mark.slow  # the command line
+def test_ingest_says_which_rows_it_left_out_and_why(tmp_path):
+    """A Bismark CX report lists every cytosine: rows of other contexts and rows without reads
+    are left out, and ingest says how many of each (the rows it names are those it kept)."""
+    from ..app.test_cli import run
+
+    path = write(tmp_path, "cx.txt", CX + "chr2\t5\t+\t0\t0\tCG\tCGA\nchr2\t9\t+\t0\t0\tCHH\tCAA\n")
+    report = ingest([path], "A", tmp_path / "a.zarr", bin_size=1, fmt="bismark-report")
+    left = report.left_out
+    assert (report.n_rows, left.without_reads, left.other_context, left.other_code) == (5, 1, 2, 0)
+    r = run("ingest", path, "--sample", "B", "--store", tmp_path / "b.zarr", "--format", "bismark-report",
+            "--min-coverage", "3")
+    assert r.exit_code == 0, r.output
+    assert ("; left out: 1 row without reads, 2 rows of other contexts than CG, 1 row with fewer than "
+            "--min-coverage 3 reads") in r.output, r.output
+
+
 def test_merge_strands_needs_a_strand(tmp_path):
     cov = write(tmp_path, "c.cov", "chr1\t10\t10\t50\t1\t1\n")
     with pytest.raises(ValueError, match="--merge-strands: format bismark-cov has one row per cytosine but no "
@@ -541,7 +558,7 @@ def test_cli_ingest_options(tmp_path):
             "--zero-based", "--min-coverage", "3", "--exclude-chromosomes", "chrM", "--bin-size", "10")
     assert r.exit_code == 0, r.output
     assert "1 row from 1 columns file(s)" in r.output
-    assert "; 2 rows with fewer than --min-coverage 3 reads left out" in r.output
+    assert "; left out: 2 rows with fewer than --min-coverage 3 reads" in r.output
     assert chrom_table(store, "chr1") == ([10], [[3]], [[8]])
     options = open_store(store).attrs["samples"]["A"]["options"]
     assert options["columns"] == {"chrom": 1, "pos": 2, "meth": 3, "unmeth": 4} and options["zero_based"]

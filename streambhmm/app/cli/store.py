@@ -26,6 +26,16 @@ def _rows(n: int) -> str:
     return f"{n:,} row{'' if n == 1 else 's'}"
 
 
+def _left_out(tally, context: str, options) -> str:
+    """'; left out: 5,285 rows without reads, ...' (rows of the chromosomes kept), or ''."""
+    reasons = [(tally.without_reads, "without reads"),
+               (tally.other_context, f"of other contexts than {context}"),
+               (tally.other_code, "of other modifications than 5mC (codes m, C)"),
+               (tally.below_min_coverage, f"with fewer than --min-coverage {options.min_coverage} reads")]
+    said = [f"{_rows(n)} {why}" for n, why in reasons if n]
+    return f"; left out: {', '.join(said)}" if said else ""
+
+
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
@@ -44,11 +54,9 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
                             chunk_size=chunk_size, echo=printed(click.echo), progress=shown, options=options)
     if not report.unchanged:
-        low = (f"; {_rows(report.below_min_coverage)} with fewer than --min-coverage {options.min_coverage} "
-               f"reads left out" if report.below_min_coverage else "")
         click.echo(f"sample {sample}: {_rows(report.n_rows)} from {len(files)} {report.format} file(s) -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "
-                   f"({time.perf_counter() - start:.1f} s){low}")
+                   f"({time.perf_counter() - start:.1f} s){_left_out(report.left_out, context, options)}")
 
 
 @click.command()
