@@ -90,6 +90,8 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
     by_chromosome = (list(chunks) for _, chunks in itertools.groupby(graph, key=lambda chunk: chunk.chrom))
     ahead = RESULTS_AHEAD * task_threads(client)
     waiting = collections.deque()  # (chunk, future, its computation's Waiter), in order
+    if progress is not None:  # the total before the first chunk (which may wait for numba's compilation)
+        progress(0, len(graph))
     for done in range(1, len(graph) + 1):
         while len(waiting) < ahead:  # ahead >= 2: an empty queue always takes the next chromosome
             chunks = next(by_chromosome, None)

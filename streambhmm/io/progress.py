@@ -122,13 +122,14 @@ class Stage:
             self.bar.start_t = self.started
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
-        if self.total != bar.total:
+        retotalled = self.total != bar.total
+        if retotalled:
             bar.total = self.total
         if self.note:
             bar.set_postfix_str(self.note, refresh=False)
         bar.update(self.done - bar.n)
-        if made:
-            bar.refresh()  # tqdm drew it when made, before its start and note were set
+        if made or retotalled:
+            bar.refresh()  # tqdm drew it when made, before its start and note were set; update(0) draws nothing
 
     def _line(self, now: float) -> None:
         _last_line[0] = now

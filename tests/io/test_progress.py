@@ -92,6 +92,16 @@ def test_on_a_terminal_one_line_updated_in_place_and_cleared(monkeypatch):
     assert text.index("a message") > text.index("ingest A:") and text.endswith("\r")
 
 
+def test_on_a_terminal_a_total_given_before_any_count_is_shown(monkeypatch):
+    """A pass that learns its number of chunks when it starts says it before its first chunk
+    (pmd's regions sat at '0chunks' through numba's compilation)."""
+    err = Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    with stage("pmd: regions", unit="chunks") as shown:
+        shown(0, 23)
+        assert "0/23" in err.getvalue(), err.getvalue()
+
+
 def test_on_a_terminal_a_step_is_shown_from_its_start_and_its_clock_runs(monkeypatch):
     """A step of one long task (one chunk) gets no update until it ends: its line is drawn
     when it starts, and redrawn every TICK seconds meanwhile; an outer step's line comes back
