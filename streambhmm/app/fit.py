@@ -270,7 +270,7 @@ def _describe_start(est, settings: FitSettings, echo) -> None:
     """Which start a refined fit came from, and whether the spectrum supports it."""
     if not settings.quiet and settings.method == "refined":
         supported = "supported" if est.spectrum_supported_ else \
-            "not supported" + ("" if "ftd" in est.starts_ else " (no FTD start)")
+            "below noise" + ("" if "ftd" in est.starts_ else " (no FTD start)")
         echo(f"refined from start {est.start_} (criterion {est.loss_:.6f}); the spectrum check: {supported}")
 
 
