@@ -1,5 +1,6 @@
 """The sample sheet of `dmr`: which samples form which groups (the columns ``sample`` and
-``group`` of a tab- or blank-separated file with a header; other columns are ignored), read and
+``group`` of a tab- or blank-separated file with a header, or another column named for the
+groups, as DSS's design tables have ``case`` or ``cell``; other columns are ignored), read and
 checked before any work."""
 
 from __future__ import annotations
@@ -52,11 +53,12 @@ class SampleSheet:
         return SampleGroups.of(self.groups)
 
 
-def read_sheet(path) -> SampleSheet:
-    """Read a sample sheet (see the module docstring), refusing, with the file and line, a
-    missing header column, a row of the wrong width, an empty or repeated sample, an empty
-    group, and a sheet of fewer than two groups."""
+def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
+    """Read a sample sheet (see the module docstring; the groups from ``group_column``),
+    refusing, with the file and line, a missing header column, a row of the wrong width, an
+    empty or repeated sample, an empty group, and a sheet of fewer than two groups."""
     path = str(path)
+    columns = (SHEET_COLUMNS[0], group_column)
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -65,15 +67,18 @@ def read_sheet(path) -> SampleSheet:
             if line.strip() and not line.lstrip().startswith("#")]
     if not rows:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
-                         f"{' and '.join(SHEET_COLUMNS)} and a line per sample")
+                         f"{' and '.join(columns)} and a line per sample")
     number, header = rows[0]
     names = sheet_fields(header)
-    missing = [c for c in SHEET_COLUMNS if c not in names]
+    missing = [c for c in columns if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
+        other = [n for n in names if n != columns[0]]
+        choose = (f" Name the column of the groups with --group-column (this header's others: "
+                  f"{', '.join(other)[:200]})." if group_column in missing and other and not commas else "")
         raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
-                         f"has a header naming the columns {' and '.join(SHEET_COLUMNS)}): {header[:200]!r}.{commas}")
-    at = [names.index(c) for c in SHEET_COLUMNS]
+                         f"has a header naming the columns {' and '.join(columns)}): {header[:200]!r}.{commas}{choose}")
+    at = [names.index(c) for c in columns]
     samples, groups, lines, seen = [], [], [], {}
     for number, line in rows[1:]:
         fields = sheet_fields(line)

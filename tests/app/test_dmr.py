@@ -179,7 +179,8 @@ def small(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nX9\tB\n", r"sheet.tsv, line 5: sample 'X9' is not in the store"),
-    ("sample\tcondition\nA1\tA\n", r"sheet.tsv, line 1: the header has no column group"),
+    ("sample\tcondition\nA1\tA\n", r"sheet.tsv, line 1: the header has no column group .*Name the column of the "
+                                    r"groups with --group-column \(this header's others: condition\)"),
     ("sample\tgroup\nA1\tA\nA2\n", r"sheet.tsv, line 3: 1 field\(s\) where the header has 2"),
     ("sample\tgroup\nA1\tA\nNA\tB\n", r"sheet.tsv, line 3: no sample named for group 'B'"),
     ("sample\tgroup\nA1\tA\nA2\tA\n", r"sheet.tsv: the sheet has one group, 'A'"),
@@ -200,6 +201,20 @@ def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
     import re
     assert re.search(message, result.output), result.output
     assert not list(directory.glob("out*"))
+
+
+@pytest.mark.slow  # two dmr runs
+def test_the_groups_may_come_from_another_column(small):
+    """A DSS design table (sample, case, cell, file): --group-column case reads the groups
+    from it, and the calls are those of a sheet with the same groups in a column named group."""
+    directory, store, sheet = small
+    design = directory / "design.tsv"
+    rows = [line.split("\t") for line in sheet.read_text().splitlines()[1:]]
+    design.write_text("sample\tcase\tcell\tfile\n" + "".join(f"{s}\t{g}\tT\t{s}.txt\n" for s, g in rows))
+    for name, given in (("by-group", (sheet,)), ("by-case", (design, "--group-column", "case"))):
+        result = run("dmr", store, "--groups", *given, "--output", directory / f"{name}.bed", "--fdr", "1", "-q")
+        assert result.exit_code == 0, result.output
+    assert (directory / "by-group.tsv").read_text() == (directory / "by-case.tsv").read_text() != ""
 
 
 def test_groups_without_shared_reads_are_told(tmp_path):

@@ -23,9 +23,11 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.command()
 @click.argument("store", type=STORE)
 @click.option("--groups", "sheet", required=True, type=click.Path(dir_okay=False),
-              help="Sample sheet: a header naming the columns sample and group (tab- or blank-separated; other "
-                   "columns ignored), a line per sample of the store. Two groups or more, of any sizes, one "
+              help="Sample sheet: a header naming the columns sample and group (or --group-column; tab- or "
+                   "blank-separated; other columns ignored), a line per sample of the store. Two groups or more, of any sizes, one "
                    "sample or more each.")
+@click.option("--group-column", default="group", show_default=True, metavar="NAME",
+              help="The sheet's column that names each sample's group (e.g. case or cell in a DSS design table).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Focal DMRs (BED9, gains red, losses blue); beside it OUTPUT's stem + .tsv (per DMR, ranked: "
                    "bins, length, difference, posterior, lfdr, q-value, level per group and sample), and "
@@ -58,7 +60,7 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @scheduler_option
 @quiet_option
 @user_errors
-def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, background_states, em_iter,
+def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_bins, max_gap, background_states, em_iter,
         no_domains, bigwig, chrom_sizes, scheduler, quiet):
     """Differentially methylated regions between groups of samples (DSS's DMLtest + callDMR,
     dmrseq): a model whose states have a level per group, shared by the group's replicates
@@ -70,7 +72,7 @@ def dmr(store, sheet, output, min_difference, fdr, contrast, min_bins, max_gap, 
     from ..sheet import read_sheet
 
     start = time.perf_counter()
-    sheet_read = read_sheet(sheet).contrast(names(contrast, "--contrast"))
+    sheet_read = read_sheet(sheet, group_column).contrast(names(contrast, "--contrast"))
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,
