@@ -34,6 +34,7 @@ class LeftOut:
 
 LEFT_OUT = tuple(f.name for f in fields(LeftOut))
 
+
 class CheckFailure(Exception):
     """The row that fails a check; ``earlier``: the row it repeats, named after the message
     (a BlockRow, or the (chromosome, key) of a row of an earlier block, found by reading again)."""
