@@ -183,6 +183,29 @@ def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_r
     assert {c: column_files(store, c) for c in (0, 1)} == kept
 
 
+def test_a_lost_index_file_is_refused_not_read_as_no_coverage(tmp_path, samples):
+    """zarr reads a missing chunk of the index as zeros, which say "no coverage here": where
+    the sample has counts, that is damage, and every reader of the index refuses the store
+    (before, the sample's counts there were skipped, unchecked). A sample without counts on a
+    chromosome has no index file there, and that is no damage."""
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=100)
+    ingest([samples[1]], "B", store)
+    st = open_store(store)
+    assert st.summary("chr2", [0, 1]).any()
+    (store / "chr2" / "index" / "summary" / "c" / "0" / "1" / "0").unlink()  # B's index on chr2
+    st = open_store(store)
+    with pytest.raises(StoreError, match=r"the index of sample B on chr2 \(chr2/index/summary, chunk 0\) is missing "
+                                         r"or empty, but the sample has counts there .* Ingest sample B again"):
+        st.summary("chr2", [0, 1])
+    with pytest.raises(StoreError, match="the index of sample B on chr2"):
+        st.overview()
+    assert st.summary("chr2", [0]).any()  # A's index is whole
+    for chunk in (store / "chr2" / "coverage" / "c").glob("*/1"):  # B has no counts on chr2 at all
+        chunk.unlink()
+    assert not open_store(store).summary("chr2", [1]).any()
+
+
 @pytest.mark.slow
 def test_a_missing_or_damaged_chunk_is_detected_when_read(tmp_path, samples):
     store = tmp_path / "s.zarr"

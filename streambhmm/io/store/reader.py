@@ -10,7 +10,7 @@ import numpy as np
 from ..names import Spellings
 from ..storage import Location
 from .chunks import ChunkRef, root_group
-from .schema import COVERED, DIGEST, FIELDS, SUMS, StoreAttrs, read_attributes
+from .schema import COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError, read_attributes
 
 
 @dataclass
@@ -88,7 +88,28 @@ class CountsStore:
         columns = list(columns)
         if not columns:
             return np.zeros((array.shape[0], 0, len(FIELDS)), np.int64)
-        return np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+        summary = np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+        self._check_index(chrom, columns, summary)
+        return summary
+
+    def _check_index(self, chrom: str, columns: list, summary: np.ndarray) -> None:
+        """Refuse an index chunk that reads as no coverage (zarr reads a missing chunk as its
+        fill value, zeros) where its sample has counts: a lost index file would otherwise hide
+        the sample's counts there, unchecked."""
+        listed = {}  # counts chunk -> the columns with a coverage file there
+        for j, column in enumerate(columns):
+            for first in range(0, summary.shape[0], INDEX_CHUNK):
+                if summary[first:first + INDEX_CHUNK, j].any():
+                    continue
+                for i in range(first, min(first + INDEX_CHUNK, summary.shape[0])):
+                    if i not in listed:
+                        listed[i] = {c.name for c in (self.path / chrom / "coverage" / "c" / str(i)).children()}
+                    if str(column) in listed[i]:
+                        sample = next((s for s in self.samples if self.column(s) == column), f"column {column}")
+                        raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} "
+                                         f"({chrom}/index/summary, chunk {first // INDEX_CHUNK}) is missing or "
+                                         f"empty, but the sample has counts there (chunk {i}): the store is damaged. "
+                                         f"Ingest sample {sample} again")
 
     def totals(self, samples) -> dict:
         """Per chromosome where ``samples`` have reads, each one's methylated and covered reads:
