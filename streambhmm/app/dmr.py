@@ -35,6 +35,7 @@ from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_si
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
 from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
+from ..io.store import recorded_inputs
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
 from .sheet import SampleSheet
@@ -73,7 +74,9 @@ class DmrJob:
         if len(set(paths)) < len(paths):
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
-        check_outside(self.output, self.store)
+        inputs = (self.store, self.sheet.path, self.chrom_sizes, *recorded_inputs(self.store))
+        for path in paths:  # the sheet or an ingested file given as an output: refused, not replaced
+            check_outside(path, *inputs)
         output, table, domains, domains_table = paths[:4]
         check_output_file(output)
         for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):

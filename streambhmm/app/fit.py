@@ -19,6 +19,7 @@ from ..distributed.em import fit_store_em
 from ..io.outputs import check_derived_file, check_output_file, check_outside
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
+from ..io.store import recorded_inputs
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import fit_or_refusal
 from ..learn.hmm import BinomialHMM, random_parameters
@@ -70,7 +71,7 @@ class FitSettings:
         self.emission = self.emission or default_emission(self.method)
         for m in self.states:  # a sweep's models are named after --output: each is checked
             path = self.output_path(m)
-            check_outside(path, self.store)
+            check_outside(path, self.store, *recorded_inputs(self.store))
             if self.sweep:  # a name the user did not give: replaced only if it holds a model
                 check_derived_file(path, MODEL_HEAD, self.output)
             else:

@@ -18,6 +18,7 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
 from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers
+from ..io.store import recorded_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
 from ..moments.pipeline import select_samples
@@ -130,10 +131,11 @@ def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled:
     return score_store(counts, hmm, client, Grouping(samples, pooled), chromosomes)
 
 
-def output_checked(path, *inputs) -> Path:
+def output_checked(path, store, *inputs) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
-    cannot be written (io.outputs), or lies inside one of the ``inputs`` the command reads."""
-    check_outside(path, *inputs)
+    cannot be written (io.outputs), or is or lies inside the counts ``store``, one of the
+    other ``inputs`` the command reads or a file the store's samples were ingested from."""
+    check_outside(path, store, *inputs, *recorded_inputs(store))
     check_derived_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
     return check_output_file(path)
 
@@ -196,7 +198,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
-        check_outside(path, counts.path.url, job.model if job else None)
+        check_outside(path, counts.path.url, job.model if job else None, *recorded_inputs(counts.path.url))
         check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
     for sample, path in methylation:

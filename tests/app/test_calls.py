@@ -297,6 +297,21 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     assert r.exit_code == 2 and "names nothing" in r.output
 
 
+def test_an_output_that_is_an_ingested_file_is_refused(tmp_path):
+    """The file a sample was ingested from, named as the output (a BED of calls written back
+    onto a BED of counts): refused, and the file kept."""
+    calls = tmp_path / "calls.bed"
+    calls.write_text("".join(f"chr1\t{p}\t{p + 1}\t{p % 7}\t{3 + p % 5}\n" for p in range(100, 90_000, 37)))
+    r = run("ingest", calls, "--columns", "chrom=1,pos=2,meth=4,unmeth=5", "--zero-based", "--sample", "S",
+            "--store", tmp_path / "s.zarr", "-q")
+    assert r.exit_code == 0, r.output
+    before = calls.read_bytes()
+    for kind in ("hmr", "pmd"):
+        r = run(kind, tmp_path / "s.zarr", "-o", calls, "-q")
+        assert r.exit_code == 1 and "which this command reads; write it elsewhere" in r.output, r.output
+    assert calls.read_bytes() == before
+
+
 def test_state_rules():
     levels = np.array([[0.1, 0.15], [0.1, 0.5], [0.5, 0.6], [0.9, 0.9]])
     assert hypomethylated(levels).tolist() == [True, False, False, False]

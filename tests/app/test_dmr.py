@@ -255,6 +255,20 @@ def test_outputs_that_collide_are_refused(small, output, bigwig, message):
     assert not list(directory.glob("out*"))
 
 
+def test_an_output_that_is_the_sheet_is_refused(small):
+    """The sample sheet given as --output or --bigwig: refused before any work, not replaced."""
+    directory, store, sheet = small
+    before = sheet.read_text()
+    copy = directory / "sheet.bed"
+    copy.write_text(before)
+    for given in (("--groups", copy, "--output", copy), ("--groups", sheet, "--output", directory / "o.bed",
+                                                        "--bigwig", sheet)):
+        result = run("dmr", store, *given, "-q")
+        assert result.exit_code == 1 and "which this command reads; write it elsewhere" in result.output, \
+            result.output
+    assert sheet.read_text() == copy.read_text() == before and not list(directory.glob("o*"))
+
+
 def test_chrom_sizes_of_another_assembly_are_refused_before_any_work(small):
     directory, store, sheet = small
     (directory / "short.sizes").write_text("chr1\t1000\n")

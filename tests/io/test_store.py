@@ -183,6 +183,14 @@ def test_a_killed_ingest_leaves_the_other_samples_byte_identical_and_the_rerun_r
     assert {c: column_files(store, c) for c in (0, 1)} == kept
 
 
+def test_a_damaged_root_metadata_file_is_named(tmp_path, samples):
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store)
+    (store / "zarr.json").write_bytes((store / "zarr.json").read_bytes()[:300])
+    with pytest.raises(StoreError, match=r"s.zarr/zarr.json: the store's metadata is damaged \(not JSON"):
+        open_store(store)
+
+
 def test_a_lost_index_file_is_refused_not_read_as_no_coverage(tmp_path, samples):
     """zarr reads a missing chunk of the index as zeros, which say "no coverage here": where
     the sample has counts, that is damage, and every reader of the index refuses the store

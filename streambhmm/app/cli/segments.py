@@ -62,12 +62,13 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
     decoding), and runs of one state are written as BED9 (named by the states' labels,
     coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
+    from ...io.store import recorded_inputs
     from ..segments import ModelOnStore, decode_outputs, run_decode
 
     start = time.perf_counter()
     job = ModelOnStore.read(store, model)  # the outputs are checked before any work
     outputs = decode_outputs(job, output, posteriors)
-    outputs.check(output, store, model)
+    outputs.check(output, store, model, *recorded_inputs(store))
     # with --posteriors decode writes into the store: its exclusive lock
     echo = printed(click.echo)
     with store_session(store, scheduler, write=posteriors) as opened, \

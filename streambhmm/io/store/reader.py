@@ -10,7 +10,8 @@ import numpy as np
 from ..names import Spellings
 from ..storage import Location
 from .chunks import ChunkRef, root_group
-from .schema import COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError, read_attributes
+from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
+                     read_attributes)
 
 
 @dataclass
@@ -153,3 +154,21 @@ def open_store(path) -> CountsStore:
     path = Location.of(path)
     attrs = read_attributes(path)
     return CountsStore(path=path, attrs=attrs, meta=StoreAttrs.check(path, attrs))
+
+
+def recorded_inputs(path) -> list[str]:
+    """The files the samples of the local counts store at ``path`` were ingested from, as
+    recorded (none when there is no readable store there): a command's output must not
+    replace them."""
+    location = Location.of(path)
+    if not location.is_local:
+        return []
+    try:
+        attrs = read_attributes(location)
+    except (OSError, StoreError):
+        return []
+    samples = attrs.get("samples") if attrs.get("format") == COUNTS_FORMAT else None  # not a moment store's
+    if not isinstance(samples, dict):
+        return []
+    return [f["path"] for record in samples.values() if isinstance(record, dict)
+            for f in record.get("files", []) if isinstance(f, dict) and isinstance(f.get("path"), str)]

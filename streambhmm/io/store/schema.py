@@ -144,4 +144,11 @@ def read_attributes(path) -> dict:
     path = Location.of(path)
     if not (path / "zarr.json").exists():
         raise StoreError(f"{path}: no counts store here (no zarr.json)")
-    return json.loads((path / "zarr.json").read_text()).get("attributes", {})  # quicker than zarr's parse of all
+    try:  # quicker than zarr's parse of all
+        document = json.loads((path / "zarr.json").read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not JSON: {exc}); restore the "
+                         f"store from a copy, or ingest its samples again into a new one") from None
+    if not isinstance(document, dict):
+        raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not a JSON object)")
+    return document.get("attributes", {})
