@@ -160,10 +160,14 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
     top.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(samples), frameon=False,
                markerscale=1.5, title="samples", title_fontsize=8, alignment="left")
     colours = state_colours(methylation)
+    # one collection per state (a broken_barh per segment rescaled the axes over all drawn before: quadratic)
+    by_state = {}
     for start, end, state in region_segments(bed_path, region, labels):
-        bottom.broken_barh([(start, end - start)], (0, 1), color=colours[state])
+        by_state.setdefault(state, []).append((start, end - start))
         if end - start > (region.end - region.start) / 40:
             bottom.text((start + end) / 2, 0.5, str(state), ha="center", va="center", fontsize=7)
+    for state, spans in by_state.items():
+        bottom.broken_barh(spans, (0, 1), color=colours[state])
     bottom.set_yticks([])
     bottom.set_ylabel("state")
     for ax, (name, items) in zip(rows, region_sets):
@@ -178,10 +182,13 @@ def plot_track(path, counts, samples, region: Region, bed_path, methylation, lab
 
 def _region_row(ax, name: str, items, region: Region) -> None:
     """The regions of one BED within ``region``, each a box in its itemRgb (grey without)."""
+    by_colour = {}  # one collection per colour, as the states' above
     for item in items:
         if item.chrom == region.chrom and item.end > region.start and item.start < region.end:
             colour = tuple(v / 255 for v in item.colour) if item.colour else (0.45, 0.45, 0.45)
-            ax.broken_barh([(item.start, item.end - item.start)], (0, 1), color=colour)
+            by_colour.setdefault(colour, []).append((item.start, item.end - item.start))
+    for colour, spans in by_colour.items():
+        ax.broken_barh(spans, (0, 1), color=colour)
     ax.set_yticks([])
     ax.set_ylabel(name, rotation=0, ha="right", va="center", fontsize=8)
 
