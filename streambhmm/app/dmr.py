@@ -363,7 +363,8 @@ def _merge_overlapping(domains: RegionTable) -> RegionTable:
         out.n_bins[row] = domains.n_bins[group].sum()
         out.posterior[row] = (domains.posterior[group] * domains.n_bins[group]).sum() / max(out.n_bins[row], 1)
         out.lfdr[row], out.qvalue[row] = domains.lfdr[group].min(), domains.qvalue[group].min()
-        out.methylated[row], out.coverage[row] = domains.methylated[group].sum(axis=0), domains.coverage[group].sum(axis=0)
+        out.methylated[row] = domains.methylated[group].sum(axis=0)
+        out.coverage[row] = domains.coverage[group].sum(axis=0)
     return out
 
 

@@ -17,7 +17,7 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers
+from ..io.outputs import check_derived_file, check_output_file, check_outside, interruptions_ignored, remove_leftovers
 from ..io.store import recorded_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -183,9 +183,9 @@ class Track:
 
 def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1, chrom_sizes=None,
                job: ModelOnStore | None = None, client=None, states: list[int] = (), progress=None) -> Iterator[Track]:
-    """Write bigWig files one at a time, yielding each: the methylation fraction of each of
-    ``samples`` (None: the model's, else all; bins with at least ``min_coverage`` reads),
-    PREFIX.SAMPLE.methylation.bw;
+    """Write bigWig files one at a time, and yield each once all are in place: the methylation
+    fraction of each of ``samples`` (None: the model's, else all; bins with at least
+    ``min_coverage`` reads), PREFIX.SAMPLE.methylation.bw;
     with a model ``job``, the posterior of each of ``states``, PREFIX.stateH-LABEL.posterior.bw
     (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw).
     Every file name, and the chrom.sizes against the data, is checked before the first is written."""
@@ -201,10 +201,22 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         check_outside(path, counts.path.url, job.model if job else None, *recorded_inputs(counts.path.url))
         check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
-    for sample, path in methylation:
-        yield Track(path, f"methylation of {sample}", write_methylation(counts, sample, path, lengths, min_coverage,
-                                                                        progress))
-    for group, paths in runs:
-        n = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
-        for h, path in zip(states, paths):
-            yield Track(path, f"posterior of state {h} {job.labels[h]}", n)
+    # (writer, what it holds), renamed into place together at the end: a run stopped half way leaves none
+    finished = []
+    try:
+        for sample, path in methylation:
+            finished.append((write_methylation(counts, sample, path, lengths, min_coverage, progress),
+                             f"methylation of {sample}"))
+        for group, paths in runs:
+            writers = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
+            finished += [(writer, f"posterior of state {h} {job.labels[h]}") for h, writer in zip(states, writers)]
+    except BaseException:
+        with interruptions_ignored():
+            for writer, _ in finished:
+                writer.abort()
+        raise
+    with interruptions_ignored():
+        for writer, _ in finished:
+            writer.put_in_place()
+    for writer, what in finished:
+        yield Track(writer.path, what, writer.entries)

@@ -103,21 +103,30 @@ class BigWigWriter:
                                  ends=np.minimum(starts + self.bin_size, self.lengths[chrom]), values=values)
         self.entries += int(starts.size)
 
-    def close(self) -> None:
+    def finish(self) -> None:
+        """Complete the file, still under its temporary name (put_in_place renames it)."""
         self.file.close()
+        self.file = None
+
+    def put_in_place(self) -> None:
         rename_into_place(self._fd, self.tmp, self.path)
         self._temporary.close()
 
+    def close(self) -> None:
+        self.finish()
+        self.put_in_place()
+
     def abort(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         self._temporary.close()  # removes the temporary
 
 
 def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1,
-                      progress=None) -> int:
+                      progress=None) -> BigWigWriter:
     """The methylation fraction (methylated / covered reads) of each bin of ``sample`` with at
     least ``min_coverage`` reads, one chunk in memory at a time (``progress(done, total)``
-    after each); returns the entries written."""
+    after each); returns the finished writer (its file still a temporary: put_in_place)."""
     writer = BigWigWriter(path, lengths, store.bin_size)
     refs = [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
     try:
@@ -131,8 +140,8 @@ def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_
     except BaseException:
         writer.abort()
         raise
-    writer.close()
-    return writer.entries
+    writer.finish()
+    return writer
 
 
 def _chunk_posteriors(post, data, states: tuple):
@@ -141,10 +150,10 @@ def _chunk_posteriors(post, data, states: tuple):
 
 
 def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states: list[int], paths: list,
-                     lengths: dict, progress=None) -> int:
+                     lengths: dict, progress=None) -> list[BigWigWriter]:
     """The posterior of each of ``states`` (one file each, ``paths``) in every bin the
     ``samples`` cover, computed on Dask with exact messages between chunks (as decoding);
-    returns the bins written."""
+    returns the finished writers (their files still temporaries: put_in_place)."""
     writers = []
     try:
         writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
@@ -158,5 +167,5 @@ def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states
             writer.abort()
         raise
     for writer in writers:
-        writer.close()
-    return writers[0].entries if writers else 0
+        writer.finish()
+    return writers

@@ -281,6 +281,26 @@ def test_tracks_command_writes_bigwigs_of_methylation_and_posteriors(tmp_path, o
     assert r.exit_code != 0 and "no 'chr10'" in r.output
 
 
+def test_tracks_stopped_half_way_leave_no_track(tmp_path, one_sample, monkeypatch):
+    """The tracks are renamed into place together at the end: a run that fails (or is
+    interrupted) after the methylation tracks, in the posterior pass, leaves none of them, and
+    no temporary."""
+    from streambhmm.app import segments
+    from streambhmm.app.modelio import model_to_dict
+
+    stores, hmm = one_sample
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model_to_dict(hmm, ["A"], ["chr2", "chr10"], method="em")))
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(segments, "write_posteriors", stopped)
+    r = run("tracks", stores[0].path, "--model", path, "-o", tmp_path / "t", "-q")
+    assert r.exit_code != 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
+
+
 @pytest.mark.slow
 def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path, one_sample):
     """Audit 1: a command sees the store as it was before a commit or as it is after it, never
