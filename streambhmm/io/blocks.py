@@ -14,11 +14,37 @@ from typing import Iterator
 from .rows import BLOCK_BYTES, BOM, GZIP_MAGIC, MAX_LINE, SHOWN, FormatError, decoded, igzip, isal_zlib
 
 
+# how other compressed or binary files begin, and what to do with them (read as text, they
+# failed with advice about line endings)
+NOT_TEXT = ((b"BZh", "bzip2 data: decompress it (bunzip2 -k FILE), or recompress it with gzip"),
+            (b"\xfd7zXZ\x00", "xz data: decompress it (xz -dk FILE), or recompress it with gzip"),
+            (b"\x28\xb5\x2f\xfd", "zstd data: decompress it (zstd -d FILE), or recompress it with gzip"),
+            (b"PK\x03\x04", "a zip archive: unzip it and give the call file inside"),
+            (b"BAM\x01", "a BAM file of aligned reads: call methylation first (e.g. Bismark's methylation "
+                         "extractor, MethylDackel or modkit) and give its output"),
+            (b"\x7fELF", "an executable program"))
+
+
 def open_binary(path):
-    """The file's bytes, gzip/bgzip decompressed (detected by magic bytes, not the name)."""
+    """The file's bytes, gzip/bgzip decompressed (detected by magic bytes, not the name); a
+    file of another compression or a binary kind is refused, saying which."""
     with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return igzip.open(path, "rb") if magic == GZIP_MAGIC else open(path, "rb")
+        magic = fh.read(8)
+    if magic[:2] == GZIP_MAGIC:
+        head = igzip.open(path, "rb")
+        try:
+            inner = head.read(4)  # a BAM is gzipped (BGZF) too
+        except (OSError, EOFError, isal_zlib.error):
+            inner = b""  # corrupt or cut short: the reading says so, with the line
+        head.close()
+        if inner == b"BAM\x01":
+            magic = inner
+        else:
+            return igzip.open(path, "rb")
+    for signature, what in NOT_TEXT:
+        if magic.startswith(signature):
+            raise FormatError(path, None, None, f"is not a text or gzip file: it is {what}")
+    return open(path, "rb")
 
 
 PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this much before its error

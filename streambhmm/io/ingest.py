@@ -22,6 +22,7 @@ from .rows import ReadTally
 from .names import Spellings, check_sample_name
 from .storage import Location
 from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, needs_recovery, open_store
+from .store.schema import read_attributes
 
 
 @dataclass
@@ -143,6 +144,8 @@ def _existing_store(store: Location, bin_size: int, chunk_size: int | None):
     not those asked for."""
     if not store.exists() and not needs_recovery(store):
         return None  # nothing to read or to complete: no lock file for a store an ingest may never make
+    if not needs_recovery(store):
+        read_attributes(store)  # a directory that is no store is refused before a lock file is made beside it
     with locked(store, shared=True):
         existing = open_store(store) if store.exists() else None
     if existing is not None:

@@ -1,8 +1,11 @@
 """The text-to-rows stage: detection rules, reading options, and the input failures an
 audit found (each test here failed before its fix)."""
 
+import bz2
 import gzip
+import lzma
 import os
+import re
 import shutil
 
 import numpy as np
@@ -184,6 +187,30 @@ def test_ingest_says_which_rows_it_left_out_and_why(tmp_path):
     assert r.exit_code == 0, r.output
     assert ("; left out: 1 row without reads, 2 rows of other contexts than CG, 1 row with fewer than "
             "--min-coverage 3 reads") in r.output, r.output
+
+
+@pytest.mark.parametrize("name, data, what", [
+    ("c.tsv.bz2", bz2.compress(b"chr1\t10\t+\t1\t2\n"), "bzip2 data: decompress it (bunzip2 -k FILE)"),
+    ("c.tsv.xz", lzma.compress(b"chr1\t10\t+\t1\t2\n"), "xz data: decompress it (xz -dk FILE)"),
+    ("c.tsv.zst", b"\x28\xb5\x2f\xfd" + bytes(20), "zstd data"),
+    ("c.zip", b"PK\x03\x04" + bytes(20), "a zip archive"),
+    ("c.bam", gzip.compress(b"BAM\x01" + bytes(20)), "a BAM file of aligned reads: call methylation first"),
+    ("c.tsv", b"\x7fELF\x02\x01" + bytes(20), "an executable program"),
+])
+def test_a_file_of_another_compression_or_kind_says_what_it_is(tmp_path, name, data, what):
+    """Read as text, these failed with advice about carriage returns."""
+    path = write(tmp_path, name, data)
+    with pytest.raises(FormatError, match=rf"{name}: is not a text or gzip file: it is {re.escape(what)}"):
+        ingest([path], "A", tmp_path / "s.zarr")
+    assert not list(p.name for p in tmp_path.iterdir() if p.name != name)  # no store, no lock file
+
+
+def test_a_directory_that_is_no_store_is_refused_without_a_lock_file_beside_it(tmp_path):
+    (tmp_path / "mine").mkdir()
+    path = write(tmp_path, "c.tsv", "chrom\tpos\tstrand\tmc\tcov\nchr1\t10\t+\t1\t2\n")
+    with pytest.raises(ValueError, match="mine: no counts store here"):
+        ingest([path], "A", tmp_path / "mine")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.tsv", "mine"]
 
 
 def test_merge_strands_needs_a_strand(tmp_path):
