@@ -7,7 +7,9 @@ A fit is *degenerate* when its parameters cannot describe a methylome:
 - the chain is reducible, counting only transitions above MIN_TRANSITION: some state can
   never be left or never be reached; the (near) identity matrix is the extreme case;
 - a level was clipped to exactly 0 or 1 by the estimator (the spectral ratio fell outside
-  [0, 1]): the data did not say so, the estimate broke.
+  [0, 1]): the data did not say so, the estimate broke;
+- two states have the same level in every sample (within SAME_LEVEL): one state in two, as
+  when every read is methylated and each level sits at the estimator's bound.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from scipy.sparse.csgraph import connected_components
 
 MIN_WEIGHT = 1e-4  # a state below one bin in 10,000
 MIN_TRANSITION = 1e-6  # rarer than once per 100 Mb of 100-bp bins: no transition
+SAME_LEVEL = 1e-6  # levels closer than this in every sample: one state (fitted levels are far apart or equal)
 ROW_TOLERANCE = 1e-6
 
 
@@ -86,6 +89,11 @@ def degeneracy_problems(methylation, transmat, startprob, clipped=None) -> list[
             groups = [np.flatnonzero(labels == k).tolist() for k in range(n_classes)]
             problems.append(f"the chain is reducible: states split into {n_classes} groups that do not "
                             f"communicate ({'; '.join(','.join(map(str, g)) for g in groups)})")
+    same = [(h, k) for h in range(len(p)) for k in range(h + 1, len(p)) if np.all(np.abs(p[h] - p[k]) < SAME_LEVEL)]
+    if same:
+        problems.append(f"states {', '.join(f'{h} and {k}' for h, k in same[:6])} have the same level in every sample "
+                        f"({', '.join('/'.join(f'{v:.4g}' for v in np.atleast_1d(p[h])) for h, _ in same[:6])}): the "
+                        f"data hold fewer distinct states")
     if clipped is not None and np.asarray(clipped).any():
         where = [f"state {h} sample {s}" for h, s in zip(*np.nonzero(clipped))]
         problems.append(f"level(s) clipped to exactly 0 or 1 by the estimator ({', '.join(where[:6])}"

@@ -32,11 +32,20 @@ GOOD = (WELL_SEPARATED, STICKY, np.full(4, 0.25))
     (lambda p, a, s: (p, np.eye(4), s), r"\(nearly\) the identity"),
     (lambda p, a, s: (p, np.kron(np.eye(2), np.full((2, 2), 0.5)), s), r"reducible: states split into 2 groups"),
     (lambda p, a, s: (p, np.eye(4) * (1 - 3e-8) + 1e-8, s), r"\(nearly\) the identity"),
+    # every read methylated: each level at the estimator's bound (the audit's all-methylated store)
+    (lambda p, a, s: (np.full_like(p, 0.9999), a, s), r"states 0 and 1, 0 and 2, .* have the same level in every "
+                                                      r"sample \(0.9999/0.9999, "),
+    (lambda p, a, s: (np.vstack([p[:3], p[2] + 1e-7]), a, s), r"states 2 and 3 have the same level"),
 ])
 def test_crafted_degenerate_models_are_named(change, message):
     assert degeneracy_problems(*GOOD) == []
     problems = degeneracy_problems(*change(*GOOD))
     assert problems and re.search(message, "; ".join(problems))
+
+
+def test_states_a_little_apart_are_not_the_same():
+    assert degeneracy_problems(np.vstack([WELL_SEPARATED[:3], WELL_SEPARATED[2] + [1e-4, 0]]), STICKY,
+                               np.full(4, 0.25)) == []
 
 
 def test_clipped_levels_are_degenerate():
