@@ -5,9 +5,10 @@ checked before any work."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 
+from ..io.blocks import text_lines
 from ..io.rows import sheet_fields
 from ..learn.groups import SampleGroups
 
@@ -59,12 +60,11 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     empty or repeated sample, an empty group, and a sheet of fewer than two groups."""
     path = str(path)
     columns = (SHEET_COLUMNS[0], group_column)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
+        with contextlib.closing(text_lines(path)) as read:
+            rows = [(number, line) for number, line, _ in read if line.strip() and not line.lstrip().startswith("#")]
+    except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
-    rows = [(number, line) for number, line in enumerate(text.splitlines(), 1)
-            if line.strip() and not line.lstrip().startswith("#")]
     if not rows:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(columns)} and a line per sample")

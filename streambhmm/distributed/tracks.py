@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..io.blocks import text_lines
 from ..io.outputs import held_temporary, rename_into_place
 from ..io.store import CountsStore
 from .chains import map_posteriors
@@ -28,9 +29,10 @@ BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bi
 
 def read_chrom_sizes(path) -> dict[str, int]:
     """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated)."""
-    sizes = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        fields = line.split()
+    sizes, lines = {}, {}
+    with contextlib.closing(text_lines(path)) as read:
+        numbered = list(read)
+    for number, line, fields in numbered:
         if not fields or line.startswith("#"):
             continue
         if len(fields) < 2 or not fields[1].isdigit():
@@ -38,7 +40,10 @@ def read_chrom_sizes(path) -> dict[str, int]:
         if int(fields[1]) > BIGWIG_MAX_LENGTH:
             raise ValueError(f"{path}, line {number}: {fields[0][:100]} is {int(fields[1]):,} bp long; a bigWig "
                              f"holds chromosomes of at most {BIGWIG_MAX_LENGTH:,} bp: {line[:200]!r}")
-        sizes[fields[0]] = int(fields[1])
+        if fields[0] in sizes:
+            raise ValueError(f"{path}, line {number}: {fields[0][:100]} is listed again (first on line "
+                             f"{lines[fields[0]]}): {line[:200]!r}")
+        sizes[fields[0]], lines[fields[0]] = int(fields[1]), number
     return sizes
 
 

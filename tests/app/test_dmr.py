@@ -323,6 +323,21 @@ def test_a_dmr_differs_by_min_difference_in_its_own_reads():
     assert table.differ_by(three, 0.1).tolist() == [True, False, True, False, True]
 
 
+def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
+    """A byte-order mark (Excel's "UTF-8" export) and CRLF line ends are the sheet's encoding,
+    not its columns; a chrom.sizes file that lists a chromosome twice is refused with the line."""
+    from streambhmm.app.sheet import read_sheet
+    from streambhmm.distributed.tracks import read_chrom_sizes
+
+    sheet = tmp_path / "sheet.tsv"
+    sheet.write_bytes(b"\xef\xbb\xbfsample\tgroup\r\nA1\tA\r\nB1\tB\r\n")
+    assert read_sheet(sheet).samples == ("A1", "B1") and read_sheet(sheet).groups == ("A", "B")
+    sizes = tmp_path / "hg.sizes"
+    sizes.write_text("chr1\t100\nchr2\t50\nchr1\t120\n")
+    with pytest.raises(ValueError, match=r"hg.sizes, line 3: chr1 is listed again \(first on line 1\)"):
+        read_chrom_sizes(sizes)
+
+
 def test_the_tables_columns_have_distinct_names():
     """One sample per group, named like its group (modkit's normal and tumour): the samples'
     level columns must not repeat the groups' (pandas and R would rename them)."""
