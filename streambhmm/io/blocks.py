@@ -103,6 +103,28 @@ def _gzip_end(path) -> int | None:
     return None
 
 
+def _lines_before_damage(path) -> int:
+    """The complete lines of ``path`` that decompress before its damage. The decompressor
+    reads ahead, so its error comes before the lines it read are counted (a small file's,
+    at line 1); this second reading, only after an error, counts them."""
+    count, member = 0, zlib.decompressobj(zlib.MAX_WBITS | 16)
+    with open(path, "rb") as fh:
+        data = fh.read(PIECE)
+        while data:
+            try:
+                count += member.decompress(data).count(b"\n")
+            except zlib.error:
+                break
+            if not member.eof:
+                data = fh.read(PIECE)
+                continue
+            data = member.unused_data or fh.read(PIECE)
+            if data[:2] != GZIP_MAGIC:  # no next member (the data after the last one are _gzip_end's)
+                break
+            member = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    return count
+
+
 def lines(path) -> Iterator[bytes]:
     """The file's lines from the start, read as far as they are asked for (BOM and line
     ends removed); the line length bound applies."""
@@ -136,8 +158,9 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
                     raise FormatError(path, None, None, f"the gzip data end at byte {end:,}, followed by {junk:,} "
                                       f"{what} not gzip (appended to the file?); keep the data with head -c {end} "
                                       f"FILE > FIXED") from None
-                raise FormatError(path, line, None, f"corrupt or truncated compressed data at or after this line "
-                                                    f"({type(piece).__name__}: {piece})")
+                raise FormatError(path, max(line, _lines_before_damage(path) + 1), None,
+                                  f"corrupt or truncated compressed data at or after this line "
+                                  f"({type(piece).__name__}: {piece})")
             chunk, offset = piece
             if start and chunk.startswith(BOM):
                 chunk = chunk[len(BOM):]

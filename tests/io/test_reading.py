@@ -7,6 +7,7 @@ import lzma
 import os
 import re
 import shutil
+import zlib
 
 import numpy as np
 import pytest
@@ -423,6 +424,17 @@ def test_corrupt_gzip_names_the_file_and_line(tmp_path, damage):
     r = run("ingest", path, "--sample", "A", "--store", tmp_path / "s.zarr")
     assert r.exit_code == 1 and f"{path}:{err.line}: corrupt or truncated" in r.output
     assert "Aborted" not in r.output and "Traceback" not in r.output
+
+
+def test_a_small_truncated_gzip_names_the_first_line_it_lost(tmp_path):
+    """The decompressor reads a small file whole before its error: the line named is the
+    first that does not decompress (it was line 1), as `zcat` shows."""
+    text = HEADER + "".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(1, 2001))
+    data = gzip.compress(text.encode())
+    path = write(tmp_path, "cut.tsv.gz", data[:len(data) // 2])
+    whole = zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(data[:len(data) // 2]).count(b"\n")
+    assert 100 < whole < 2000
+    assert error_of(path).line == whole + 1
 
 
 @pytest.mark.parametrize("name", ["x" * 256, "é" * 128, ".", "..", ".hidden", "zarr.json", "ZARR.JSON", "__meta",
