@@ -33,7 +33,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
-from ..io.outputs import check_derived_file, check_output_file, check_outside, remove_leftovers, replacing_pair
+from ..io.outputs import Inputs, check_derived_file, check_output_file, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
 from ..io.store import recorded_inputs
 from ..learn.checks import stationary_weights
@@ -74,9 +74,9 @@ class DmrJob:
         if len(set(paths)) < len(paths):
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
-        inputs = (self.store, self.sheet.path, self.chrom_sizes, *recorded_inputs(self.store))
+        inputs = Inputs(self.store, self.sheet.path, self.chrom_sizes, ingested=recorded_inputs(self.store))
         for path in paths:  # the sheet or an ingested file given as an output: refused, not replaced
-            check_outside(path, *inputs)
+            inputs.check(path)
         output, table, domains, domains_table = paths[:4]
         check_output_file(output)
         for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
@@ -401,10 +401,11 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
 
 
 def level_columns(groups, samples) -> list[str]:
-    """level_GROUP per group, then level_SAMPLE per sample; a sample named like a group (one
-    sample per group, named alike) gets level_sample_SAMPLE, so no two columns share a name."""
-    names = set(groups)
-    return [f"level_{g}" for g in groups] + [f"level_sample_{s}" if s in names else f"level_{s}" for s in samples]
+    """level_GROUP per group, then level_SAMPLE per sample; when a sample is named like a group
+    (one sample per group, named alike) every sample's is level_sample_SAMPLE, so no two
+    columns share a name."""
+    prefix = "level_sample_" if set(groups) & set(samples) else "level_"
+    return [f"level_{g}" for g in groups] + [f"{prefix}{s}" for s in samples]
 
 
 def _number(value: float) -> str:

@@ -16,7 +16,7 @@ from ..distributed.cluster import OpenedStore
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
-from ..io.outputs import check_derived_file, check_output_file, check_outside
+from ..io.outputs import Inputs, check_derived_file, check_output_file
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
 from ..io.store import recorded_inputs
@@ -69,9 +69,10 @@ class FitSettings:
             raise ValueError("--method ftd (the tensor decomposition) fits binomial emissions; --method refined "
                              "fits beta-binomial ones from the same moments")
         self.emission = self.emission or default_emission(self.method)
+        inputs = Inputs(self.store, ingested=recorded_inputs(self.store))
         for m in self.states:  # a sweep's models are named after --output: each is checked
             path = self.output_path(m)
-            check_outside(path, self.store, *recorded_inputs(self.store))
+            inputs.check(path)
             if self.sweep:  # a name the user did not give: replaced only if it holds a model
                 check_derived_file(path, MODEL_HEAD, self.output)
             else:

@@ -17,7 +17,8 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import check_derived_file, check_output_file, check_outside, interruptions_ignored, remove_leftovers
+from ..io.outputs import (Inputs, check_derived_file, check_output_file, check_outside, interruptions_ignored,
+                          remove_leftovers, scratch_directory)
 from ..io.store import recorded_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -89,12 +90,13 @@ class DecodeOutputs:
     def paths(self) -> list[Path]:
         return [path for path, _ in self.beds] + [self.table]
 
-    def check(self, output, *inputs) -> None:
-        """Refuse, before any work, a file that cannot be written (io.outputs), one inside
-        the ``inputs`` the command reads (the store, the model), and a file named after
-        ``output`` that this command did not write."""
+    def check(self, output, store, model) -> None:
+        """Refuse, before any work, a file that cannot be written (io.outputs), one that is or
+        lies inside the store or the model the command reads, or is a file the store was
+        ingested from, and a file named after ``output`` that this command did not write."""
+        inputs = Inputs(store, model, ingested=recorded_inputs(store))
         for path in self.paths:
-            check_outside(path, *inputs)
+            inputs.check(path)
             if Path(path) == Path(output):
                 check_output_file(path)
             else:  # named after it (and checked as an output too)
@@ -135,7 +137,7 @@ def output_checked(path, store, *inputs) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
     cannot be written (io.outputs), or is or lies inside the counts ``store``, one of the
     other ``inputs`` the command reads or a file the store's samples were ingested from."""
-    check_outside(path, store, *inputs, *recorded_inputs(store))
+    check_outside(path, store, *inputs, ingested=recorded_inputs(store))
     check_derived_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
     return check_output_file(path)
 
@@ -197,26 +199,23 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         names = [f"state{h}-{safe_name(without_repeat(job.labels[h]))}" for h in states]
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
+    inputs = Inputs(counts.path.url, job.model if job else None, chrom_sizes, ingested=recorded_inputs(counts.path.url))
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
-        check_outside(path, counts.path.url, job.model if job else None, *recorded_inputs(counts.path.url))
+        inputs.check(path)
         check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
-    # (writer, what it holds), renamed into place together at the end: a run stopped half way leaves none
-    finished = []
-    try:
+    # written into one scratch directory beside them and renamed into place together at the end:
+    # a run stopped half way leaves none (the scratch goes with it), whatever the number of files
+    finished = []  # (writer, what it holds)
+    with scratch_directory(methylation[0][1] if methylation else runs[0][1][0]) as scratch:
         for sample, path in methylation:
-            finished.append((write_methylation(counts, sample, path, lengths, min_coverage, progress),
+            finished.append((write_methylation(counts, sample, path, lengths, min_coverage, progress, scratch),
                              f"methylation of {sample}"))
         for group, paths in runs:
-            writers = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress=progress)
+            writers = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress, scratch)
             finished += [(writer, f"posterior of state {h} {job.labels[h]}") for h, writer in zip(states, writers)]
-    except BaseException:
         with interruptions_ignored():
             for writer, _ in finished:
-                writer.abort()
-        raise
-    with interruptions_ignored():
-        for writer, _ in finished:
-            writer.put_in_place()
+                writer.put_in_place()
     for writer, what in finished:
         yield Track(writer.path, what, writer.entries)

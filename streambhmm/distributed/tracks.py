@@ -12,6 +12,7 @@ temporary name and renamed when complete.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from pathlib import Path
 
@@ -76,15 +77,20 @@ BIGWIG_HEAD = (0x888FFC26).to_bytes(4, "little")  # how a bigWig begins (its mag
 
 class BigWigWriter:
     """One bigWig file written chromosome by chromosome in the header's order; entries of a
-    chromosome arrive in position order, chunk by chunk."""
+    chromosome arrive in position order, chunk by chunk. Written under a locked temporary
+    name beside ``path`` (io.outputs), or into ``scratch``, a locked directory of the caller's
+    that holds a set of files put in place together (no descriptor held per file)."""
 
-    def __init__(self, path, lengths: dict[str, int], bin_size: int):
+    def __init__(self, path, lengths: dict[str, int], bin_size: int, scratch: Path | None = None):
         import pyBigWig
 
         self.path = Path(path)
         self.lengths, self.bin_size = lengths, bin_size
         self._temporary = contextlib.ExitStack()  # pyBigWig writes our locked temporary (io.outputs) by name
-        self.tmp, self._fd = self._temporary.enter_context(held_temporary(self.path))
+        if scratch is None:
+            self.tmp, self._fd = self._temporary.enter_context(held_temporary(self.path))
+        else:
+            self.tmp, self._fd = Path(scratch) / self.path.name, None
         self.file = pyBigWig.open(str(self.tmp), "w")
         if self.file is None:  # pyBigWig gives None, not an error, when it cannot open the file
             self._temporary.close()
@@ -114,7 +120,12 @@ class BigWigWriter:
         self.file = None
 
     def put_in_place(self) -> None:
-        rename_into_place(self._fd, self.tmp, self.path)
+        fd = self._fd if self._fd is not None else os.open(self.tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            rename_into_place(fd, self.tmp, self.path)
+        finally:
+            if self._fd is None:
+                os.close(fd)
         self._temporary.close()
 
     def close(self) -> None:
@@ -128,11 +139,12 @@ class BigWigWriter:
 
 
 def write_methylation(store: CountsStore, sample: str, path, lengths: dict, min_coverage: int = 1,
-                      progress=None) -> BigWigWriter:
+                      progress=None, scratch: Path | None = None) -> BigWigWriter:
     """The methylation fraction (methylated / covered reads) of each bin of ``sample`` with at
     least ``min_coverage`` reads, one chunk in memory at a time (``progress(done, total)``
-    after each); returns the finished writer (its file still a temporary: put_in_place)."""
-    writer = BigWigWriter(path, lengths, store.bin_size)
+    after each); returns the finished writer (its file still a temporary, in ``scratch`` if
+    given: put_in_place)."""
+    writer = BigWigWriter(path, lengths, store.bin_size, scratch)
     refs = [ref for chrom in store.chromosomes for ref in store.chunk_refs(chrom, [sample])]
     try:
         for done, ref in enumerate(refs, 1):
@@ -155,13 +167,14 @@ def _chunk_posteriors(post, data, states: tuple):
 
 
 def write_posteriors(store: CountsStore, hmm, client, samples: list[str], states: list[int], paths: list,
-                     lengths: dict, progress=None) -> list[BigWigWriter]:
+                     lengths: dict, progress=None, scratch: Path | None = None) -> list[BigWigWriter]:
     """The posterior of each of ``states`` (one file each, ``paths``) in every bin the
     ``samples`` cover, computed on Dask with exact messages between chunks (as decoding);
-    returns the finished writers (their files still temporaries: put_in_place)."""
+    returns the finished writers (their files still temporaries, in ``scratch`` if given:
+    put_in_place)."""
     writers = []
     try:
-        writers = [BigWigWriter(path, lengths, store.bin_size) for path in paths]
+        writers = [BigWigWriter(path, lengths, store.bin_size, scratch) for path in paths]
         for ref, (positions, post) in map_posteriors(store, samples, Params.of(hmm), client, _chunk_posteriors,
                                                      (tuple(states),), f"the posterior tracks of {store.path}",
                                                      progress):

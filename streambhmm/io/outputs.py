@@ -74,17 +74,35 @@ def check_derived_file(path, ours: bytes, named_after) -> Path:
     return path
 
 
-def check_outside(path, *inputs) -> None:
-    """Refuse an output inside one of the ``inputs`` (stores, directories) the command reads."""
-    where = {Path(os.path.abspath(path)), Path(os.path.realpath(path))}
-    for given in inputs:
-        if given is None or "://" in str(given):
-            continue
-        for root in {Path(os.path.abspath(given)), Path(os.path.realpath(given))}:
-            if root in where:
-                raise ValueError(f"{path}: is {given}, which this command reads; write it elsewhere")
-            if any(root in w.parents for w in where):
-                raise ValueError(f"{path}: is inside {given}, which this command reads; write it elsewhere")
+class Inputs:
+    """What a command reads (stores, directories, files), resolved once, and the files a store's
+    samples were ingested from (``ingested``, those that still exist): an output must neither
+    be one nor lie inside one."""
+
+    def __init__(self, *reads, ingested=()):
+        self.roots = {}  # resolved path -> (as given, why it is refused)
+        for given, why in [(g, "which this command reads") for g in reads] + \
+                          [(g, "a file the store's samples were ingested from") for g in ingested
+                           if os.path.lexists(g)]:
+            if given is None or "://" in str(given):
+                continue
+            for root in (Path(os.path.abspath(given)), Path(os.path.realpath(given))):
+                self.roots.setdefault(root, (given, why))
+
+    def check(self, path) -> None:
+        for where in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+            if where in self.roots:
+                given, why = self.roots[where]
+                raise ValueError(f"{path}: is {given}, {why}; write it elsewhere")
+            inside = next((self.roots[p] for p in where.parents if p in self.roots), None)
+            if inside is not None:
+                raise ValueError(f"{path}: is inside {inside[0]}, {inside[1]}; write it elsewhere")
+
+
+def check_outside(path, *inputs, ingested=()) -> None:
+    """Refuse an output that is or lies inside one of the ``inputs`` the command reads, or is
+    one of the ``ingested`` files (Inputs; for many outputs, make one Inputs and check each)."""
+    Inputs(*inputs, ingested=ingested).check(path)
 
 
 def check_output_dir(path) -> Path:

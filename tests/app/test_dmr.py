@@ -345,6 +345,8 @@ def test_the_tables_columns_have_distinct_names():
 
     assert level_columns(["normal", "tumour"], ["normal", "tumour"]) == [
         "level_normal", "level_tumour", "level_sample_normal", "level_sample_tumour"]
+    assert level_columns(["B", "x"], ["B", "sample_B"]) == ["level_B", "level_x", "level_sample_B",
+                                                             "level_sample_sample_B"]
     assert level_columns(["H1", "IMR90"], ["H1_r1", "IMR90_r1"]) == [
         "level_H1", "level_IMR90", "level_H1_r1", "level_IMR90_r1"]
 

@@ -317,6 +317,8 @@ def test_no_command_writes_over_its_inputs_or_files_it_did_not_write(project, tm
         path.write_text(text)
     refused = [
         (("decode", project / "c.zarr", "--model", model, "-o", model), f"{model}: is {model}, which this command reads"),
+        (("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", model),
+         f"{model}: is {model}, which this command reads"),
         (("decode", project / "c.zarr", "--model", model, "-o", tmp_path / "s.bed"), "s.states.tsv: exists and is not"),
         (("decode", project / "c.zarr", "--model", model, "-o", project / "c.zarr" / "x.bed"), "is inside"),
         (("fit", project / "c.zarr", "-m", "2", "-o", project / "c.zarr" / "zarr.json"), "is inside"),

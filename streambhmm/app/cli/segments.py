@@ -62,13 +62,12 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
     decoding), and runs of one state are written as BED9 (named by the states' labels,
     coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
-    from ...io.store import recorded_inputs
     from ..segments import ModelOnStore, decode_outputs, run_decode
 
     start = time.perf_counter()
     job = ModelOnStore.read(store, model)  # the outputs are checked before any work
     outputs = decode_outputs(job, output, posteriors)
-    outputs.check(output, store, model, *recorded_inputs(store))
+    outputs.check(output, store, model)
     # with --posteriors decode writes into the store: its exclusive lock
     echo = printed(click.echo)
     with store_session(store, scheduler, write=posteriors) as opened, \
@@ -116,7 +115,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
     start = time.perf_counter()
     if (preset is None) == (targets is None):
         raise click.UsageError("give one of --preset and --targets")
-    output_checked(output, store)  # and the table beside it
+    output_checked(output, store, model)  # and the table beside it
     with store_session(store, scheduler) as opened:
         job = ModelOnStore.open(opened.store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
