@@ -17,10 +17,11 @@ Whether a state is *differential* (its levels differ by more than ``fit --diff-t
 0.3) is said beside the table (learn.evaluate.differential_states); the label does not depend
 on that threshold.
 
-Labels are unique: a repeated one gets ``#2``, ``#3``... in order of increasing methylation
+Labels are unique: a repeated one gets ``(2)``, ``(3)``... in order of increasing methylation
 (mean over the samples, then the levels themselves), so a state's label does not depend on
 the order of the states in the model. (Not ``-2``: ``intermediate:IMR90-2`` reads as a sample
-named IMR90-2.) File names, which carry the state's index, leave the mark out.
+named IMR90-2; nor ``#2``: R's read.table takes ``#`` for a comment.) File names, which carry
+the state's index, leave the number out.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ LEVEL_CLASSES = ((0.15, "unmethylated"), (0.5, "low"), (0.75, "intermediate"), (
 DIFF_THRESHOLD = 0.3
 LEVEL_DIFFERENCE = 0.1  # levels this far apart are named apart in a label
 NAMED_SAMPLES = 3  # samples named per class in a label
-REPEAT = "#"  # between a repeated label and its number
 # matplotlib's tab20 (tab10's ten colours first): states coloured by rank of mean methylation
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
            (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207), (174, 199, 232), (255, 187, 120),
@@ -79,13 +79,13 @@ def state_labels(methylation, samples, diff_threshold: float | None = None) -> l
     for h in state_order(levels):
         seen[labels[h]] = seen.get(labels[h], 0) + 1
         if seen[labels[h]] > 1:
-            labels[h] = f"{labels[h]}{REPEAT}{seen[labels[h]]}"
+            labels[h] = f"{labels[h]}({seen[labels[h]]})"
     return labels
 
 
 def without_repeat(label: str) -> str:
-    """A label without the number that tells a repeated one apart (high#2 -> high)."""
-    return re.sub(rf"{REPEAT}[0-9]+$", "", label)
+    """A label without the number that tells a repeated one apart (high(2) -> high)."""
+    return re.sub(r"\([0-9]+\)$", "", label)
 
 
 def state_colours(methylation) -> list[tuple[int, int, int]]:

@@ -31,8 +31,8 @@ def test_levels_just_below_a_tenth_apart_are_one_class():
 
 
 def test_one_sample_is_named_by_class_with_repeats_numbered_by_level():
-    assert state_labels([[0.9], [0.8], [0.05], [0.95]], ["A"]) == ["high#2", "high", "unmethylated", "high#3"]
-    assert [without_repeat(label) for label in ["high#2", "high", "low:IMR90-2#3"]] == ["high", "high", "low:IMR90-2"]
+    assert state_labels([[0.9], [0.8], [0.05], [0.95]], ["A"]) == ["high(2)", "high", "unmethylated", "high(3)"]
+    assert [without_repeat(label) for label in ["high(2)", "high", "low:IMR90-2(3)"]] == ["high", "high", "low:IMR90-2"]
 
 
 levels_strategy = st.integers(2, 8).flatmap(lambda m: st.integers(1, 4).flatmap(
