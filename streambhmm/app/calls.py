@@ -158,7 +158,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                          rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
     unmethylated = unmethylated_share(data.moments)
-    problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_)
+    problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
         raise ValueError(_why_none(settings, samples, hmm, data.moments, "the fitted model is degenerate: "
                                    + "; ".join(problems)))

@@ -144,7 +144,7 @@ class BaseBinomialHMM:
         """Raise (or, with ``allow_degenerate``, warn) when the fitted model is degenerate
         (:mod:`streambhmm.learn.checks`); ``clipped``: levels the estimator clipped."""
         what, weights, remedy = self._degeneracy_terms()
-        problems = degeneracy_problems(self.methylation_, self.transmat_, weights, clipped)
+        problems = degeneracy_problems(self.methylation_, self.transmat_, weights, clipped, self.dispersion)
         refuse_degenerate(problems, what, self.n_components, remedy, self.allow_degenerate)
 
     # -- scoring, decoding and sampling ----------------------------------------------

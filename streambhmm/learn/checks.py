@@ -8,8 +8,8 @@ A fit is *degenerate* when its parameters cannot describe a methylome:
   never be left or never be reached; the (near) identity matrix is the extreme case;
 - a level was clipped to exactly 0 or 1 by the estimator (the spectral ratio fell outside
   [0, 1]): the data did not say so, the estimate broke;
-- two states have the same level in every sample (within SAME_LEVEL): one state in two, as
-  when every read is methylated and each level sits at the estimator's bound.
+- two states have the same level (and overdispersion) in every sample, within SAME_LEVEL: one
+  state in two, as when every read is methylated and each level sits at the estimator's bound.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ def stationary_weights(transmat: np.ndarray) -> np.ndarray:
     return pi / pi.sum() if pi.sum() > 0 else np.full(m, 1.0 / m)
 
 
-def degeneracy_problems(methylation, transmat, startprob, clipped=None) -> list[str]:
-    """What is wrong with fitted parameters, one sentence each (empty: nothing)."""
+def degeneracy_problems(methylation, transmat, startprob, clipped=None, dispersion=None) -> list[str]:
+    """What is wrong with fitted parameters, one sentence each (empty: nothing); ``dispersion``:
+    the beta-binomial's overdispersions (two states of one level and other dispersions differ)."""
     p = np.asarray(methylation, dtype=np.float64)
     a = np.asarray(transmat, dtype=np.float64)
     start = np.asarray(startprob, dtype=np.float64)
@@ -89,7 +90,9 @@ def degeneracy_problems(methylation, transmat, startprob, clipped=None) -> list[
             groups = [np.flatnonzero(labels == k).tolist() for k in range(n_classes)]
             problems.append(f"the chain is reducible: states split into {n_classes} groups that do not "
                             f"communicate ({'; '.join(','.join(map(str, g)) for g in groups)})")
-    same = [(h, k) for h in range(len(p)) for k in range(h + 1, len(p)) if np.all(np.abs(p[h] - p[k]) < SAME_LEVEL)]
+    spread = np.zeros_like(p) if dispersion is None else np.asarray(dispersion, dtype=np.float64)
+    same = [(h, k) for h in range(len(p)) for k in range(h + 1, len(p))
+            if np.all(np.abs(p[h] - p[k]) < SAME_LEVEL) and np.all(np.abs(spread[h] - spread[k]) < SAME_LEVEL)]
     if same:
         problems.append(f"states {', '.join(f'{h} and {k}' for h, k in same[:6])} have the same level in every sample "
                         f"({', '.join('/'.join(f'{v:.4g}' for v in np.atleast_1d(p[h])) for h, _ in same[:6])}): the "

@@ -129,8 +129,8 @@ class Refined:
 
 
 def _degenerate(objective: Objective, x: np.ndarray, m: int) -> bool:
-    levels, transmat = objective.unpack(x, m)[:2]
-    return bool(degeneracy_problems(levels, transmat, stationary(transmat)[0]))
+    levels, transmat, _, dispersion = objective.unpack(x, m)
+    return bool(degeneracy_problems(levels, transmat, stationary(transmat)[0], dispersion=dispersion))
 
 
 def counted_map(pool, fn, items: list, progress=None, done: int = 0, total: int | None = None) -> list:
