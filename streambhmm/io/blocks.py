@@ -16,7 +16,8 @@ from .rows import BLOCK_BYTES, BOM, GZIP_MAGIC, MAX_LINE, SHOWN, FormatError, de
 
 # how other compressed or binary files begin, and what to do with them (read as text, they
 # failed with advice about line endings)
-NOT_TEXT = ((b"BZh", "bzip2 data: decompress it (bunzip2 -k FILE), or recompress it with gzip"),
+NOT_TEXT = ((re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2 data: decompress it (bunzip2 -k FILE), or "
+             "recompress it with gzip"),
             (b"\xfd7zXZ\x00", "xz data: decompress it (xz -dk FILE), or recompress it with gzip"),
             (b"\x28\xb5\x2f\xfd", "zstd data: decompress it (zstd -d FILE), or recompress it with gzip"),
             (b"PK\x03\x04", "a zip archive: unzip it and give the call file inside"),
@@ -29,7 +30,7 @@ def open_binary(path):
     """The file's bytes, gzip/bgzip decompressed (detected by magic bytes, not the name); a
     file of another compression or a binary kind is refused, saying which."""
     with open(path, "rb") as fh:
-        magic = fh.read(8)
+        magic = fh.read(10)
     if magic[:2] == GZIP_MAGIC:
         head = igzip.open(path, "rb")
         try:
@@ -42,7 +43,7 @@ def open_binary(path):
         else:
             return igzip.open(path, "rb")
     for signature, what in NOT_TEXT:
-        if magic.startswith(signature):
+        if signature.match(magic) if isinstance(signature, re.Pattern) else magic.startswith(signature):
             raise FormatError(path, None, None, f"is not a text or gzip file: it is {what}")
     return open(path, "rb")
 
@@ -119,6 +120,7 @@ def _lines_before_damage(path) -> int:
                 data = fh.read(PIECE)
                 continue
             data = member.unused_data or fh.read(PIECE)
+            data += fh.read(1) if len(data) < 2 else b""  # a member may end a byte before a read's end
             if data[:2] != GZIP_MAGIC:  # no next member (the data after the last one are _gzip_end's)
                 break
             member = zlib.decompressobj(zlib.MAX_WBITS | 16)

@@ -21,7 +21,8 @@ from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect
 from .rows import ReadTally
 from .names import Spellings, check_sample_name
 from .storage import Location
-from .store import DEFAULT_CHUNK_SIZE, COVERED, SampleWriter, StoreError, locked, needs_recovery, open_store
+from .store import (DEFAULT_CHUNK_SIZE, COVERED, CountsStore, SampleWriter, StoreError, locked, needs_recovery,
+                    open_store)
 from .store.schema import read_attributes
 
 
@@ -93,11 +94,14 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     if existing is not None:
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
-            if previous == provenance:
+            damage = _index_damage(existing, sample)
+            if previous == provenance and damage is None:
                 report.unchanged = True
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
+            if damage is not None:
+                echo(f"sample {sample}: {damage}; ingesting it again")
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
     spellings = existing.spellings(sample) if existing is not None else Spellings()
     sizes = [f.stat().st_size for f in files]
@@ -110,10 +114,10 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         writer.flush()
         if writer.covered_bins == 0:
             filtered = FORMATS[fmt].has_context and context != "all"
-            low = (f" ({tally.below_min_coverage:,} had fewer than --min-coverage {options.min_coverage})"
-                   if tally.below_min_coverage else "")
-            raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''}{low} "
-                             f"in {', '.join(map(str, files))}; nothing to ingest")
+            said = tally.said(context, options.min_coverage)
+            raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
+                             f"in {', '.join(map(str, files))}{f' (left out: {said})' if said else ''}; "
+                             f"nothing to ingest")
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
         report.n_bins = writer.covered_bins
@@ -137,6 +141,16 @@ def _checked_arguments(files, sample: str, bin_size: int) -> list[Path]:
     if bin_size < 1:
         raise ValueError(f"--bin-size must be >= 1, got {bin_size}")
     return files
+
+
+def _index_damage(store: CountsStore, sample: str) -> str | None:
+    """Why ``sample``'s index in ``store`` is damaged (CountsStore.summary refuses it), or None."""
+    try:
+        for chrom in store.chromosomes:
+            store.summary(chrom, [store.column(sample)])
+    except StoreError as exc:
+        return str(exc)
+    return None
 
 
 def _existing_store(store: Location, bin_size: int, chunk_size: int | None):

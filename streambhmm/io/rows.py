@@ -89,6 +89,13 @@ class ReadTally:
     other_code: int = 0
     below_min_coverage: int = 0
 
+    def said(self, context: str, min_coverage: int) -> str:
+        """'5,285 rows without reads, 3 rows of other contexts than CG' ('' when none)."""
+        reasons = [(self.without_reads, "without reads"), (self.other_context, f"of other contexts than {context}"),
+                   (self.other_code, "of other modifications than 5mC (codes m, C)"),
+                   (self.below_min_coverage, f"with fewer than --min-coverage {min_coverage} reads")]
+        return ", ".join(f"{n:,} row{'' if n == 1 else 's'} {why}" for n, why in reasons if n)
+
 
 STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))
 

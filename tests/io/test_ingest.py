@@ -164,11 +164,13 @@ def test_store_opens_with_plain_xarray_without_streambhmm(tmp_path):
 def test_files_without_usable_rows_are_refused(tmp_path):
     chh_only = DATA / "methylKit_CX_report.txt.gz"
     store = tmp_path / "s.zarr"
-    with pytest.raises(ValueError, match=r"no rows with coverage in .*z.tsv; nothing to ingest"):
+    with pytest.raises(ValueError, match=r"no rows with coverage in .*z.tsv \(left out: 1 row without reads\); "
+                                         r"nothing to ingest"):
         ingest([tsv(tmp_path, "z.tsv", [("chr1", 5, 0, 0)])], "A", store)
     allc_chh = tmp_path / "chh.allc.tsv"
     allc_chh.write_text("chr1\t10\t+\tCTT\t1\t3\t1\nchr1\t12\t+\tCAA\t0\t2\t1\n")
-    with pytest.raises(ValueError, match="no rows with coverage in context CG in .*chh.allc.tsv"):
+    with pytest.raises(ValueError, match=r"no rows with coverage in context CG in .*chh.allc.tsv \(left out: 2 rows of "
+                                         r"other contexts than CG\)"):
         ingest([allc_chh], "A", store)
     assert not store.exists()
     ingest([chh_only], "A", store, context="CHH")

@@ -206,6 +206,22 @@ def test_a_file_of_another_compression_or_kind_says_what_it_is(tmp_path, name, d
     assert not list(p.name for p in tmp_path.iterdir() if p.name != name)  # no store, no lock file
 
 
+def test_text_that_begins_like_a_compressed_file_is_read_as_text(tmp_path):
+    path = write(tmp_path, "c.txt", "BZh1\t100\t+\t1\t2\tCG\tCGA\n")  # a chromosome named BZh1
+    assert rows_of(path, "bismark-report") == [("BZh1", 99, 1, 3)]
+
+
+def test_the_line_of_damage_counts_a_member_that_ends_a_byte_before_a_read(tmp_path, monkeypatch):
+    from streambhmm.io import blocks
+
+    first = gzip.compress("".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(1, 101)).encode())
+    second = gzip.compress("".join(f"chr1\t{i}\t+\t1\t2\n" for i in range(101, 3001)).encode())
+    path = write(tmp_path, "two.tsv.gz", first + second[:len(second) // 2])
+    monkeypatch.setattr(blocks, "PIECE", len(first) + 1)  # the first read ends a byte into the second member
+    whole = 100 + zlib.decompressobj(zlib.MAX_WBITS | 16).decompress(second[:len(second) // 2]).count(b"\n")
+    assert blocks._lines_before_damage(path) == whole > 1000
+
+
 def test_a_directory_that_is_no_store_is_refused_without_a_lock_file_beside_it(tmp_path):
     (tmp_path / "mine").mkdir()
     path = write(tmp_path, "c.tsv", "chrom\tpos\tstrand\tmc\tcov\nchr1\t10\t+\t1\t2\n")

@@ -209,6 +209,9 @@ def test_a_lost_index_file_is_refused_not_read_as_no_coverage(tmp_path, samples)
     with pytest.raises(StoreError, match="the index of sample B on chr2"):
         st.overview()
     assert st.summary("chr2", [0]).any()  # A's index is whole
+    ingest([samples[1]], "B", store)  # the same file again: not "unchanged", since its index is damaged
+    assert open_store(store).summary("chr2", [0, 1])[:, 1].any()
+    (store / "chr2" / "index" / "summary" / "c" / "0" / "1" / "0").unlink()
     for chunk in (store / "chr2" / "coverage" / "c").glob("*/1"):  # B has no counts on chr2 at all
         chunk.unlink()
     assert not open_store(store).summary("chr2", [1]).any()

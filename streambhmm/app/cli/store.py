@@ -28,12 +28,8 @@ def _rows(n: int) -> str:
 
 def _left_out(tally, context: str, options) -> str:
     """'; left out: 5,285 rows without reads, ...' (rows of the chromosomes kept), or ''."""
-    reasons = [(tally.without_reads, "without reads"),
-               (tally.other_context, f"of other contexts than {context}"),
-               (tally.other_code, "of other modifications than 5mC (codes m, C)"),
-               (tally.below_min_coverage, f"with fewer than --min-coverage {options.min_coverage} reads")]
-    said = [f"{_rows(n)} {why}" for n, why in reasons if n]
-    return f"; left out: {', '.join(said)}" if said else ""
+    said = tally.said(context, options.min_coverage)
+    return f"; left out: {said}" if said else ""
 
 
 @click.command()

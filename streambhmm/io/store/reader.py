@@ -3,7 +3,8 @@ chunk references) and open_store, which checks what it opens."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class CountsStore:
     path: Location
     attrs: dict  # the root's attributes as stored, provenance included
     meta: StoreAttrs  # the same, read and checked
+    _index_checked: set = field(default_factory=set, compare=False, repr=False)  # (chrom, column): _check_index
 
     @property
     def bin_size(self) -> int:
@@ -96,21 +98,33 @@ class CountsStore:
     def _check_index(self, chrom: str, columns: list, summary: np.ndarray) -> None:
         """Refuse an index chunk that reads as no coverage (zarr reads a missing chunk as its
         fill value, zeros) where its sample has counts: a lost index file would otherwise hide
-        the sample's counts there, unchecked."""
+        the sample's counts there, unchecked. A local store only (a listing per counts chunk
+        of a sample without coverage; on object storage each would be a request), each
+        chromosome and column once per opening."""
+        if not self.path.is_local:
+            return
         listed = {}  # counts chunk -> the columns with a coverage file there
         for j, column in enumerate(columns):
+            if (chrom, column) in self._index_checked:
+                continue
             for first in range(0, summary.shape[0], INDEX_CHUNK):
                 if summary[first:first + INDEX_CHUNK, j].any():
                     continue
                 for i in range(first, min(first + INDEX_CHUNK, summary.shape[0])):
                     if i not in listed:
-                        listed[i] = {c.name for c in (self.path / chrom / "coverage" / "c" / str(i)).children()}
+                        listed[i] = self._columns_with_counts(chrom, i)
                     if str(column) in listed[i]:
                         sample = next((s for s in self.samples if self.column(s) == column), f"column {column}")
                         raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} "
                                          f"({chrom}/index/summary, chunk {first // INDEX_CHUNK}) is missing or "
                                          f"empty, but the sample has counts there (chunk {i}): the store is damaged. "
                                          f"Ingest sample {sample} again")
+            self._index_checked.add((chrom, column))
+
+    def _columns_with_counts(self, chrom: str, chunk: int) -> set[str]:
+        """The columns with a coverage file in ``chunk`` of ``chrom`` (a local store)."""
+        directory = os.path.join(self.path.url, chrom, "coverage", "c", str(chunk))
+        return set(os.listdir(directory)) if os.path.isdir(directory) else set()
 
     def totals(self, samples) -> dict:
         """Per chromosome where ``samples`` have reads, each one's methylated and covered reads:

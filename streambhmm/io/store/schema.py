@@ -149,6 +149,7 @@ def read_attributes(path) -> dict:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not JSON: {exc}); restore the "
                          f"store from a copy, or ingest its samples again into a new one") from None
-    if not isinstance(document, dict):
-        raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not a JSON object)")
-    return document.get("attributes", {})
+    attributes = document.get("attributes", {}) if isinstance(document, dict) else None
+    if not isinstance(attributes, dict):
+        raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not a JSON object with attributes)")
+    return attributes
