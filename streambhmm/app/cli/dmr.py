@@ -24,8 +24,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.argument("store", type=STORE)
 @click.option("--groups", "sheet", required=True, type=click.Path(dir_okay=False),
               help="Sample sheet: a header naming the columns sample and group (or --group-column; tab- or "
-                   "blank-separated; other columns ignored), a line per sample of the store. Two groups or more, of any sizes, one "
-                   "sample or more each.")
+                   "blank-separated; other columns ignored), a line per sample of the store. Two groups or more, "
+                   "of any sizes, one sample or more each.")
 @click.option("--group-column", default="group", show_default=True, metavar="NAME",
               help="The sheet's column that names each sample's group (e.g. case or cell in a DSS design table).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
@@ -60,8 +60,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @scheduler_option
 @quiet_option
 @user_errors
-def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_bins, max_gap, background_states, em_iter,
-        no_domains, bigwig, chrom_sizes, scheduler, quiet):
+def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_bins, max_gap, background_states,
+        em_iter, no_domains, bigwig, chrom_sizes, scheduler, quiet):
     """Differentially methylated regions between groups of samples (DSS's DMLtest + callDMR,
     dmrseq): a model whose states have a level per group, shared by the group's replicates
     (beta-binomial between them), fitted by EM on the store at a cost linear in samples;
