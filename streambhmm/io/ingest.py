@@ -94,14 +94,14 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     if existing is not None:
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
-            damage = _index_damage(existing, sample)
-            if previous == provenance and damage is None:
+            damaged = _index_damaged(existing, sample)
+            if previous == provenance and not damaged:
                 report.unchanged = True
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
-            if damage is not None:
-                echo(f"sample {sample}: {damage}; ingesting it again")
+            if damaged:
+                echo(f"sample {sample}: the store's index of it is damaged; ingesting it again")
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
     spellings = existing.spellings(sample) if existing is not None else Spellings()
     sizes = [f.stat().st_size for f in files]
@@ -143,14 +143,14 @@ def _checked_arguments(files, sample: str, bin_size: int) -> list[Path]:
     return files
 
 
-def _index_damage(store: CountsStore, sample: str) -> str | None:
-    """Why ``sample``'s index in ``store`` is damaged (CountsStore.summary refuses it), or None."""
+def _index_damaged(store: CountsStore, sample: str) -> bool:
+    """Whether ``sample``'s index in ``store`` is damaged (CountsStore.summary refuses it)."""
     try:
         for chrom in store.chromosomes:
             store.summary(chrom, [store.column(sample)])
-    except StoreError as exc:
-        return str(exc)
-    return None
+    except StoreError:
+        return True
+    return False
 
 
 def _existing_store(store: Location, bin_size: int, chunk_size: int | None):
