@@ -33,6 +33,7 @@ from .cluster import lost_scheduler, worker_died
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
+from ..io.outputs import check_derived_file, check_outside, replacing
 from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
@@ -44,6 +45,7 @@ from ..moments.spec import FeatureSpec
 
 COLUMNS = ("sample", "group", "format", "files")
 SUMMARY = "batch-summary.tsv"
+SUMMARY_HEAD = b"sample\tgroup\tstatus\t"  # how the summary begins (format_summary)
 LOCK = ".batch.lock"
 GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # An ingest is one task per sample: its wait is bounded by its input at least at this rate
@@ -209,6 +211,15 @@ def _ingest_bound(rows: list[ManifestRow]) -> float:
     return max(wait_timeout(), largest / INGEST_BYTES_PER_SECOND)
 
 
+def check_summary(manifest, workdir) -> None:
+    """Refuse, before any work, a summary that would replace the manifest or a file of the
+    user's in ``workdir`` (the summary replaces only a summary)."""
+    workdir = Location.of(workdir).absolute()
+    if workdir.is_local and workdir.exists():
+        check_outside(workdir / SUMMARY, manifest)
+        check_derived_file(workdir / SUMMARY, SUMMARY_HEAD, "the batch's --workdir")
+
+
 def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None,
               progress=lambda done, total, note: None, options: ReadOptions | None = None,
@@ -219,6 +230,7 @@ def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size:
     partials computed."""
     rows = read_batch_manifest(manifest)
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
+    check_summary(manifest, workdir)
     workdir.mkdir()  # the summary is written even when every sample fails
     with workdir_lock(workdir):
         spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled)
@@ -263,7 +275,12 @@ class _BatchRun:
             thread.result()  # re-raise a lost scheduler
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
         self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
-        (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))
+        text = format_summary(self.summary, sep="\t")
+        if self.workdir.is_local:
+            with replacing(self.workdir / SUMMARY) as fh:
+                fh.write(text)
+        else:
+            (self.workdir / SUMMARY).write_text(text)
         return self.summary
 
     def submit_ingests(self) -> dict:

@@ -135,6 +135,22 @@ def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, 
     assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()
 
 
+def test_the_summary_never_replaces_the_manifest_or_a_users_file(tmp_path):
+    """The summary is written at the end: a manifest named like it, or a file of the user's by
+    its name in the work directory, is refused before any work, and kept."""
+    manifest = write_manifest(tmp_path / "batch-summary.tsv", {"ok": GOOD["ok"]})
+    before = manifest.read_text()
+    r = run("batch", manifest, "--workdir", tmp_path, "-q")
+    assert r.exit_code == 1 and "batch-summary.tsv, which this command reads" in r.output, r.output
+    mine = tmp_path / "work" / "batch-summary.tsv"
+    mine.parent.mkdir()
+    mine.write_text("my notes\n")
+    r = run("batch", manifest, "--workdir", mine.parent, "-q")
+    assert r.exit_code == 1 and "exists and is not a file this command wrote" in r.output, r.output
+    assert manifest.read_text() == before and mine.read_text() == "my notes\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-summary.tsv", "work"]
+
+
 @pytest.mark.slow
 def test_a_second_batch_on_one_workdir_is_refused_naming_the_first(tmp_path):
     """Issue 25, item 15: two `batch` runs on one working directory gave tracebacks. The

@@ -34,9 +34,11 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
           options):
     """Ingest every sample of MANIFEST (TSV: sample, group, format, files) and compute or
     update one moment store per group, all groups at once on the cluster."""
-    from ...distributed.batch import SUMMARY, format_summary, run_batch
+    from ...distributed.batch import SUMMARY, check_summary, format_summary, read_batch_manifest, run_batch
 
     start = time.perf_counter()
+    read_batch_manifest(manifest)  # before the cluster starts
+    check_summary(manifest, workdir)
     echo = (lambda message: None) if quiet else printed(click.echo)
     kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
     with dask_client(scheduler, if_lost=kept) as client, stage("batch", quiet=quiet, unit="steps") as shown:
