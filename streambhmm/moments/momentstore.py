@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from ..io.names import Spellings
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
@@ -168,7 +169,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         check_block_size(spec.block_size, store.bin_size)
     spec = spec.resolve(len(samples))
     settings = {**spec.record(), "samples": samples}
-    source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size}
+    source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size, "chunk_size": store.chunk_size}
     with locked(root):
         was_complete = _open_or_create(root, settings, source)
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
@@ -281,26 +282,39 @@ def load_partials(root) -> tuple[list[ChunkPartial], Manifest]:
 
 def _merged_source(inputs, manifests) -> dict:
     """The source of merged moment stores: their bin size (one for all) and each chromosome's
-    counts store. A chromosome's partials are keyed by chunk index, so only partials of one
-    counts store (one chunking) may meet: a chromosome from two counts stores would be
-    counted twice (chunks of 50,000 and of 1,000,000 bins share no index)."""
-    bin_sizes, counts_stores = {}, {}
+    counts store and chunk size. A chromosome's partials are keyed by chunk index, so only
+    partials of one counts store and one chunking may meet: a chromosome from two counts
+    stores, or from one rebuilt with other chunks, would be counted twice (chunks of 50,000
+    and of 1,000,000 bins share no index); so would one chromosome spelt two ways (chr1, 1)."""
+    bin_sizes, counts_stores, chunk_sizes = {}, {}, {}
+    spellings = Spellings()
     for path, manifest in zip(inputs, manifests):
         source = manifest.source
         if source.get("bin_size") is not None:
             bin_sizes.setdefault(source["bin_size"], path)
         of = source.get("chromosomes") or {c: source.get("counts_store") for c in manifest.chromosomes}
         for chrom, store in of.items():
+            try:
+                spellings.add(chrom, str(path))
+            except ValueError as exc:
+                raise MomentStoreError(f"{exc}. Merging would count it twice") from None
             first = counts_stores.setdefault(chrom, (store, path))
             if first[1] != path and (first[0] != store or store is None):
                 raise MomentStoreError(f"{first[1]} and {path} both hold moments of {chrom}, of the counts stores "
                                        f"{first[0]} and {store}: merging would count it twice. Merge moment stores "
                                        f"of other chromosomes, or of one counts store")
+            size = source.get("chunk_sizes", {}).get(chrom, source.get("chunk_size"))
+            known = chunk_sizes.setdefault(chrom, (size, path))
+            if None not in (size, known[0]) and size != known[0]:
+                raise MomentStoreError(f"{known[1]} and {path} both hold moments of {chrom} of {store}, in chunks of "
+                                       f"{known[0]:,} and {size:,} bins (the store was rebuilt between them): merging "
+                                       f"would count it twice. Compute the moments of the store as it is now")
     if len(bin_sizes) > 1:
         raise MomentStoreError("cannot merge moment stores of different bin sizes: " + ", ".join(
             f"{path} has {size} bp bins" for size, path in bin_sizes.items()))
     return {"merged_from": [str(p) for p in inputs], "bin_size": next(iter(bin_sizes), None),
-            "chromosomes": {c: store for c, (store, _) in counts_stores.items()}}
+            "chromosomes": {c: store for c, (store, _) in counts_stores.items()},
+            "chunk_sizes": {c: size for c, (size, _) in chunk_sizes.items() if size is not None}}
 
 
 def _identity(entry: dict) -> dict:

@@ -395,7 +395,22 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     update_moment_store(open_store(tmp_path / "chr1.zarr"), tmp_path / "m_chr1.zarr", client)
     with pytest.raises(MomentStoreError, match="both hold chr1 chunk 0 with different contents"):
         merge_moment_stores([first, tmp_path / "m_chr1.zarr"], tmp_path / "bad3.zarr")
-    assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3))
+    # the same store rebuilt with other chunks: its chunk indices mean other bins (the audit of
+    # merge: 144 triples where there are 72)
+    shutil.rmtree(tmp_path / "chr1.zarr")
+    ingest([write_tsv(tmp_path / "chr1.tsv", {"chr1": chroms["chr1"]})], "A", tmp_path / "chr1.zarr", chunk_size=700)
+    update_moment_store(open_store(tmp_path / "chr1.zarr"), tmp_path / "m_chr1_700.zarr", client)
+    with pytest.raises(MomentStoreError, match="both hold moments of chr1 of .*chr1.zarr, in chunks of 500 and 700 "
+                                               "bins"):
+        merge_moment_stores([parts[0], tmp_path / "m_chr1_700.zarr"], tmp_path / "bad4.zarr")
+    # one chromosome spelt two ways, from two counts stores of the same reads
+    ensembl = tmp_path / "ensembl.zarr"
+    ingest([write_tsv(tmp_path / "e.tsv", {"1": chroms["chr1"]})], "A", ensembl, chunk_size=500)
+    update_moment_store(open_store(ensembl), tmp_path / "m_ensembl.zarr", client)
+    with pytest.raises(MomentStoreError, match="has chromosome 1, but .*m_chr1.zarr spells it chr1: .*Merging would "
+                                               "count it twice"):
+        merge_moment_stores([parts[0], tmp_path / "m_ensembl.zarr"], tmp_path / "bad5.zarr")
+    assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3, 4, 5))
     assert json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]["bin_size"] == 100
 
 
