@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cluster import lost_scheduler, worker_died
+from ..io.blocks import text_lines
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
@@ -114,7 +115,9 @@ def read_batch_manifest(path) -> list[ManifestRow]:
     comment line."""
     path = Path(path)
     rows, header, seen = [], None, {}
-    for number, text in enumerate(path.read_text().splitlines(), 1):
+    with contextlib.closing(text_lines(path)) as read:  # as ingest reads text: a byte-order mark, CRLF, gzip
+        numbered = [(number, text) for number, text, _ in read]
+    for number, text in numbered:
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         fields = sheet_fields(text)

@@ -29,6 +29,7 @@ import numpy as np
 import zarr
 
 from ..io.names import Spellings
+from ..io.outputs import Inputs
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
@@ -355,6 +356,8 @@ def merge_moment_stores(inputs, output) -> dict:
                 continue
             chosen[key] = (entry, Location.of(path))
     output = Location.of(output)
+    if output.is_local:
+        Inputs(*(str(p) for p in inputs)).check(output)  # not inside a moment store it reads
     with locked(output):
         if output.exists():
             raise MomentStoreError(f"{output} exists; merge writes a new moment store")

@@ -54,6 +54,9 @@ def test_a_manifest_lined_up_with_blanks_reads_as_one_with_tabs(tmp_path):
     tabbed = tmp_path / "tabbed.tsv"
     tabbed.write_text("sample\tgroup\tformat\tfiles\nH1\tlister\ttsv\tH1_r1.tsv.gz,H1_r2.tsv.gz\n")
     assert read_batch_manifest(lined) == read_batch_manifest(tabbed)
+    excel = tmp_path / "excel.tsv"  # a byte-order mark and CRLF line ends, as Excel writes them
+    excel.write_bytes(b"\xef\xbb\xbf" + tabbed.read_bytes().replace(b"\n", b"\r\n"))
+    assert [(r.sample, r.group, r.format) for r in read_batch_manifest(excel)] == [("H1", "lister", "tsv")]
 
 
 def test_manifest_columns_in_any_order_and_relative_paths(tmp_path):

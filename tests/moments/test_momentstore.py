@@ -410,7 +410,10 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     with pytest.raises(MomentStoreError, match="has chromosome 1, but .*m_chr1.zarr spells it chr1: .*Merging would "
                                                "count it twice"):
         merge_moment_stores([parts[0], tmp_path / "m_ensembl.zarr"], tmp_path / "bad5.zarr")
+    with pytest.raises(ValueError, match="m_chr2.zarr/inside.zarr: is inside .*m_chr2.zarr, which this command reads"):
+        merge_moment_stores(parts, parts[1] / "inside.zarr")
     assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3, 4, 5))
+    assert not (parts[1] / "inside.zarr").exists()
     assert json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]["bin_size"] == 100
 
 
