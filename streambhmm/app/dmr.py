@@ -347,13 +347,16 @@ def _merge_overlapping(domains: RegionTable) -> RegionTable:
     and posteriors add up (the windows are disjoint), its lfdr and q-value the best of them."""
     order = sorted(range(len(domains)), key=lambda k: (domains.chrom[k], domains.direction[k], domains.start[k]))
     merged: list[list[int]] = []
+    end = None  # of the last set: its domains' furthest end
     for k in order:
-        last = merged[-1][0] if merged else None
-        if (last is not None and domains.chrom[k] == domains.chrom[last] and domains.direction[k] ==
-                domains.direction[last] and domains.start[k] < max(domains.end[j] for j in merged[-1])):
+        same = merged and (domains.chrom[k], domains.direction[k]) == (domains.chrom[merged[-1][0]],
+                                                                       domains.direction[merged[-1][0]])
+        if same and domains.start[k] < end:
             merged[-1].append(k)
+            end = max(end, domains.end[k])
         else:
             merged.append([k])
+            end = domains.end[k]
     if all(len(group) == 1 for group in merged):
         return domains
     out = domains.take([group[0] for group in merged])

@@ -199,7 +199,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         names = [f"state{h}-{safe_name(without_repeat(job.labels[h]))}" for h in states]
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
-    inputs = Inputs(counts.path.url, job.model if job else None, chrom_sizes, ingested=recorded_inputs(counts.path.url))
+    inputs = Inputs(counts.path.url, job.model if job else None, chrom_sizes, ingested=counts.ingested_files)
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
         inputs.check(path)
         check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's

@@ -32,7 +32,7 @@ def read_chrom_sizes(path) -> dict[str, int]:
     """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated)."""
     sizes, lines = {}, {}
     with contextlib.closing(text_lines(path)) as read:
-        numbered = list(read)
+        numbered = list(read)  # the file is closed before a refusal is raised
     for number, line, fields in numbered:
         if not fields or line.startswith("#"):
             continue

@@ -38,4 +38,3 @@ def coarsen(store: CountsStore, factor: int, output, samples: list[str], progres
                     progress(done, total)
             writer.commit(sample, provenance)
     return open_store(output)
-

@@ -372,19 +372,22 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     r = run("moments", "merge", tmp_path / "merged.zarr", parts[0], "--output", tmp_path / "again.zarr")
     assert r.exit_code == 0 and "5 duplicate partial(s) kept once" in r.output
     assert load_total(tmp_path / "again.zarr")[0].allclose(single, rtol=0)
+    def moments_of(name, rows, moments=None, **settings):
+        """The moment store (m_NAME.zarr, or ``moments``) of a new counts store NAME.zarr of ``rows``."""
+        ingest([write_tsv(tmp_path / f"{name}.tsv", rows)], "A", tmp_path / f"{name}.zarr", **settings)
+        out = tmp_path / (moments or f"m_{name}.zarr")
+        update_moment_store(open_store(tmp_path / f"{name}.zarr"), out, client)
+        return out
+
     # a chromosome from another counts store (another chunking: its chunk indices mean other
     # bins) is refused, as are other bin sizes, other settings and a chunk with other contents
-    other = tmp_path / "other.zarr"
-    ingest([write_tsv(tmp_path / "o.tsv", {"chr1": chroms["chr1"]})], "A", other, chunk_size=2000)
-    update_moment_store(open_store(other), tmp_path / "m_other.zarr", client)
+    other = moments_of("other", {"chr1": chroms["chr1"]}, chunk_size=2000)
     with pytest.raises(MomentStoreError, match="both hold moments of chr1, of the counts stores .*chr1.zarr and "
                                                ".*other.zarr: merging would count it twice"):
-        merge_moment_stores([parts[0], tmp_path / "m_other.zarr"], tmp_path / "bad.zarr")
-    coarse = tmp_path / "coarse.zarr"
-    ingest([write_tsv(tmp_path / "c.tsv", {"chr2": chroms["chr2"]})], "A", coarse, bin_size=200, chunk_size=500)
-    update_moment_store(open_store(coarse), tmp_path / "m_coarse.zarr", client)
+        merge_moment_stores([parts[0], other], tmp_path / "bad.zarr")
+    coarse = moments_of("coarse", {"chr2": chroms["chr2"]}, bin_size=200, chunk_size=500)
     with pytest.raises(MomentStoreError, match="different bin sizes: .*m_chr1.zarr has 100 bp bins, .*has 200"):
-        merge_moment_stores([parts[0], tmp_path / "m_coarse.zarr"], tmp_path / "bad1.zarr")
+        merge_moment_stores([parts[0], coarse], tmp_path / "bad1.zarr")
     update_moment_store(open_store(both), tmp_path / "m_d20.zarr", client, n_bins=20)
     with pytest.raises(MomentStoreError, match="incompatible feature settings"):
         merge_moment_stores([parts[0], tmp_path / "m_d20.zarr"], tmp_path / "bad2.zarr")
@@ -398,18 +401,15 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     # the same store rebuilt with other chunks: its chunk indices mean other bins (the audit of
     # merge: 144 triples where there are 72)
     shutil.rmtree(tmp_path / "chr1.zarr")
-    ingest([write_tsv(tmp_path / "chr1.tsv", {"chr1": chroms["chr1"]})], "A", tmp_path / "chr1.zarr", chunk_size=700)
-    update_moment_store(open_store(tmp_path / "chr1.zarr"), tmp_path / "m_chr1_700.zarr", client)
+    rebuilt = moments_of("chr1", {"chr1": chroms["chr1"]}, "m_chr1_700.zarr", chunk_size=700)
     with pytest.raises(MomentStoreError, match="both hold moments of chr1 of .*chr1.zarr, in chunks of 500 and 700 "
                                                "bins"):
-        merge_moment_stores([parts[0], tmp_path / "m_chr1_700.zarr"], tmp_path / "bad4.zarr")
+        merge_moment_stores([parts[0], rebuilt], tmp_path / "bad4.zarr")
     # one chromosome spelt two ways, from two counts stores of the same reads
-    ensembl = tmp_path / "ensembl.zarr"
-    ingest([write_tsv(tmp_path / "e.tsv", {"1": chroms["chr1"]})], "A", ensembl, chunk_size=500)
-    update_moment_store(open_store(ensembl), tmp_path / "m_ensembl.zarr", client)
+    ensembl = moments_of("ensembl", {"1": chroms["chr1"]}, chunk_size=500)
     with pytest.raises(MomentStoreError, match="has chromosome 1, but .*m_chr1.zarr spells it chr1: .*Merging would "
                                                "count it twice"):
-        merge_moment_stores([parts[0], tmp_path / "m_ensembl.zarr"], tmp_path / "bad5.zarr")
+        merge_moment_stores([parts[0], ensembl], tmp_path / "bad5.zarr")
     with pytest.raises(ValueError, match="m_chr2.zarr/inside.zarr: is inside .*m_chr2.zarr, which this command reads"):
         merge_moment_stores(parts, parts[1] / "inside.zarr")
     assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3, 4, 5))

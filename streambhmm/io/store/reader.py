@@ -121,6 +121,11 @@ class CountsStore:
                                          f"Ingest sample {sample} again")
             self._index_checked.add((chrom, column))
 
+    @property
+    def ingested_files(self) -> list[str]:
+        """The files its samples were ingested from (recorded_inputs, from the attributes read)."""
+        return _ingested_files(self.attrs) if self.path.is_local else []
+
     def _columns_with_counts(self, chrom: str, chunk: int) -> set[str]:
         """The columns with a coverage file in ``chunk`` of ``chrom`` (a local store)."""
         directory = os.path.join(self.path.url, chrom, "coverage", "c", str(chunk))
@@ -181,7 +186,12 @@ def recorded_inputs(path) -> list[str]:
         attrs = read_attributes(location)
     except (OSError, StoreError):
         return []
-    samples = attrs.get("samples") if attrs.get("format") == COUNTS_FORMAT else None  # not a moment store's
+    return _ingested_files(attrs) if attrs.get("format") == COUNTS_FORMAT else []  # not a moment store's
+
+
+def _ingested_files(attrs: dict) -> list[str]:
+    """The input files' paths a counts store's attributes record for its samples."""
+    samples = attrs.get("samples")
     if not isinstance(samples, dict):
         return []
     return [f["path"] for record in samples.values() if isinstance(record, dict)
