@@ -170,7 +170,8 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         check_block_size(spec.block_size, store.bin_size)
     spec = spec.resolve(len(samples))
     settings = {**spec.record(), "samples": samples}
-    source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size, "chunk_size": store.chunk_size}
+    source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size, "chunk_size": store.chunk_size,
+              "reading": {s: reading_of(store.meta.samples[s]) for s in samples}}
     with locked(root):
         was_complete = _open_or_create(root, settings, source)
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
@@ -281,16 +282,37 @@ def load_partials(root) -> tuple[list[ChunkPartial], Manifest]:
         return list(pool.map(read, manifest.partials)), manifest
 
 
+# the reading settings that decide which reads a sample's counts hold (the format, the
+# chromosome filters and --columns may differ between stores of other chromosomes)
+READING = ("context", "merge_strands", "min_coverage")
+
+
+def reading_of(provenance: dict) -> dict:
+    """The READING settings a sample was ingested with (a counts store's record of it)."""
+    options = provenance.get("options", {})
+    return {key: provenance.get(key, options.get(key)) for key in READING}
+
+
 def _merged_source(inputs, manifests) -> dict:
     """The source of merged moment stores: their bin size (one for all) and each chromosome's
     counts store and chunk size. A chromosome's partials are keyed by chunk index, so only
     partials of one counts store and one chunking may meet: a chromosome from two counts
     stores, or from one rebuilt with other chunks, would be counted twice (chunks of 50,000
-    and of 1,000,000 bins share no index); so would one chromosome spelt two ways (chr1, 1)."""
-    bin_sizes, counts_stores, chunk_sizes = {}, {}, {}
+    and of 1,000,000 bins share no index); so would one chromosome spelt two ways (chr1, 1).
+    A sample read with other settings in two of them (another context or --min-coverage:
+    other reads counted) is refused too (stores computed before this was recorded pass)."""
+    bin_sizes, counts_stores, chunk_sizes, readings = {}, {}, {}, {}
     spellings = Spellings()
     for path, manifest in zip(inputs, manifests):
         source = manifest.source
+        for sample, reading in source.get("reading", {}).items():
+            known = readings.setdefault(sample, (reading, path))
+            if known[0] != reading:
+                differ = "; ".join(f"{key} {known[0].get(key)} against {reading.get(key)}" for key in READING
+                                   if known[0].get(key) != reading.get(key))
+                raise MomentStoreError(f"{known[1]} and {path} hold sample {sample} read with other settings "
+                                       f"({differ}): merged, its moments would mix two readings of its files. "
+                                       f"Ingest it with the same settings everywhere")
         if source.get("bin_size") is not None:
             bin_sizes.setdefault(source["bin_size"], path)
         of = source.get("chromosomes") or {c: source.get("counts_store") for c in manifest.chromosomes}
@@ -315,7 +337,8 @@ def _merged_source(inputs, manifests) -> dict:
             f"{path} has {size} bp bins" for size, path in bin_sizes.items()))
     return {"merged_from": [str(p) for p in inputs], "bin_size": next(iter(bin_sizes), None),
             "chromosomes": {c: store for c, (store, _) in counts_stores.items()},
-            "chunk_sizes": {c: size for c, (size, _) in chunk_sizes.items() if size is not None}}
+            "chunk_sizes": {c: size for c, (size, _) in chunk_sizes.items() if size is not None},
+            "reading": {sample: reading for sample, (reading, _) in readings.items()}}
 
 
 def _identity(entry: dict) -> dict:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from streambhmm.app.cli import main
 from streambhmm.distributed.fitdata import load_moments
 from streambhmm.io.ingest import ingest
+from streambhmm.io.options import ReadOptions
 from streambhmm.learn.selection import SweepProcessLost, sweep_fit, sweep_in_processes
 from streambhmm.moments.spec import FeatureSpec
 from streambhmm.moments.sums import compute_moments
@@ -410,11 +411,18 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     with pytest.raises(MomentStoreError, match="has chromosome 1, but .*m_chr1.zarr spells it chr1: .*Merging would "
                                                "count it twice"):
         merge_moment_stores([parts[0], ensembl], tmp_path / "bad5.zarr")
+    # another chromosome of the sample, read with another --min-coverage: other reads counted
+    filtered = moments_of("filtered", {"chr2": chroms["chr2"]}, chunk_size=500, options=ReadOptions(min_coverage=3))
+    with pytest.raises(MomentStoreError, match="m_chr1.zarr and .*m_filtered.zarr hold sample A read with other "
+                                               "settings \\(min_coverage 1 against 3\\)"):
+        merge_moment_stores([parts[0], filtered], tmp_path / "bad6.zarr")
     with pytest.raises(ValueError, match="m_chr2.zarr/inside.zarr: is inside .*m_chr2.zarr, which this command reads"):
         merge_moment_stores(parts, parts[1] / "inside.zarr")
-    assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3, 4, 5))
+    assert not any((tmp_path / f"bad{k}.zarr").exists() for k in ("", 1, 2, 3, 4, 5, 6))
     assert not (parts[1] / "inside.zarr").exists()
-    assert json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]["bin_size"] == 100
+    source = json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]
+    assert source["bin_size"] == 100
+    assert source["reading"] == {"A": {"context": "CG", "merge_strands": False, "min_coverage": 1}}
 
 
 def test_a_partial_swapped_for_another_chunks_is_refused(moment_store, dask_clients):
