@@ -120,7 +120,12 @@ def test_pmd_sums_the_bins_and_finds_the_planted_pmds(methylome, tmp_path):
     store, truth = methylome
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
     assert r.exit_code == 0, r.output
-    assert "on 5000 bp bins" in r.output
+    # -q hides progress, not results: the states and the summary on standard output
+    assert re.match(r"states \(\* the PMD states\): 0\.\d\d \(overdispersion", r.stdout)
+    assert "on 5000 bp bins" in r.stdout and not r.stderr
+    # the steps are progress: on standard error
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed")
+    assert "the regions: a posterior pass over the counts" in r.stderr and "the regions" not in r.stdout
     recall, precision = overlap(read_bed(tmp_path / "pmd.bed"), truth["pmd"])
     assert recall > 0.9 and precision > 0.9, (recall, precision)
     assert not list(tmp_path.glob(".pmd.bed.*")), "the coarse store went with the call"

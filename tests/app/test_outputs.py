@@ -147,6 +147,19 @@ def test_tracks_refuse_a_read_only_directory(project, tmp_path):
     assert r.returncode == 2 and f"{locked_dir / 't'}: cannot write in {locked_dir}" in r.stderr, r.stderr[-500:]
 
 
+@pytest.mark.parametrize("command", ["ingest", "batch"])
+def test_a_store_or_work_directory_in_a_missing_directory_is_refused_not_made(tmp_path, command):
+    # a typo in the path must not make a new tree of directories (the docs' rule for every output)
+    out = tmp_path / "missing" / "c.zarr"
+    manifest = tmp_path / "manifest.tsv"
+    manifest.write_text(f"A\t{TSV}\n")
+    args = ("ingest", TSV, "--sample", "A", "--store") if command == "ingest" else ("batch", manifest, "--workdir")
+    r = run(*args, out, "-q")
+    assert r.exit_code == 2, r.output
+    assert f"{out}: the directory {out.parent} does not exist (create it first)" in r.output
+    assert not out.parent.exists()
+
+
 @pytest.mark.parametrize("command", ["report", "moments", "fit", "decode", "regions", "tracks", "hmr", "pmd"])
 def test_every_command_refuses_a_missing_output_directory_before_any_work(project, tmp_path, command):
     store, model = project / "c.zarr", project / "c.json"

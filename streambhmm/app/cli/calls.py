@@ -8,8 +8,7 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
-from ...io.progress import printed
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, \
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, step_lines, \
     user_errors
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
@@ -36,12 +35,11 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0) as opened:
-        outcome = run_call(settings, opened, echo=(lambda message: None) if quiet else printed(click.echo))
+        outcome = run_call(settings, opened, echo=step_lines(quiet))
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
                        + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))
-    if not quiet:
-        click.echo(f"states (* the {kind.upper()} states): {levels}")
+    click.echo(f"states (* the {kind.upper()} states): {levels}")
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -9,6 +9,7 @@ import click
 
 from ...distributed.cluster import IN_PROCESS_ENV, IN_PROCESS_MAX_CELLS, SCHEDULER_ENV, ClusterError
 from ...io.formats import CONTEXTS, ReadOptions
+from ...io.progress import printed
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
 from ...io.storage import Location
 from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
@@ -30,6 +31,12 @@ def user_errors(fn):
         except USER_ERRORS as exc:
             raise click.ClickException(str(exc)) from None
     return wrapper
+
+
+def step_lines(quiet: bool):
+    """Where a long command says which step it is on: standard error, above the progress line
+    (the results go to standard output); nowhere with --quiet."""
+    return (lambda message: None) if quiet else printed(functools.partial(click.echo, err=True))
 
 
 def shown(text) -> str:

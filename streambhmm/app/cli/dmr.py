@@ -8,8 +8,7 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
-from ...io.progress import printed
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, \
+from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, step_lines, \
     user_errors
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
@@ -84,13 +83,10 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     if len(set(sheet_read.groups)) == len(sheet_read.samples):
         click.echo(f"warning: {NO_REPLICATES}", err=True)
     with store_session(store, scheduler, em=True) as opened:
-        outcome = run_dmr(job, opened, echo=lambda message: None if quiet else printed(click.echo)(message),
-                          quiet=quiet)
-    groups = outcome.groups
-    if not quiet:
-        click.echo(f"states ({'/'.join(groups.names)}; * differential):")
-        for line in states_table(outcome.hmm, min_difference):
-            click.echo(f"  {line}")
+        outcome = run_dmr(job, opened, echo=step_lines(quiet), quiet=quiet)
+    click.echo(f"states ({'/'.join(outcome.groups.names)}; * differential):")
+    for line in states_table(outcome.hmm, min_difference):
+        click.echo(f"  {line}")
     dmrs, domains = outcome.dmrs, outcome.domains
     counts = ", ".join(f"{sum(d == name for d in dmrs.direction):,} {name}" for name in outcome.targets.directions)
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
