@@ -15,7 +15,7 @@ COPY scripts/ scripts/
 RUN pip install --no-cache-dir /opt/streambhmm "bokeh>=3.1"
 
 # Workers keep glibc's memory trimming: the nanny's MALLOC_TRIM_THRESHOLD_=65536 made the
-# moment tasks 2.7x slower (see WORKER_CONFIG in streambhmm/cluster.py).
+# moment tasks 2.7x slower (see WORKER_CONFIG in streambhmm/distributed/cluster.py).
 RUN mkdir -p /etc/dask && printf 'distributed:\n  nanny:\n    pre-spawn-environ:\n      MALLOC_TRIM_THRESHOLD_: null\n' \
     > /etc/dask/streambhmm.yaml
 

@@ -279,7 +279,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
     colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
     with replacing_pair(output, regions_table(output)) as (bed, tsv):
-        bed.write(track_line(track, f"{rule.name} regions of {','.join(samples)}"))
+        kind = f"{rule.name} regions" if rule.name != "region" else "regions"  # a preset's, or --targets'
+        bed.write(track_line(track, f"{kind} of {','.join(samples)}"))
         tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():
             score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)

@@ -236,8 +236,9 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     r = run("regions", stores[0].path, "--model", path, "--targets", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
-    assert all(int(e) - int(s) >= 1000 for _, s, e, *_ in (l.split("\t") for l in
-                                                             (tmp_path / "u.bed").read_text().splitlines()[1:]))
+    lines = (tmp_path / "u.bed").read_text().splitlines()
+    assert all(int(e) - int(s) >= 1000 for _, s, e, *_ in (line.split("\t") for line in lines[1:]))
+    assert 'description="regions of ' in lines[0] and lines[1].split("\t")[3] == "region0"
     r = run("regions", stores[0].path, "--model", path, "--targets", "nope", "-o", tmp_path / "x.bed")
     assert r.exit_code != 0 and "no state 'nope'" in r.output
     r = run("regions", stores[0].path, "--model", path, "-o", tmp_path / "x.bed")
