@@ -124,6 +124,10 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
+        # a domain's last summed bin ends where the store's last bin does, not past it
+        for chrom, found in outcome.found.items():
+            np.minimum(found.end, counts.n_bins(chrom) * counts.bin_size, out=found.end)
+        outcome.lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in outcome.found.values()])
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome

@@ -245,6 +245,9 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     focal.qvalue = qvalues(focal.lfdr)
     dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
     domains = domains.ranked(groups)
+    if lengths:  # --chrom-sizes: a last bin past the chromosome's end ends there, as in the bigWig
+        for table in (dmrs, domains):
+            table.end = np.minimum(table.end, [lengths[c] for c in table.chrom]).astype(table.end.dtype)
     outputs = job.outputs
     write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
     write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")

@@ -20,11 +20,12 @@ FIGURES = ("methylation.png", "transmat.png", "spectrum.png", "occupancy.png", "
 REPORT_FILES = ("index.html", "segments.bed", *FIGURES)  # every name a report may write besides its marker
 
 
-def check_report_output(output, store, model, moments=None) -> Path:
+def check_report_output(output, store, model, moments=None, region_files=()) -> Path:
     """``output`` as a report directory, refused before any work (naming it) when its parent
     cannot take it, when it is a symbolic link, when it holds or lies inside the counts
-    store, the model or the moment store (real paths compared), or when it exists and is
-    neither empty nor a previous report holding only what that report wrote."""
+    store, the model or the moment store, or holds a --regions file (real paths compared), or
+    when it exists and is neither empty nor a previous report holding only what that report
+    wrote."""
     output = check_output_dir(output)
     if output.is_symlink():
         raise ValueError(f"{output}: is a symbolic link; give the directory itself")
@@ -40,6 +41,10 @@ def check_report_output(output, store, model, moments=None) -> Path:
                              f"another")
         if other in real.parents:
             raise ValueError(f"{output}: is inside {what} {path}; choose a directory outside it")
+    for path in region_files:
+        if real in Path(os.path.realpath(path)).parents:
+            raise ValueError(f"{output}: holds the --regions file {path}, and a report replaces its directory; "
+                             f"copy the file elsewhere first, or choose another directory")
     if output.exists():
         previous_report_files(output)
     return output

@@ -17,8 +17,8 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import (Inputs, check_derived_file, check_output_file, check_outside, interruptions_ignored,
-                          remove_leftovers, scratch_directory)
+from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, check_outside,
+                          interruptions_ignored, remove_leftovers, scratch_directory)
 from ..io.store import recorded_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -95,6 +95,8 @@ class DecodeOutputs:
         lies inside the store or the model the command reads, or is a file the store was
         ingested from, and a file named after ``output`` that this command did not write."""
         inputs = Inputs(store, model, ingested=recorded_inputs(store))
+        check_distinct([(path, f"the segments of {', '.join(samples)}") for path, samples in self.beds]
+                       + [(self.table, "the states' table")])
         for path in self.paths:
             inputs.check(path)
             if Path(path) == Path(output):
@@ -199,6 +201,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         names = [f"state{h}-{safe_name(without_repeat(job.labels[h]))}" for h in states]
         stem = (lambda group: f"{prefix}.{safe_name(group[0])}") if job.pooled else (lambda group: prefix)
         runs = [(group, [Path(f"{stem(group)}.{n}.posterior.bw") for n in names]) for group in job.grouping.groups]
+    check_distinct([(path, f"the methylation of {sample}") for sample, path in methylation]
+                   + [(path, f"a posterior of {', '.join(group)}") for group, paths in runs for path in paths])
     inputs = Inputs(counts.path.url, job.model if job else None, chrom_sizes, ingested=counts.ingested_files)
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
         inputs.check(path)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.blocks import text_lines
-from ..io.outputs import held_temporary, rename_into_place
+from ..io.outputs import defer_rename, held_temporary, rename_into_place
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
@@ -120,6 +120,9 @@ class BigWigWriter:
         self.file = None
 
     def put_in_place(self) -> None:
+        """Rename the finished file into place (in a written_together block, when that ends)."""
+        if self._fd is not None and defer_rename(self.tmp, self._fd, self.path, self._temporary):
+            return
         fd = self._fd if self._fd is not None else os.open(self.tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             rename_into_place(fd, self.tmp, self.path)

@@ -19,6 +19,8 @@ import signal
 import stat
 import threading
 import uuid
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 
 TEMPORARY_SUFFIX = ".tmp-"
@@ -129,11 +131,21 @@ def _named(path) -> Path:
     return Path(os.path.abspath(path)) if path.name in ("", ".", "..") else path
 
 
-def _check_directory(directory: Path, shown) -> None:
-    """Every command refuses a missing directory instead of making it."""
+def check_parent_directory(path) -> None:
+    """Refuse ``path`` when the directory it goes in is missing (every command refuses it
+    instead of making it) or is not a directory."""
+    _check_exists(_named(path).parent, path)
+
+
+def _check_exists(directory: Path, shown) -> None:
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "does not exist (create it first)"
         raise ValueError(f"{shown}: the directory {directory} {what}")
+
+
+def _check_directory(directory: Path, shown) -> None:
+    """Every command refuses a missing directory instead of making it, and one it cannot write in."""
+    _check_exists(directory, shown)
     probe = temporary_path(directory / "probe")
     os.close(_create_new(probe, os.O_WRONLY, 0o600, shown, directory))
     probe.unlink(missing_ok=True)
@@ -164,39 +176,114 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
+@dataclass
+class _Written:
+    """A complete temporary awaiting its rename (written_together); ``release`` closes its
+    descriptor, removing the temporary unless it was renamed."""
+
+    tmp: Path
+    fd: int
+    path: Path
+    release: contextlib.ExitStack
+
+
+_together: ContextVar[list | None] = ContextVar("written_together", default=None)
+
+
+@contextlib.contextmanager
+def written_together():
+    """The files that :func:`replacing` (and :func:`replacing_pair`, a bigWig) complete inside
+    the block are renamed into place together when it ends, Ctrl-C and SIGTERM held off
+    meanwhile, in the order they were completed: a command stopped or failing before then
+    leaves every one of them as it was (a BED never beside another run's table). Nested: the
+    outermost block renames them."""
+    if _together.get() is not None:
+        yield
+        return
+    written: list[_Written] = []
+    token = _together.set(written)
+    try:
+        try:
+            yield
+        finally:
+            _together.reset(token)
+        for item in written:
+            os.fsync(item.fd)
+        with interruptions_ignored():
+            for item in written:
+                _replace(item.tmp, item.path)
+            for directory in dict.fromkeys(item.path.parent for item in written):
+                sync_directory(directory)
+    finally:
+        for item in written:
+            item.release.close()
+
+
+def defer_rename(tmp: Path, fd: int, path: Path, held: contextlib.ExitStack) -> bool:
+    """Leave the rename of the complete ``tmp`` to the written_together block running, if
+    one is, taking over what ``held`` would close (``fd``, and ``tmp`` unless renamed) until
+    after it; False: none is (``held`` is left as it was)."""
+    written = _together.get()
+    if written is None:
+        return False
+    written.append(_Written(tmp, fd, path, held.pop_all()))
+    return True
+
+
 @contextlib.contextmanager
 def replacing(path, mode: str = "w"):
     """A file object writing ``path``'s temporary, flushed to disk (fsync) and renamed to
-    ``path`` when the block ends without an exception, removed when it raises. Opening the
-    temporary fails with a message naming ``path``."""
+    ``path`` when the block ends without an exception (in a :func:`written_together` block,
+    when that ends), removed when it raises. Opening the temporary fails with a message
+    naming ``path``."""
     path = Path(path)
-    with held_temporary(path) as (tmp, fd):
+    with contextlib.ExitStack() as stack:
+        tmp, fd = stack.enter_context(held_temporary(path))
         with os.fdopen(os.dup(fd), mode) as fh:
             yield fh
-        rename_into_place(fd, tmp, path)
+        if not defer_rename(tmp, fd, path, stack):
+            rename_into_place(fd, tmp, path)
 
 
 @contextlib.contextmanager
 def replacing_pair(first, second):
     """(``first``'s file object, ``second``'s): two files written together (a BED and the table
-    beside it), as :func:`replacing` writes each, after removing what killed runs left of them.
-    ``first`` is renamed into place before ``second``, so a ``first`` that cannot be replaced
-    leaves both as they were."""
+    beside it), as :func:`replacing` writes each, after removing what killed runs left of them,
+    and renamed together (written_together): ``first`` before ``second``, so a ``first`` that
+    cannot be replaced leaves both as they were."""
     for path in (first, second):
         remove_leftovers(path)
-    with replacing(second) as later, replacing(first) as sooner:
+    with written_together(), replacing(second) as later, replacing(first) as sooner:
         yield sooner, later
+
+
+def check_distinct(named) -> None:
+    """Refuse, before any work, two of a command's outputs at one path (``named``: (path, what
+    would be written there)): names made from sample names keep only letters, digits and
+    . _ - +, so two samples can come to one file name."""
+    seen = {}
+    for path, what in named:
+        key = os.path.abspath(path)
+        if key in seen:
+            raise ValueError(f"{path}: both {seen[key]} and {what} would be written there (file names keep the "
+                             f"letters, digits and . _ - + of sample names); rename one of the samples "
+                             f"(`streambhmm ingest` it again under another name) or choose another output name")
+        seen[key] = what
 
 
 def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""
     os.fsync(fd)
+    _replace(tmp, path)
+    sync_directory(path.parent)
+
+
+def _replace(tmp: Path, path: Path) -> None:
     try:
         os.replace(tmp, path)
     except OSError as exc:  # an immutable file, another user's in a sticky directory
         raise ValueError(f"{path}: cannot be replaced ({exc.strerror}); it is left as it was") from None
-    sync_directory(path.parent)
 
 
 def sync_directory(directory) -> None:

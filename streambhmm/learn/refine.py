@@ -55,7 +55,9 @@ criterion wins.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
@@ -144,6 +146,22 @@ def counted_map(pool, fn, items: list, progress=None, done: int = 0, total: int 
     return [f.result() for f in futures]
 
 
+class _Stopped(Exception):
+    """A start ended because its refinement was interrupted."""
+
+
+@contextlib.contextmanager
+def _stopped_with(stopping: threading.Event):
+    """Set ``stopping`` when the block raises (Ctrl-C, SIGTERM), so the starts' threads end
+    within a step instead of running to convergence before the command can stop (the pool
+    waits for them)."""
+    try:
+        yield
+    except BaseException:
+        stopping.set()
+        raise
+
+
 def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, screen_iter: int = 40, keep: int = 2,
            tol: float = 1e-8, limits: StateLimits | None = None, progress=None) -> Refined:
     """L-BFGS-B from each (label, levels, transmat[, coverage[, dispersion]]) start for
@@ -154,9 +172,15 @@ def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, scre
     ``progress(done, total)`` follows the starts screened and finished."""
     m = starts[0][1].shape[0]
     bounds = objective.bounds(m, limits)
+    stopping = threading.Event()  # set when the caller is interrupted: the starts end at their next step
+
+    def criterion(x, m):
+        if stopping.is_set():
+            raise _Stopped
+        return objective(x, m)
 
     def run(x0, iterations):
-        return minimize(objective, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=bounds,
+        return minimize(criterion, x0, args=(m,), jac=True, method="L-BFGS-B", bounds=bounds,
                         options={"maxiter": iterations, "ftol": tol, "gtol": 1e-9, "maxcor": 30})
 
     def first(start):
@@ -170,7 +194,7 @@ def refine(objective: Objective, starts: list[tuple], max_iter: int = 1000, scre
 
     # one BLAS thread per start: threads of BLAS spinning on small products would idle the starts' cores
     with threadpool_limits(1, user_api="blas"), \
-            ThreadPoolExecutor(max_workers=fit_threads(len(starts))) as pool:
+            ThreadPoolExecutor(max_workers=fit_threads(len(starts))) as pool, _stopped_with(stopping):
         total = len(starts) + min(keep, len(starts))
         screened = list(zip(labels, counted_map(pool, first, starts, progress, 0, total)))
         screened.sort(key=lambda item: item[1].fun)

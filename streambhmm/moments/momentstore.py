@@ -125,13 +125,18 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> bool:
         _check_source(root, manifest.source, source)
         manifest.check_settings(root, settings)
         return manifest.complete
-    if root.children():
-        raise MomentStoreError(f"{root} exists and is not a moment store")
+    _refuse_other_directory(root)
     staged = staging_path(root)
     _init_store(staged, settings, source)
     root.rmtree()  # an empty directory
     put_in_place(staged, root)
     return False
+
+
+def _refuse_other_directory(root: Location) -> None:
+    """A moment store is written into a new or empty directory, or its own."""
+    if not (root / MANIFEST).exists() and root.exists() and root.children():
+        raise MomentStoreError(f"{root} exists and is not a moment store")
 
 
 def _check_source(root: Location, have: dict, source: dict) -> None:
@@ -162,7 +167,10 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
     store's, or DEFAULT_BLOCK_SIZE for a new one)."""
     samples = select_samples(store, samples)
     root = Location.of(output)
+    if is_link(root):  # made, or its contents replaced, through the link: somewhere the user did not name
+        raise MomentStoreError(f"{root} is a symbolic link; give the directory itself")
     _refuse_overlap(store.path, root)
+    _refuse_other_directory(root)  # before its lock file is made beside it (and again under the lock)
     if spec.block_size is None:
         existing = Manifest.read(root).feature if (root / MANIFEST).exists() else {}
         spec = replace(spec, block_size=existing.get("block_size", DEFAULT_BLOCK_SIZE))

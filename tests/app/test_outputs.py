@@ -74,6 +74,11 @@ def test_a_previous_report_is_replaced_and_only_its_own_files_removed(project, t
     assert r.exit_code == 0, r.output
     assert not (out / "loglik.png").exists() and (out / "index.html").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # nothing set aside or staged is left
+    # its own segments.bed given as --regions: an input the report would replace, refused
+    before = snapshot(out)
+    r = run(*args, "--regions", out / "segments.bed")
+    assert r.exit_code == 1 and f"holds the --regions file {out / 'segments.bed'}" in r.output, r.output
+    assert snapshot(out) == before
     # a file of the user's in it: refused, and kept
     (out / "mine.txt").write_text("keep")
     before = snapshot(out)
@@ -355,3 +360,21 @@ def test_a_report_of_a_view_without_data_is_refused_before_any_work(project, tmp
             "-q")
     assert r.exit_code == 1 and message in r.output, r.output
     assert not (tmp_path / "r").exists()
+
+
+def test_two_outputs_named_alike_are_refused_before_any_work(tmp_path):
+    # tracks names files after samples, keeping letters, digits and . _ - +: a'b and a;b met
+    # at t.a_b.methylation.bw (the audit's run crashed half way, one sample's data under the
+    # other's name); a pooled decode's BED of a sample named states.tsv was its states' table
+    store = tmp_path / "c.zarr"
+    for sample in ("a'b", "a;b", "states.tsv"):
+        assert run("ingest", TSV, "--sample", sample, "--store", store, "-q").exit_code == 0
+    r = run("tracks", store, "-o", tmp_path / "t", "--samples", "a'b,a;b", "-q")
+    assert r.exit_code == 1, r.output
+    assert "t.a_b.methylation.bw: both the methylation of a'b and the methylation of a;b would be written" in r.output
+    r = run("fit", store, "-m", "2", "--pooled", "--samples", "a'b,states.tsv", "-o", tmp_path / "p.json", "-q")
+    assert r.exit_code == 0, r.output
+    r = run("decode", store, "--model", tmp_path / "p.json", "-o", tmp_path / "seg", "-q")
+    assert r.exit_code == 1, r.output
+    assert "seg.states.tsv: both the segments of states.tsv and the states' table would be written" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".c.zarr.lock", "c.zarr", "p.json"]

@@ -132,7 +132,7 @@ def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, 
     """Audit 17: the work directory did not exist yet, so the summary was never written."""
     (tmp_path / "bad.tsv").write_text("chr1\t100\t+\t3\t5\nchr1\t2x0\t+\t1\t2\n")
     manifest = write_manifest(tmp_path / "manifest.tsv", {"broken": ("g", "tsv", str(tmp_path / "bad.tsv"))})
-    work = tmp_path / "new" / "work"
+    work = tmp_path / "work"  # new (its directory must exist: no command makes a missing one)
     r = run("batch", manifest, "--workdir", work, "--scheduler", dask_clients[0].scheduler.address, "-q")
     assert r.exit_code == 1, r.output
     assert "broken\tg\tfailed" in (work / "batch-summary.tsv").read_text()

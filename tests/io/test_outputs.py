@@ -1,6 +1,7 @@
 """io.outputs: files written through a locked temporary with the umask's permissions, and
 only abandoned temporaries of the same output removed."""
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -8,8 +9,9 @@ import time
 
 import pytest
 
-from streambhmm.io.outputs import (check_output_file, directory_lock_now, held_temporary, is_temporary_of,
-                                   remove_leftovers, replacing, scratch_directory, temporary_path)
+from streambhmm.io.outputs import (check_distinct, check_output_file, directory_lock_now, held_temporary,
+                                   is_temporary_of, remove_leftovers, replacing, scratch_directory, temporary_path,
+                                   written_together)
 from streambhmm.io.storage import write_json
 
 
@@ -33,6 +35,36 @@ def test_a_file_appears_whole_with_the_umasks_permissions(tmp_path, umask_022):
             fh.write("half")
             raise RuntimeError("killed")
     assert target.read_text() == "line\n" and sorted(p.name for p in tmp_path.iterdir()) == ["m.json", "out.bed"]
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_files_written_together_appear_together_or_not_at_all(tmp_path, stopped):
+    # a command's BED, table, bigWig or models: a run stopped before its end replaces none of a
+    # previous run's (the audit's interrupted dmr left a new BED beside the old domains)
+    paths = [tmp_path / name for name in ("r.bed", "r.tsv", "d.bed", "m.json")]
+    for path in paths:
+        path.write_text("old\n")
+    with pytest.raises(KeyboardInterrupt) if stopped else contextlib.nullcontext():
+        with written_together():
+            for path in paths[:3]:
+                with replacing(path) as fh:
+                    fh.write("new\n")
+            with written_together():  # nested: the outer block renames
+                write_json(paths[3], {"new": 1})
+            assert all(path.read_text() == "old\n" for path in paths)  # complete, not yet in place
+            if stopped:
+                raise KeyboardInterrupt
+    expected = ["old\n"] * 4 if stopped else ["new\n"] * 3 + ['{\n  "new": 1\n}\n']
+    assert [path.read_text() for path in paths] == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(path.name for path in paths)  # no temporary
+
+
+def test_two_outputs_at_one_path_are_refused(tmp_path):
+    check_distinct([(tmp_path / "t.a_b.bw", "A"), (tmp_path / "t.c.bw", "C")])
+    with pytest.raises(ValueError, match=r"t.a_b.bw: both the methylation of a'b and the methylation of a;b would be "
+                                         r"written there"):
+        check_distinct([(tmp_path / "t.a_b.bw", "the methylation of a'b"),
+                        (tmp_path / "." / "t.a_b.bw", "the methylation of a;b")])
 
 
 def test_only_abandoned_temporaries_of_the_same_output_are_removed(tmp_path):

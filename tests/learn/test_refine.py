@@ -293,3 +293,37 @@ def test_caps_hold_a_state_and_change_nothing_when_they_do_not_bind():
     np.testing.assert_allclose(fits["loose"][0], fits["free"][0], atol=1e-3)
     np.testing.assert_allclose(fits["loose"][1], fits["free"][1], atol=1e-3)
     assert fits["tight"][0][0] <= 0.02 + 1e-9 and fits["tight"][1][0] <= 0.02 + 1e-9
+
+
+def test_an_interrupted_refinement_stops_its_starts_within_a_step(monkeypatch):
+    """Ctrl-C during a fit: the pool waited for every start to converge (the audit's `hmr`
+    took 8 s to stop); the starts now end at their next evaluation of the criterion."""
+    import threading
+
+    from streambhmm.learn import refine as refine_module
+    from streambhmm.learn.criterion import objective_for
+
+    monkeypatch.setattr(refine_module, "_fit_threads", 2)
+    sim = simulate(model(np.array([[0.1], [0.5], [0.9]]), np.full((3, 3), 0.05) + np.eye(3) * 0.85), [20_000],
+                   coverage=15, random_state=1)
+    objective = objective_for(compute_moments(sim.methylated, sim.coverage))
+    rng = np.random.default_rng(0)
+    starts = [(f"random{i}", *refine_module.sticky_start(3, 1, rng)) for i in range(4)]
+    calls, interrupted = [], threading.Event()
+
+    class Counted:  # the criterion, each evaluation noted: before or after the interrupt
+        def __getattr__(self, name):
+            return getattr(objective, name)
+
+        def __call__(self, x, m):
+            calls.append(interrupted.is_set())
+            return objective(x, m)
+
+    def interrupt(done, total):  # the main thread, as the first start is screened: Ctrl-C
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        refine_module.refine(Counted(), starts, progress=interrupt)
+    # each of the two threads evaluates at most once more after the interrupt
+    assert sum(calls) <= 2 and len(calls) - sum(calls) >= 1

@@ -514,6 +514,24 @@ def test_clean_up_follows_no_symbolic_link_and_removes_only_its_partials(tmp_pat
     assert sorted(p.name for p in outside.iterdir()) == ["000000-" + "0" * 32, "keep"]
 
 
+def test_an_output_that_is_a_link_or_another_directory_is_refused_leaving_nothing(moment_store, tmp_path):
+    # the audit: a link to an empty directory gave a traceback and left a staging directory
+    # beside it; a directory of the user's was refused but got a lock file beside it
+    store, _ = moment_store
+    tmp_path = tmp_path / "outputs"
+    tmp_path.mkdir()
+    (tmp_path / "empty").mkdir()
+    os.symlink(tmp_path / "empty", tmp_path / "link")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    r = run("moments", store, "--output", tmp_path / "link", "-q")
+    assert r.exit_code == 1 and f"Error: {tmp_path / 'link'} is a symbolic link; give the directory itself" in r.output
+    r = run("moments", store, "--output", tmp_path / "mine", "-q")
+    assert r.exit_code == 1 and f"Error: {tmp_path / 'mine'} exists and is not a moment store" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "link", "mine"]
+    assert not list((tmp_path / "empty").iterdir()) and (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
 @pytest.mark.parametrize("inside", ["", "chr1/moments.zarr"])
 def test_moments_refuses_an_output_overlapping_the_counts_store(moment_store, inside):
     """Issue 25, item 11: `moments c.zarr --output c.zarr` waited forever for its own lock."""

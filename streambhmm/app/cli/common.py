@@ -10,7 +10,7 @@ import click
 from ...distributed.cluster import IN_PROCESS_ENV, IN_PROCESS_MAX_CELLS, SCHEDULER_ENV, ClusterError
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.progress import printed
-from ...io.outputs import check_output_dir, check_output_file, check_output_prefix
+from ...io.outputs import check_output_dir, check_output_file, check_output_prefix, check_parent_directory
 from ...io.storage import Location
 from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
 from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
@@ -61,6 +61,11 @@ class StoreParam(click.ParamType):
             self.fail(f"{value}: {blocker} is a file, not a directory", param, ctx)
         if self.exists and not location.exists() and not _awaits_commit(location):
             self.fail(f"{value}: does not exist", param, ctx)
+        if not self.exists and location.is_local:
+            try:  # a typo must not make a tree of directories (whether it can be written is the lock's to say)
+                check_parent_directory(location.url)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
         return location.url
 
 

@@ -8,6 +8,7 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
+from ...io.outputs import written_together
 from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, step_lines, \
     user_errors
 
@@ -55,7 +56,7 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
                                                                "(bigWig).")
 @click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
               help="UCSC chrom.sizes for the --bigwig header (default: each chromosome ends at the store's last "
-                   "bin).")
+                   "bin); the BEDs' ends are clipped to it too.")
 @scheduler_option
 @quiet_option
 @user_errors
@@ -82,7 +83,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     job.check_outputs()
     if len(set(sheet_read.groups)) == len(sheet_read.samples):
         click.echo(f"warning: {NO_REPLICATES}", err=True)
-    with store_session(store, scheduler, em=True) as opened:
+    # the bigWig, the DMRs and the domains (each a BED and a table) appear together, or none of them
+    with store_session(store, scheduler, em=True) as opened, written_together():
         outcome = run_dmr(job, opened, echo=step_lines(quiet), quiet=quiet)
     click.echo(f"states ({'/'.join(outcome.groups.names)}; * differential):")
     for line in states_table(outcome.hmm, min_difference):

@@ -12,6 +12,7 @@ from ...distributed.cluster import store_session
 from ...distributed.fitting import METHODS, ONE_PASS
 from ...learn.states import DIFF_THRESHOLD
 from ...moments.spec import FeatureSpec
+from ...io.outputs import written_together
 from ...io.progress import printed
 from .common import NON_NEGATIVE, OUTPUT_FILE, POOLED_HELP, POSITIVE, STORE, bins_option, names, shown
 from .moments import moment_pass_options
@@ -110,7 +111,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         allow_degenerate=allow_degenerate, diff_threshold=diff_threshold, split_every=split_every,
         scheduler=scheduler, quiet=quiet)
     echo = printed(click.echo)  # above the progress line
-    with opened_for(settings, scheduler) as opened:
+    # a sweep's models are put in place together: a stopped sweep leaves none of a previous one's replaced
+    with opened_for(settings, scheduler) as opened, written_together():
         run, models = run_fit(settings, opened, echo)
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "

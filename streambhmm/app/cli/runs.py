@@ -13,14 +13,14 @@ from ...distributed.cluster import dask_client
 from ...io.progress import printed, stage
 from ...io.storage import Location
 from ...moments.features import DEFAULT_N_BINS
-from .common import OUTPUT_STORE, bins_option, cluster_scheduler_option, feature_options, quiet_option, read_options, \
+from .common import NEW_STORE, bins_option, cluster_scheduler_option, feature_options, quiet_option, read_options, \
     scheduler_option, user_errors
 from .store import layout_options
 
 
 @click.command()
 @click.argument("manifest", type=click.Path(exists=True, dir_okay=False))
-@click.option("--workdir", required=True, type=OUTPUT_STORE,
+@click.option("--workdir", required=True, type=NEW_STORE,
               help="Directory (or fsspec URL) for one counts store and one moment store per group.")
 @bins_option
 @layout_options("Bins per Zarr chunk (default: 1000000).")

@@ -8,6 +8,7 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
+from ...io.outputs import written_together
 from ...io.progress import printed, stage
 from ...learn.states import DIFF_THRESHOLD
 from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, names,
@@ -70,7 +71,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     outputs.check(output, store, model)
     # with --posteriors decode writes into the store: its exclusive lock
     echo = printed(click.echo)
-    with store_session(store, scheduler, write=posteriors) as opened, \
+    with store_session(store, scheduler, write=posteriors) as opened, written_together(), \
             stage("decode", quiet=quiet, unit="chunks") as progress:
         for path, report in run_decode(job.on(opened.store), outputs, opened.client, max_gap, posteriors,
                                        progress=progress):
@@ -186,7 +187,7 @@ def report(store, model, output, region, region_files, moments_path, max_gap, di
     genome track, bootstrap and EM history when present) and DIR/segments.bed."""
     from ..report import check_report_output, read_region_sets, write_report
 
-    check_report_output(output, store, model, moments_path)  # before the cluster starts
+    check_report_output(output, store, model, moments_path, region_files)  # before the cluster starts
     region_sets = read_region_sets(region_files)
     # the report reads the store (its segments go into DIR): the shared lock
     with store_session(store, scheduler) as opened:

@@ -9,7 +9,7 @@ import click
 from ...distributed.cluster import store_session
 from ...io.progress import printed, stage
 from ...io.formats import FORMATS
-from .common import (OUTPUT_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, shown,
+from .common import (NEW_STORE, POSITIVE, STORE, bin_size_option, context_option, quiet_option, read_options, shown,
                      user_errors)
 
 
@@ -35,7 +35,7 @@ def _left_out(tally, context: str, options) -> str:
 @click.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--sample", required=True, help="Sample name; all FILES are its replicates.")
-@click.option("--store", required=True, type=OUTPUT_STORE, help="Counts store (Zarr directory or fsspec URL).")
+@click.option("--store", required=True, type=NEW_STORE, help="Counts store (Zarr directory or fsspec URL).")
 @click.option("--format", "fmt", default="auto", show_default=True, type=click.Choice(["auto", *FORMATS]))
 @layout_options("Bins per Zarr chunk of a new store (default 1000000); fixed once the store exists.")
 @read_options
