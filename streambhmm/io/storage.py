@@ -243,8 +243,9 @@ _faults_passed: dict[str, int] = {}
 
 def fault_point(name: str) -> None:
     """A named point of a writing command where tests and scripts/fault_campaign.py stop or
-    kill the process, deterministically: ``STREAMBHMM_FAULT=NAME[@N]:kill`` (or ``:stop``)
-    sends the process SIGKILL (SIGSTOP) the N-th time (default: the first) it passes NAME."""
+    kill the process, deterministically: ``STREAMBHMM_FAULT=NAME[@N]:kill`` (or ``:stop``,
+    ``:term``) sends the process SIGKILL (SIGSTOP, SIGTERM) the N-th time (default: the first)
+    it passes NAME."""
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
@@ -254,4 +255,4 @@ def fault_point(name: str) -> None:
         return
     _faults_passed[name] = _faults_passed.get(name, 0) + 1
     if _faults_passed[name] == int(nth or 1):
-        os.kill(os.getpid(), {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}[action])
+        os.kill(os.getpid(), {"kill": signal.SIGKILL, "stop": signal.SIGSTOP, "term": signal.SIGTERM}[action])

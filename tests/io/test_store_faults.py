@@ -101,6 +101,15 @@ def test_a_first_commit_killed_anywhere_is_completed_by_the_next_command(tmp_pat
     assert by_sample(store) == reference["A"] and leftovers(store) == []
 
 
+@pytest.mark.parametrize("point", ["commit", "moved@4", "visible"])
+def test_a_commit_stopped_past_its_commit_point_completes(tmp_path, samples, reference, point):
+    # the audit: SIGTERM past the commit point exited 143 ("Aborted!") with the sample stored
+    store = tmp_path / "s.zarr"
+    r = streambhmm(*ingest_args(samples[0], "A", store), fault=f"{point}:term")
+    assert r.returncode == 0, r.stderr
+    assert by_sample(store) == reference["A"] and leftovers(store) == []
+
+
 @pytest.mark.parametrize("point", ["moved@5", "visible"])
 def test_a_later_commit_killed_half_way_is_completed_by_the_next_reader(tmp_path, samples, reference, point):
     store = tmp_path / "s.zarr"

@@ -15,6 +15,7 @@ import uuid
 import numpy as np
 import zarr
 
+from ..outputs import interruptions_ignored
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit
@@ -240,10 +241,13 @@ class SampleWriter:
         fault_point("staged")
         store = self.store.real()
         with locked(store) if lock else contextlib.nullcontext():
-            replaced = self._prepare(store, record)
-            fault_point("commit")
-            complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet in "
-                                              f"place", "the commit")
+            # Ctrl-C and SIGTERM held off once the lock is held: past the commit point the sample
+            # is stored (a kill is completed by the next command), so a stop would misreport it
+            with interruptions_ignored():
+                replaced = self._prepare(store, record)
+                fault_point("commit")
+                complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet "
+                                                  f"in place", "the commit")
         self.close()
         return replaced
 
