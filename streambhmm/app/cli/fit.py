@@ -169,7 +169,9 @@ def show(outcome, settings, echo=click.echo):
         echo(f"block bootstrap: {ci.n_replicates} replicates of {ci.n_blocks} blocks of "
              f"{outcome.block_size:,} bp")
         echo(format_intervals(ci.methylation_ci, ci.transmat_ci, outcome.columns))
-    echo(f"model written to {outcome.path}")
+    # a sweep's models are put in place together when it ends (written_together)
+    echo(f"model for {outcome.path} (written when the sweep ends)" if settings.sweep else
+         f"model written to {outcome.path}")
     return outcome
 
 
