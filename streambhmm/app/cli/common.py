@@ -123,7 +123,8 @@ cluster_scheduler_option = _scheduler_option(_EMBEDDED)
 
 quiet_option = click.option("--quiet", "-q", is_flag=True,
                             help="No progress (by default a line on a terminal, else a line every few seconds, on "
-                                 "standard error).")
+                                 "standard error, and hmr, pmd and dmr name each step there); the results are "
+                                 "printed either way.")
 
 
 def names(text: str | None, option: str) -> list[str] | None:
