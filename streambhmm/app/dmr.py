@@ -245,7 +245,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     focal.qvalue = qvalues(focal.lfdr)
     dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
     domains = domains.ranked(groups)
-    if lengths:  # --chrom-sizes: a last bin past the chromosome's end ends there, as in the bigWig
+    if lengths:  # the bigWig's lengths: with --chrom-sizes, a last bin past a chromosome's end ends there
         for table in (dmrs, domains):
             table.end = np.minimum(table.end, [lengths[c] for c in table.chrom]).astype(table.end.dtype)
     outputs = job.outputs

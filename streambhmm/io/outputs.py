@@ -191,11 +191,13 @@ _together: ContextVar[list | None] = ContextVar("written_together", default=None
 
 
 @contextlib.contextmanager
-def written_together():
+def written_together(commit_on: tuple = ()):
     """The files that :func:`replacing` (and :func:`replacing_pair`, a bigWig) complete inside
-    the block are renamed into place together when it ends, Ctrl-C and SIGTERM held off
+    the block are renamed into place together when it ends, Ctrl-C and SIGTERM ignored
     meanwhile, in the order they were completed: a command stopped or failing before then
-    leaves every one of them as it was (a BED never beside another run's table). Nested: the
+    leaves every one of them as it was (a BED never beside another run's table), and so does
+    a rename that fails (the files renamed before it are put back). An exception of a type
+    in ``commit_on`` renames the files completed so far before it goes on. Nested: the
     outermost block renames them."""
     if _together.get() is not None:
         yield
@@ -205,18 +207,59 @@ def written_together():
     try:
         try:
             yield
+        except commit_on:
+            _put_in_place_together(written)
+            raise
         finally:
             _together.reset(token)
-        for item in written:
-            os.fsync(item.fd)
-        with interruptions_ignored():
-            for item in written:
-                _replace(item.tmp, item.path)
-            for directory in dict.fromkeys(item.path.parent for item in written):
-                sync_directory(directory)
+        _put_in_place_together(written)
     finally:
         for item in written:
             item.release.close()
+
+
+def _put_in_place_together(written: list) -> None:
+    """Rename each complete temporary to its path; if one cannot be, put back what the
+    others replaced (each set aside first as a hard link, or a copy) and say so."""
+    for item in written:
+        os.fsync(item.fd)
+    replaced, asides = [], []
+    with interruptions_ignored():
+        try:
+            for item in written:
+                aside = _set_aside(item.path)
+                if aside is not None:
+                    asides.append(aside)
+                _replace(item.tmp, item.path)
+                replaced.append((item.path, aside))
+        except ValueError as exc:
+            for path, aside in reversed(replaced):
+                if aside is None:
+                    path.unlink(missing_ok=True)  # it was not there before
+                else:
+                    os.replace(aside, path)
+            n = len(written) - 1
+            others = "" if n == 0 else ", as is the other file of this run" if n == 1 else \
+                f", as are the {n} other files of this run"
+            raise ValueError(f"{exc}{others}") from None
+        finally:
+            for aside in asides:
+                aside.unlink(missing_ok=True)  # those put back are gone already
+        for directory in dict.fromkeys(item.path.parent for item in written):
+            sync_directory(directory)
+
+
+def _set_aside(path: Path) -> Path | None:
+    """A second name for the file (or link) at ``path``, which its replacement leaves in
+    place (None: nothing there to keep)."""
+    if not os.path.lexists(path) or (os.path.isdir(path) and not os.path.islink(path)):
+        return None
+    aside = temporary_path(path, "old")
+    try:
+        os.link(path, aside, follow_symlinks=False)
+    except OSError:  # a filesystem without hard links
+        shutil.copy2(path, aside, follow_symlinks=False)
+    return aside
 
 
 def defer_rename(tmp: Path, fd: int, path: Path, held: contextlib.ExitStack) -> bool:

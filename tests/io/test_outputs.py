@@ -59,6 +59,39 @@ def test_files_written_together_appear_together_or_not_at_all(tmp_path, stopped)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(path.name for path in paths)  # no temporary
 
 
+def test_a_set_whose_rename_fails_half_way_is_put_back(tmp_path, monkeypatch):
+    # the review: the files renamed before a failing one stayed new, beside old ones
+    paths = [tmp_path / name for name in ("a.bed", "b.bed", "c.tsv")]
+    for path in paths[:2]:
+        path.write_text("old\n")  # c.tsv is new
+    real = os.replace
+
+    def refuse_b(src, dst):
+        if os.fspath(dst) == os.fspath(paths[1]):
+            raise PermissionError(1, "Operation not permitted")
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse_b)
+    with pytest.raises(ValueError, match=r"b.bed: cannot be replaced \(Operation not permitted\); it is left as it "
+                                         r"was, as are the 2 other files of this run"):
+        with written_together():
+            for path in paths:
+                with replacing(path) as fh:
+                    fh.write("new\n")
+    assert [p.read_text() for p in paths[:2]] == ["old\n", "old\n"] and not paths[2].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bed", "b.bed"]  # no temporary, nothing set aside
+
+
+def test_a_failure_named_to_commit_on_puts_the_finished_files_in_place(tmp_path):
+    # a sweep whose worker process is lost keeps the models finished before it, as it says
+    with pytest.raises(RuntimeError):
+        with written_together(commit_on=(RuntimeError,)):
+            with replacing(tmp_path / "m.m2.json") as fh:
+                fh.write("{}")
+            raise RuntimeError("the worker of M = 3 is gone")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.m2.json"]
+
+
 def test_two_outputs_at_one_path_are_refused(tmp_path):
     check_distinct([(tmp_path / "t.a_b.bw", "A"), (tmp_path / "t.c.bw", "C")])
     with pytest.raises(ValueError, match=r"t.a_b.bw: both the methylation of a'b and the methylation of a;b would be "

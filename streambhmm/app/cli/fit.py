@@ -100,7 +100,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         block_size, allow_degenerate, diff_threshold, split_every, feature, projection_dim, scheduler, quiet):
     """Fit a Binomial HMM to a counts store (any method) or a moment store (refined, ftd)."""
     from ..fit import FitSettings, run_fit
-    from ...learn.selection import recommend
+    from ...learn.selection import SweepProcessLost, recommend
 
     start = time.perf_counter()
     settings = FitSettings(
@@ -112,7 +112,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         scheduler=scheduler, quiet=quiet)
     echo = printed(click.echo)  # above the progress line
     # a sweep's models are put in place together: a stopped sweep leaves none of a previous one's replaced
-    with opened_for(settings, scheduler) as opened, written_together():
+    # (a lost worker process puts in place those finished before it, as its message says)
+    with opened_for(settings, scheduler) as opened, written_together(commit_on=(SweepProcessLost,)):
         run, models = run_fit(settings, opened, echo)
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "

@@ -241,10 +241,11 @@ class SampleWriter:
         fault_point("staged")
         store = self.store.real()
         with locked(store) if lock else contextlib.nullcontext():
-            # Ctrl-C and SIGTERM held off once the lock is held: past the commit point the sample
-            # is stored (a kill is completed by the next command), so a stop would misreport it
+            replaced = self._prepare(store, record)
+            # Ctrl-C and SIGTERM ignored from the commit point on: past it the sample is stored (a
+            # kill is completed by the next command), so a stop would only misreport it
             with interruptions_ignored():
-                replaced = self._prepare(store, record)
+                self._mark_committed(record)
                 fault_point("commit")
                 complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet "
                                                   f"in place", "the commit")
@@ -253,8 +254,8 @@ class SampleWriter:
 
     @_staging_errors
     def _prepare(self, store: Location, record: dict) -> bool:
-        """Steps 1-2 of a commit (module docstring): everything that may refuse it, then the
-        commit point. Returns whether the sample replaces one."""
+        """Steps 1-2 of a commit (module docstring) up to the commit point: everything that may
+        refuse it. Returns whether the sample replaces one."""
         replaced = _check_commit(store, record)
         for chrom, entry in record["chromosomes"].items():  # the axis as it is: positions are written from there
             position = store / chrom / "position" / "zarr.json"
@@ -262,8 +263,12 @@ class SampleWriter:
         if store.is_local:
             _check_one_filesystem(store, self.path, record)
             _check_space(store, record)
-        (self.path / COMMIT).write_text(json.dumps(record))  # the commit point
         return replaced
+
+    @_staging_errors
+    def _mark_committed(self, record: dict) -> None:
+        """Step 2's end: the commit point."""
+        (self.path / COMMIT).write_text(json.dumps(record))
 
     def close(self) -> None:
         """Release the staging directory: removed, unless it holds a commit not yet complete
