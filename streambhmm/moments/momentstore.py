@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
+from ..io.formats import FORMATS
 from ..io.names import Spellings
 from ..io.outputs import Inputs
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
@@ -296,9 +297,15 @@ READING = ("context", "merge_strands", "min_coverage")
 
 
 def reading_of(provenance: dict) -> dict:
-    """The READING settings a sample was ingested with (a counts store's record of it)."""
+    """The READING settings a sample was ingested with (a counts store's record of it); the
+    context is None for a format without one (every row a CpG: CG and all read the same rows)."""
     options = provenance.get("options", {})
-    return {key: provenance.get(key, options.get(key)) for key in READING}
+    reading = {key: provenance.get(key, options.get(key)) for key in READING}
+    known = FORMATS.get(provenance.get("format"))
+    if known is not None and not known.has_context and not any(
+            role == "context" for role, _ in options.get("columns") or ()):
+        reading["context"] = None
+    return reading
 
 
 def _merged_source(inputs, manifests) -> dict:

@@ -422,7 +422,11 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     assert not (parts[1] / "inside.zarr").exists()
     source = json.loads((tmp_path / "merged.zarr" / "manifest.json").read_text())["source"]
     assert source["bin_size"] == 100
-    assert source["reading"] == {"A": {"context": "CG", "merge_strands": False, "min_coverage": 1}}
+    # a format without contexts (tsv): --context all reads the rows CG does, so the two merge
+    assert source["reading"] == {"A": {"context": None, "merge_strands": False, "min_coverage": 1}}
+    every = moments_of("every", {"chr2": chroms["chr2"]}, chunk_size=500, context="all")
+    assert load_total(every)[0].allclose(load_total(parts[1])[0], rtol=0)  # the same rows
+    assert merge_moment_stores([parts[0], every], tmp_path / "all_and_cg.zarr")["chromosomes"] == ["chr1", "chr2"]
 
 
 def test_a_partial_swapped_for_another_chunks_is_refused(moment_store, dask_clients):
