@@ -33,9 +33,9 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
 from ..distributed.regions import RegionRule, check_regions_name, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
-from ..io.outputs import Inputs, check_derived_file, check_output_file, remove_leftovers, replacing_pair
+from ..io.outputs import check_derived_file, check_output_file, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
-from ..io.store import recorded_inputs
+from ..io.store import store_inputs
 from ..learn.checks import stationary_weights
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
 from .sheet import SampleSheet
@@ -74,7 +74,7 @@ class DmrJob:
         if len(set(paths)) < len(paths):
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
-        inputs = Inputs(self.store, self.sheet.path, self.chrom_sizes, ingested=recorded_inputs(self.store))
+        inputs = store_inputs(self.store, self.sheet.path, self.chrom_sizes)
         for path in paths:  # the sheet or an ingested file given as an output: refused, not replaced
             inputs.check(path)
         output, table, domains, domains_table = paths[:4]

@@ -16,10 +16,10 @@ from ..distributed.cluster import OpenedStore
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
-from ..io.outputs import Inputs, check_derived_file, check_output_file
+from ..io.outputs import check_derived_file, check_output_file
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
-from ..io.store import recorded_inputs
+from ..io.store import store_inputs
 from ..learn.bootstrap import block_bootstrap, check_blocks
 from ..learn.checks import fit_or_refusal
 from ..learn.hmm import BinomialHMM, random_parameters
@@ -69,7 +69,7 @@ class FitSettings:
             raise ValueError("--method ftd (the tensor decomposition) fits binomial emissions; --method refined "
                              "fits beta-binomial ones from the same moments")
         self.emission = self.emission or default_emission(self.method)
-        inputs = Inputs(self.store, ingested=recorded_inputs(self.store))
+        inputs = store_inputs(self.store)
         for m in self.states:  # a sweep's models are named after --output: each is checked
             path = self.output_path(m)
             inputs.check(path)

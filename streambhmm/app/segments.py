@@ -17,9 +17,9 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, check_outside,
-                          interruptions_ignored, remove_leftovers, scratch_directory)
-from ..io.store import recorded_inputs
+from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, interruptions_ignored,
+                          remove_leftovers, scratch_directory)
+from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
 from ..moments.pipeline import select_samples
@@ -94,7 +94,7 @@ class DecodeOutputs:
         """Refuse, before any work, a file that cannot be written (io.outputs), one that is or
         lies inside the store or the model the command reads, or is a file the store was
         ingested from, and a file named after ``output`` that this command did not write."""
-        inputs = Inputs(store, model, ingested=recorded_inputs(store))
+        inputs = store_inputs(store, model)
         check_distinct([(path, f"the segments of {', '.join(samples)}") for path, samples in self.beds]
                        + [(self.table, "the states' table")])
         for path in self.paths:
@@ -139,7 +139,7 @@ def output_checked(path, store, *inputs) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
     cannot be written (io.outputs), or is or lies inside the counts ``store``, one of the
     other ``inputs`` the command reads or a file the store's samples were ingested from."""
-    check_outside(path, store, *inputs, ingested=recorded_inputs(store))
+    store_inputs(store, *inputs).check(path)
     check_derived_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
     return check_output_file(path)
 

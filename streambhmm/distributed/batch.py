@@ -34,7 +34,7 @@ from ..io.blocks import text_lines
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
-from ..io.outputs import check_derived_file, check_outside, replacing
+from ..io.outputs import check_derived_file, check_outside
 from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
@@ -278,12 +278,7 @@ class _BatchRun:
             thread.result()  # re-raise a lost scheduler
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
         self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
-        text = format_summary(self.summary, sep="\t")
-        if self.workdir.is_local:
-            with replacing(self.workdir / SUMMARY) as fh:
-                fh.write(text)
-        else:
-            (self.workdir / SUMMARY).write_text(text)
+        (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))  # locally through a temporary
         return self.summary
 
     def submit_ingests(self) -> dict:

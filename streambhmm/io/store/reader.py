@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..names import Spellings
+from ..outputs import Inputs
 from ..storage import Location
 from .chunks import ChunkRef, root_group
 from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
@@ -173,6 +174,13 @@ def open_store(path) -> CountsStore:
     path = Location.of(path)
     attrs = read_attributes(path)
     return CountsStore(path=path, attrs=attrs, meta=StoreAttrs.check(path, attrs))
+
+
+def store_inputs(store, *others) -> Inputs:
+    """What a command on the counts store at ``store`` reads, for its outputs to be checked
+    against (io.outputs.Inputs): the store, ``others`` (a model, a sample sheet...) and the
+    files its samples were ingested from."""
+    return Inputs(store, *others, ingested=recorded_inputs(store))
 
 
 def recorded_inputs(path) -> list[str]:
