@@ -5,6 +5,7 @@ parses the options, calls ``run_fit`` and prints what it returns; progress goes 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,11 +148,14 @@ def run_fit(settings: FitSettings, opened: OpenedStore | None,
 def _fits(settings: FitSettings, data: FitData | None, opened: OpenedStore | None, echo) -> Iterator[FitOutcome]:
     """fit_one for each number of states; a sweep's progress counts them."""
     processes = fit_threads(len(settings.states))  # one per core, as the threads of one fit
-    fitted = None
-    if settings.sweep and settings.method == "refined" and processes > 1:  # a process per core
-        fitted = sweep_in_processes(data.moments, data.blocks, settings.states, settings.seed,
-                                    settings.allow_degenerate, settings.emission, processes)
-    with stage("sweep", len(settings.states), quiet=settings.quiet or not settings.sweep, unit="models") as sweep:
+    with contextlib.ExitStack() as stack, \
+            stage("sweep", len(settings.states), quiet=settings.quiet or not settings.sweep, unit="models") as sweep:
+        fitted = None
+        if settings.sweep and settings.method == "refined" and processes > 1:  # a process per core
+            # closed when the caller stops (Ctrl-C, an error writing a model): that ends the processes' fits
+            fitted = stack.enter_context(contextlib.closing(sweep_in_processes(
+                data.moments, data.blocks, settings.states, settings.seed, settings.allow_degenerate,
+                settings.emission, processes)))
         for done, m in enumerate(settings.states):
             sweep(done, note=f"M = {m}")
             yield fit_one(m, settings, data, opened, echo, None if fitted is None else next(fitted))

@@ -141,18 +141,27 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     thread each, yielded in the order of ``states``. The same fits as in threads (each is
     deterministic and single-threaded either way), but a process of its own holds each core
     fully: threads of one process share Python's lock, which the criterion's small numpy
-    steps hold most of the time."""
+    steps hold most of the time. Stopped before the last fit (Ctrl-C, SIGTERM, an error of
+    the caller, or ``close()``), it ends the workers' fits at once rather than waiting for
+    them; the caller must close it when it stops early (contextlib.closing)."""
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
+    others = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker, initargs=(moments, table))
+    workers, finished = set(), False
     try:
         futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
+        workers = set(multiprocessing.active_children()) - others  # the pool's (started as fits are submitted)
         for m in states:
             try:
                 yield futures[m].result()
             except BrokenProcessPool:
                 raise SweepProcessLost(f"a worker process of the sweep ended before its fit of {m} states was done "
                                        f"(killed, or out of memory?); the models before it are written") from None
-    finally:  # also when the caller stops early (an error writing a model): no fit not yet started
+        finished = True
+    finally:
+        if not finished:  # no fit not yet started, and none run on: their models would not be written
+            for worker in workers:
+                worker.terminate()
         pool.shutdown(cancel_futures=True)
 
 

@@ -1,4 +1,5 @@
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ from streambhmm.app.cli import main
 from streambhmm.distributed.fitdata import load_moments
 from streambhmm.io.ingest import ingest
 from streambhmm.io.options import ReadOptions
+from streambhmm.learn import refine as refine_module
 from streambhmm.learn.selection import SweepProcessLost, sweep_fit, sweep_in_processes
 from streambhmm.moments.spec import FeatureSpec
 from streambhmm.moments.sums import compute_moments
@@ -243,6 +245,38 @@ def test_a_sweep_in_worker_processes_fits_what_one_process_fits(built_moment_sto
         for name in ("methylation_", "transmat_", "startprob_", "dispersion_", "loss_"):
             np.testing.assert_array_equal(getattr(a.estimator, name), getattr(b.estimator, name))
         assert a.estimator.starts_ == b.estimator.starts_
+
+
+def test_a_sweep_closed_before_its_last_fit_ends_its_worker_processes_at_once(built_moment_store):
+    """Ctrl-C, SIGTERM or an error writing a model close the sweep (its caller's contextlib.closing):
+    its workers are terminated then, not left to run their fits (a stop waited 20-25 s for them on
+    a genome's moments), nor left waiting for more (the interpreter's exit then hung joining them)."""
+    data = load_moments(built_moment_store[1], None, FeatureSpec(), None, quiet=True, want_blocks=True)
+    before = set(multiprocessing.active_children())
+    sweep = sweep_in_processes(data.moments, data.blocks, [2, 3, 4, 5], 0, False, "betabinomial", processes=2)
+    assert next(sweep).m == 2
+    workers = set(multiprocessing.active_children()) - before
+    assert len(workers) == 2
+    sweep.close()
+    assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2
+    assert not set(multiprocessing.active_children()) - before
+
+
+def test_a_sweep_stopped_while_a_model_is_shown_ends_its_worker_processes(built_moment_store, tmp_path,
+                                                                          monkeypatch):
+    """The command closes its sweep when it stops: before, a Ctrl-C that came while a model was
+    being written or shown left the sweep's generator open, and its processes ran on."""
+    monkeypatch.setattr(refine_module, "_fit_threads", 2)  # a process per fit even on one core
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys.modules["streambhmm.app.cli.fit"], "show", interrupted)  # (the command shadows it)
+    before = set(multiprocessing.active_children())
+    r = run("fit", built_moment_store[1], "--states", "2-5", "-o", tmp_path / "model.json")
+    assert r.exit_code == 128 + signal.SIGINT and "Aborted!" in r.output, r.output
+    assert not set(multiprocessing.active_children()) - before
+    assert not list(tmp_path.glob("model*"))
 
 
 class _EndsTheProcessThatLoadsIt:

@@ -121,7 +121,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         if run.singular_values is not None:
             click.echo("singular values of P13: " + ", ".join(
                 f"{v:.3g}" for v in run.singular_values[:max(settings.states) + 2]))
-        outcomes = [show(outcome, settings, echo) for outcome in models]
+        with contextlib.closing(models):  # stopped, it stops a sweep's worker processes too
+            outcomes = [show(outcome, settings, echo) for outcome in models]
     if settings.sweep:
         click.echo("\n" + format_sweep(outcomes))
         choice = recommend(outcomes)
