@@ -25,9 +25,33 @@ class Commands(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            click.echo(file=sys.stderr)  # closes the terminal's ^C echo
-            click.echo("Aborted!", file=sys.stderr)
-            sys.exit(128 + signal.SIGINT)
+            _aborted()
+        except SystemError as exc:
+            stop = signal_behind(exc)
+            if stop is None:
+                raise
+            if isinstance(stop, SystemExit):  # SIGTERM (app.console)
+                sys.exit(stop.code)
+            _aborted()
+
+
+def _aborted():
+    click.echo(file=sys.stderr)  # closes the terminal's ^C echo
+    click.echo("Aborted!", file=sys.stderr)
+    sys.exit(128 + signal.SIGINT)
+
+
+def signal_behind(exc: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit (SIGTERM) behind ``exc``: a signal that comes while
+    compiled code (numba) runs Python surfaces as a SystemError "returned a result with an
+    exception set", caused by it (seen on Ctrl-C during `dmr`'s EM)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 @click.group(cls=Commands)
