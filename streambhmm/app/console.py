@@ -1,14 +1,20 @@
 """The console script (and ``python -m streambhmm``), kept apart from the commands' modules so
 that what it sets up is in place before they are imported: a SIGTERM (a batch scheduler's
 time limit, ``kill``) unwinds a command as Ctrl-C does, so its temporaries, scratch stores and
-embedded cluster go with it; Ctrl-C during the imports ends the command without a traceback."""
+embedded cluster go with it; a stop that a callback swallowed is delivered again; Ctrl-C
+during the imports ends the command without a traceback."""
 
+import _thread
 import signal
 import sys
+import threading
+
+REDELIVERY_DELAY = 0.05  # s: the callback that swallowed the stop has returned by then
 
 
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
+    sys.unraisablehook = _stop_swallowed(sys.unraisablehook)
     try:
         from .cli import main
     except KeyboardInterrupt:
@@ -19,3 +25,22 @@ def run() -> None:
 
 def _terminated(signum, frame):
     raise SystemExit(128 + signum)
+
+
+def _stop_swallowed(hook):
+    """``hook`` (sys.unraisablehook), which also delivers again a Ctrl-C or SIGTERM raised
+    where Python can only print it: a ctypes callback, as llvmlite's while numba compiles
+    (seen: Ctrl-C during `dmr` printed "Exception ignored on calling ctypes callback
+    function ... KeyboardInterrupt", and the command ran on). It is delivered to the main
+    thread from another, once the callback has returned (raised in the hook, it would be
+    swallowed too)."""
+
+    def unraisable(args):
+        hook(args)
+        if args.exc_type is not None and issubclass(args.exc_type, (KeyboardInterrupt, SystemExit)):
+            signum = signal.SIGINT if issubclass(args.exc_type, KeyboardInterrupt) else signal.SIGTERM
+            redelivery = threading.Timer(REDELIVERY_DELAY, _thread.interrupt_main, (signum,))
+            redelivery.daemon = True
+            redelivery.start()
+
+    return unraisable

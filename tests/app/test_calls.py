@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -439,3 +440,24 @@ def test_a_signal_that_compiled_code_wraps_in_a_system_error_stops_the_command(m
     monkeypatch.setattr(sys.modules["streambhmm.app.cli.store"], "store_session", dispatcher)
     r = CliRunner().invoke(main, ["info", str(tmp_path)])
     assert r.exit_code == status and "Traceback" not in r.output, r.output
+
+
+def _interrupted():
+    raise KeyboardInterrupt
+
+
+def test_a_stop_that_a_callback_swallows_is_delivered_again(monkeypatch):
+    """Ctrl-C during `dmr` once landed in llvmlite's ctypes callback while numba compiled:
+    Python printed "Exception ignored on calling ctypes callback function" and the command ran
+    on. The console's unraisable hook delivers it to the main thread again."""
+    import ctypes
+
+    from streambhmm.app import console
+
+    assert threading.current_thread() is threading.main_thread()  # where the signal goes
+    monkeypatch.setattr(sys, "unraisablehook", console._stop_swallowed(lambda args: None))
+    callback = ctypes.CFUNCTYPE(None)(_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        callback()  # returns: the callback's KeyboardInterrupt went to the hook
+        for _ in range(400):
+            time.sleep(0.05)
