@@ -124,7 +124,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         report.left_out = tally
         report.replaced = writer.commit(sample, {
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "tool_version": __version__})
+            "tool_version": __version__}, ends_command=True)
     if report.replaced:
         echo(f"sample {sample} already existed and was replaced")
     return report

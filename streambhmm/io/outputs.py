@@ -453,16 +453,26 @@ def scratch_directory(path):
 
 
 @contextlib.contextmanager
-def interruptions_ignored():
-    """Ctrl-C and SIGTERM ignored meanwhile (in the main thread; elsewhere signals do not
+def interruptions_ignored(deliver_after: bool = False):
+    """Ctrl-C and SIGTERM held off meanwhile (in the main thread; elsewhere signals do not
     arrive): a second Ctrl-C while a stopping command removes its temporaries would leave
-    them half removed."""
+    them half removed. One that comes is dropped: the command's work is done (its files in
+    place, its sample committed). With ``deliver_after`` it is delivered when the block ends,
+    for work that more work follows (pmd's summed store, committed mid-command)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    pending = []
+
+    def held_off(signum, frame):
+        pending.append(signum)
+
+    handler = held_off if deliver_after else signal.SIG_IGN
+    held = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        for sig, handler in held.items():
-            signal.signal(sig, handler)
+        for sig, previous in held.items():
+            signal.signal(sig, previous)
+        if pending:
+            signal.raise_signal(pending[0])

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from streambhmm.app.cli import main
+from streambhmm.io.storage import FAULT_ENV
 from streambhmm.testing import write_store
 from streambhmm.learn.domains import HYPO_MASS, hypomethylated, partially_methylated, unmethylated_share
 from streambhmm.moments.sums import compute_moments
@@ -356,6 +357,21 @@ def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
     finally:
         proc.kill()
         log.close()
+    assert not list(out.iterdir())
+
+
+def test_a_stop_while_pmd_commits_its_summed_store_stops_it(methylome, tmp_path):
+    """Ctrl-C and SIGTERM are held off while a sample is committed; pmd commits its summed
+    store half way through, and a stop there was dropped: it ran on to the end, exit 0 (found
+    by interrupting it at a range of delays). Now it is delivered once the commit is done."""
+    store, _ = methylome
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), FAULT_ENV: "commit:term"}
+    proc = subprocess.run([sys.executable, "-m", "streambhmm", "pmd", str(store), "-o", str(out / "r.bed")],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stdout + proc.stderr
+    assert "summing 100 bp bins" in proc.stderr and "fitting" not in proc.stderr, proc.stderr
     assert not list(out.iterdir())
 
 

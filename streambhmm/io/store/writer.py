@@ -233,18 +233,20 @@ class SampleWriter:
         return {"sample": sample, "provenance": provenance, "bin_size": self.bin_size,
                 "chunk_size": self.chunk_size, "chromosomes": chromosomes}
 
-    def commit(self, sample: str, provenance: dict, lock: bool = True) -> bool:
+    def commit(self, sample: str, provenance: dict, lock: bool = True, ends_command: bool = False) -> bool:
         """Put the staged counts in place as ``sample`` (replacing a sample of that name);
         returns whether it replaced one. ``lock=False``: the caller holds the store's lock
-        (or owns the store alone)."""
+        (or owns the store alone). ``ends_command``: the command's work is done once the sample
+        is in, so a stop from the commit point on is dropped (as ingest's); otherwise it is
+        delivered when the commit is complete."""
         record = self._record(sample, provenance)
         fault_point("staged")
         store = self.store.real()
         with locked(store) if lock else contextlib.nullcontext():
             replaced = self._prepare(store, record)
-            # Ctrl-C and SIGTERM ignored from the commit point on: past it the sample is stored (a
-            # kill is completed by the next command), so a stop would only misreport it
-            with interruptions_ignored():
+            # Ctrl-C and SIGTERM held off from the commit point on: past it the sample is stored (a
+            # kill is completed by the next command), so a stop ending the command would only misreport it
+            with interruptions_ignored(deliver_after=not ends_command):
                 self._mark_committed(record)
                 fault_point("commit")
                 complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet "
