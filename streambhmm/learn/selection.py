@@ -141,9 +141,9 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     thread each, yielded in the order of ``states``. The same fits as in threads (each is
     deterministic and single-threaded either way), but a process of its own holds each core
     fully: threads of one process share Python's lock, which the criterion's small numpy
-    steps hold most of the time. Stopped before the last fit (Ctrl-C, SIGTERM, an error of
-    the caller, or ``close()``), it ends the workers' fits at once rather than waiting for
-    them; the caller must close it when it stops early (contextlib.closing)."""
+    steps hold most of the time. Closed before it is exhausted (the caller's Ctrl-C, SIGTERM
+    or error, through contextlib.closing, which the caller must use), it terminates the
+    workers: fits still running end at once, rather than the stop waiting for them."""
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
     others = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker, initargs=(moments, table))
@@ -159,7 +159,7 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
                                        f"(killed, or out of memory?); the models before it are written") from None
         finished = True
     finally:
-        if not finished:  # no fit not yet started, and none run on: their models would not be written
+        if not finished:  # no fit runs on: its model would not be written (idle workers once all are handed over)
             for worker in workers:
                 worker.terminate()
         pool.shutdown(cancel_futures=True)
