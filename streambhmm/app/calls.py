@@ -84,10 +84,14 @@ class CallOutcome:
     hmm: object  # learn.hmm.BinomialHMM
     rule: object  # distributed.regions.RegionRule
     n: int
-    lengths: np.ndarray
     unmethylated: np.ndarray  # per sample, the share of bins without methylated reads
     found: dict  # {chromosome: distributed.regions.Regions}
     seconds: dict = field(default_factory=dict)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Every region's length in bp."""
+        return np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in self.found.values()])
 
 
 def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallOutcome:
@@ -127,7 +131,6 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         # a domain's last summed bin ends where the store's last bin does, not past it
         for chrom, found in outcome.found.items():
             np.minimum(found.end, counts.n_bins(chrom) * counts.bin_size, out=found.end)
-        outcome.lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in outcome.found.values()])
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome
@@ -194,12 +197,12 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
-    lengths = np.concatenate([np.zeros(0, np.int64)] + [r.end - r.start for r in found.values()])
-    if lengths.size == 0:
+    outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds)
+    if outcome.lengths.size == 0:
         raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no run of {TARGET_STATES[settings.kind]} "
                                    f"bins passed the rule ({rule.conditions(len(samples))})",
                                    NO_PMDS if settings.kind == "pmd" else ""))
-    return CallOutcome(samples, store.bin_size, hmm, rule, 0, lengths, unmethylated, found, seconds)
+    return outcome
 
 
 def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple:

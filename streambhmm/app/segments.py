@@ -17,7 +17,7 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, interruptions_ignored,
+from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, interruptions_held,
                           remove_leftovers, scratch_directory)
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
@@ -218,7 +218,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         for group, paths in runs:
             writers = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress, scratch)
             finished += [(writer, f"posterior of state {h} {job.labels[h]}") for h, writer in zip(states, writers)]
-        with interruptions_ignored():
+        with interruptions_held():
             for writer, _ in finished:
                 writer.put_in_place()
     for writer, what in finished:

@@ -224,7 +224,7 @@ def _put_in_place_together(written: list) -> None:
     for item in written:
         os.fsync(item.fd)
     replaced, asides = [], []
-    with interruptions_ignored():
+    with interruptions_held():
         try:
             for item in written:
                 aside = _set_aside(item.path)
@@ -448,12 +448,12 @@ def scratch_directory(path):
         with directory_lock_now(scratch):
             yield scratch
     finally:
-        with interruptions_ignored():
+        with interruptions_held():
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def interruptions_ignored(deliver_after: bool = False):
+def interruptions_held(deliver_after: bool = False):
     """Ctrl-C and SIGTERM held off meanwhile (in the main thread; elsewhere signals do not
     arrive): a second Ctrl-C while a stopping command removes its temporaries would leave
     them half removed. One that comes is dropped: the command's work is done (its files in

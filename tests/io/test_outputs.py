@@ -231,12 +231,12 @@ def test_a_file_that_cannot_be_replaced_is_named_and_left_with_no_temporary(tmp_
 
 
 def test_interruptions_are_ignored_while_temporaries_go():
-    from streambhmm.io.outputs import interruptions_ignored
+    from streambhmm.io.outputs import interruptions_held
 
     received = []
     before = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     try:
-        with interruptions_ignored():
+        with interruptions_held():
             os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while the temporaries go: ignored
             time.sleep(0.05)
         assert received == []

@@ -27,7 +27,7 @@ class Commands(click.Group):
         except KeyboardInterrupt:
             _aborted()
         except SystemError as exc:
-            stop = signal_behind(exc)
+            stop = _signal_behind(exc)
             if stop is None:
                 raise
             if isinstance(stop, SystemExit):  # SIGTERM (app.console)
@@ -41,7 +41,7 @@ def _aborted():
     sys.exit(128 + signal.SIGINT)
 
 
-def signal_behind(exc: BaseException) -> BaseException | None:
+def _signal_behind(exc: BaseException) -> BaseException | None:
     """The KeyboardInterrupt or SystemExit (SIGTERM) behind ``exc``: a signal that comes while
     compiled code (numba) runs Python surfaces as a SystemError "returned a result with an
     exception set", caused by it (seen on Ctrl-C during `dmr`'s EM)."""

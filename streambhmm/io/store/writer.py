@@ -15,7 +15,7 @@ import uuid
 import numpy as np
 import zarr
 
-from ..outputs import interruptions_ignored
+from ..outputs import interruptions_held
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit
@@ -246,7 +246,7 @@ class SampleWriter:
             replaced = self._prepare(store, record)
             # Ctrl-C and SIGTERM held off from the commit point on: past it the sample is stored (a
             # kill is completed by the next command), so a stop ending the command would only misreport it
-            with interruptions_ignored(deliver_after=not ends_command):
+            with interruptions_held(deliver_after=not ends_command):
                 self._mark_committed(record)
                 fault_point("commit")
                 complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet "
