@@ -54,7 +54,7 @@ def main():
     positions = np.arange(n, dtype=np.int64) * SPACING
     starts = moment_kernels.triple_starts(np.array([n], np.int64))
     small = encode(meth[:2000], cov[:2000], D)  # compile outside the timing
-    block_stats("c", small, np.arange(1998), positions[:2000], DEFAULT_BLOCK_SIZE)
+    block_stats("c", small, positions[:2000], DEFAULT_BLOCK_SIZE)
     features = encode(meth, cov, D)
 
     def triples():
@@ -69,7 +69,7 @@ def main():
              "coverage-bucket features": lambda: coverage_features(features, starts),
              "thinned bin histogram": lambda: thinned_histogram(features, starts + 1, 1),
              "thinned pair histogram": lambda: thinned_histogram(features, starts + 1, 2),
-             "block statistics": lambda: block_stats("c", features, starts, positions, DEFAULT_BLOCK_SIZE)}
+             "block statistics": lambda: block_stats("c", features, positions, DEFAULT_BLOCK_SIZE)}
     cells = n * n_samples
     print(f"{n:,} covered bins x {n_samples} samples, D = {D}, {features.table.shape[0]:,} distinct pairs, "
           f"{DEFAULT_BLOCK_SIZE // SPACING:,} triples per block; best CPU s of {args.repeat}")

@@ -25,6 +25,7 @@ import re
 import socket
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,9 @@ GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # An ingest is one task per sample: its wait is bounded by its input at least at this rate
 # (ingest reads tens of MB/s of text, compressed or not), or by wait_timeout() if longer.
 INGEST_BYTES_PER_SECOND = 1_000_000
+# A stopped batch waits this long for its running ingests to stop (each checks at every 8 MiB
+# block it reads and before its commit point), so that none stores a sample after the command ends
+STOP_WAIT_SECONDS = 30.0
 
 
 class ManifestError(ValueError):
@@ -60,6 +64,10 @@ class ManifestError(ValueError):
 
 class WorkdirBusy(ValueError):
     """Another batch run holds the working directory."""
+
+
+class BatchStopped(Exception):
+    """The batch's command was stopped (Ctrl-C, SIGTERM) before this sample's commit point."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +91,7 @@ class Outcome:
 class SampleResult(Outcome):
     sample: str
     group: str
-    status: str  # ingested, replaced, unchanged or failed
+    status: str  # ingested, replaced, unchanged, failed, or stopped (by a stop of the command)
     n_rows: int = 0
     n_bins: int = 0
 
@@ -151,14 +159,34 @@ def read_batch_manifest(path) -> list[ManifestRow]:
     return rows
 
 
+def stop_check(stop: str | None):
+    """In a task: a check that raises BatchStopped once the batch's command has set the
+    distributed Event named ``stop`` (None: no check)."""
+    if stop is None:
+        return lambda: None
+    from distributed import Event
+
+    event = Event(stop)  # on the worker's client
+
+    def check() -> None:
+        if event.is_set():
+            raise BatchStopped("the batch was stopped")
+    return check
+
+
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
-                  options: ReadOptions | None = None) -> SampleResult:
+                  options: ReadOptions | None = None, stop: str | None = None) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
-    raised, so the group's other samples still go in."""
+    raised, so the group's other samples still go in. Once the command sets the Event named
+    ``stop``, the ingest ends before its commit point (status "stopped")."""
     start = time.perf_counter()
+    check = stop_check(stop)
     try:
+        check()
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, options=options)
+                        chunk_size=chunk_size, options=options, stop_check=check)
+    except BatchStopped:
+        return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
         return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
                             error=_error_text(exc))
@@ -168,10 +196,11 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
 
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
-                 chunk_size: int | None, options: ReadOptions | None = None) -> list[SampleResult]:
+                 chunk_size: int | None, options: ReadOptions | None = None,
+                 stop: str | None = None) -> list[SampleResult]:
     """Dask task: a group's samples one after another (stores at URLs have no lock, so
     their ingests must not overlap)."""
-    return [ingest_sample(row, store, bin_size, context, chunk_size, options) for row in rows]
+    return [ingest_sample(row, store, bin_size, context, chunk_size, options, stop) for row in rows]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -256,6 +285,7 @@ class _BatchRun:
                                             for g, members in self.groups.items()])
         self.partials: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
+        self.stop = f"streambhmm-batch-stop-{uuid.uuid4().hex}"  # the Event that stops the ingest tasks
 
     def run(self) -> BatchSummary:
         futures = self.submit_ingests()
@@ -263,17 +293,21 @@ class _BatchRun:
         running = []
         ingests = Waiter(self.client, futures, f"the ingests into {self.workdir}", bound=_ingest_bound(self.rows))
         with ThreadPoolExecutor(max_workers=len(self.groups)) as pool:
-            for future in ingests.as_completed():
-                group, group_rows = futures[future]
-                results = self.ingested(ingests, future, group, group_rows)
-                with self.lock:
-                    self.record(group, results)
-                    self.show()
-                waiting[group.group] -= len(results)
-                if waiting[group.group] or group.status == "skipped":
-                    continue
-                group.status = "running"
-                running.append(pool.submit(self.update_moments, group))
+            try:
+                for future in ingests.as_completed():
+                    group, group_rows = futures[future]
+                    results = self.ingested(ingests, future, group, group_rows)
+                    with self.lock:
+                        self.record(group, results)
+                        self.show()
+                    waiting[group.group] -= len(results)
+                    if waiting[group.group] or group.status == "skipped":
+                        continue
+                    group.status = "running"
+                    running.append(pool.submit(self.update_moments, group))
+            except (KeyboardInterrupt, SystemExit):
+                self.stop_ingests(futures)
+                raise
         for thread in running:
             thread.result()  # re-raise a lost scheduler
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
@@ -281,12 +315,42 @@ class _BatchRun:
         (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))  # locally through a temporary
         return self.summary
 
+    def stop_ingests(self, futures: dict) -> None:
+        """The command was stopped: tell the ingest tasks, which run on, to stop before their
+        commit points, and wait for them (STOP_WAIT_SECONDS at most), so that none stores a
+        sample once the command has ended. One past its commit point finishes; it is named.
+        Tasks that no worker runs any more are not waited for (a Ctrl-C in a terminal reaches
+        the embedded cluster's workers too, and ends them)."""
+        from distributed import Event
+
+        Event(self.stop, client=self.client).set()
+        running = [f for f in futures if not f.done()]
+        if not running:
+            return
+        self.echo(f"stopping {len(running)} ingest task(s) before their commits")
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            pending = {f.key for f in running if not f.done()}
+            if not pending or not pending & {key for keys in self.client.processing().values() for key in keys}:
+                break
+            time.sleep(0.1)
+        for future in running:
+            if future.status == "finished":
+                results = future.result()
+                for r in results if isinstance(results, list) else [results]:
+                    if r.status in ("ingested", "replaced"):
+                        self.echo(f"sample {r.sample} ({r.group}): {r.status} before the stop; its group's "
+                                  f"moments are not updated (rerun to update them)")
+            elif not future.done() and time.monotonic() >= deadline:
+                self.echo(f"an ingest into {self.workdir / futures[future][0].group} did not stop within "
+                          f"{STOP_WAIT_SECONDS:g} s; it may still store its sample")
+
     def submit_ingests(self) -> dict:
         """{future: (group, its rows)}: local stores, every sample its own task (ingests of one
         store may overlap, their commits take turns); stores at URLs have no lock: a group's
         samples in one task, in turn."""
         futures = {}
-        settings = (self.bin_size, self.context, self.chunk_size, self.options)
+        settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop)
         for g in self.summary.groups:
             store = (self.workdir / g.group / "counts.zarr").url
             if self.workdir.is_local:

@@ -1,10 +1,12 @@
 """Tracebacks distributed logs while a run stops, which tell the user nothing: filtered out
 in the command's process (quiet_interrupted_sync) and, preloaded by distributed, in the
-embedded cluster's worker processes (dask_setup). Nothing is lost: the run is stopping."""
+embedded cluster's worker processes (dask_setup). Nothing is lost: the run is stopping.
+There, too, a worker leaves Ctrl-C to the command (dask_setup)."""
 
 from __future__ import annotations
 
 import logging
+import signal
 
 
 def _interrupted_sync(record: logging.LogRecord) -> bool:
@@ -39,3 +41,7 @@ def quiet_interrupted_sync() -> None:
 
 def dask_setup(worker) -> None:  # distributed's preload hook, in each worker process
     _add_filter("distributed.worker", _closing_heartbeat)
+    # A Ctrl-C in a terminal reaches the whole process group: it ended the workers at once, each
+    # printing a traceback, so `batch` could not stop its ingests before their commits. The
+    # command stops their tasks, and then the cluster.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

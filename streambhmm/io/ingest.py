@@ -67,13 +67,15 @@ def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spel
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
            chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
            progress: Callable[..., None] = lambda done, total, note=None: None,
-           options: ReadOptions | None = None) -> IngestReport:
+           options: ReadOptions | None = None, stop_check: Callable[[], None] = lambda: None) -> IngestReport:
     """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
 
     ``echo`` receives messages for the user; ``progress(done, total, note)`` the bytes of
     the files read (compressed ones for a compressed file), out of their size on disk;
     ``options`` are the reading options (strand merge, filters, --columns). Ingests of
-    different samples into one store may run at once.
+    different samples into one store may run at once. ``stop_check()`` is called as the
+    files are read and right before the commit point; what it raises stops the ingest with
+    nothing stored (batch's stop, which reaches its tasks on other processes).
     """
     files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
@@ -108,6 +110,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     with SampleWriter(store, bin_size, chunk_size) as writer:
         for i, f in enumerate(files):
             def read_bytes(done: int, before: int = sum(sizes[:i]), name: str = f.name) -> None:
+                stop_check()
                 progress(before + done, sum(sizes), name)
             report.n_rows += _bin_file(f, fmt, context, bin_size, writer, read_bytes, spellings, **read)
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
@@ -124,7 +127,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         report.left_out = tally
         report.replaced = writer.commit(sample, {
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "tool_version": __version__}, ends_command=True)
+            "tool_version": __version__}, ends_command=True, before_commit=stop_check)
     if report.replaced:
         echo(f"sample {sample} already existed and was replaced")
     return report

@@ -1,5 +1,9 @@
 """`streambhmm batch`: many samples in groups, one moment store per group."""
 
+import signal
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -175,3 +179,52 @@ def test_a_second_batch_on_one_workdir_is_refused_naming_the_first(tmp_path):
     assert "Traceback" not in r.output and sorted(p.name for p in workdir.iterdir()) == [".batch.lock"]
     r = run("batch", manifest, "--workdir", workdir, "-q")  # the first has ended
     assert r.exit_code == 0, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_batch_ends_its_ingests_before_they_store_a_sample(tmp_path, monkeypatch, stop_signal):
+    """A batch stopped while a sample was being ingested went on to store it after "Aborted!":
+    the ingest tasks run on the workers, where a stop of the command does not reach. The batch
+    now has them stop before their commit points, and waits for them."""
+    from distributed import Client, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+    from streambhmm.app.console import _terminated
+
+    started, ended = threading.Event(), threading.Event()
+    real_ingest = batch.ingest
+
+    def slow_ingest(*args, stop_check=lambda: None, **kwargs):
+        def progress(*_):  # reads for up to 30 s, checking for a stop as ingest does at each block
+            started.set()
+            for _ in range(600):
+                stop_check()
+                time.sleep(0.05)
+        try:
+            return real_ingest(*args, stop_check=stop_check, progress=progress, **kwargs)
+        finally:
+            ended.set()
+
+    def stop_when_started():
+        if started.wait(60):
+            signal.pthread_kill(threading.main_thread().ident, stop_signal)
+
+    monkeypatch.setattr(batch, "ingest", slow_ingest)  # the workers are threads of this process
+    manifest = write_manifest(tmp_path / "manifest.tsv", {"ok": GOOD["ok"]})
+    workdir = tmp_path / "work"
+    said = []
+    handlers = {s: signal.signal(s, h) for s, h in ((signal.SIGINT, signal.default_int_handler),
+                                                    (signal.SIGTERM, _terminated))}
+    try:
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+                Client(cluster) as client:
+            threading.Thread(target=stop_when_started, daemon=True).start()
+            with pytest.raises(KeyboardInterrupt if stop_signal == signal.SIGINT else SystemExit):
+                batch.run_batch(manifest, workdir, client, n_bins=8, echo=said.append)
+            assert ended.is_set()  # the ingest task ended before the command did
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    assert said == ["stopping 1 ingest task(s) before their commits"]
+    assert list((workdir / "third").iterdir()) == []  # no store, and no staged sample beside it

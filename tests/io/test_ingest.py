@@ -107,6 +107,35 @@ def test_failed_ingest_leaves_the_store_exactly_as_it_was(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")) == ["s.zarr"]
 
 
+class Stopped(Exception):
+    pass
+
+
+@pytest.mark.parametrize("at", ["first", "last"])
+def test_a_stop_check_that_raises_leaves_the_store_as_it_was(tmp_path, at):
+    """``stop_check`` (batch's stop, which reaches its ingest tasks on other processes) is
+    called as the files are read and, last, right before the commit point: what it raises
+    there stores nothing, and the staged counts are removed."""
+    store = tmp_path / "s.zarr"
+    ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store)
+    calls = []
+    ingest([DATA / "dmrseq_IMR90_r1.chr21.tsv.gz"], "IMR90", tmp_path / "other.zarr",
+           stop_check=lambda: calls.append("check"), progress=lambda done, total, note: calls.append(note))
+    assert calls[0] == "check" and calls[-2:] == ["committing sample IMR90", "check"]  # read, then the commit
+    before = tree_digest(store)
+    seen = []
+
+    def stop_check():
+        seen.append(1)
+        if len(seen) == (1 if at == "first" else calls.count("check")):
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        ingest([DATA / "dmrseq_IMR90_r1.chr21.tsv.gz"], "H1", store, stop_check=stop_check)
+    assert tree_digest(store) == before and open_store(store).samples == ["H1"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")) == ["s.zarr"]
+
+
 def test_a_run_killed_between_the_renames_is_undone(tmp_path):
     store = tmp_path / "s.zarr"
     ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store)

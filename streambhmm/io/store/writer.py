@@ -233,17 +233,20 @@ class SampleWriter:
         return {"sample": sample, "provenance": provenance, "bin_size": self.bin_size,
                 "chunk_size": self.chunk_size, "chromosomes": chromosomes}
 
-    def commit(self, sample: str, provenance: dict, lock: bool = True, ends_command: bool = False) -> bool:
+    def commit(self, sample: str, provenance: dict, lock: bool = True, ends_command: bool = False,
+               before_commit=lambda: None) -> bool:
         """Put the staged counts in place as ``sample`` (replacing a sample of that name);
         returns whether it replaced one. ``lock=False``: the caller holds the store's lock
         (or owns the store alone). ``ends_command``: the command's work is done once the sample
         is in, so a stop from the commit point on is dropped (as ingest's); otherwise it is
-        delivered when the commit is complete."""
+        delivered when the commit is complete. ``before_commit()`` is called under the lock
+        right before the commit point: what it raises leaves the store as it was."""
         record = self._record(sample, provenance)
         fault_point("staged")
         store = self.store.real()
         with locked(store) if lock else contextlib.nullcontext():
             replaced = self._prepare(store, record)
+            before_commit()
             # Ctrl-C and SIGTERM held off from the commit point on: past it the sample is stored (a
             # kill is completed by the next command), so a stop ending the command would only misreport it
             with interruptions_held(deliver_after=not ends_command):
