@@ -140,6 +140,28 @@ def test_a_position_beyond_any_chromosome_is_refused_naming_file_and_line(tmp_pa
             writer.add("chr1", np.array([9_000_000_000]), np.array([1]), np.array([1]))
 
 
+def test_a_write_that_lands_while_the_staging_is_removed_is_removed_too(tmp_path, monkeypatch):
+    """A stop that interrupts a chunk's write does not cancel it: zarr's I/O thread can still
+    create files in the staging directory while close() removes it (1 of 45 stopped ingests
+    left it). The removal is tried again while the directory comes back."""
+    from streambhmm.io.storage import Location
+
+    writer = SampleWriter(tmp_path / "s.zarr", 100, 1000)
+    writer.add("chr1", np.array([3]), np.array([1]), np.array([2]))
+    real_rmtree, removals = Location.rmtree, []
+
+    def rmtree_then_a_late_write(location):
+        real_rmtree(location)
+        removals.append(location.url)
+        if len(removals) == 1:  # the write the stop did not cancel lands after the first removal
+            Path(location.url, "chr1", "c", "0").mkdir(parents=True)
+
+    monkeypatch.setattr(Location, "rmtree", rmtree_then_a_late_write)
+    writer.close()
+    assert len(removals) == 2 and not Path(removals[0]).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 # -- a replaced sample ------------------------------------------------------------------------
 def test_a_replaced_sample_keeps_no_chunk_of_its_old_counts(tmp_path):
     """A new sample's chunk whose methylated counts are all zero has no methylated file:

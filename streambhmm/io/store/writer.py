@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import re
+import time
 import uuid
 
 import numpy as np
@@ -25,6 +26,7 @@ from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVE
                      METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
 
 
+STAGING_REMOVALS = 20  # tries, 0.1 s apart (SampleWriter._remove_staging)
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EXDEV)
 
 
@@ -279,10 +281,21 @@ class SampleWriter:
         """Release the staging directory: removed, unless it holds a commit not yet complete
         (which the next command on the store completes)."""
         if not (self.path / COMMIT).exists():
-            self.path.rmtree()
+            self._remove_staging()
         if self._owner is not None:
             os.close(self._owner)
             self._owner = None
+
+    def _remove_staging(self) -> None:
+        """Remove the staging directory. A stop that interrupts a chunk's write (zarr's sync())
+        does not cancel it: zarr's I/O thread may still create files in the directory while
+        it is removed (seen once in 45 stopped ingests), so the removal is tried again a few
+        times while the directory comes back."""
+        for _ in range(STAGING_REMOVALS):
+            self.path.rmtree()
+            if not self.path.exists():
+                return
+            time.sleep(0.1)
 
     def __enter__(self) -> "SampleWriter":
         return self
