@@ -56,6 +56,7 @@ INGEST_BYTES_PER_SECOND = 1_000_000
 # A stopped batch waits this long for its running ingests to stop (each checks at every 8 MiB
 # block it reads and before its commit point), so that none stores a sample after the command ends
 STOP_WAIT_SECONDS = 30.0
+STOP_GRACE_SECONDS = 0.5  # for tasks no worker runs: the client hears of one that just finished
 
 
 class ManifestError(ValueError):
@@ -286,28 +287,35 @@ class _BatchRun:
         self.partials: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
         self.stop = f"streambhmm-batch-stop-{uuid.uuid4().hex}"  # the Event that stops the ingest tasks
+        self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
 
     def run(self) -> BatchSummary:
         futures = self.submit_ingests()
         waiting = {g.group: len(g.samples) for g in self.summary.groups}
-        running = []
+        running, recorded = [], set()
         ingests = Waiter(self.client, futures, f"the ingests into {self.workdir}", bound=_ingest_bound(self.rows))
-        with ThreadPoolExecutor(max_workers=len(self.groups)) as pool:
-            try:
-                for future in ingests.as_completed():
-                    group, group_rows = futures[future]
-                    results = self.ingested(ingests, future, group, group_rows)
-                    with self.lock:
-                        self.record(group, results)
-                        self.show()
-                    waiting[group.group] -= len(results)
-                    if waiting[group.group] or group.status == "skipped":
-                        continue
-                    group.status = "running"
-                    running.append(pool.submit(self.update_moments, group))
-            except (KeyboardInterrupt, SystemExit):
-                self.stop_ingests(futures)
-                raise
+        pool = ThreadPoolExecutor(max_workers=len(self.groups))
+        try:
+            for future in ingests.as_completed():
+                group, group_rows = futures[future]
+                results = self.ingested(ingests, future, group, group_rows)
+                with self.lock:
+                    self.record(group, results)
+                    self.show()
+                recorded.add(future)
+                waiting[group.group] -= len(results)
+                if waiting[group.group] or group.status == "skipped":
+                    continue
+                group.status = "running"
+                running.append(pool.submit(self.update_moments, group))
+        except (KeyboardInterrupt, SystemExit):
+            self.stopped.set()
+            self.stop_ingests({f: where for f, where in futures.items() if f not in recorded})
+            raise
+        finally:
+            # on a stop the moment passes are not waited for: they end with the cluster, and
+            # a rerun reuses every partial they finished
+            pool.shutdown(wait=not self.stopped.is_set(), cancel_futures=self.stopped.is_set())
         for thread in running:
             thread.result()  # re-raise a lost scheduler
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
@@ -318,23 +326,30 @@ class _BatchRun:
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their
         commit points, and wait for them (STOP_WAIT_SECONDS at most), so that none stores a
-        sample once the command has ended. One past its commit point finishes; it is named.
-        Tasks that no worker runs any more are not waited for (a Ctrl-C in a terminal reaches
-        the embedded cluster's workers too, and ends them)."""
+        sample once the command has ended. ``futures``: those whose samples the run has not
+        reported; each sample stored all the same (its commit had begun) is named. Tasks that
+        no worker runs (not started, or finished a moment before the client hears of it) are
+        waited for STOP_GRACE_SECONDS."""
         from distributed import Event
 
         Event(self.stop, client=self.client).set()
         running = [f for f in futures if not f.done()]
-        if not running:
-            return
-        self.echo(f"stopping {len(running)} ingest task(s) before their commits")
+        if running:
+            self.echo(f"stopping {len(running)} ingest task(s) before their commits")
         deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while time.monotonic() < deadline:
+        idle_since = None
+        while running and time.monotonic() < deadline:
             pending = {f.key for f in running if not f.done()}
-            if not pending or not pending & {key for keys in self.client.processing().values() for key in keys}:
+            if not pending:
                 break
-            time.sleep(0.1)
-        for future in running:
+            if pending & {key for keys in self.client.processing().values() for key in keys}:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > STOP_GRACE_SECONDS:
+                break
+            time.sleep(0.05)
+        for future in futures:
             if future.status == "finished":
                 results = future.result()
                 for r in results if isinstance(results, list) else [results]:
@@ -342,8 +357,9 @@ class _BatchRun:
                         self.echo(f"sample {r.sample} ({r.group}): {r.status} before the stop; its group's "
                                   f"moments are not updated (rerun to update them)")
             elif not future.done() and time.monotonic() >= deadline:
-                self.echo(f"an ingest into {self.workdir / futures[future][0].group} did not stop within "
-                          f"{STOP_WAIT_SECONDS:g} s; it may still store its sample")
+                self.echo(f"an ingest into {self.workdir / futures[future][0].group} was still running "
+                          f"{STOP_WAIT_SECONDS:g} s after the stop (hashing its files, or waiting for the store's "
+                          f"lock); it stores nothing, as it checks for the stop right before its commit point")
 
     def submit_ingests(self) -> dict:
         """{future: (group, its rows)}: local stores, every sample its own task (ingests of one
@@ -403,6 +419,8 @@ class _BatchRun:
         start = time.perf_counter()
 
         def count(done: int, total: int) -> None:
+            if self.stopped.is_set():
+                return
             with self.lock:
                 self.partials[result.group] = (done, total)
                 self.show()
@@ -417,6 +435,8 @@ class _BatchRun:
             result.computed, result.reused, result.chromosomes = report.computed, report.reused, \
                 len(report.chromosomes)
         result.seconds = time.perf_counter() - start
+        if self.stopped.is_set():
+            return  # the command has ended; what this pass finished a rerun reuses
         self.echo(f"group {result.group}: moments {result.status}"
                   + (f" ({result.error})" if result.error else f", {result.computed} partial(s) computed, "
                                                                f"{result.reused} reused"))

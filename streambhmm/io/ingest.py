@@ -43,10 +43,13 @@ class IngestReport:
         return self.left_out.below_min_coverage
 
 
-def file_sha256(path) -> str:
+def file_sha256(path, stop_check: Callable[[], None] = lambda: None) -> str:
+    """The file's SHA-256 (``stop_check()`` called every 64 MiB: see ingest)."""
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
+        for i, block in enumerate(iter(lambda: fh.read(1 << 20), b"")):
+            if i % 64 == 0:
+                stop_check()
             digest.update(block)
     return digest.hexdigest()
 
@@ -74,8 +77,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     the files read (compressed ones for a compressed file), out of their size on disk;
     ``options`` are the reading options (strand merge, filters, --columns). Ingests of
     different samples into one store may run at once. ``stop_check()`` is called as the
-    files are read and right before the commit point; what it raises stops the ingest with
-    nothing stored (batch's stop, which reaches its tasks on other processes).
+    files are hashed and read, and right before the commit point; what it raises stops the
+    ingest with nothing stored (batch's stop, which reaches its tasks on other processes).
     """
     files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
@@ -86,7 +89,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     store = Location.of(store)
     report = IngestReport(sample=sample, format=fmt, files=[str(f) for f in files])
     provenance = {
-        "files": [{"path": str(f.resolve()), "sha256": file_sha256(f), "bytes": f.stat().st_size} for f in files],
+        "files": [{"path": str(f.resolve()), "sha256": file_sha256(f, stop_check), "bytes": f.stat().st_size} for f in files],
         "format": fmt,
         "context": context,
         "options": options.as_dict(),

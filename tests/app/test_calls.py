@@ -462,6 +462,24 @@ def _interrupted():
     raise KeyboardInterrupt
 
 
+def test_the_worker_processes_a_command_spawns_leave_ctrl_c_to_it(tmp_path):
+    """A Ctrl-C in a terminal reaches the whole process group: an embedded cluster's workers
+    printed tracebacks when it came while they started, and batch could not stop their
+    ingests in order. A process spawned from the console script (multiprocessing runs it
+    there as __mp_main__) ignores SIGINT; the command itself does not."""
+    script = tmp_path / "script.py"
+    script.write_text("import multiprocessing, signal\n"
+                      "signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever the test's shell ignores\n"
+                      "import streambhmm.app.console\n"
+                      "def handler():\n"
+                      "    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+                      "if __name__ == '__main__':\n"
+                      "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+                      "        print(handler(), pool.apply(handler))\n")
+    out = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]  # the command's process, the worker
+
+
 def test_a_stop_that_a_callback_swallows_is_delivered_again(monkeypatch):
     """Ctrl-C during `dmr` once landed in llvmlite's ctypes callback while numba compiled:
     Python printed "Exception ignored on calling ctypes callback function" and the command ran

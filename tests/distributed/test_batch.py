@@ -228,3 +228,38 @@ def test_a_stopped_batch_ends_its_ingests_before_they_store_a_sample(tmp_path, m
             signal.signal(s, h)
     assert said == ["stopping 1 ingest task(s) before their commits"]
     assert list((workdir / "third").iterdir()) == []  # no store, and no staged sample beside it
+
+
+@pytest.mark.slow
+def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path):
+    """Found by an audit: a sample whose ingest finished just before the stop, and which the
+    run had not reported yet, was stored without a word. The stop now names each such
+    sample, and waits for the tasks still running to end at the stop."""
+    from distributed import Client, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+    from streambhmm.io.storage import Location
+    from streambhmm.moments.spec import FeatureSpec
+
+    def waits_for_the_stop(stop):
+        check = batch.stop_check(stop)
+        while True:
+            try:
+                check()
+            except batch.BatchStopped:
+                return batch.SampleResult("B", "g", "stopped")
+            time.sleep(0.02)
+
+    rows = [batch.ManifestRow(s, "g", "tsv", ("x.tsv",), line) for line, s in enumerate("AB", 2)]
+    said = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        run = batch._BatchRun(rows, Location.of(tmp_path), client, FeatureSpec(), 100, "CG", None, said.append,
+                              lambda *_: None, None)
+        stored = client.submit(batch.SampleResult, "A", "g", "replaced", pure=False)
+        running = client.submit(waits_for_the_stop, run.stop, pure=False)
+        stored.result()
+        run.stop_ingests({stored: (run.summary.groups[0], rows[:1]), running: (run.summary.groups[0], rows[1:])})
+        assert running.done() and running.result().status == "stopped"
+    assert said == ["stopping 1 ingest task(s) before their commits",
+                    "sample A (g): replaced before the stop; its group's moments are not updated (rerun to update them)"]
