@@ -13,12 +13,12 @@ REDELIVERY_DELAY = 0.05  # s: the callback that swallowed the stop has returned 
 
 if sys.modules.get("__mp_main__", sys.modules["__main__"]) is not sys.modules["__main__"]:
     # A worker process the command spawned (an embedded Dask cluster's, a sweep's): multiprocessing
-    # runs the console script in it as __mp_main__ (runpy.run_path's module, in sys.modules while
-    # it runs; in the command's own process __mp_main__ is __main__). A Ctrl-C in a terminal reaches the whole
-    # process group; the command stops its workers' tasks in order, so they ignore it from
-    # here on, before their imports (an embedded cluster's workers printed tracebacks when it
-    # came while they started). distributed/stopping_logs.py does the same for a cluster
-    # started from Python.
+    # runs the console script in it as __mp_main__ (runpy.run_path's module, in sys.modules
+    # while it runs; in the command's own process __mp_main__ is __main__). A Ctrl-C in a
+    # terminal reaches the whole process group; the command stops its workers' tasks in
+    # order, so they ignore it from here on, before their imports (an embedded cluster's
+    # workers printed tracebacks when it came while they started). distributed/stopping_logs.py
+    # does the same for a cluster started from Python.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -53,8 +53,8 @@ GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # An ingest is one task per sample: its wait is bounded by its input at least at this rate
 # (ingest reads tens of MB/s of text, compressed or not), or by wait_timeout() if longer.
 INGEST_BYTES_PER_SECOND = 1_000_000
-# A stopped batch waits this long for its running ingests to stop (each checks at every 8 MiB
-# block it reads and before its commit point), so that none stores a sample after the command ends
+# A stopped batch waits this long for its running ingests to stop (each checks as it hashes and
+# reads its files, and before its commit point), so that none stores a sample after the command ends
 STOP_WAIT_SECONDS = 30.0
 STOP_GRACE_SECONDS = 0.5  # for tasks no worker runs: the client hears of one that just finished
 

@@ -89,7 +89,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     store = Location.of(store)
     report = IngestReport(sample=sample, format=fmt, files=[str(f) for f in files])
     provenance = {
-        "files": [{"path": str(f.resolve()), "sha256": file_sha256(f, stop_check), "bytes": f.stat().st_size} for f in files],
+        "files": [{"path": str(f.resolve()), "sha256": file_sha256(f, stop_check), "bytes": f.stat().st_size}
+                  for f in files],
         "format": fmt,
         "context": context,
         "options": options.as_dict(),

@@ -262,4 +262,5 @@ def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path)
         run.stop_ingests({stored: (run.summary.groups[0], rows[:1]), running: (run.summary.groups[0], rows[1:])})
         assert running.done() and running.result().status == "stopped"
     assert said == ["stopping 1 ingest task(s) before their commits",
-                    "sample A (g): replaced before the stop; its group's moments are not updated (rerun to update them)"]
+                    "sample A (g): replaced before the stop; its group's moments are not updated "
+                    "(rerun to update them)"]
