@@ -2,9 +2,9 @@
 
 Zarr and xarray open both through the same string (:attr:`Location.url`). The few file
 operations the stores need besides Zarr (listing, renaming, removing, small JSON files) go
-through ``os``/``shutil`` locally and through fsspec otherwise. ``file://`` URLs are local
-paths. Renames are atomic locally; on object stores a rename is a copy and a delete, so
-readers rely on the checksums and manifests (written last) instead.
+through ``os``/``shutil`` locally and through fsspec otherwise. ``file://`` and ``local://``
+URLs are local paths. Renames are atomic locally; on object stores a rename is a copy and a
+delete, so readers rely on the checksums and manifests (written last) instead.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ class Location:
         if isinstance(where, Location):
             return where
         text = os.fspath(where)
-        if text.startswith("file://"):
-            text = text[len("file://"):] or "/"
+        for local in ("file://", "local://"):  # fsspec's names of the local filesystem
+            if text.startswith(local):
+                text = text[len(local):] or "/"
         return cls(text.rstrip("/") if "://" in text else text)
 
     @property

@@ -40,6 +40,7 @@ def ingest_both(store, chunk_size=1000):
 
 def test_location_paths():
     assert Location.of("file:///tmp/a/b").url == "/tmp/a/b" and Location.of("file:///tmp/a").is_local
+    assert Location.of("local:///tmp/a/b").url == "/tmp/a/b"  # fsspec's other name (an ingest there failed)
     remote = Location.of("s3://bucket/runs/counts.zarr/")
     assert not remote.is_local and remote.name == "counts.zarr"
     assert str(remote.parent / "moments.zarr") == "s3://bucket/runs/moments.zarr"
