@@ -162,7 +162,8 @@ def read_batch_manifest(path) -> list[ManifestRow]:
 
 def stop_check(stop: str | None):
     """In a task: a check that raises BatchStopped once the batch's command has set the
-    distributed Event named ``stop`` (None: no check)."""
+    distributed Event named ``stop`` (None: no check). A scheduler out of reach for a moment
+    does not fail the ingest: it goes on, as it did before the check."""
     if stop is None:
         return lambda: None
     from distributed import Event
@@ -170,7 +171,11 @@ def stop_check(stop: str | None):
     event = Event(stop)  # on the worker's client
 
     def check() -> None:
-        if event.is_set():
+        try:
+            stopped = event.is_set()
+        except OSError:  # distributed's CommClosedError, a connection's timeout
+            return
+        if stopped:
             raise BatchStopped("the batch was stopped")
     return check
 

@@ -264,3 +264,28 @@ def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path)
     assert said == ["stopping 1 ingest task(s) before their commits",
                     "sample A (g): replaced before the stop; its group's moments are not updated "
                     "(rerun to update them)"]
+
+
+@pytest.mark.slow
+def test_a_scheduler_out_of_reach_for_a_moment_does_not_fail_an_ingest(monkeypatch):
+    """Each ingest task asks the scheduler whether the batch was stopped (a call at every
+    block it reads). A scheduler out of reach at that moment lets the ingest go on, as it
+    did before the check, where the error would have failed the sample."""
+    from distributed import Client, Event, LocalCluster
+    from distributed.comm.core import CommClosedError
+
+    import streambhmm.distributed.batch as batch
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster):
+        check = batch.stop_check("streambhmm-test-stop")
+
+        def out_of_reach(self):
+            raise CommClosedError("in <TCP (closed)>: Stream is closed")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Event, "is_set", out_of_reach)
+            check()  # no error
+        Event("streambhmm-test-stop").set()
+        with pytest.raises(batch.BatchStopped):
+            check()
