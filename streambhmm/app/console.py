@@ -5,20 +5,21 @@ embedded cluster go with it; a stop that a callback swallowed is delivered again
 during the imports ends the command without a traceback."""
 
 import _thread
+import multiprocessing
 import signal
 import sys
 import threading
 
 REDELIVERY_DELAY = 0.05  # s: the callback that swallowed the stop has returned by then
 
-if sys.modules.get("__mp_main__", sys.modules["__main__"]) is not sys.modules["__main__"]:
+if (multiprocessing.current_process().name != "MainProcess"
+        and sys.modules.get("__mp_main__", sys.modules["__main__"]) is not sys.modules["__main__"]):
     # A worker process the command spawned (an embedded Dask cluster's, a sweep's): multiprocessing
-    # runs the console script in it as __mp_main__ (runpy.run_path's module, in sys.modules
-    # while it runs; in the command's own process __mp_main__ is __main__). A Ctrl-C in a
-    # terminal reaches the whole process group; the command stops its workers' tasks in
-    # order, so they ignore it from here on, before their imports (an embedded cluster's
-    # workers printed tracebacks when it came while they started). distributed/stopping_logs.py
-    # does the same for a cluster started from Python.
+    # names it and runs the console script in it as __mp_main__ (runpy.run_path's module, in
+    # sys.modules while it runs). A Ctrl-C in a terminal reaches the whole process group; the
+    # command stops its workers' tasks in order, so they ignore it from here on, before their
+    # imports (an embedded cluster's workers printed tracebacks when it came while they
+    # started). distributed/stopping_logs.py does the same for a cluster started from Python.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

@@ -147,10 +147,9 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
     others = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker, initargs=(moments, table))
-    workers, finished = set(), False
+    finished = False
     try:
         futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
-        workers = set(multiprocessing.active_children()) - others  # the pool's (started as fits are submitted)
         for m in states:
             try:
                 yield futures[m].result()
@@ -160,7 +159,9 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
         finished = True
     finally:
         if not finished:  # no fit runs on: its model would not be written (idle workers once all are handed over)
-            for worker in workers:
+            # the pool's workers, found here: a stop while the fits were submitted (which starts
+            # them) left the set empty, and the stop waited 13-22 s for the fits they had begun
+            for worker in set(multiprocessing.active_children()) - others:
                 worker.terminate()
         pool.shutdown(cancel_futures=True)
 
