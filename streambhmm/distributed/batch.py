@@ -186,11 +186,9 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     raised, so the group's other samples still go in. Once the command sets the Event named
     ``stop``, the ingest ends before its commit point (status "stopped")."""
     start = time.perf_counter()
-    check = stop_check(stop)
     try:
-        check()
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, options=options, stop_check=check)
+                        chunk_size=chunk_size, options=options, stop_check=stop_check(stop))
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
