@@ -8,7 +8,8 @@ and the quantiles, the 2 best screened starts run to convergence, relative toler
 and with cheaper settings:
 
     keep1        1 screened start run to convergence
-    tol1e-7      relative tolerance 1e-7
+    tol5e-8      relative tolerance 5e-8 (`hmr`'s, learn/domains.py)
+    tol1e-7      relative tolerance 1e-7 (`pmd`'s, with keep1)
     keep1-tol7   both
     no-random    no random start
     screen20     20 screening iterations instead of 40, 1 start run to convergence
@@ -45,6 +46,7 @@ RANDOM_STARTS = calls.CALL_RANDOM_STARTS
 SETTINGS = {  # (random starts, finished starts, tolerance, screening iterations)
     "defaults": (2, 2, 1e-8, 40),
     "keep1": (2, 1, 1e-8, 40),
+    "tol5e-8": (2, 2, 5e-8, 40),
     "tol1e-7": (2, 2, 1e-7, 40),
     "keep1-tol7": (2, 1, 1e-7, 40),
     "no-random": (0, 2, 1e-8, 40),
