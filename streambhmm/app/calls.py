@@ -167,7 +167,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
-        raise ValueError(_why_none(settings, samples, hmm, data.moments, "the fitted model is degenerate: "
+        raise ValueError(_why_none(settings, store, samples, hmm, data.moments, "the fitted model is degenerate: "
                                    + "; ".join(problems)))
     start = time.perf_counter()
     try:
@@ -184,12 +184,12 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         else:
             reason = f"every fitted state is {DEFINITIONS[settings.kind]}: {background}"
         note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
-        raise ValueError(_why_none(settings, samples, hmm, data.moments, reason, note)) from None
+        raise ValueError(_why_none(settings, store, samples, hmm, data.moments, reason, note)) from None
     background = np.ones(len(hmm.methylation_), bool)
     background[list(rule.targets)] = False
     if settings.kind == "hmr" and not (np.asarray(hmm.methylation_).min(axis=1)[background] >= METHYLATED).any():
         # hypomethylated against what? (a genome without CG methylation was one long "HMR")
-        raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no fitted state besides the "
+        raise ValueError(_why_none(settings, store, samples, hmm, data.moments, f"no fitted state besides the "
                                    f"{TARGET_STATES['hmr']} ones is methylated (a level of {METHYLATED} or more in "
                                    f"every sample): no methylated background to set regions against (a genome "
                                    f"without CG methylation?)"))
@@ -199,8 +199,9 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     seconds["regions"] = time.perf_counter() - start
     outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds)
     if outcome.lengths.size == 0:
-        raise ValueError(_why_none(settings, samples, hmm, data.moments, f"no run of {TARGET_STATES[settings.kind]} "
-                                   f"bins passed the rule ({rule.conditions(len(samples))})",
+        raise ValueError(_why_none(settings, store, samples, hmm, data.moments,
+                                   f"no run of {TARGET_STATES[settings.kind]} bins passed the rule "
+                                   f"({rule.conditions(len(samples))})",
                                    NO_PMDS if settings.kind == "pmd" else ""))
     return outcome
 
@@ -283,12 +284,13 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
 
 METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample
 NO_PMDS = "A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call."
+APART = "Call the samples one at a time, or choose samples that cover the same CpGs."
 
 
-def _why_none(settings: CallSettings, samples, hmm, moments, reason: str, note: str = "") -> str:
+def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str, note: str = "") -> str:
     """The message of a call that found no region: what the model found, what the data lack
-    (``moments``: unmethylated reads, bins with reads in every sample) and ``note``; the data's
-    lack replaces a note on the biology."""
+    (``moments``: unmethylated reads, bins with reads in every sample; ``store``: chromosomes
+    with reads in every sample) and ``note``; the data's lack replaces a note on the biology."""
     # three decimals: a level next to a rule's bound (0.7) must not print as the bound
     levels = ", ".join("/".join(f"{v:.3f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
@@ -302,8 +304,28 @@ def _why_none(settings: CallSettings, samples, hmm, moments, reason: str, note: 
         lines.append(f"{some} reads in every sample ({', '.join(samples)}) among the runs of three or more bins "
                      f"with reads, and a region needs reads in each of them.")
         if shared < 0.5:  # most bins lack a sample: the data, not the biology, explain the call
-            note = "Call the samples one at a time, or choose samples that cover the same CpGs."
+            note = APART
+    elif len(samples) > 1 and shared is None:  # (the histogram is kept per sample for 3 or more)
+        apart = _chromosomes_apart(store, samples)
+        if apart:
+            lines.append(apart)
+            note = APART
     return " ".join(lines + [note] if note else lines)
+
+
+def _chromosomes_apart(store, samples) -> str | None:
+    """What to say when no chromosome has reads in every one of ``samples`` (None: one has)."""
+    covered = {chrom: [s for s, (_, reads) in zip(samples, sums) if reads > 0]
+               for chrom, sums in store.totals(samples).items()}
+    if any(len(on) == len(samples) for on in covered.values()):
+        return None
+    where = []
+    for s in samples:
+        chroms = [c for c, on in covered.items() if s in on]
+        more = f" and {len(chroms) - 3} more" if len(chroms) > 3 else ""
+        where.append(f"{s} on {', '.join(chroms[:3])}{more}")
+    return (f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads in each of "
+            f"them: {'; '.join(where)}.")
 
 
 def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:

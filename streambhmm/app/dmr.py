@@ -377,7 +377,7 @@ def _merge_overlapping(domains: RegionTable) -> RegionTable:
 # -- the files --------------------------------------------------------------------------------
 def write_table(table: RegionTable, groups: SampleGroups, samples: list, output, track: str) -> None:
     """BED9 in genome order (name: kind and rank; score 1000 x (1 - lfdr); colour by
-    direction: gain red, loss blue) and beside it (OUTPUT's stem + .tsv) the table in rank
+    direction: gain red, loss blue) and beside it (NAME.tsv for NAME.bed) the table in rank
     order. Both are written to temporary names and renamed when complete."""
     prefix = "DMR" if table.kind == "DMR" else "DMD"
     colours = COLOURS if table.kind == "DMR" else DOMAIN_COLOURS

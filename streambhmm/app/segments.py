@@ -17,8 +17,8 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import (Inputs, check_derived_file, check_distinct, check_output_file, interruptions_held,
-                          remove_leftovers, scratch_directory)
+from ..io.outputs import (Inputs, beside_name, check_derived_file, check_distinct, check_output_file,
+                          interruptions_held, remove_leftovers, scratch_directory)
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -67,7 +67,11 @@ class ModelOnStore(Grouped):
         """The states of a comma-separated list of labels or indices (None: every state)."""
         if names is None:
             return list(range(len(self.labels)))
-        return [self.state(name, option) for name in names.split(",") if name]
+        states = [self.state(name.strip(), option) for name in names.split(",") if name.strip()]
+        if not states:
+            raise ValueError(f"{option} {names!r} names no state; give labels or indices, comma-separated: "
+                             f"{', '.join(self.labels)} (or 0..{len(self.labels) - 1})")
+        return states
 
     def state(self, name: str, option: str) -> int:
         """A state given by its label or its index."""
@@ -108,13 +112,13 @@ class DecodeOutputs:
 def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:
     """Name what `decode` writes (:meth:`DecodeOutputs.check` refuses what cannot be written). A joint
     model writes OUTPUT; a pooled model segments each sample on its own, into OUTPUT with
-    .SAMPLE before its extension. The states' table is OUTPUT's stem + .states.tsv."""
+    .SAMPLE before its extension. The states' table is beside OUTPUT (NAME.states.tsv for NAME.bed)."""
     if job.pooled and posteriors:
         raise ValueError(f"{job.model} is a pooled model; --posteriors is written for joint models only")
     output = Path(output)
     beds = [(output.with_name(f"{output.stem}.{group[0]}{output.suffix}") if job.pooled else output, group)
             for group in job.grouping.groups]
-    return DecodeOutputs(beds, output.with_name(f"{output.stem}.states.tsv"))
+    return DecodeOutputs(beds, beside_name(output, ".states.tsv"))
 
 
 def run_decode(job: ModelOnStore, outputs: DecodeOutputs, client, max_gap: int = 1000, posteriors: bool = False,

@@ -46,7 +46,7 @@ import numpy as np
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
-from ..io.outputs import replacing_pair
+from ..io.outputs import beside_name, replacing_pair
 from ..io.store import CountsStore
 from .chains import map_posteriors
 from .messages import Params
@@ -274,7 +274,7 @@ TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begi
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
     """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
-    (OUTPUT's stem + .tsv), each region's target bins, length, score and mean level per
+    (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score and mean level per
     sample. Both are written to temporary names and renamed when complete."""
     colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
@@ -297,14 +297,13 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
 
 
 def regions_table(output) -> Path:
-    """The table beside the regions' BED ``output``: its stem + .tsv."""
-    output = Path(output)
-    return output.with_name(f"{output.stem}.tsv")
+    """The table beside the regions' BED ``output``: NAME.tsv for NAME.bed, else its name + .tsv."""
+    return beside_name(output, ".tsv")
 
 
 def check_regions_name(output) -> Path:
     """``output`` as a Path, refused (ValueError) when it cannot name a regions' BED: the
-    table beside it would take its name (NAME.tsv), it asks for compression the writer does
+    BED would take the table's extension (NAME.tsv), it asks for compression the writer does
     not do (NAME.gz), or standard output ("-": two files are written)."""
     output = Path(output)
     name = output.name
@@ -312,8 +311,8 @@ def check_regions_name(output) -> Path:
         problem = "the regions go to two files (a BED and a table beside it), not to standard output"
     elif output.suffix.lower() in (".gz", ".bgz", ".bz2", ".xz", ".zst"):
         problem = "the regions are written as plain text, not compressed (bgzip the BED afterwards)"
-    elif regions_table(output) == output:
-        problem = f"the table beside the regions is named after it ({name}) and would replace it"
+    elif output.suffix.lower() == ".tsv":
+        problem = f"the regions' BED would be taken for the table written beside it ({name})"
     else:
         return output
     raise ValueError(f"{output}: {problem}; give the regions a name ending in .bed")

@@ -36,5 +36,5 @@ def coarsen(store: CountsStore, factor: int, output, samples: list[str], progres
                 done += 1
                 if progress is not None:
                     progress(done, total)
-            writer.commit(sample, provenance)
+            writer.commit(sample, provenance, scratch=True)
     return open_store(output)

@@ -40,6 +40,15 @@ def is_temporary_of(path, candidate, kind: str = "tmp") -> bool:
     return re.fullmatch(pattern, Path(candidate).name) is not None
 
 
+def beside_name(output, extension: str) -> Path:
+    """A file written beside a BED ``output``: NAME.bed -> NAME``extension``, any other name
+    keeps its whole name (calls.hmr -> calls.hmr``extension``), so outputs that differ only in
+    their last extension never share a file beside them."""
+    output = Path(output)
+    stem = output.stem if output.suffix.lower() == ".bed" else output.name
+    return output.with_name(stem + extension)
+
+
 def check_output_file(path) -> Path:
     """``path``, refused (naming it) when it cannot be written: its directory missing or
     unwritable, a directory in its place, a name ending in a separator (a directory's name),
@@ -458,7 +467,8 @@ def interruptions_held(deliver_after: bool = False):
     arrive): a second Ctrl-C while a stopping command removes its temporaries would leave
     them half removed. One that comes is dropped: the command's work is done (its files in
     place, its sample committed). With ``deliver_after`` it is delivered when the block ends,
-    for work that more work follows (pmd's summed store, committed mid-command)."""
+    for work that more work follows (an upgrade's samples, committed one by one into its new
+    store)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

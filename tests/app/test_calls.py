@@ -278,12 +278,29 @@ def test_a_joint_call_on_samples_without_shared_bins_says_so(tmp_path, kind):
     assert not (tmp_path / "calls.bed").exists()
     r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A", "-q")
     assert r.exit_code == 0, r.output
+    # three samples: the single-bin histogram is kept per sample, and the store's index says it
+    three = {chrom: (bins, np.c_[meth, meth[:, :1]], np.c_[cov, cov[:, :1]])
+             for chrom, (bins, meth, cov) in apart.items()}
+    store = write_store(tmp_path / "three.zarr", three, ["A", "B", "C"], chunk_size=15_000).path
+    r = run(kind, store, "-o", tmp_path / "calls.bed", "-q")
+    assert r.exit_code == 1 and ("No chromosome has reads in every sample (A, B, C), and a region needs reads in "
+                                 "each of them: A on chr1; B on chr2; C on chr1.") in r.output, r.output
+    assert "Call the samples one at a time" in r.output and "A genome without PMDs" not in r.output
+
+
+def test_the_table_beside_the_regions_is_named_after_the_whole_output_unless_it_is_a_bed():
+    """calls.hmr and calls.pmd shared calls.tsv, and the second call replaced the first's table."""
+    from streambhmm.distributed.regions import regions_table
+
+    assert regions_table("out/calls.bed") == regions_table("out/calls.BED") == Path("out/calls.tsv")
+    assert [regions_table(f"calls.{kind}") for kind in ("hmr", "pmd")] == [Path("calls.hmr.tsv"), Path("calls.pmd.tsv")]
+    assert regions_table("calls") == Path("calls.tsv")
 
 
 def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methylome, tmp_path, monkeypatch):
     store, _ = methylome
     monkeypatch.chdir(tmp_path)
-    for name, why in (("calls.tsv", "would replace it"), ("calls.bed.gz", "not compressed"),
+    for name, why in (("calls.tsv", "taken for the table"), ("calls.bed.gz", "not compressed"),
                       ("-", "not to standard output")):
         r = run("pmd", store, "-o", name, "-q")
         assert r.exit_code == 1 and why in r.output and "a name ending in .bed" in r.output, r.output

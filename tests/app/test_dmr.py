@@ -243,7 +243,7 @@ def test_a_contrast_group_without_samples_is_refused(small):
 
 
 @pytest.mark.parametrize("output, bigwig, message", [
-    ("out.tsv", None, "would replace it"),
+    ("out.tsv", None, "taken for the table"),
     ("out.bed.gz", None, "not compressed"),
     ("out.bed", "out.domains.bed", "the track would replace one of the regions' files"),
 ])

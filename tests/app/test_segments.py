@@ -26,6 +26,8 @@ def test_a_joint_model_writes_one_bed_and_a_pooled_model_one_per_sample():
     pooled = decode_outputs(model_on_store(pooled=True), "out/seg.bed")
     assert pooled.beds == [(Path("out/seg.H1.bed"), ["H1"]), (Path("out/seg.IMR90.bed"), ["IMR90"])]
     assert pooled.table == Path("out/seg.states.tsv")
+    # another name keeps it whole: seg.a and seg.b must not share a table
+    assert decode_outputs(model_on_store(), "out/seg.a").table == Path("out/seg.a.states.tsv")
 
 
 def test_posteriors_of_a_pooled_model_are_refused_before_any_work():
@@ -37,6 +39,10 @@ def test_states_are_named_by_label_or_index():
     job = model_on_store()
     assert job.states("high,0") == [2, 0]
     assert job.states(None) == [0, 1, 2]
+    assert job.states("high, 0,") == [2, 0]
+    for empty in ("", ",", " , "):  # was an error from deep in the posterior pass, after it
+        with pytest.raises(ValueError, match="--targets .* names no state; give labels or indices"):
+            job.states(empty)
     for bad in ("3", "low", "-1"):
         with pytest.raises(ValueError, match=f"--targets: no state '{bad}'; the model's are unmethylated, "
                                              f"intermediate, high \\(or 0..2\\)"):

@@ -162,6 +162,28 @@ def test_a_write_that_lands_while_the_staging_is_removed_is_removed_too(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_a_stop_during_a_scratch_stores_commit_is_not_held_off(tmp_path, monkeypatch):
+    """A commit holds Ctrl-C off and delivers it once the sample is in place; pmd's summed
+    store is scratch, removed whatever happens, and its commit (seconds on an assembly of
+    hundreds of contigs) lets the stop through at once."""
+    import streambhmm.io.store.writer as writer_module
+
+    real, completed = writer_module.complete_commit, []
+
+    def stopped_meanwhile(*args):
+        signal.raise_signal(signal.SIGINT)
+        real(*args)
+        completed.append(True)
+
+    monkeypatch.setattr(writer_module, "complete_commit", stopped_meanwhile)
+    for scratch in (False, True):
+        completed.clear()
+        with pytest.raises(KeyboardInterrupt), SampleWriter(tmp_path / f"{scratch}.zarr", 100, 1000) as writer:
+            writer.add("chr1", np.array([3]), np.array([1]), np.array([2]))
+            writer.commit("A", {}, scratch=scratch)
+        assert completed == ([] if scratch else [True])
+
+
 # -- a replaced sample ------------------------------------------------------------------------
 def test_a_replaced_sample_keeps_no_chunk_of_its_old_counts(tmp_path):
     """A new sample's chunk whose methylated counts are all zero has no methylated file:

@@ -29,8 +29,9 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.option("--group-column", default="group", show_default=True, metavar="NAME",
               help="The sheet's column that names each sample's group (e.g. case or cell in a DSS design table).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
-              help="Focal DMRs (BED9, gains red, losses blue); beside it OUTPUT's stem + .tsv (per DMR, ranked: "
-                   "bins, length, difference, posterior, lfdr, q-value, level per group and sample), and "
+              help="Focal DMRs (BED9, gains red, losses blue); beside it NAME.tsv for NAME.bed (else "
+                   "OUTPUT.tsv; per DMR, ranked: bins, length, difference, posterior, lfdr, q-value, level per "
+                   "group and sample), and "
                    "STEM.domains.bed and .tsv: the domain-scale differences.")
 @click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
               help="A state is differential when its group levels differ by at least this much (DSS's delta), "

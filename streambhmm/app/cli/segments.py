@@ -62,7 +62,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     """Segment a counts store: each covered bin gets its most probable state (posterior
     decoding), and runs of one state are written as BED9 (named by the states' labels,
-    coloured), with the states' table beside it (OUTPUT's stem + .states.tsv)."""
+    coloured), with the states' table beside it (NAME.states.tsv for NAME.bed, else OUTPUT.states.tsv)."""
     from ..segments import ModelOnStore, decode_outputs, run_decode
 
     start = time.perf_counter()
@@ -103,7 +103,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
 @click.option("--min-length", default=None, type=NON_NEGATIVE, help="Shortest region kept, bp (pmd 50000).")
 @click.option("--min-bins", default=None, type=POSITIVE, help="Fewest bins of the states per region (hmr 4).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
-              help="Regions (BED9); their details go beside it, OUTPUT's stem + .tsv.")
+              help="Regions (BED9); their details go beside it, NAME.tsv for NAME.bed (else OUTPUT.tsv).")
 @scheduler_option
 @quiet_option
 @user_errors

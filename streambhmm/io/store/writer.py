@@ -236,13 +236,16 @@ class SampleWriter:
                 "chunk_size": self.chunk_size, "chromosomes": chromosomes}
 
     def commit(self, sample: str, provenance: dict, lock: bool = True, ends_command: bool = False,
-               before_commit=lambda: None) -> bool:
+               before_commit=lambda: None, scratch: bool = False) -> bool:
         """Put the staged counts in place as ``sample`` (replacing a sample of that name);
         returns whether it replaced one. ``lock=False``: the caller holds the store's lock
         (or owns the store alone). ``ends_command``: the command's work is done once the sample
         is in, so a stop from the commit point on is dropped (as ingest's); otherwise it is
-        delivered when the commit is complete. ``before_commit()`` is called under the lock
-        right before the commit point: what it raises leaves the store as it was."""
+        delivered when the commit is complete. ``scratch``: the store is a command's temporary
+        (pmd's summed bins), removed whatever happens, so a stop is not held off at all (a
+        commit costs time per chromosome: seconds on an assembly of hundreds of contigs).
+        ``before_commit()`` is called under the lock right before the commit point: what it
+        raises leaves the store as it was."""
         record = self._record(sample, provenance)
         fault_point("staged")
         store = self.store.real()
@@ -251,7 +254,7 @@ class SampleWriter:
             before_commit()
             # Ctrl-C and SIGTERM held off from the commit point on: past it the sample is stored (a
             # kill is completed by the next command), so a stop ending the command would only misreport it
-            with interruptions_held(deliver_after=not ends_command):
+            with contextlib.nullcontext() if scratch else interruptions_held(deliver_after=not ends_command):
                 self._mark_committed(record)
                 fault_point("commit")
                 complete_commit(store, self.path, f"sample {sample} was committed into {self.store} but is not yet "
