@@ -5,7 +5,9 @@ embedded cluster go with it; a stop that a callback swallowed is delivered again
 during the imports ends the command without a traceback."""
 
 import _thread
+import atexit
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -26,12 +28,39 @@ if (multiprocessing.current_process().name != "MainProcess"
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
     sys.unraisablehook = _stop_swallowed(sys.unraisablehook)
+    atexit.register(_ignore_stops_if_ended)  # first registered, so the last to run
     try:
         from .cli import main
     except KeyboardInterrupt:
         print("Aborted!", file=sys.stderr)
         sys.exit(128 + signal.SIGINT)
-    main()
+    try:
+        main()
+    except SystemExit as ended:
+        exit_on_late_stop(ended.code)
+        raise
+
+
+_ended = []
+
+
+def exit_on_late_stop(code) -> None:
+    """The command has ended with ``code`` (its outputs in place, or its error said): a Ctrl-C
+    or SIGTERM while the interpreter shuts down would only turn that status into -2 or -15
+    (seen: a pipeline counted a finished `pmd` as failed). Such a stop now ends the process
+    at once with the command's status; once the last exit handler has run, stops are ignored
+    (the interpreter's finalization would reset our handlers to the default action, which
+    kills: it keeps SIG_IGN, and nothing after it can wait)."""
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: os._exit(status))
+    _ended.append(status)
+
+
+def _ignore_stops_if_ended():
+    if _ended:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
 
 def _terminated(signum, frame):

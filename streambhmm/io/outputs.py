@@ -90,11 +90,12 @@ class Inputs:
     samples were ingested from (``ingested``, those that still exist): an output must neither
     be one nor lie inside one."""
 
-    def __init__(self, *reads, ingested=()):
+    def __init__(self, *reads, ingested=(), locks=()):
         self.roots = {}  # resolved path -> (as given, why it is refused)
         for given, why in [(g, "which this command reads") for g in reads] + \
                           [(g, "a file the store's samples were ingested from") for g in ingested
-                           if os.path.lexists(g)]:
+                           if os.path.lexists(g)] + \
+                          [(g, "the store's lock file, which commands on it share") for g in locks]:
             if given is None or "://" in str(given):
                 continue
             for root in (Path(os.path.abspath(given)), Path(os.path.realpath(given))):

@@ -497,6 +497,18 @@ def test_the_worker_processes_a_command_spawns_leave_ctrl_c_to_it(tmp_path):
     assert out == ["False", "True"]  # the command's process, the worker
 
 
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_after_the_command_ended_keeps_its_exit_status(stop):
+    """A Ctrl-C that landed as the interpreter shut down, after `pmd` had written its regions,
+    made the exit status -2 (a pipeline took the run for failed)."""
+    script = ("import os, signal, time\n"
+              "from streambhmm.app.console import exit_on_late_stop\n"
+              "exit_on_late_stop(3)\n"
+              f"os.kill(os.getpid(), signal.{stop})\n"
+              "time.sleep(30)\n")
+    assert subprocess.run([sys.executable, "-c", script]).returncode == 3
+
+
 def test_a_stop_that_a_callback_swallows_is_delivered_again(monkeypatch):
     """Ctrl-C during `dmr` once landed in llvmlite's ctypes callback while numba compiled:
     Python printed "Exception ignored on calling ctypes callback function" and the command ran

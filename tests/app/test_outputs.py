@@ -342,6 +342,8 @@ def test_no_command_writes_over_its_inputs_or_files_it_did_not_write(project, tm
         (("fit", project / "c.zarr", "-m", "2", "-o", project / "c.zarr" / "zarr.json"), "is inside"),
         (("fit", project / "c.zarr", "-m", "2,3", "-o", tmp_path / "sweep.json"), "sweep.m2.json: exists and is not"),
         (("tracks", project / "c.zarr", "-o", tmp_path / "t"), "t.H1.methylation.bw: exists and is not"),
+        (("decode", project / "c.zarr", "--model", model, "-o", project / ".c.zarr.lock"),  # the helper's audit
+         "the store's lock file, which commands on it share"),
     ]
     for args, message in refused:
         r = run(*args, "-q")

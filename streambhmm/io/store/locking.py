@@ -72,6 +72,11 @@ def _take_lock(fd: int, operation: int, path: Location) -> None:
     fcntl.flock(fd, operation)
 
 
+def lock_file(path: Location) -> Location:
+    """The lock file of the store at the real local ``path``: beside it, hidden."""
+    return path.parent / f".{path.name}.lock"
+
+
 @contextlib.contextmanager
 def locked(path, shared: bool = False):
     """Lock ``path`` through a sibling lock file: exclusive for writers, ``shared`` for
@@ -87,7 +92,7 @@ def locked(path, shared: bool = False):
         return
     path = path.real()
     path.parent.mkdir()  # no error where it exists, read-only or not
-    fd = open_lock(path.parent / f".{path.name}.lock", shared)
+    fd = open_lock(lock_file(path), shared)
     if fd is None:
         if needs_recovery(path):
             raise StoreError(f"{path}: a commit stopped after its commit point awaits completion, which needs to "

@@ -12,6 +12,7 @@ from ..names import Spellings
 from ..outputs import Inputs
 from ..storage import Location
 from .chunks import ChunkRef, root_group
+from .locking import lock_file
 from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
                      read_attributes)
 
@@ -179,8 +180,10 @@ def open_store(path) -> CountsStore:
 def store_inputs(store, *others) -> Inputs:
     """What a command on the counts store at ``store`` reads, for its outputs to be checked
     against (io.outputs.Inputs): the store, ``others`` (a model, a sample sheet...) and the
-    files its samples were ingested from."""
-    return Inputs(store, *others, ingested=recorded_inputs(store))
+    files its samples were ingested from; nor may they replace the store's lock file."""
+    location = Location.of(store)
+    locks = [lock_file(location.real()).url] if location.is_local else []
+    return Inputs(store, *others, ingested=recorded_inputs(store), locks=locks)
 
 
 def recorded_inputs(path) -> list[str]:
