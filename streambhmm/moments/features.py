@@ -9,6 +9,7 @@ the pairs present.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -20,6 +21,9 @@ _DIRECT_KEY_LIMIT = 1 << 23
 # Pairs up to this coverage are mapped through tables of binomial tails, one per coverage
 # value (cost (c + 2) (D + 1) for all the pairs of that coverage); deeper ones one at a time.
 TABLE_COVERAGE = 1024
+# The tables of coverages up to this are kept for the process (8 MB at D = 30): every chunk
+# holds the same shallow pairs, and a store of many short contigs has a chunk per contig.
+KEPT_COVERAGE = 256
 
 # D, the Beta map's bins per sample, unless --bins says otherwise
 DEFAULT_N_BINS = 30
@@ -51,8 +55,22 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
         log_factorial = log_factorials(int(flat_c[order[-1]]) + 1)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             rows = order[lo:hi]
-            flat[rows] = _beta_map_of_coverage(int(flat_c[rows[0]]), flat_mu[rows], edges, log_factorial)
+            c = int(flat_c[rows[0]])
+            if c <= KEPT_COVERAGE:
+                flat[rows] = _kept_table(c, n_bins)[flat_mu[rows]]
+            else:
+                flat[rows] = _beta_map_of_coverage(c, flat_mu[rows], edges, log_factorial)
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _kept_table(c: int, n_bins: int) -> np.ndarray:
+    """The Beta maps of every pair of coverage ``c`` (row mu), read-only: each pair's row is
+    computed on its own, so a lookup gives what the pair's own computation gives, bitwise."""
+    table = _beta_map_of_coverage(c, np.arange(c + 1), np.arange(n_bins + 1, dtype=np.float64) / n_bins,
+                                  log_factorials(c + 1))
+    table.flags.writeable = False
+    return table
 
 
 def flush_subnormals(x: np.ndarray) -> np.ndarray:

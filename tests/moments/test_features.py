@@ -5,8 +5,9 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
-from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, TABLE_COVERAGE, beta_map, encode, flush_subnormals,
-                                         pair_keys, pairs_from_keys)
+from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, TABLE_COVERAGE, _beta_map_of_coverage,
+                                         _kept_table, beta_map, encode, flush_subnormals, log_factorials, pair_keys,
+                                         pairs_from_keys)
 
 
 def integrated_beta(c, mu, n_bins):
@@ -46,6 +47,24 @@ def test_deep_pairs_take_each_bin_from_the_tail_below_it():
         both = np.where(edges[:-1] >= a / (a + b), -np.diff(betaincc(a, b, edges), axis=1),
                         np.diff(betainc(a, b, edges), axis=1))
         np.testing.assert_array_equal(beta_map(c, mu, n_bins), both)
+
+
+def test_the_tables_kept_for_shallow_coverages_give_each_pairs_own_map_bitwise():
+    """Every chunk holds the same shallow pairs (a store of short contigs has a chunk per
+    contig), so their tables are kept for the process: a lookup must be what the pair's own
+    computation gives, pairs of one coverage alone or with others, and nobody may change them."""
+    rng = np.random.default_rng(3)
+    for n_bins in (1, 7, 30):
+        edges = np.arange(n_bins + 1) / n_bins
+        for c in (0, 1, 2, 17, KEPT_COVERAGE):
+            alone = [_beta_map_of_coverage(c, np.array([mu]), edges, log_factorials(c + 1))[0] for mu in range(c + 1)]
+            assert np.array_equal(_kept_table(c, n_bins), np.array(alone))
+        c = rng.integers(0, KEPT_COVERAGE + 50, 5000)
+        mu = rng.binomial(c, rng.uniform(size=c.size))
+        direct = np.array([_beta_map_of_coverage(int(ci), np.array([mi]), edges, log_factorials(ci + 1))[0]
+                           for ci, mi in zip(c, mu)])
+        assert np.array_equal(beta_map(c, mu, n_bins), direct)
+    assert _kept_table(5, 30) is _kept_table(5, 30) and not _kept_table(5, 30).flags.writeable
 
 
 def test_zero_coverage_is_uniform():
