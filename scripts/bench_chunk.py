@@ -10,7 +10,9 @@ computes for the chunk: the encoding into the Beta-map table, the triple kernel,
 histogram and coverage-bucket features, the thinned bin and pair histograms, and the block
 statistics (per 1 Mb block: P12, P13, coverage features and both histograms). Printed: the
 best CPU seconds of --repeat runs of each part and M bins x samples per second, and the
-parts' sum as the chunk's rate (the target of issue 24 is 2 M per core).
+parts' sum as the chunk's rate (the target of issue 24 is 2 M per core). The Beta maps of
+coverages up to 256 are kept for the process once computed, so the best of the repeats is
+what a later chunk of a pass pays for its encoding.
 """
 
 import os
