@@ -41,7 +41,7 @@ def run() -> None:
         raise
 
 
-_ended = []
+_ended = False  # the command has ended (exit_on_late_stop)
 
 
 def exit_on_late_stop(code) -> None:
@@ -51,10 +51,11 @@ def exit_on_late_stop(code) -> None:
     at once with the command's status; once the last exit handler has run, stops are ignored
     (the interpreter's finalization would reset our handlers to the default action, which
     kills: it keeps SIG_IGN, and nothing after it can wait)."""
+    global _ended
     status = code if isinstance(code, int) else 0 if code is None else 1
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: os._exit(status))
-    _ended.append(status)
+    _ended = True
 
 
 def _ignore_stops_if_ended():
