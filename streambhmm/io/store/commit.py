@@ -30,7 +30,8 @@ the store's metadata exactly as they were; ingests of different samples can run 
 
 from __future__ import annotations
 
-import errno
+import copy
+import functools
 import json
 import os
 import uuid
@@ -41,6 +42,7 @@ import zarr
 
 from ... import __version__
 from ..storage import Location, beside, fault_point, replacing_dir, write_json
+from .nodes import chunk_path, read_chunk, read_document, write_chunk, write_document, write_file, written_by_zarr
 from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, POSITION,
                      SAMPLE_CHUNK, StoreError, codecs, inline, n_chunks, natural_sorted, new_attributes,
                      per_position_variables)
@@ -105,22 +107,19 @@ def apply_commit(store: Location, staging: Location) -> None:
     samples, name, new = dict(attrs["samples"]), record["sample"], record["chromosomes"]
     column = samples[name]["column"] if name in samples else len(samples)
     names = sorted(samples, key=lambda s: samples[s]["column"]) + ([] if name in samples else [name])
-    staged = zarr.open_group(staging.url, mode="r", use_consolidated=False)
+    written = _sample_names(names)
     nodes = {k: v for k, v in nodes.items() if k.split("/")[0] not in new}  # the sample's chromosomes: anew
     for chrom in natural_sorted(new):
-        group = _put_chromosome(store, staging, staged, chrom, new[chrom], column, names, record)
-        nodes.update(_chromosome_nodes(store, group, chrom))
+        documents = _put_chromosome(store, staging, chrom, new[chrom], column, names, written, record)
+        nodes.update(_chromosome_nodes(chrom, documents))
         fault_point("chromosome")
     others = [chrom for chrom in attrs["chromosomes"] if chrom not in new]
     if name in samples:
         for chrom in others:
             _clear_column(store, chrom, nodes, column, record["chunk_size"])
-    elif others:
-        reference = natural_sorted(new)[0] if new else None  # the commit wrote the sample names there
-        names_chunks = [(store / reference / "sample" / "c" / str(k)).read_bytes()
-                        for k in range(n_chunks(len(names), SAMPLE_CHUNK))] if reference else []
+    else:
         for chrom in others:
-            _add_column(store, chrom, nodes, names, reference, names_chunks)
+            _add_column(store, chrom, nodes, names, written)
     samples[name] = {**record["provenance"], "column": column}
     attrs = {**attrs, "format_version": COUNTS_VERSION, "samples": samples, "tool_version": __version__,
              "chromosomes": natural_sorted(set(attrs["chromosomes"]) | set(new)), "generation": uuid.uuid4().hex}
@@ -147,62 +146,123 @@ def why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
-def _chromosome(store: Location, chrom: str, names: list[str], bin_size: int, chunk_size: int):
-    """A chromosome group: created empty (no bins), or completed where an attempt stopped."""
-    group = zarr.open_group(store.url, path=chrom, mode="a", zarr_format=3, use_consolidated=False, attributes={
-        "chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT})
+def _create_chromosome(group, chunk_size: int) -> None:
+    """The nodes of an empty chromosome (no bins, no samples), made by zarr in ``group``."""
     for name in COUNTS:
-        if name not in group:
-            group.create_array(name, shape=(0, len(names)), chunks=(chunk_size, 1), dtype=COUNT_DTYPE, fill_value=0,
-                               dimension_names=("position", "sample"), **codecs())
-    if "position" not in group:
-        group.create_array("position", shape=(0,), chunks=(chunk_size,), dtype="int64", fill_value=0,
-                           dimension_names=("position",),
-                           attributes={"units": "bp", "description": "0-based start of the bin"})
-    if "sample" not in group:
-        group.create_array("sample", shape=(0,), chunks=(SAMPLE_CHUNK,), dtype=str, dimension_names=("sample",))
-    index = group.require_group("index")
-    if "summary" not in index:
-        index.create_array("summary", shape=(0, len(names), len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)),
-                           dtype="int64", fill_value=0, dimension_names=("chunk", "sample", "field"),
-                           attributes={"fields": list(FIELDS)})
-    return group
+        group.create_array(name, shape=(0, 0), chunks=(chunk_size, 1), dtype=COUNT_DTYPE, fill_value=0,
+                           dimension_names=("position", "sample"), **codecs())
+    group.create_array(POSITION, shape=(0,), chunks=(chunk_size,), dtype="int64", fill_value=0,
+                       dimension_names=("position",),
+                       attributes={"units": "bp", "description": "0-based start of the bin"})
+    group.create_array("sample", shape=(0,), chunks=(SAMPLE_CHUNK,), dtype=str, dimension_names=("sample",))
+    group.require_group("index").create_array(
+        "summary", shape=(0, 0, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64", fill_value=0,
+        dimension_names=("chunk", "sample", "field"), attributes={"fields": list(FIELDS)})
 
 
-def _grow_chromosome(group, entry: dict, names: list[str], bin_size: int, chunk_size: int) -> None:
-    """Grow a chromosome group to the commit's bins and to ``len(names)`` samples (it never
+@functools.lru_cache(maxsize=4)
+def _empty_chromosome(chunk_size: int) -> dict[str, dict]:
+    """What zarr writes for an empty chromosome, by path inside it ("": its group)."""
+    return written_by_zarr(functools.partial(_create_chromosome, chunk_size=chunk_size))[0]
+
+
+def _sample_names(names: list[str]) -> tuple[dict, dict[int, bytes]]:
+    """The sample coordinate holding ``names`` as zarr writes it: its document and its chunk
+    files by chunk index."""
+    def create(group):
+        group.create_array("sample", shape=(len(names),), chunks=(SAMPLE_CHUNK,), dtype=str,
+                           dimension_names=("sample",))[:] = np.array(names, dtype=object)
+    documents, files = written_by_zarr(create)
+    return documents["sample"], {int(key.rsplit("/", 1)[1]): data for key, data in files.items()}
+
+
+def _encoding(document: dict) -> dict:
+    return {k: v for k, v in document.items() if k != "shape"}
+
+
+def _chromosome(store: Location, chrom: str, n_samples: int, bin_size: int, chunk_size: int) -> dict[str, dict]:
+    """A chromosome's documents by path inside it (its group "", its arrays, and the
+    per-position variables it holds): read, or written empty (no bins) where missing: a new
+    chromosome, or one an earlier attempt left half made."""
+    documents = {}
+    for path, template in _empty_chromosome(chunk_size).items():
+        where = store / chrom / path if path else store / chrom
+        if (where / "zarr.json").exists():
+            documents[path] = read_document(where)
+            continue
+        document = copy.deepcopy(template)
+        if path == "":
+            document["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
+        elif path in (*COUNTS, "index/summary"):
+            document["shape"][1] = n_samples
+        write_document(store, where, document)
+        documents[path] = document
+    for entry in (store / chrom).children():  # decode's posteriors, say
+        if entry.name not in documents and (entry / "zarr.json").exists():
+            document = read_document(entry)
+            if document.get("node_type") == "array":
+                documents[entry.name] = document
+    return documents
+
+
+def _reshape(store: Location, chrom: str, documents: dict, path: str, shape: list[int]) -> None:
+    if documents[path]["shape"] != shape:
+        documents[path]["shape"] = shape
+        write_document(store, store / chrom / path, documents[path])
+
+
+def _grow_chromosome(store: Location, chrom: str, documents: dict, entry: dict, names: list[str],
+                     written: tuple, bin_size: int, chunk_size: int) -> None:
+    """Grow a chromosome to the commit's bins and to ``len(names)`` samples (it never
     shrinks). The positions are written from the axis' end before the commit, a chunk at a
     time (memory holds one chunk)."""
-    n_bins = max(entry["n_bins"], group["methylated"].shape[0])
+    n_bins = max(entry["n_bins"], documents["methylated"]["shape"][0])
     for name in COUNTS:
-        group[name].resize((n_bins, len(names)))
-    for name in per_position_variables(group):  # kept on the same axis, their other dimensions as they are
-        group[name].resize((n_bins, *group[name].shape[1:]))
-    position = group[POSITION]
-    lo = entry.get("store_bins", position.shape[0])
-    if position.shape[0] < n_bins:
-        position.resize((n_bins,))
-    while lo < n_bins:
-        hi = min(n_bins, (lo // chunk_size + 1) * chunk_size)
-        position[lo:hi] = np.arange(lo, hi, dtype=np.int64) * bin_size
-        lo = hi
-    group["index/summary"].resize((n_chunks(n_bins, chunk_size), len(names), len(FIELDS)))
-    if group["sample"].shape[0] != len(names) or list(group["sample"][:]) != names:
-        group["sample"].resize((len(names),))
-        group["sample"][:] = np.array(names, dtype=object)
+        _reshape(store, chrom, documents, name, [n_bins, len(names)])
+    for name in per_position_variables(documents):  # kept on the same axis, their other dimensions as they are
+        _reshape(store, chrom, documents, name, [n_bins, *documents[name]["shape"][1:]])
+    lo = entry.get("store_bins", documents[POSITION]["shape"][0])
+    _reshape(store, chrom, documents, POSITION, [n_bins])
+    for k in range(lo // chunk_size, n_chunks(n_bins, chunk_size)):
+        first = k * chunk_size
+        write_chunk(store, store / chrom / POSITION, documents[POSITION], (k,),
+                    np.arange(first, min(n_bins, first + chunk_size), dtype=np.int64) * bin_size)
+    _reshape(store, chrom, documents, "index/summary", [n_chunks(n_bins, chunk_size), len(names), len(FIELDS)])
+    _write_names(store, chrom, documents, names, written)
 
 
-def _put_chromosome(store: Location, staging: Location, staged, chrom: str, entry: dict, column: int,
-                    names: list[str], record: dict):
+def _write_names(store: Location, chrom: str, documents: dict, names: list[str], written: tuple) -> None:
+    """The sample coordinate of a chromosome set to ``names`` (``written``: as zarr writes it,
+    :func:`_sample_names`; a coordinate written with other codecs is set through zarr)."""
+    sample = store / chrom / "sample"
+    document, names_chunks = written
+    if _encoding(documents["sample"]) != _encoding(document):
+        array = zarr.open_array(sample.url, mode="r+")
+        if array.shape[0] != len(names) or list(array[:]) != names:
+            array.resize((len(names),))
+            array[:] = np.array(names, dtype=object)
+        documents["sample"] = read_document(sample)
+        return
+    _reshape(store, chrom, documents, "sample", [len(names)])
+    for k in range(n_chunks(len(names), SAMPLE_CHUNK)):
+        path = chunk_path(sample, (k,))
+        if k not in names_chunks:
+            path.unlink()
+        elif not path.exists() or path.read_bytes() != names_chunks[k]:
+            write_file(store, path, names_chunks[k])
+
+
+def _put_chromosome(store: Location, staging: Location, chrom: str, entry: dict, column: int,
+                    names: list[str], written: tuple, record: dict) -> dict:
     """One chromosome of a committed sample in place: the arrays grown, its staged chunk
     files renamed into its column (the column's other chunks removed), its chunk summaries.
-    Returns the chromosome's group."""
+    Returns the chromosome's documents."""
     bin_size, chunk_size = record["bin_size"], record["chunk_size"]
-    group = _chromosome(store, chrom, names, bin_size, chunk_size)
-    _grow_chromosome(group, entry, names, bin_size, chunk_size)
+    documents = _chromosome(store, chrom, len(names), bin_size, chunk_size)
+    _grow_chromosome(store, chrom, documents, entry, names, written, bin_size, chunk_size)
     for array in COUNTS:
         files = set(entry.get("files", {}).get(array, entry["chunks"]))
-        for i in range(n_chunks(group[array].shape[0], chunk_size)):
+        for i in range(n_chunks(documents[array]["shape"][0], chunk_size)):
             target = store / chrom / array / "c" / str(i) / str(column)
             source = staging / chrom / array / "c" / str(i) / "0"
             if i not in files:
@@ -210,65 +270,38 @@ def _put_chromosome(store: Location, staging: Location, staged, chrom: str, entr
             elif source.exists():  # else renamed by an earlier attempt
                 _replace_file(source, target)
                 fault_point("moved")
-    summary = np.zeros((group["index/summary"].shape[0], len(FIELDS)), np.int64)
-    rows = staged[f"{chrom}/summary"][:, 0, :]
-    summary[:rows.shape[0]] = rows
-    group["index/summary"][:, column, :] = summary
-    return group
+    staged = staging / chrom / "summary"
+    staged_document = read_document(staged)
+    target = store / chrom / "index" / "summary"
+    for k in range(n_chunks(documents["index/summary"]["shape"][0], INDEX_CHUNK)):
+        rows = read_chunk(staged, staged_document, (k, 0, 0)) if k * INDEX_CHUNK < staged_document["shape"][0] \
+            else np.zeros((0, 1, len(FIELDS)), np.int64)
+        write_chunk(store, target, documents["index/summary"], (k, column, 0), rows)
+    return documents
 
 
-def _chromosome_nodes(store: Location, group, chrom: str) -> dict:
+def _chromosome_nodes(chrom: str, documents: dict) -> dict:
     """A chromosome's entries of the consolidated metadata (each node's zarr.json; a group's
     with its own, empty, consolidated metadata, as zarr writes them)."""
-    paths = [chrom] + [f"{chrom}/{name}" for name, _ in
-                       group.members(max_depth=None, use_consolidated_for_children=False)]
-    nodes = {}
-    for path in paths:
-        node = json.loads((store / path / "zarr.json").read_text())
-        if node["node_type"] == "group":
-            node["consolidated_metadata"] = inline({})
-        nodes[path] = node
-    return nodes
+    return {f"{chrom}/{path}" if path else chrom:
+            {**document, "consolidated_metadata": inline({})} if document["node_type"] == "group" else document
+            for path, document in documents.items()}
 
 
-def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], reference: str | None,
-                names_chunks: list[bytes]) -> None:
+def _add_column(store: Location, chrom: str, nodes: dict, names: list[str], written: tuple) -> None:
     """Give a new sample its column in a chromosome where it has no counts: the arrays'
-    metadata only (a column without chunks reads as zeros), and the sample names, encoded
-    as in the chromosome ``reference`` (``names_chunks``, which the commit wrote; None: a
-    sample without counts anywhere, whose names zarr encodes here).
+    metadata only (a column without chunks reads as zeros), and the sample names.
 
     These files are written in place, not through a temporary file: nothing reads them
     before the commit is visible (readers go by the consolidated metadata of the root), and
     a commit completed again writes them again, from the consolidated metadata."""
-    for array, axis in (("methylated", 1), ("coverage", 1), ("index/summary", 1), ("sample", 0)):
+    for array, axis in (("methylated", 1), ("coverage", 1), ("index/summary", 1)):
         node = nodes[f"{chrom}/{array}"]
         node["shape"][axis] = len(names)
-        _write_in_place(store, store / chrom / array / "zarr.json", json.dumps(node).encode())
-
-    def encoding(path: str) -> dict:
-        return {k: v for k, v in nodes[path].items() if k != "shape"}
-
-    if reference is not None and encoding(f"{chrom}/sample") == encoding(f"{reference}/sample"):
-        for k, data in enumerate(names_chunks):
-            _write_in_place(store, store / chrom / "sample" / "c" / str(k), data)
-    else:  # written with other codecs (by another zarr version)
-        zarr.open_array(store.url, path=f"{chrom}/sample", mode="r+")[:] = np.array(names, dtype=object)
-
-
-def _write_in_place(store: Location, path: Location, data: bytes) -> None:
-    """Write ``data`` at ``path`` inside ``store``, following no link: a store copied from
-    elsewhere, or written by others, may hold one pointing at any file of the user's."""
-    if not path.is_local:
-        path.write_bytes(data)
-        return
-    directory = os.path.dirname(path.url)
-    os.makedirs(directory, exist_ok=True)
-    if os.path.commonpath([os.path.realpath(directory), os.path.realpath(store.url)]) != os.path.realpath(store.url):
-        raise OSError(errno.ELOOP, "a symbolic link leads out of the store", directory)
-    fd = os.open(path.url, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+        write_document(store, store / chrom / array, node)
+    documents = {"sample": nodes[f"{chrom}/sample"]}
+    _write_names(store, chrom, documents, names, written)
+    nodes[f"{chrom}/sample"] = documents["sample"]
 
 
 def _clear_column(store: Location, chrom: str, nodes: dict, column: int, chunk_size: int) -> None:

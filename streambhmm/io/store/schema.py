@@ -82,12 +82,13 @@ def new_attributes(record: dict) -> dict:
     return StoreAttrs(record["bin_size"], record["chunk_size"]).to_attributes()
 
 
-def per_position_variables(group) -> list[str]:
-    """The arrays of a chromosome group that run along its bin axis besides the counts and
-    the axis itself (decode's posteriors, say): declared so by their first dimension name,
-    grown with the axis and their other dimensions kept."""
-    return sorted(name for name, array in group.arrays()
-                  if name not in (*COUNTS, POSITION) and tuple(array.metadata.dimension_names or ())[:1] == (POSITION,))
+def per_position_variables(documents: dict[str, dict]) -> list[str]:
+    """The arrays of a chromosome (its documents, by name) that run along its bin axis besides
+    the counts and the axis itself (decode's posteriors, say): declared so by their first
+    dimension name, grown with the axis and their other dimensions kept."""
+    return sorted(name for name, document in documents.items()
+                  if name not in (*COUNTS, POSITION) and document.get("node_type") == "array"
+                  and (document.get("dimension_names") or [None])[0] == POSITION)
 
 
 def check_format(path, attrs: dict) -> None:

@@ -21,6 +21,7 @@ from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit
 from .locking import locked, open_lock
+from .nodes import read_chunk, write_chunk, write_document, written_by_zarr
 from .reader import open_store
 from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK,
                      METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
@@ -65,6 +66,22 @@ class _ChromosomeBins:
         np.add.at(self.coverage, bins, np.asarray(coverage, np.int64))
 
 
+def _create_staged_chromosome(group, chunk_size: int) -> None:
+    """A staged chromosome's nodes, made by zarr in ``group``: one sample's counts and the
+    summaries of its chunks."""
+    for name in COUNTS:
+        group.create_array(name, shape=(0, 1), chunks=(chunk_size, 1), dtype=COUNT_DTYPE, fill_value=0,
+                           dimension_names=("position", "sample"), **codecs())
+    group.create_array("summary", shape=(0, 1, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64",
+                       fill_value=0)
+
+
+@functools.lru_cache(maxsize=4)
+def _staged_chromosome(chunk_size: int) -> dict[str, dict]:
+    """What zarr writes for an empty staged chromosome, by path inside it ("": its group)."""
+    return written_by_zarr(functools.partial(_create_staged_chromosome, chunk_size=chunk_size))[0]
+
+
 class SampleWriter:
     """Stage one sample's counts beside ``store`` and commit them into its column.
 
@@ -87,7 +104,9 @@ class SampleWriter:
         self._key = None
         self._meth = np.zeros(self.chunk_size, np.int64)
         self._cov = np.zeros(self.chunk_size, np.int64)
+        self._touched = 0  # rows of the chunk in memory up to the last one added to (the rest are zero)
         self._unsorted: _ChromosomeBins | None = None  # an unsorted chromosome's bins, summed in memory
+        self._nodes = _staged_chromosome(self.chunk_size)
         try:
             self._start()
         except BaseException:
@@ -146,6 +165,7 @@ class SampleWriter:
             starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
             self._meth[b[starts]] += np.add.reduceat(np.asarray(methylated[lo:hi], np.int64), starts)
             self._cov[b[starts]] += np.add.reduceat(np.asarray(coverage[lo:hi], np.int64), starts)
+            self._touched = max(self._touched, int(b[-1]) + 1)
 
     def _write_unsorted(self) -> None:
         """The unsorted chromosome's bins, added chunk by chunk (each chunk met once)."""
@@ -160,19 +180,17 @@ class SampleWriter:
         self._write_chunk()
         self._key = (chrom, chunk)
         if chunk in self.summaries.get(chrom, {}):  # met before: add to what is staged
-            array = self._arrays(chrom)
-            rows = slice(chunk * self.chunk_size, (chunk + 1) * self.chunk_size)
-            self._meth[:] = array[0][rows, 0]
-            self._cov[:] = array[1][rows, 0]
+            for name, held in zip(COUNTS, (self._meth, self._cov)):
+                held[:] = read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0]
+            self._touched = self.chunk_size
 
-    def _arrays(self, chrom: str):
-        if chrom not in self.root:
-            group = self.root.create_group(chrom)
-            for name in COUNTS:
-                group.create_array(name, shape=(0, 1), chunks=(self.chunk_size, 1), dtype=COUNT_DTYPE,
-                                   fill_value=0, dimension_names=("position", "sample"), **codecs())
-        group = self.root[chrom]
-        return group["methylated"], group["coverage"]
+    def _stage_chromosome(self, chrom: str) -> None:
+        """The chromosome's group and count arrays in the staging store (their shapes set when
+        it is finished)."""
+        if chrom in self.summaries:
+            return
+        for name in ("", *COUNTS):
+            write_document(self.path, self.path / chrom / name if name else self.path / chrom, self._nodes[name])
 
     @_staging_errors
     def flush(self) -> None:
@@ -186,24 +204,22 @@ class SampleWriter:
             return
         chrom, chunk = self._key
         self._key = None
-        covered = np.flatnonzero(self._cov)
+        meth, cov = self._meth[:self._touched], self._cov[:self._touched]
+        covered = np.flatnonzero(cov)
         start = chunk * self.chunk_size
-        if covered.size and self._cov[covered].max() > COUNT_MAX:
-            i = covered[np.argmax(self._cov[covered])]
-            raise ValueError(f"{chrom}: the bin at {(start + i) * self.bin_size:,} sums coverage {self._cov[i]:,}, "
+        if covered.size and cov[covered].max() > COUNT_MAX:
+            i = covered[np.argmax(cov[covered])]
+            raise ValueError(f"{chrom}: the bin at {(start + i) * self.bin_size:,} sums coverage {cov[i]:,}, "
                              f"more than the store's uint32 holds ({COUNT_MAX:,}); use a smaller --bin-size")
-        meth, cov = self._arrays(chrom)
-        end = start + self.chunk_size
-        if meth.shape[0] < end:
-            meth.resize((end, 1))
-            cov.resize((end, 1))
-        meth[start:end, 0] = self._meth.astype(COUNT_DTYPE)
-        cov[start:end, 0] = self._cov.astype(COUNT_DTYPE)
-        self.summaries.setdefault(chrom, {})[chunk] = chunk_summary(start, self._meth, self._cov)
+        self._stage_chromosome(chrom)
+        for name, held in zip(COUNTS, (meth, cov)):
+            write_chunk(self.path, self.path / chrom / name, self._nodes[name], (chunk, 0), held[:, None])
+        self.summaries.setdefault(chrom, {})[chunk] = chunk_summary(start, meth, cov)
         if covered.size:
             self.extent[chrom] = max(self.extent.get(chrom, 0), start + int(covered[-1]) + 1)
-        self._meth[:] = 0
-        self._cov[:] = 0
+        meth[:] = 0
+        cov[:] = 0
+        self._touched = 0
 
     @property
     def covered_bins(self) -> int:
@@ -222,13 +238,16 @@ class SampleWriter:
             if not present:
                 continue
             n_bins = self.extent[chrom]
-            meth, cov = self._arrays(chrom)
-            meth.resize((n_bins, 1))
-            cov.resize((n_bins, 1))
+            for name in COUNTS:
+                write_document(self.path, self.path / chrom / name, {**self._nodes[name], "shape": [n_bins, 1]})
             summary = np.zeros((n_chunks(n_bins, self.chunk_size), 1, len(FIELDS)), np.int64)
             for i in present:
                 summary[i, 0] = chunks[i]
-            self.root[chrom].create_array("summary", data=summary, chunks=(INDEX_CHUNK, 1, len(FIELDS)))
+            document = {**self._nodes["summary"], "shape": list(summary.shape)}
+            write_document(self.path, self.path / chrom / "summary", document)
+            for k in range(n_chunks(summary.shape[0], INDEX_CHUNK)):
+                write_chunk(self.path, self.path / chrom / "summary", document, (k, 0, 0),
+                            summary[k * INDEX_CHUNK:(k + 1) * INDEX_CHUNK])
             files = {array: [i for i in present if (self.path / chrom / array / "c" / str(i) / "0").exists()]
                      for array in COUNTS}
             chromosomes[chrom] = {"n_bins": n_bins, "chunks": present, "files": files}

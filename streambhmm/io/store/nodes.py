@@ -1,0 +1,134 @@
+"""A chromosome's zarr nodes written and read as files: their documents (``zarr.json``) and
+their chunks, byte for byte as zarr writes them.
+
+A zarr call on a local store hands each file operation to zarr's I/O threads and costs
+milliseconds; staging and committing a chromosome took about thirty of them, so an assembly
+of hundreds of contigs took tens of seconds to ingest (0.1 s a contig). Here a node is a file
+read or written. Zarr remains the authority on the documents: the templates are what zarr
+writes for an empty chromosome (:func:`empty_nodes`), and a chunk whose codecs are not the
+two this store uses (bytes then blosc or zstd, as a store made by another zarr might have)
+is written through zarr."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import json
+import os
+
+import numpy as np
+import zarr
+from numcodecs import Blosc, Zstd
+
+from ..storage import Location
+
+BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+
+
+def written_by_zarr(create) -> tuple[dict[str, dict], dict[str, bytes]]:
+    """What zarr writes when ``create(group)`` makes nodes in an empty group: the documents by
+    node path ("" is the group itself), and the chunk files by key."""
+    held = {}
+    create(zarr.open_group(zarr.storage.MemoryStore(held), mode="w", zarr_format=3))
+    documents = {key.removesuffix("zarr.json").rstrip("/"): json.loads(value.to_bytes())
+                 for key, value in held.items() if key.endswith("zarr.json")}
+    return documents, {key: value.to_bytes() for key, value in held.items() if not key.endswith("zarr.json")}
+
+
+def read_document(path: Location) -> dict:
+    return json.loads((path / "zarr.json").read_text())
+
+
+def write_document(root: Location, path: Location, document: dict) -> None:
+    """``path``'s zarr.json, written in place as zarr writes it (see :func:`write_file`)."""
+    write_file(root, path / "zarr.json", json.dumps(document, indent=2).encode())
+
+
+def write_file(root: Location, path: Location, data: bytes) -> None:
+    """Write ``data`` at ``path`` inside ``root``, following no link: a store copied from
+    elsewhere, or written by others, may hold one pointing at any file of the user's. In
+    place and not flushed to disk, as zarr writes: readers go by the consolidated metadata
+    of the root, written last, and a commit completed again writes these again."""
+    if not path.is_local:
+        path.write_bytes(data)
+        return
+    if not os.path.isdir(root.url):
+        os.makedirs(root.url)
+    directory = existing = os.path.dirname(path.url)
+    while not os.path.isdir(existing):  # a stat each: mkdir on an existing directory costs more
+        existing = os.path.dirname(existing)
+    real_root = os.path.realpath(root.url)
+    if os.path.commonpath([os.path.realpath(existing), real_root]) != real_root:
+        raise OSError(errno.ELOOP, "a symbolic link leads out of the store", existing)
+    if existing != directory:
+        os.makedirs(directory, exist_ok=True)
+    fd = os.open(path.url, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def chunk_path(array: Location, index) -> Location:
+    return array / "c" / "/".join(str(int(i)) for i in index)
+
+
+@functools.lru_cache(maxsize=64)
+def _compressor(codecs: str):
+    """The numcodecs codec zarr would compress with for an array's ``codecs`` (its JSON), or
+    None for codecs we do not write ourselves."""
+    codecs = json.loads(codecs)
+    if len(codecs) != 2 or codecs[0] != {"name": "bytes", "configuration": {"endian": "little"}}:
+        return None
+    name, config = codecs[1]["name"], codecs[1].get("configuration", {})
+    if name == "blosc" and config.get("shuffle") in BLOSC_SHUFFLES:
+        return Blosc.from_config({"cname": config["cname"], "clevel": config["clevel"],
+                                  "shuffle": BLOSC_SHUFFLES[config["shuffle"]],
+                                  "blocksize": config.get("blocksize", 0), "typesize": config["typesize"]})
+    if name == "zstd":
+        return Zstd.from_config({"level": config.get("level", 0), "checksum": config.get("checksum", False)})
+    return None
+
+
+def _layout(document: dict):
+    """(dtype, chunk shape, fill value, compressor or None) of an array's document."""
+    try:
+        dtype = np.dtype(document["data_type"]).newbyteorder("<")
+    except TypeError:
+        dtype = None
+    shape = tuple(document["chunk_grid"]["configuration"]["chunk_shape"])
+    compressor = _compressor(json.dumps(document["codecs"])) if dtype is not None and dtype.kind in "iu" else None
+    return dtype, shape, document.get("fill_value", 0), compressor
+
+
+def write_chunk(root: Location, array: Location, document: dict, index: tuple, values: np.ndarray) -> None:
+    """Chunk ``index`` of ``array`` (its ``document``) set to ``values`` (the chunk's shape, or
+    less along the first axis: the rest is the fill value). A chunk of only the fill value
+    is removed, as zarr does."""
+    dtype, shape, fill, compressor = _layout(document)
+    values = np.asarray(values)
+    if compressor is None:  # codecs of another kind: zarr writes it
+        offsets = [i * n for i, n in zip(index, shape)]
+        selection = tuple(slice(o, min(o + v, d)) for o, v, d in zip(offsets, values.shape, document["shape"]))
+        zarr.open_array(array.url, mode="r+")[selection] = values[tuple(slice(0, s.stop - s.start) for s in selection)]
+        return
+    if not (values != fill).any():
+        chunk_path(array, index).unlink()
+        return
+    chunk = np.zeros(shape, dtype) if fill == 0 else np.full(shape, fill, dtype)  # zeros: pages not touched
+    chunk[tuple(slice(0, n) for n in values.shape)] = values
+    write_file(root, chunk_path(array, index), compressor.encode(chunk))
+
+
+def read_chunk(array: Location, document: dict, index: tuple) -> np.ndarray:
+    """Chunk ``index`` of ``array`` (its whole chunk shape; the fill value where unwritten)."""
+    dtype, shape, fill, compressor = _layout(document)
+    path = chunk_path(array, index)
+    if compressor is None:
+        offsets = [i * n for i, n in zip(index, shape)]
+        selection = tuple(slice(o, min(o + n, d)) for o, n, d in zip(offsets, shape, document["shape"]))
+        chunk = np.full(shape, fill, document["data_type"])
+        part = zarr.open_array(array.url, mode="r")[selection]
+        chunk[tuple(slice(0, n) for n in part.shape)] = part
+        return chunk
+    if not path.exists():
+        return np.full(shape, fill, dtype)
+    return np.frombuffer(compressor.decode(path.read_bytes()), dtype).reshape(shape).copy()

@@ -1,0 +1,124 @@
+"""A store's nodes written as files (streambhmm.io.store.nodes): the bytes zarr writes, and the
+store a commit leaves as zarr itself would describe it."""
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from zarr.codecs import BloscCodec, GzipCodec
+
+from streambhmm.io.ingest import ingest
+from streambhmm.io.storage import Location
+from streambhmm.io.store import mark_changed, open_store
+from streambhmm.io.store.nodes import read_chunk, read_document, write_chunk, write_document, written_by_zarr
+
+BLOSC = {"compressors": BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")}
+
+
+def _arrays(group):
+    group.create_array("counts", shape=(25, 2), chunks=(10, 1), dtype="uint32", fill_value=0, **BLOSC)
+    group.create_array("positions", shape=(25,), chunks=(10,), dtype="int64", fill_value=0)
+    group.create_array("summary", shape=(7, 2, 3), chunks=(4, 1, 3), dtype="int64", fill_value=0)
+    group.create_array("gzipped", shape=(25, 2), chunks=(10, 1), dtype="uint32", fill_value=0,
+                       compressors=GzipCodec(level=5))
+
+
+def _data(rng):
+    return {"counts": rng.integers(0, 40, (25, 2)).astype(np.uint32),
+            "positions": np.arange(25, dtype=np.int64) * 100,
+            "summary": rng.integers(-2**40, 2**40, (7, 2, 3)),
+            "gzipped": rng.integers(0, 40, (25, 2)).astype(np.uint32)}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunks_written_as_files_are_the_bytes_zarr_writes(tmp_path, seed):
+    data = _data(np.random.default_rng(seed))
+    data["counts"][10:20, 1] = 0  # a chunk of only the fill value: zarr writes no file
+    by_zarr = zarr.open_group(tmp_path / "zarr", mode="w", zarr_format=3)
+    _arrays(by_zarr)
+    for name, values in data.items():
+        by_zarr[name][...] = values
+    documents = written_by_zarr(_arrays)[0]
+    ours = Location(str(tmp_path / "ours"))
+    for name, document in documents.items():
+        write_document(ours, ours / name if name else ours, document)
+    for name, values in data.items():
+        document, shape = documents[name], documents[name]["chunk_grid"]["configuration"]["chunk_shape"]
+        grid = np.ndindex(*(-(-n // c) for n, c in zip(values.shape, shape)))
+        for index in grid:
+            part = values[tuple(slice(i * c, (i + 1) * c) for i, c in zip(index, shape))]
+            if index == (0, 0) and name == "counts":
+                write_chunk(ours, ours / name, document, index, np.ones_like(part))  # then written over
+            write_chunk(ours, ours / name, document, index, part)
+            chunk = read_chunk(ours / name, document, index)
+            np.testing.assert_array_equal(chunk[tuple(slice(0, n) for n in part.shape)], part)
+        np.testing.assert_array_equal(zarr.open_array(ours.url, path=name, mode="r")[...], values)
+    files = sorted(p.relative_to(tmp_path / "zarr") for p in (tmp_path / "zarr").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "ours") for p in (tmp_path / "ours").rglob("*") if p.is_file())
+    assert Path("counts/c/1/1") not in files
+    for path in files:
+        if path.parts[0] == "gzipped":  # zarr's own writes (gzip's header holds the time)
+            continue
+        assert (tmp_path / "zarr" / path).read_bytes() == (tmp_path / "ours" / path).read_bytes(), path
+
+
+def test_a_chunk_file_is_not_written_through_a_link(tmp_path):
+    documents = written_by_zarr(_arrays)[0]
+    store = Location(str(tmp_path / "store"))
+    write_document(store, store / "counts", documents["counts"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "store" / "counts" / "c").symlink_to(elsewhere)
+    with pytest.raises(OSError, match="symbolic link"):
+        write_chunk(store, store / "counts", documents["counts"], (0, 0), np.ones((10, 1), np.uint32))
+    assert list(elsewhere.iterdir()) == []
+
+
+def _contigs(path: Path, n_contigs: int, seed: int, reach: int = 60) -> Path:
+    rng = np.random.default_rng(seed)
+    lines = ["chrom\tpos\tstrand\tmc\tcov\n"]
+    for k in range(n_contigs):
+        pos = np.unique(rng.integers(1, reach * 100, 40))
+        cov = rng.integers(1, 9, pos.size)
+        lines += [f"scaffold_{k}\t{p}\t+\t{m}\t{c}\n" for p, m, c in zip(pos, rng.binomial(cov, 0.5), cov)]
+    path.write_text("".join(lines))
+    return path
+
+
+def _consolidated(store: Path) -> dict:
+    return json.loads((store / "zarr.json").read_text())["consolidated_metadata"]["metadata"]
+
+
+def test_a_commit_describes_the_store_as_zarr_does(tmp_path):
+    """The consolidated metadata a commit writes is what zarr finds on disk, after a store of
+    many contigs gained a second sample reaching further, past decode's posteriors and a
+    sample coordinate another zarr wrote with other codecs."""
+    store = tmp_path / "s.zarr"
+    ingest([_contigs(tmp_path / "a.tsv", 30, seed=0)], "A", store, chunk_size=20)
+    for chrom in ("scaffold_3", "scaffold_4"):  # decode's posteriors, say
+        zarr.create_array(str(store / chrom), name="posterior", shape=(open_store(store).n_bins(chrom), 2),
+                          chunks=(20, 2), dtype="float32", fill_value=np.nan, dimension_names=("position", "state"))
+    zarr.open_group(str(store / "scaffold_5"), mode="a").create_array(
+        "sample", shape=(1,), chunks=(4,), dtype=str, dimension_names=("sample",), overwrite=True)[:] = ["A"]
+    mark_changed(store)
+    ingest([_contigs(tmp_path / "b.tsv", 35, seed=1, reach=90)], "B", store)
+
+    ours = _consolidated(store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        zarr.consolidate_metadata(str(store))
+    assert ours == _consolidated(store)
+    st = open_store(store)
+    assert len(st.chromosomes) == 35
+    for chrom in ("scaffold_3", "scaffold_5", "scaffold_33"):
+        ds = xr.open_zarr(store, group=chrom)
+        assert ds.sample.values.tolist() == ["A", "B"]
+        np.testing.assert_array_equal(ds.position.values, np.arange(ds.sizes["position"]) * 100)
+    ds = xr.open_zarr(store, group="scaffold_3")
+    assert ds.posterior.shape == (ds.sizes["position"], 2)
+    assert read_document(Location(str(store / "scaffold_5" / "sample")))["chunk_grid"]["configuration"][
+        "chunk_shape"] == [4]
