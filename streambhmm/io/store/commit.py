@@ -180,13 +180,17 @@ def _encoding(document: dict) -> dict:
     return {k: v for k, v in document.items() if k != "shape"}
 
 
-def _chromosome(store: Location, chrom: str, n_samples: int, bin_size: int, chunk_size: int) -> dict[str, dict]:
+def _node(store: Location, chrom: str, path: str) -> Location:
+    return store / chrom / path if path else store / chrom
+
+
+def _chromosome(store: Location, chrom: str, n_samples: int, bin_size: int, chunk_size: int) -> tuple[dict, set]:
     """A chromosome's documents by path inside it (its group "", its arrays, and the
-    per-position variables it holds): read, or written empty (no bins) where missing: a new
-    chromosome, or one an earlier attempt left half made."""
-    documents = {}
+    per-position variables it holds), and the paths of those not on disk: a new chromosome,
+    or one an earlier attempt left half made, gets them empty (no bins)."""
+    documents, unwritten = {}, set()
     for path, template in _empty_chromosome(chunk_size).items():
-        where = store / chrom / path if path else store / chrom
+        where = _node(store, chrom, path)
         if (where / "zarr.json").exists():
             documents[path] = read_document(where)
             continue
@@ -195,39 +199,42 @@ def _chromosome(store: Location, chrom: str, n_samples: int, bin_size: int, chun
             document["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
         elif path in (*COUNTS, "index/summary"):
             document["shape"][1] = n_samples
-        write_document(store, where, document)
         documents[path] = document
-    for entry in (store / chrom).children():  # decode's posteriors, say
-        if entry.name not in documents and (entry / "zarr.json").exists():
-            document = read_document(entry)
-            if document.get("node_type") == "array":
-                documents[entry.name] = document
-    return documents
+        unwritten.add(path)
+    if not unwritten:
+        for entry in (store / chrom).children():  # decode's posteriors, say
+            if entry.name not in documents and (entry / "zarr.json").exists():
+                document = read_document(entry)
+                if document.get("node_type") == "array":
+                    documents[entry.name] = document
+    return documents, unwritten
 
 
-def _reshape(store: Location, chrom: str, documents: dict, path: str, shape: list[int]) -> None:
-    if documents[path]["shape"] != shape:
-        documents[path]["shape"] = shape
-        write_document(store, store / chrom / path, documents[path])
-
-
-def _grow_chromosome(store: Location, chrom: str, documents: dict, entry: dict, names: list[str],
+def _grow_chromosome(store: Location, chrom: str, documents: dict, unwritten: set, entry: dict, names: list[str],
                      written: tuple, bin_size: int, chunk_size: int) -> None:
     """Grow a chromosome to the commit's bins and to ``len(names)`` samples (it never
-    shrinks). The positions are written from the axis' end before the commit, a chunk at a
-    time (memory holds one chunk)."""
+    shrinks): its documents written (those changed, and ``unwritten``), then the positions
+    from the axis' end before the commit, a chunk at a time (memory holds one chunk)."""
     n_bins = max(entry["n_bins"], documents["methylated"]["shape"][0])
-    for name in COUNTS:
-        _reshape(store, chrom, documents, name, [n_bins, len(names)])
-    for name in per_position_variables(documents):  # kept on the same axis, their other dimensions as they are
-        _reshape(store, chrom, documents, name, [n_bins, *documents[name]["shape"][1:]])
     lo = entry.get("store_bins", documents[POSITION]["shape"][0])
-    _reshape(store, chrom, documents, POSITION, [n_bins])
+    shapes = {name: [n_bins, len(names)] for name in COUNTS}
+    for name in per_position_variables(documents):  # kept on the same axis, their other dimensions as they are
+        shapes[name] = [n_bins, *documents[name]["shape"][1:]]
+    shapes[POSITION] = [n_bins]
+    shapes["index/summary"] = [n_chunks(n_bins, chunk_size), len(names), len(FIELDS)]
+    if _encoding(documents["sample"]) == _encoding(written[0]):
+        shapes["sample"] = [len(names)]
+    for path, shape in shapes.items():
+        if documents[path]["shape"] != shape:
+            documents[path]["shape"] = shape
+            unwritten.add(path)
+    for path in documents:  # groups before their arrays
+        if path in unwritten:
+            write_document(store, _node(store, chrom, path), documents[path])
     for k in range(lo // chunk_size, n_chunks(n_bins, chunk_size)):
         first = k * chunk_size
         write_chunk(store, store / chrom / POSITION, documents[POSITION], (k,),
                     np.arange(first, min(n_bins, first + chunk_size), dtype=np.int64) * bin_size)
-    _reshape(store, chrom, documents, "index/summary", [n_chunks(n_bins, chunk_size), len(names), len(FIELDS)])
     _write_names(store, chrom, documents, names, written)
 
 
@@ -243,7 +250,9 @@ def _write_names(store: Location, chrom: str, documents: dict, names: list[str],
             array[:] = np.array(names, dtype=object)
         documents["sample"] = read_document(sample)
         return
-    _reshape(store, chrom, documents, "sample", [len(names)])
+    if documents["sample"]["shape"] != [len(names)]:
+        documents["sample"]["shape"] = [len(names)]
+        write_document(store, sample, documents["sample"])
     for k in range(n_chunks(len(names), SAMPLE_CHUNK)):
         path = chunk_path(sample, (k,))
         if k not in names_chunks:
@@ -258,8 +267,8 @@ def _put_chromosome(store: Location, staging: Location, chrom: str, entry: dict,
     files renamed into its column (the column's other chunks removed), its chunk summaries.
     Returns the chromosome's documents."""
     bin_size, chunk_size = record["bin_size"], record["chunk_size"]
-    documents = _chromosome(store, chrom, len(names), bin_size, chunk_size)
-    _grow_chromosome(store, chrom, documents, entry, names, written, bin_size, chunk_size)
+    documents, unwritten = _chromosome(store, chrom, len(names), bin_size, chunk_size)
+    _grow_chromosome(store, chrom, documents, unwritten, entry, names, written, bin_size, chunk_size)
     for array in COUNTS:
         files = set(entry.get("files", {}).get(array, entry["chunks"]))
         for i in range(n_chunks(documents[array]["shape"][0], chunk_size)):

@@ -184,14 +184,6 @@ class SampleWriter:
                 held[:] = read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0]
             self._touched = self.chunk_size
 
-    def _stage_chromosome(self, chrom: str) -> None:
-        """The chromosome's group and count arrays in the staging store (their shapes set when
-        it is finished)."""
-        if chrom in self.summaries:
-            return
-        for name in ("", *COUNTS):
-            write_document(self.path, self.path / chrom / name if name else self.path / chrom, self._nodes[name])
-
     @_staging_errors
     def flush(self) -> None:
         """Write what is in memory (a chunk, an unsorted chromosome) to the staging store."""
@@ -211,7 +203,6 @@ class SampleWriter:
             i = covered[np.argmax(cov[covered])]
             raise ValueError(f"{chrom}: the bin at {(start + i) * self.bin_size:,} sums coverage {cov[i]:,}, "
                              f"more than the store's uint32 holds ({COUNT_MAX:,}); use a smaller --bin-size")
-        self._stage_chromosome(chrom)
         for name, held in zip(COUNTS, (meth, cov)):
             write_chunk(self.path, self.path / chrom / name, self._nodes[name], (chunk, 0), held[:, None])
         self.summaries.setdefault(chrom, {})[chunk] = chunk_summary(start, meth, cov)
@@ -237,7 +228,8 @@ class SampleWriter:
             present = sorted(i for i, s in chunks.items() if s[COVERED] > 0)
             if not present:
                 continue
-            n_bins = self.extent[chrom]
+            n_bins = self.extent[chrom]  # the documents written once the chunks are: their shapes known
+            write_document(self.path, self.path / chrom, self._nodes[""])
             for name in COUNTS:
                 write_document(self.path, self.path / chrom / name, {**self._nodes[name], "shape": [n_bins, 1]})
             summary = np.zeros((n_chunks(n_bins, self.chunk_size), 1, len(FIELDS)), np.int64)
