@@ -34,11 +34,12 @@ exactly (``a + b``); that is what tree reduction, resume and incremental updates
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg.cython_blas  # noqa: F401  the BLAS of numba's np.dot: loaded before threadpool_limits looks
-from threadpoolctl import threadpool_limits
+import scipy.linalg.cython_blas  # noqa: F401  the BLAS of numba's np.dot: loaded before threadpoolctl looks
+from threadpoolctl import ThreadpoolController
 
 from . import moment_kernels
 from .features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode,
@@ -190,6 +191,13 @@ def _padded_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
 
 
+@functools.cache
+def _blas_libraries() -> ThreadpoolController:
+    """The process's BLAS libraries, found once: threadpool_limits looks for them at each call
+    (3 ms, as long as the whole moment task of a short contig)."""
+    return ThreadpoolController()
+
+
 def moments_from_features(features: FeatureTable, lengths: np.ndarray,
                           histogram_budget: int = HISTOGRAM_CELL_BUDGET) -> Moments:
     """Triple sums of encoded bins; no triple crosses a boundary given by ``lengths``."""
@@ -199,7 +207,7 @@ def moments_from_features(features: FeatureTable, lengths: np.ndarray,
     if starts.size == 0:
         return out
     # the kernel's GEMMs are small: BLAS threads only contend with the other chunks' tasks
-    with threadpool_limits(1, user_api="blas"):
+    with _blas_libraries().limit(limits=1, user_api="blas"):
         moment_kernels.accumulate_triples(
             features.codes, starts, features.table,
             features.coverage.astype(np.float64), features.methylated.astype(np.float64),

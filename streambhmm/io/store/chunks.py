@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from dataclasses import dataclass
 
 import numpy as np
 import zarr
 
+from ..storage import Location
+from .nodes import read_chunk
 from .schema import COVERED, DIGEST, FIELDS, LAST, PREVIOUS, SUMS, StoreError
 
 
@@ -18,6 +21,20 @@ def root_group(url: str, generation: str):
     """The store's root group through its consolidated metadata (no metadata reads per
     array); cached per generation, which every change of the store renews."""
     return zarr.open_group(url, mode="r", use_consolidated=True)
+
+
+@functools.lru_cache(maxsize=16)
+def store_nodes(url: str, generation: str) -> dict[str, dict]:
+    """The documents of the store's nodes by path, from the consolidated metadata of its
+    root; cached per generation, which every change of the store renews. (Zarr parses a
+    node's document each time an array is taken from a group: a millisecond, paid per
+    chromosome and per chunk read, seconds on an assembly of thousands of contigs.)"""
+    document = json.loads((Location.of(url) / "zarr.json").read_text())
+    nodes = (document.get("consolidated_metadata") or {}).get("metadata")
+    if nodes is None:
+        raise StoreError(f"{url}: the root's zarr.json holds no consolidated metadata, which every commit writes: "
+                         f"the store is damaged; ingest its samples again into a new store")
+    return nodes
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,10 +89,12 @@ class ChunkRef:
 
     def _column(self, array: str, w: int) -> np.ndarray:
         """This chunk of column ``w``'s ``array`` ("methylated" or "coverage"), unchecked."""
+        document = store_nodes(self.url, self.generation)[f"{self.chrom}/{array}"]
         try:
-            return root_group(self.url, self.generation)[f"{self.chrom}/{array}"][self.start:self.stop, self.columns[w]]
+            chunk = read_chunk(Location.of(self.url) / self.chrom / array, document, (self.chunk, self.columns[w]))
         except (RuntimeError, ValueError) as exc:  # a chunk file that no longer decompresses
             raise self._damaged(w, f"they cannot be decoded: {exc}") from None
+        return chunk[:self.n_bins, 0]
 
     def positions(self, rows=None) -> np.ndarray:
         """0-based bp starts of the chunk's rows (default: all of them)."""

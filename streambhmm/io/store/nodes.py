@@ -119,7 +119,8 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
 
 
 def read_chunk(array: Location, document: dict, index: tuple) -> np.ndarray:
-    """Chunk ``index`` of ``array`` (its whole chunk shape; the fill value where unwritten)."""
+    """Chunk ``index`` of ``array`` (its whole chunk shape; the fill value where unwritten),
+    read-only."""
     dtype, shape, fill, compressor = _layout(document)
     path = chunk_path(array, index)
     if compressor is None:
@@ -131,4 +132,4 @@ def read_chunk(array: Location, document: dict, index: tuple) -> np.ndarray:
         return chunk
     if not path.exists():
         return np.full(shape, fill, dtype)
-    return np.frombuffer(compressor.decode(path.read_bytes()), dtype).reshape(shape).copy()
+    return np.frombuffer(compressor.decode(path.read_bytes()), dtype).reshape(shape)  # read-only

@@ -11,7 +11,8 @@ import numpy as np
 from ..names import Spellings
 from ..outputs import Inputs
 from ..storage import Location
-from .chunks import ChunkRef, root_group
+from .chunks import ChunkRef, root_group, store_nodes
+from .nodes import read_chunk
 from .locking import lock_file
 from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
                      read_attributes)
@@ -64,7 +65,7 @@ class CountsStore:
         return int(self.meta.samples[sample]["column"])
 
     def n_bins(self, chrom: str) -> int:
-        return int(root_group(self.path.url, self.generation)[f"{chrom}/methylated"].shape[0])
+        return int(store_nodes(self.path.url, self.generation)[f"{chrom}/methylated"]["shape"][0])
 
     def n_cells(self) -> int:
         """Bins x samples over all chromosomes (from the metadata)."""
@@ -89,11 +90,18 @@ class CountsStore:
 
     def summary(self, chrom: str, columns) -> np.ndarray:
         """(chunks, len(columns), FIELDS) chunk summaries of those sample columns."""
-        array = root_group(self.path.url, self.generation)[f"{chrom}/index/summary"]
         columns = list(columns)
-        if not columns:
-            return np.zeros((array.shape[0], 0, len(FIELDS)), np.int64)
-        summary = np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+        document = store_nodes(self.path.url, self.generation)[f"{chrom}/index/summary"]
+        n_chunks = document["shape"][0]
+        if not self.path.is_local:  # zarr fetches the objects concurrently
+            array = root_group(self.path.url, self.generation)[f"{chrom}/index/summary"]
+            return np.asarray(array.get_orthogonal_selection((slice(None), columns, slice(None))))
+        summary = np.zeros((n_chunks, len(columns), len(FIELDS)), np.int64)
+        array = self.path / chrom / "index" / "summary"
+        for j, column in enumerate(columns):
+            for first in range(0, n_chunks, INDEX_CHUNK):
+                rows = read_chunk(array, document, (first // INDEX_CHUNK, column, 0))
+                summary[first:first + INDEX_CHUNK, j] = rows[:n_chunks - first, 0]
         self._check_index(chrom, columns, summary)
         return summary
 
