@@ -122,3 +122,22 @@ def test_a_commit_describes_the_store_as_zarr_does(tmp_path):
     assert ds.posterior.shape == (ds.sizes["position"], 2)
     assert read_document(Location(str(store / "scaffold_5" / "sample")))["chunk_grid"]["configuration"][
         "chunk_shape"] == [4]
+
+
+def test_chunk_summaries_past_the_first_index_chunk_read_as_zarr_reads_them(tmp_path):
+    """With one bin per chunk, a chromosome of 4,200 bins has its chunk summaries in two index
+    chunks (4,096 summaries each); two samples' columns read directly are zarr's."""
+    store = tmp_path / "s.zarr"
+    for sample, bins in (("A", (3, 4_099, 4_150)), ("B", (7, 4_100))):
+        path = tmp_path / f"{sample}.tsv"
+        path.write_text("chrom\tpos\tstrand\tmc\tcov\n" + "".join(f"chr1\t{b * 100 + 1}\t+\t{b % 5}\t5\n" for b in bins))
+        ingest([path], sample, store, chunk_size=1)
+    st = open_store(store)
+    summary = st.summary("chr1", [st.column("A"), st.column("B")])
+    expected = zarr.open_array(str(store / "chr1" / "index" / "summary"), mode="r")[:, [st.column("A"), st.column("B")]]
+    np.testing.assert_array_equal(summary, expected)
+    assert summary.shape[0] == 4_151 and summary[4_100, 1, 2] == 1  # covered bins of B's chunk 4,100
+    refs = st.chunk_refs("chr1", ["A", "B"])
+    assert [ref.chunk for ref in refs] == [3, 7, 4_099, 4_100, 4_150]
+    meth, cov = refs[-1].read()
+    assert meth.tolist() == [[4_150 % 5, 0]] and cov.tolist() == [[5, 0]]
