@@ -485,20 +485,23 @@ def test_a_committed_staging_of_another_user_is_left_to_them(tmp_path, samples, 
     assert by_sample(store) == reference["AB"] and leftovers(store) == []
 
 
-def test_a_link_inside_the_store_is_not_written_through(tmp_path):
-    """A new sample without counts on a chromosome gets that chromosome's column metadata and
-    sample names written in place: a link there (a store copied from elsewhere) is refused,
-    and the file it points to is untouched."""
+@pytest.mark.parametrize("linked", ["chr2/sample/c/0", "chr1/coverage/c"])
+def test_a_link_inside_the_store_is_refused_before_the_commit_point(tmp_path, linked):
+    """A commit writes, renames and removes files in the store: a link inside it (a store copied
+    from elsewhere) is refused before the commit point, the store unchanged, and nothing is
+    written or removed where it points: a file (a sample's names, written in place) or a
+    directory (chunks renamed into it)."""
     store = tmp_path / "s.zarr"
     (tmp_path / "two.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\nchr2\t10\t+\t1\t3\n")
     (tmp_path / "one.tsv").write_text(HEADER + "chr1\t20\t+\t1\t2\n")
     ingest([tmp_path / "two.tsv"], "A", store)
-    precious = tmp_path / "precious.txt"
-    precious.write_text("keep me")
-    names = store / "chr2" / "sample" / "c" / "0"
-    names.unlink()
-    names.symlink_to(precious)
+    link = store / linked
+    precious = tmp_path / "precious"
+    link.rename(precious)
+    link.symlink_to(precious)
+    kept = {p: p.read_bytes() for p in [*store.rglob("*"), *precious.rglob("*"), precious] if p.is_file()}
     r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", "B", "--store", store, "-q")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert "symbolic links" in r.stderr, r.stderr
-    assert precious.read_text() == "keep me"
+    assert f"{link} is a symbolic link inside the store" in r.stderr and "the store is unchanged" in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in [*store.rglob("*"), *precious.rglob("*"), precious] if p.is_file()} == kept
+    assert leftovers(store) == []

@@ -13,7 +13,7 @@ from zarr.codecs import BloscCodec, GzipCodec
 
 from streambhmm.io.ingest import ingest
 from streambhmm.io.storage import Location
-from streambhmm.io.store import mark_changed, open_store
+from streambhmm.io.store import StoreError, mark_changed, open_store
 from streambhmm.io.store.nodes import read_chunk, read_document, write_chunk, write_document, written_by_zarr
 
 BLOSC = {"compressors": BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")}
@@ -64,6 +64,12 @@ def test_chunks_written_as_files_are_the_bytes_zarr_writes(tmp_path, seed):
         if path.parts[0] == "gzipped":  # zarr's own writes (gzip's header holds the time)
             continue
         assert (tmp_path / "zarr" / path).read_bytes() == (tmp_path / "ours" / path).read_bytes(), path
+    # a chunk set to no rows holds the fill value, whichever codecs write it
+    for name in ("counts", "gzipped"):
+        write_chunk(ours, ours / name, documents[name], (1, 0), np.zeros((0, 1), np.uint32))
+        assert not read_chunk(ours / name, documents[name], (1, 0)).any()
+        data[name][10:20, 0] = 0
+        np.testing.assert_array_equal(zarr.open_array(ours.url, path=name, mode="r")[...], data[name])
 
 
 def test_a_chunk_file_is_not_written_through_a_link(tmp_path):
@@ -141,3 +147,17 @@ def test_chunk_summaries_past_the_first_index_chunk_read_as_zarr_reads_them(tmp_
     assert [ref.chunk for ref in refs] == [3, 7, 4_099, 4_100, 4_150]
     meth, cov = refs[-1].read()
     assert meth.tolist() == [[4_150 % 5, 0]] and cov.tolist() == [[5, 0]]
+
+
+@pytest.mark.parametrize("damaged", ["chr1/coverage/c/0/0", "chr1/index/summary/c/0/0/0"])
+def test_a_chunk_file_that_cannot_be_read_is_refused_with_the_sample_named(tmp_path, damaged):
+    store = tmp_path / "s.zarr"
+    path = tmp_path / "a.tsv"
+    path.write_text("chrom\tpos\tstrand\tmc\tcov\n" + "".join(f"chr1\t{p}\t+\t1\t4\n" for p in range(1, 5_000, 50)))
+    ingest([path], "A", store, chunk_size=1_000)
+    (store / damaged).unlink()
+    (store / damaged).mkdir()  # a directory in its place: reading it fails with an OSError
+    st = open_store(store)
+    with pytest.raises(StoreError, match="sample A on chr1") as caught:
+        st.chunk_refs("chr1", ["A"])[0].read()
+    assert f"{store / damaged}" in str(caught.value) and "ingest sample a again" in str(caught.value).lower()

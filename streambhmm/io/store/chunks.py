@@ -12,7 +12,7 @@ import numpy as np
 import zarr
 
 from ..storage import Location
-from .nodes import read_chunk
+from .nodes import read_chunk, why
 from .schema import COVERED, DIGEST, FIELDS, LAST, PREVIOUS, SUMS, StoreError
 
 
@@ -35,6 +35,16 @@ def store_nodes(url: str, generation: str) -> dict[str, dict]:
         raise StoreError(f"{url}: the root's zarr.json holds no consolidated metadata, which every commit writes: "
                          f"the store is damaged; ingest its samples again into a new store")
     return nodes
+
+
+def store_node(url: str, generation: str, path: str) -> dict:
+    """The document of the store's node at ``path`` (store_nodes), refused when the consolidated
+    metadata lacks it."""
+    try:
+        return store_nodes(url, generation)[path]
+    except KeyError:
+        raise StoreError(f"{url}: the root's consolidated metadata has no entry for {path}: the store is damaged; "
+                         f"ingest its samples again into a new store") from None
 
 
 @dataclass(frozen=True, eq=False)
@@ -89,11 +99,13 @@ class ChunkRef:
 
     def _column(self, array: str, w: int) -> np.ndarray:
         """This chunk of column ``w``'s ``array`` ("methylated" or "coverage"), unchecked."""
-        document = store_nodes(self.url, self.generation)[f"{self.chrom}/{array}"]
+        document = store_node(self.url, self.generation, f"{self.chrom}/{array}")
         try:
             chunk = read_chunk(Location.of(self.url) / self.chrom / array, document, (self.chunk, self.columns[w]))
         except (RuntimeError, ValueError) as exc:  # a chunk file that no longer decompresses
             raise self._damaged(w, f"they cannot be decoded: {exc}") from None
+        except OSError as exc:  # one that cannot be read (a directory in its place, say)
+            raise self._damaged(w, f"they cannot be read: {why(exc)}") from None
         return chunk[:self.n_bins, 0]
 
     def positions(self, rows=None) -> np.ndarray:

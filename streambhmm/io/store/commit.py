@@ -42,7 +42,8 @@ import zarr
 
 from ... import __version__
 from ..storage import Location, beside, fault_point, replacing_dir, write_json
-from .nodes import chunk_path, read_chunk, read_document, write_chunk, write_document, write_file, written_by_zarr
+from .nodes import (chunk_path, read_chunk, read_document, why, write_chunk, write_document, write_file,
+                    written_by_zarr)
 from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, POSITION,
                      SAMPLE_CHUNK, StoreError, codecs, inline, n_chunks, natural_sorted, new_attributes,
                      per_position_variables)
@@ -137,13 +138,6 @@ def complete_commit(store: Location, staging: Location, failed: str, what: str) 
     except Exception as exc:
         raise StoreError(f"{failed}: {why(exc)}. Once that is fixed, any command on the store completes "
                          f"{what}") from exc
-
-
-def why(exc: BaseException) -> str:
-    """An error as a short phrase: an OSError's reason and file, else its message."""
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror.lower()}" + (f" ({exc.filename})" if exc.filename else "")
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def _create_chromosome(group, chunk_size: int) -> None:

@@ -5,9 +5,9 @@ A zarr call on a local store hands each file operation to zarr's I/O threads and
 milliseconds; staging and committing a chromosome took about thirty of them, so an assembly
 of hundreds of contigs took tens of seconds to ingest (0.1 s a contig). Here a node is a file
 read or written. Zarr remains the authority on the documents: the templates are what zarr
-writes for an empty chromosome (:func:`empty_nodes`), and a chunk whose codecs are not the
-two this store uses (bytes then blosc or zstd, as a store made by another zarr might have)
-is written through zarr."""
+writes for an empty chromosome (:func:`written_by_zarr`), and a chunk whose codecs are not the
+two this store uses (bytes, then blosc or zstd), as a store made by another zarr may have, is
+written through zarr."""
 
 from __future__ import annotations
 
@@ -33,6 +33,13 @@ def written_by_zarr(create) -> tuple[dict[str, dict], dict[str, bytes]]:
     documents = {key.removesuffix("zarr.json").rstrip("/"): json.loads(value.to_bytes())
                  for key, value in held.items() if key.endswith("zarr.json")}
     return documents, {key: value.to_bytes() for key, value in held.items() if not key.endswith("zarr.json")}
+
+
+def why(exc: BaseException) -> str:
+    """An error as a short phrase: an OSError's reason and file, else its message."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror.lower()}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
 def read_document(path: Location) -> dict:
@@ -105,16 +112,17 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
     is removed, as zarr does."""
     dtype, shape, fill, compressor = _layout(document)
     values = np.asarray(values)
-    if compressor is None:  # codecs of another kind: zarr writes it
-        offsets = [i * n for i, n in zip(index, shape)]
-        selection = tuple(slice(o, min(o + v, d)) for o, v, d in zip(offsets, values.shape, document["shape"]))
-        zarr.open_array(array.url, mode="r+")[selection] = values[tuple(slice(0, s.stop - s.start) for s in selection)]
-        return
-    if not (values != fill).any():
+    if compressor is not None and not (values != fill).any():
         chunk_path(array, index).unlink()
         return
+    dtype = values.dtype if dtype is None else dtype
     chunk = np.zeros(shape, dtype) if fill == 0 else np.full(shape, fill, dtype)  # zeros: pages not touched
     chunk[tuple(slice(0, n) for n in values.shape)] = values
+    if compressor is None:  # codecs of another kind: zarr writes the whole chunk (within the array)
+        offsets = [i * n for i, n in zip(index, shape)]
+        selection = tuple(slice(o, min(o + n, d)) for o, n, d in zip(offsets, shape, document["shape"]))
+        zarr.open_array(array.url, mode="r+")[selection] = chunk[tuple(slice(0, s.stop - s.start) for s in selection)]
+        return
     write_file(root, chunk_path(array, index), compressor.encode(chunk))
 
 

@@ -11,8 +11,8 @@ import numpy as np
 from ..names import Spellings
 from ..outputs import Inputs
 from ..storage import Location
-from .chunks import ChunkRef, root_group, store_nodes
-from .nodes import read_chunk
+from .chunks import ChunkRef, root_group, store_node
+from .nodes import chunk_path, read_chunk, why
 from .locking import lock_file
 from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
                      read_attributes)
@@ -65,7 +65,7 @@ class CountsStore:
         return int(self.meta.samples[sample]["column"])
 
     def n_bins(self, chrom: str) -> int:
-        return int(store_nodes(self.path.url, self.generation)[f"{chrom}/methylated"]["shape"][0])
+        return int(store_node(self.path.url, self.generation, f"{chrom}/methylated")["shape"][0])
 
     def n_cells(self) -> int:
         """Bins x samples over all chromosomes (from the metadata)."""
@@ -91,7 +91,7 @@ class CountsStore:
     def summary(self, chrom: str, columns) -> np.ndarray:
         """(chunks, len(columns), FIELDS) chunk summaries of those sample columns."""
         columns = list(columns)
-        document = store_nodes(self.path.url, self.generation)[f"{chrom}/index/summary"]
+        document = store_node(self.path.url, self.generation, f"{chrom}/index/summary")
         n_chunks = document["shape"][0]
         if not self.path.is_local:  # zarr fetches the objects concurrently
             array = root_group(self.path.url, self.generation)[f"{chrom}/index/summary"]
@@ -100,7 +100,15 @@ class CountsStore:
         array = self.path / chrom / "index" / "summary"
         for j, column in enumerate(columns):
             for first in range(0, n_chunks, INDEX_CHUNK):
-                rows = read_chunk(array, document, (first // INDEX_CHUNK, column, 0))
+                index = (first // INDEX_CHUNK, column, 0)
+                try:
+                    rows = read_chunk(array, document, index)
+                except (OSError, RuntimeError, ValueError) as exc:
+                    sample = next((s for s in self.samples if self.column(s) == column), f"column {column}")
+                    reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else why(exc)
+                    raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} cannot be read "
+                                     f"({chunk_path(array, index)}: {reason}): the store is damaged. Ingest sample "
+                                     f"{sample} again") from None
                 summary[first:first + INDEX_CHUNK, j] = rows[:n_chunks - first, 0]
         self._check_index(chrom, columns, summary)
         return summary

@@ -282,6 +282,7 @@ class SampleWriter:
             position = store / chrom / "position" / "zarr.json"
             entry["store_bins"] = json.loads(position.read_text())["shape"][0] if position.exists() else 0
         if store.is_local:
+            _check_no_links(store)
             _check_one_filesystem(store, self.path, record)
             _check_space(store, record)
         return replaced
@@ -334,6 +335,23 @@ def _check_commit(store: Location, record: dict) -> bool:
     for chrom in record["chromosomes"]:
         spellings.add(chrom, f"sample {record['sample']}")
     return record["sample"] in existing.meta.samples
+
+
+def _check_no_links(store: Location) -> None:
+    """Refuse a store holding a symbolic link, before the commit point: a commit renames files
+    into the store's directories and removes files there, which through a link would happen
+    outside the store."""
+    pending = [store.url] if os.path.isdir(store.url) else []
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    raise StoreError(f"{entry.path} is a symbolic link inside the store {store}: a commit renames and "
+                                     f"removes files in the store's directories, which through a link would happen "
+                                     f"outside it; replace the link by what it points to (cp -rL), or ingest into a "
+                                     f"new store; the store is unchanged")
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
 
 
 def _check_one_filesystem(store: Location, staging: Location, record: dict) -> None:
