@@ -485,12 +485,13 @@ def test_a_committed_staging_of_another_user_is_left_to_them(tmp_path, samples, 
     assert by_sample(store) == reference["AB"] and leftovers(store) == []
 
 
-@pytest.mark.parametrize("linked", ["chr2/sample/c/0", "chr1/coverage/c"])
-def test_a_link_inside_the_store_is_refused_before_the_commit_point(tmp_path, linked):
+@pytest.mark.parametrize("linked, sample", [("chr2/sample/c/0", "B"), ("chr1/coverage/c", "B"),
+                                            ("chr2/coverage/c", "A")])
+def test_a_link_inside_the_store_is_refused_before_the_commit_point(tmp_path, linked, sample):
     """A commit writes, renames and removes files in the store: a link inside it (a store copied
     from elsewhere) is refused before the commit point, the store unchanged, and nothing is
     written or removed where it points: a file (a sample's names, written in place) or a
-    directory (chunks renamed into it)."""
+    directory (chunks renamed into it, or removed from it when a sample is replaced)."""
     store = tmp_path / "s.zarr"
     (tmp_path / "two.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\nchr2\t10\t+\t1\t3\n")
     (tmp_path / "one.tsv").write_text(HEADER + "chr1\t20\t+\t1\t2\n")
@@ -500,7 +501,7 @@ def test_a_link_inside_the_store_is_refused_before_the_commit_point(tmp_path, li
     link.rename(precious)
     link.symlink_to(precious)
     kept = {p: p.read_bytes() for p in [*store.rglob("*"), *precious.rglob("*"), precious] if p.is_file()}
-    r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", "B", "--store", store, "-q")
+    r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", sample, "--store", store, "-q")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{link} is a symbolic link inside the store" in r.stderr and "the store is unchanged" in r.stderr, r.stderr
     assert {p: p.read_bytes() for p in [*store.rglob("*"), *precious.rglob("*"), precious] if p.is_file()} == kept

@@ -282,7 +282,7 @@ class SampleWriter:
             position = store / chrom / "position" / "zarr.json"
             entry["store_bins"] = json.loads(position.read_text())["shape"][0] if position.exists() else 0
         if store.is_local:
-            _check_no_links(store)
+            _check_no_links(store, record, replaced)
             _check_one_filesystem(store, self.path, record)
             _check_space(store, record)
         return replaced
@@ -337,21 +337,39 @@ def _check_commit(store: Location, record: dict) -> bool:
     return record["sample"] in existing.meta.samples
 
 
-def _check_no_links(store: Location) -> None:
-    """Refuse a store holding a symbolic link, before the commit point: a commit renames files
-    into the store's directories and removes files there, which through a link would happen
-    outside the store."""
-    pending = [store.url] if os.path.isdir(store.url) else []
-    while pending:
-        with os.scandir(pending.pop()) as entries:
-            for entry in entries:
-                if entry.is_symlink():
-                    raise StoreError(f"{entry.path} is a symbolic link inside the store {store}: a commit renames and "
-                                     f"removes files in the store's directories, which through a link would happen "
-                                     f"outside it; replace the link by what it points to (cp -rL), or ingest into a "
-                                     f"new store; the store is unchanged")
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
+def _check_no_links(store: Location, record: dict, replaced: bool) -> None:
+    """Refuse a symbolic link where the commit writes, renames or removes files, before the
+    commit point: through a link that would happen outside the store. The chromosomes the
+    commit puts counts in (all of them when it replaces a sample, whose chunks it removes)
+    are walked whole; the others get a new column's metadata and sample names only."""
+    def refuse(path: str):
+        raise StoreError(f"{path} is a symbolic link inside the store {store}: a commit renames and removes files in "
+                         f"the store's directories, which through a link would happen outside it; replace the link by "
+                         f"what it points to (cp -rL), or ingest into a new store; the store is unchanged")
+
+    if not os.path.isdir(store.url):
+        return
+    with os.scandir(store.url) as chromosomes:
+        top = list(chromosomes)
+    for entry in top:
+        if entry.is_symlink():
+            refuse(entry.path)
+        if not entry.is_dir():
+            continue
+        if replaced or entry.name in record["chromosomes"]:
+            pending = [entry.path]
+            while pending:
+                with os.scandir(pending.pop()) as entries:
+                    for inner in entries:
+                        if inner.is_symlink():
+                            refuse(inner.path)
+                        if inner.is_dir(follow_symlinks=False):
+                            pending.append(inner.path)
+            continue
+        for part in ("methylated", "coverage", "index", "index/summary", "sample", "sample/c", "sample/c/0",
+                     *(f"{array}/zarr.json" for array in ("methylated", "coverage", "index/summary"))):
+            if os.path.islink(os.path.join(entry.path, part)):
+                refuse(os.path.join(entry.path, part))
 
 
 def _check_one_filesystem(store: Location, staging: Location, record: dict) -> None:
