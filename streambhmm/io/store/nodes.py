@@ -106,6 +106,12 @@ def _layout(document: dict):
     return dtype, shape, document.get("fill_value", 0), compressor
 
 
+def _chunk_selection(document: dict, index: tuple) -> tuple:
+    """The array's region chunk ``index`` covers (the edge chunk cut at the array's shape)."""
+    shape = document["chunk_grid"]["configuration"]["chunk_shape"]
+    return tuple(slice(i * n, min((i + 1) * n, d)) for i, n, d in zip(index, shape, document["shape"]))
+
+
 def write_chunk(root: Location, array: Location, document: dict, index: tuple, values: np.ndarray) -> None:
     """Chunk ``index`` of ``array`` (its ``document``) set to ``values`` (the chunk's shape, or
     less along the first axis: the rest is the fill value). A chunk of only the fill value
@@ -119,8 +125,7 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
     chunk = np.zeros(shape, dtype) if fill == 0 else np.full(shape, fill, dtype)  # zeros: pages not touched
     chunk[tuple(slice(0, n) for n in values.shape)] = values
     if compressor is None:  # codecs of another kind: zarr writes the whole chunk (within the array)
-        offsets = [i * n for i, n in zip(index, shape)]
-        selection = tuple(slice(o, min(o + n, d)) for o, n, d in zip(offsets, shape, document["shape"]))
+        selection = _chunk_selection(document, index)
         zarr.open_array(array.url, mode="r+")[selection] = chunk[tuple(slice(0, s.stop - s.start) for s in selection)]
         return
     write_file(root, chunk_path(array, index), compressor.encode(chunk))
@@ -132,8 +137,7 @@ def read_chunk(array: Location, document: dict, index: tuple) -> np.ndarray:
     dtype, shape, fill, compressor = _layout(document)
     path = chunk_path(array, index)
     if compressor is None:
-        offsets = [i * n for i, n in zip(index, shape)]
-        selection = tuple(slice(o, min(o + n, d)) for o, n, d in zip(offsets, shape, document["shape"]))
+        selection = _chunk_selection(document, index)
         chunk = np.full(shape, fill, document["data_type"])
         part = zarr.open_array(array.url, mode="r")[selection]
         chunk[tuple(slice(0, n) for n in part.shape)] = part

@@ -27,6 +27,9 @@ from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVE
                      METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
 
 
+# what a commit writes in a chromosome where the new sample has no counts (commit._add_column)
+NEW_COLUMN_PATHS = ("methylated", "coverage", "index", "index/summary", "sample", "sample/c", "sample/c/0",
+                    "methylated/zarr.json", "coverage/zarr.json", "index/summary/zarr.json")
 STAGING_REMOVALS = 20  # tries, 0.1 s apart (SampleWriter._remove_staging)
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EXDEV)
 
@@ -116,7 +119,7 @@ class SampleWriter:
     @_staging_errors
     def _start(self) -> None:
         if not self.path.is_local:
-            self.root = zarr.open_group(self.path.url, mode="w", zarr_format=3)
+            zarr.open_group(self.path.url, mode="w", zarr_format=3)
             return
         # The owner lock is held while we live, so recovery (another writer's commit) leaves a
         # live staging alone. It is taken in a hidden directory that recovery never looks at,
@@ -130,7 +133,7 @@ class SampleWriter:
         except BaseException:
             starting.rmtree()
             raise
-        self.root = zarr.open_group(self.path.url, mode="a", zarr_format=3)  # "w" would remove the lock file
+        zarr.open_group(self.path.url, mode="a", zarr_format=3)  # the root's document; "w" would remove the lock file
         _check_one_filesystem(self.store.real(), self.path, {})
 
     @_staging_errors
@@ -337,39 +340,38 @@ def _check_commit(store: Location, record: dict) -> bool:
     return record["sample"] in existing.meta.samples
 
 
+def _links_under(top: str):
+    """The symbolic links anywhere under the directory ``top`` (not followed)."""
+    pending = [top]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    yield entry.path
+                elif entry.is_dir():
+                    pending.append(entry.path)
+
+
 def _check_no_links(store: Location, record: dict, replaced: bool) -> None:
     """Refuse a symbolic link where the commit writes, renames or removes files, before the
     commit point: through a link that would happen outside the store. The chromosomes the
     commit puts counts in (all of them when it replaces a sample, whose chunks it removes)
     are walked whole; the others get a new column's metadata and sample names only."""
-    def refuse(path: str):
-        raise StoreError(f"{path} is a symbolic link inside the store {store}: a commit renames and removes files in "
-                         f"the store's directories, which through a link would happen outside it; replace the link by "
-                         f"what it points to (cp -rL), or ingest into a new store; the store is unchanged")
-
     if not os.path.isdir(store.url):
         return
-    with os.scandir(store.url) as chromosomes:
-        top = list(chromosomes)
-    for entry in top:
+    with os.scandir(store.url) as entries:
+        chromosomes = [entry for entry in entries if entry.is_symlink() or entry.is_dir()]
+    for entry in chromosomes:
         if entry.is_symlink():
-            refuse(entry.path)
-        if not entry.is_dir():
-            continue
-        if replaced or entry.name in record["chromosomes"]:
-            pending = [entry.path]
-            while pending:
-                with os.scandir(pending.pop()) as entries:
-                    for inner in entries:
-                        if inner.is_symlink():
-                            refuse(inner.path)
-                        if inner.is_dir(follow_symlinks=False):
-                            pending.append(inner.path)
-            continue
-        for part in ("methylated", "coverage", "index", "index/summary", "sample", "sample/c", "sample/c/0",
-                     *(f"{array}/zarr.json" for array in ("methylated", "coverage", "index/summary"))):
-            if os.path.islink(os.path.join(entry.path, part)):
-                refuse(os.path.join(entry.path, part))
+            links = [entry.path]
+        elif replaced or entry.name in record["chromosomes"]:
+            links = _links_under(entry.path)
+        else:
+            links = [path for part in NEW_COLUMN_PATHS if os.path.islink(path := os.path.join(entry.path, part))]
+        for link in links:
+            raise StoreError(f"{link} is a symbolic link inside the store {store}: a commit renames and removes files "
+                             f"in the store's directories, which through a link would happen outside it; replace the "
+                             f"link by what it points to (cp -rL), or ingest into a new store; the store is unchanged")
 
 
 def _check_one_filesystem(store: Location, staging: Location, record: dict) -> None:
