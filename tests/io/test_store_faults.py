@@ -506,3 +506,56 @@ def test_a_link_inside_the_store_is_refused_before_the_commit_point(tmp_path, li
     assert f"{link} is a symbolic link inside the store" in r.stderr and "the store is unchanged" in r.stderr, r.stderr
     assert {p: p.read_bytes() for p in [*store.rglob("*"), *precious.rglob("*"), precious] if p.is_file()} == kept
     assert leftovers(store) == []
+
+
+DAMAGES = {"garbage": lambda f: f.write_text("garb"), "empty": lambda f: f.write_text(""),
+           "missing": lambda f: f.unlink()}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+@pytest.mark.parametrize("node", ["", "methylated", "coverage", "position", "sample", "index/summary"])
+def test_a_damaged_chromosome_document_is_mended_by_the_next_commit(tmp_path, node, damage):
+    """A chromosome's zarr.json garbled, emptied or removed (readers go by the root's
+    consolidated metadata, so they never see it): the next commit builds on the consolidated
+    metadata, not on the file, so it neither stops half way with a JSON error nor shrinks the
+    chromosome to a shorter sample's extent (hiding the other samples' bins past it), and it
+    writes the file again."""
+    store = tmp_path / "s.zarr"
+    (tmp_path / "long.tsv").write_text(HEADER + "".join(f"chr1\t{p}\t+\t1\t3\n" for p in range(10, 5000, 90)))
+    (tmp_path / "short.tsv").write_text(HEADER + "chr1\t20\t+\t1\t2\n")
+    ingest([tmp_path / "long.tsv"], "A", store, chunk_size=7)
+    before = by_sample(store)
+    DAMAGES[damage](store / "chr1" / node / "zarr.json")
+    r = streambhmm("ingest", tmp_path / "short.tsv", "--sample", "B", "--store", store, "-q")
+    assert r.returncode == 0, r.stderr
+    after = by_sample(store)
+    assert {key: value for key, value in after.items() if key[0] == "A"} == before
+    assert after["B", "chr1"][:3] == ([0], [1], [2])
+    listed = json.loads((store / "zarr.json").read_text())["consolidated_metadata"]["metadata"]
+    on_disk = json.loads((store / "chr1" / node / "zarr.json").read_text())
+    assert on_disk == {k: v for k, v in listed["chr1/" + node if node else "chr1"].items()
+                       if k != "consolidated_metadata"}
+    assert leftovers(store) == []
+
+
+def test_counts_of_other_codecs_are_refused_before_the_commit_point(tmp_path):
+    """Counts arrays rewritten with other codecs (a store changed with another tool) cannot take
+    the staged chunk files, which are renamed into them: refused, the file named, the store
+    unchanged."""
+    import zarr
+
+    store = tmp_path / "s.zarr"
+    (tmp_path / "one.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\n")
+    ingest([tmp_path / "one.tsv"], "A", store)
+    group = zarr.open_group(store / "chr1", mode="r+")
+    values = group["methylated"][:]
+    del group["methylated"]
+    group.create_array("methylated", data=values, chunks=(1_000_000, 1), compressors=zarr.codecs.ZstdCodec(),
+                       dimension_names=("position", "sample"))
+    consolidate(store)
+    kept = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", "B", "--store", store, "-q")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{store / 'chr1' / 'methylated'} is encoded with" in r.stderr, r.stderr
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == kept
+    assert leftovers(store) == []

@@ -109,9 +109,11 @@ def apply_commit(store: Location, staging: Location) -> None:
     column = samples[name]["column"] if name in samples else len(samples)
     names = sorted(samples, key=lambda s: samples[s]["column"]) + ([] if name in samples else [name])
     written = _sample_names(names)
+    listed = nodes_by_chromosome(nodes)
     nodes = {k: v for k, v in nodes.items() if k.split("/")[0] not in new}  # the sample's chromosomes: anew
     for chrom in natural_sorted(new):
-        documents = _put_chromosome(store, staging, chrom, new[chrom], column, names, written, record)
+        documents = _put_chromosome(store, staging, chrom, listed.get(chrom), new[chrom], column, names, written,
+                                    record)
         nodes.update(_chromosome_nodes(chrom, documents))
         fault_point("chromosome")
     others = [chrom for chrom in attrs["chromosomes"] if chrom not in new]
@@ -178,37 +180,35 @@ def _node(store: Location, chrom: str, path: str) -> Location:
     return store / chrom / path if path else store / chrom
 
 
-def _chromosome(store: Location, chrom: str, n_samples: int, bin_size: int, chunk_size: int) -> tuple[dict, set]:
+def _chromosome(chrom: str, listed: dict, n_samples: int, bin_size: int, chunk_size: int) -> dict:
     """A chromosome's documents by path inside it (its group "", its arrays, and the
-    per-position variables it holds), and the paths of those not on disk: a new chromosome,
-    or one an earlier attempt left half made, gets them empty (no bins)."""
-    documents, unwritten = {}, set()
-    for path, template in _empty_chromosome(chunk_size).items():
-        where = _node(store, chrom, path)
-        if (where / "zarr.json").exists():
-            documents[path] = read_document(where)
-            continue
-        document = copy.deepcopy(template)
-        if path == "":
-            document["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
-        elif path in (*COUNTS, "index/summary"):
-            document["shape"][1] = n_samples
-        documents[path] = document
-        unwritten.add(path)
-    if not unwritten:
-        for entry in (store / chrom).children():  # decode's posteriors, say
-            if entry.name not in documents and (entry / "zarr.json").exists():
-                document = read_document(entry)
-                if document.get("node_type") == "array":
-                    documents[entry.name] = document
-    return documents, unwritten
+    per-position variables it holds): those of the root's consolidated metadata, ``listed``
+    (by path; what readers go by, whatever a damaged file on disk says), or for a new
+    chromosome empty ones (no bins)."""
+    if listed:
+        return {path: {k: v for k, v in document.items() if k != "consolidated_metadata"}
+                for path, document in copy.deepcopy(listed).items()}
+    documents = copy.deepcopy(_empty_chromosome(chunk_size))
+    documents[""]["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
+    for path in (*COUNTS, "index/summary"):
+        documents[path]["shape"][1] = n_samples
+    return documents
 
 
-def _grow_chromosome(store: Location, chrom: str, documents: dict, unwritten: set, entry: dict, names: list[str],
+def nodes_by_chromosome(nodes: dict) -> dict[str, dict[str, dict]]:
+    """The root's consolidated metadata by chromosome, then by path inside it ("": its group)."""
+    grouped = {}
+    for key, document in nodes.items():
+        chrom, _, path = key.partition("/")
+        grouped.setdefault(chrom, {})[path] = document
+    return grouped
+
+
+def _grow_chromosome(store: Location, chrom: str, documents: dict, entry: dict, names: list[str],
                      written: tuple, bin_size: int, chunk_size: int) -> None:
     """Grow a chromosome to the commit's bins and to ``len(names)`` samples (it never
-    shrinks): its documents written (those changed, and ``unwritten``), then the positions
-    from the axis' end before the commit, a chunk at a time (memory holds one chunk)."""
+    shrinks): its documents written (every one: a file damaged on disk is mended), then the
+    positions from the axis' end before the commit, a chunk at a time (memory holds one chunk)."""
     n_bins = max(entry["n_bins"], documents["methylated"]["shape"][0])
     lo = entry.get("store_bins", documents[POSITION]["shape"][0])
     shapes = {name: [n_bins, len(names)] for name in COUNTS}
@@ -219,12 +219,9 @@ def _grow_chromosome(store: Location, chrom: str, documents: dict, unwritten: se
     if _encoding(documents["sample"]) == _encoding(written[0]):
         shapes["sample"] = [len(names)]
     for path, shape in shapes.items():
-        if documents[path]["shape"] != shape:
-            documents[path]["shape"] = shape
-            unwritten.add(path)
-    for path in documents:  # groups before their arrays
-        if path in unwritten:
-            write_document(store, _node(store, chrom, path), documents[path])
+        documents[path]["shape"] = shape
+    for path in sorted(documents, key=lambda path: documents[path]["node_type"] != "group"):  # groups first
+        write_document(store, _node(store, chrom, path), documents[path])
     for k in range(lo // chunk_size, n_chunks(n_bins, chunk_size)):
         first = k * chunk_size
         write_chunk(store, store / chrom / POSITION, documents[POSITION], (k,),
@@ -255,14 +252,14 @@ def _write_names(store: Location, chrom: str, documents: dict, names: list[str],
             write_file(store, path, names_chunks[k])
 
 
-def _put_chromosome(store: Location, staging: Location, chrom: str, entry: dict, column: int,
+def _put_chromosome(store: Location, staging: Location, chrom: str, listed: dict, entry: dict, column: int,
                     names: list[str], written: tuple, record: dict) -> dict:
     """One chromosome of a committed sample in place: the arrays grown, its staged chunk
     files renamed into its column (the column's other chunks removed), its chunk summaries.
     Returns the chromosome's documents."""
     bin_size, chunk_size = record["bin_size"], record["chunk_size"]
-    documents, unwritten = _chromosome(store, chrom, len(names), bin_size, chunk_size)
-    _grow_chromosome(store, chrom, documents, unwritten, entry, names, written, bin_size, chunk_size)
+    documents = _chromosome(chrom, listed, len(names), bin_size, chunk_size)
+    _grow_chromosome(store, chrom, documents, entry, names, written, bin_size, chunk_size)
     for array in COUNTS:
         files = set(entry.get("files", {}).get(array, entry["chunks"]))
         for i in range(n_chunks(documents[array]["shape"][0], chunk_size)):

@@ -21,6 +21,7 @@ import zarr
 from numcodecs import Blosc, Zstd
 
 from ..storage import Location
+from .schema import StoreError
 
 BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
 
@@ -43,7 +44,17 @@ def why(exc: BaseException) -> str:
 
 
 def read_document(path: Location) -> dict:
-    return json.loads((path / "zarr.json").read_text())
+    """``path``'s zarr.json; one that is not a JSON object is refused with the file named."""
+    file = path / "zarr.json"
+    data = file.read_bytes()
+    try:
+        document = json.loads(data)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        document = exc
+    if not isinstance(document, dict):
+        raise StoreError(f"{file} is damaged: not a zarr document (it begins {data[:80]!r}); restore it from a copy of "
+                         f"the store")
+    return document
 
 
 def write_document(root: Location, path: Location, document: dict) -> None:

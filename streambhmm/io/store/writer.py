@@ -19,12 +19,12 @@ import zarr
 from ..outputs import interruptions_held
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
-from .commit import complete_commit
+from .commit import complete_commit, nodes_by_chromosome
 from .locking import locked, open_lock
-from .nodes import read_chunk, write_chunk, write_document, written_by_zarr
+from .nodes import read_chunk, read_document, write_chunk, write_document, written_by_zarr
 from .reader import open_store
 from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK,
-                     METADATA_BYTES, OWNER_LOCK, POSITION_MAX, StoreError, codecs, n_chunks)
+                     METADATA_BYTES, OWNER_LOCK, POSITION, POSITION_MAX, StoreError, codecs, n_chunks)
 
 
 # what a commit writes in a chromosome where the new sample has no counts (commit._add_column)
@@ -281,9 +281,12 @@ class SampleWriter:
         """Steps 1-2 of a commit (module docstring) up to the commit point: everything that may
         refuse it. Returns whether the sample replaces one."""
         replaced = _check_commit(store, record)
-        for chrom, entry in record["chromosomes"].items():  # the axis as it is: positions are written from there
-            position = store / chrom / "position" / "zarr.json"
-            entry["store_bins"] = json.loads(position.read_text())["shape"][0] if position.exists() else 0
+        listed = nodes_by_chromosome(_consolidated_nodes(store))
+        for chrom, entry in record["chromosomes"].items():
+            documents = listed.get(chrom, {})
+            _check_counts_codecs(store, chrom, documents, self._nodes)
+            # the axis as it is: positions are written from there
+            entry["store_bins"] = documents[POSITION]["shape"][0] if POSITION in documents else 0
         if store.is_local:
             _check_no_links(store, record, replaced)
             _check_one_filesystem(store, self.path, record)
@@ -338,6 +341,28 @@ def _check_commit(store: Location, record: dict) -> bool:
     for chrom in record["chromosomes"]:
         spellings.add(chrom, f"sample {record['sample']}")
     return record["sample"] in existing.meta.samples
+
+
+def _consolidated_nodes(store: Location) -> dict:
+    """The root's consolidated metadata (none for a new store, or a root an earlier streambhmm
+    left half made: the commit consolidates it from the files)."""
+    if not (store / "zarr.json").exists():
+        return {}
+    return (read_document(store).get("consolidated_metadata") or {}).get("metadata", {})
+
+
+def _check_counts_codecs(store: Location, chrom: str, documents: dict, staged: dict) -> None:
+    """Refuse counts arrays whose chunks are not encoded as the staged ones are (a store
+    changed with another tool): the staged chunk files are renamed into them."""
+    for name in COUNTS:
+        if name in documents and _codec_names(documents[name]) != _codec_names(staged[name]):
+            raise StoreError(f"{store / chrom / name} is encoded with {_codec_names(documents[name])}, not "
+                             f"{_codec_names(staged[name])} as streambhmm writes counts: its chunks would not "
+                             f"decode; rewrite the store with streambhmm (ingest the samples into a new store)")
+
+
+def _codec_names(document: dict) -> list:
+    return [(codec["name"], (codec.get("configuration") or {}).get("endian")) for codec in document.get("codecs", [])]
 
 
 def _links_under(top: str):
