@@ -13,6 +13,7 @@ import contextlib
 import fnmatch
 import json
 import os
+import re
 import shutil
 import signal
 import uuid
@@ -21,6 +22,12 @@ from functools import cached_property
 from pathlib import Path
 
 from .outputs import replacing, sync_directory, sync_tree
+
+
+def _glob_escaped(path: str) -> str:
+    """``path`` as a glob pattern that matches it alone: fsspec's rm globs the path it is given,
+    and a chromosome may be named with '*' (HLA-A*01:01), which would match others' names."""
+    return re.sub(r"([*?\[])", r"[\1]", path)
 
 
 @dataclass(frozen=True)
@@ -132,15 +139,18 @@ class Location:
             os.rename(self.url, target.url)
         elif target.exists():
             raise FileExistsError(target.url)
-        else:
-            self.fs.mv(self.fs_path, target.fs_path, recursive=True)
+        else:  # the files listed, then copied path by path: fsspec's mv would glob a name
+            root = self.fs_path.rstrip("/")
+            sources = sorted(self.fs.find(root))
+            self.fs.copy(sources, [target.fs_path.rstrip("/") + path[len(root):] for path in sources])
+            self.rmtree()
 
     def rmtree(self) -> None:
         if self.is_local:
             shutil.rmtree(self.url, ignore_errors=True)
         else:
             with contextlib.suppress(FileNotFoundError):
-                self.fs.rm(self.fs_path, recursive=True)
+                self.fs.rm(_glob_escaped(self.fs_path), recursive=True)
 
     def unlink(self) -> None:
         """Remove a file, if it exists."""

@@ -55,6 +55,32 @@ def test_making_a_directory_under_a_file_names_the_file(tmp_path):
     assert Location.of(str(tmp_path / "a" / "b")).file_in_the_way() is None
 
 
+def ingest_one(path, store):
+    ingest([path], "A", store, fmt="methylseekr", chunk_size=10)
+    return open_store(store)
+
+
+def test_chromosome_names_with_glob_characters_in_a_memory_store(tmp_path):
+    """fsspec's mv and rm glob the path they are given: a chromosome named HLA-A*01:01 (hg38's
+    alternative contigs) had its chunks moved elsewhere, and removing it would remove the
+    chromosomes its name matches as a pattern. Moves and removals take names literally."""
+    rows = "".join(f"{chrom}\t{pos}\t{cov}\t{meth}\n" for chrom in ("HLA-A*01:01", "HLA-A-01:01", "chr[1]", "chr1")
+                   for pos, cov, meth in ((100, 5, 3), (2100, 4, 1)))
+    (tmp_path / "a.tab").write_text(rows)
+    root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
+    stores = {where: ingest_one(tmp_path / "a.tab", where)
+              for where in (f"{root}/s.zarr", str(tmp_path / "s.zarr"))}
+    remote, local = stores.values()
+    assert remote.chromosomes == local.chromosomes and len(remote.chromosomes) == 4
+    for chrom in local.chromosomes:
+        for theirs, ours in zip(local.chunk_refs(chrom, ["A"]), remote.chunk_refs(chrom, ["A"])):
+            assert np.array_equal(theirs.read(), ours.read()), chrom
+    Location.of(f"{root}/s.zarr/HLA-A*01:01").rmtree()
+    Location.of(f"{root}/s.zarr/chr[1]").rmtree()
+    left = sorted(entry.name for entry in Location.of(f"{root}/s.zarr").children())
+    assert "HLA-A-01:01" in left and "chr1" in left and "HLA-A*01:01" not in left and "chr[1]" not in left
+
+
 @pytest.mark.slow
 def test_memory_store_matches_local_store(tmp_path, threaded_client):
     root = f"memory://streambhmm-{uuid.uuid4().hex[:8]}"
