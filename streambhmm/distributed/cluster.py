@@ -5,7 +5,7 @@ Without a scheduler, Dask's threaded scheduler runs a command's tasks in this pr
 thread per core (io.tasks.InProcessClient), with no scheduler, worker or server to start (nor
 distributed to import: 0.5-1 s of a command on a chromosome); the tasks, and so the results,
 are those of a cluster. A task holds a chunk, so the threads hold what worker processes would,
-whatever the store's size. EM on a small store (at most IN_PROCESS_MAX_CELLS bins x samples,
+whatever the store's size. EM on a small store (at most IN_PROCESS_MAX_CELLS covered bins x samples,
 $STREAMBHMM_IN_PROCESS_MAX to change; for `pmd`, which works on 5 kb sums of the bins, the bins
 of those) keeps every chunk's counts and emissions for the next iteration
 (distributed.em.LocalEStep); on a larger one each E-step is a graph, its chunks read again.
@@ -99,7 +99,7 @@ def in_process_limit() -> int:
 
 def is_small(store, bin_size: int | None = None) -> bool:
     """Whether a counts store (a CountsStore, or where one is) has at most
-    in_process_limit() bins x samples (from its metadata: no counts are read); with
+    in_process_limit() covered bins x samples (CountsStore.n_covered_cells: no counts are read); with
     ``bin_size``, of its bins summed into bins that wide (where a command's work runs). True
     for a path that is not a readable counts store: the command refuses it, in process."""
     from ..io.store import CountsStore, open_store
@@ -110,7 +110,7 @@ def is_small(store, bin_size: int | None = None) -> bool:
     except Exception:  # noqa: BLE001 - not a readable counts store: the command says why, without a cluster
         return True
     factor = max((bin_size or 0) // opened.bin_size, 1)
-    return opened.n_cells() // factor <= limit
+    return opened.n_covered_cells(factor) <= limit
 
 
 @contextlib.contextmanager
@@ -288,10 +288,13 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
         stack.enter_context(locked(path, shared=not write))
         em_in_memory = False
         if dask and not external:
-            small = is_small(path, bin_size)  # a path that is not a readable store too: refused here
+            in_process = in_process_limit() > 0
+            # the store's size matters to EM, or where work runs in process only when small (it
+            # reads every chunk summary: 0.3-1 s on 2,000 contigs); a path that is not a
+            # readable store counts as small: it is refused here
+            small = (em or not in_process) and is_small(path, bin_size)
             em_in_memory = em and small
-            client = stack.enter_context(dask_client(None, if_lost=if_lost,
-                                                     in_process=small or in_process_limit() > 0))
+            client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=small or in_process))
         yield OpenedStore(path, client, em_in_memory)
 
 

@@ -324,17 +324,29 @@ def test_work_runs_in_process_with_a_clusters_results(tmp_path, two_sample_store
         patch.setattr("streambhmm.distributed.cluster._embedded_client", None)  # starting one fails
         r = run("fit", tmp_path / "other.zarr", "-m", "2", "-o", tmp_path / "m.json", env={IN_PROCESS_ENV: "0"})
     assert r.exit_code == 1 and "other.zarr" in r.output and "NoneType" not in r.output, r.output
-    cells = sum(two_sample_store.dataset(c).methylated.size for c in two_sample_store.chromosomes)
+    # counted: covered bins x samples (EM in memory keeps no bin without reads), per chunk the
+    # samples' covered bins added, at most the chunk's bins; a sparse store (RRBS, single cells)
+    # is small however long its chromosomes
+    sparse = tmp_path / "sparse.zarr"
+    for sample, step in (("A", 9_000), ("B", 15_000)):
+        rows = "".join(f"chr{c}\t{p}\t+\t1\t2\n" for c in (1, 2) for p in range(5_000, 3_000_000, step))
+        (tmp_path / f"{sample}.tsv").write_text("chrom\tpos\tstrand\tmc\tcov\n" + rows)
+        assert run("ingest", tmp_path / f"{sample}.tsv", "--sample", sample, "--store", sparse,
+                   "--chunk-size", "1000").exit_code == 0
+    spans = 2 * 29_951 * 2
+    cells = 2 * (len(range(5_000, 3_000_000, 9_000)) + len(range(5_000, 3_000_000, 15_000))) * 2
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells))
-    assert is_small(two_sample_store.path)
+    assert is_small(sparse) and cells < spans / 20
     monkeypatch.setenv(IN_PROCESS_ENV, str(cells - 1))
-    assert not is_small(two_sample_store.path)
-    # a command that sums the bins (pmd) works on fewer of them: half as many at twice the width
-    bin_size = two_sample_store.bin_size
-    monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2))
-    assert is_small(two_sample_store.path, 2 * bin_size) and not is_small(two_sample_store.path, bin_size)
-    monkeypatch.setenv(IN_PROCESS_ENV, str(cells // 2 - 1))
-    assert not is_small(two_sample_store.path, 2 * bin_size)
+    assert not is_small(sparse)
+    # a command that sums the bins (pmd) works on those: a chunk of 1,000 bins summed 500 at a
+    # time holds at most 2 of them, whatever reads its bins hold
+    summed = 2 * sum(min(2, count) for count in np.bincount(
+        [p // 100 // 1000 for step in (9_000, 15_000) for p in range(5_000, 3_000_000, step)]) if count) * 2
+    monkeypatch.setenv(IN_PROCESS_ENV, str(summed))
+    assert is_small(sparse, 500 * 100) and not is_small(sparse, 100)
+    monkeypatch.setenv(IN_PROCESS_ENV, str(summed - 1))
+    assert not is_small(sparse, 500 * 100)
     # the work runs here at any size; EM keeps the counts here only for a small store
     monkeypatch.setenv(IN_PROCESS_ENV, "1")
     for em in (False, True):

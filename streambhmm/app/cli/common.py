@@ -115,8 +115,8 @@ _EMBEDDED = "an embedded LocalCluster on 127.0.0.1 with TLS"
 # scheduler_option: the commands that open a counts store (distributed.cluster.store_session decides where
 # their work runs); cluster_scheduler_option: batch, which always runs on a cluster
 scheduler_option = _scheduler_option(
-    f"this process, a thread per core, where EM keeps the counts of a store of at most ${IN_PROCESS_ENV} bins x "
-    f"samples ({IN_PROCESS_MAX_CELLS:,}, counted at the bin size the command works on); with "
+    f"this process, a thread per core, where EM keeps the counts of a store of at most ${IN_PROCESS_ENV} covered "
+    f"bins x samples ({IN_PROCESS_MAX_CELLS:,}, counted at the bin size the command works on); with "
     f"${IN_PROCESS_ENV}=0, {_EMBEDDED}")
 cluster_scheduler_option = _scheduler_option(_EMBEDDED)
 

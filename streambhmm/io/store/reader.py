@@ -67,9 +67,19 @@ class CountsStore:
     def n_bins(self, chrom: str) -> int:
         return int(store_node(self.path.url, self.generation, f"{chrom}/methylated")["shape"][0])
 
-    def n_cells(self) -> int:
-        """Bins x samples over all chromosomes (from the metadata)."""
-        return sum(self.n_bins(c) for c in self.chromosomes) * len(self.samples)
+    def n_covered_cells(self, factor: int = 1) -> int:
+        """At most how many bins x samples hold reads (from the chunk summaries: no counts are
+        read), the bins summed ``factor`` at a time: per chunk, the bins any sample covers (at most
+        the sum of each sample's covered bins, and at most the chunk's bins), times the samples.
+        What EM in memory keeps: the bins without reads of a sparse store (RRBS, single cells, a
+        genome's worth of chromosomes around a few of them) are never held."""
+        columns = [self.column(s) for s in self.samples]
+        total = 0
+        for chrom in self.chromosomes:
+            covered = self.summary(chrom, columns)[:, :, COVERED].sum(axis=1)
+            spans = np.minimum(self.chunk_size, self.n_bins(chrom) - self.chunk_size * np.arange(covered.size))
+            total += int(np.minimum(covered, -(-spans // factor)).sum())
+        return total * len(columns)
 
     def dataset(self, chrom: str):
         """Lazy (dask-backed) xarray Dataset of one chromosome."""
