@@ -283,8 +283,11 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
 
 
 METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample
-NO_PMDS = "A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call."
+NO_PMDS = ("A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call, and an assay that "
+           "reads a small part of the genome (RRBS, a targeted panel) cannot show one: a PMD is at least 50 kb of "
+           "bins with reads.")
 APART = "Call the samples one at a time, or choose samples that cover the same CpGs."
+SHARED_NOTED = 0.9  # above, samples that cover the same CpGs: the few bins one lacks explain no refusal
 
 
 def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str, note: str = "") -> str:
@@ -298,7 +301,7 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
     if missing:
         lines.append(missing)
     shared = shared_coverage(moments)
-    if shared is not None and shared < 1:
+    if shared is not None and shared < SHARED_NOTED:
         # the single-bin histogram counts the bins of triples of consecutive bins with reads
         some = "No bin with reads has" if shared == 0 else f"Only {shared:.1%} of the bins with reads have"
         lines.append(f"{some} reads in every sample ({', '.join(samples)}) among the runs of three or more bins "

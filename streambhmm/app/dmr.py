@@ -241,6 +241,15 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     candidates = candidates.take(np.flatnonzero(candidates.differ_by(groups, settings.min_difference)))
     pieces = _pieces_of_domains(candidates, domains)
     domains = _merge_overlapping(domains)
+    while True:  # a domain's levels: those of the interval written, its ends moved out to its pieces
+        domains.methylated, domains.coverage, domains.n_bins = interval_counts(
+            store, samples, domains.chrom, domains.start, domains.end)
+        differs = domains.differ_by(groups, settings.min_difference)
+        if differs.all():
+            break
+        domains = domains.take(np.flatnonzero(differs))
+        pieces = _pieces_of_domains(candidates, domains)  # a dropped domain's pieces are focal candidates again
+        domains = _merge_overlapping(domains)
     focal = candidates.take(np.flatnonzero(~pieces))
     focal.qvalue = qvalues(focal.lfdr)
     dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
@@ -327,7 +336,7 @@ def _pieces_of_domains(candidates: RegionTable, domains: RegionTable) -> np.ndar
     """Per focal candidate, whether it is a piece of a called domain: in the domain's direction,
     at least half of it inside the domain or within DOMAIN_MAX_GAP of its ends, or of a piece
     beyond them (its 5 kb windows end a domain roughly). A domain's ends move out to its
-    pieces; its levels stay those of its windows."""
+    pieces (run_dmr then counts its reads over the interval so widened)."""
     pieces = np.zeros(len(candidates), bool)
     chrom, direction = np.array(candidates.chrom), np.array(candidates.direction)
     for k in range(len(domains)):
@@ -346,8 +355,9 @@ def _pieces_of_domains(candidates: RegionTable, domains: RegionTable) -> np.ndar
 
 def _merge_overlapping(domains: RegionTable) -> RegionTable:
     """One domain for each set of domains in one direction that overlap once their ends moved
-    out to their pieces (_pieces_of_domains): the union of their windows, whose counts, bins
-    and posteriors add up (the windows are disjoint), its lfdr and q-value the best of them."""
+    out to their pieces (_pieces_of_domains): the union of their windows, whose bins and
+    posteriors add up (the windows are disjoint), its lfdr and q-value the best of them (its
+    counts: run_dmr's, over the merged interval)."""
     order = sorted(range(len(domains)), key=lambda k: (domains.chrom[k], domains.direction[k], domains.start[k]))
     merged: list[list[int]] = []
     end = None  # of the last set: its domains' furthest end
@@ -369,8 +379,6 @@ def _merge_overlapping(domains: RegionTable) -> RegionTable:
         out.n_bins[row] = domains.n_bins[group].sum()
         out.posterior[row] = (domains.posterior[group] * domains.n_bins[group]).sum() / max(out.n_bins[row], 1)
         out.lfdr[row], out.qvalue[row] = domains.lfdr[group].min(), domains.qvalue[group].min()
-        out.methylated[row] = domains.methylated[group].sum(axis=0)
-        out.coverage[row] = domains.coverage[group].sum(axis=0)
     return out
 
 

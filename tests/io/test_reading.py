@@ -611,7 +611,7 @@ def test_cli_ingest_options(tmp_path):
     r = run("ingest", path, "--sample", "A", "--store", store, "--columns", "chrom=1,pos=2,meth=3,unmeth=4",
             "--zero-based", "--min-coverage", "3", "--exclude-chromosomes", "chrM", "--bin-size", "10")
     assert r.exit_code == 0, r.output
-    assert "1 row from 1 columns file(s)" in r.output
+    assert "1 row from 1 file(s) read by --columns" in r.output
     assert "; left out: 2 rows with fewer than --min-coverage 3 reads" in r.output
     assert chrom_table(store, "chr1") == ([10], [[3]], [[8]])
     options = open_store(store).attrs["samples"]["A"]["options"]

@@ -50,7 +50,8 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
         report = run_ingest(files, sample, store, fmt=fmt, bin_size=bin_size, context=context,
                             chunk_size=chunk_size, echo=printed(click.echo), progress=shown, options=options)
     if not report.unchanged:
-        click.echo(f"sample {sample}: {_rows(report.n_rows)} from {len(files)} {report.format} file(s) -> "
+        kind = "file(s) read by --columns" if report.format == "columns" else f"{report.format} file(s)"
+        click.echo(f"sample {sample}: {_rows(report.n_rows)} from {len(files)} {kind} -> "
                    f"{report.n_bins:,} bins on {len(report.chromosomes)} chromosome(s) in {store} "
                    f"({time.perf_counter() - start:.1f} s){_left_out(report.left_out, context, options)}")
 
@@ -69,7 +70,8 @@ def info(store):
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
     for name in st.samples:
         prov = st.meta.samples[name]
-        files = f"{len(prov['files'])} {shown(prov['format'])} file(s), context {shown(prov['context'])}" \
+        kind = "file(s) read by --columns" if prov.get("format") == "columns" else f"{shown(prov['format'])} file(s)"
+        files = f"{len(prov['files'])} {kind}, context {shown(prov['context'])}" \
             if "files" in prov else "no input files recorded"
         click.echo(f"  sample {shown(name)}: {files}")
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
