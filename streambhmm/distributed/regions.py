@@ -245,9 +245,11 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
 def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,
                    bin_size: int) -> Regions:
     """One chromosome's regions widened over their shoulders (distributed.shoulders); merged
-    regions add their counts. A widened region whose reads (its regions' and its shoulders')
-    average SHOULDER_CEILING or more in a sample keeps its regions as they were: a bin's
-    expected level can be below the ceiling while its reads are not."""
+    regions add their counts, and their reads take their shoulders' (a region's levels are
+    those of its interval, as a user recounting it finds; its bins, score and posterior stay
+    its regions'). A widened region whose reads average SHOULDER_CEILING or more in a sample
+    keeps its regions as they were: a bin's expected level can be below the ceiling while its
+    reads are not."""
     starts, ends, group, shoulders = widen(regions.start, regions.end, profile, n_covered, core_level, rule.max_gap,
                                            bin_size)
     if group.size == 0:
@@ -256,9 +258,9 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
     widened = Regions(starts, ends, *(np.add.reduceat(getattr(regions, f), heads, axis=0)
                                       for f in ("n_bins", "posterior_sum", "methylated", "coverage")),
                       np.maximum.reduceat(regions.posterior_max, heads), regions.open_start, regions.open_end)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        level = (widened.methylated + shoulders[0]) / (widened.coverage + shoulders[1])
-    failed = (level >= SHOULDER_CEILING).any(axis=1)
+    widened.methylated += shoulders[0]
+    widened.coverage += shoulders[1]
+    failed = (widened.levels() >= SHOULDER_CEILING).any(axis=1)
     if not failed.any():
         return widened
     # each failed widened region is replaced by its regions (disjoint from the others: in start order)

@@ -12,10 +12,11 @@ its reads unmethylated than methylated, as in the hypomethylated state, whose de
 background is local, so an island's shoulders in a methylated background run up to about
 half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop near 0.3,
 before the PMD. A walk stops at more than the rule's gap without coverage, and
-takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's
-counts (its bins, score and levels) stay those of its core; but a widened region whose reads
-(its cores' and its shoulders') average 0.5 or more in a sample is not a hypomethylated
-region by its reads: its cores are kept as they were (with_shoulders, distributed.regions).
+takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's bins
+and score stay those of its core, its levels are its interval's reads (its cores' and its
+shoulders'); a widened region whose reads average 0.5 or more in a sample is not a
+hypomethylated region by its reads: its cores are kept as they were (with_shoulders,
+distributed.regions).
 
 Chunks are cut anywhere, so each chunk hands on the expected levels of the covered bins
 that a walk may read: those within two windows of each region's ends and of the chunk's

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 import pytest
 from click.testing import CliRunner
 from scipy import stats
@@ -116,6 +117,12 @@ def test_hmr_finds_the_planted_hmrs_inside_and_outside_pmds(methylome, tmp_path)
     table = (tmp_path / "hmr.tsv").read_text().splitlines()
     assert table[0].split("\t") == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_S"]
     assert all(float(row.split("\t")[-1]) < 0.2 for row in table[1:])
+    # a region's level is that of every read in its BED interval, as a user recounting it finds
+    for row in table[1:]:
+        chrom, start, end = row.split("\t")[:3]
+        inside = xr.open_zarr(store, group=chrom).sel(position=slice(int(start), int(end) - 1))
+        level = inside.methylated.values[:, 0].sum() / inside.coverage.values[:, 0].sum()
+        assert abs(level - float(row.split("\t")[-1])) < 1e-4
 
 
 def test_pmd_sums_the_bins_and_finds_the_planted_pmds(methylome, tmp_path):

@@ -172,10 +172,12 @@ def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
         for regions in (f[chrom] for f in found):
             for name in ("start", "end", "n_bins", "methylated", "coverage"):
                 np.testing.assert_array_equal(getattr(regions, name), getattr(widened, name))
-        # and every widened region's reads are below the ceiling in its sample
-        for start, end in zip(widened.start, widened.end):
+        # every widened region's reads are below the ceiling in its sample, and its counts are
+        # those reads (its shoulders' with its cores'), as a user recounting its interval finds
+        for start, end, m, c in zip(widened.start, widened.end, widened.methylated[:, 0], widened.coverage[:, 0]):
             inside = (positions >= start) & (positions < end)
             assert meth[inside].sum() < 0.5 * cov[inside].sum()
+            assert (m, c) == (meth[inside].sum(), cov[inside].sum())
 
 
 def test_a_widened_region_whose_reads_are_not_hypomethylated_keeps_its_core():
@@ -222,7 +224,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
     assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
     # against the in-memory recursion: the target bins (posterior of state 0, the hypomethylated one, >= 0.5)
-    # in each region
+    # in each region; its level, that of every read in its interval (shoulders too)
     ds = stores[0].dataset("chr2").sel(sample="A")
     covered = ds.coverage.values > 0
     meth, cov, positions = ds.methylated.values[covered], ds.coverage.values[covered], ds.position.values[covered]
@@ -232,7 +234,8 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     for chrom, start, end, name, n_bins, length, score, level in chr2:
         inside = target & (positions >= int(start)) & (positions < int(end))
         assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 4  # the preset's minimum
-        assert float(level) == pytest.approx(meth[inside].sum() / cov[inside].sum(), abs=5.1e-5)  # 4 decimals
+        interval = (positions >= int(start)) & (positions < int(end))
+        assert float(level) == pytest.approx(meth[interval].sum() / cov[interval].sum(), abs=5.1e-5)  # 4 decimals
     r = run("regions", stores[0].path, "--model", path, "--targets", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
