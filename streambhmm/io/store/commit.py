@@ -183,15 +183,14 @@ def _node(store: Location, chrom: str, path: str) -> Location:
 def _chromosome(chrom: str, listed: dict, n_samples: int, bin_size: int, chunk_size: int) -> dict:
     """A chromosome's documents by path inside it (its group "", its arrays, and the
     per-position variables it holds): those of the root's consolidated metadata, ``listed``
-    (by path; what readers go by, whatever a damaged file on disk says), or for a new
-    chromosome empty ones (no bins)."""
-    if listed:
-        return {path: {k: v for k, v in document.items() if k != "consolidated_metadata"}
-                for path, document in copy.deepcopy(listed).items()}
+    (by path; what readers go by, whatever a damaged file on disk says), and empty ones (no
+    bins) for a new chromosome or a node the metadata lacks."""
     documents = copy.deepcopy(_empty_chromosome(chunk_size))
     documents[""]["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
     for path in (*COUNTS, "index/summary"):
         documents[path]["shape"][1] = n_samples
+    for path, document in copy.deepcopy(listed or {}).items():
+        documents[path] = {k: v for k, v in document.items() if k != "consolidated_metadata"}
     return documents
 
 
