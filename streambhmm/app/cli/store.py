@@ -70,9 +70,10 @@ def info(store):
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
     for name in st.samples:
         prov = st.meta.samples[name]
-        kind = "file(s) read by --columns" if prov.get("format") == "columns" else f"{shown(prov['format'])} file(s)"
-        files = f"{len(prov['files'])} {kind}, context {shown(prov['context'])}" \
-            if "files" in prov else "no input files recorded"
+        files = "no input files recorded"
+        if "files" in prov:
+            kind = "file(s) read by --columns" if prov["format"] == "columns" else f"{shown(prov['format'])} file(s)"
+            files = f"{len(prov['files'])} {kind}, context {shown(prov['context'])}"
         click.echo(f"  sample {shown(name)}: {files}")
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
     width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
