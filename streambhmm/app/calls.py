@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,8 @@ from ..io.storage import Location
 from ..io.store import open_store
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL, TARGET_STATES,
-                             UNMETHYLATED_CHECK_READS, CallModel, shared_coverage, target_states, unmethylated_share)
+                             UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
+                             unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -152,7 +153,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     echo(f"fitting {model.n_states} states to the moments")
     with stage(f"{settings.kind}: fit starts", quiet=settings.quiet, unit="starts") as progress:
         try:
-            _, hmm = fit_call_model(data.moments, model, settings.seed, progress)
+            one_pass_fit, hmm = fit_call_model(data.moments, model, settings.seed, progress)
         except TooFewDataError as exc:
             raise ValueError(_too_few(settings, samples, store.bin_size, exc)) from None
     seconds["fit"] = time.perf_counter() - start
@@ -171,7 +172,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                    + "; ".join(problems)))
     start = time.perf_counter()
     try:
-        rule = preset_rule(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size)
+        rule = _free_targets_first(preset_rule(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size),
+                                   pinned_states(model, one_pass_fit.methylation_))
     except ValueError:
         all_of_them = bool(target_states(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size).all())
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
@@ -204,6 +206,16 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                    f"({rule.conditions(len(samples))})",
                                    NO_PMDS if settings.kind == "pmd" else ""))
     return outcome
+
+
+def _free_targets_first(rule, pinned: np.ndarray):
+    """``rule`` without its target states held at a level cap in the one-pass fit, where a free
+    state is a target too: the data hold hypomethylated regions of their own, and the held
+    state stands in for bins of intermediate levels (on RRBS of K562, a held state at its cap
+    of 0.2 beside a free one at 0.02 added 23 "HMRs" averaging 0.3-0.5 on one replicate,
+    whose fit held the same bins in a free state at 0.26, not a target, on the other)."""
+    kept = tuple(h for h in rule.targets if not pinned[h])
+    return replace(rule, targets=kept) if kept else rule
 
 
 def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple:

@@ -100,6 +100,14 @@ def hypomethylated(methylation, dispersion=None) -> np.ndarray:
     return low & (below_half(levels, np.atleast_2d(dispersion)) >= HYPO_MASS - 1e-9).all(axis=1)
 
 
+def pinned_states(model: CallModel, methylation) -> np.ndarray:
+    """Per state of a fit of ``model``: held to a level cap and fitted at it in some sample.
+    The data push such a state past the definition (bins of intermediate levels, which it
+    stands in for); it holds hypomethylated regions only where no free state does."""
+    caps = np.asarray(model.level_caps, np.float64)
+    return (caps < 1.0) & (np.atleast_2d(methylation) >= caps[:, None] - 1e-9).any(axis=1)
+
+
 def partially_methylated(methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
     """Per state: below PMD_LEVEL in every sample. On bins narrower than PMD_BIN_SIZE an HMR
     fills bins of its own, so there a hypomethylated state is the HMRs', not a PMD's (on 100 bp

@@ -363,6 +363,31 @@ def test_state_rules():
     assert partially_methylated(levels, bin_size=100).tolist() == [False, True, True, False]
 
 
+def test_a_held_state_at_its_cap_gives_way_to_a_free_hypomethylated_one():
+    """hmr's held state fitted at its level cap stands in for bins the data put above the
+    definition; where a free state is hypomethylated too, the regions are that state's alone
+    (levels and overdispersions of M3D's K562 RRBS, whose two replicates' fits put those bins
+    in the held state at 0.20 and in a free one at 0.26)."""
+    from streambhmm.app.calls import _free_targets_first
+    from streambhmm.distributed.regions import preset_rule
+    from streambhmm.learn.domains import HMR_MODEL, pinned_states
+
+    def targets(levels, dispersions):
+        levels, dispersions = np.array(levels)[:, None], np.array(dispersions)[:, None]
+        rule = preset_rule("hmr", levels, dispersions, 100)
+        return rule.targets, _free_targets_first(rule, pinned_states(HMR_MODEL, levels)).targets
+
+    assert targets([0.2, 0.022, 0.70, 0.93], [0.141, 0.007, 0.119, 0.023]) == ((0, 1), (1,))
+    assert targets([0.026, 0.258, 0.76, 0.94], [0.011, 0.162, 0.100, 0.019]) == ((0,), (0,))
+    # held at its cap with no free state to give way to (a methylome without unmethylated CpGs): kept
+    assert targets([0.2, 0.48, 0.79, 0.94], [0.001, 0.100, 0.076, 0.020]) == ((0,), (0,))
+    # held below its cap beside a free hypomethylated state: both are the data's
+    assert targets([0.15, 0.01, 0.7, 0.9], [0.1, 0.26, 0.1, 0.02]) == ((0, 1), (0, 1))
+    # at its cap in one sample of two
+    assert pinned_states(HMR_MODEL, np.array([[0.05, 0.2], [0.01, 0.02], [0.7, 0.7], [0.9, 0.9]])).tolist() == \
+        [True, False, False, False]
+
+
 def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
     """SIGTERM (a scheduler's time limit) unwinds as Ctrl-C does: pmd's scratch store goes."""
     store, _ = methylome
