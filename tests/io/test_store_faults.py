@@ -538,10 +538,12 @@ def test_a_damaged_chromosome_document_is_mended_by_the_next_commit(tmp_path, no
     assert leftovers(store) == []
 
 
-def test_counts_of_other_codecs_are_refused_before_the_commit_point(tmp_path):
-    """Counts arrays rewritten with other codecs (a store changed with another tool) cannot take
-    the staged chunk files, which are renamed into them: refused, the file named, the store
-    unchanged."""
+@pytest.mark.parametrize("change, told", [({"compressors": "zstd"}, "codecs"), ({"chunks": (1_000_000, 2)}, "chunks"),
+                                          ({"dtype": "int64"}, "data_type")])
+def test_counts_another_tool_rewrote_are_refused_before_the_commit_point(tmp_path, change, told):
+    """Counts arrays rewritten with other codecs, chunks or data type (a store changed with
+    another tool) cannot take the staged chunk files, which are renamed into them: refused,
+    the array and what differs named, the store unchanged."""
     import zarr
 
     store = tmp_path / "s.zarr"
@@ -550,12 +552,51 @@ def test_counts_of_other_codecs_are_refused_before_the_commit_point(tmp_path):
     group = zarr.open_group(store / "chr1", mode="r+")
     values = group["methylated"][:]
     del group["methylated"]
-    group.create_array("methylated", data=values, chunks=(1_000_000, 1), compressors=zarr.codecs.ZstdCodec(),
-                       dimension_names=("position", "sample"))
+    settings = {"chunks": (1_000_000, 1), "dtype": values.dtype, "compressors": "blosc", **change}
+    settings["compressors"] = zarr.codecs.ZstdCodec() if settings["compressors"] == "zstd" else \
+        zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+    group.create_array("methylated", shape=values.shape, fill_value=0, dimension_names=("position", "sample"),
+                       **settings)[:] = values
     consolidate(store)
     kept = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     r = streambhmm("ingest", tmp_path / "one.tsv", "--sample", "B", "--store", store, "-q")
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
-    assert f"{store / 'chr1' / 'methylated'} is encoded with" in r.stderr, r.stderr
+    assert f"{store / 'chr1' / 'methylated'} was changed by another tool: {told}" in r.stderr, r.stderr
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == kept
     assert leftovers(store) == []
+
+
+def test_a_commit_is_completed_in_its_own_store_whatever_the_names(tmp_path):
+    """A store's staging directories are found by its name taken literally: x[1].zarr, as a
+    pattern, matches x1.zarr, whose commit stopped past its commit point was completed into
+    x[1].zarr (and x[1].zarr's own never was)."""
+    (tmp_path / "a.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\n")
+    (tmp_path / "b.tsv").write_text(HEADER + "chr1\t20\t+\t2\t3\n")
+    pattern, literal = tmp_path / "x[1].zarr", tmp_path / "x1.zarr"
+    for store in (pattern, literal):
+        ingest([tmp_path / "a.tsv"], "A", store)
+    r = streambhmm("ingest", tmp_path / "b.tsv", "--sample", "B", "--store", literal, "-q", fault="commit:kill")
+    assert r.returncode != 0
+    for store in (pattern, literal):  # a command on each store completes that store's pending commits
+        assert streambhmm("info", store).returncode == 0
+    assert open_store(pattern).samples == ["A"] and leftovers(pattern) == []
+    assert open_store(literal).samples == ["A", "B"] and leftovers(literal) == []
+
+
+def test_a_node_missing_from_file_and_metadata_is_made_again(tmp_path):
+    """A node's file removed, then the metadata consolidated from the files (decode
+    --posteriors does): the node is missing from both, and the next commit makes it again
+    (not a KeyError past its commit point), every sample's counts as they were."""
+    store = tmp_path / "s.zarr"
+    (tmp_path / "long.tsv").write_text(HEADER + "".join(f"chr1\t{p}\t+\t1\t3\n" for p in range(10, 5000, 90)))
+    (tmp_path / "short.tsv").write_text(HEADER + "chr1\t20\t+\t1\t2\n")
+    ingest([tmp_path / "long.tsv"], "A", store, chunk_size=7)
+    before = by_sample(store)
+    for node in ("position", "sample"):
+        (store / "chr1" / node / "zarr.json").unlink()
+    consolidate(store)
+    r = streambhmm("ingest", tmp_path / "short.tsv", "--sample", "B", "--store", store, "-q")
+    assert r.returncode == 0, r.stderr
+    after = by_sample(store)
+    assert {key: value for key, value in after.items() if key[0] == "A"} == before
+    assert after["B", "chr1"][:3] == ([0], [1], [2]) and leftovers(store) == []

@@ -30,6 +30,7 @@ the store's metadata exactly as they were; ingests of different samples can run 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -180,15 +181,19 @@ def _node(store: Location, chrom: str, path: str) -> Location:
     return store / chrom / path if path else store / chrom
 
 
-def _chromosome(chrom: str, listed: dict, n_samples: int, bin_size: int, chunk_size: int) -> dict:
+def _chromosome(store: Location, chrom: str, listed: dict, n_samples: int, bin_size: int, chunk_size: int) -> dict:
     """A chromosome's documents by path inside it (its group "", its arrays, and the
     per-position variables it holds): those of the root's consolidated metadata, ``listed``
-    (by path; what readers go by, whatever a damaged file on disk says), and empty ones (no
-    bins) for a new chromosome or a node the metadata lacks."""
+    (by path; what readers go by, whatever a damaged file on disk says); for a node of an
+    existing chromosome the metadata lacks, its file if it reads; else empty ones (no bins)."""
     documents = copy.deepcopy(_empty_chromosome(chunk_size))
     documents[""]["attributes"] = {"chromosome": chrom, "bin_size": bin_size, "counts_format": COUNTS_FORMAT}
     for path in (*COUNTS, "index/summary"):
         documents[path]["shape"][1] = n_samples
+    for path in documents if listed else ():
+        if path not in listed:
+            with contextlib.suppress(OSError, StoreError):
+                documents[path] = read_document(_node(store, chrom, path))
     for path, document in copy.deepcopy(listed or {}).items():
         documents[path] = {k: v for k, v in document.items() if k != "consolidated_metadata"}
     return documents
@@ -208,7 +213,7 @@ def _grow_chromosome(store: Location, chrom: str, documents: dict, entry: dict, 
     """Grow a chromosome to the commit's bins and to ``len(names)`` samples (it never
     shrinks): its documents written (every one: a file damaged on disk is mended), then the
     positions from the axis' end before the commit, a chunk at a time (memory holds one chunk)."""
-    n_bins = max(entry["n_bins"], documents["methylated"]["shape"][0])
+    n_bins = max(entry["n_bins"], *(documents[path]["shape"][0] for path in (*COUNTS, POSITION)))
     lo = entry.get("store_bins", documents[POSITION]["shape"][0])
     shapes = {name: [n_bins, len(names)] for name in COUNTS}
     for name in per_position_variables(documents):  # kept on the same axis, their other dimensions as they are
@@ -257,7 +262,7 @@ def _put_chromosome(store: Location, staging: Location, chrom: str, listed: dict
     files renamed into its column (the column's other chunks removed), its chunk summaries.
     Returns the chromosome's documents."""
     bin_size, chunk_size = record["bin_size"], record["chunk_size"]
-    documents = _chromosome(chrom, listed, len(names), bin_size, chunk_size)
+    documents = _chromosome(store, chrom, listed, len(names), bin_size, chunk_size)
     _grow_chromosome(store, chrom, documents, entry, names, written, bin_size, chunk_size)
     for array in COUNTS:
         files = set(entry.get("files", {}).get(array, entry["chunks"]))

@@ -16,7 +16,8 @@ def _leftovers(path: Location, kind: str) -> list[Location]:
     """This user's ``kind`` (ingest, old, tmp) entries beside the store. Another user's, in a
     shared directory, are theirs to finish or remove: completing a staging planted there
     would put its counts into this store."""
-    return [entry for entry in path.parent.glob(f"{path.name}.{kind}-*") if _ours(entry)]
+    prefix = f"{path.name}.{kind}-"  # matched literally: a store may be named x[1].zarr, a pattern of x1.zarr
+    return [entry for entry in path.parent.children() if entry.name.startswith(prefix) and _ours(entry)]
 
 
 def _ours(entry: Location, every_file: bool = False) -> bool:

@@ -352,17 +352,25 @@ def _consolidated_nodes(store: Location) -> dict:
 
 
 def _check_counts_codecs(store: Location, chrom: str, documents: dict, staged: dict) -> None:
-    """Refuse counts arrays whose chunks are not encoded as the staged ones are (a store
-    changed with another tool): the staged chunk files are renamed into them."""
+    """Refuse counts arrays whose chunks are not laid out and encoded as the staged ones are
+    (a store changed with another tool): the staged chunk files are renamed into them."""
     for name in COUNTS:
-        if name in documents and _codec_names(documents[name]) != _codec_names(staged[name]):
-            raise StoreError(f"{store / chrom / name} is encoded with {_codec_names(documents[name])}, not "
-                             f"{_codec_names(staged[name])} as streambhmm writes counts: its chunks would not "
-                             f"decode; rewrite the store with streambhmm (ingest the samples into a new store)")
+        theirs, ours = _chunk_format(documents.get(name, staged[name])), _chunk_format(staged[name])
+        if theirs != ours:
+            differ = "; ".join(f"{key} {theirs[key]} (streambhmm writes {ours[key]})" for key in ours
+                               if theirs[key] != ours[key])
+            raise StoreError(f"{store / chrom / name} was changed by another tool: {differ}. The new sample's chunks "
+                             f"would not decode there; ingest the samples into a new store")
 
 
-def _codec_names(document: dict) -> list:
-    return [(codec["name"], (codec.get("configuration") or {}).get("endian")) for codec in document.get("codecs", [])]
+def _chunk_format(document: dict) -> dict:
+    """What a chunk file of an array must agree on to be renamed into another: the codecs (by
+    name and byte order; blosc's settings are in each chunk's header), data type, chunk shape
+    and fill value."""
+    return {"codecs": [(codec.get("name"), (codec.get("configuration") or {}).get("endian"))
+                       for codec in document.get("codecs", [])],
+            "data_type": document.get("data_type"), "fill_value": document.get("fill_value"),
+            "chunks": ((document.get("chunk_grid") or {}).get("configuration") or {}).get("chunk_shape")}
 
 
 def _links_under(top: str):
