@@ -284,7 +284,7 @@ class SampleWriter:
         listed = nodes_by_chromosome(_consolidated_nodes(store))
         for chrom, entry in record["chromosomes"].items():
             documents = listed.get(chrom, {})
-            _check_counts_codecs(store, chrom, documents, self._nodes)
+            _check_counts_chunks(store, chrom, documents, self._nodes)
             # the axis as it is: positions are written from there
             entry["store_bins"] = documents[POSITION]["shape"][0] if POSITION in documents else 0
         if store.is_local:
@@ -351,7 +351,7 @@ def _consolidated_nodes(store: Location) -> dict:
     return (read_document(store).get("consolidated_metadata") or {}).get("metadata", {})
 
 
-def _check_counts_codecs(store: Location, chrom: str, documents: dict, staged: dict) -> None:
+def _check_counts_chunks(store: Location, chrom: str, documents: dict, staged: dict) -> None:
     """Refuse counts arrays whose chunks are not laid out and encoded as the staged ones are
     (a store changed with another tool): the staged chunk files are renamed into them."""
     for name in COUNTS:
