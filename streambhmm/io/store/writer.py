@@ -281,7 +281,10 @@ class SampleWriter:
         """Steps 1-2 of a commit (module docstring) up to the commit point: everything that may
         refuse it. Returns whether the sample replaces one."""
         replaced = _check_commit(store, record)
-        listed = nodes_by_chromosome(_consolidated_nodes(store))
+        # the root's document, read once: its consolidated metadata (none for a new store, or a root an
+        # earlier streambhmm left half made: the commit consolidates it from the files) and its size
+        document = read_document(store) if (store / "zarr.json").exists() else {}
+        listed = nodes_by_chromosome((document.get("consolidated_metadata") or {}).get("metadata", {}))
         for chrom, entry in record["chromosomes"].items():
             documents = listed.get(chrom, {})
             _check_counts_chunks(store, chrom, documents, self._nodes)
@@ -290,7 +293,7 @@ class SampleWriter:
         if store.is_local:
             _check_no_links(store, record, replaced)
             _check_one_filesystem(store, self.path, record)
-            _check_space(store, record)
+            _check_space(store, record, document)
         return replaced
 
     @_staging_errors
@@ -341,14 +344,6 @@ def _check_commit(store: Location, record: dict) -> bool:
     for chrom in record["chromosomes"]:
         spellings.add(chrom, f"sample {record['sample']}")
     return record["sample"] in existing.meta.samples
-
-
-def _consolidated_nodes(store: Location) -> dict:
-    """The root's consolidated metadata (none for a new store, or a root an earlier streambhmm
-    left half made: the commit consolidates it from the files)."""
-    if not (store / "zarr.json").exists():
-        return {}
-    return (read_document(store).get("consolidated_metadata") or {}).get("metadata", {})
 
 
 def _check_counts_chunks(store: Location, chrom: str, documents: dict, staged: dict) -> None:
@@ -438,10 +433,9 @@ def _mount(path: str, points: list[str]) -> tuple[int, str]:
     return os.stat(real).st_dev, max(inside, key=len, default="")
 
 
-def _check_space(store: Location, record: dict) -> None:
-    """Refuse a commit the disk has no room for, before its commit point."""
-    root = store / "zarr.json"
-    document = json.loads(root.read_text()) if root.exists() else {}
+def _check_space(store: Location, record: dict, document: dict) -> None:
+    """Refuse a commit the disk has no room for, before its commit point (``document``: the
+    store's root document, empty for a new store)."""
     fs = os.statvfs((store if store.exists() else store.parent).url)
     n_bytes, n_files = _commit_writes(document, record)
     need, free = n_bytes + n_files * fs.f_bsize + COMMIT_MARGIN, fs.f_bavail * fs.f_frsize
