@@ -17,6 +17,11 @@ One more row: every parameter refitted from the one-pass fit by the criterion's 
 terms alone (the likelihood of single bins and of adjacent pairs: EM's composite likelihood,
 the feature, tensor and coverage terms off). And per model, its HMRs as `hmr` calls them
 (the same rule, shoulders included) and their base-pair Jaccard with EM's.
+
+Then EM's path (``--path 10,30,100``): the model after N EM iterations from the one-pass fit,
+its log-likelihood's gap to EM's converged one (% of it, on the whole store: EM's own history)
+and its HMRs' Jaccard with EM's. How near EM's optimum must a model be for its regions to
+agree with EM's at 0.9?
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import copy
 import numpy as np
 from compare_dnmtools import jaccard_genome, merged
 
-from streambhmm.app.calls import fit_call_model
+from streambhmm.app.calls import call_rule, fit_call_model
 from streambhmm.distributed.em import fit_store_em
 from streambhmm.distributed.fitdata import load_moments
-from streambhmm.distributed.regions import find_regions, preset_rule
+from streambhmm.distributed.regions import find_regions
 from streambhmm.io.store import open_store
 from streambhmm.io.tasks import InProcessClient
 from streambhmm.learn.criterion import Weights, objective_for
@@ -44,14 +49,15 @@ def rounded(values) -> str:
     return " ".join(f"{v:.3f}" for v in np.ravel(values))
 
 
-def hmrs(store, hmm, client) -> dict:
-    """{chromosome: (n, 2) merged intervals} of the HMRs `hmr` calls with ``hmm``."""
-    rule = preset_rule("hmr", hmm.methylation_, hmm.dispersion, store.bin_size)
+def hmrs(store, hmm, one_pass_fit, client) -> dict:
+    """{chromosome: (n, 2) merged intervals} of the HMRs `hmr` calls with ``hmm``, fitted from
+    ``one_pass_fit`` (which of its states were held at a cap)."""
+    rule = call_rule("hmr", hmm, one_pass_fit, store.bin_size)
     found = find_regions(store, hmm, client, rule, store.samples)
     return {chrom: merged(np.c_[r.start, r.end]) for chrom, r in found.items() if len(r.start)}
 
 
-def compare(path: str) -> None:
+def compare(path: str, path_iterations: list) -> None:
     store = open_store(path)
     model, m = HMR_MODEL, HMR_MODEL.n_states
     client = InProcessClient(2)
@@ -72,8 +78,8 @@ def compare(path: str) -> None:
                                                                  composite.methylation, composite.dispersion)
     at_composite = objective(objective.pack(composite.methylation, composite.transmat, None, composite.dispersion),
                              m)[0]
-    em_calls = hmrs(store, hmm, client)
-    agreement = {name: jaccard_genome(hmrs(store, h, client), em_calls)
+    em_calls = hmrs(store, hmm, est, client)
+    agreement = {name: jaccard_genome(hmrs(store, h, est, client), em_calls)
                  for name, h in (("one pass", one_pass), ("composite", by_composite))}
     print(f"\n{path}")
     print("| fit | levels | overdispersions | one-pass criterion | HMRs: Jaccard with EM's |")
@@ -86,13 +92,30 @@ def compare(path: str) -> None:
           f"{back.loss:.6f} | |")
     print(f"| the histogram terms alone, from the one-pass fit | {rounded(composite.methylation)} | "
           f"{rounded(composite.dispersion)} | {at_composite:.6f} | {agreement['composite']:.3f} |")
+    if not path_iterations:
+        return
+    converged = em.history[-1]
+    print("\n| EM iterations from the one-pass fit | log-likelihood below EM's converged one | hypomethylated "
+          "state: level, overdispersion | HMRs: Jaccard with EM's |")
+    print("|---|---|---|---|")
+    for n in [0, *path_iterations]:
+        if n >= len(em.history) - 1:
+            break
+        partway = copy.deepcopy(one_pass)
+        if n:
+            fit_store_em(store, partway, None, store.samples, n, rel_tol=0.0, check=False)
+        gap = 100 * (converged - em.history[n]) / abs(converged)
+        print(f"| {n} | {gap:.3f}% | {rounded(partway.methylation_[0])}, {rounded(partway.dispersion[0])} | "
+              f"{jaccard_genome(hmrs(store, partway, est, client), em_calls):.3f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stores", nargs="+", help="counts stores (100 bp bins)")
-    for path in parser.parse_args().stores:
-        compare(path)
+    parser.add_argument("--path", default="", help="EM iterations at which to stop along EM's path, e.g. 10,30,100")
+    args = parser.parse_args()
+    for path in args.stores:
+        compare(path, [int(n) for n in args.path.split(",") if n])
 
 
 if __name__ == "__main__":

@@ -172,8 +172,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                    + "; ".join(problems)))
     start = time.perf_counter()
     try:
-        rule = _free_targets_first(preset_rule(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size),
-                                   pinned_states(model, one_pass_fit.methylation_))
+        rule = call_rule(settings.kind, hmm, one_pass_fit, store.bin_size)
     except ValueError:
         all_of_them = bool(target_states(settings.kind, hmm.methylation_, hmm.dispersion, store.bin_size).all())
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
@@ -206,6 +205,15 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                    f"({rule.conditions(len(samples))})",
                                    NO_PMDS if settings.kind == "pmd" else ""))
     return outcome
+
+
+def call_rule(kind: str, hmm, one_pass_fit, bin_size: int):
+    """The rule `hmr` or `pmd` (``kind``) finds its regions by under ``hmm`` (the one-pass fit
+    ``one_pass_fit``, or EM's from it): the preset's for its states, whose targets held at a
+    level cap in the one-pass fit give way to free ones; ValueError when no state is a target."""
+    model = HMR_MODEL if kind == "hmr" else PMD_MODEL
+    return _free_targets_first(preset_rule(kind, hmm.methylation_, hmm.dispersion, bin_size),
+                               pinned_states(model, one_pass_fit.methylation_))
 
 
 def _free_targets_first(rule, pinned: np.ndarray):
