@@ -104,7 +104,7 @@ def main() -> None:
     est, hmm = fit_call_model(moments, model, seed=0)
     one_pass = copy.deepcopy(hmm)
     fit_store_em(store, hmm, None, store.samples, 1000, rel_tol=1e-8, check=False)
-    em_calls = hmrs(store, hmm, client)
+    em_calls = hmrs(store, hmm, est, client)
     base = C.objective_for(moments, C.Weights(), "betabinomial")
     objective = with_lags(base, lag_histograms(args.store, store, moments, lags), args.weight)
     bounds = base.bounds(m, model.limits())
@@ -112,7 +112,7 @@ def main() -> None:
     print("| fit | levels | overdispersions | HMRs: Jaccard with EM's |")
     print("|---|---|---|---|")
     print(f"| one pass | {rounded(est.methylation_)} | {rounded(est.dispersion_)} | "
-          f"{jaccard_genome(hmrs(store, one_pass, client), em_calls):.3f} |")
+          f"{jaccard_genome(hmrs(store, one_pass, est, client), em_calls):.3f} |")
     print(f"| EM from it | {rounded(hmm.methylation_)} | {rounded(hmm.dispersion)} | 1 |")
     for label, start in (("one pass", (est.methylation_, est.transmat_, None, est.dispersion_)),
                          ("EM", (hmm.methylation_, hmm.transmat_, None, hmm.dispersion))):
@@ -123,7 +123,7 @@ def main() -> None:
         lagged = BinomialHMM(m, emission="betabinomial", stationary_start=True, allow_degenerate=True,
                              limits=model.limits()).start_from(C.stationary(a)[0], a, levels, dispersion)
         print(f"| with the lags, from {label} | {rounded(levels)} | {rounded(dispersion)} | "
-              f"{jaccard_genome(hmrs(store, lagged, client), em_calls):.3f} |")
+              f"{jaccard_genome(hmrs(store, lagged, est, client), em_calls):.3f} |")
 
 
 if __name__ == "__main__":
