@@ -80,7 +80,7 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
     """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated
     state widened over their shoulders (``window`` 0: not widened)."""
     from streambhmm.learn.selection import one_pass
-    from streambhmm.distributed.regions import RegionRule, regions_of
+    from streambhmm.distributed.regions import RegionRule, expected_levels, regions_of
     from streambhmm.distributed.shoulders import Profile, widen
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM
@@ -94,7 +94,7 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
     hmm = BinomialHMM(model.n_states, emission="betabinomial").start_from(est.startprob_, est.transmat_,
                                                                           est.methylation_, est.dispersion_)
     post = hmm.predict_proba(meth[:, None], cov[:, None], lengths)
-    level = post @ est.methylation_[:, 0]
+    level = expected_levels(post, [(0, meth, cov)], est.methylation_, est.dispersion_)[:, 0]  # as hmr's walks read
     found, offset = [], 0
     for n in lengths:
         part = slice(offset, offset + n)
@@ -103,8 +103,9 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
         keep = r.n_bins >= min_bins
         starts, ends = r.start[keep], r.end[keep]
         if window:
-            starts, ends, _ = widen(starts, ends, Profile(np.arange(n), pos[part], level[part]), n,
-                                    float(est.methylation_[0, 0]), 1000, 100, window)
+            profile = Profile(np.arange(n), pos[part], level[part], level[part], meth[part, None].astype(np.int64),
+                              cov[part, None].astype(np.int64))
+            starts, ends, _, _ = widen(starts, ends, profile, n, float(est.methylation_[0, 0]), 1000, 100, window)
         found.append(np.stack([starts, ends], axis=1))
         offset += n
     return np.concatenate(found)

@@ -29,8 +29,8 @@ import numpy as np
 
 from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE, DmrSettings, Findings, Targets,
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
-                               interval_counts, window_regions)
-from ..distributed.regions import RegionRule, check_regions_name, regions_table
+                               window_regions)
+from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
 from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
 from ..io.outputs import check_derived_file, check_output_file, remove_leftovers, replacing_pair

@@ -294,37 +294,6 @@ def _chunk_findings(post, data, targets: Targets, rule: RegionRule, domains: dic
     return ChunkFindings(candidates, counts, track)
 
 
-def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per interval (bp, on bin edges): the methylated and covered reads of each of
-    ``samples`` (regions, S) over every bin in it, and its covered bins; read a chunk and a
-    sample at a time (memory: one sample's chunk, whatever the samples). A DMR's interval
-    bridges bins of other states within --max-gap: its levels are those of all its reads,
-    as a user recounting them finds."""
-    n = len(chrom)
-    meth, cov, covered = np.zeros((n, len(samples))), np.zeros((n, len(samples))), np.zeros(n, np.int64)
-    chrom = np.asarray(chrom, dtype=object)
-    for name in dict.fromkeys(chrom.tolist()):
-        rows = np.flatnonzero(chrom == name)
-        lo, hi = start[rows] // store.bin_size, end[rows] // store.bin_size
-        for ref in store.chunk_refs(name, samples):
-            hit = np.flatnonzero((lo < ref.stop) & (hi > ref.start))
-            if hit.size == 0:
-                continue
-            a = np.clip(lo[hit] - ref.start, 0, ref.n_bins)
-            b = np.clip(hi[hit] - ref.start, 0, ref.n_bins)
-            any_reads = np.zeros(ref.n_bins, bool)
-            for k in range(len(samples)):
-                m, c = (x[:, 0] for x in ref.read([k]))
-                for total, x in ((meth, m), (cov, c)):
-                    sums = np.r_[0.0, np.cumsum(x)]  # exact: integer sums
-                    total[rows[hit], k] += sums[b] - sums[a]
-                any_reads |= c > 0
-            any_reads = np.r_[0, np.cumsum(any_reads)]
-            covered[rows[hit]] += any_reads[b] - any_reads[a]
-    return meth, cov, covered
-
-
 @dataclass
 class Findings:
     """The posterior pass's result."""

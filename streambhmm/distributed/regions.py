@@ -7,7 +7,8 @@ few bins of other states, or bins without coverage, inside a region do not cut i
 kept when it is at least ``min_length`` bp long and holds at least ``min_bins`` target
 bins. Each region gets its mean posterior of the targets (the BED score, times 1000), its
 number of target bins, its length, and its mean methylation in each sample (methylated
-over covered reads in its target bins).
+over covered reads in its interval: where a rule bridges covered bins of other states,
+theirs too, recounted from the store; HMRs: their cores' and shoulders').
 
 Presets choose the target states by what HMRs and PMDs are (streambhmm.learn.domains) and
 cut them as `streambhmm hmr` and `pmd` do:
@@ -23,10 +24,10 @@ cut them as `streambhmm hmr` and `pmd` do:
           narrower than 5 kb, not hypomethylated: there an HMR fills bins of its own); gaps
           up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them: the length,
           not the level, tells a PMD from an HMR); its mean level below 0.7 in every sample
-          (as the region it is, not only as its states)
+          (as the region it is, not only as its states: every read of its interval, the
+          bridged bins' too)
 
-In both, every sample has reads in a region's target bins: a joint region says nothing of a
-sample without.
+In both, every sample has reads in a region: a joint region says nothing of a sample without.
 
 A preset refuses a model in which no state, or every state, is a target: there is no
 region, or no background to set one against.
@@ -44,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
+from ..learn.overdispersion import beta_parameters
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
@@ -70,11 +72,11 @@ class RegionRule:
     bridge_covered: bool = True
     # widen each region over its shoulders (distributed.shoulders)
     shoulders: bool = False
-    # keep a region only when its mean level (its target bins' reads) is below this in every
+    # keep a region only when its mean level (its interval's reads) is below this in every
     # sample (None: any level): a preset's definition
     max_level: float | None = None
-    # keep a region only when every sample has reads in its target bins (else it says
-    # nothing of the samples without)
+    # keep a region only when every sample has reads in it (else it says nothing of the
+    # samples without)
     every_sample: bool = False
 
     def keeps(self, regions: "Regions") -> np.ndarray:
@@ -138,8 +140,10 @@ class Regions:
     end: np.ndarray
     n_bins: np.ndarray  # target bins
     posterior_sum: np.ndarray  # summed posterior of the targets over the target bins
-    methylated: np.ndarray  # (regions, S) methylated reads of the target bins
-    coverage: np.ndarray  # (regions, S)
+    # (regions, S) methylated and covered reads: of the target bins as found in the chunks,
+    # of the whole interval once find_regions has finished a chromosome
+    methylated: np.ndarray
+    coverage: np.ndarray
     posterior_max: np.ndarray  # the highest posterior of the targets in the region
     open_start: bool = True  # the part's first covered bin is a target bin (a region may go on before it)
     open_end: bool = True  # the part's last covered bin is
@@ -148,7 +152,7 @@ class Regions:
         return len(self.start)
 
     def levels(self) -> np.ndarray:
-        """(regions, S) the mean level of each region's target bins per sample; NaN without reads."""
+        """(regions, S) the mean level of each region's reads per sample; NaN without reads."""
         with np.errstate(invalid="ignore", divide="ignore"):
             return self.methylated / self.coverage
 
@@ -200,7 +204,7 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
-def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray, methylation: np.ndarray):
+def _chunk_regions(post, data, rule: RegionRule, methylation: np.ndarray, dispersion: np.ndarray | None):
     """A chunk's regions, and for shoulders its Profile and number of covered bins (in a
     task, map_posteriors)."""
     ref = data.ref
@@ -209,10 +213,26 @@ def _chunk_regions(post, data, rule: RegionRule, state_levels: np.ndarray, methy
     regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
     if not rule.shoulders:
         return regions, None, positions.size
-    top = (post @ methylation).max(axis=1)  # the highest of the samples' expected levels
-    profile = chunk_profile(positions, post @ state_levels, top, data.sample_counts(), len(ref.columns), regions.start,
-                            regions.end, ref.bin_size)
+    levels = expected_levels(post, data.sample_counts(), methylation, dispersion)
+    profile = chunk_profile(positions, levels.mean(axis=1), levels.max(axis=1), data.sample_counts(),
+                            len(ref.columns), regions.start, regions.end, ref.bin_size)
     return regions, profile, positions.size
+
+
+def expected_levels(post: np.ndarray, sample_counts, methylation: np.ndarray, dispersion: np.ndarray | None
+                    ) -> np.ndarray:
+    """(bins, S): each bin's expected level in each sample given the data, sum_h post_h E[p |
+    state h, the bin's reads]. Beta-binomial: the Beta posterior's mean (a + methylated) / (a +
+    b + coverage), so a bin's own reads move it from its states' levels (2 of 10 reads
+    methylated, in a state at 0.4 of overdispersion 0.2: 0.26); binomial: the states' levels."""
+    levels = np.empty((post.shape[0], methylation.shape[1]))
+    for k, meth, cov in sample_counts:
+        if dispersion is None:
+            levels[:, k] = post @ methylation[:, k]
+            continue
+        a, b = beta_parameters(methylation[:, k], dispersion[:, k])
+        levels[:, k] = (post * (a + meth[:, None]) / (a + b + cov[:, None])).sum(axis=1)
+    return levels
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
@@ -222,10 +242,9 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     chromosomes = bed_order(store.chromosomes)  # as the BED lists them
     found = {chrom: Regions.empty(len(samples)) for chrom in chromosomes}
     methylation = np.asarray(hmm.methylation_, np.float64)
-    state_levels = methylation.mean(axis=1)  # a bin's expected level: over the samples
-    core_level = float(state_levels[list(rule.targets)].mean())
-    chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions, (rule, state_levels, methylation),
-                            f"the regions of {store.path}", progress, chromosomes)
+    core_level = float(methylation[list(rule.targets)].mean())  # over the target states and the samples
+    chunks = map_posteriors(store, samples, Params.of(hmm), client, _chunk_regions,
+                            (rule, methylation, hmm.dispersion), f"the regions of {store.path}", progress, chromosomes)
     for chrom, parts in itertools.groupby(chunks, key=lambda chunk: chunk[0].chrom):
         regions, profiles, covered = found[chrom], [], 0
         for _, (part, profile, n_covered) in parts:
@@ -234,12 +253,48 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
                 profile.index += covered  # the chunk's covered bins follow those before it
                 profiles.append(profile)
             covered += n_covered
+        if rule.bridge_covered and len(regions):
+            # the reads of the bridged bins too: a region's levels are its interval's
+            methylated, coverage, _ = interval_counts(store, samples, [chrom] * len(regions), regions.start,
+                                                      regions.end)
+            regions.methylated, regions.coverage = methylated.astype(np.int64), coverage.astype(np.int64)
         regions = regions.take(rule.keeps(regions))
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles, len(samples)), covered, core_level, rule,
                                      store.bin_size)
         found[chrom] = regions
     return found
+
+
+def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per interval (bp, on bin edges): the methylated and covered reads of each of
+    ``samples`` (regions, S) over every bin in it, and its covered bins; read a chunk and a
+    sample at a time (memory: one sample's chunk, whatever the samples). A region that
+    bridges covered bins of other states (a PMD, a DMR within --max-gap) has the levels of
+    all its interval's reads, as a user recounting them finds."""
+    n = len(chrom)
+    meth, cov, covered = np.zeros((n, len(samples))), np.zeros((n, len(samples))), np.zeros(n, np.int64)
+    chrom = np.asarray(chrom, dtype=object)
+    for name in dict.fromkeys(chrom.tolist()):
+        rows = np.flatnonzero(chrom == name)
+        lo, hi = start[rows] // store.bin_size, end[rows] // store.bin_size
+        for ref in store.chunk_refs(name, samples):
+            hit = np.flatnonzero((lo < ref.stop) & (hi > ref.start))
+            if hit.size == 0:
+                continue
+            a = np.clip(lo[hit] - ref.start, 0, ref.n_bins)
+            b = np.clip(hi[hit] - ref.start, 0, ref.n_bins)
+            any_reads = np.zeros(ref.n_bins, bool)
+            for k in range(len(samples)):
+                m, c = (x[:, 0] for x in ref.read([k]))
+                for total, x in ((meth, m), (cov, c)):
+                    sums = np.r_[0.0, np.cumsum(x)]  # exact: integer sums
+                    total[rows[hit], k] += sums[b] - sums[a]
+                any_reads |= c > 0
+            any_reads = np.r_[0, np.cumsum(any_reads)]
+            covered[rows[hit]] += any_reads[b] - any_reads[a]
+    return meth, cov, covered
 
 
 def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,

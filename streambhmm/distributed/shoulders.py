@@ -4,19 +4,19 @@ DNMTools' HMRs hold them (its two-state model puts a CpG in the foreground when 
 nearer the foreground than the background).
 
 A region is widened, one covered bin at a time on each side, while the next bin's expected
-level (its posteriors times the states' levels, over the samples) is nearer the core's level
-than the background beyond it: the median expected level of the SHOULDER_WINDOW covered bins
-past it; and while its expected level in every sample is below SHOULDER_CEILING (0.5: more of
-its reads unmethylated than methylated, as in the hypomethylated state, whose definition puts
-92% of its mass below 0.5, in every sample). The
+level given its reads (regions.expected_levels: over its states' posteriors, the mean of each
+state's Beta distribution of levels updated by the bin's reads; mean over the samples) is
+nearer the core's level than the background beyond it, the median expected level of the
+SHOULDER_WINDOW covered bins past it; and while its expected level in every sample is below
+SHOULDER_CEILING (0.5: more of its reads unmethylated than methylated, as in the
+hypomethylated state, whose definition puts 92% of its mass below 0.5, in every sample). The
 background is local, so an island's shoulders in a methylated background run up to about
 half-way (0.45 at a background of 0.9), and those of an island inside a PMD stop near 0.3,
-before the PMD. A walk stops at more than the rule's gap without coverage, and
-takes at most SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's bins
-and score stay those of its core, its levels are its interval's reads (its cores' and its
-shoulders'); a widened region whose reads average 0.5 or more in a sample is not a
-hypomethylated region by its reads: its cores are kept as they were (with_shoulders,
-distributed.regions).
+before the PMD. A walk stops at more than the rule's gap without coverage, and takes at most
+SHOULDER_WINDOW bins. Widened regions that meet are merged. A region's bins and score stay
+those of its core, its levels are its interval's reads (its cores' and its shoulders'); a
+widened region whose reads average 0.5 or more in a sample is not a hypomethylated region by
+its reads: its cores are kept as they were (with_shoulders, distributed.regions).
 
 Chunks are cut anywhere, so each chunk hands on the expected levels of the covered bins
 that a walk may read: those within two windows of each region's ends and of the chunk's

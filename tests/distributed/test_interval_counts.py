@@ -1,9 +1,9 @@
-"""dmr's recount of its regions' reads (distributed.dmr.interval_counts): every read of an
+"""dmr's recount of its regions' reads (distributed.regions.interval_counts): every read of an
 interval, across chunk seams, one sample's chunk in memory at a time."""
 
 import numpy as np
 
-from streambhmm.distributed.dmr import interval_counts
+from streambhmm.distributed.regions import interval_counts
 from streambhmm.io.store.chunks import ChunkRef
 from streambhmm.testing import write_store
 

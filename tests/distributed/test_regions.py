@@ -2,13 +2,14 @@
 the presets' choice of states, and the command's BED9 and table; bigWig tracks."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
-                                           with_shoulders)
+from streambhmm.distributed.regions import (RegionRule, Regions, expected_levels, find_regions, join_regions,
+                                           preset_rule, regions_of, with_shoulders)
 from streambhmm.distributed.shoulders import Profile, chunk_profile, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
@@ -139,6 +140,24 @@ def one_sample(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_bins_expected_level_is_its_states_levels_moved_by_its_own_reads():
+    """Beta-binomial: sum over states of the posterior times the Beta posterior's mean (a + mu) /
+    (a + b + c) (known answers); a bin without reads in a sample, or a binomial model, has its
+    states' levels; so a bin whose reads sit well below its dispersed state reads lower."""
+    methylation = np.array([[0.05, 0.05], [0.4, 0.4]])
+    dispersion = np.array([[0.1, 0.1], [0.2, 0.2]])  # a + b = 9 and 4
+    post = np.array([[1.0, 0.0], [0.0, 1.0], [0.25, 0.75]])
+    meth, cov = np.array([[0, 0], [2, 0], [2, 0]]), np.array([[20, 0], [10, 0], [10, 0]])
+    counts = [(k, meth[:, k], cov[:, k]) for k in range(2)]
+    got = expected_levels(post, counts, methylation, dispersion)
+    a = methylation * (1 - dispersion) / dispersion
+    assert got[:, 0] == pytest.approx([a[0, 0] / 29, (a[1, 0] + 2) / 14,
+                                       0.25 * (a[0, 0] + 2) / 19 + 0.75 * (a[1, 0] + 2) / 14], rel=1e-12)
+    assert got[1, 0] == pytest.approx(0.2571428, abs=1e-6)  # 0.2 read in a state at 0.4
+    assert got[:, 1] == pytest.approx(post @ methylation[:, 1], rel=1e-12)  # no reads in sample 1
+    assert expected_levels(post, counts, methylation, None) == pytest.approx(post @ methylation, rel=1e-12)
+
+
 def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
     stores, hmm = one_sample
     rule = RegionRule((0, 1), 0.5, 300, 500, 2)
@@ -150,6 +169,34 @@ def test_regions_do_not_depend_on_the_chunking(one_sample, dask_clients):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         np.testing.assert_allclose(a.posterior_sum, b.posterior_sum, rtol=1e-9)
         assert ((a.end - a.start) >= 500).all() and (a.n_bins >= 2).all()
+
+
+def test_a_region_that_bridges_covered_bins_has_its_intervals_levels(tmp_path):
+    """A PMD bridges bins of other states within its gaps: its levels are every read of its
+    interval, the bridged bins' too, as a user recounting the BED interval finds (a helper's
+    joint call over 16 samples wrote 0.692 for a domain whose interval reads 0.764), and a
+    domain whose interval is not partially methylated is dropped."""
+    from streambhmm.io.tasks import InProcessClient
+
+    # 100 bp bins: 20 methylated, 30 partially methylated with 2 methylated bins inside, 20 methylated
+    level = np.r_[[0.95] * 20, [0.5] * 14, [0.95] * 2, [0.5] * 14, [0.95] * 20]
+    cov = np.full((level.size, 1), 20)
+    cov[34:36] = 200  # the bridged bins are deep: they carry the interval's level
+    meth = np.rint(level[:, None] * cov).astype(np.int64)
+    store = write_store(tmp_path / "s.zarr", {"chr1": (np.arange(level.size), meth, cov)}, ["A"], chunk_size=37)
+    hmm = BinomialHMM(2).start_from(np.array([0.5, 0.5]), np.array([[0.97, 0.03], [0.03, 0.97]]),
+                                    np.array([[0.5], [0.95]]))
+    rule = RegionRule((0,), 0.5, max_gap=300, min_length=1000, name="PMD")
+    found = find_regions(store, hmm, InProcessClient(1), rule, ["A"])["chr1"]
+    assert found.start.tolist() == [2000] and found.end.tolist() == [5000] and found.n_bins.tolist() == [28]
+    assert found.methylated[0, 0] == meth[20:50, 0].sum() and found.coverage[0, 0] == cov[20:50, 0].sum()
+    assert found.levels()[0, 0] == pytest.approx(0.5 * 560 / 960 + 0.95 * 400 / 960)  # 0.6875, not 0.5
+    # below 0.7 by its partially methylated bins, 0.73 by its interval: not a PMD
+    cov[34:36] = 300
+    meth = np.rint(level[:, None] * cov).astype(np.int64)
+    deeper = write_store(tmp_path / "d.zarr", {"chr1": (np.arange(level.size), meth, cov)}, ["A"], chunk_size=37)
+    assert len(find_regions(deeper, hmm, InProcessClient(1), replace(rule, max_level=0.7), ["A"])["chr1"]) == 0
+    assert len(find_regions(store, hmm, InProcessClient(1), replace(rule, max_level=0.7), ["A"])["chr1"]) == 1
 
 
 @pytest.mark.slow
