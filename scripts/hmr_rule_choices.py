@@ -80,8 +80,8 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
     """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated
     state widened over their shoulders (``window`` 0: not widened)."""
     from streambhmm.learn.selection import one_pass
-    from streambhmm.distributed.regions import RegionRule, expected_levels, regions_of
-    from streambhmm.distributed.shoulders import Profile, widen
+    from streambhmm.distributed.regions import RegionRule, regions_of
+    from streambhmm.distributed.shoulders import Profile, expected_levels, widen
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM
 

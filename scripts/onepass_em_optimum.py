@@ -98,12 +98,13 @@ def compare(path: str, path_iterations: list) -> None:
     print("\n| EM iterations from the one-pass fit | log-likelihood below EM's converged one | hypomethylated "
           "state: level, overdispersion | HMRs: Jaccard with EM's |")
     print("|---|---|---|---|")
+    partway, done = copy.deepcopy(one_pass), 0
     for n in [0, *path_iterations]:
         if n >= len(em.history) - 1:
             break
-        partway = copy.deepcopy(one_pass)
-        if n:
-            fit_store_em(store, partway, None, store.samples, n, rel_tol=0.0, check=False)
+        if n > done:  # EM goes on from where it stopped: the same iterations as one run of n
+            fit_store_em(store, partway, None, store.samples, n - done, rel_tol=0.0, check=False)
+            done = n
         gap = 100 * (converged - em.history[n]) / abs(converged)
         print(f"| {n} | {gap:.3f}% | {rounded(partway.methylation_[0])}, {rounded(partway.dispersion[0])} | "
               f"{jaccard_genome(hmrs(store, partway, est, client), em_calls):.3f} |")

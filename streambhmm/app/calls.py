@@ -45,6 +45,7 @@ from .segments import output_checked
 # sets, 2 give the regions of 8 (Jaccard >= 0.97) in a third of the time
 CALL_RANDOM_STARTS = 2
 POLISH_TOL = 1e-8  # --polish-em stops earlier when an iteration gains less than this (relative)
+CALL_MODELS = {"hmr": HMR_MODEL, "pmd": PMD_MODEL}
 
 
 @dataclass
@@ -64,7 +65,7 @@ class CallSettings:
 
     @property
     def model(self) -> CallModel:
-        return HMR_MODEL if self.kind == "hmr" else PMD_MODEL
+        return CALL_MODELS[self.kind]
 
     @property
     def coarse_bin_size(self) -> int | None:
@@ -211,9 +212,8 @@ def call_rule(kind: str, hmm, one_pass_fit, bin_size: int):
     """The rule `hmr` or `pmd` (``kind``) finds its regions by under ``hmm`` (the one-pass fit
     ``one_pass_fit``, or EM's from it): the preset's for its states, whose targets held at a
     level cap in the one-pass fit give way to free ones; ValueError when no state is a target."""
-    model = HMR_MODEL if kind == "hmr" else PMD_MODEL
     return _free_targets_first(preset_rule(kind, hmm.methylation_, hmm.dispersion, bin_size),
-                               pinned_states(model, one_pass_fit.methylation_))
+                               pinned_states(CALL_MODELS[kind], one_pass_fit.methylation_))
 
 
 def _free_targets_first(rule, pinned: np.ndarray):

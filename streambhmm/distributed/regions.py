@@ -45,7 +45,6 @@ from pathlib import Path
 import numpy as np
 
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
-from ..learn.overdispersion import beta_parameters
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
@@ -213,26 +212,9 @@ def _chunk_regions(post, data, rule: RegionRule, methylation: np.ndarray, disper
     regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
     if not rule.shoulders:
         return regions, None, positions.size
-    levels = expected_levels(post, data.sample_counts(), methylation, dispersion)
-    profile = chunk_profile(positions, levels.mean(axis=1), levels.max(axis=1), data.sample_counts(),
-                            len(ref.columns), regions.start, regions.end, ref.bin_size)
+    profile = chunk_profile(positions, post, methylation, dispersion, data.sample_counts(), len(ref.columns),
+                            regions.start, regions.end, ref.bin_size)
     return regions, profile, positions.size
-
-
-def expected_levels(post: np.ndarray, sample_counts, methylation: np.ndarray, dispersion: np.ndarray | None
-                    ) -> np.ndarray:
-    """(bins, S): each bin's expected level in each sample given the data, sum_h post_h E[p |
-    state h, the bin's reads]. Beta-binomial: the Beta posterior's mean (a + methylated) / (a +
-    b + coverage), so a bin's own reads move it from its states' levels (2 of 10 reads
-    methylated, in a state at 0.4 of overdispersion 0.2: 0.26); binomial: the states' levels."""
-    levels = np.empty((post.shape[0], methylation.shape[1]))
-    for k, meth, cov in sample_counts:
-        if dispersion is None:
-            levels[:, k] = post @ methylation[:, k]
-            continue
-        a, b = beta_parameters(methylation[:, k], dispersion[:, k])
-        levels[:, k] = (post * (a + meth[:, None]) / (a + b + cov[:, None])).sum(axis=1)
-    return levels
 
 
 def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, progress=None) -> dict:
@@ -255,9 +237,8 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
             covered += n_covered
         if rule.bridge_covered and len(regions):
             # the reads of the bridged bins too: a region's levels are its interval's
-            methylated, coverage, _ = interval_counts(store, samples, [chrom] * len(regions), regions.start,
-                                                      regions.end)
-            regions.methylated, regions.coverage = methylated.astype(np.int64), coverage.astype(np.int64)
+            regions.methylated, regions.coverage, _ = interval_counts(store, samples, [chrom] * len(regions),
+                                                                      regions.start, regions.end)
         regions = regions.take(rule.keeps(regions))
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles, len(samples)), covered, core_level, rule,

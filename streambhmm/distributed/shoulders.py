@@ -4,7 +4,7 @@ DNMTools' HMRs hold them (its two-state model puts a CpG in the foreground when 
 nearer the foreground than the background).
 
 A region is widened, one covered bin at a time on each side, while the next bin's expected
-level given its reads (regions.expected_levels: over its states' posteriors, the mean of each
+level given its reads (expected_levels: over its states' posteriors, the mean of each
 state's Beta distribution of levels updated by the bin's reads; mean over the samples) is
 nearer the core's level than the background beyond it, the median expected level of the
 SHOULDER_WINDOW covered bins past it; and while its expected level in every sample is below
@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..learn.overdispersion import beta_parameters
+
 SHOULDER_WINDOW = 20  # covered bins: 2 kb at full CpG density, about a DNMTools HMR's median length
 SHOULDER_CEILING = 0.5
 
@@ -57,12 +59,14 @@ class Profile:
                      for f in ("index", "position", "level", "top", "methylated", "coverage")))
 
 
-def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, sample_counts, n_samples: int,
-                  starts: np.ndarray, ends: np.ndarray, bin_size: int, window: int = SHOULDER_WINDOW) -> Profile:
-    """The bins of one chunk (its covered bins' ``positions``, expected ``level``, highest
-    expected level of a sample, ``top``, and reads: ``sample_counts`` yields (sample,
+def chunk_profile(positions: np.ndarray, post: np.ndarray, methylation: np.ndarray, dispersion: np.ndarray | None,
+                  sample_counts, n_samples: int, starts: np.ndarray, ends: np.ndarray, bin_size: int,
+                  window: int = SHOULDER_WINDOW) -> Profile:
+    """The bins of one chunk (its covered bins' ``positions``, state posteriors ``post`` under
+    a model of ``methylation`` and ``dispersion``, and reads: ``sample_counts`` yields (sample,
     methylated, coverage) one sample at a time) that widening its regions (``starts``,
-    ``ends``), or a neighbour's, may read; indices within the chunk."""
+    ``ends``), or a neighbour's, may read, with their expected levels (expected_levels);
+    indices within the chunk."""
     n, reach = positions.size, 2 * window + 1
     first, last = _end_rows(positions, starts, ends, bin_size)
     lo = np.r_[0, np.maximum(n - reach, 0), np.maximum(first - reach, 0), last]
@@ -74,8 +78,26 @@ def chunk_profile(positions: np.ndarray, level: np.ndarray, top: np.ndarray, sam
     methylated, coverage = np.zeros((keep.size, n_samples), np.int64), np.zeros((keep.size, n_samples), np.int64)
     for k, meth, cov in sample_counts:
         methylated[:, k], coverage[:, k] = meth[keep], cov[keep]
-    return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), level[keep].astype(np.float64),
-                   top[keep].astype(np.float64), methylated, coverage)
+    levels = expected_levels(post[keep], [(k, methylated[:, k], coverage[:, k]) for k in range(n_samples)],
+                             methylation, dispersion)
+    return Profile(keep.astype(np.int64), positions[keep].astype(np.int64), levels.mean(axis=1), levels.max(axis=1),
+                   methylated, coverage)
+
+
+def expected_levels(post: np.ndarray, sample_counts, methylation: np.ndarray, dispersion: np.ndarray | None
+                    ) -> np.ndarray:
+    """(bins, S): each bin's expected level in each sample given the data, sum_h post_h E[p |
+    state h, the bin's reads]. Beta-binomial: the Beta posterior's mean (a + methylated) / (a +
+    b + coverage), so a bin's own reads move it from its states' levels (2 of 10 reads
+    methylated, in a state at 0.4 of overdispersion 0.2: 0.26); binomial: the states' levels."""
+    levels = np.empty((post.shape[0], methylation.shape[1]))
+    for k, meth, cov in sample_counts:
+        if dispersion is None:
+            levels[:, k] = post @ methylation[:, k]
+            continue
+        a, b = beta_parameters(methylation[:, k], dispersion[:, k])
+        levels[:, k] = (post * (a + meth[:, None]) / (a + b + cov[:, None])).sum(axis=1)
+    return levels
 
 
 def widen(starts: np.ndarray, ends: np.ndarray, profile: Profile, n_covered: int, core_level: float,

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.distributed.regions import (RegionRule, Regions, expected_levels, find_regions, join_regions,
-                                           preset_rule, regions_of, with_shoulders)
-from streambhmm.distributed.shoulders import Profile, chunk_profile, widen
+from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
+                                           with_shoulders)
+from streambhmm.distributed.shoulders import Profile, chunk_profile, expected_levels, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
 
@@ -122,7 +122,7 @@ def test_shoulders_widen_a_core_half_way_to_its_local_background():
     assert got[0].tolist() == [3000] and got[1].tolist() == [4100] and got[2].tolist() == [0, 0]
     # a chunk hands on the bins its regions' walks and its neighbours' may read
     counts = [(0, np.zeros(level.size, np.int64), np.ones(level.size, np.int64))]
-    kept = chunk_profile(position, level, level, counts, 1, starts, ends, 100, window=3)
+    kept = chunk_profile(position, level[:, None], np.ones((1, 1)), None, counts, 1, starts, ends, 100, window=3)
     # the chunk's first and last 2 x 3 + 1 bins, and as many before each region's first bin and after its last
     assert kept.index.tolist() == sorted({*range(7), *range(26, 34), *range(37, 44), *range(95, 103), *range(106, 113),
                                           *range(level.size - 7, level.size)})
