@@ -2,14 +2,14 @@
 and the loop that maps a function of each chunk's posteriors over a store on Dask.
 
 The chains are sequential within a chromosome (chromosomes run in parallel); the tasks
-that use both messages of a chunk are independent. Every task holds one chunk, and the
-results wait to be read in order for a bounded number of chunks (RESULTS_AHEAD), so memory
-stays bounded."""
+that use both messages of a chunk are independent. Every task holds one chunk (or short
+contigs of a chunk's worth of bins in all, each a whole sequence: grouped_sequences), and
+the results wait to be read in order for a bounded number of chunks' worth of bins
+(RESULTS_AHEAD), so memory stays bounded."""
 
 from __future__ import annotations
 
 import collections
-import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -19,11 +19,12 @@ from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter, task_threads
 from ..moments.pipeline import plan_chunks
 from ..moments.spec import Grouping
-from .chunks import backward_task, forward_task, posterior_task
+from .chunks import IN_MEMORY_CELLS, backward_task, forward_task, posterior_task
 from .messages import Params
 
-# chunks whose results may wait to be read, per thread of the cluster, beyond the chromosome
-# being read: whole chromosomes are started while fewer wait (their chains are computed once)
+# chunks' worth of bins whose results may wait to be read, per thread of the cluster, beyond
+# the chromosome being read: whole chromosomes are started while fewer wait (their chains are
+# computed once)
 RESULTS_AHEAD = 2
 
 
@@ -44,6 +45,29 @@ def chain(items: list, forward: Callable, backward: Callable) -> list[tuple]:
     for item in reversed(items):
         backwards.insert(0, backward(backwards[0], item))
     return [(forwards[k], backwards[k + 1], forwards[k + 1]) for k in range(len(items))]
+
+
+def grouped_sequences(chains: list[list[ChunkRef]], budget: int) -> list[tuple[bool, list[ChunkRef]]]:
+    """(whether batched, chunks) in order: a sequence of several chunks alone, consecutive
+    sequences of one chunk each (an assembly's short contigs) together up to ``budget`` bins,
+    so that a task, not a contig, carries the fixed costs."""
+    out = []
+    for refs in chains:
+        if not refs:
+            continue
+        single = len(refs) == 1 and budget > 0
+        if single and out and out[-1][0] and sum(r.n_bins for r in out[-1][1]) + refs[0].n_bins <= budget:
+            out[-1][1].append(refs[0])
+        else:
+            out.append((single, list(refs)))
+    return out
+
+
+def batch_budget(store: CountsStore, grouping) -> int:
+    """Bins of short contigs one task takes together: a chunk's worth, and none (each its own
+    task) where a chunk's counts of a group's samples would not be held in memory
+    (chunks.IN_MEMORY_CELLS)."""
+    return store.chunk_size if store.chunk_size * Grouping.of(grouping).width <= IN_MEMORY_CELLS else 0
 
 
 @dataclass(frozen=True)
@@ -67,12 +91,39 @@ def message_graph(store: CountsStore, grouping: Grouping, params: Params, chromo
     message tasks do not check the counts against their digests, because a task of every
     chunk that uses both messages does (a chain's last forward message may go unused, so
     the chain cannot be the one to check)."""
-    out = []
-    for refs in sequences(store, grouping, chromosomes):
-        links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params, verify),
-                      lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params, verify))
-        out += [ChunkMessages(ref, *link) for ref, link in zip(refs, links)]
-    return out
+    return [chunk for refs in sequences(store, grouping, chromosomes) for chunk in chunk_messages(refs, params, verify)]
+
+
+def chunk_messages(refs: list[ChunkRef], params: Params, verify: bool = True) -> list[ChunkMessages]:
+    """The forward and backward message chains of one sequence of chunks (message_graph)."""
+    links = chain(refs, lambda previous, ref: dask.delayed(forward_task, pure=True)(previous, ref, params, verify),
+                  lambda following, ref: dask.delayed(backward_task, pure=True)(following, ref, params, verify))
+    return [ChunkMessages(ref, *link) for ref, link in zip(refs, links)]
+
+
+def posterior_jobs(store: CountsStore, samples: list[str], params: Params, on_chunk: Callable, args: tuple = (),
+                   chromosomes=None) -> list[tuple[list[ChunkRef], list, bool]]:
+    """The posterior tasks of :func:`map_posteriors`, as (chunks, Delayed tasks computed
+    together, whether one task returns the list of its chunks' results), in order: a
+    chromosome of several chunks is one job of a task per chunk between its chunk's messages;
+    consecutive chromosomes of one chunk (short contigs) share one task (grouped_sequences;
+    no messages: each is a whole sequence)."""
+    jobs = []
+    budget = batch_budget(store, samples)
+    for batched, refs in grouped_sequences(sequences(store, samples, chromosomes), budget):
+        if batched:
+            jobs.append((refs, [dask.delayed(_posteriors_of_sequences, pure=True)(refs, params, on_chunk, *args)], True))
+            continue
+        jobs.append((refs, [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params,
+                                                                    on_chunk, *args)
+                            for c in chunk_messages(refs, params, verify=False)], False))
+    return jobs
+
+
+def _posteriors_of_sequences(refs: list[ChunkRef], params: Params, on_chunk: Callable, *args) -> list:
+    """``on_chunk(posteriors, ChunkData, *args)`` of each chunk of ``refs``, each a whole
+    sequence (one task for many short contigs)."""
+    return [posterior_task(None, None, ref, params, on_chunk, *args) for ref in refs]
 
 
 def map_posteriors(store: CountsStore, samples: list[str], params: Params, client, on_chunk: Callable,
@@ -80,30 +131,43 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
                    chromosomes=None) -> Iterator[tuple[ChunkRef, object]]:
     """(chunk, ``on_chunk(posteriors, ChunkData, *args)``) of every chunk of the store, in
     order (chromosome by chromosome, in the store's order or that of ``chromosomes``, along
-    each), the samples jointly: one Dask task per chunk on ``client``, between the chunk's
-    exact messages. A chromosome's tasks are computed together, and the next chromosomes
-    start while fewer than RESULTS_AHEAD chunks per thread wait to be read: the results
-    held at once do not grow with the genome. Each result is released once yielded;
-    ``progress(done, total)`` follows each; a wait is bounded (io.tasks.Waiter, ``what``
-    naming the computation)."""
-    graph = message_graph(store, samples, params, chromosomes, verify=False)
-    by_chromosome = (list(chunks) for _, chunks in itertools.groupby(graph, key=lambda chunk: chunk.chrom))
-    ahead = RESULTS_AHEAD * task_threads(client)
-    waiting = collections.deque()  # (chunk, future, its computation's Waiter), in order
+    each), the samples jointly: a Dask task per chunk on ``client``, between the chunk's
+    exact messages (short contigs: one task for many, :func:`posterior_jobs`). A
+    chromosome's tasks are computed together, and the next chromosomes start while fewer
+    than RESULTS_AHEAD chunks' worth of bins per thread wait to be read: the results held at
+    once do not grow with the genome. Each result is released once yielded;
+    ``progress(done, total)`` follows each chunk; a wait is bounded (io.tasks.Waiter,
+    ``what`` naming the computation)."""
+    jobs = posterior_jobs(store, samples, params, on_chunk, args, chromosomes)
+    total = sum(len(refs) for refs, _, _ in jobs)
+    jobs = iter(jobs)
+    ahead = RESULTS_AHEAD * task_threads(client) * store.chunk_size  # bins
+    waiting = collections.deque()  # (chunks, future, its computation's Waiter, batched), in order
+    waiting_bins = 0
     if progress is not None:  # the total before the first chunk (which may wait for numba's compilation)
-        progress(0, len(graph))
-    for done in range(1, len(graph) + 1):
-        while len(waiting) < ahead:  # ahead >= 2: an empty queue always takes the next chromosome
-            chunks = next(by_chromosome, None)
-            if chunks is None:
+        progress(0, total)
+    done = 0
+    while True:
+        while waiting_bins < ahead:  # an empty queue always takes the next job
+            job = next(jobs, None)
+            if job is None:
                 break
-            futures = client.compute([dask.delayed(posterior_task, pure=True)(
-                c.forward_in, c.backward_in, c.ref, params, on_chunk, *args) for c in chunks])
+            refs, tasks, batched = job
+            futures = client.compute(tasks)
             waiter = Waiter(client, futures, what)
-            waiting.extend((chunk, future, waiter) for chunk, future in zip(chunks, futures))
-        chunk, future, waiter = waiting.popleft()
+            if batched:
+                waiting.append((refs, futures[0], waiter, True))
+            else:
+                waiting.extend(([ref], future, waiter, False) for ref, future in zip(refs, futures))
+            waiting_bins += sum(ref.n_bins for ref in refs)
+        if not waiting:
+            return
+        refs, future, waiter, batched = waiting.popleft()
         result = waiter.result(future)
         future.release()
-        yield chunk.ref, result
-        if progress is not None:
-            progress(done, len(graph))
+        waiting_bins -= sum(ref.n_bins for ref in refs)
+        for ref, one in zip(refs, result if batched else [result]):
+            yield ref, one
+            done += 1
+            if progress is not None:
+                progress(done, total)

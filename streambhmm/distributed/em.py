@@ -19,8 +19,8 @@ from ..moments.pipeline import DEFAULT_SPLIT_EVERY, select_grouping, tree_reduce
 from ..moments.spec import Grouping
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
-from .chains import message_graph, sequences
-from .chunks import kept_counts, stats_task
+from .chains import batch_budget, chunk_messages, grouped_sequences, message_graph, sequences
+from .chunks import kept_counts, kept_counts_of, sequences_stats_task, stats_task
 from .messages import Params, add_stats, backward_step, forward_step, statistics_between
 
 
@@ -31,7 +31,8 @@ class LocalEStep:
     iteration. The chunks' counts stay in memory: only for stores that fit (cluster.is_small)."""
 
     def __init__(self, store: CountsStore, grouping: Grouping, split_every: int = DEFAULT_SPLIT_EVERY):
-        self.chains = sequences(store, grouping)
+        # a sequence of chunks, or short contigs taken together (one recursion over them all)
+        self.chains = grouped_sequences(sequences(store, grouping), batch_budget(store, grouping))
         self.split_every = split_every
         self.cache = {}
         # per thread, the buffers of the sequence it works on (its chunks' log-emissions, the
@@ -45,10 +46,18 @@ class LocalEStep:
             self.cache[ref] = EmissionTable(meth, cov)
         return self.cache[ref]
 
+    def _batch(self, refs: list) -> tuple:
+        """The emission table and the lengths of short contigs taken together."""
+        key = tuple(refs)
+        if key not in self.cache:
+            meth, cov, lengths = kept_counts_of(refs)
+            self.cache[key] = EmissionTable(meth, cov), lengths
+        return self.cache[key]
+
     def __call__(self, params: Params) -> SufficientStats:
         # the sequences (chromosomes) in threads, one per core (the recursions release the GIL),
         # their parts reduced in order: the same statistics as one thread's
-        parts = [part for parts in self.pool.map(lambda refs: self._sequence(refs, params), self.chains)
+        parts = [part for parts in self.pool.map(lambda chain: self._sequence(*chain, params), self.chains)
                  for part in parts]
         if not parts:
             raise ValueError("the store has no bins")
@@ -58,13 +67,18 @@ class LocalEStep:
         """Stop the threads (and release their buffers)."""
         self.pool.shutdown()
 
-    def _sequence(self, refs: list, params: Params) -> list:
-        """The statistics of each chunk of one sequence. A chunk needs the forward message of
-        the chunks before it and the backward message of those after: the first chunk's
-        forward message and the last's backward one are never computed."""
-        tables = [self._chunk(ref) for ref in refs]
+    def _sequence(self, batched: bool, refs: list, params: Params) -> list:
+        """The statistics of each chunk of one sequence (``batched``: of short contigs, each a
+        whole sequence, together). A chunk needs the forward message of the chunks before it
+        and the backward message of those after: the first chunk's forward message and the
+        last's backward one are never computed."""
         if not hasattr(self.buffers, "workspace"):
             self.buffers.workspace, self.buffers.log_b = hmm_kernels.Workspace(), []
+        if batched:
+            table, lengths = self._batch(refs)
+            return [statistics_between(None, None, params.log_b(table), params, False, table,
+                                       workspace=self.buffers.workspace, lengths=lengths)[0]]
+        tables = [self._chunk(ref) for ref in refs]
         kept = self.buffers.log_b
         log_bs = [params.log_b(table, out=kept[k] if k < len(kept) else None) for k, table in enumerate(tables)]
         kept[:len(log_bs)] = log_bs
@@ -82,8 +96,13 @@ class LocalEStep:
 def stats_graph(store: CountsStore, grouping: Grouping, params: Params, split_every: int = DEFAULT_SPLIT_EVERY):
     """Delayed total SufficientStats of the store under ``params``, over the sequences of
     ``grouping`` (a Grouping, or samples taken jointly)."""
-    parts = [dask.delayed(stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
-             for c in message_graph(store, grouping, params, verify=False)]
+    parts = []
+    for batched, refs in grouped_sequences(sequences(store, grouping), batch_budget(store, grouping)):
+        if batched:
+            parts.append(dask.delayed(sequences_stats_task, pure=True)(refs, params))
+            continue
+        parts += [dask.delayed(stats_task, pure=True)(c.forward_in, c.backward_in, c.ref, params)
+                  for c in chunk_messages(refs, params, verify=False)]
     if not parts:
         raise ValueError(f"{store.path}: the store has no bins")
     return tree_reduce(parts, dask.delayed(add_stats, pure=True), split_every)

@@ -69,13 +69,14 @@ def backward_step(following, log_b: np.ndarray, params: Params):
 
 
 def statistics_between(previous, following, log_b: np.ndarray, params: Params, want_posteriors: bool,
-                       table: EmissionTable | None = None, statistics_of=None, workspace=None):
+                       table: EmissionTable | None = None, statistics_of=None, workspace=None, lengths=None):
     """The segment's statistics from its log-emissions. The recursion counts the
     posterior weight of each pair of ``table`` (the segment's counts) itself; when the counts
     of all samples would not fit in memory, ``statistics_of(posteriors, keep_pairs)`` gives
     the posterior-weighted sums ((m, S) each) and, for a beta-binomial model, the pairs.
     ``workspace`` (hmm_kernels.Workspace) lends the recursion its buffers (the posteriors
-    returned are then its own)."""
+    returned are then its own). ``lengths``: the rows are whole sequences of these lengths
+    (short contigs summed at once; no messages then)."""
     m, n_samples = params.methylation.shape
     if log_b.shape[0] == 0:
         zero = SufficientStats(0.0, np.zeros(m), np.zeros((m, m)), np.zeros((m, n_samples)),
@@ -92,8 +93,9 @@ def statistics_between(previous, following, log_b: np.ndarray, params: Params, w
         codes = np.vstack([np.full((1, codes.shape[1]), -1, np.int32), codes])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
+    lengths = np.array([log_b.shape[0]]) if lengths is None else np.asarray(lengths, np.int64)
     loglik, first, trans, code_weights, post = hmm_kernels.forward_backward(
-        log_b, np.array([log_b.shape[0]]), start, params.transmat, codes, 0 if table is None else table.keys.size,
+        log_b, lengths, start, params.transmat, codes, 0 if table is None else table.keys.size,
         want_posteriors or table is None, final, workspace)
     if previous is not None:
         first, post = np.zeros(m), post[1:]

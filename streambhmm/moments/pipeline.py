@@ -1,4 +1,4 @@
-"""Moments of a counts store on Dask: one task per chunk, then a tree reduction.
+"""Moments of a counts store on Dask: a task per chunk, then a tree reduction.
 
 Joint (the default): each chromosome is one sequence of the bins where some selected
 sample has coverage, each bin a vector of the samples' counts. Pooled: each sample's bins
@@ -11,13 +11,16 @@ two covered bins of each chunk), so the plan is made before any counts are read 
 tasks are independent; a halo never crosses into another chromosome. Each task reads its
 chunk itself (store.ChunkRef), one sample at a time when pooled. Besides the Moments,
 each task keeps the statistics of the genomic blocks its triples fall in
-(streambhmm.moments.blocks). The partial sums are added in a tree with fan-in ``split_every``.
+(streambhmm.moments.blocks). Without them, consecutive chunks of less than a chunk's worth
+of bins in all (an assembly's short contigs) are one task, their sequences encoded together:
+a contig then costs its reads, not a pass of every kernel. The partial sums are added in a
+tree with fan-in ``split_every``.
 """
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import dask
 import numpy as np
@@ -66,25 +69,47 @@ def chunk_partial(halo, methylated, coverage, positions, n_bins: int, chromosome
     return sequences_partial(kept_sequences([halo], methylated, coverage, positions), n_bins, chromosome, block_size)
 
 
-def sequences_partial(sequences, n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
-    """The sum of :func:`kept_partial` over a chunk's sequences (an iterable: one at a time)."""
-    parts = [kept_partial(*sequence, n_bins, chromosome, block_size) for sequence in sequences]
+def sequences_partial(sequences, n_bins: int, chromosome: str, block_size: int | None,
+                      budget: int | None = None) -> ChunkPartial:
+    """The triple sums of a chunk's sequences (an iterable: taken one at a time), encoded
+    together up to ``budget`` rows (default: one at a time) so that many short sequences
+    cost one pass of the kernels, not one each."""
+    parts = [joined_partial(group, n_bins, chromosome, block_size) for group in _grouped(sequences, budget or 1)]
     blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
     return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
 
 
-def kept_partial(halo, meth: np.ndarray, cov: np.ndarray, positions: np.ndarray, n_bins: int,
-                 chromosome: str, block_size: int | None) -> ChunkPartial:
-    """The partial of one sequence of rows already reduced to the kept bins (without block
-    statistics when ``block_size`` is None)."""
-    meth, cov, positions = (np.concatenate([before, now]) for before, now in zip(halo, (meth, cov, positions)))
+def _grouped(sequences, budget: int):
+    """Lists of consecutive ``sequences`` of at most ``budget`` rows in all (a longer sequence
+    alone), so memory holds about ``budget`` rows whatever their number."""
+    group, rows = [], 0
+    for sequence in sequences:
+        n = sum(len(part) for part in (sequence[0][0], sequence[1]))
+        if group and rows + n > budget:
+            yield group
+            group, rows = [], 0
+        group.append(sequence)
+        rows += n
+    if group:
+        yield group
+
+
+def joined_partial(sequences: list, n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
+    """The partial of sequences of rows already reduced to the kept bins, each (halo,
+    methylated, coverage, positions), encoded as one table; no triple crosses from one to the
+    next (without block statistics when ``block_size`` is None)."""
+    joined = [[np.concatenate([before, now]) for before, now in zip(halo, rest)] for halo, *rest in sequences]
+    meth, cov, positions = (np.concatenate(part) for part in zip(*joined))
+    lengths = np.array([len(m) for m, _, _ in joined], np.int64)
     features = encode(meth, cov, n_bins)
-    n_triples = max(meth.shape[0] - 2, 0)
-    moments = (moments_from_features(features, np.array([meth.shape[0]])) if n_triples
+    moments = (moments_from_features(features, lengths) if (lengths > 2).any()
                else Moments.zeros(meth.shape[1], n_bins))
     if block_size is None:
         return ChunkPartial(moments, None)
-    return ChunkPartial(moments, block_stats(chromosome, features, positions, block_size))
+    ends = np.cumsum(lengths)
+    return ChunkPartial(moments, combine_blocks([
+        block_stats(chromosome, replace(features, codes=features.codes[end - n:end]), positions[end - n:end],
+                    block_size) for n, end in zip(lengths, ends)]))
 
 
 def add_moments(*parts: Moments) -> Moments:
@@ -189,15 +214,47 @@ def chunk_tasks(store: CountsStore, grouping: Grouping, task, *args) -> list:
 def plan_partial(plan: PlannedChunk, spec: FeatureSpec, with_blocks: bool = True) -> ChunkPartial:
     """The partial of one planned chunk of the resolved ``spec``, read from the store (pooled
     or projected: one sample at a time); without block statistics unless ``with_blocks``."""
-    ref = plan.ref
-    n_bins, block_size = spec.n_bins, spec.block_size if with_blocks else None
-    positions = ref.positions()
+    block_size = spec.block_size if with_blocks else None
     if spec.projection_dim:
-        return projected_partial(plan, n_bins, block_size, spec.projection_dim, spec.seed)
-    if not spec.pooled:
-        return chunk_partial(plan.halos[0], *ref.read(), positions, n_bins, ref.chrom, block_size)
-    sequences = ((halo, *_kept(*ref.read([k]), positions)) for k, halo in enumerate(plan.halos))
-    return sequences_partial(sequences, n_bins, ref.chrom, block_size)
+        return projected_partial(plan, spec.n_bins, block_size, spec.projection_dim, spec.seed)
+    return sequences_partial(plan_sequences(plan), spec.n_bins, plan.ref.chrom, block_size, budget=plan.ref.n_bins)
+
+
+def plan_sequences(plan: PlannedChunk):
+    """The sequences of a planned chunk, each (halo, methylated, coverage, positions) of its
+    kept bins: all samples jointly after one halo, else (pooled) one sample at a time."""
+    ref = plan.ref
+    positions = ref.positions()
+    if len(plan.halos) == 1:
+        yield (plan.halos[0], *_kept(*ref.read(), positions))
+        return
+    for k, halo in enumerate(plan.halos):
+        yield (halo, *_kept(*ref.read([k]), positions))
+
+
+def batched_plans(plans: list[PlannedChunk], budget: int) -> list[list[PlannedChunk]]:
+    """Consecutive plans of at most ``budget`` bins in all (a chunk of more alone): the
+    chunks of an assembly's many short contigs summed by one task, whose work is then one
+    pass of the kernels, not one per contig."""
+    batches, bins = [], 0
+    for plan in plans:
+        if batches and bins + plan.ref.n_bins <= budget:
+            batches[-1].append(plan)
+            bins += plan.ref.n_bins
+        else:
+            batches.append([plan])
+            bins = plan.ref.n_bins
+    return batches
+
+
+def plans_partial(plans: list[PlannedChunk], spec: FeatureSpec, budget: int) -> ChunkPartial:
+    """The partial, without block statistics, of a batch of planned chunks (batched_plans):
+    their sequences encoded together, up to ``budget`` rows at a time (the projected feature:
+    chunk by chunk)."""
+    if spec.projection_dim:
+        return ChunkPartial(add_moments(*(plan_partial(plan, spec, False).moments for plan in plans)), None)
+    sequences = (sequence for plan in plans for sequence in plan_sequences(plan))
+    return sequences_partial(sequences, spec.n_bins, "", None, budget=budget)
 
 
 def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, dim: int, seed: int) -> ChunkPartial:
@@ -228,7 +285,7 @@ def projected_partial(plan: PlannedChunk, n_bins: int, block_size: int | None, d
 @dataclass(frozen=True)
 class MomentsGraph:
     total: object  # dask Delayed -> Moments
-    partials: list  # dask Delayed -> ChunkPartial, one per chunk, in summation order
+    partials: list  # dask Delayed -> ChunkPartial, one per chunk (per batch of short ones without blocks), in order
     samples: list[str]
     chromosomes: list[str]
     n_chunks: int
@@ -249,7 +306,11 @@ def spec_graph(store: CountsStore, spec: FeatureSpec, samples=None, split_every:
     """:func:`moments_graph` of a resolved feature spec."""
     grouping = select_grouping(store, samples, spec.pooled)
     samples = list(grouping.samples)
-    partials = chunk_tasks(store, grouping, plan_partial, spec, with_blocks)
+    if with_blocks:  # a partial's blocks are of one chromosome
+        partials = chunk_tasks(store, grouping, plan_partial, spec, with_blocks)
+    else:
+        partials = [dask.delayed(plans_partial, pure=True)(batch, spec, store.chunk_size)
+                    for batch in batched_plans(plan_chunks(store, grouping), store.chunk_size)]
     if not partials:
         total = dask.delayed(Moments.zeros)(grouping.width, spec.n_bins,
                                             projection_dim=spec.projection_dim, projection_seed=spec.seed)

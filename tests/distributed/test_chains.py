@@ -41,3 +41,22 @@ def test_the_posterior_pass_holds_a_bounded_number_of_results(tmp_path):
     # chromosome (3 chunks) beyond that; all 36 at once before
     assert RESULTS_AHEAD == 2 and max(waiting) <= 4
     assert client.submitted == 36
+
+
+def test_short_contigs_give_their_posteriors_in_order(tmp_path):
+    # consecutive one-chunk chromosomes share a task; each chunk's result still comes on its own
+    rng = np.random.default_rng(1)
+    lengths = {"chr1": 250, **{f"chrUn{k}": int(rng.integers(1, 30)) for k in range(20)}, "chr2": 130}
+    chromosomes = {name: (np.arange(n), rng.binomial(10, 0.4, (n, 1)), np.full((n, 1), 10))
+                   for name, n in lengths.items()}
+    store = write_store(tmp_path / "s.zarr", chromosomes, ["A"], chunk_size=100)
+    hmm = BinomialHMM(2).start_from(np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([[0.2], [0.7]]))
+    with CountingClient(2) as client:
+        results = list(map_posteriors(store, ["A"], Params.of(hmm), client, lambda post, data: post))
+        assert client.submitted < len(results)
+    assert [(ref.chrom, ref.start) for ref, _ in results] == [
+        (chrom, start) for chrom in store.chromosomes for start in range(0, lengths[chrom], 100)]
+    for chrom in store.chromosomes:
+        got = np.vstack([post for ref, post in results if ref.chrom == chrom])
+        _, meth, cov = chromosomes[chrom]
+        np.testing.assert_allclose(got, hmm.predict_proba(meth, cov), atol=1e-10)

@@ -185,3 +185,22 @@ def test_decode_breaks_runs_at_long_gaps_and_replaces_posteriors(tmp_path, four_
     posterior = xr.open_zarr(tmp_path / "s.zarr", group="chr1")["state_posterior"]
     assert posterior.attrs["samples"] == ["A", "B"]
     assert not list((tmp_path / "s.zarr").glob("*/state_posterior_tmp_*"))
+
+
+def test_short_contigs_taken_together_give_the_same_statistics(tmp_path, four_state_model, dask_clients):
+    from streambhmm.distributed.chains import batch_budget, grouped_sequences, sequences
+    from streambhmm.distributed.em import LocalEStep
+    from streambhmm.moments.spec import Grouping
+
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [5, 1, 2, 40, 3, 7, 90, 4, 6], chunk_size=32)
+    groups = grouped_sequences(sequences(store, store.samples), batch_budget(store, store.samples))
+    assert any(batched and len(refs) > 1 for batched, refs in groups)  # one recursion over several contigs
+    meth, cov, lengths = load_counts(store)
+    hmm = _hmm(four_state_model)
+    expected = hmm.e_step(meth, cov, lengths)
+    _assert_stats_close(dask_clients[0].compute(stats_graph(store, store.samples, Params.of(hmm))).result(), expected)
+    local = LocalEStep(store, Grouping.of(store.samples))
+    try:
+        _assert_stats_close(local(Params.of(hmm)), expected)
+    finally:
+        local.close()

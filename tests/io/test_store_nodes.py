@@ -161,3 +161,30 @@ def test_a_chunk_file_that_cannot_be_read_is_refused_with_the_sample_named(tmp_p
     with pytest.raises(StoreError, match="sample A on chr1") as caught:
         st.chunk_refs("chr1", ["A"])[0].read()
     assert f"{store / damaged}" in str(caught.value) and "ingest sample a again" in str(caught.value).lower()
+
+
+@pytest.mark.parametrize("whole_getitem", [True, False])
+def test_a_chunks_first_rows_read_alone_are_its_first_rows(tmp_path, monkeypatch, whole_getitem):
+    # short contigs and a chromosome's last chunk read only the rows they hold (blosc
+    # decompresses only their blocks); without blosc_getitem the whole chunk is decoded
+    from streambhmm.io.store import nodes
+
+    if not whole_getitem:
+        monkeypatch.setattr(nodes, "_blosc_getitem", lambda: None)
+    rng = np.random.default_rng(3)
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=(250_000, 2), chunks=(100_000, 1), dtype="uint32",
+                              fill_value=0, compressors=BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"))
+    values = (rng.poisson(4, (250_000, 2)) * (rng.random((250_000, 2)) < 0.6)).astype(np.uint32)
+    array[:] = values
+    document = read_document(Location.of(str(tmp_path / "a.zarr")))
+    location = Location.of(str(tmp_path / "a.zarr"))
+    for index in ((0, 0), (1, 1), (2, 0)):
+        whole = read_chunk(location, document, index)
+        for rows in (0, 1, 7, 4096, 4097, 65_536, 99_999, 100_000, 200_000):
+            part = read_chunk(location, document, index, rows=rows)
+            assert part.shape == (min(rows, 100_000), 1)
+            np.testing.assert_array_equal(part, whole[:rows])
+        start = index[0] * 100_000
+        np.testing.assert_array_equal(whole[:50_000, 0], values[start:start + 50_000, index[1]])
+    missing = read_chunk(location, document, (5, 0), rows=10)  # no file: the fill value
+    assert missing.shape == (10, 1) and not missing.any()

@@ -121,3 +121,27 @@ def test_moments_without_block_statistics_are_the_same(tmp_path, four_state_mode
     got, expected = client.compute([bare.total, moments_graph(store).total], sync=True)
     np.testing.assert_array_equal(got.p123, expected.p123)
     np.testing.assert_array_equal(got.pair_histogram, expected.pair_histogram)
+
+
+@pytest.mark.slow
+def test_short_contigs_share_a_task_and_give_the_same_moments(tmp_path, four_state_model, dask_clients):
+    # an assembly's short contigs are summed by one task (one pass of the kernels), not one each
+    store = synthetic_store(tmp_path / "s.zarr", four_state_model, [7, 1, 30, 4, 2, 90, 3, 5, 12], chunk_size=40)
+    batched, per_chunk = moments_graph(store, block_size=None), moments_graph(store)
+    assert batched.n_chunks < per_chunk.n_chunks
+    got, expected = dask_clients[0].compute([batched.total, per_chunk.total], sync=True)
+    meth, cov, lengths = load_counts(store)
+    assert got.allclose(expected) and got.allclose(compute_moments(meth, cov, lengths))
+
+
+def test_batched_plans_keep_their_order_within_a_chunks_worth():
+    from types import SimpleNamespace
+
+    from streambhmm.moments.pipeline import batched_plans
+
+    sizes = [3, 40, 1, 1, 20, 19, 2, 100, 5, 36]
+    plans = [SimpleNamespace(ref=SimpleNamespace(n_bins=n)) for n in sizes]
+    batches = batched_plans(plans, 40)
+    assert [p for batch in batches for p in batch] == plans
+    assert all(sum(p.ref.n_bins for p in batch) <= 40 or len(batch) == 1 for batch in batches)
+    assert [len(batch) for batch in batches] == [1, 1, 3, 2, 1, 1, 1]

@@ -101,7 +101,8 @@ class ChunkRef:
         """This chunk of column ``w``'s ``array`` ("methylated" or "coverage"), unchecked."""
         document = store_node(self.url, self.generation, f"{self.chrom}/{array}")
         try:
-            chunk = read_chunk(Location.of(self.url) / self.chrom / array, document, (self.chunk, self.columns[w]))
+            chunk = read_chunk(Location.of(self.url) / self.chrom / array, document, (self.chunk, self.columns[w]),
+                               rows=self.n_bins)
         except (RuntimeError, ValueError) as exc:  # a chunk file that no longer decompresses
             raise self._damaged(w, f"they cannot be decoded: {exc}") from None
         except OSError as exc:  # one that cannot be read (a directory in its place, say)

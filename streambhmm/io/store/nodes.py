@@ -11,6 +11,7 @@ written through zarr."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import json
@@ -142,17 +143,54 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
     write_file(root, chunk_path(array, index), compressor.encode(chunk))
 
 
-def read_chunk(array: Location, document: dict, index: tuple) -> np.ndarray:
+def read_chunk(array: Location, document: dict, index: tuple, rows: int | None = None) -> np.ndarray:
     """Chunk ``index`` of ``array`` (its whole chunk shape; the fill value where unwritten),
-    read-only."""
+    read-only; with ``rows``, only its first ``rows`` along the first axis (a short contig, or
+    a chromosome's last chunk: blosc decompresses only the blocks that hold them)."""
     dtype, shape, fill, compressor = _layout(document)
     path = chunk_path(array, index)
+    if rows is not None:
+        rows = min(rows, shape[0])
     if compressor is None:
         selection = _chunk_selection(document, index)
         chunk = np.full(shape, fill, document["data_type"])
         part = zarr.open_array(array.url, mode="r")[selection]
         chunk[tuple(slice(0, n) for n in part.shape)] = part
-        return chunk
+        return chunk[:rows]
     if not path.exists():
-        return np.full(shape, fill, dtype)
-    return np.frombuffer(compressor.decode(path.read_bytes()), dtype).reshape(shape)  # read-only
+        return np.full(shape if rows is None else (rows, *shape[1:]), fill, dtype)
+    raw = path.read_bytes()
+    if rows is not None and rows < shape[0] and isinstance(compressor, Blosc):
+        leading = _blosc_leading_items(raw, rows * int(np.prod(shape[1:], dtype=np.int64)), dtype)
+        if leading is not None:
+            return leading.reshape(rows, *shape[1:])
+    return np.frombuffer(compressor.decode(raw), dtype).reshape(shape)[:rows]  # read-only
+
+
+@functools.cache
+def _blosc_getitem():
+    """c-blosc's ``blosc_getitem`` from numcodecs' own build (it decompresses only the blocks
+    that hold a range of items), or None where that build does not export it."""
+    from numcodecs import blosc
+    try:
+        getitem = ctypes.CDLL(blosc.__file__).blosc_getitem
+    except (OSError, AttributeError):
+        return None
+    getitem.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    getitem.restype = ctypes.c_int
+    return getitem
+
+
+def _blosc_leading_items(raw: bytes, count: int, dtype: np.dtype) -> np.ndarray | None:
+    """The first ``count`` items of the blosc (format 2) buffer ``raw``; None (the caller then
+    decompresses it all, and reports what is wrong) unless its header describes a buffer of
+    exactly these bytes, holding at least ``count`` items of ``dtype``'s size."""
+    getitem = _blosc_getitem()
+    if getitem is None or len(raw) < 16 or raw[0] != 2 or raw[3] != dtype.itemsize \
+            or int.from_bytes(raw[12:16], "little") != len(raw) \
+            or int.from_bytes(raw[4:8], "little") < count * dtype.itemsize:
+        return None
+    out = np.empty(count, dtype)
+    if count and getitem(raw, 0, count, out.ctypes.data) != count * dtype.itemsize:
+        return None
+    return out
