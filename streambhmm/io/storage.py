@@ -73,8 +73,17 @@ class Location:
 
     def __truediv__(self, part: str) -> "Location":
         if self.is_local:
+            if self._plain and part and "/" not in part and part != ".":  # what Path gives, without its cost
+                child = Location(f"{self.url}/{part}")
+                child.__dict__["_plain"] = True  # a plain path and a name: plain too
+                return child
             return Location(str(Path(self.url) / part))
         return Location(f"{self.url}/{part}")
+
+    @cached_property
+    def _plain(self) -> bool:
+        """A local path as Path spells it (and not "."): a name joins it with one "/"."""
+        return self.url != "." and str(Path(self.url)) == self.url and not self.url.endswith("/")
 
     @property
     def name(self) -> str:

@@ -144,3 +144,14 @@ def test_cli_with_file_urls(tmp_path, dask_clients):
     assert (tmp_path / "a.json").read_text().split('"created_by"')[0] == \
         (tmp_path / "b.json").read_text().split('"created_by"')[0]
     assert run("fit", "file:///nonexistent/store.zarr", "-m", "3").exit_code == 2
+
+
+@pytest.mark.parametrize("base", ["/tmp/a", "/tmp/a/", "a", "a/b", ".", "..", "./a", "/", "//x", "a//b", "a/./b"])
+def test_a_location_joins_names_as_pathlib_does(base):
+    from pathlib import Path
+
+    for parts in (["b"], ["b", "c"], ["b/c"], [""], ["."], [".."], ["/abs"], ["c", "0", "0"], ["b/"], ["x", "."]):
+        joined, path = Location.of(base), Path(base)
+        for part in parts:
+            joined, path = joined / part, path / part
+        assert joined.url == str(path)

@@ -188,3 +188,16 @@ def test_a_chunks_first_rows_read_alone_are_its_first_rows(tmp_path, monkeypatch
         np.testing.assert_array_equal(whole[:50_000, 0], values[start:start + 50_000, index[1]])
     missing = read_chunk(location, document, (5, 0), rows=10)  # no file: the fill value
     assert missing.shape == (10, 1) and not missing.any()
+
+
+def test_a_short_chunk_written_after_a_long_one_holds_only_its_own_rows(tmp_path):
+    # the encoding buffer is kept for the next chunk of its kind: it must go back to the fill value
+    array = zarr.create_array(str(tmp_path / "a.zarr"), shape=(0, 1), chunks=(1000, 1), dtype="uint32",
+                              fill_value=0, compressors=BloscCodec(cname="zstd", clevel=3, shuffle="shuffle"))
+    del array
+    location = Location.of(str(tmp_path / "a.zarr"))
+    document = read_document(location)
+    write_chunk(location, location, document, (0, 0), np.full((1000, 1), 7, np.uint32))
+    write_chunk(location, location, document, (1, 0), np.full((3, 1), 5, np.uint32))
+    np.testing.assert_array_equal(read_chunk(location, document, (1, 0))[:, 0], np.r_[[5] * 3, [0] * 997])
+    assert (read_chunk(location, document, (0, 0)) == 7).all()

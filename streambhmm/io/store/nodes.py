@@ -16,6 +16,7 @@ import errno
 import functools
 import json
 import os
+import threading
 
 import numpy as np
 import zarr
@@ -134,13 +135,35 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
         chunk_path(array, index).unlink()
         return
     dtype = values.dtype if dtype is None else dtype
-    chunk = np.zeros(shape, dtype) if fill == 0 else np.full(shape, fill, dtype)  # zeros: pages not touched
-    chunk[tuple(slice(0, n) for n in values.shape)] = values
+    written = tuple(slice(0, n) for n in values.shape)
     if compressor is None:  # codecs of another kind: zarr writes the whole chunk (within the array)
+        chunk = np.full(shape, fill, dtype)
+        chunk[written] = values
         selection = _chunk_selection(document, index)
         zarr.open_array(array.url, mode="r+")[selection] = chunk[tuple(slice(0, s.stop - s.start) for s in selection)]
         return
-    write_file(root, chunk_path(array, index), compressor.encode(chunk))
+    chunk = _fill_chunk(shape, dtype, fill)
+    chunk[written] = values
+    try:
+        data = compressor.encode(chunk)
+    finally:
+        chunk[written] = fill  # the buffer back to the fill value for the next chunk
+    write_file(root, chunk_path(array, index), data)
+
+
+_FILLED = threading.local()
+
+
+def _fill_chunk(shape: tuple, dtype: np.dtype, fill) -> np.ndarray:
+    """A chunk of the fill value, this thread's own, kept for the next chunk of its kind: a
+    fresh chunk of 1 M bins costs more in page faults than encoding a short contig's rows."""
+    buffers = _FILLED.__dict__.setdefault("buffers", {})
+    key = (shape, np.dtype(dtype).str, fill)
+    if key not in buffers:
+        if len(buffers) >= 8:
+            buffers.clear()
+        buffers[key] = np.full(shape, fill, dtype)
+    return buffers[key]
 
 
 def read_chunk(array: Location, document: dict, index: tuple, rows: int | None = None) -> np.ndarray:
