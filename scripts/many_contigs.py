@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,12 +47,18 @@ def write_contigs(path: Path, n_contigs: int) -> None:
 REFUSALS = ("no hypomethylated regions", "no partially methylated domains")  # the work done, nothing to call
 
 
+STEPS = {}  # the command's own account of its steps ("moments 0.5 s, fit 1.2 s, ..."), by command line
+
+
 def timed(*args) -> tuple[float, str]:
     """Seconds of one command, and "refused" when it found no regions to call (contigs too
     short for 50 kb PMDs, say)."""
     start = time.perf_counter()
     result = subprocess.run(["streambhmm", *map(str, args), "-q"], capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    steps = re.search(r"\(([\d.]+ s: [^)]*)\)", result.stdout + result.stderr)
+    if steps:
+        STEPS[args] = steps.group(1)
     if result.returncode and any(refusal in result.stderr for refusal in REFUSALS):
         return seconds, "refused"
     if result.returncode:
@@ -107,6 +114,8 @@ def main():
         print(f"| {step} | {a:.1f} {a_note} | {b:.1f} {b_note} | {b / a:.1f}x | {extra:.3f} |{their}")
     if dnmtools:
         print("(DNMTools' ingest row is its input conversion, ../shared/tools/peers/convert.py)")
+    for args_, steps in STEPS.items():
+        print(f"streambhmm {args_[0]} {Path(args_[1]).name}: {steps}")
 
 
 if __name__ == "__main__":
