@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..io.store import CountsStore, open_store
 from ..moments.blocks import BlockTable
-from ..moments.momentstore import is_moment_store, load_partials, read_manifest
+from ..moments.momentstore import is_moment_store, iter_partials, read_manifest
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, add_moments, select_samples, spec_graph, tree_reduce
 from ..moments.spec import FeatureSpec, Grouped, Grouping, check_block_size
 from ..moments.sums import Moments
@@ -40,10 +40,18 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
     if not isinstance(source, CountsStore) and is_moment_store(source):
         manifest = read_manifest(source)
         manifest.check_request(source, samples, spec)
-        partials, manifest = load_partials(source)
-        moments = tree_reduce([p.moments for p in partials], add_moments, split_every)
-        blocks = BlockTable([p.blocks for p in partials]) if want_blocks else None
-        return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes, blocks, manifest.spec)
+        partials, manifest = iter_partials(source)
+        blocks = []  # small: kept for every partial; its Moments are summed as they come
+
+        def moments_of(partials):
+            for partial in partials:
+                if want_blocks:
+                    blocks.append(partial.blocks)
+                yield partial.moments
+
+        moments = tree_reduce(moments_of(partials), add_moments, split_every)
+        return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes,
+                       BlockTable(blocks) if want_blocks else None, manifest.spec)
     counts = source if isinstance(source, CountsStore) else open_store(source)
     if spec.block_size is not None:
         check_block_size(spec.block_size, counts.bin_size)

@@ -116,15 +116,31 @@ def add_moments(*parts: Moments) -> Moments:
     return sum(parts[1:], parts[0])
 
 
-def tree_reduce(items: list, combine, split_every: int = DEFAULT_SPLIT_EVERY):
-    """Combine ``items`` in a fixed tree with fan-in ``split_every`` (the same tree for
-    delayed and in-memory values, so totals agree bitwise)."""
+def tree_reduce(items, combine, split_every: int = DEFAULT_SPLIT_EVERY):
+    """Combine ``items`` (any iterable, taken one at a time) in a fixed tree with fan-in
+    ``split_every``: each level's consecutive groups of ``split_every``, the last group
+    shorter, until one is left (the same tree for delayed and in-memory values, so totals
+    agree bitwise). A group is combined as soon as it is full, so memory holds fewer than
+    ``split_every`` items per level, not all of them (a moment store's thousands of partials)."""
     if split_every < 2:
         raise ValueError(f"split_every must be >= 2, got {split_every}")
-    level = list(items)
-    while len(level) > 1:
-        level = [combine(*level[i:i + split_every]) for i in range(0, len(level), split_every)]
-    return level[0]
+    levels = [[]]
+    for item in items:
+        levels[0].append(item)
+        for k in range(len(levels)):
+            if len(levels[k]) < split_every:
+                break
+            if k + 1 == len(levels):
+                levels.append([])
+            levels[k + 1].append(combine(*levels[k]))
+            levels[k] = []
+    for k in range(len(levels) - 1):  # each level's last, shorter group, from the bottom up
+        if levels[k]:
+            levels[k + 1].append(combine(*levels[k]) if len(levels[k]) > 1 else levels[k][0])
+    top = levels[-1]  # fewer than split_every items, and the group below: at most split_every
+    if len(top) > 1:
+        top = [combine(*top)]
+    return top[0]  # IndexError for no items, as before
 
 
 def tree_sum(items: list, split_every: int = DEFAULT_SPLIT_EVERY):

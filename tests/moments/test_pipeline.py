@@ -145,3 +145,24 @@ def test_batched_plans_keep_their_order_within_a_chunks_worth():
     assert [p for batch in batches for p in batch] == plans
     assert all(sum(p.ref.n_bins for p in batch) <= 40 or len(batch) == 1 for batch in batches)
     assert [len(batch) for batch in batches] == [1, 1, 3, 2, 1, 1, 1]
+
+
+def test_the_tree_is_the_same_when_items_come_one_at_a_time():
+    # tree_reduce sums a moment store's partials as they are read: the same tree, so the same
+    # total bitwise, as the level-by-level reduction of them all
+    from streambhmm.moments.pipeline import tree_reduce
+
+    def level_by_level(items, split_every):
+        level = list(items)
+        while len(level) > 1:
+            level = [combine(*level[i:i + split_every]) for i in range(0, len(level), split_every)]
+        return level[0]
+
+    def combine(*parts):
+        return parts[0] if len(parts) == 1 else ("+", parts)
+
+    for split_every in (2, 3, 8):
+        for n in (1, 2, 7, 8, 9, 63, 64, 65, 200):
+            assert tree_reduce(iter(range(n)), combine, split_every) == level_by_level(range(n), split_every)
+    with pytest.raises(IndexError):
+        tree_reduce(iter([]), combine)
