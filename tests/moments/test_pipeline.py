@@ -145,6 +145,9 @@ def test_batched_plans_keep_their_order_within_a_chunks_worth():
     assert [p for batch in batches for p in batch] == plans
     assert all(sum(p.ref.n_bins for p in batch) <= 40 or len(batch) == 1 for batch in batches)
     assert [len(batch) for batch in batches] == [1, 1, 3, 2, 1, 1, 1]
+    # and at most MAX_BATCH chunks a task, however short (a task's objects per chunk add up)
+    many = [SimpleNamespace(ref=SimpleNamespace(n_bins=1)) for _ in range(600)]
+    assert [len(batch) for batch in batched_plans(many, 10_000)] == [512, 88]
 
 
 def test_the_tree_is_the_same_when_items_come_one_at_a_time():
