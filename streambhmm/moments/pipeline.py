@@ -269,8 +269,12 @@ def plans_partial(plans: list[PlannedChunk], spec: FeatureSpec, budget: int) -> 
     """The partial, without block statistics, of a batch of planned chunks (batched_plans):
     their sequences encoded together, up to ``budget`` rows at a time (the projected feature:
     chunk by chunk)."""
-    if spec.projection_dim:
-        return ChunkPartial(add_moments(*(plan_partial(plan, spec, False).moments for plan in plans)), None)
+    if spec.projection_dim:  # a running total: each plan's Moments (K^3) go once added
+        total = None
+        for plan in plans:
+            moments = plan_partial(plan, spec, False).moments
+            total = moments if total is None else total + moments
+        return ChunkPartial(total, None)
     sequences = (sequence for plan in plans for sequence in plan_sequences(plan))
     return sequences_partial(sequences, spec.n_bins, "", None, budget=budget)
 

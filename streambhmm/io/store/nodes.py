@@ -184,7 +184,8 @@ def read_chunk(array: Location, document: dict, index: tuple, rows: int | None =
         return np.full(shape if rows is None else (rows, *shape[1:]), fill, dtype)
     raw = path.read_bytes()
     if rows is not None and rows < shape[0] and isinstance(compressor, Blosc):
-        leading = _blosc_leading_items(raw, rows * int(np.prod(shape[1:], dtype=np.int64)), dtype)
+        leading = _blosc_leading_items(raw, rows * int(np.prod(shape[1:], dtype=np.int64)), dtype,
+                                       int(np.prod(shape, dtype=np.int64)))
         if leading is not None:
             return leading.reshape(rows, *shape[1:])
     return np.frombuffer(compressor.decode(raw), dtype).reshape(shape)[:rows]  # read-only
@@ -204,14 +205,14 @@ def _blosc_getitem():
     return getitem
 
 
-def _blosc_leading_items(raw: bytes, count: int, dtype: np.dtype) -> np.ndarray | None:
+def _blosc_leading_items(raw: bytes, count: int, dtype: np.dtype, chunk_items: int) -> np.ndarray | None:
     """The first ``count`` items of the blosc (format 2) buffer ``raw``; None (the caller then
     decompresses it all, and reports what is wrong) unless its header describes a buffer of
-    exactly these bytes, holding at least ``count`` items of ``dtype``'s size."""
+    exactly these bytes, holding a whole chunk of ``chunk_items`` items of ``dtype``'s size."""
     getitem = _blosc_getitem()
     if getitem is None or len(raw) < 16 or raw[0] != 2 or raw[3] != dtype.itemsize \
             or int.from_bytes(raw[12:16], "little") != len(raw) \
-            or int.from_bytes(raw[4:8], "little") < count * dtype.itemsize:
+            or int.from_bytes(raw[4:8], "little") != chunk_items * dtype.itemsize:
         return None
     out = np.empty(count, dtype)
     if count and getitem(raw, 0, count, out.ctypes.data) != count * dtype.itemsize:
