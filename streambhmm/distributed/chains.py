@@ -10,6 +10,7 @@ the results wait to be read in order for a bounded number of chunks' worth of bi
 from __future__ import annotations
 
 import collections
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -17,7 +18,7 @@ import dask
 
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter, task_threads
-from ..moments.pipeline import plan_chunks
+from ..moments.pipeline import consecutive_groups, plan_chunks
 from ..moments.spec import Grouping
 from .chunks import IN_MEMORY_CELLS, backward_task, forward_task, posterior_task
 from .messages import Params
@@ -49,17 +50,16 @@ def chain(items: list, forward: Callable, backward: Callable) -> list[tuple]:
 
 def grouped_sequences(chains: list[list[ChunkRef]], budget: int) -> list[tuple[bool, list[ChunkRef]]]:
     """(whether batched, chunks) in order: a sequence of several chunks alone, consecutive
-    sequences of one chunk each (an assembly's short contigs) together up to ``budget`` bins,
-    so that a task, not a contig, carries the fixed costs."""
+    sequences of one chunk each (an assembly's short contigs) together up to ``budget`` bins
+    (none: each alone), so that a task, not a contig, carries the fixed costs."""
     out = []
-    for refs in chains:
-        if not refs:
-            continue
-        single = len(refs) == 1 and budget > 0
-        if single and out and out[-1][0] and sum(r.n_bins for r in out[-1][1]) + refs[0].n_bins <= budget:
-            out[-1][1].append(refs[0])
+    for batched, run in itertools.groupby((refs for refs in chains if refs),
+                                          key=lambda refs: len(refs) == 1 and budget > 0):
+        if batched:
+            out += [(True, group) for group in consecutive_groups((refs[0] for refs in run),
+                                                                 lambda ref: ref.n_bins, budget)]
         else:
-            out.append((single, list(refs)))
+            out += [(False, list(refs)) for refs in run]
     return out
 
 
@@ -102,21 +102,20 @@ def chunk_messages(refs: list[ChunkRef], params: Params, verify: bool = True) ->
 
 
 def posterior_jobs(store: CountsStore, samples: list[str], params: Params, on_chunk: Callable, args: tuple = (),
-                   chromosomes=None) -> list[tuple[list[ChunkRef], list, bool]]:
-    """The posterior tasks of :func:`map_posteriors`, as (chunks, Delayed tasks computed
-    together, whether one task returns the list of its chunks' results), in order: a
-    chromosome of several chunks is one job of a task per chunk between its chunk's messages;
-    consecutive chromosomes of one chunk (short contigs) share one task (grouped_sequences;
-    no messages: each is a whole sequence)."""
+                   chromosomes=None) -> list[list[tuple[list[ChunkRef], object]]]:
+    """The posterior tasks of :func:`map_posteriors`, in order, as jobs computed together,
+    each a list of (chunks, a Delayed list of their results): a chromosome of several chunks
+    is one job of a task per chunk between its chunk's messages; consecutive chromosomes of
+    one chunk (short contigs) share one task (grouped_sequences; no messages: each is a
+    whole sequence)."""
     jobs = []
-    budget = batch_budget(store, samples)
-    for batched, refs in grouped_sequences(sequences(store, samples, chromosomes), budget):
+    for batched, refs in grouped_sequences(sequences(store, samples, chromosomes), batch_budget(store, samples)):
         if batched:
-            jobs.append((refs, [dask.delayed(_posteriors_of_sequences, pure=True)(refs, params, on_chunk, *args)], True))
-            continue
-        jobs.append((refs, [dask.delayed(posterior_task, pure=True)(c.forward_in, c.backward_in, c.ref, params,
-                                                                    on_chunk, *args)
-                            for c in chunk_messages(refs, params, verify=False)], False))
+            jobs.append([(refs, dask.delayed(_posteriors_of_sequences, pure=True)(refs, params, on_chunk, *args))])
+        else:
+            jobs.append([([c.ref], dask.delayed(_posteriors_between, pure=True)(c.forward_in, c.backward_in, c.ref,
+                                                                              params, on_chunk, *args))
+                         for c in chunk_messages(refs, params, verify=False)])
     return jobs
 
 
@@ -124,6 +123,11 @@ def _posteriors_of_sequences(refs: list[ChunkRef], params: Params, on_chunk: Cal
     """``on_chunk(posteriors, ChunkData, *args)`` of each chunk of ``refs``, each a whole
     sequence (one task for many short contigs)."""
     return [posterior_task(None, None, ref, params, on_chunk, *args) for ref in refs]
+
+
+def _posteriors_between(previous, following, ref: ChunkRef, params: Params, on_chunk: Callable, *args) -> list:
+    """[``on_chunk(...)``] of one chunk between its messages (a list, as a batch's)."""
+    return [posterior_task(previous, following, ref, params, on_chunk, *args)]
 
 
 def map_posteriors(store: CountsStore, samples: list[str], params: Params, client, on_chunk: Callable,
@@ -139,35 +143,32 @@ def map_posteriors(store: CountsStore, samples: list[str], params: Params, clien
     ``progress(done, total)`` follows each chunk; a wait is bounded (io.tasks.Waiter,
     ``what`` naming the computation)."""
     jobs = posterior_jobs(store, samples, params, on_chunk, args, chromosomes)
-    total = sum(len(refs) for refs, _, _ in jobs)
+    total = sum(len(refs) for job in jobs for refs, _ in job)
     jobs = iter(jobs)
     ahead = RESULTS_AHEAD * task_threads(client) * store.chunk_size  # bins
-    waiting = collections.deque()  # (chunks, future, its computation's Waiter, batched), in order
-    waiting_bins = 0
+    waiting = collections.deque()  # (chunks, their bins, future, its computation's Waiter), in order
+    waiting_bins = done = 0
     if progress is not None:  # the total before the first chunk (which may wait for numba's compilation)
         progress(0, total)
-    done = 0
     while True:
         while waiting_bins < ahead:  # an empty queue always takes the next job
             job = next(jobs, None)
             if job is None:
                 break
-            refs, tasks, batched = job
-            futures = client.compute(tasks)
+            futures = client.compute([task for _, task in job])
             waiter = Waiter(client, futures, what)
-            if batched:
-                waiting.append((refs, futures[0], waiter, True))
-            else:
-                waiting.extend(([ref], future, waiter, False) for ref, future in zip(refs, futures))
-            waiting_bins += sum(ref.n_bins for ref in refs)
+            for (refs, _), future in zip(job, futures):
+                bins = sum(ref.n_bins for ref in refs)
+                waiting.append((refs, bins, future, waiter))
+                waiting_bins += bins
         if not waiting:
             return
-        refs, future, waiter, batched = waiting.popleft()
-        result = waiter.result(future)
+        refs, bins, future, waiter = waiting.popleft()
+        results = waiter.result(future)
         future.release()
-        waiting_bins -= sum(ref.n_bins for ref in refs)
-        for ref, one in zip(refs, result if batched else [result]):
-            yield ref, one
+        waiting_bins -= bins
+        for ref, result in zip(refs, results):
+            yield ref, result
             done += 1
             if progress is not None:
                 progress(done, total)

@@ -60,19 +60,23 @@ def kept_counts(ref: ChunkRef, verify: bool = True) -> tuple[np.ndarray, np.ndar
     return rows, meth[rows], cov[rows]
 
 
-def kept_counts_of(refs: list[ChunkRef]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(methylated, coverage, lengths) of the kept bins of chunks that are whole sequences
-    (short contigs), one after the other: ``lengths`` the number of each one's."""
+def sequences_table(refs: list[ChunkRef]) -> tuple[EmissionTable, np.ndarray]:
+    """The emission table of the kept bins of chunks that are whole sequences (short
+    contigs), one after the other, and the number of each one's (their lengths)."""
     parts = [kept_counts(ref)[1:] for ref in refs]
-    return (*(np.concatenate([part[k] for part in parts]) for k in (0, 1)),
+    return (EmissionTable(*(np.concatenate([part[k] for part in parts]) for k in (0, 1))),
             np.array([part[0].shape[0] for part in parts], np.int64))
 
 
+def sequences_stats(table: EmissionTable, lengths: np.ndarray, params: Params, workspace=None):
+    """The SufficientStats of whole sequences (sequences_table), in one recursion."""
+    return statistics_between(None, None, params.log_b(table), params, False, table, workspace=workspace,
+                              lengths=lengths)[0]
+
+
 def sequences_stats_task(refs: list[ChunkRef], params: Params):
-    """The SufficientStats of chunks that are whole sequences (short contigs), in one recursion."""
-    meth, cov, lengths = kept_counts_of(refs)
-    table = EmissionTable(meth, cov)
-    return statistics_between(None, None, params.log_b(table), params, False, table, lengths=lengths)[0]
+    """The SufficientStats of chunks that are whole sequences (short contigs)."""
+    return sequences_stats(*sequences_table(refs), params)
 
 
 def chunk_data(ref: ChunkRef, params: Params, verify: bool = True) -> ChunkData:

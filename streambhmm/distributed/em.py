@@ -20,7 +20,7 @@ from ..moments.spec import Grouping
 from ..io.store import ChunkRef, CountsStore
 from ..io.tasks import Waiter
 from .chains import batch_budget, chunk_messages, grouped_sequences, message_graph, sequences
-from .chunks import kept_counts, kept_counts_of, sequences_stats_task, stats_task
+from .chunks import kept_counts, sequences_stats, sequences_stats_task, sequences_table, stats_task
 from .messages import Params, add_stats, backward_step, forward_step, statistics_between
 
 
@@ -50,8 +50,7 @@ class LocalEStep:
         """The emission table and the lengths of short contigs taken together."""
         key = tuple(refs)
         if key not in self.cache:
-            meth, cov, lengths = kept_counts_of(refs)
-            self.cache[key] = EmissionTable(meth, cov), lengths
+            self.cache[key] = sequences_table(refs)
         return self.cache[key]
 
     def __call__(self, params: Params) -> SufficientStats:
@@ -75,9 +74,7 @@ class LocalEStep:
         if not hasattr(self.buffers, "workspace"):
             self.buffers.workspace, self.buffers.log_b = hmm_kernels.Workspace(), []
         if batched:
-            table, lengths = self._batch(refs)
-            return [statistics_between(None, None, params.log_b(table), params, False, table,
-                                       workspace=self.buffers.workspace, lengths=lengths)[0]]
+            return [sequences_stats(*self._batch(refs), params, self.buffers.workspace)]
         tables = [self._chunk(ref) for ref in refs]
         kept = self.buffers.log_b
         log_bs = [params.log_b(table, out=kept[k] if k < len(kept) else None) for k, table in enumerate(tables)]

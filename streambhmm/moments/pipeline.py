@@ -19,6 +19,7 @@ tree with fan-in ``split_every``.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass, replace
 
@@ -75,24 +76,31 @@ def sequences_partial(sequences, n_bins: int, chromosome: str, block_size: int |
     """The triple sums of a chunk's sequences (an iterable: taken one at a time), encoded
     together up to ``budget`` rows (default: one at a time) so that many short sequences
     cost one pass of the kernels, not one each."""
-    parts = [joined_partial(group, n_bins, chromosome, block_size) for group in _grouped(sequences, budget or 1)]
+    parts = [joined_partial(group, n_bins, chromosome, block_size)
+             for group in consecutive_groups(sequences, _sequence_rows, budget or 1)]
     blocks = None if block_size is None else combine_blocks([p.blocks for p in parts])
     return ChunkPartial(add_moments(*(p.moments for p in parts)), blocks)
 
 
-def _grouped(sequences, budget: int):
-    """Lists of consecutive ``sequences`` of at most ``budget`` rows in all (a longer sequence
-    alone), so memory holds about ``budget`` rows whatever their number."""
-    group, rows = [], 0
-    for sequence in sequences:
-        n = sum(len(part) for part in (sequence[0][0], sequence[1]))
-        if group and rows + n > budget:
+def consecutive_groups(items, size, budget: int, most: int | None = None):
+    """Lists of consecutive ``items`` whose ``size(item)`` add up to at most ``budget`` (an
+    item of more alone), and of at most ``most`` items; taken one at a time, so memory holds
+    one group whatever their number."""
+    group, total = [], 0
+    for item in items:
+        n = size(item)
+        if group and (total + n > budget or len(group) == most):
             yield group
-            group, rows = [], 0
-        group.append(sequence)
-        rows += n
+            group, total = [], 0
+        group.append(item)
+        total += n
     if group:
         yield group
+
+
+def _sequence_rows(sequence) -> int:
+    """The rows of a sequence (halo, methylated, coverage, positions): its halo's and its own."""
+    return len(sequence[0][0]) + len(sequence[1])
 
 
 def joined_partial(sequences: list, n_bins: int, chromosome: str, block_size: int | None) -> ChunkPartial:
@@ -254,15 +262,7 @@ def batched_plans(plans: list[PlannedChunk], budget: int) -> list[list[PlannedCh
     MAX_BATCH of them: the chunks of an assembly's many short contigs summed by one task,
     whose work is then one pass of the kernels, not one per contig. (Without the second
     bound, 20,000 contigs of a few bins in one task peaked at 1.9 GB; with it, 0.85 GB.)"""
-    batches, bins = [], 0
-    for plan in plans:
-        if batches and bins + plan.ref.n_bins <= budget and len(batches[-1]) < MAX_BATCH:
-            batches[-1].append(plan)
-            bins += plan.ref.n_bins
-        else:
-            batches.append([plan])
-            bins = plan.ref.n_bins
-    return batches
+    return list(consecutive_groups(plans, lambda plan: plan.ref.n_bins, budget, MAX_BATCH))
 
 
 def plans_partial(plans: list[PlannedChunk], spec: FeatureSpec, budget: int) -> ChunkPartial:
@@ -270,11 +270,8 @@ def plans_partial(plans: list[PlannedChunk], spec: FeatureSpec, budget: int) -> 
     their sequences encoded together, up to ``budget`` rows at a time (the projected feature:
     chunk by chunk)."""
     if spec.projection_dim:  # a running total: each plan's Moments (K^3) go once added
-        total = None
-        for plan in plans:
-            moments = plan_partial(plan, spec, False).moments
-            total = moments if total is None else total + moments
-        return ChunkPartial(total, None)
+        return ChunkPartial(functools.reduce(operator.add, (plan_partial(plan, spec, False).moments
+                                                            for plan in plans)), None)
     sequences = (sequence for plan in plans for sequence in plan_sequences(plan))
     return sequences_partial(sequences, spec.n_bins, "", None, budget=budget)
 

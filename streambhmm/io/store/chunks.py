@@ -107,7 +107,7 @@ class ChunkRef:
             raise self._damaged(w, f"they cannot be decoded: {exc}") from None
         except OSError as exc:  # one that cannot be read (a directory in its place, say)
             raise self._damaged(w, f"they cannot be read: {why(exc)}") from None
-        return chunk[:self.n_bins, 0]
+        return chunk[:, 0]
 
     def positions(self, rows=None) -> np.ndarray:
         """0-based bp starts of the chunk's rows (default: all of them)."""
