@@ -175,6 +175,28 @@ def test_a_scratch_directory_goes_and_takes_only_abandoned_ones_with_it(tmp_path
     assert live.is_dir() and link.is_symlink() and (elsewhere / "keep").exists() and other.is_dir()
 
 
+def test_a_scratch_directory_waits_for_the_zarr_writes_a_stop_left_running(tmp_path):
+    """A stop interrupts a zarr call's wait, not its writes: zarr's I/O thread created the
+    staging store's zarr.json after pmd's scratch directory had been removed (5 of 120 runs
+    stopped as it began), and left the directory behind."""
+    import asyncio
+
+    from zarr.core.sync import _get_loop
+
+    out = tmp_path / "calls.bed"
+
+    async def late_write(directory):
+        await asyncio.sleep(0.5)
+        (directory / "coarse.zarr.ingest-0").mkdir(parents=True)  # as zarr's LocalStore makes parents
+        (directory / "coarse.zarr.ingest-0" / "zarr.json").write_text("{}")
+
+    with scratch_directory(out) as scratch:
+        asyncio.run_coroutine_threadsafe(late_write(scratch), _get_loop())  # left running by a stop
+    assert list(tmp_path.iterdir()) == []
+    time.sleep(0.6)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_directory_appears_whole_and_replaces_only_what_it_may(tmp_path):
     from streambhmm.io.storage import replacing_dir
 

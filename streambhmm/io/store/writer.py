@@ -10,13 +10,12 @@ import functools
 import json
 import os
 import re
-import time
 import uuid
 
 import numpy as np
 import zarr
 
-from ..outputs import interruptions_held
+from ..outputs import interruptions_held, removed_while_it_returns
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit, nodes_by_chromosome
@@ -30,7 +29,6 @@ from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVE
 # what a commit writes in a chromosome where the new sample has no counts (commit._add_column)
 NEW_COLUMN_PATHS = ("methylated", "coverage", "index", "index/summary", "sample", "sample/c", "sample/c/0",
                     "methylated/zarr.json", "coverage/zarr.json", "index/summary/zarr.json")
-STAGING_REMOVALS = 20  # tries, 0.1 s apart (SampleWriter._remove_staging)
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EXDEV)
 
 
@@ -311,15 +309,7 @@ class SampleWriter:
             self._owner = None
 
     def _remove_staging(self) -> None:
-        """Remove the staging directory. A stop that interrupts a chunk's write (zarr's sync())
-        does not cancel it: zarr's I/O thread may still create files in the directory while
-        it is removed (seen once in 45 stopped ingests), so the removal is tried again a few
-        times while the directory comes back."""
-        for _ in range(STAGING_REMOVALS):
-            self.path.rmtree()
-            if not self.path.exists():
-                return
-            time.sleep(0.1)
+        removed_while_it_returns(self.path.rmtree, self.path.exists)
 
     def __enter__(self) -> "SampleWriter":
         return self
