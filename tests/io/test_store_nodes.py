@@ -201,3 +201,34 @@ def test_a_short_chunk_written_after_a_long_one_holds_only_its_own_rows(tmp_path
     write_chunk(location, location, document, (1, 0), np.full((3, 1), 5, np.uint32))
     np.testing.assert_array_equal(read_chunk(location, document, (1, 0))[:, 0], np.r_[[5] * 3, [0] * 997])
     assert (read_chunk(location, document, (0, 0)) == 7).all()
+
+
+@pytest.mark.parametrize("cname,shuffle", [("zstd", "shuffle"), ("lz4", "bitshuffle"), ("blosclz", "noshuffle")])
+def test_a_short_chunk_is_the_frame_zarr_writes(tmp_path, monkeypatch, cname, shuffle):
+    # a chunk mostly of the fill value is encoded as its leading blosc blocks followed by the
+    # fill value's blocks (compressed once): the file must be byte for byte zarr's own (blosc
+    # without threads, which store the blocks in the order they finish)
+    from numcodecs import blosc
+
+    monkeypatch.setattr(blosc, "use_threads", False)
+    rng = np.random.default_rng(5)
+    for dtype, fill, chunk_rows in (("uint32", 0, 1_000_000), ("int64", 3, 600_000), ("uint16", 0, 200_000)):
+        path = tmp_path / f"{cname}-{dtype}.zarr"
+        mine = tmp_path / f"{cname}-{dtype}-mine.zarr"
+        for where in (path, mine):
+            zarr.create_array(str(where), shape=(2 * chunk_rows, 2), chunks=(chunk_rows, 1), dtype=dtype,
+                              fill_value=fill, compressors=BloscCodec(cname=cname, clevel=3, shuffle=shuffle))
+        theirs = zarr.open_array(str(path), mode="r+")
+        location = Location.of(str(mine))
+        document = read_document(location)
+        for k, rows in enumerate((1, 777, 40_000, 70_000, chunk_rows // 3, chunk_rows - 5)):
+            values = rng.integers(0, 1000, (rows, 1)).astype(dtype)
+            index = (k % 2, k // 2 % 2)
+            write_chunk(location, location, document, index, values)
+            block = np.full((chunk_rows, 1), fill, dtype)
+            block[:rows] = values
+            start = index[0] * chunk_rows
+            theirs[start:start + chunk_rows, index[1]:index[1] + 1] = block
+            name = f"c/{index[0]}/{index[1]}"
+            assert (mine / name).read_bytes() == (path / name).read_bytes(), (dtype, rows)
+            np.testing.assert_array_equal(read_chunk(location, document, index), block)

@@ -145,10 +145,59 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
     chunk = _fill_chunk(shape, dtype, fill)
     chunk[written] = values
     try:
-        data = compressor.encode(chunk)
+        data = _encoded(compressor, chunk, values.size, fill)
     finally:
         chunk[written] = fill  # the buffer back to the fill value for the next chunk
     write_file(root, chunk_path(array, index), data)
+
+
+def _encoded(compressor, chunk: np.ndarray, used: int, fill) -> bytes:
+    """``compressor.encode(chunk)`` where all but the first ``used`` items (C order) of
+    ``chunk`` are ``fill``. Blosc compresses a chunk in independent blocks, so a short
+    contig's chunk is the blosc frame of its leading blocks followed by the fill value's blocks,
+    compressed once per kind of chunk: encoding 4 MB of fill cost 2-4 ms a chunk, most of an
+    assembly's ingest (several chunks a contig). The same blocks, the same header, so the same
+    frame as blosc writes (its threads may store the blocks in another order)."""
+    config = {k: v for k, v in compressor.get_config().items() if k != "id"}
+    filled = _fill_frame(json.dumps(config), chunk.shape, chunk.dtype.str, fill) \
+        if isinstance(compressor, Blosc) and used < chunk.size else None
+    if filled is None:
+        return compressor.encode(chunk)
+    header, block_size, fill_blocks = filled
+    n_blocks = len(fill_blocks)
+    lead = max(1, -(-used * chunk.dtype.itemsize // block_size))  # blocks that hold values
+    # One fill block more, and frames that compress to a quarter at most, keep blosc's
+    # limit on a block's output (the room left in the frame) from reaching either frame.
+    if 2 * (lead + 1) > n_blocks:
+        return compressor.encode(chunk)
+    forced = Blosc(**{**config, "blocksize": block_size})
+    head = forced.encode(chunk.reshape(-1)[:(lead + 1) * block_size // chunk.dtype.itemsize])
+    if head[:4] != header[:4] or int.from_bytes(head[8:12], "little") != block_size \
+            or 4 * len(head) > (lead + 1) * block_size:
+        return compressor.encode(chunk)
+    blocks = _blosc_blocks(head, lead + 1)[:lead] + fill_blocks[lead:]
+    offset = 16 + 4 * n_blocks
+    starts = np.cumsum([offset] + [len(b) for b in blocks]).astype("<u4")
+    return b"".join([header[:12], int(starts[-1]).to_bytes(4, "little"), starts[:-1].tobytes(), *blocks])
+
+
+@functools.lru_cache(maxsize=32)
+def _fill_frame(config: str, shape: tuple, dtype: str, fill):
+    """(header, block size, blocks) of the blosc frame (``config``: the codec's, as JSON) of a
+    chunk of ``fill``, or None for a frame stored uncompressed (no blocks to reuse)."""
+    frame = Blosc(**json.loads(config)).encode(np.full(shape, fill, np.dtype(dtype)))
+    if len(frame) < 16 or frame[0] != 2 or frame[2] & 0x02:  # format 2; 0x02: stored as it is
+        return None
+    n_bytes, block_size = int.from_bytes(frame[4:8], "little"), int.from_bytes(frame[8:12], "little")
+    return frame[:16], block_size, _blosc_blocks(frame, -(-n_bytes // block_size))
+
+
+def _blosc_blocks(frame: bytes, n_blocks: int) -> list[bytes]:
+    """The compressed blocks of a blosc frame, in block order (each runs to the next block's
+    start in the frame, or to its end)."""
+    starts = np.frombuffer(frame, "<u4", n_blocks, 16).astype(np.int64)
+    ends = np.sort(np.r_[starts, len(frame)])
+    return [frame[a:ends[np.searchsorted(ends, a, side="right")]] for a in starts]
 
 
 _FILLED = threading.local()
