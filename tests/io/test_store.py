@@ -1,6 +1,7 @@
 """The counts store, format version 2: a fixed bin axis, one sample per chunk column, commits
 that touch only the sample written, concurrent ingests, recovery, checksums, upgrade."""
 
+import json
 import signal
 import subprocess
 import sys
@@ -189,6 +190,31 @@ def test_a_damaged_root_metadata_file_is_named(tmp_path, samples):
     (store / "zarr.json").write_bytes((store / "zarr.json").read_bytes()[:300])
     with pytest.raises(StoreError, match=r"s.zarr/zarr.json: the store's metadata is damaged \(not JSON"):
         open_store(store)
+
+
+def test_the_root_metadata_is_parsed_once_for_the_same_bytes(tmp_path, samples, monkeypatch):
+    # an assembly's root zarr.json is megabytes: parsed once however its path is spelled
+    # and by whichever thread, again when its bytes change (a commit rewrites it in place,
+    # perhaps to the same size within the same tick of the file's times)
+    from streambhmm.io.store import schema
+
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store)
+    parses = []
+    monkeypatch.setattr(schema, "_parsed", lambda file, data: parses.append(file) or json.loads(data))
+    first = schema.root_document(store)
+    threads = [threading.Thread(target=schema.root_document, args=(tmp_path / "." / "s.zarr",)) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(parses) == 1 and schema.root_document(str(store) + "/") is first
+    attributes = open_store(store).attrs
+    attributes["samples"].clear()  # the caller's own copy
+    assert open_store(store).samples == ["A"] and len(parses) == 1
+    text = (store / "zarr.json").read_text()
+    (store / "zarr.json").write_text(text.replace('"A"', '"B"'))  # the same size
+    assert schema.root_document(store)["attributes"]["samples"].keys() == {"B"} and len(parses) == 2
 
 
 def test_a_lost_index_file_is_refused_not_read_as_no_coverage(tmp_path, samples):

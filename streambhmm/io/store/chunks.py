@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +12,7 @@ import zarr
 
 from ..storage import Location
 from .nodes import read_chunk, why
-from .schema import COVERED, DIGEST, FIELDS, LAST, PREVIOUS, SUMS, StoreError
+from .schema import COVERED, DIGEST, FIELDS, LAST, PREVIOUS, SUMS, StoreError, root_document
 
 
 @functools.lru_cache(maxsize=16)
@@ -26,11 +25,12 @@ def root_group(url: str, generation: str):
 @functools.lru_cache(maxsize=16)
 def store_nodes(url: str, generation: str) -> dict[str, dict]:
     """The documents of the store's nodes by path, from the consolidated metadata of its
-    root; cached per generation, which every change of the store renews. (Zarr parses a
-    node's document each time an array is taken from a group: a millisecond, paid per
-    chromosome and per chunk read, seconds on an assembly of thousands of contigs.)"""
-    document = json.loads((Location.of(url) / "zarr.json").read_text())
-    nodes = (document.get("consolidated_metadata") or {}).get("metadata")
+    root; cached per generation, which every change of the store renews (the file parsed
+    once, however its path is spelled: schema.root_document). Read them, do not change them.
+    Zarr parses a node's document each time an array is taken from a group: a millisecond,
+    paid per chromosome and per chunk read, seconds on an assembly of thousands of contigs."""
+    document = root_document(url)
+    nodes = (document.get("consolidated_metadata") or {}).get("metadata") if isinstance(document, dict) else None
     if nodes is None:
         raise StoreError(f"{url}: the root's zarr.json holds no consolidated metadata, which every commit writes: "
                          f"the store is damaged; ingest its samples again into a new store")

@@ -21,8 +21,11 @@ Any zarr/xarray reader opens a chromosome with ``xarray.open_zarr(STORE, group=C
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,16 +144,42 @@ class StoreAttrs:
 
 
 def read_attributes(path) -> dict:
-    """The root's attributes, refused when there is no store at ``path``."""
+    """The root's attributes (the caller's own copy), refused when there is no store at ``path``."""
     path = Location.of(path)
     if not (path / "zarr.json").exists():
         raise StoreError(f"{path}: no counts store here (no zarr.json)")
-    try:  # quicker than zarr's parse of all
-        document = json.loads((path / "zarr.json").read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not JSON: {exc}); restore the "
-                         f"store from a copy, or ingest its samples again into a new one") from None
+    document = root_document(path)
     attributes = document.get("attributes", {}) if isinstance(document, dict) else None
     if not isinstance(attributes, dict):
         raise StoreError(f"{path / 'zarr.json'}: the store's metadata is damaged (not a JSON object with attributes)")
-    return attributes
+    return copy.deepcopy(attributes)
+
+
+_ROOTS: dict[str, tuple] = {}  # a root zarr.json's real path: (its bytes, its document)
+_ROOTS_LOCK = threading.Lock()
+ROOTS_KEPT = 4
+
+
+def root_document(path) -> dict:
+    """The store's root zarr.json, parsed once for the same bytes and shared: read it, do not
+    change it. Its consolidated metadata holds every node's document, 6.5 MB on an assembly
+    of 2,000 contigs: a command parsed it six times (attributes, its outputs' checks, a thread
+    each for the chunks' documents), 0.1 s each, where reading it again costs milliseconds."""
+    file = Location.of(path) / "zarr.json"
+    with _ROOTS_LOCK:  # threads that ask together parse it once
+        data = file.read_bytes()
+        key = os.path.realpath(file.url) if file.is_local else file.url
+        kept = _ROOTS.pop(key, None)
+        document = kept[1] if kept is not None and kept[0] == data else _parsed(file, data)
+        while len(_ROOTS) >= ROOTS_KEPT:
+            _ROOTS.pop(next(iter(_ROOTS)))
+        _ROOTS[key] = (data, document)
+        return document
+
+
+def _parsed(file: Location, data: bytes):
+    try:  # quicker than zarr's parse of all
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{file}: the store's metadata is damaged (not JSON: {exc}); restore the "
+                         f"store from a copy, or ingest its samples again into a new one") from None
