@@ -217,6 +217,20 @@ def test_the_root_metadata_is_parsed_once_for_the_same_bytes(tmp_path, samples, 
     assert schema.root_document(store)["attributes"]["samples"].keys() == {"B"} and len(parses) == 2
 
 
+def test_a_store_rechunked_by_other_software_is_refused_as_such(tmp_path, samples):
+    # read chunk by chunk, such a store was refused as missing or damaged samples (a
+    # helper's audit), which sent the user to ingest again for the wrong reason
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=100)
+    document = json.loads((store / "zarr.json").read_text())
+    document["consolidated_metadata"]["metadata"]["chr1/coverage"]["chunk_grid"]["configuration"]["chunk_shape"] = \
+        [137, 1]
+    (store / "zarr.json").write_text(json.dumps(document))
+    with pytest.raises(StoreError, match=r"chr1/coverage is stored in chunks of \(137, 1\), where this store's format "
+                                         r"has \(100, 1\).*rechunked by other software"):
+        open_store(store)
+
+
 def test_a_lost_index_file_is_refused_not_read_as_no_coverage(tmp_path, samples):
     """zarr reads a missing chunk of the index as zeros, which say "no coverage here": where
     the sample has counts, that is damage, and every reader of the index refuses the store

@@ -15,7 +15,7 @@ from .chunks import ChunkRef, root_group, store_node
 from .nodes import chunk_path, read_chunk, why
 from .locking import lock_file
 from .schema import (COUNTS_FORMAT, COVERED, DIGEST, FIELDS, INDEX_CHUNK, SUMS, StoreAttrs, StoreError,
-                     read_attributes)
+                     read_attributes, root_document)
 
 
 @dataclass
@@ -200,7 +200,28 @@ def open_store(path) -> CountsStore:
     """Open and check a counts store."""
     path = Location.of(path)
     attrs = read_attributes(path)
-    return CountsStore(path=path, attrs=attrs, meta=StoreAttrs.check(path, attrs))
+    meta = StoreAttrs.check(path, attrs)
+    _check_chunking(path, meta)
+    return CountsStore(path=path, attrs=attrs, meta=meta)
+
+
+def _check_chunking(path: Location, meta: StoreAttrs) -> None:
+    """Refuse arrays chunked otherwise than the format fixes them (rewritten by other
+    software): read chunk by chunk they were refused as damaged or missing samples (a
+    helper's audit), which sent the user to ingest again for the wrong reason."""
+    nodes = (root_document(path).get("consolidated_metadata") or {}).get("metadata") or {}
+    fixed = {"methylated": [meta.chunk_size, 1], "coverage": [meta.chunk_size, 1],
+             "index/summary": [INDEX_CHUNK, 1, len(FIELDS)]}
+    for chrom in meta.chromosomes:
+        for name, shape in fixed.items():
+            document = nodes.get(f"{chrom}/{name}")
+            grid = document.get("chunk_grid") if isinstance(document, dict) else None
+            chunks = (grid.get("configuration") or {}).get("chunk_shape") if isinstance(grid, dict) else None
+            if chunks is not None and list(chunks) != shape:
+                raise StoreError(f"{path}: {chrom}/{name} is stored in chunks of {tuple(chunks)}, where this store's "
+                                 f"format has {tuple(shape)} (its chunk_size is {meta.chunk_size:,} bins): its arrays "
+                                 f"were rechunked by other software. Ingest the samples again from their files into a new "
+                                 f"store (`streambhmm ingest --chunk-size N` sets its chunks)")
 
 
 def store_inputs(store, *others) -> Inputs:
