@@ -218,10 +218,10 @@ def _check_chunking(path: Location, meta: StoreAttrs) -> None:
             grid = document.get("chunk_grid") if isinstance(document, dict) else None
             chunks = (grid.get("configuration") or {}).get("chunk_shape") if isinstance(grid, dict) else None
             if chunks is not None and list(chunks) != shape:
-                raise StoreError(f"{path}: {chrom}/{name} is stored in chunks of {tuple(chunks)}, where this store's "
-                                 f"format has {tuple(shape)} (its chunk_size is {meta.chunk_size:,} bins): its arrays "
-                                 f"were rechunked by other software. Ingest the samples again from their files into a new "
-                                 f"store (`streambhmm ingest --chunk-size N` sets its chunks)")
+                raise StoreError(f"{path / chrom / name} was changed by another tool: chunks {list(chunks)} "
+                                 f"(streambhmm writes {shape}, the store's chunk size being {meta.chunk_size:,} bins), "
+                                 f"so its chunks are not where the store's index says. Ingest the samples again from "
+                                 f"their files into a new store")
 
 
 def store_inputs(store, *others) -> Inputs:
