@@ -157,7 +157,7 @@ def read_attributes(path) -> dict:
 
 _ROOTS: dict[str, tuple] = {}  # a root zarr.json's real path: (its bytes, its document)
 _ROOTS_LOCK = threading.Lock()
-ROOTS_KEPT = 4
+ROOTS_KEPT = 2  # a command works on at most two stores at once (pmd: the counts and its summed store)
 
 
 def root_document(path) -> dict:
