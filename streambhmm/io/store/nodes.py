@@ -158,9 +158,10 @@ def _encoded(compressor, chunk: np.ndarray, used: int, fill) -> bytes:
     compressed once per kind of chunk: encoding 4 MB of fill cost 2-4 ms a chunk, most of an
     assembly's ingest (several chunks a contig). The same blocks, the same header, so the same
     frame as blosc writes (its threads may store the blocks in another order)."""
+    if not isinstance(compressor, Blosc) or used >= chunk.size:
+        return compressor.encode(chunk)
     config = {k: v for k, v in compressor.get_config().items() if k != "id"}
-    filled = _fill_frame(json.dumps(config), chunk.shape, chunk.dtype.str, fill) \
-        if isinstance(compressor, Blosc) and used < chunk.size else None
+    filled = _fill_frame(json.dumps(config), chunk.shape, chunk.dtype.str, fill)
     if filled is None:
         return compressor.encode(chunk)
     header, block_size, fill_blocks = filled
