@@ -1,6 +1,7 @@
 """Where the moment pass's time goes: one chunk of the human-sized methylome's kind, part by part, on one core.
 
     python scripts/bench_chunk.py [--bins 630000] [--samples 2] [--repeat 3]
+    python scripts/bench_chunk.py --store STORE --chromosome NAME [--samples 2]
 
 The data are the MethylSeekR IMR90 chr22 excerpt's 100 bp bins, sample s shifted along it
 and mirrored for odd s, covered bins tiled to --bins (bench_triples.py --real; genome_scale.py
@@ -13,6 +14,11 @@ best CPU seconds of --repeat runs of each part and M bins x samples per second, 
 parts' sum as the chunk's rate (the target of issue 24 is 2 M per core). The Beta maps of
 coverages up to 256 are kept for the process once computed, so the best of the repeats is
 what a later chunk of a pass pays for its encoding.
+
+With --store, the chunk is instead the first of a chromosome of a counts store (its first
+--samples samples, the bins where one of them has reads, at their own positions): real
+data, not tiled, so codes repeat as often as they do in a genome (tiling repeats each
+neighbourhood of codes once per tile).
 """
 
 import os
@@ -45,15 +51,34 @@ def best_cpu(fn, repeat: int) -> float:
     return best
 
 
+def store_chunk(store: str, chromosome: str, n_samples: int):
+    """(methylated, coverage, positions in bp) of the first chunk of ``chromosome`` in a counts
+    store, its first ``n_samples`` samples, at the bins where one of them has reads."""
+    import xarray as xr
+
+    counts = xr.open_zarr(store, group=chromosome)
+    chunk = counts.chunks[counts.methylated.dims[0]][0]
+    meth = counts.methylated[:chunk, :n_samples].values.astype(np.int64)
+    cov = counts.coverage[:chunk, :n_samples].values.astype(np.int64)
+    covered = cov.sum(axis=1) > 0
+    return meth[covered], cov[covered], counts.position[:chunk].values[covered].astype(np.int64)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bins", type=int, default=630_000)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--store", default=None, help="a counts store: its first chunk of --chromosome")
+    parser.add_argument("--chromosome", default=None)
     args = parser.parse_args()
-    n, n_samples = args.bins, args.samples
-    meth, cov = real(n, n_samples, real_bins(REAL))
-    positions = np.arange(n, dtype=np.int64) * SPACING
+    n_samples = args.samples
+    if args.store:
+        meth, cov, positions = store_chunk(args.store, args.chromosome, n_samples)
+    else:
+        meth, cov = real(args.bins, n_samples, real_bins(REAL))
+        positions = np.arange(args.bins, dtype=np.int64) * SPACING
+    n = meth.shape[0]
     starts = moment_kernels.triple_starts(np.array([n], np.int64))
     small = encode(meth[:2000], cov[:2000], D)  # compile outside the timing
     block_stats("c", small, positions[:2000], DEFAULT_BLOCK_SIZE)
@@ -73,8 +98,9 @@ def main():
              "thinned pair histogram": lambda: thinned_histogram(features, starts + 1, 2),
              "block statistics": lambda: block_stats("c", features, positions, DEFAULT_BLOCK_SIZE)}
     cells = n * n_samples
+    per_block = n * DEFAULT_BLOCK_SIZE / max(int(positions[-1] - positions[0]), 1)
     print(f"{n:,} covered bins x {n_samples} samples, D = {D}, {features.table.shape[0]:,} distinct pairs, "
-          f"{DEFAULT_BLOCK_SIZE // SPACING:,} triples per block; best CPU s of {args.repeat}")
+          f"{per_block:,.0f} triples per block; best CPU s of {args.repeat}")
     print(f"| part | CPU s | M bins x samples / s |\n|---|---|---|")
     total = 0.0
     for label, fn in parts.items():

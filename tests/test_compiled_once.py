@@ -33,7 +33,7 @@ def triples_args():
     return (moment_kernels.accumulate_triples, features.codes, np.arange(18), features.table,
             features.coverage.astype(np.float64), features.methylated.astype(np.float64), np.zeros((sd, sd)),
             np.zeros((sd, sd)), np.zeros((sd, sd)), np.zeros((sd, sd, sd)), np.zeros((2, sd)), np.zeros((2, sd)),
-            np.zeros(2), 16)
+            np.zeros(2), 16, 8)
 
 
 def betabinomial_args(kernel):

@@ -1,23 +1,25 @@
 """Compiled kernel for the triple sums (see streambhmm.moments.sums for what they are).
 
-Grouping. phi takes one of K table rows, so for each pair of samples (s2, s3) triples are
-ordered by (code k3 of bin t+2 in s3, code k2 of bin t+1 in s2) with two stable counting
-sorts, and their codes gathered into contiguous arrays in that order. Within a run of
-equal (k3, k2) only F(x_t) varies: it is summed (S*D adds per triple) and one outer
-product with phi_k2 is made per run, giving the k3 group's acc = sum F(x_t) (x) phi_k2.
+Grouping. phi takes one of K table rows. The triples are ordered once by the codes of their
+middle bin t+1 in every sample, then, for each sample s3, by the code k3 of bin t+2 in s3
+(stable counting sorts). Within a k3 group every triple shares phi_k3, so the group's part
+of the sums is (sum over its triples of X_t (x) Y_t) (x) phi_k3, with X_t = [F(x_t), 1]
+and Y_t = [phi^s(x_t+1), mu^s(x_t+1), c^s(x_t+1) for each sample s, 1]. Triples whose
+middle bins have the same codes (a run) share Y_t, so each run is one row: its X_t summed,
+and its Y. The group's sum is then one matrix product of its rows (BLAS; a loop for fewer
+than SMALL rows, where the call costs more than the sums).
 
-Batched groups. A group's contribution to the tensor is acc (x) phi_k3. Rather than one
-(S*D*D) x D rank-one update of p123 per group (strided, cache-bound), each group's acc,
-flattened, is a row of a (block x S*D*D) matrix and its phi_k3 a row of a (block x D)
-one; one GEMM per block of groups (np.dot: BLAS) adds rows^T phis to a contiguous buffer
-for the pair, scattered into p123 once per pair. The rows carry the other sums that end
-in phi_k3 (p13, p23, b_methylated, b_coverage) as extra columns, and phis a column of
-ones that sums the rows (p12). Memory: the block's rows and the pair's buffer, whatever
-the number of triples, plus the sorted codes (as many as the chunk's).
+Batched groups. Each group's X^T Y, flattened, is a row of a (block x (SD+1)(S(D+2)+1))
+matrix and its phi_k3 a row of a (block x D) one; one GEMM per block of groups adds
+rows^T phis (with a column of ones: the sums over groups) to a buffer for s3, scattered
+once into p123, p12, p13, p23, b_methylated and b_coverage. Memory: one piece of a group's
+rows, the block's rows and the buffer, whatever the number of triples, plus the sorted
+orders (as many as the chunk's triples).
 
-Cost: the naive einsum costs (S*D)^3 per triple; this costs S^2 (S*D per triple +
-S*D^2 per run + 2 S*D^3 per k3 group, the last at GEMM speed). Real data have ~10^4
-codes (a wide coverage range), so the groups' GEMMs and the per-triple sums dominate.
+Cost per sample s3: (SD+1)(S(D+2)+1) multiply-adds per run and (D+1) times that per k3
+group, both at GEMM speed, plus S*D additions per triple. Real data hold ~10^4 codes; an
+earlier kernel made the products of each (s2, s3) pair of samples' runs in scalar loops,
+at twice the cost on real chromosomes (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -60,128 +62,153 @@ def stable_sort_by(items, keys, n_keys):
     return out
 
 
-GROUP_BLOCK = 128  # k3 groups per GEMM: bounds the buffer at GROUP_BLOCK x (S*D*D + S*D + D + 2)
+SMALL = 6  # a piece of fewer rows (runs) is summed in a loop: a BLAS call costs more there
+GROUP_BLOCK = 64  # k3 groups per GEMM: bounds the buffer at GROUP_BLOCK x (SD + 1)(S(D + 2) + 1)
+PIECE = 128  # rows (runs) of a group gathered at a time
 
 
 @njit(cache=True, nogil=True)
 def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
-                       p12, p13, p23, p123, b_meth, b_cov, inv_cov, block=GROUP_BLOCK):
+                       p12, p13, p23, p123, b_meth, b_cov, inv_cov, block=GROUP_BLOCK, piece=PIECE):
     """Add the sums over the triples starting at ``starts`` to the output arrays (in place).
 
     codes (n, S) int32 index table (K, D); pair_cov/pair_meth (K,) give each code's pair.
     Outputs: p12, p13, p23 (SD, SD); p123 (SD, SD, SD); b_meth, b_cov (S, SD); inv_cov (S,).
-    ``block``: k3 groups per GEMM.
+    ``block``: k3 groups per GEMM; ``piece``: rows (runs) gathered at a time.
     """
     n_samples = codes.shape[1]
     n_codes, dim = table.shape
     sd = n_samples * dim
-    rows = np.zeros((block, sd * dim + sd + dim + 2))  # one k3 group per row (_sum_group)
+    nx = sd + 1  # X_t = [F(x_t), 1]
+    ny = n_samples * (dim + 2) + 1  # Y_t = [phi^s, mu^s, c^s of bin t+1 for each s, 1]
+    xs = np.empty((piece, nx))
+    ys = np.empty((piece, ny))
+    more = np.empty((nx, ny))
+    rows = np.zeros((block, nx * ny))  # one k3 group's X^T Y per row
     phis = np.zeros((block, dim + 1))  # the groups' phi_k3, and 1 (the last column sums the rows)
-    run_sum = np.zeros(sd)
     columns = codes.T.copy()  # contiguous per-sample codes for the sort keys
+    for s in range(n_samples):
+        for t in starts:
+            inv_cov[s] += 1.0 / (pair_cov[codes[t + 1, s]] + 2.0)
+    by_middle = starts  # ordered by the codes of bin t+1 in every sample: equal ones are a run
+    for s in range(n_samples - 1, -1, -1):
+        by_middle = stable_sort_by(by_middle, columns[s, 1:], n_codes)
     for s3 in range(n_samples):
         k3_of = columns[s3, 2:]  # indexed by triple start t: code of bin t+2
-        for s2 in range(n_samples):
-            k2_of = columns[s2, 1:]
-            order = stable_sort_by(starts, k2_of, n_codes)
-            order = stable_sort_by(order, k3_of, n_codes)
-            k1s, k2s, k3s = _gather_sorted(codes, order, k2_of, k3_of)
-            pair = np.zeros((rows.shape[1], dim + 1))  # rows^T phis summed over this (s2, s3)'s groups
-            used = 0
-            i = np.int64(0)  # not the literal 0: numba would compile _sum_group once more for it
-            while i < order.size:
-                k3 = k3s[i]
-                i = _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, rows[used], run_sum, inv_cov, s2,
-                               s3 == 0)
-                phis[used, :dim] = table[k3]
-                phis[used, dim] = 1.0
-                used += 1
-                if used == block:
-                    pair += np.dot(rows.T, phis)
-                    used = 0
-            if used > 0:
-                pair += np.dot(rows[:used].T, phis[:used])
-            _scatter_pair(pair, s2, s3, dim, sd, p12, p13, p23, p123, b_meth, b_cov)
+        order = stable_sort_by(by_middle, k3_of, n_codes)
+        total = np.zeros((nx * ny, dim + 1))  # rows^T phis summed over this s3's groups
+        used = 0
+        i = np.int64(0)  # not the literal 0: numba would compile _gather_runs once more for it
+        while i < order.size:
+            k3 = k3_of[order[i]]
+            end = i
+            while end < order.size and k3_of[order[end]] == k3:
+                end += 1
+            group = rows[used].reshape((nx, ny))
+            first = True
+            while i < end:
+                m, i = _gather_runs(codes, order, i, end, table, pair_cov, pair_meth, xs, ys)
+                if m < SMALL:
+                    if first:
+                        group[:, :] = 0.0
+                    _add_outer_rows(xs[:m], ys[:m], group)
+                elif first:
+                    np.dot(xs[:m].T, ys[:m], group)
+                else:
+                    np.dot(xs[:m].T, ys[:m], more)
+                    group += more
+                first = False
+            phis[used, :dim] = table[k3]
+            phis[used, dim] = 1.0
+            used += 1
+            if used == block:
+                total += np.dot(rows.T, phis)
+                used = 0
+        if used > 0:
+            total += np.dot(rows[:used].T, phis[:used])
+        _scatter(total, s3, n_samples, dim, p12, p13, p23, p123, b_meth, b_cov)
 
 
 @njit(cache=True, nogil=True)
-def _gather_sorted(codes, order, k2_of, k3_of):
-    """The codes of the triples in ``order``, contiguous: the group sums then read memory in
-    sequence (independent gathers here overlap; dependent ones there would wait)."""
-    n = order.size
-    k1s = np.empty((n, codes.shape[1]), codes.dtype)
-    k2s = np.empty(n, codes.dtype)
-    k3s = np.empty(n, codes.dtype)
-    for i in range(n):
-        t = order[i]
-        k1s[i] = codes[t]
-        k2s[i] = k2_of[t]
-        k3s[i] = k3_of[t]
-    return k1s, k2s, k3s
-
-
-@njit(cache=True, nogil=True)
-def _sum_group(k1s, k2s, k3s, i, table, pair_cov, pair_meth, row, run_sum, inv_cov, s2, first_s3):
-    """Sum the k3 group starting at sorted triple ``i`` into ``row`` (overwritten); returns
-    where the next group starts. Row layout: acc (SD x D, sum of phi(x_t) (x) phi_k2,
-    flattened), then sum phi(x_t) (SD), sum phi_k2 (D), sum mu^s2, sum c^s2 of the middle bins."""
-    n_samples = k1s.shape[1]
+def _gather_runs(codes, order, i, end, table, pair_cov, pair_meth, xs, ys):
+    """Fill rows of ``xs`` and ``ys`` from the triples order[i:end], one row per run of equal
+    codes of bin t+1: xs the run's sum of X_t, ys its Y (accumulate_triples), so that
+    xs^T ys is their sum of X_t (x) Y_t. Stops when the rows are full; returns the rows
+    filled and where the next run starts."""
+    n_samples = codes.shape[1]
     dim = table.shape[1]
-    sd = n_samples * dim
-    base = sd * dim
-    row[:] = 0.0
-    k3 = k3s[i]
-    n = k3s.size
-    while i < n and k3s[i] == k3:
-        k2 = k2s[i]
-        run_sum[:] = 0.0
-        count = 0
-        while i < n and k3s[i] == k3 and k2s[i] == k2:
-            for s1 in range(n_samples):
-                k1 = k1s[i, s1]
-                o1 = s1 * dim
-                for d in range(dim):
-                    run_sum[o1 + d] += table[k1, d]
-            count += 1
-            i += 1
-        # only phi(x_t) varies within a run: one outer product with phi_k2 per run
-        for a in range(sd):
-            r = run_sum[a]
-            o = a * dim
+    last_x, last_y = xs.shape[1] - 1, ys.shape[1] - 1
+    m = 0
+    while i < end and m < xs.shape[0]:
+        middle = order[i] + 1
+        xs[m, :] = 0.0
+        for s in range(n_samples):
+            k2 = codes[middle, s]
+            o = s * (dim + 2)
             for d in range(dim):
-                row[o + d] += r * table[k2, d]
-        for a in range(sd):
-            row[base + a] += run_sum[a]
-        for d in range(dim):
-            row[base + sd + d] += count * table[k2, d]
-        row[base + sd + dim] += count * pair_meth[k2]
-        row[base + sd + dim + 1] += count * pair_cov[k2]
-        if first_s3:
-            inv_cov[s2] += count / (pair_cov[k2] + 2.0)
-    return i
+                ys[m, o + d] = table[k2, d]
+            ys[m, o + dim] = pair_meth[k2]
+            ys[m, o + dim + 1] = pair_cov[k2]
+        ys[m, last_y] = 1.0
+        while i < end and _same_bin(codes, order[i] + 1, middle):
+            t = order[i]
+            for s in range(n_samples):
+                k1 = codes[t, s]
+                for d in range(dim):
+                    xs[m, s * dim + d] += table[k1, d]
+            xs[m, last_x] += 1.0
+            i += 1
+        m += 1
+    return m, i
 
 
 @njit(cache=True, nogil=True)
-def _scatter_pair(pair, s2, s3, dim, sd, p12, p13, p23, p123, b_meth, b_cov):
-    """Add one (s2, s3)'s rows^T phis (pair, see accumulate_triples) to the outputs' blocks."""
-    o2 = s2 * dim
+def _same_bin(codes, a, b):
+    """Bins a and b have the same codes in every sample."""
+    for s in range(codes.shape[1]):
+        if codes[a, s] != codes[b, s]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _add_outer_rows(xs, ys, out):
+    """out += xs^T ys, in a loop (a few rows)."""
+    for r in range(xs.shape[0]):
+        for a in range(xs.shape[1]):
+            x = xs[r, a]
+            for b in range(ys.shape[1]):
+                out[a, b] += x * ys[r, b]
+
+
+@njit(cache=True, nogil=True)
+def _scatter(total, s3, n_samples, dim, p12, p13, p23, p123, b_meth, b_cov):
+    """Add one s3's rows^T phis (``total``, see accumulate_triples) to the outputs' blocks:
+    row (a, j) of total is X's entry a times Y's entry j, column d phi_k3's entry d (d = D:
+    the ones)."""
+    sd = n_samples * dim
+    ny = n_samples * (dim + 2) + 1
     o3 = s3 * dim
-    base = sd * dim
-    for a in range(sd):
-        for b in range(dim):
-            r = a * dim + b
+    for a in range(sd + 1):
+        for s2 in range(n_samples):
+            base = a * ny + s2 * (dim + 2)
+            for b in range(dim):
+                r = base + b
+                if a < sd:
+                    for d in range(dim):
+                        p123[a, s2 * dim + b, o3 + d] += total[r, d]
+                    if s3 == 0:  # p12 once: the ones column
+                        p12[a, s2 * dim + b] += total[r, dim]
+                else:  # X's 1: phi of bin t+1 against phi_k3
+                    for d in range(dim):
+                        p23[s2 * dim + b, o3 + d] += total[r, d]
+            if a == sd:
+                for d in range(dim):
+                    b_meth[s2, o3 + d] += total[base + dim, d]
+                    b_cov[s2, o3 + d] += total[base + dim + 1, d]
+        if a < sd:  # Y's 1: F(x_t) against phi_k3
             for d in range(dim):
-                p123[a, o2 + b, o3 + d] += pair[r, d]
-            if s3 == 0:  # p12 once per s2: the ones column
-                p12[a, o2 + b] += pair[r, dim]
-    for d in range(dim):
-        if s2 == 0:  # p13 once per s3
-            for a in range(sd):
-                p13[a, o3 + d] += pair[base + a, d]
-        for b in range(dim):
-            p23[o2 + b, o3 + d] += pair[base + sd + b, d]
-        b_meth[s2, o3 + d] += pair[base + sd + dim, d]
-        b_cov[s2, o3 + d] += pair[base + sd + dim + 1, d]
+                p13[a, o3 + d] += total[a * ny + ny - 1, d]
 
 
 @njit(cache=True, nogil=True)

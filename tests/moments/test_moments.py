@@ -6,6 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streambhmm.io.storage import Location
+from streambhmm.moments import moment_kernels
+from streambhmm.moments.features import encode
 from streambhmm.moments.momentstore import partial_sha256, read_partial, write_partial
 from streambhmm.moments.pipeline import ChunkPartial, chunk_partial, empty_halo
 from streambhmm.moments.sums import Moments, compute_moments
@@ -34,6 +36,24 @@ def test_grouped_kernel_equals_naive_einsum(case):
     slow = naive_moments(mu, cov, lengths, n_bins=n_bins)
     assert fast.n_triples == slow.n_triples == sum(max(length - 2, 0) for length in lengths)
     assert fast.allclose(slow, rtol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(counts_and_lengths(), st.integers(1, 5), st.integers(1, 9))
+def test_the_triple_kernel_is_the_same_whatever_its_blocks_and_pieces(case, block, piece):
+    """Groups split into pieces of a few runs (several gathers, loop and BLAS sums mixed in
+    one group) and GEMMs of a few groups give the naive sums."""
+    mu, cov, lengths, n_bins = case
+    features = encode(mu, cov, n_bins)
+    starts = moment_kernels.triple_starts(np.array(lengths, np.int64))
+    out = Moments.zeros(mu.shape[1], n_bins)
+    moment_kernels.accumulate_triples(features.codes, starts, features.table, features.coverage.astype(np.float64),
+                                      features.methylated.astype(np.float64), out.p12, out.p13, out.p23, out.p123,
+                                      out.b_methylated, out.b_coverage, out.inv_coverage, block, piece)
+    slow = naive_moments(mu, cov, lengths, n_bins=n_bins)
+    for name in ("p12", "p13", "p23", "p123", "b_methylated", "b_coverage", "inv_coverage"):
+        expected = getattr(slow, name)
+        np.testing.assert_allclose(getattr(out, name), expected, rtol=0, atol=1e-10 * max(np.abs(expected).max(), 1))
 
 
 @settings(max_examples=40, deadline=None)
