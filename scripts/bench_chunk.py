@@ -101,7 +101,7 @@ def main():
     per_block = n * DEFAULT_BLOCK_SIZE / max(int(positions[-1] - positions[0]), 1)
     print(f"{n:,} covered bins x {n_samples} samples, D = {D}, {features.table.shape[0]:,} distinct pairs, "
           f"{per_block:,.0f} triples per block; best CPU s of {args.repeat}")
-    print(f"| part | CPU s | M bins x samples / s |\n|---|---|---|")
+    print("| part | CPU s | M bins x samples / s |\n|---|---|---|")
     total = 0.0
     for label, fn in parts.items():
         seconds = best_cpu(fn, args.repeat)
