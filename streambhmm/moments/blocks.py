@@ -30,7 +30,7 @@ from scipy import sparse
 from . import moment_kernels
 from .features import (BLOCK_CELL_BUDGET, COVERAGE_BUCKETS, FeatureTable, coverage_bucket, flush_subnormals,
                        histogram_layout, projected_layout)
-from .histograms import histogram_thinning, thinned_histogram
+from .histograms import grouped_histograms
 from .sums import Moments
 
 
@@ -65,9 +65,7 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
     p12 = np.zeros((ids.size, sd, sd), np.float32)
     p13 = np.zeros_like(p12)
     by_coverage = np.zeros((ids.size, n_samples, len(COVERAGE_BUCKETS), d), np.float32)
-    histograms = {1: [], 2: []}
-    layouts = {w: histogram_layout(n_samples, w, BLOCK_CELL_BUDGET) for w in (1, 2)}  # once, not per block
-    thins = {w: histogram_thinning(features, w, layout=layouts[w]) for w in (1, 2)}
+    layouts = {w: histogram_layout(n_samples, w, BLOCK_CELL_BUDGET) for w in (1, 2)}
     # the sums are kept in float32 (half the matmul work), where the table's far tail is subnormal
     table = flush_subnormals(features.table.astype(np.float32))
     bucket_of_code = coverage_bucket(features.coverage)
@@ -76,19 +74,16 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
         rows = np.concatenate([table[features.codes[lo:hi + 2, s]] for s in range(n_samples)], axis=1)
         p12[b] = rows[:-2].T @ rows[1:-1]
         p13[b] = rows[:-2].T @ rows[2:]
-        chosen = np.arange(lo, hi)
         # per triple (coverage_features' product over every code costs more for a block's few
         # triples), summed in float64 and kept in float32 as the other block sums
         summed = np.zeros(by_coverage.shape[1:])
-        moment_kernels.add_coverage_features(features.codes, chosen, bucket_of_code, features.table, summed)
+        moment_kernels.add_coverage_features(features.codes, np.arange(lo, hi), bucket_of_code, features.table, summed)
         by_coverage[b] = summed
-        for width in (1, 2):
-            histograms[width].append(thinned_histogram(features, chosen + 1, width, thin=thins[width],
-                                                       layout=layouts[width]).ravel())
-    shapes = {w: int(np.prod(layouts[w].shape)) for w in (1, 2)}
+    middles = np.arange(n_triples) + 1
+    histograms = {w: grouped_histograms(features, middles, bounds, w, layout=layouts[w]).reshape(ids.size, -1)
+                  for w in (1, 2)}
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
-                      by_coverage, *(sparse.csr_matrix(np.array(histograms[w], np.float32).reshape(ids.size, shapes[w]))
-                        for w in (1, 2)))
+                      by_coverage, *(sparse.csr_matrix(histograms[w].astype(np.float32)) for w in (1, 2)))
 
 
 class ProjectedBlocks:
@@ -111,11 +106,8 @@ class ProjectedBlocks:
         return self.starts[self.bounds[b]:self.bounds[b + 1]]
 
     def add_rows(self, width: int, row: int, features: FeatureTable) -> None:
-        layout = self.layouts[width].row_layout()
-        thin = histogram_thinning(features, width, layout=layout)
-        for b in range(self.ids.size):
-            self.histograms[width][b, row] = thinned_histogram(features, self._block(b) + 1, width, thin=thin,
-                                                               layout=layout)[0]
+        self.histograms[width][:, row] = grouped_histograms(features, self.starts + 1, self.bounds, width,
+                                                            layout=self.layouts[width].row_layout())[:, 0]
 
     def finish(self, feature: np.ndarray) -> BlockStats:
         dim = feature.shape[1]

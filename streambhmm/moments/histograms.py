@@ -47,59 +47,86 @@ def thinned_histogram(features: FeatureTable, first: np.ndarray, width: int,
     """The thinned histogram (features.histogram_layout, or ``layout``) of the tuples of
     ``width`` consecutive bins starting at ``first`` (``thin``: histogram_thinning of the
     same arguments, when the caller reuses it)."""
+    return grouped_histograms(features, first, np.array([0, first.size]), width, budget, thin, layout)[0]
+
+
+def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.ndarray, width: int,
+                       budget: int = HISTOGRAM_CELL_BUDGET, thin=None, layout: HistogramLayout | None = None
+                       ) -> np.ndarray:
+    """(groups, *layout.shape): :func:`thinned_histogram` of each group of tuples
+    first[bounds[g]:bounds[g + 1]] (a genome's blocks), in one pass over them all."""
     n_samples = features.codes.shape[1]
     layout = layout or histogram_layout(n_samples, width, budget)
     if thin is None:
         thin = histogram_thinning(features, width, budget, layout)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
-    out = np.zeros(layout.shape)
+    n_groups = bounds.size - 1
+    group_of = np.repeat(np.arange(n_groups), np.diff(bounds))
+    out = np.zeros((n_groups, *layout.shape))
     # row-major flattening of the slots' cells
     strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
-    for row in range(out.shape[0]):
+    for row in range(layout.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
-        tuples, counts = _distinct_rows(codes[:, columns])
+        # the group as a leading column: rows merged within a group, and in group order
+        keyed, counts = _distinct_rows(np.column_stack([group_of, codes[:, columns]]))
+        groups, tuples = keyed[:, 0], keyed[:, 1:]
         thinned = np.all(thin.row[tuples] >= 0, axis=1)
-        _add_thinned_tuples(tuples[thinned], counts[thinned], thin, strides, out[row])
-        moment_kernels.accumulate_histogram(tuples[~thinned], counts[~thinned], thin.base, thin.row, thin.rows,
-                                      thin.lo, thin.hi, strides, out[row])
+        for part, add in ((thinned, _add_thinned_tuples), (~thinned, _add_scattered_tuples)):
+            at = np.searchsorted(groups[part], np.arange(n_groups + 1))
+            add(tuples[part], counts[part], at, thin, strides, out[:, row])
     return out
 
 
-def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, thin, strides: np.ndarray, hist: np.ndarray,
-                        block: int = 1 << 12) -> None:
-    """Add the tuples whose every slot is thinned. Those all land in the cells (cap, j) of
-    each slot, so their histogram is one product A^T B: A's rows are the outer products of
-    the first slots' thinned weights (times the tuples' counts), B's of the other slots'
-    (rows built compiled, moment_kernels.thinned_outer_rows; a GEMM, not a scatter per cell)."""
+def _add_scattered_tuples(tuples: np.ndarray, counts: np.ndarray, bounds: np.ndarray, thin, strides: np.ndarray,
+                          hists: np.ndarray) -> None:
+    """Add tuples[bounds[g]:bounds[g + 1]] to hists[g], cell by cell (moment_kernels.accumulate_histogram)."""
+    for g in np.flatnonzero(np.diff(bounds)):
+        lo, hi = bounds[g], bounds[g + 1]
+        moment_kernels.accumulate_histogram(tuples[lo:hi], counts[lo:hi], thin.base, thin.row, thin.rows, thin.lo,
+                                            thin.hi, strides, hists[g])
+
+
+def _add_thinned_tuples(tuples: np.ndarray, counts: np.ndarray, bounds: np.ndarray, thin, strides: np.ndarray,
+                        hists: np.ndarray, block: int = 1 << 12) -> None:
+    """Add tuples[bounds[g]:bounds[g + 1]], each of whose slots is thinned, to hists[g].
+    Those all land in the cells (cap, j) of each slot, so a group's histogram is one product
+    A^T B: A's rows are the outer products of the first slots' thinned weights (times the
+    tuples' counts), B's of the other slots' (rows built compiled,
+    moment_kernels.thinned_outer_rows; a GEMM, not a scatter per cell)."""
     n, n_slots = tuples.shape
     if n == 0:
         return
     half, width = n_slots // 2, thin.cap + 1
-    ones = np.ones(n)
-    total = 0.0
-    for lo in range(0, n, block):
-        part = tuples[lo:lo + block]
-        a = np.empty((part.shape[0], width ** half))
-        b = np.empty((part.shape[0], width ** (n_slots - half)))
-        moment_kernels.thinned_outer_rows(part, counts[lo:lo + block], thin.row, thin.rows, 0, half, a)
-        moment_kernels.thinned_outer_rows(part, ones[lo:lo + block], thin.row, thin.rows, half, n_slots - half, b)
-        total = total + a.T @ b
     cells = thin.cap * (thin.cap + 1) // 2 + np.arange(width)  # each slot's cells (cap, j): pair keys
     index = np.zeros((width,) * n_slots, dtype=np.int64)
     for g in range(n_slots):
         shape = [1] * n_slots
         shape[g] = width
         index = index + (cells * strides[g]).reshape(shape)
-    np.add.at(hist, index.ravel(), np.ravel(total))
+    index = index.ravel()
+    ones = np.ones(min(n, block))
+    a = np.empty((min(n, block), width ** half))
+    b = np.empty((min(n, block), width ** (n_slots - half)))
+    for g in np.flatnonzero(np.diff(bounds)):
+        total = 0.0
+        for lo in range(bounds[g], bounds[g + 1], block):
+            hi = min(bounds[g + 1], lo + block)
+            m = hi - lo
+            moment_kernels.thinned_outer_rows(tuples[lo:hi], counts[lo:hi], thin.row, thin.rows, 0, half, a[:m])
+            moment_kernels.thinned_outer_rows(tuples[lo:hi], ones[:m], thin.row, thin.rows, half, n_slots - half,
+                                              b[:m])
+            total = total + a[:m].T @ b[:m]
+        np.add.at(hists[g], index, np.ravel(total))
 
 
 def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of a (n, G) code array, each with its count (float64). Repeated rows are merged
-    when that is cheap: rows numbered in mixed radix within a key space of at most
-    max(4 n, 2^16). Otherwise (nearly all rows distinct) they are kept, each counted once."""
-    n, n_groups = codes.shape
-    dims = (int(codes.max(initial=0)) + 1,) * n_groups
-    if float(dims[0]) ** n_groups > max(4 * n, 1 << 16):
+    """Rows of a (n, G) code array, each with its count (float64), in the order of the
+    rows' first columns. Repeated rows are merged when that is cheap: rows numbered in mixed
+    radix (each column's own) within a key space of at most max(4 n, 2^16), which sorts them.
+    Otherwise (nearly all rows distinct) they are kept in their order, each counted once."""
+    n = codes.shape[0]
+    dims = tuple(int(d) + 1 for d in codes.max(axis=0, initial=0))
+    if float(np.prod(dims, dtype=np.float64)) > max(4 * n, 1 << 16):
         return codes.astype(np.int64), np.ones(n)
     counts = np.bincount(np.ravel_multi_index(tuple(codes.T), dims))
     present = np.flatnonzero(counts)

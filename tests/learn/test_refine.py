@@ -6,7 +6,8 @@ from scipy.special import gammaln, logsumexp
 from scipy.stats import binom
 
 from streambhmm import compute_moments, simulate
-from streambhmm.moments.features import beta_map, decode_cells
+from streambhmm.moments.features import beta_map, decode_cells, encode, histogram_layout
+from streambhmm.moments.histograms import grouped_histograms
 from streambhmm.learn.criterion import Objective, Weights
 from streambhmm.learn.expected import ExpectedFeatures
 from streambhmm.learn.histograms import HistogramLikelihood
@@ -240,6 +241,27 @@ def test_thinned_histograms_equal_the_naive_hypergeometric_sum(n_samples, budget
         assert (coverage > layout.cap).mean() > 0.2 and (coverage <= layout.cap).any()  # both kinds of slot
         np.testing.assert_allclose(hist, naive_thinned_histogram(methylated, coverage, width, layout),
                                    rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_samples, budget, max_coverage", [(1, 1 << 10, 60), (2, 1 << 12, 60), (2, 1 << 12, 4),
+                                                           (3, 1 << 10, 60)])
+def test_grouped_histograms_are_each_groups_naive_histogram(n_samples, budget, max_coverage):
+    """Groups of consecutive tuples (a genome's blocks) in one pass, some empty, with rows
+    merged within a group (few codes) or not (many): each group's naive histogram."""
+    rng = np.random.default_rng(3)
+    n = 120
+    coverage = rng.integers(0, max_coverage, size=(n, n_samples))
+    methylated = rng.binomial(coverage, rng.uniform(0.05, 0.95, size=(n, n_samples)))
+    features = encode(methylated, coverage, 8)
+    bounds = np.array([0, 30, 30, 71, n - 2])  # over the n - 2 middle bins 1 .. n - 2
+    for width in (1, 2):
+        layout = histogram_layout(n_samples, width, budget)
+        grouped = grouped_histograms(features, np.arange(1, n - 1), bounds, width, layout=layout)
+        for g in range(bounds.size - 1):
+            lo, hi = bounds[g], bounds[g + 1]
+            part = slice(lo, hi + 2)  # the group's middle bins lo + 1 .. hi, with a bin on each side
+            np.testing.assert_allclose(grouped[g], naive_thinned_histogram(methylated[part], coverage[part], width,
+                                                                          layout), rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("n_samples", [1, 2])
