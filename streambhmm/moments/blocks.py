@@ -69,9 +69,10 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
     # the sums are kept in float32 (half the matmul work), where the table's far tail is subnormal
     table = flush_subnormals(features.table.astype(np.float32))
     bucket_of_code = coverage_bucket(features.coverage)
+    buffer = np.empty((int(np.diff(bounds).max(initial=0)) + 2, sd), np.float32)
     for b in range(ids.size):
         lo, hi = bounds[b], bounds[b + 1]
-        rows = np.concatenate([table[features.codes[lo:hi + 2, s]] for s in range(n_samples)], axis=1)
+        rows = moment_kernels.gather_features(table, features.codes, lo, hi + 2, buffer)
         p12[b] = rows[:-2].T @ rows[1:-1]
         p13[b] = rows[:-2].T @ rows[2:]
         # per triple (coverage_features' product over every code costs more for a block's few

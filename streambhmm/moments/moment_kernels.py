@@ -317,3 +317,16 @@ def gather_add(out, table, codes, rows):
         c = codes[i]
         for k in range(dim):
             out[r, k] += table[c, k]
+
+
+@njit(cache=True, nogil=True)
+def gather_features(table, codes, lo, hi, out):
+    """out[:hi - lo], filled with the features of bins lo..hi - 1: each sample's table row of
+    its code, side by side (S * D); returns that view."""
+    dim = table.shape[1]
+    for i in range(hi - lo):
+        for s in range(codes.shape[1]):
+            k = codes[lo + i, s]
+            for d in range(dim):
+                out[i, s * dim + d] = table[k, d]
+    return out[:hi - lo]
