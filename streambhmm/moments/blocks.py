@@ -81,8 +81,8 @@ def block_stats(chromosome: str, features: FeatureTable, positions: np.ndarray, 
         moment_kernels.add_coverage_features(features.codes, np.arange(lo, hi), bucket_of_code, features.table, summed)
         by_coverage[b] = summed
     middles = np.arange(n_triples) + 1
-    histograms = {w: grouped_histograms(features, middles, bounds, w, layout=layouts[w]).reshape(ids.size, -1)
-                  for w in (1, 2)}
+    histograms = {w: grouped_histograms(features, middles, bounds, w, layout=layouts[w]).reshape(
+        ids.size, int(np.prod(layouts[w].shape))) for w in (1, 2)}
     return BlockStats(chromosome, n_samples, d, ids.astype(np.int64), np.diff(bounds).astype(np.int64), p12, p13,
                       by_coverage, *(sparse.csr_matrix(histograms[w].astype(np.float32)) for w in (1, 2)))
 

@@ -105,6 +105,19 @@ def test_blocks_add_up_to_the_chunk(four_state_model):
         assert getattr(part.blocks, name).sum() == pytest.approx(n, rel=1e-5)
 
 
+@pytest.mark.parametrize("n_bins", [0, 1, 2, 3])
+def test_a_chunk_of_fewer_than_three_kept_bins_has_no_blocks(four_state_model, n_bins):
+    """Its blocks are empty (0, cells) histograms, as a moment store's partial expects."""
+    sim = simulate(four_state_model, [5000], coverage=[[30, 5]] * 4, random_state=3)
+    empty = (np.zeros((0, 2), np.int64), np.zeros((0, 2), np.int64), np.zeros(0, np.int64))
+    part = chunk_partial(empty, sim.methylated[:n_bins], sim.coverage[:n_bins], np.arange(n_bins) * 100, 6, "chr1",
+                         block_size=70_000)
+    whole = chunk_partial(empty, sim.methylated, sim.coverage, np.arange(5000) * 100, 6, "chr1", block_size=70_000)
+    assert part.moments.n_triples == len(part.blocks.block) == max(n_bins - 2, 0)
+    for name in ("bin_histogram", "pair_histogram"):
+        assert getattr(part.blocks, name).shape == (max(n_bins - 2, 0), getattr(whole.blocks, name).shape[1])
+
+
 def test_unknown_sample_is_named(tmp_path, four_state_model):
     store = synthetic_store(tmp_path / "s.zarr", four_state_model, [50], 10)
     with pytest.raises(ValueError, match="unknown sample.* C; the store has A, B"):
