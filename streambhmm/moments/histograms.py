@@ -67,9 +67,11 @@ def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.nda
     strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
     for row in range(layout.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
-        # the group as a leading column: rows merged within a group, and in group order
-        keyed, counts = _distinct_rows(np.column_stack([group_of, codes[:, columns]]))
-        groups, tuples = keyed[:, 0], keyed[:, 1:]
+        # the group as a leading column: rows merged within a group, and in group order (one
+        # group, the whole chunk's histogram on every pass, needs no such column)
+        single = n_groups == 1
+        keyed, counts = _distinct_rows(codes[:, columns] if single else np.column_stack([group_of, codes[:, columns]]))
+        groups, tuples = (np.zeros(len(keyed), np.int64), keyed) if single else (keyed[:, 0], keyed[:, 1:])
         thinned = np.all(thin.row[tuples] >= 0, axis=1)
         for part, add in ((thinned, _add_thinned_tuples), (~thinned, _add_scattered_tuples)):
             at = np.searchsorted(groups[part], np.arange(n_groups + 1))

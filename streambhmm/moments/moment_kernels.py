@@ -105,19 +105,14 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
             while end < order.size and k3_of[order[end]] == k3:
                 end += 1
             group = rows[used].reshape((nx, ny))
-            first = True
+            group[:, :] = 0.0
             while i < end:
                 m, i = _gather_runs(codes, order, i, end, table, pair_cov, pair_meth, xs, ys)
                 if m < SMALL:
-                    if first:
-                        group[:, :] = 0.0
                     _add_outer_rows(xs[:m], ys[:m], group)
-                elif first:
-                    np.dot(xs[:m].T, ys[:m], group)
                 else:
                     np.dot(xs[:m].T, ys[:m], more)
                     group += more
-                first = False
             phis[used, :dim] = table[k3]
             phis[used, dim] = 1.0
             used += 1
