@@ -10,64 +10,69 @@ TINY = 1e-280  # below it a mixture (here) or a normalizer (the HMM kernels) cou
 
 
 @njit(cache=True, nogil=True)
-def _slot_tables(log_table):
-    """Per table entry and state: exp of its log-likelihood less the entry's largest over
-    the states, and that shift."""
-    n_pairs, m = log_table.shape
-    table = np.empty((n_pairs, m))
-    shift = np.empty(n_pairs)
-    for k in range(n_pairs):
-        top = -np.inf
-        for h in range(m):
-            top = max(top, log_table[k, h])
-        shift[k] = top
-        for h in range(m):
-            table[k, h] = np.exp(log_table[k, h] - top)
-    return table, shift
+def _combination_tables(entries, table, shift, m):
+    """Per combination of entries (a row of ``entries``): the product of their shifted
+    likelihoods in each state (combinations, m) and the sum of their shifts."""
+    n = entries.shape[0]
+    product = np.ones((n, m))
+    total_shift = np.zeros(n)
+    for c in range(n):
+        for g in range(entries.shape[1]):
+            e = entries[c, g]
+            total_shift[c] += shift[e]
+            for h in range(m):
+                product[c, h] *= table[e, h]
+    return product, total_shift
 
 
 @njit(cache=True, nogil=True)
-def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat, paired, g_pi, g_a, resp):
-    """sum_i weight[i] log sum_jk pi_j A_jk b_j(x_i) b_k(y_i) over cells i = (x_i, y_i): x is
-    the cell's first ``half`` slots, y the others, and b_h(.) the product over their slots of
-    exp(log_table[entry, h]) (each entry's likelihood in state h; slot g's entry is
-    offsets[g] + index[i, g]). With ``paired``, A is ``transmat``, for adjacent pairs of
-    bins (x the first bin, y the second); without, A is the identity and ``transmat`` is not
-    read: a single bin, its slots split in two, sum_h pi_h b_h(x) b_h(y). (A flag, not None:
-    one argument type, so numba compiles the kernel once.)
+def mixture_loglik(weight, groups, x_entries, y_of_cell, y_entries, log_table, table, shift, pi, transmat, paired,
+                   g_pi, g_a, resp, mixture):
+    """sum_i weight[i] log sum_jk pi_j A_jk b_j(x_i) b_k(y_i) over cells i = (x_i, y_i), where
+    b_h(.) is the product over a part's entries of exp(log_table[entry, h]) (each entry's
+    likelihood in state h). x is the cell's first part of slots, y the rest, each a
+    combination of entries: cells are sorted by x, ``groups`` holds where each x's cells
+    start (and n at the end) and ``x_entries`` its entries (groups, slots of x; of a single
+    bin, no slots and one group: all its slots are y); y is the row ``y_of_cell[i]`` of
+    ``y_entries`` (combinations, slots of y). ``table`` holds exp(log_table - shift),
+    ``shift`` each entry's largest over the states (made by the caller: numpy's vectorized
+    exp is several times faster than a scalar one). With ``paired``, A is ``transmat``, for
+    adjacent pairs of bins (x the first bin, y the second); without, A is the identity and
+    ``transmat`` is not read: a single bin, sum_h pi_h b_h(y).
+    (A flag, not None: one argument type, so numba compiles the kernel once.)
 
-    Cells are sorted by x, and ``groups`` holds where each x's cells start (and n at the
-    end). The x part u A (u = pi * b(x)) is computed once per group, so a cell costs O(m)
-    per slot of y; the gradients and x's posterior go through z = sum over the group's cells
-    of weight b(y) / value. Adds the gradients with respect to pi (m,) and A (m, m; when
-    ``paired``), and each entry's posterior-weighted count per state into resp; returns the sum.
-    Linear domain with per-entry shifts; a cell whose value underflows is done in the log
-    domain."""
-    n_slots = index.shape[1]
+    The x part u A (u = pi * b(x)) is computed once per group and b(y) once per combination,
+    so a cell costs O(m); the gradients and x's posterior go through z = sum over the group's
+    cells of weight b(y) / value, y's posterior through a sum per combination. Adds the
+    gradients with respect to pi (m,) and A (m, m; when ``paired``), and each entry's
+    posterior-weighted count per state into resp. Linear domain with per-entry shifts; a
+    cell whose value underflows is done in the log domain. The logs of the cells' shifted
+    mixtures are left to the caller (vectorized): each cell's is stored in ``mixture`` (1 for
+    a cell done in the log domain), and the returned sum is the rest, so the log-likelihood
+    is the return value plus weight @ log(mixture)."""
     m = pi.size
-    table, shift = _slot_tables(log_table)
+    by, sy = _combination_tables(y_entries, table, shift, m)
+    y_resp = np.zeros(by.shape)  # each y combination's posterior-weighted count per state
     log_pi = np.log(pi)
     log_a = np.log(transmat) if paired else np.zeros((m, m))
     bx = np.empty(m)
     u = np.empty(m)
     ua = np.empty(m)
-    by = np.empty(m)
     z = np.empty(m)
     first_resp = np.empty(m)
     r = np.empty((m, m))
-    weighted = np.empty(m)  # a cell's posterior-weighted y likelihoods
     total = 0.0
     for grp in range(groups.size - 1):
-        i0 = groups[grp]
         sx = 0.0
-        for g in range(half):
-            sx += shift[offsets[g] + index[i0, g]]
         for h in range(m):
-            v = 1.0
-            for g in range(half):
-                v *= table[offsets[g] + index[i0, g], h]
-            bx[h] = v
-            u[h] = pi[h] * v
+            bx[h] = 1.0
+        for g in range(x_entries.shape[1]):
+            e = x_entries[grp, g]
+            sx += shift[e]
+            for h in range(m):
+                bx[h] *= table[e, h]
+        for h in range(m):
+            u[h] = pi[h] * bx[h]
         for k in range(m):
             if not paired:
                 ua[k] = u[k]
@@ -79,44 +84,33 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
         for k in range(m):
             z[k] = 0.0
             first_resp[k] = 0.0
-        for i in range(i0, groups[grp + 1]):
-            # y's entries; slots outer, states inner (contiguous table rows)
-            sy = 0.0
-            for k in range(m):
-                by[k] = 1.0
-            for g in range(half, n_slots):
-                entry = offsets[g] + index[i, g]
-                sy += shift[entry]
-                for k in range(m):
-                    by[k] *= table[entry, k]
+        for i in range(groups[grp], groups[grp + 1]):
+            c = y_of_cell[i]
             f = 0.0
             for k in range(m):
-                f += ua[k] * by[k]
+                f += ua[k] * by[c, k]
             if f > TINY:
-                total += weight[i] * (np.log(f) + sx + sy)
+                mixture[i] = f
+                total += weight[i] * (sx + sy[c])
                 scale = weight[i] / f
                 for k in range(m):
-                    weighted[k] = scale * by[k]
-                    z[k] += weighted[k]
-                    weighted[k] *= ua[k]
-                for g in range(half, n_slots):
-                    entry = offsets[g] + index[i, g]
-                    for k in range(m):
-                        resp[entry, k] += weighted[k]
+                    weighted = scale * by[c, k]
+                    z[k] += weighted
+                    y_resp[c, k] += weighted * ua[k]
                 continue
             # underflow: this cell's posterior over (j, k) in the log domain (k = j without A)
             top = -np.inf
             for j in range(m):
                 lx = log_pi[j]
-                for g in range(half):
-                    lx += log_table[offsets[g] + index[i, g], j]
+                for g in range(x_entries.shape[1]):
+                    lx += log_table[x_entries[grp, g], j]
                 for k in range(m):
                     r[j, k] = -np.inf
                     if not paired and k != j:
                         continue
                     ly = log_a[j, k]
-                    for g in range(half, n_slots):
-                        ly += log_table[offsets[g] + index[i, g], k]
+                    for g in range(y_entries.shape[1]):
+                        ly += log_table[y_entries[c, g], k]
                     r[j, k] = lx + ly
                     top = max(top, r[j, k])
             f = 0.0
@@ -124,6 +118,7 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                 for k in range(m):
                     r[j, k] = np.exp(r[j, k] - top)
                     f += r[j, k]
+            mixture[i] = 1.0
             total += weight[i] * (np.log(f) + top)
             scale = weight[i] / f
             for j in range(m):
@@ -133,8 +128,7 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                     if paired:
                         g_a[j, k] += w / transmat[j, k]
                     first_resp[j] += w
-                    for g in range(half, n_slots):
-                        resp[offsets[g] + index[i, g], k] += w
+                    y_resp[c, k] += w
         # x's posterior of state j = u_j (A z)_j (+ underflowed cells)
         for j in range(m):
             if not paired:
@@ -146,6 +140,10 @@ def mixture_loglik(weight, index, half, groups, offsets, log_table, pi, transmat
                     g_a[j, k] += u[j] * z[k]
             g_pi[j] += bx[j] * acc
             w = u[j] * acc + first_resp[j]
-            for g in range(half):
-                resp[offsets[g] + index[i0, g], j] += w
+            for g in range(x_entries.shape[1]):
+                resp[x_entries[grp, g], j] += w
+    for c in range(y_entries.shape[0]):
+        for g in range(y_entries.shape[1]):
+            for k in range(m):
+                resp[y_entries[c, g], k] += y_resp[c, k]
     return total

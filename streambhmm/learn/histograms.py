@@ -4,6 +4,8 @@ _refine_kernels.py)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from scipy.special import gammaln
 
@@ -14,27 +16,32 @@ from .overdispersion import entry_loglik
 
 
 class _Cells:
-    """One kernel input: cells as per-slot table entries (see _refine_kernels.mixture_loglik), each
-    entry a distinct (coverage, methylated) pair of its slot."""
+    """One kernel input (see _refine_kernels.mixture_loglik): each slot's distinct (coverage,
+    methylated) pairs as table entries, and the cells as combinations of entries: of a pair,
+    its first bin's (x) and its second's (y), sorted by x; of a single bin, all its slots are
+    y (one group: a group per cell would cost more than the cell)."""
 
-    def __init__(self, coverage, methylated, weight, samples):
+    def __init__(self, coverage, methylated, weight, samples, width):
         n_slots = coverage.shape[1]
         keys = coverage * (coverage.max(initial=0) + 1) + methylated
-        index = np.empty(coverage.shape, np.int64)
+        entries = np.empty(coverage.shape, np.int64)
         offsets, firsts = [0], []
         for g in range(n_slots):
-            _, first, index[:, g] = np.unique(keys[:, g], return_index=True, return_inverse=True)
+            _, first, index = np.unique(keys[:, g], return_index=True, return_inverse=True)
+            entries[:, g] = offsets[-1] + index
             firsts.append(first)
             offsets.append(offsets[-1] + first.size)
         c = np.concatenate([coverage[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         mu = np.concatenate([methylated[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
-        # cells sorted by their first half of slots (a pair's first bin), the kernel's groups
-        self.half = max(n_slots // 2, 1)
-        _, first_part, sizes = np.unique(index[:, :self.half], axis=0, return_inverse=True, return_counts=True)
-        order = np.argsort(first_part.ravel(), kind="stable")
+        half = n_slots // 2 if width == 2 else 0
+        self.x_entries, x_of_cell, sizes = np.unique(entries[:, :half], axis=0, return_inverse=True,
+                                                     return_counts=True)
+        order = np.argsort(x_of_cell.ravel(), kind="stable")
         self.groups = np.r_[0, np.cumsum(sizes)].astype(np.int64)
-        self.samples, self.weight, self.index, self.c, self.mu = samples, weight[order], index[order], c, mu
+        self.y_entries, y_of_cell = np.unique(entries[order, half:], axis=0, return_inverse=True)
+        self.y_of_cell = y_of_cell.ravel().astype(np.int64)
+        self.samples, self.weight, self.c, self.mu = samples, weight[order], c, mu
         self.offsets = np.array(offsets, np.int64)
 
 
@@ -65,7 +72,7 @@ class HistogramLikelihood:
             cells = np.flatnonzero(hist[row])
             coverage, methylated = decode_cells(cells, self.layout)
             samples = self.layout.slot_samples(row).astype(np.int64)
-            self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples))
+            self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples, width))
 
     def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, grads) -> float:
         m = levels.shape[0]
@@ -77,9 +84,14 @@ class HistogramLikelihood:
             log_table[part], gradient = entry_loglik(cells.c[part], cells.mu[part], cells.coef[part], levels[:, s],
                                                      None if dispersion is None else dispersion[:, s])
             gradients.append(gradient)
+        shift = functools.reduce(np.maximum, log_table.T)  # numpy's max(axis=1) over a few states is slow
+        table = np.exp(log_table - shift[:, None])
         resp = np.zeros((cells.c.size, m))
-        value = _refine_kernels.mixture_loglik(cells.weight, cells.index, cells.half, cells.groups, cells.offsets,
-                                               log_table, pi, transmat, self.width == 2, g_pi, g_a, resp)
+        mixture = np.empty(cells.weight.size)
+        value = _refine_kernels.mixture_loglik(cells.weight, cells.groups, cells.x_entries, cells.y_of_cell,
+                                               cells.y_entries, log_table, table, shift, pi, transmat,
+                                               self.width == 2, g_pi, g_a, resp, mixture)
+        value += cells.weight @ np.log(mixture)
         for g, s in enumerate(cells.samples):
             # the entries' posterior-weighted counts
             d_level, d_scale = gradients[g](resp[cells.offsets[g]:cells.offsets[g + 1]])
