@@ -32,13 +32,13 @@ def mixture_loglik(weight, groups, x_entries, y_of_cell, y_entries, log_table, t
     b_h(.) is the product over a part's entries of exp(log_table[entry, h]) (each entry's
     likelihood in state h). x is the cell's first part of slots, y the rest, each a
     combination of entries: cells are sorted by x, ``groups`` holds where each x's cells
-    start (and n at the end) and ``x_entries`` its entries (groups, slots of x; of a single
-    bin, no slots and one group: all its slots are y); y is the row ``y_of_cell[i]`` of
-    ``y_entries`` (combinations, slots of y). ``table`` holds exp(log_table - shift),
+    start (and n at the end) and ``x_entries`` its entries (groups, slots of x; none and one
+    group when all the slots are y); y is the row ``y_of_cell[i]`` of ``y_entries``
+    (combinations, slots of y). ``table`` holds exp(log_table - shift),
     ``shift`` each entry's largest over the states (made by the caller: numpy's vectorized
     exp is several times faster than a scalar one). With ``paired``, A is ``transmat``, for
     adjacent pairs of bins (x the first bin, y the second); without, A is the identity and
-    ``transmat`` is not read: a single bin, sum_h pi_h b_h(y).
+    ``transmat`` is not read: a single bin, its slots split in two, sum_h pi_h b_h(x) b_h(y).
     (A flag, not None: one argument type, so numba compiles the kernel once.)
 
     The x part u A (u = pi * b(x)) is computed once per group and b(y) once per combination,

@@ -17,11 +17,11 @@ from .overdispersion import entry_loglik
 
 class _Cells:
     """One kernel input (see _refine_kernels.mixture_loglik): each slot's distinct (coverage,
-    methylated) pairs as table entries, and the cells as combinations of entries: of a pair,
-    its first bin's (x) and its second's (y), sorted by x; of a single bin, all its slots are
-    y (one group: a group per cell would cost more than the cell)."""
+    methylated) pairs as table entries, and the cells as combinations of entries, x of the
+    first half of the slots (a pair's first bin) and y of the others, sorted by x. (A single
+    bin of one sample is all y, one group: a group per cell would cost more than the cell.)"""
 
-    def __init__(self, coverage, methylated, weight, samples, width):
+    def __init__(self, coverage, methylated, weight, samples):
         n_slots = coverage.shape[1]
         keys = coverage * (coverage.max(initial=0) + 1) + methylated
         entries = np.empty(coverage.shape, np.int64)
@@ -34,7 +34,7 @@ class _Cells:
         c = np.concatenate([coverage[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         mu = np.concatenate([methylated[f, g] for g, f in enumerate(firsts)]).astype(np.int64)
         self.coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
-        half = n_slots // 2 if width == 2 else 0
+        half = n_slots // 2
         self.x_entries, x_of_cell, sizes = np.unique(entries[:, :half], axis=0, return_inverse=True,
                                                      return_counts=True)
         order = np.argsort(x_of_cell.ravel(), kind="stable")
@@ -72,7 +72,7 @@ class HistogramLikelihood:
             cells = np.flatnonzero(hist[row])
             coverage, methylated = decode_cells(cells, self.layout)
             samples = self.layout.slot_samples(row).astype(np.int64)
-            self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples, width))
+            self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples))
 
     def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, grads) -> float:
         m = levels.shape[0]
