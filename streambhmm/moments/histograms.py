@@ -72,10 +72,19 @@ def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.nda
         single = n_groups == 1
         keyed, counts = _distinct_rows(codes[:, columns] if single else np.column_stack([group_of, codes[:, columns]]))
         groups, tuples = (np.zeros(len(keyed), np.int64), keyed) if single else (keyed[:, 0], keyed[:, 1:])
-        thinned = np.all(thin.row[tuples] >= 0, axis=1)
+        thinned = _all_thinned(thin.row, tuples)
         for part, add in ((thinned, _add_thinned_tuples), (~thinned, _add_scattered_tuples)):
             at = np.searchsorted(groups[part], np.arange(n_groups + 1))
             add(tuples[part], counts[part], at, thin, strides, out[:, row])
+    return out
+
+
+def _all_thinned(row: np.ndarray, tuples: np.ndarray) -> np.ndarray:
+    """Whether every slot of each tuple is thinned, a slot at a time (numpy's all(axis=1)
+    over a few slots runs at about 45 ns a row)."""
+    out = np.ones(tuples.shape[0], bool)
+    for g in range(tuples.shape[1]):
+        out &= row[tuples[:, g]] >= 0
     return out
 
 
@@ -129,7 +138,7 @@ def _distinct_rows(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n = codes.shape[0]
     dims = tuple(int(d) + 1 for d in codes.max(axis=0, initial=0))
     if float(np.prod(dims, dtype=np.float64)) > max(4 * n, 1 << 16):
-        return codes.astype(np.int64), np.ones(n)
+        return codes.astype(np.int64, copy=False), np.ones(n)  # (the caller passes a fresh array)
     counts = np.bincount(np.ravel_multi_index(tuple(codes.T), dims))
     present = np.flatnonzero(counts)
     return np.stack(np.unravel_index(present, dims), axis=1).astype(np.int64), counts[present].astype(np.float64)

@@ -38,7 +38,9 @@ MAX_BATCH = 512  # chunks one task takes together (batched_plans): a task's obje
 
 def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
     """Rows where some sample has coverage, as int64 (and their positions, when given)."""
-    keep = coverage.sum(axis=1) > 0
+    keep = coverage[:, 0] > 0
+    for s in range(1, coverage.shape[1]):  # a column at a time: numpy's sum(axis=1) over a few is slow
+        keep |= coverage[:, s] > 0
     kept = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
     return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
 
