@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..learn.emissions import EmissionTable
-from ..io.store import ChunkRef
+from ..io.store import ChunkRef, covered_bins
 from .messages import Params, backward_step, forward_step, statistics_between
 
 # Up to this many bins x samples a chunk's counts are read together and kept in memory
@@ -56,7 +56,7 @@ def kept_counts(ref: ChunkRef, verify: bool = True) -> tuple[np.ndarray, np.ndar
     """(rows, methylated, coverage) of a chunk's kept bins (some of its samples covered),
     all samples read together (checked against their digests unless ``verify`` is False)."""
     meth, cov = ref.read(verify=verify)
-    rows = np.flatnonzero(cov.sum(axis=1) > 0)
+    rows = np.flatnonzero(covered_bins(cov))
     return rows, meth[rows], cov[rows]
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import dask
 import numpy as np
 
-from ..io.store import ChunkRef, CountsStore
+from ..io.store import ChunkRef, CountsStore, covered_bins
 from ..learn.domains import PMD_BIN_SIZE
 from ..learn.groups import GroupedBinomialHMM, SampleGroups, candidate_start, differential, restricted, supported_states
 from ..learn.hmm import EncodedCounts, SufficientStats, run_em
@@ -92,7 +92,7 @@ def summary_task(ref: ChunkRef, members: tuple, n_groups: int, window: int) -> C
         cov[:, g] += np.bincount(index - first, c[:, 0], n_windows)
     covered = pooled_cov > 0
     histogram = np.histogram(pooled_meth[covered] / pooled_cov[covered], LEVEL_BINS, (0.0, 1.0))[0]
-    present = np.flatnonzero(cov.sum(axis=1) > 0)
+    present = np.flatnonzero(covered_bins(cov))
     return ChunkSummary(histogram.astype(np.float64), first + present, meth[present], cov[present])
 
 

@@ -30,7 +30,7 @@ from .blocks import BlockStats, ProjectedBlocks, block_stats, combine_blocks
 from .features import DEFAULT_N_BINS, encode
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, Grouping
 from .sums import Moments, moments_from_features, projected_moments
-from ..io.store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore
+from ..io.store import COVERED, LAST, PREVIOUS, ChunkRef, CountsStore, covered_bins
 
 DEFAULT_SPLIT_EVERY = 8
 MAX_BATCH = 512  # chunks one task takes together (batched_plans): a task's objects per chunk stay few
@@ -38,9 +38,7 @@ MAX_BATCH = 512  # chunks one task takes together (batched_plans): a task's obje
 
 def _kept(methylated: np.ndarray, coverage: np.ndarray, positions=None):
     """Rows where some sample has coverage, as int64 (and their positions, when given)."""
-    keep = coverage[:, 0] > 0
-    for s in range(1, coverage.shape[1]):  # a column at a time: numpy's sum(axis=1) over a few is slow
-        keep |= coverage[:, s] > 0
+    keep = covered_bins(coverage)
     kept = methylated[keep].astype(np.int64), coverage[keep].astype(np.int64)
     return kept if positions is None else (*kept, np.asarray(positions)[keep].astype(np.int64))
 

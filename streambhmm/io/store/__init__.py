@@ -3,7 +3,7 @@ document and per-position variables), reader (CountsStore, open_store), chunks (
 references and digests), locking, recovery, commit (a staged sample put in place), writer
 (SampleWriter: staging and the commit's checks) and upgrade (version 1 to 2)."""
 
-from .chunks import ChunkRef, chunk_digest
+from .chunks import ChunkRef, chunk_digest, covered_bins
 from .commit import consolidate, mark_changed, staging_path
 from .locking import locked
 from .reader import CountsStore, StoreOverview, open_store, recorded_inputs, store_inputs
@@ -15,6 +15,6 @@ from .writer import SampleWriter
 
 __all__ = ["COMMIT", "COUNTS_FORMAT", "COUNTS_VERSION", "COVERED", "DEFAULT_CHUNK_SIZE", "DIGEST", "FIELDS", "LAST",
            "POSITION", "PREVIOUS", "SUMS", "ChunkRef", "CountsStore", "SampleWriter", "StoreAttrs", "StoreError",
-           "StoreOverview", "chunk_digest", "consolidate", "locked", "mark_changed", "natural_sorted",
+           "StoreOverview", "chunk_digest", "consolidate", "covered_bins", "locked", "mark_changed", "natural_sorted",
            "needs_recovery", "open_store", "per_position_variables", "recorded_inputs", "recover", "staging_path",
            "store_inputs", "upgrade_store"]
