@@ -1,11 +1,11 @@
-"""What one evaluation of the one-pass refinement's criterion costs, term by term, on a real store.
+"""What one evaluation of the one-pass refinement's criterion costs, part by part, on a real store.
 
 The refinement (streambhmm.learn.refine) runs L-BFGS-B from several starts, each step one
 evaluation of the criterion and its gradient; `hmr` makes 300-500 of them on a chromosome.
-This reads a counts store (plain xarray.open_zarr, each chromosome's covered bins, its first
---samples samples), computes its moments (compute_moments, D = 30 as the commands do), builds
-the criterion as `hmr` does (beta-binomial, the default weights) and evaluates it at the
-quantile start of --states states, on one core:
+This reads a counts store (its first --samples samples, each chromosome's bins where one has
+reads: streambhmm.testing.load_counts), computes its moments (compute_moments, D = 30 as the
+commands do), builds the criterion as `hmr` does (beta-binomial, the default weights) and
+evaluates it at the quantile start of --states states, on one core:
 
     observation     the states' expected Beta-map features (dispersed: a quadrature per state)
     single bins     the thinned single-bin histogram's likelihood and gradient (compiled)
@@ -29,26 +29,11 @@ from scipy.special import gammaln, logsumexp
 from threadpoolctl import threadpool_limits
 
 from streambhmm import compute_moments
+from streambhmm.io.store import open_store
 from streambhmm.learn.criterion import Weights, objective_for, stationary
 from streambhmm.learn.refine import quantile_levels
 from streambhmm.moments.features import decode_cells
-
-
-def store_counts(store: str, n_samples: int):
-    """(methylated, coverage, lengths): every chromosome's covered bins of the first samples."""
-    import xarray as xr
-    import zarr
-
-    meth, cov, lengths = [], [], []
-    for name in sorted(zarr.open_group(store, mode="r").group_keys()):
-        counts = xr.open_zarr(store, group=name)
-        c = counts.coverage[:, :n_samples].values.astype(np.int64)
-        covered = c.sum(axis=1) > 0
-        if covered.sum() >= 3:
-            meth.append(counts.methylated[:, :n_samples].values.astype(np.int64)[covered])
-            cov.append(c[covered])
-            lengths.append(int(covered.sum()))
-    return np.concatenate(meth), np.concatenate(cov), lengths
+from streambhmm.testing import load_counts
 
 
 def log_domain_loglik(moments, width, levels, dispersion, pi, transmat) -> float:
@@ -95,7 +80,8 @@ def main():
     parser.add_argument("--states", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    meth, cov, lengths = store_counts(args.store, args.samples)
+    store = open_store(args.store)
+    meth, cov, lengths = load_counts(store, store.samples[:args.samples])
     moments = compute_moments(meth, cov, lengths)
     objective = objective_for(moments, Weights(), "betabinomial")
     m = args.states

@@ -61,15 +61,15 @@ def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.nda
         thin = histogram_thinning(features, width, budget, layout)
     codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
     n_groups = bounds.size - 1
-    group_of = np.repeat(np.arange(n_groups), np.diff(bounds))
+    # the group as a leading column: rows merged within a group, and in group order (one
+    # group, the whole chunk's histogram on every pass, needs no such column)
+    single = n_groups == 1
+    group_of = None if single else np.repeat(np.arange(n_groups), np.diff(bounds))
     out = np.zeros((n_groups, *layout.shape))
     # row-major flattening of the slots' cells
     strides = cells_per_sample(layout.cap) ** np.arange(layout.slots - 1, -1, -1, dtype=np.int64)
     for row in range(layout.shape[0]):
         columns = np.arange(codes.shape[1]) if layout.joint else row + n_samples * np.arange(width)
-        # the group as a leading column: rows merged within a group, and in group order (one
-        # group, the whole chunk's histogram on every pass, needs no such column)
-        single = n_groups == 1
         keyed, counts = _distinct_rows(codes[:, columns] if single else np.column_stack([group_of, codes[:, columns]]))
         groups, tuples = (np.zeros(len(keyed), np.int64), keyed) if single else (keyed[:, 0], keyed[:, 1:])
         thinned = _all_thinned(thin.row, tuples)
