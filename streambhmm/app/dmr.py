@@ -317,7 +317,7 @@ def _fit_domains(summary, groups: SampleGroups, settings: DmrSettings):
     post = {}
     for c in chroms:
         post[c] = hmm.predict_proba(windows[c][1], windows[c][2])
-    return hmm, window_regions(summary.windows, post, targets, summary.window)
+    return hmm, window_regions(summary.windows, post, targets, summary.window, summary.ends)
 
 
 def _domains_with_samples(table: RegionTable, called: np.ndarray, findings: Findings, n_samples: int) -> RegionTable:

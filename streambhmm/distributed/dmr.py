@@ -104,6 +104,7 @@ class Summary:
     histogram: np.ndarray
     windows: dict  # {chrom: (starts (n,), methylated (n, G), coverage (n, G))}
     window: int
+    ends: dict  # {chrom: where its data end, bp (the store's last bin): no domain runs past it}
 
     def quantiles(self, k: int) -> np.ndarray:
         """``k`` levels at the pooled levels' quantiles (k + 0.5) / k."""
@@ -135,7 +136,7 @@ def summarize(store: CountsStore, samples: list, groups: SampleGroups, client, w
         np.add.at(meth, inverse, np.concatenate([p.methylated for p in chunks]))
         np.add.at(cov, inverse, np.concatenate([p.coverage for p in chunks]))
         windows[chrom] = (unique * window, meth, cov)
-    return Summary(histogram, windows, window)
+    return Summary(histogram, windows, window, {chrom: store.n_bins(chrom) * store.bin_size for chrom in windows})
 
 
 # -- 2. and 3. the models ---------------------------------------------------------------------
@@ -221,9 +222,10 @@ class Targets:
         return tuple(sorted(h for states in self.states for h in states))
 
 
-def window_regions(windows: dict, post: dict, targets: Targets, window: int) -> dict:
+def window_regions(windows: dict, post: dict, targets: Targets, window: int, ends: dict) -> dict:
     """{direction: {chrom: Regions}} of the domain model: runs of windows (their posteriors
-    ``post[chrom]``) with the rule of domains; the Regions' counts are the groups'."""
+    ``post[chrom]``) with the rule of domains, ending where the chromosome's data do
+    (``ends``); the Regions' counts are the groups'."""
     rule = RegionRule(targets.any, 0.5, DOMAIN_MAX_GAP, DOMAIN_MIN_LENGTH)
     found = {}
     for direction, states in zip(targets.directions, targets.states):
@@ -232,6 +234,7 @@ def window_regions(windows: dict, post: dict, targets: Targets, window: int) -> 
             target = post[chrom][:, list(states)].sum(axis=1)
             columns = [(g, meth[:, g], cov[:, g]) for g in range(meth.shape[1])]
             regions = regions_of(starts, target, columns, meth.shape[1], window, rule)
+            np.minimum(regions.end, ends[chrom], out=regions.end)  # the last window may pass the data's end
             keep = regions.end - regions.start >= rule.min_length
             found[direction][chrom] = regions.take(keep)
     return found

@@ -219,6 +219,28 @@ def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     assert not (tmp_path / "none.bed").exists()
 
 
+def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path):
+    """The reads of chr1 end 37.3 kb into its second PMD, those of chr2 60 kb into it: pmd's
+    5 kb bins reach past both ends. chr1's is then no PMD (47.3 kb with the 10 kb before the
+    planted start that pmd calls too; a new user's trial found one of 47,300 bp written),
+    chr2's ends at the store's last bin."""
+    chromosomes, _ = planted(0)
+    for chrom, length in (("chr1", 373), ("chr2", 600)):
+        bins, meth, cov = chromosomes[chrom]
+        last = 15_000 + length - 1  # the second PMD starts at bin 15,000
+        kept = bins < last
+        chromosomes[chrom] = (np.r_[bins[kept], last], np.vstack([meth[kept], [[10]]]), np.vstack([cov[kept], [[20]]]))
+    store = write_store(tmp_path / "cut.zarr", chromosomes, ["S"], chunk_size=15_000).path
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
+    assert r.exit_code == 0, r.output
+    found = read_bed(tmp_path / "pmd.bed")
+    assert all(end - start >= 50_000 for regions in found.values() for start, end in regions), found
+    assert max(end for _, end in found["chr1"]) < 1_000_000, found  # the cut PMD is not there
+    assert found["chr2"][-1] == (1_490_000, 1_560_000), found
+    rows = (tmp_path / "pmd.tsv").read_text().splitlines()
+    assert len(rows) == 1 + sum(map(len, found.values()))
+
+
 def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):
     store, _ = methylome
     for kind in ("hmr", "pmd"):

@@ -120,6 +120,27 @@ def test_outputs_are_what_users_load(planted):
 
 
 @pytest.mark.slow  # a whole dmr run
+def test_a_domain_ends_where_the_data_do(tmp_path):
+    """A chromosome whose reads end inside a domain, 300 bp into a 5 kb window: the domain
+    ends at the store's last bin, not at the window's end (a new user's trial: a domain ran
+    2,700 bp past the data, where pmd's domains stop)."""
+    sim = simulate_groups(LENGTH, 1, (3, 3), 30, domain=True, seed=3)
+    _, start, end, _, _ = [t for t in sim.truth if t[4] == "domain"][0]
+    last = (start + 273_300) // 100  # the store's last bin: data end at start + 273,300 bp
+    bins, meth, cov = sim.binned()["chr1"]
+    kept = bins < last
+    bins, meth, cov = np.r_[bins[kept], last], np.vstack([meth[kept], meth[kept][-1:]]), np.vstack([cov[kept], cov[kept][-1:]])
+    store = write_store(tmp_path / "counts.zarr", {"chr1": (bins, meth, cov)}, sim.samples)
+    sheet = tmp_path / "sheet.tsv"
+    sheet.write_text("sample\tgroup\n" + "".join(f"{s}\t{g}\n" for s, g in zip(sim.samples, sim.groups)))
+    result = run("dmr", store.path, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    domains = calls(tmp_path / "dmr.domains.tsv")
+    data_end = (last + 1) * 100
+    assert [d["end"] for d in domains if d["end"] > start] == [data_end]
+
+
+@pytest.mark.slow  # a whole dmr run
 def test_calibrated_on_planted_differences(planted):
     """The observed FDR of the calls at q <= alpha stays within twice alpha."""
     directory, sim = planted
