@@ -82,8 +82,11 @@ class FieldChecks:
             else:
                 allowed = " or ".join(map(str, lay.end_offsets))
                 outside = ~np.isin(span, lay.end_offsets)
+                spec = lay.as_columns()
+                hint = "" if spec is None else (f"; if each line is one cytosine at its start whatever its end "
+                                                f"says, read the file with --columns {spec}")
                 check(outside.any(), lambda: outside,
-                      lambda i: f"end - start is {span[i]}, expected {allowed} (one cytosine or CpG per line)")
+                      lambda i: f"end - start is {span[i]}, expected {allowed} (one cytosine or CpG per line){hint}")
 
     def strand(self, col, checks: Checks):
         """The rows' strands (+1, -1), or None for a format without them."""

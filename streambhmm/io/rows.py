@@ -126,6 +126,15 @@ class Layout:
     code: int | None = None  # modkit modification code: rows with m or C are kept
     percent: int | None = None  # a methylation percent beside the counts: checked to agree with them
 
+    def as_columns(self) -> str | None:
+        """This layout's counts as a --columns spec (1-based fields), or None when they are not
+        plain counts (a fraction of the coverage)."""
+        if self.meth is None or (self.total is None and self.unmeth is None):
+            return None
+        roles = {"chrom": self.chrom, "pos": self.pos, "meth": self.meth}
+        roles.update({"total": self.total} if self.total is not None else {"unmeth": self.unmeth})
+        return ",".join(f"{k}={v + 1}" for k, v in roles.items()) + (" --zero-based" if self.base == 0 else "")
+
     def types(self) -> dict[int, pa.DataType]:
         out = {self.chrom: pa.string(), self.pos: pa.int64()}
         for i in (self.meth, self.total, self.unmeth, self.other_meth, self.end):

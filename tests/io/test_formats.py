@@ -302,10 +302,18 @@ def test_real_dmchmm_rows_that_span_many_bases_are_refused_whatever_the_format()
     path = REAL / "DMCHMM_blood_chr8/blk.BCU1568_BC_BS_1.gz"
     rows = csv_rows(path)
     line = next(i for i, f in enumerate(rows, 1) if int(f[2]) - int(f[1]) not in (1, 2))
-    for fmt in ("methyldackel", "bismark-cov"):
+    read = {}
+    for fmt, spec in (("methyldackel", "chrom=1,pos=2,meth=5,unmeth=6 --zero-based"),
+                      ("bismark-cov", "chrom=1,pos=2,meth=5,unmeth=6")):
         with pytest.raises(FormatError, match=f"{path}:{line}: end - start is") as err:
             read_all(path, fmt)
         assert err.value.text == "\t".join(rows[line - 1]) and "(format " + fmt + ", given)" in str(err.value)
+        # and says how to read each line as the cytosine at its start (a new user's trial)
+        assert f"read the file with --columns {spec}: " in str(err.value)
+        columns, _, zero_based = spec.partition(" ")
+        read[fmt] = read_all(path, "auto", columns=columns, zero_based=bool(zero_based))
+        assert len(read[fmt]) == sum(int(f[4]) + int(f[5]) > 0 for f in rows)  # every row with reads
+    assert [p - 1 for _, p, _, _ in read["methyldackel"]] == [p for _, p, _, _ in read["bismark-cov"]]  # 0- and 1-based
 
 
 @pytest.mark.slow
