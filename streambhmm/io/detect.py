@@ -75,6 +75,7 @@ HEADER_ROLES = {
     "chrom": ("chr", "chrom", "chromosome", "seqnames", "seqname", "contig"),
     "pos": ("pos", "position", "start", "base", "loc", "coordinate"),
     "strand": ("strand", "str"),
+    "context": ("context", "ctx", "context_1"),
     "meth": ("m", "mc", "x", "meth", "methylated", "numcs", "nmeth", "c_count", "mc_count", "bases_meth",
              "methylated_bases", "count_methylated"),
     "total": ("cov", "coverage", "n", "t", "total", "depth", "reads", "ct_count", "total_count", "bases_tot",

@@ -14,8 +14,13 @@ from .options import ReadOptions, columns_layout
 from .readers import read_layout
 from .rows import BLOCK_BYTES, FormatError, ReadTally, Rows, Settings, quoted
 
-__all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input",
+__all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows", "check_input", "records_context",
            "check_replicates", "detect_common_format", "detect_format", "quoted", "read_rows"]
+
+
+def records_context(fmt: str, options: ReadOptions) -> bool:
+    """Whether the rows of format ``fmt`` (read with ``options``) say each cytosine's context."""
+    return FORMATS[fmt].has_context or any(role == "context" for role, _ in options.columns or ())
 
 
 def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
@@ -23,7 +28,7 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
     spec = FORMATS[fmt]
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
-    if context in ("CHG", "CHH") and not spec.has_context:
+    if context in ("CHG", "CHH") and not records_context(fmt, options):
         raise ValueError(f"--context {context}: format {fmt} records no cytosine context, so its rows cannot be "
                          f"selected by context (use CG, the default, for files of CpG sites, or all)")
     strand_column = any(role == "strand" for role, _ in options.columns or ())

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
-from .formats import FORMATS, ReadOptions, check_input, check_replicates, detect_common_format, read_rows, settings_for
+from .formats import (ReadOptions, check_input, check_replicates, detect_common_format, read_rows,
+                      records_context, settings_for)
 from .rows import ReadTally
 from .names import Spellings, check_sample_name
 from .storage import Location
@@ -120,7 +121,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
         if writer.covered_bins == 0:
-            filtered = FORMATS[fmt].has_context and context != "all"
+            filtered = records_context(fmt, options) and context != "all"
             said = tally.said(context, options.min_coverage)
             raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
                              f"in {', '.join(map(str, files))}{f' (left out: {said})' if said else ''}; "

@@ -66,7 +66,7 @@ class ReadOptions:
 
     @staticmethod
     def parse_columns(text: str) -> tuple[tuple[str, int], ...]:
-        """'chrom=1,pos=2,meth=4,total=3' (or unmeth= for total=; strand= optional)."""
+        """'chrom=1,pos=2,meth=4,total=3' (or unmeth= for total=; strand= and context= optional)."""
         roles = {}
         for item in filter(None, (p.strip() for p in text.split(","))):
             key, _, value = item.partition("=")
@@ -84,7 +84,7 @@ class ReadOptions:
         return tuple(roles.items())
 
 
-COLUMN_ROLES = ("chrom", "pos", "meth", "total", "unmeth", "strand")
+COLUMN_ROLES = ("chrom", "pos", "meth", "total", "unmeth", "strand", "context")
 
 
 def read_chromosome_map(path) -> tuple[tuple[str, str], ...]:
@@ -124,4 +124,5 @@ def columns_layout(options: ReadOptions, n_fields: int) -> Layout:
                          f"{n_fields} fields")
     return Layout(n_fields, roles["chrom"], roles["pos"], 0 if options.zero_based else 1, meth=roles["meth"],
                   total=roles.get("total"), unmeth=roles.get("unmeth"), strand=roles.get("strand"),
-                  strand_codes=STRANDS + (("F", 1), ("R", -1)))
+                  strand_codes=STRANDS + (("F", 1), ("R", -1)), context=roles.get("context"),
+                  context_kind="name-or-tri")

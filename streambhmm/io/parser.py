@@ -162,10 +162,15 @@ def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.nd
         n, (c0, c1, c2) = chars(arr, 3)
         ok = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
         return np.where(n == 2, 0, np.where(c2 == G, 1, 2)), ok, "CG, CHG or CHH"
-    if kind == "tri":  # the C and the two bases after it
+    if kind in ("tri", "name-or-tri"):  # the C and the two bases after it (or a name: H is no base)
         n, (c0, c1, c2) = chars(arr, 3)
         ok = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]
-        return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, "C and two bases (ACGTN)"
+        looks = "C and two bases (ACGTN)"
+        if kind == "name-or-tri":
+            ok |= (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
+            looks = "CG, CHG, CHH, or a C and two bases (ACGTN)"
+        # CG, CHG and CHH read the same way as a C and two bases
+        return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, looks
     # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
     n, (c0, c1, c2, c3, c4) = chars(arr, 5)
     plus = strand > 0

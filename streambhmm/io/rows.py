@@ -120,7 +120,9 @@ class Layout:
     strand: int | None = None
     strand_codes: tuple[tuple[str, int], ...] = STRANDS  # text -> +1, -1 or 0 (both strands / unknown)
     context: int | None = None
-    context_kind: str = ""  # "name": CG/CHG/CHH; "tri": C + 2 bases (allc); "bsmap": 5 bases centred on the C or G
+    # "name": CG/CHG/CHH; "tri": C + 2 bases (allc); "name-or-tri": either (--columns); "bsmap": 5 bases
+    # centred on the C or G
+    context_kind: str = ""
     end: int | None = None
     end_offsets: tuple[int, ...] | None = None  # allowed end - start (None: any end > start)
     code: int | None = None  # modkit modification code: rows with m or C are kept

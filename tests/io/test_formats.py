@@ -286,7 +286,7 @@ def test_real_file_read_equals_an_independent_reader(relative):
     ("MethCP_arabidopsis/timecourse_GSE94712/GSM2481300_mC_rdd_DS_r1.tsv.gz",
      "pass --columns chrom=1,pos=2,strand=3,meth=4,total=5 .*--zero-based"),
     ("MethCP_arabidopsis/twogroup_H2AZ/control1.txt.gz", "pass --columns chrom=1,pos=2,meth=3,total=4 "),
-    ("methimpute_arabidopsis/arabidopsis_rene.txt.gz", "pass --columns chrom=1,pos=2,strand=3,meth=6,total=8 "),
+    ("methimpute_arabidopsis/arabidopsis_rene.txt.gz", "pass --columns chrom=1,pos=2,strand=3,context=4,meth=6,total=8 "),
     # not methylation calls
     ("DSS_RRBS_SLE/design.tsv", r"design.tsv:1: unknown format \(no known format has this header line\)"),
     ("MethCP_arabidopsis/timecourse_GSE94712/meta_data.txt.gz", "unknown format"),

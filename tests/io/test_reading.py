@@ -110,6 +110,25 @@ def test_unknown_files_are_told_about_columns(tmp_path):
                    zero_based=True) == [("chr1", 10, 3, 8)]
 
 
+def test_columns_may_name_a_context_column(tmp_path):
+    """context=N reads a context (CG, CHG, CHH) or a C and its two next bases, and --context
+    picks the rows (a new user's trial: without it methimpute's CHH rows were read as CpGs)."""
+    path = write(tmp_path, "x.txt", "chr1\t10\tCGA\t3\t5\nchr1\t20\tCTG\t1\t5\nchr1\t30\tCCT\t2\t5\n"
+                                    "chr1\t40\tCG\t4\t5\nchr1\t50\tCHG\t1\t6\nchr1\t60\tCHH\t2\t6\n")
+    columns = ReadOptions.parse_columns("chrom=1,pos=2,context=3,meth=4,total=5")
+    assert rows_of(path, columns=columns) == [("chr1", 9, 3, 5), ("chr1", 39, 4, 5)]
+    assert rows_of(path, context="CHG", columns=columns) == [("chr1", 19, 1, 5), ("chr1", 49, 1, 6)]
+    assert rows_of(path, context="CHH", columns=columns) == [("chr1", 29, 2, 5), ("chr1", 59, 2, 6)]
+    assert len(rows_of(path, context="all", columns=columns)) == 6
+    bad = write(tmp_path, "bad.txt", "chr1\t10\tCGA\t3\t5\nchr1\t20\tZ\t1\t5\n")
+    err = error_of(bad, columns=columns)
+    assert err.line == 2 and "context 'Z' (expected CG, CHG, CHH, or a C and two bases" in str(err)
+    # a header that names it: the hint passes it on
+    header = write(tmp_path, "h.txt", "chr\tpos\tcontext\tm\tcov\nchr1\t10\tCG\t3\t5\n")
+    with pytest.raises(FormatError, match="pass --columns chrom=1,pos=2,context=3,meth=4,total=5 "):
+        detect_format(header)
+
+
 @pytest.mark.parametrize("spec,message", [
     ("chrom=1,pos=2,meth=4", "one of total or unmeth"),
     ("chrom=1,pos=2,meth=4,total=5,unmeth=6", "one of total or unmeth"),

@@ -176,8 +176,9 @@ def read_options(fn):
     @click.option("--exclude-chromosomes", default=None, metavar="LIST",
                   help="Drop these chromosomes (comma-separated glob patterns, e.g. 'chrM,chrUn*,lambda').")
     @click.option("--columns", default=None, metavar="SPEC",
-                  help="Describe any other format: chrom=N,pos=N,meth=N,total=N (or unmeth=N; strand=N optional), "
-                       "1-based column numbers. Implies --format columns.")
+                  help="Describe any other format: chrom=N,pos=N,meth=N,total=N (or unmeth=N; strand=N and context=N "
+                       "optional: CG/CHG/CHH or a C and two bases, for --context), 1-based column numbers. "
+                       "Implies --format columns.")
     @click.option("--zero-based", is_flag=True, help="With --columns: positions are 0-based (default 1-based).")
     @click.option("--header", is_flag=True, help="With --columns: the first line is a header (default: skipped "
                                                  "when its fields after the first are not numbers).")
