@@ -26,10 +26,10 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
-TEMPORARY_SUFFIX = ".tmp-"
 _HEX = 12
 REMOVALS = 20  # tries, 0.1 s apart, of a directory a stopped write may bring back (removed_while_it_returns)
-TEMPORARY_OVERHEAD = 1 + len(TEMPORARY_SUFFIX) + _HEX  # "." before the name, ".tmp-" and the digits after
+# "." before the name, "." and the longest kind of temporary_path ("scratch": pmd's), "-" and the digits
+TEMPORARY_OVERHEAD = 1 + len(".scratch-") + _HEX
 
 
 def temporary_path(path, kind: str = "tmp") -> Path:
@@ -67,6 +67,13 @@ def check_output_file(path) -> Path:
     mode = os.lstat(path).st_mode if os.path.lexists(path) else stat.S_IFREG
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):  # a device or a FIFO would be replaced by a file
         raise ValueError(f"{path}: is not a regular file; give the name of a file to write")
+    if stat.S_ISLNK(mode):
+        with contextlib.suppress(OSError):  # a dangling link is replaced as a name
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                # /dev/stdout: the output is moved into place, which would replace the link itself
+                raise ValueError(f"{path}: is a link to {os.path.realpath(path)}, not to a regular file (a "
+                                 f"terminal, pipe or device); outputs are written beside their name and moved into "
+                                 f"place, which would replace the link: give the name of a file to write")
     return path
 
 
@@ -180,7 +187,8 @@ def _check_name(path: Path) -> None:
     if size + TEMPORARY_OVERHEAD > limit:
         shown = str(path) if len(str(path)) <= 200 else f"{str(path)[:100]}...{str(path)[-100:]}"
         raise ValueError(f"{shown}: the file name is {size} bytes; at most {limit - TEMPORARY_OVERHEAD} fit in "
-                         f"{path.parent} (it is written first under a name {TEMPORARY_OVERHEAD} bytes longer)")
+                         f"{path.parent.resolve()} (it is written first under a name up to {TEMPORARY_OVERHEAD} bytes "
+                         f"longer)")
 
 
 def _name_max(directory: Path) -> int:
@@ -445,15 +453,19 @@ def directory_lock_now(directory: Path):
         os.close(fd)
 
 
+SCRATCH_MARK = ".streambhmm-scratch"  # in every scratch directory: what tells a killed run's from a user's
+
+
 @contextlib.contextmanager
 def scratch_directory(path):
     """A new directory beside ``path`` (so on its filesystem) for a command's temporary
     files, locked while the command runs and removed with them afterwards. Directories that
-    killed runs left for ``path`` (our name, a directory itself, no live run's lock) are
-    removed first."""
+    killed runs left for ``path`` (our name, a directory itself holding our mark, no live
+    run's lock) are removed first."""
     path = Path(path)
     for candidate in path.parent.iterdir():
-        if is_temporary_of(path, candidate, "scratch"):  # a live run's (locked), a link or gone: left as it is
+        # a live run's (locked), a link, gone, or without our mark (a user's): left as it is
+        if is_temporary_of(path, candidate, "scratch") and _is_plain_file(candidate / SCRATCH_MARK):
             with contextlib.suppress(OSError), directory_lock_now(candidate):
                 shutil.rmtree(candidate)
     scratch = temporary_path(path, "scratch")
@@ -464,7 +476,15 @@ def scratch_directory(path):
             scratch.mkdir()
             stack.callback(_remove_scratch, scratch)
             stack.enter_context(directory_lock_now(scratch))
+            (scratch / SCRATCH_MARK).touch()
         yield scratch
+
+
+def _is_plain_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _remove_scratch(scratch: Path) -> None:

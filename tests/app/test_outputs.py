@@ -140,7 +140,7 @@ def test_tracks_refuse_an_output_they_cannot_write_instead_of_crashing(project, 
                                   f"exist" in r.stderr, (r.returncode, r.stderr[-500:])
     long_prefix = tmp_path / ("t" * 240)  # PREFIX.H1.methylation.bw is over 255 bytes
     r = cli("tracks", project / "c.zarr", "-o", long_prefix, "-q")
-    assert r.returncode == 1 and "the file name is 258 bytes; at most 237 fit" in r.stderr, r.stderr[-500:]
+    assert r.returncode == 1 and "the file name is 258 bytes; at most 233 fit" in r.stderr, r.stderr[-500:]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -187,9 +187,9 @@ def test_a_new_store_under_a_file_is_refused_by_name(tmp_path):
 
 def test_derived_names_are_checked_before_any_work(project, tmp_path):
     # a sweep writes NAME.m2.json and NAME.m3.json: too long although NAME.json fits
-    name = tmp_path / ("m" * 232 + ".json")
+    name = tmp_path / ("m" * 228 + ".json")
     r = run("fit", project / "c.zarr", "-m", "2-3", "-o", name, "-q")
-    assert r.exit_code == 1 and "the file name is 240 bytes; at most 237 fit" in r.output, r.output
+    assert r.exit_code == 1 and "the file name is 236 bytes; at most 233 fit" in r.output, r.output
     # the regions' table beside the BED cannot be written: a directory has its name
     (tmp_path / "r.tsv").mkdir()
     r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
@@ -211,6 +211,12 @@ def test_outputs_never_replace_what_the_command_did_not_write(project, tmp_path)
     r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
             tmp_path / "pipe.bed", "-q")
     assert r.exit_code != 0 and "is not a regular file" in r.output, r.output
+    # nor a link to one (/dev/stdout: a helper's audit found it replaced by a file)
+    (tmp_path / "out.bed").symlink_to(tmp_path / "pipe.bed")
+    r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
+            tmp_path / "out.bed", "-q")
+    assert r.exit_code != 0 and f"is a link to {tmp_path / 'pipe.bed'}, not to a regular file" in r.output, r.output
+    assert (tmp_path / "out.bed").is_symlink()
     before = snapshot(project / "c.zarr")
     r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
             project / "c.zarr" / "zarr.json", "-q")

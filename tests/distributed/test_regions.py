@@ -75,8 +75,19 @@ def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     levels = np.array([[0.05, 0.05], [0.5, 0.5], [0.9, 0.9]])
     hmr = preset_rule("hmr", levels)
     # 0.6 in sample 1 is mostly methylated; no read in sample 2 says nothing of it; no
-    # methylated read at all (the first) is as hypomethylated as can be
-    assert hmr.keeps(regions).tolist() == [True, False, False, True, True, False]
+    # methylated read at all (the first) is as hypomethylated as can be; and in a joint call
+    # 0.30 in sample 1 is nearer its state at 0.5 than its hypomethylated one at 0.05 (the
+    # ceiling is midway, 0.275), where 0.10 and 0.12 are not
+    assert hmr.sample_ceilings == (0.275, 0.275)
+    assert hmr.keeps(regions).tolist() == [True, False, False, False, True, False]
+    assert "in each sample a level nearer its hypomethylated state's than its next state's (below 0.28, 0.28)" in \
+        hmr.conditions(2)
+    # one sample: its state is the sample's own, and its regions below 0.5 stay
+    single = preset_rule("hmr", levels[:, :1])
+    assert single.sample_ceilings is None
+    first = Regions(regions.start, regions.end, regions.n_bins, regions.posterior_sum, meth[:, :1], cov[:, :1],
+                    regions.posterior_max)
+    assert single.keeps(first).tolist() == [True, False, True, True, True, False]
     pmd = RegionRule(**{**preset_rule("pmd", levels).__dict__, "min_length": 0})
     # PMDs: below 0.7 in every sample (0.75 in one is not), at any depth
     assert pmd.keeps(regions).tolist() == [True, True, False, True, True, False]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from streambhmm.io.outputs import (check_distinct, check_output_file, directory_lock_now, held_temporary,
+from streambhmm.io.outputs import (SCRATCH_MARK, check_distinct, check_output_file, directory_lock_now, held_temporary,
                                    is_temporary_of, remove_leftovers, replacing, scratch_directory, temporary_path,
                                    written_together)
 from streambhmm.io.storage import write_json
@@ -153,12 +153,17 @@ def test_an_output_that_cannot_be_written_is_named(tmp_path):
 
 def test_a_scratch_directory_goes_and_takes_only_abandoned_ones_with_it(tmp_path):
     """pmd's coarse store lives in a scratch directory beside its output: removed after the
-    call, and a killed call's is removed by the next one; a live call's, a link of that name
-    and anything not named so stay."""
+    call, and a killed call's is removed by the next one; a live call's, a link of that name,
+    a directory of that name without our mark (a user's: a helper's audit) and anything not
+    named so stay."""
     out = tmp_path / "calls.bed"
     abandoned = temporary_path(out, "scratch")
     (abandoned / "coarse.zarr").mkdir(parents=True)
     (abandoned / "coarse.zarr" / "zarr.json").write_text("{}")
+    (abandoned / SCRATCH_MARK).touch()
+    users = tmp_path / ".calls.bed.scratch-000000000000"
+    users.mkdir()
+    (users / "notes.txt").write_text("important")
     live = temporary_path(out, "scratch")
     live.mkdir()
     elsewhere = tmp_path / "elsewhere"
@@ -173,6 +178,7 @@ def test_a_scratch_directory_goes_and_takes_only_abandoned_ones_with_it(tmp_path
         (scratch / "coarse.zarr").mkdir()
     assert not scratch.exists() and not abandoned.exists()
     assert live.is_dir() and link.is_symlink() and (elsewhere / "keep").exists() and other.is_dir()
+    assert (users / "notes.txt").read_text() == "important"
 
 
 def test_a_scratch_directory_waits_for_the_zarr_writes_a_stop_left_running(tmp_path):

@@ -24,7 +24,7 @@ _MOMENTS = click.option("--moments", "moments_path", default=None, type=STORE,
 _POLISH = click.option("--polish-em", default=0, show_default=True, type=NON_NEGATIVE, metavar="N",
                        help="At most N EM iterations after the one-pass fit, fewer when converged (relative gain "
                             "below 1e-8); each reads the counts once more.")
-_SEED = click.option("--seed", default=0, show_default=True, type=int, help="Seed of the fit's random starts.")
+_SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, help="Seed of the fit's random starts.")
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):

@@ -81,7 +81,7 @@ def opened_for(settings, scheduler):
 @click.option("--pooled", is_flag=True,
               help=POOLED_HELP + " A moment store made with --pooled is fitted pooled without it.")
 @bins_option
-@click.option("--seed", default=0, show_default=True,
+@click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE,
               help="Seed of the spectral restarts, the refinement's random starts, EM's starts and the bootstrap.")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Model JSON to write (a sweep writes NAME.mM.json for each M).")

@@ -58,7 +58,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
 
 @click.command()
 @click.option("--bins-per-chromosome", "n", default=100_000, show_default=True, type=click.IntRange(min=1000))
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
               help="Keep the files, store and model here (default: a temporary directory).")
 @scheduler_option
