@@ -110,8 +110,10 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"with the methylated CpGs around it. Ingest the calls into another store at --bin-size "
                          f"100 (the default)")
     if bin_size % counts.bin_size:
+        nearest = max(round(bin_size / counts.bin_size), 1) * counts.bin_size
         raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
-                         f"its bins cannot be summed into {bin_size} bp bins")
+                         f"its bins cannot be summed into {bin_size} bp bins; pass a multiple, say --bin-size "
+                         f"{nearest}")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
     if bin_size > longest:
         raise ValueError(f"--bin-size {bin_size:,} is longer than the longest stretch of the store's chromosomes "
@@ -305,9 +307,10 @@ def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataErro
 
 
 METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample
-NO_PMDS = ("A genome without PMDs (embryonic stem cells, most healthy tissues) has none to call, and an assay that "
-           "reads a small part of the genome (RRBS, a targeted panel) cannot show one: a PMD is at least 50 kb of "
-           "bins with reads.")
+NO_PMDS = ("Either the genome has no PMDs (embryonic stem cells, most healthy tissues) and so none to call, or its "
+           "domains average 0.7 or more (Lister et al.'s definition of a PMD is a mean below 0.7), or the assay reads "
+           "too small a part of the genome to show one (RRBS, a targeted panel): a PMD is at least 50 kb of bins "
+           "with reads.")
 APART = "Call the samples one at a time, or choose samples that cover the same CpGs."
 SHARED_NOTED = 0.9  # above, samples that cover the same CpGs: the few bins one lacks explain no refusal
 

@@ -213,7 +213,7 @@ def test_pmd_finds_pmds_at_any_depth_against_a_methylated_background(tmp_path):
     store = write_store(tmp_path / "unmethylated.zarr", chromosomes, ["S"], chunk_size=15_000).path
     r = run("pmd", store, "-o", tmp_path / "none.bed", "-q")
     assert r.exit_code == 1 and "no methylated background" in r.output, r.output
-    assert "has none to call" not in r.output  # its states are all below 0.7: not a genome without PMDs
+    assert "and so none to call" not in r.output  # its states are all below 0.7: not a genome without PMDs
     # said as a reader sees it: no state is methylated (not "every state is partially methylated")
     assert "no fitted state is methylated (a level of 0.7 or more" in r.output, r.output
     assert not (tmp_path / "none.bed").exists()
@@ -255,7 +255,7 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     chromosomes, _ = planted(1, hmrs=False, pmds=False)
     store = write_store(tmp_path / "flat.zarr", chromosomes, ["S"], chunk_size=15_000).path
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
-    assert r.exit_code == 1 and "no partially methylated domains" in r.output and "has none to call" in r.output
+    assert r.exit_code == 1 and "no partially methylated domains" in r.output and "and so none to call" in r.output
     assert not (tmp_path / "pmd.bed").exists()
     r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output

@@ -166,6 +166,18 @@ def test_real_replicates_and_provenance(tmp_path):
     got = {int(p): (int(m), int(c)) for p, m, c in zip(ds.position.values, h1.methylated.values, h1.coverage.values)
            if c > 0}
     assert got == expected
+    # each chunk's summary (digest, sums, last bins) is that of its summed counts, although the
+    # second replicate met every chunk again (summarized once, at the end)
+    from streambhmm.io.store.chunks import chunk_summary
+
+    counts = open_store(store)
+    summary = counts.summary("chr21", [0])[:, 0]
+    meth, cov = (np.asarray(ds[name].values[:, 0], np.int64) for name in ("methylated", "coverage"))
+    covered = [k for k in range(summary.shape[0]) if cov[k * 500:(k + 1) * 500].any()]
+    assert len(covered) >= 5
+    for k in covered:
+        whole = [np.r_[x[k * 500:(k + 1) * 500], np.zeros(max(0, (k + 1) * 500 - x.size), np.int64)] for x in (meth, cov)]
+        np.testing.assert_array_equal(summary[k], chunk_summary(k * 500, *whole))
     attrs = open_store(store).attrs
     files = attrs["samples"]["H1"]["files"]
     assert [f["sha256"] for f in files] == [hashlib.sha256(p.read_bytes()).hexdigest() for p in (r1, r2)]

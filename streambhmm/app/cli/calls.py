@@ -36,9 +36,10 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0) as opened:
         outcome = run_call(settings, opened, echo=step_lines(quiet))
+    by_level = np.argsort(outcome.hmm.methylation_.mean(axis=1), kind="stable")  # the fit keeps its own order
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
-                       + (" *" if h in outcome.rule.targets else "") for h in range(len(outcome.hmm.methylation_)))
+                       + (" *" if h in outcome.rule.targets else "") for h in by_level)
     click.echo(f"states (* the {kind.upper()} states): {levels}")
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:

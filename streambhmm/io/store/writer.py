@@ -106,6 +106,8 @@ class SampleWriter:
         self._meth = np.zeros(self.chunk_size, np.int64)
         self._cov = np.zeros(self.chunk_size, np.int64)
         self._touched = 0  # rows of the chunk in memory up to the last one added to (the rest are zero)
+        # chunks met again (a sample of several files): summarized once, at flush, not at each write
+        self._resummarize: set[tuple[str, int]] = set()
         self._unsorted: _ChromosomeBins | None = None  # an unsorted chromosome's bins, summed in memory
         self._nodes = _staged_chromosome(self.chunk_size)
         try:
@@ -184,6 +186,7 @@ class SampleWriter:
             for name, held in zip(COUNTS, (self._meth, self._cov)):
                 held[:] = read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0]
             self._touched = self.chunk_size
+            self._resummarize.add(self._key)
 
     @_staging_errors
     def flush(self) -> None:
@@ -191,6 +194,10 @@ class SampleWriter:
         if self._unsorted is not None:
             self._write_unsorted()
         self._write_chunk()
+        for chrom, chunk in sorted(self._resummarize):  # as written: whole chunks, read back
+            counts = [read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0] for name in COUNTS]
+            self.summaries[chrom][chunk] = chunk_summary(chunk * self.chunk_size, *counts)
+        self._resummarize.clear()
 
     def _write_chunk(self) -> None:
         if self._key is None:
@@ -198,17 +205,20 @@ class SampleWriter:
         chrom, chunk = self._key
         self._key = None
         meth, cov = self._meth[:self._touched], self._cov[:self._touched]
-        covered = np.flatnonzero(cov)
         start = chunk * self.chunk_size
-        if covered.size and cov[covered].max() > COUNT_MAX:
-            i = covered[np.argmax(cov[covered])]
+        top = int(cov.max(initial=0))
+        if top > COUNT_MAX:
+            i = int(np.argmax(cov))
             raise ValueError(f"{chrom}: the bin at {(start + i) * self.bin_size:,} sums coverage {cov[i]:,}, "
                              f"more than the store's uint32 holds ({COUNT_MAX:,}); use a smaller --bin-size")
         for name, held in zip(COUNTS, (meth, cov)):
             write_chunk(self.path, self.path / chrom / name, self._nodes[name], (chunk, 0), held[:, None])
-        self.summaries.setdefault(chrom, {})[chunk] = chunk_summary(start, meth, cov)
-        if covered.size:
-            self.extent[chrom] = max(self.extent.get(chrom, 0), start + int(covered[-1]) + 1)
+        # a chunk met again is summarized at flush (flush reads it back once)
+        self.summaries.setdefault(chrom, {})[chunk] = (None if (chrom, chunk) in self._resummarize else
+                                                       chunk_summary(start, meth, cov))
+        if top:
+            last = cov.size - 1 - int(np.argmax(cov[::-1] > 0))
+            self.extent[chrom] = max(self.extent.get(chrom, 0), start + last + 1)
         meth[:] = 0
         cov[:] = 0
         self._touched = 0
