@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.domains import DEFINITIONS, HALF_METHYLATED, PMD_BIN_SIZE, PMD_LEVEL, target_states
+from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
@@ -113,16 +113,17 @@ HMR_DESERT = 1000  # bp without coverage that end an HMR (DNMTools' desert); hmr
 
 
 def _sample_ceilings(levels: np.ndarray, targets: tuple) -> tuple | None:
-    """Per sample, midway between its highest target level and its lowest other level above
-    that (at most HALF_METHYLATED). A joint state's levels can be wide enough to hold one
-    sample's island inside another's PMD, so each sample's reads in a joint HMR must be nearer
-    its own hypomethylated level than its next state's (a helper's audit: 38 of 113 joint HMRs
-    were one sample's islands, the other sample at 0.41-0.50)."""
+    """Per sample, midway between its highest target level and its lowest level of another
+    state above that and above HYPO_LEVEL (a state hypomethylated in this sample and not in
+    another is no background here), at most HALF_METHYLATED. A joint state's levels can be
+    wide enough to hold one sample's island inside another's PMD, so each sample's reads in a
+    joint HMR must be nearer its own hypomethylated level than its next state's (a helper's
+    audit: 38 of 113 joint HMRs were one sample's islands, the other sample at 0.41-0.50)."""
     if not targets:
         return None
     is_target = np.isin(np.arange(len(levels)), targets)
     top = levels[is_target].max(axis=0)
-    above = np.where(~is_target[:, None] & (levels > top), levels, np.inf).min(axis=0)
+    above = np.where(~is_target[:, None] & (levels > np.maximum(top, HYPO_LEVEL)), levels, np.inf).min(axis=0)
     return tuple(float(c) for c in np.minimum((top + above) / 2, HALF_METHYLATED))
 
 

@@ -82,6 +82,10 @@ def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     assert hmr.keeps(regions).tolist() == [True, False, False, False, True, False]
     assert "in each sample a level nearer its hypomethylated state's than its next state's (below 0.28, 0.28)" in \
         hmr.conditions(2)
+    # a state hypomethylated in sample 2 only (a cell's island the other lacks) is no
+    # background there: sample 2's next state is at 0.774 (the unnamed methylomes' two cells)
+    cells = preset_rule("hmr", np.array([[0.0001, 0.0001], [1.0, 0.0003], [0.625, 0.774], [0.916, 0.923]]))
+    np.testing.assert_allclose(cells.sample_ceilings, [0.31255, 0.38705])
     # one sample: its state is the sample's own, and its regions below 0.5 stay
     single = preset_rule("hmr", levels[:, :1])
     assert single.sample_ceilings is None
