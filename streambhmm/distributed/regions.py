@@ -113,17 +113,21 @@ HMR_DESERT = 1000  # bp without coverage that end an HMR (DNMTools' desert); hmr
 
 
 def _sample_ceilings(levels: np.ndarray, targets: tuple) -> tuple | None:
-    """Per sample, midway between its highest target level and its lowest level of another
-    state above that and above HYPO_LEVEL (a state hypomethylated in this sample and not in
-    another is no background here), at most HALF_METHYLATED. A joint state's levels can be
-    wide enough to hold one sample's island inside another's PMD, so each sample's reads in a
-    joint HMR must be nearer its own hypomethylated level than its next state's (a helper's
-    audit: 38 of 113 joint HMRs were one sample's islands, the other sample at 0.41-0.50)."""
+    """Per sample, midway between its highest target level and its next state's level, at
+    most HALF_METHYLATED. A joint state's levels can be wide enough to hold one sample's
+    island inside another's PMD, so each sample's reads in a joint HMR must be nearer its own
+    hypomethylated level than its next state's (a helper's audit: 38 of 113 joint HMRs were
+    one sample's islands, the other sample at 0.41-0.50). The next state is the lowest other
+    one above the targets and HYPO_LEVEL in that sample that is no region of this sample
+    alone: a state below HALF_METHYLATED here and methylated in another sample (one sample's
+    island, at 0.28 in a second audit) is no background."""
     if not targets:
         return None
     is_target = np.isin(np.arange(len(levels)), targets)
     top = levels[is_target].max(axis=0)
-    above = np.where(~is_target[:, None] & (levels > np.maximum(top, HYPO_LEVEL)), levels, np.inf).min(axis=0)
+    own_region = (levels < HALF_METHYLATED) & (levels >= HALF_METHYLATED).any(axis=1, keepdims=True)
+    background = ~is_target[:, None] & (levels > np.maximum(top, HYPO_LEVEL)) & ~own_region
+    above = np.where(background, levels, np.inf).min(axis=0)
     return tuple(float(c) for c in np.minimum((top + above) / 2, HALF_METHYLATED))
 
 

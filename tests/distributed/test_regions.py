@@ -86,6 +86,12 @@ def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     # background there: sample 2's next state is at 0.774 (the unnamed methylomes' two cells)
     cells = preset_rule("hmr", np.array([[0.0001, 0.0001], [1.0, 0.0003], [0.625, 0.774], [0.916, 0.923]]))
     np.testing.assert_allclose(cells.sample_ceilings, [0.31255, 0.38705])
+    # nor is one sample's own region state above 0.2 (at 0.28, methylated in the other: a
+    # second audit lost 5 of 210 joint HMRs at 0.15 to it); a PMD state low in both is
+    assert preset_rule("hmr", np.array([[0.15, 0.15], [0.28, 0.85], [0.85, 0.28], [0.85, 0.85]])
+                       ).sample_ceilings == (0.5, 0.5)
+    np.testing.assert_allclose(preset_rule("hmr", np.array([[0.13, 0.11], [0.03, 0.45], [0.45, 0.45], [0.85, 0.85]])
+                                           ).sample_ceilings, [0.29, 0.28])
     # one sample: its state is the sample's own, and its regions below 0.5 stay
     single = preset_rule("hmr", levels[:, :1])
     assert single.sample_ceilings is None
