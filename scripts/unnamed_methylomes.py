@@ -10,7 +10,7 @@ TSV, the highest mean level of any region in any sample and the regions without 
 some sample (the rules allow none above 0.5 for HMRs, none at 0.7 or above for PMDs, and
 none without reads); and whether the BED is in
 `LC_ALL=C sort -k1,1 -k2,2n` order. These are the sets the rules were not tuned on
-(docs/guide/hmr-pmd.md, *On methylomes no script names*).
+(docs/methods/hmr-pmd.md, *On methylomes no script names*).
 
 Beside each single-sample call, DNMTools v1.5.1's (`dnmtools hmr` / `pmd`, default settings,
 when --dnmtools, by default the build of ../shared/tools/peers/build_dnmtools.sh, exists) on

@@ -108,7 +108,7 @@ class RegionRule:
         return ", ".join(parts)
 
 
-HMR_MIN_BINS = 4  # measured on the real sets (docs/guide/hmr-pmd.md): shorter runs are single CpGs' noise
+HMR_MIN_BINS = 4  # measured on the real sets (docs/methods/hmr-pmd.md): shorter runs are single CpGs' noise
 HMR_DESERT = 1000  # bp without coverage that end an HMR (DNMTools' desert); hmr's bins are no wider
 
 

@@ -6,7 +6,7 @@ HYPO_LEVEL (0.2) and the Beta distribution of its bins' levels puts at least HYP
 (92%) of its mass below 0.5, so most of the state's CpGs are unmethylated. HYPO_MASS is
 that of a state at the caps, level and overdispersion (HYPO_DISPERSION) both 0.2; a lower
 state may be more dispersed (at level 0.1, up to 0.52; at 0.05 or below, any). Both are set by that definition,
-not fitted to a data set (docs/guide/hmr-pmd.md, "HMRs and PMDs", shows how the calls move
+not fitted to a data set (docs/methods/hmr-pmd.md, "HMRs and PMDs", shows how the calls move
 with them). A model fitted freely spends its states on the bulk of the genome (methylated
 background, PMDs) and often leaves none for regions that cover 1-3% of it, so `hmr` fits a
 model with one state held to the caps and HMR_BACKGROUND_STATES free ones (a free state
