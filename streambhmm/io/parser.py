@@ -158,18 +158,13 @@ BASE[list(b"ACGTN")] = True
 def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str]:
     """Per row: 0 = CG, 1 = CHG, 2 = CHH, and whether the value is valid (plus what a
     valid value looks like, for the message)."""
-    if kind == "name":  # CG, CHG or CHH
+    if kind in ("name", "tri", "name-or-tri"):
         n, (c0, c1, c2) = chars(arr, 3)
-        ok = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
-        return np.where(n == 2, 0, np.where(c2 == G, 1, 2)), ok, "CG, CHG or CHH"
-    if kind in ("tri", "name-or-tri"):  # the C and the two bases after it (or a name: H is no base)
-        n, (c0, c1, c2) = chars(arr, 3)
-        ok = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]
-        looks = "C and two bases (ACGTN)"
-        if kind == "name-or-tri":
-            ok |= (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))
-            looks = "CG, CHG, CHH, or a C and two bases (ACGTN)"
-        # CG, CHG and CHH read the same way as a C and two bases
+        named = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))  # CG/CHG/CHH
+        bases = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]  # the C and the two bases after it
+        ok, looks = {"name": (named, "CG, CHG or CHH"), "tri": (bases, "C and two bases (ACGTN)"),
+                     "name-or-tri": (named | bases, "CG, CHG, CHH, or a C and two bases (ACGTN)")}[kind]
+        # a name reads as a C and two bases does (H is no base): CG's second letter is G, CHG's third
         return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, looks
     # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
     n, (c0, c1, c2, c3, c4) = chars(arr, 5)
