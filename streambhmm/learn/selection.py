@@ -146,10 +146,21 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     workers: fits still running end at once, rather than the stop waiting for them."""
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
     others = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker, initargs=(moments, table))
-    finished = False
+    pool, finished = None, False
     try:
-        futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
+        for attempt in (1, 2):
+            pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker,
+                                       initargs=(moments, table))
+            try:
+                futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
+                break
+            except ValueError as exc:
+                # "bad value(s) in fds_to_keep": another thread of this process closed a descriptor
+                # while a worker was spawned and its number was reused (a race in CPython's
+                # multiprocessing, seen once in a test run): the pool is made once more
+                if attempt == 2 or "fds_to_keep" not in str(exc):
+                    raise
+                pool.shutdown(cancel_futures=True)
         for m in states:
             try:
                 yield futures[m].result()
@@ -163,7 +174,8 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
             # them) left the set empty, and the stop waited 13-22 s for the fits they had begun
             for worker in set(multiprocessing.active_children()) - others:
                 worker.terminate()
-        pool.shutdown(cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
 
 
 def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:

@@ -291,6 +291,33 @@ def test_a_sweep_whose_worker_process_dies_says_so(built_moment_store):
         list(sweep_in_processes(data.moments, _EndsTheProcessThatLoadsIt(), [2, 3], 0, False, "betabinomial", 2))
 
 
+def test_a_sweep_makes_its_pool_again_when_spawning_meets_cpythons_descriptor_race(built_moment_store,
+                                                                                   monkeypatch):
+    """Spawning a worker failed once in a test run with "bad value(s) in fds_to_keep" (another
+    thread closed a descriptor whose number was reused): the pool is made once more, and only
+    for that error."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    data = load_moments(built_moment_store[1], None, FeatureSpec(), None, quiet=True)
+    real_submit, calls = ProcessPoolExecutor.submit, []
+
+    def submit(self, *args, **kwargs):
+        calls.append(self)
+        if len(set(calls)) == 1:  # the first pool
+            raise ValueError("bad value(s) in fds_to_keep")
+        return real_submit(self, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", submit)
+    fits = list(sweep_in_processes(data.moments, None, [2], 0, False, "binomial", 1))
+    assert len(fits) == 1 and len(set(calls)) == 2
+    calls.clear()
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", lambda self, *a, **k: calls.append(self) or
+                        (_ for _ in ()).throw(ValueError("another error")))
+    with pytest.raises(ValueError, match="another error"):
+        list(sweep_in_processes(data.moments, None, [2], 0, False, "binomial", 1))
+    assert len(set(calls)) == 1
+
+
 def test_a_sweep_on_too_few_blocks_says_why_it_recommends_nothing(tmp_path, four_state_model, dask_clients):
     chroms = simulated_chroms(four_state_model, [4000, 3000], seed=4)
     store = tmp_path / "counts.zarr"
