@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..io.outputs import check_output_dir, directory_lock_now, is_temporary_of, temporary_path
+from ..io.outputs import check_output_dir, directory_lock_now, is_plain, is_temporary_of, temporary_path
 from ..io.storage import Location, put_in_place
 
 REPORT_MARKER = "streambhmm-report.json"  # in every report directory: the files the report wrote
@@ -58,7 +58,7 @@ def previous_report_files(directory: Path) -> list[str]:
         return []
     marker = directory / REPORT_MARKER
     try:
-        document = json.loads(marker.read_text()) if _is_plain(marker) else None
+        document = json.loads(marker.read_text()) if is_plain(marker) else None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         document = None
     written = document.get("files") if isinstance(document, dict) and document.get("format") == REPORT_FORMAT \
@@ -67,20 +67,12 @@ def previous_report_files(directory: Path) -> list[str]:
         raise ValueError(f"{directory}: exists and is not a streambhmm report (no valid {REPORT_MARKER}); a report "
                          f"replaces its directory, so give a new directory, an empty one or a previous report's")
     foreign = sorted(name for name, entry in entries.items()
-                     if name != REPORT_MARKER and (name not in written or not _is_plain(entry)))
+                     if name != REPORT_MARKER and (name not in written or not is_plain(entry)))
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ValueError(f"{directory}: a previous report, but it also holds what the report did not write "
                          f"({shown}); move that away or choose another directory")
     return written
-
-
-def _is_plain(path: Path, kind=stat.S_ISREG) -> bool:
-    """A regular file (``kind`` stat.S_ISDIR: a directory) itself, not a symbolic link to one."""
-    try:
-        return kind(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return False
 
 
 @contextlib.contextmanager
@@ -94,7 +86,7 @@ def staged_report(output: Path):
         try:
             yield stage
         except BaseException:
-            if _is_plain(stage, stat.S_ISDIR):  # not yet put in place
+            if is_plain(stage, stat.S_ISDIR):  # not yet put in place
                 _remove_written(stage, REPORT_FILES)
             raise
 
@@ -112,11 +104,11 @@ def remove_report_leftovers(output: Path) -> None:
     no live run holds, and previous reports set aside; each only of the files a report
     writes (a directory holding anything else is left as it is)."""
     for entry in output.parent.iterdir():
-        if is_temporary_of(output, entry) and _is_plain(entry, stat.S_ISDIR):
+        if is_temporary_of(output, entry) and is_plain(entry, stat.S_ISDIR):
             with contextlib.suppress(BlockingIOError, FileNotFoundError):  # live, or removed meanwhile
                 with directory_lock_now(entry):
                     _remove_written(entry, REPORT_FILES)
-        elif is_temporary_of(output, entry, "old") and _is_plain(entry, stat.S_ISDIR):
+        elif is_temporary_of(output, entry, "old") and is_plain(entry, stat.S_ISDIR):
             with contextlib.suppress(ValueError, FileNotFoundError):  # not only a report's files, or removed
                 _remove_written(entry, previous_report_files(entry))
 
@@ -127,7 +119,7 @@ def _remove_written(directory: Path, names) -> None:
     names = {*names, REPORT_MARKER}
     for entry in directory.iterdir():
         ours = entry.name in names or any(is_temporary_of(name, entry) for name in names)
-        if ours and not _is_plain(entry, stat.S_ISDIR):
+        if ours and not is_plain(entry, stat.S_ISDIR):
             entry.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         directory.rmdir()  # not empty: something the report did not write is kept

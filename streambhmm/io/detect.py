@@ -16,7 +16,7 @@ from .blocks import text_lines
 from .catalog import DETECT_LINES, FORMATS, NUMBER
 from .inputs import check_input
 from .options import ReadOptions
-from .rows import FormatError
+from .rows import FormatError, columns_spec
 
 
 def _is_header(fields: list[str]) -> bool:
@@ -97,7 +97,7 @@ def columns_hint(names: list[str] | None) -> str:
             roles[role] = at
     if not all(k in roles for k in ("chrom", "pos", "meth")) or not ("total" in roles or "unmeth" in roles):
         return generic
-    spec = ",".join(f"{k}={v + 1}" for k, v in roles.items())
+    spec = columns_spec(roles)
     return (f"if the header means what it seems to, pass --columns {spec} (add --zero-based if the positions are "
             f"0-based: the header does not say)")
 

@@ -18,9 +18,10 @@ __all__ = ["CONTEXTS", "FORMATS", "Format", "FormatError", "ReadOptions", "Rows"
            "check_replicates", "detect_common_format", "detect_format", "quoted", "read_rows"]
 
 
-def records_context(fmt: str, options: ReadOptions) -> bool:
-    """Whether the rows of format ``fmt`` (read with ``options``) say each cytosine's context."""
-    return FORMATS[fmt].has_context or any(role == "context" for role, _ in options.columns or ())
+def records_context(fmt: str, columns) -> bool:
+    """Whether the rows of format ``fmt`` say each cytosine's context; ``columns``: --columns'
+    roles (ReadOptions.columns' pairs, or a store's record of them, a mapping), or None."""
+    return FORMATS[fmt].has_context or "context" in dict(columns or ())
 
 
 def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
@@ -28,7 +29,7 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
     spec = FORMATS[fmt]
     if context not in CONTEXTS:
         raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
-    if context in ("CHG", "CHH") and not records_context(fmt, options):
+    if context in ("CHG", "CHH") and not records_context(fmt, options.columns):
         raise ValueError(f"--context {context}: format {fmt} records no cytosine context, so its rows cannot be "
                          f"selected by context (use CG, the default, for files of CpG sites, or all)")
     strand_column = any(role == "strand" for role, _ in options.columns or ())

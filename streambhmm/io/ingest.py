@@ -121,7 +121,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
         if writer.covered_bins == 0:
-            filtered = records_context(fmt, options) and context != "all"
+            filtered = records_context(fmt, options.columns) and context != "all"
             said = tally.said(context, options.min_coverage)
             raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
                              f"in {', '.join(map(str, files))}{f' (left out: {said})' if said else ''}; "

@@ -465,7 +465,7 @@ def scratch_directory(path):
     path = Path(path)
     for candidate in path.parent.iterdir():
         # a live run's (locked), a link, gone, or without our mark (a user's): left as it is
-        if is_temporary_of(path, candidate, "scratch") and _is_plain_file(candidate / SCRATCH_MARK):
+        if is_temporary_of(path, candidate, "scratch") and is_plain(candidate / SCRATCH_MARK):
             with contextlib.suppress(OSError), directory_lock_now(candidate):
                 shutil.rmtree(candidate)
     scratch = temporary_path(path, "scratch")
@@ -480,10 +480,11 @@ def scratch_directory(path):
         yield scratch
 
 
-def _is_plain_file(path: Path) -> bool:
+def is_plain(path: Path, kind=stat.S_ISREG) -> bool:
+    """A regular file (``kind`` stat.S_ISDIR: a directory) itself, not a symbolic link to one."""
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
+        return kind(os.lstat(path).st_mode)
+    except OSError:  # not there, or a path through a file
         return False
 
 

@@ -100,6 +100,11 @@ class ReadTally:
 STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))
 
 
+def columns_spec(roles: dict) -> str:
+    """A --columns spec of 0-based field indexes by role: 'chrom=1,pos=2,...'."""
+    return ",".join(f"{role}={index + 1}" for role, index in roles.items())
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where a format keeps what: 0-based indexes into a data line's fields.
@@ -135,7 +140,7 @@ class Layout:
             return None
         roles = {"chrom": self.chrom, "pos": self.pos, "meth": self.meth}
         roles.update({"total": self.total} if self.total is not None else {"unmeth": self.unmeth})
-        return ",".join(f"{k}={v + 1}" for k, v in roles.items()) + (" --zero-based" if self.base == 0 else "")
+        return columns_spec(roles) + (" --zero-based" if self.base == 0 else "")
 
     def types(self) -> dict[int, pa.DataType]:
         out = {self.chrom: pa.string(), self.pos: pa.int64()}

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from ..io.formats import FORMATS
+from ..io.formats import FORMATS, records_context
 from ..io.names import Spellings
 from ..io.outputs import Inputs
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
@@ -320,9 +320,8 @@ def reading_of(provenance: dict) -> dict:
     context is None for a format without one (every row a CpG: CG and all read the same rows)."""
     options = provenance.get("options", {})
     reading = {key: provenance.get(key, options.get(key)) for key in READING}
-    known = FORMATS.get(provenance.get("format"))
-    if known is not None and not known.has_context and not any(
-            role == "context" for role, _ in options.get("columns") or ()):
+    fmt = provenance.get("format")
+    if fmt in FORMATS and not records_context(fmt, options.get("columns")):
         reading["context"] = None
     return reading
 

@@ -621,3 +621,17 @@ def test_block_size_has_a_minimum(tmp_path, moment_store, command):
             "own statistics") in r.output
     assert not output.exists()
     assert run("moments", store, "--output", output.with_suffix(".ok"), "--block-size", "5000").exit_code == 0
+
+
+def test_the_reading_of_a_sample_ingested_with_columns():
+    """A store's record of --columns is a mapping of roles: reading it raised "too many values
+    to unpack" (found in review); with a context column the context is part of the reading."""
+    from streambhmm.moments.momentstore import reading_of
+
+    options = {"merge_strands": False, "min_coverage": 1}
+    plain = {"chrom": 1, "pos": 2, "meth": 3, "total": 4}
+    assert reading_of({"format": "columns", "context": "CG", "options": {**options, "columns": plain}}) == \
+        {"context": None, "merge_strands": False, "min_coverage": 1}
+    with_context = {**plain, "context": 5}
+    assert reading_of({"format": "columns", "context": "CHG", "options": {**options, "columns": with_context}}) == \
+        {"context": "CHG", "merge_strands": False, "min_coverage": 1}
