@@ -132,11 +132,9 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
-        # a domain's last summed bin ends where the store's last bin does, not past it; one
-        # that is then shorter than the rule asks is not a domain
+        # a domain's last summed bin ends where the store's last bin does, not past it
         for chrom, found in outcome.found.items():
-            np.minimum(found.end, counts.n_bins(chrom) * counts.bin_size, out=found.end)
-            outcome.found[chrom] = found.take(found.end - found.start >= outcome.rule.min_length)
+            outcome.found[chrom] = found.cut_at(counts.n_bins(chrom) * counts.bin_size, outcome.rule.min_length)
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                               f"{settings.kind} {Path(settings.store).name}")
     return outcome

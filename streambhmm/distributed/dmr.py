@@ -234,9 +234,7 @@ def window_regions(windows: dict, post: dict, targets: Targets, window: int, end
             target = post[chrom][:, list(states)].sum(axis=1)
             columns = [(g, meth[:, g], cov[:, g]) for g in range(meth.shape[1])]
             regions = regions_of(starts, target, columns, meth.shape[1], window, rule)
-            np.minimum(regions.end, ends[chrom], out=regions.end)  # the last window may pass the data's end
-            keep = regions.end - regions.start >= rule.min_length
-            found[direction][chrom] = regions.take(keep)
+            found[direction][chrom] = regions.cut_at(ends[chrom], rule.min_length)
     return found
 
 

@@ -187,6 +187,13 @@ class Regions:
     def take(self, index) -> "Regions":
         return Regions(*(getattr(self, f)[index] for f in _FIELDS), self.open_start, self.open_end)
 
+    def cut_at(self, data_end: int, min_length: int) -> "Regions":
+        """The regions ending where the chromosome's data do (a coarse bin or a window may run
+        past ``data_end``); one that is then shorter than ``min_length`` is not a region."""
+        kept = self.take(np.minimum(self.end, data_end) - self.start >= min_length)
+        np.minimum(kept.end, data_end, out=kept.end)
+        return kept
+
     @classmethod
     def empty(cls, n_samples: int, open_ends: bool = True) -> "Regions":
         zero = np.zeros(0, np.int64)

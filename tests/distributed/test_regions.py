@@ -65,6 +65,24 @@ def test_presets_choose_states_by_their_levels():
         preset_rule("pmd", np.array([[0.3], [0.6]]))
 
 
+def test_regions_cut_at_the_data_end_keep_only_those_still_long_enough():
+    # domains of 5 kb bins on a chromosome whose data end at 112,300 bp
+    start, end = np.array([0, 40_000, 60_000]), np.array([55_000, 105_000, 115_000])
+    n = len(start)
+    regions = Regions(start, end, np.array([11, 13, 11]), np.array([10.0, 12.0, 10.5]), np.arange(n)[:, None] * 1.0,
+                      np.full((n, 1), 50.0), np.array([0.9, 0.8, 0.95]))
+    cut = regions.cut_at(112_300, 50_000)
+    # the first ends before the data's end and stays; the third, cut to 52,300 bp, is still a
+    # domain; the second ends before the data's end but is 65 kb: it stays as it was
+    assert cut.start.tolist() == [0, 40_000, 60_000]
+    assert cut.end.tolist() == [55_000, 105_000, 112_300]
+    shorter = regions.cut_at(100_000, 50_000)  # the last two cut to 60 kb and 40 kb: the 40 kb one goes
+    assert shorter.start.tolist() == [0, 40_000]
+    assert shorter.end.tolist() == [55_000, 100_000]
+    assert shorter.n_bins.tolist() == [11, 13] and shorter.posterior_max.tolist() == [0.9, 0.8]
+    assert regions.end.tolist() == [55_000, 105_000, 115_000]  # the regions cut are copies
+
+
 def test_presets_keep_regions_that_meet_their_definition_in_every_sample():
     # six joined regions of two samples, 1 kb long with 10 target bins each
     meth = np.array([[0, 0], [60, 5], [5, 0], [30, 20], [10, 12], [75, 50]], float)
