@@ -153,13 +153,21 @@ def code_table(pairs) -> tuple[np.ndarray, np.ndarray]:
 C, G, H = ord("C"), ord("G"), ord("H")
 BASE = np.zeros(256, bool)
 BASE[list(b"ACGTN")] = True
+UPPER = np.arange(256, dtype=np.uint8)
+UPPER[ord("a"):ord("z") + 1] -= ord("a") - ord("A")
+
+
+def upper_chars(arr: pa.Array, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """chars() in upper case: a context's bases in either case (soft-masked ones are lower)."""
+    n, first = chars(arr, count)
+    return n, [UPPER[c] for c in first]
 
 
 def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, str]:
     """Per row: 0 = CG, 1 = CHG, 2 = CHH, and whether the value is valid (plus what a
     valid value looks like, for the message)."""
     if kind in ("name", "tri", "name-or-tri"):
-        n, (c0, c1, c2) = chars(arr, 3)
+        n, (c0, c1, c2) = upper_chars(arr, 3)
         named = (c0 == C) & np.where(n == 2, c1 == G, (n == 3) & (c1 == H) & ((c2 == G) | (c2 == H)))  # CG/CHG/CHH
         bases = (n == 3) & (c0 == C) & BASE[c1] & BASE[c2]  # the C and the two bases after it
         ok, looks = {"name": (named, "CG, CHG or CHH"), "tri": (bases, "C and two bases (ACGTN)"),
@@ -167,7 +175,7 @@ def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.nd
         # a name reads as a C and two bases does (H is no base): CG's second letter is G, CHG's third
         return np.where(c1 == G, 0, np.where(c2 == G, 1, 2)), ok, looks
     # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
-    n, (c0, c1, c2, c3, c4) = chars(arr, 5)
+    n, (c0, c1, c2, c3, c4) = upper_chars(arr, 5)
     plus = strand > 0
     ok = (n == 5) & np.where(plus, c2 == C, c2 == G)
     cg = np.where(plus, c3 == G, c1 == C)

@@ -129,6 +129,18 @@ def test_columns_may_name_a_context_column(tmp_path):
         detect_format(header)
 
 
+def test_a_context_in_lower_case_reads_as_in_upper_case(tmp_path):
+    """Soft-masked bases (repeats, in lower case) name the same contexts."""
+    upper = "chr1\t10\tCGA\t3\t5\nchr1\t20\tCTG\t1\t5\nchr1\t30\tCCT\t2\t5\nchr1\t40\tCG\t4\t5\n"
+    columns = ReadOptions.parse_columns("chrom=1,pos=2,context=3,meth=4,total=5")
+    lower = write(tmp_path, "lower.txt", upper.lower())
+    mixed = write(tmp_path, "mixed.txt", upper.replace("CGA", "cGa").replace("CTG", "ctG"))
+    for context in ("CG", "CHG", "CHH"):
+        expected = rows_of(write(tmp_path, "upper.txt", upper), context=context, columns=columns)
+        assert expected and rows_of(lower, context=context, columns=columns) == expected
+        assert rows_of(mixed, context=context, columns=columns) == expected
+
+
 @pytest.mark.parametrize("spec,message", [
     ("chrom=1,pos=2,meth=4", "one of total or unmeth"),
     ("chrom=1,pos=2,meth=4,total=5,unmeth=6", "one of total or unmeth"),
