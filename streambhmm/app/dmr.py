@@ -136,6 +136,28 @@ class RegionTable:
         levels = self.group_levels(groups)
         return levels[:, 1] - levels[:, 0] if groups.n_groups == 2 else group_differences(levels)
 
+    def separation(self, groups: SampleGroups) -> np.ndarray:
+        """Per region, the smallest difference in its direction between a sample of the higher
+        group and a sample of the lower (two groups: as the direction says; more: the highest
+        and the lowest group): negative when two replicates differ the other way, so a call
+        that one replicate carries shows; NaN when a group has no sample with reads."""
+        levels = self.sample_levels()
+        lowest = np.full((len(self), groups.n_groups), np.nan)
+        highest = np.full((len(self), groups.n_groups), np.nan)
+        for g in range(groups.n_groups):
+            part = levels[:, groups.samples_of(g)]
+            seen = np.isfinite(part).any(axis=1)
+            lowest[seen, g] = np.nanmin(part[seen], axis=1)
+            highest[seen, g] = np.nanmax(part[seen], axis=1)
+        if groups.n_groups == 2:
+            gain = np.array([d != "loss" for d in self.direction])
+            high, low = np.where(gain, 1, 0), np.where(gain, 0, 1)
+        else:
+            group_levels = np.nan_to_num(self.group_levels(groups), nan=0.5)
+            high, low = group_levels.argmax(axis=1), group_levels.argmin(axis=1)
+        rows = np.arange(len(self))
+        return lowest[rows, high] - highest[rows, low]
+
     def differ_by(self, groups: SampleGroups, min_difference: float) -> np.ndarray:
         """Per region, whether its reads show its direction by at least ``min_difference``
         (a loss: the second group's level that much below the first's); a region where a
@@ -392,6 +414,7 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     levels = table.sample_levels()
     group_levels = table.group_levels(groups)
     differences = table.differences(groups)
+    separation = table.separation(groups)
     rank = {chrom: i for i, chrom in enumerate(bed_order(set(table.chrom)))}
     order = sorted(range(len(table)), key=lambda k: (rank[table.chrom[k]], table.start[k]))
     names = [f"{prefix}{k + 1}" for k in range(len(table))]
@@ -402,14 +425,14 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
         for k in order:
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
-        columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue",
+        columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue", "separation",
                    *level_columns(groups.names, samples)]
         tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),
                                  table.direction[k], _number(differences[k]), f"{table.posterior[k]:.4f}",
-                                 f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}",
+                                 f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}", _number(separation[k]),
                                  *map(_number, group_levels[k]), *map(_number, levels[k])]) + "\n")
         bed.flush()
 

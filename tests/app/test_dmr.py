@@ -176,7 +176,10 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
     assert sum(any(overlaps(c, [t]) for c in found) for t in focal) >= 0.5 * len(focal)
     # a group of one: runs of bins in wide differential states where the samples agree are no DMRs
     for call in found + calls(tmp_path / "dmr.domains.tsv"):
-        assert call["difference"] * (-1 if call["direction"] == "loss" else 1) >= 0.1 - 1e-3, call
+        shown = call["difference"] * (-1 if call["direction"] == "loss" else 1)
+        assert shown >= 0.1 - 1e-3, call
+        # replicates spread around their group's mean: the nearest pair is no further apart
+        assert float(call["separation"]) <= shown + 1e-3, call
     header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
                                                                                       sim.samples]
@@ -360,6 +363,29 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     sizes.write_text("chr1\t100\nchr2\t50\nchr1\t120\n")
     with pytest.raises(ValueError, match=r"hg.sizes, line 3: chr1 is listed again \(first on line 1\)"):
         read_chrom_sizes(sizes)
+
+
+def test_the_separation_shows_a_call_that_one_replicate_carries():
+    """The smallest difference in the call's direction between a replicate of each group: a
+    new user's 2 vs 2 call (test1 1.00, test2 0.26, control 0.94 and one control unread) is a
+    loss that test1 does not show."""
+    from streambhmm.app.dmr import RegionTable
+    from streambhmm.learn.groups import SampleGroups
+
+    groups = SampleGroups.of(["control", "control", "test", "test"])
+    cov = np.array([[50, 0, 50, 50], [50, 50, 50, 50], [50, 50, 50, 0], [0, 0, 50, 50]], float)
+    levels = np.array([[0.94, 0, 0.26, 1.00], [0.90, 0.80, 0.10, 0.30], [0.20, 0.30, 0.70, 0], [0, 0, 0.5, 0.5]])
+    n = len(cov)
+    table = RegionTable("DMR", ["chr1"] * n, np.arange(n) * 1000, np.arange(n) * 1000 + 500, np.full(n, 5),
+                        ["loss", "loss", "gain", "gain"], np.ones(n), np.zeros(n), np.zeros(n), levels * cov, cov)
+    separation = table.separation(groups)
+    # test1 (1.00) lies above control1 (0.94): -0.06; 0.80 - 0.30; 0.70 - 0.30; no control read
+    assert np.allclose(separation[:3], [-0.06, 0.50, 0.40]) and np.isnan(separation[3])
+    assert np.allclose(table.differences(groups)[:3], [0.63 - 0.94, 0.20 - 0.85, 0.70 - 0.25])
+    # more groups: the highest group's lowest replicate minus the lowest group's highest
+    three = SampleGroups.of(["a", "a", "b", "c"])
+    table.direction = ["differs"] * n
+    assert np.allclose(table.separation(three)[:2], [1.00 - 0.26, 0.80 - 0.10])
 
 
 def test_the_tables_columns_have_distinct_names():
