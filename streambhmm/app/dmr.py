@@ -153,10 +153,11 @@ class RegionTable:
             gain = np.array([d != "loss" for d in self.direction])
             high, low = np.where(gain, 1, 0), np.where(gain, 0, 1)
         else:
-            group_levels = np.nan_to_num(self.group_levels(groups), nan=0.5)
+            group_levels = np.nan_to_num(self.group_levels(groups))
             high, low = group_levels.argmax(axis=1), group_levels.argmin(axis=1)
         rows = np.arange(len(self))
-        return lowest[rows, high] - highest[rows, low]
+        unread = np.isnan(lowest).any(axis=1)
+        return np.where(unread, np.nan, lowest[rows, high] - highest[rows, low])
 
     def differ_by(self, groups: SampleGroups, min_difference: float) -> np.ndarray:
         """Per region, whether its reads show its direction by at least ``min_difference``

@@ -58,15 +58,16 @@ def _fits_dackel(f):
 
 
 def _fits_report(f):
-    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 3, 4) and f[5] in CONTEXT_NAMES and f[6].isalpha()
+    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 3, 4) and f[5].upper() in CONTEXT_NAMES and f[6].isalpha()
 
 
 def _fits_allc(f):
-    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6) and re.fullmatch("C[ACGTN]{2}", f[3]) is not None
+    return (len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6)
+            and re.fullmatch("C[ACGTN]{2}", f[3].upper()) is not None)
 
 
 def _fits_methylpipe(f):
-    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6) and f[3] in CONTEXT_NAMES
+    return len(f) == 7 and f[2] in ("+", "-") and _ints(f, 1, 4, 5, 6) and f[3].upper() in CONTEXT_NAMES
 
 
 def _fits_bedmethyl(f):
@@ -79,7 +80,7 @@ def _fits_modkit(f):
 
 
 def _fits_cgmap(f):
-    return len(f) == 8 and f[1] in ("C", "G") and _ints(f, 2, 6, 7) and f[3] in CONTEXT_NAMES and _nums(f, 5)
+    return len(f) == 8 and f[1] in ("C", "G") and _ints(f, 2, 6, 7) and f[3].upper() in CONTEXT_NAMES and _nums(f, 5)
 
 
 def _fits_biscuit(f):

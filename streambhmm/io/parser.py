@@ -177,10 +177,10 @@ def contexts(arr: pa.Array, kind: str, strand: np.ndarray | None) -> tuple[np.nd
     # bsmap: 5 bases of the + strand centred on the position: a C (+ strand) or G (- strand)
     n, (c0, c1, c2, c3, c4) = upper_chars(arr, 5)
     plus = strand > 0
-    ok = (n == 5) & np.where(plus, c2 == C, c2 == G)
+    ok = (n == 5) & np.where(plus, c2 == C, c2 == G) & BASE[c0] & BASE[c1] & BASE[c3] & BASE[c4]
     cg = np.where(plus, c3 == G, c1 == C)
     chg = np.where(plus, c4 == G, c0 == C)
-    return np.where(cg, 0, np.where(chg, 1, 2)), ok, "5 bases centred on the C (+) or G (-)"
+    return np.where(cg, 0, np.where(chg, 1, 2)), ok, "5 bases (ACGTN) centred on the C (+) or G (-)"
 
 
 CONTEXT_INDEX = {"CG": 0, "CHG": 1, "CHH": 2}

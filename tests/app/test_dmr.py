@@ -386,6 +386,7 @@ def test_the_separation_shows_a_call_that_one_replicate_carries():
     three = SampleGroups.of(["a", "a", "b", "c"])
     table.direction = ["differs"] * n
     assert np.allclose(table.separation(three)[:2], [1.00 - 0.26, 0.80 - 0.10])
+    assert np.isnan(table.separation(three)[3])  # group a has no read there
 
 
 def test_the_tables_columns_have_distinct_names():

@@ -139,6 +139,21 @@ def test_a_context_in_lower_case_reads_as_in_upper_case(tmp_path):
         expected = rows_of(write(tmp_path, "upper.txt", upper), context=context, columns=columns)
         assert expected and rows_of(lower, context=context, columns=columns) == expected
         assert rows_of(mixed, context=context, columns=columns) == expected
+    # and the named formats are detected with them
+    report = write(tmp_path, "r.txt", "chr1\t101\t+\t3\t1\tcg\tcgt\nchr1\t201\t+\t1\t1\tCHH\tCAT\n")
+    assert detect_format(report) == "bismark-report" and rows_of(report) == [("chr1", 100, 3, 4)]
+    allc = write(tmp_path, "a.tsv", "chr1\t101\t+\tcgt\t3\t4\t1\nchr1\t201\t+\tcat\t1\t2\t1\n")
+    assert detect_format(allc) == "allc" and rows_of(allc) == [("chr1", 100, 3, 4)]
+
+
+def test_a_bsmap_context_is_five_bases(tmp_path):
+    head = "chr\tpos\tstrand\tcontext\tratio\teff_CT_count\tC_count\tCT_count\trev_G_count\trev_GA_count\n"
+    good = write(tmp_path, "good.txt", head + "chr1\t101\t+\ttacga\t0.75\t4\t3\t4\t0\t0\n")
+    assert rows_of(good) == [("chr1", 100, 3, 4)]
+    bad = write(tmp_path, "bad.txt", head + "chr1\t101\t+\ttacga\t0.75\t4\t3\t4\t0\t0\n"
+                                           "chr1\t201\t+\txxCG!\t0.75\t4\t3\t4\t0\t0\n")
+    err = error_of(bad, context="all")
+    assert err.line == 3 and "context 'xxCG!' (expected 5 bases (ACGTN) centred on the C" in str(err)
 
 
 @pytest.mark.parametrize("spec,message", [
