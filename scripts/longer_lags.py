@@ -38,8 +38,8 @@ from streambhmm.moments.histograms import thinned_histogram
 from streambhmm.moments.spec import FeatureSpec
 
 
-def lag_histograms(path, store, moments, lags: list[int]) -> list:
-    """(k, the criterion's pair term over covered bins k apart) per lag, from the store's counts."""
+def store_counts(path, store):
+    """(methylated, coverage, lengths) of the store's covered bins, chromosome after chromosome."""
     meths, covs, lengths = [], [], []
     for chrom in store.chromosomes:
         ds = xr.open_zarr(path, group=chrom)
@@ -48,45 +48,52 @@ def lag_histograms(path, store, moments, lags: list[int]) -> list:
         meths.append(meth[keep])
         covs.append(cov[keep])
         lengths.append(int(keep.sum()))
-    features = encode(np.concatenate(meths), np.concatenate(covs), moments.n_bins)
+    return np.concatenate(meths), np.concatenate(covs), np.array(lengths)
+
+
+class LagTerm:
+    """The likelihood of the thinned histogram of covered bins k apart, pi_i (A^k)_ij in
+    place of the adjacent pairs' pi_i A_ij, in the form of the criterion's histogram terms
+    (Objective.histograms): (value, and its gradients by levels, overdispersions, pi and A)."""
+
+    width = 2
+
+    def __init__(self, k: int, histogram: HistogramLikelihood):
+        self.k, self.histogram = k, histogram
+
+    def __call__(self, levels, pi, a, dispersion):
+        powers = [np.eye(a.shape[0])]
+        for _ in range(self.k):
+            powers.append(powers[-1] @ a)
+        value, g_levels, g_scale, g_pi, g_ak = self.histogram(levels, pi, powers[self.k], dispersion)
+        # d(A^k) = sum_r A^r dA A^(k-1-r)
+        g_a = sum(powers[r].T @ g_ak @ powers[self.k - 1 - r].T for r in range(self.k))
+        return value, g_levels, g_scale, g_pi, g_a
+
+
+def lag_terms(counts, moments, lags: list[int]) -> list[LagTerm]:
+    """A LagTerm per lag, from (methylated, coverage, lengths) in memory (the moment pass has
+    no such sums), thinned as ``moments``' adjacent pairs are."""
+    meth, cov, lengths = counts
+    features = encode(meth, cov, moments.n_bins)
     offsets = np.r_[0, np.cumsum(lengths)[:-1]]
     out = []
     for k in lags:
-        firsts = np.concatenate([np.arange(o, o + n - k) for o, n in zip(offsets, lengths)])
+        firsts = np.concatenate([np.arange(o, o + n - k) for o, n in zip(offsets, lengths) if n > k])
         codes = np.empty((2 * firsts.size, features.codes.shape[1]), features.codes.dtype)
         codes[0::2], codes[1::2] = features.codes[firsts], features.codes[firsts + k]  # each pair adjacent
         paired = dataclasses.replace(features, codes=codes)
         hist = thinned_histogram(paired, np.arange(firsts.size) * 2, 2, moments.histogram_budget)
         lagged = types.SimpleNamespace(pair_histogram=hist, histogram_layout=moments.histogram_layout,
                                        histogram_budget=moments.histogram_budget, n_triples=firsts.size)
-        out.append((k, HistogramLikelihood(lagged, 2)))
+        out.append(LagTerm(k, HistogramLikelihood(lagged, 2)))
     return out
 
 
-def with_lags(base, histograms, weight: float):
-    """The criterion ``base`` plus ``weight`` times each lag's pair term, with its gradient."""
-    largest = max(k for k, _ in histograms)
-
-    def objective(x, m):
-        loss, grad = base(x, m)
-        levels, a, _, dispersion = base.unpack(x, m)
-        pi, fundamental = C.stationary(a)
-        g_levels, g_scale, g_pi, g_a = np.zeros_like(levels), np.zeros_like(levels), np.zeros(m), np.zeros((m, m))
-        powers = [np.eye(m)]
-        for _ in range(largest):
-            powers.append(powers[-1] @ a)
-        for k, histogram in histograms:
-            value, gl, gs, gp, g_ak = histogram(levels, pi, powers[k], dispersion)
-            loss += weight * value
-            g_levels += weight * gl
-            g_scale += weight * gs
-            g_pi += weight * gp
-            for r in range(k):  # d(A^k) = sum_r A^r dA A^(k-1-r)
-                g_a += weight * powers[r].T @ g_ak @ powers[k - 1 - r].T
-        g_a += np.outer(pi, fundamental @ g_pi)
-        extra = np.concatenate([(g_levels * levels * (1 - levels)).ravel(), C.softmax_gradient(a, g_a).ravel(),
-                                g_scale.ravel(), np.zeros(grad.size - 2 * levels.size - m * m)])
-        return loss, grad + extra
+def with_lags(base: C.Objective, terms: list[LagTerm], weight: float) -> C.Objective:
+    """A copy of the criterion ``base`` plus ``weight`` times each lag's term."""
+    objective = copy.copy(base)
+    objective.histograms = [*base.histograms, *((weight, term) for term in terms)]
     return objective
 
 
@@ -106,7 +113,7 @@ def main() -> None:
     fit_store_em(store, hmm, None, store.samples, 1000, rel_tol=1e-8, check=False)
     em_calls = hmrs(store, hmm, est, client)
     base = C.objective_for(moments, C.Weights(), "betabinomial")
-    objective = with_lags(base, lag_histograms(args.store, store, moments, lags), args.weight)
+    objective = with_lags(base, lag_terms(store_counts(args.store, store), moments, lags), args.weight)
     bounds = base.bounds(m, model.limits())
     print(f"{args.store}, lags {lags}, weight {args.weight:g}")
     print("| fit | levels | overdispersions | HMRs: Jaccard with EM's |")
