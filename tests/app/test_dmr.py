@@ -180,6 +180,10 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
         assert shown >= 0.1 - 1e-3, call
         # replicates spread around their group's mean: the nearest pair is no further apart
         assert float(call["separation"]) <= shown + 1e-3, call
+    carried = sum(float(call["separation"]) < 0 for call in found)
+    said = [line for line in result.output.splitlines() if "one replicate carries them" in line]
+    assert said == ([f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
+                     f"replicate carries them (a negative separation in {tmp_path / 'dmr.tsv'})"] if carried else [])
     header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
                                                                                       sim.samples]

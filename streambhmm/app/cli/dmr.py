@@ -97,6 +97,10 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                f"{outcome.candidates:,} candidates ({outcome.absorbed:,} of them inside a differential domain)")
     click.echo(f"{job.outputs[2]}: {_found(domains.lengths, 'differential domain')} "
                f"({time.perf_counter() - start:.1f} s: {steps})")
+    carried = int(np.sum(dmrs.separation(outcome.groups) < 0))
+    if carried:
+        click.echo(f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
+                   f"replicate carries them (a negative separation in {job.outputs[1]})")
     if not outcome.targets.any:
         click.echo(f"no state's group levels differ by {min_difference:g} or more: the groups do not differ "
                    f"(at this --min-difference)")
