@@ -144,6 +144,8 @@ def test_a_context_in_lower_case_reads_as_in_upper_case(tmp_path):
     assert detect_format(report) == "bismark-report" and rows_of(report) == [("chr1", 100, 3, 4)]
     allc = write(tmp_path, "a.tsv", "chr1\t101\t+\tcgt\t3\t4\t1\nchr1\t201\t+\tcat\t1\t2\t1\n")
     assert detect_format(allc) == "allc" and rows_of(allc) == [("chr1", 100, 3, 4)]
+    cgmap = write(tmp_path, "c.CGmap", "chr1\tc\t101\tcg\tcg\t0.75\t3\t4\nchr1\tg\t102\tCG\tCG\t0.5\t1\t2\n")
+    assert detect_format(cgmap) == "cgmap" and rows_of(cgmap) == [("chr1", 100, 3, 4), ("chr1", 101, 1, 2)]
 
 
 def test_a_bsmap_context_is_five_bases(tmp_path):
