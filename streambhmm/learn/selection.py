@@ -4,10 +4,13 @@ over genomic blocks, BIC, and the number of states to recommend from a sweep's o
 from __future__ import annotations
 
 import multiprocessing
+import pickle
+import tempfile
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
 import numpy as np
@@ -115,10 +118,12 @@ class SweepProcessLost(ClusterError):
 _SWEEP_DATA: tuple = ()  # (moments, block table) of a sweep's worker process
 
 
-def _sweep_worker(moments: Moments, table: BlockTable | None) -> None:
-    """A sweep's process: its data, and one thread per fit (the processes use the cores)."""
+def _sweep_worker(data: str) -> None:
+    """A sweep's process: its data (the pickled moments and block table at ``data``), and one
+    thread per fit (the processes use the cores)."""
     global _SWEEP_DATA
-    _SWEEP_DATA = (moments, table)
+    with open(data, "rb") as fh:
+        _SWEEP_DATA = pickle.load(fh)
     limit_fit_threads(1)
 
 
@@ -147,10 +152,18 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
     context = multiprocessing.get_context("spawn")  # not fork: the parent runs threads
     others = set(multiprocessing.active_children())
     pool, finished = None, False
+    # the workers load the data from a file: spawning writes a worker's arguments into a pipe
+    # whose reading end the parent holds open until the write ends, so arguments larger than
+    # the pipe's buffer hung the parent for good when the worker died before reading them all
+    # (seen in a test run)
+    scratch = tempfile.TemporaryDirectory(prefix="streambhmm-sweep-")
     try:
+        data = Path(scratch.name) / "data.pickle"
+        with open(data, "wb") as fh:
+            pickle.dump((moments, table), fh, protocol=pickle.HIGHEST_PROTOCOL)
         for attempt in (1, 2):
             pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_sweep_worker,
-                                       initargs=(moments, table))
+                                       initargs=(str(data),))
             try:
                 futures = {m: pool.submit(_sweep_fit_in_worker, m, seed, allow_degenerate, emission) for m in states}
                 break
@@ -176,6 +189,7 @@ def sweep_in_processes(moments: Moments, table: BlockTable | None, states: list[
                 worker.terminate()
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        scratch.cleanup()
 
 
 def bic(loglik: float, m: int, n_samples: int, n_bins: float, betabinomial: bool = False) -> float:

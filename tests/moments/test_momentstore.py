@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -289,6 +290,28 @@ def test_a_sweep_whose_worker_process_dies_says_so(built_moment_store):
     with pytest.raises(SweepProcessLost, match="a worker process of the sweep ended before its fit of 2 states "
                                                r"was done \(killed, or out of memory\?\)"):
         list(sweep_in_processes(data.moments, _EndsTheProcessThatLoadsIt(), [2, 3], 0, False, "betabinomial", 2))
+
+
+def test_a_sweep_hands_its_workers_a_file_not_the_data(built_moment_store, monkeypatch):
+    """Spawning writes a worker's arguments into a pipe whose reading end the parent holds
+    until the write ends: arguments beyond the pipe's buffer (64 KiB) hung a test run for good
+    when the worker died before reading them. The moments go through a file instead, removed
+    after the sweep."""
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    data = load_moments(built_moment_store[1], None, FeatureSpec(), None, quiet=True)
+    assert len(pickle.dumps(data.moments)) > 1 << 16  # what would have gone through the pipe
+    real_init, seen = ProcessPoolExecutor.__init__, []
+
+    def init(self, *args, initargs=(), **kwargs):
+        seen.append(initargs)
+        real_init(self, *args, initargs=initargs, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "__init__", init)
+    assert len(list(sweep_in_processes(data.moments, None, [2], 0, False, "binomial", 1))) == 1
+    assert len(seen) == 1 and len(pickle.dumps(seen[0])) < 1 << 12
+    assert not Path(seen[0][0]).exists()
 
 
 def test_a_sweep_makes_its_pool_again_when_spawning_meets_cpythons_descriptor_race(built_moment_store,
