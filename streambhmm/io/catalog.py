@@ -120,8 +120,8 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
            "stranded", fits=_fits_methylpipe),
     Format("cgmap", "BS-Seeker2 CGmap: chrom C/G pos context dinucleotide level meth total; 1-based; G = minus "
                     "strand",
-           (Layout(8, 0, 2, 1, meth=6, total=7, strand=1, context=3, context_kind="name",
-                   strand_codes=(("C", 1), ("G", -1), ("c", 1), ("g", -1))),), "stranded", fits=_fits_cgmap),
+           (Layout(8, 0, 2, 1, meth=6, total=7, strand=1, strand_codes=(("C", 1), ("G", -1)), context=3,
+                   context_kind="name"),), "stranded", fits=_fits_cgmap),
     Format("bsmap", "BSMAP methratio, with its header: chr pos strand context(5 bases) ratio eff_CT_count "
                     "C_count CT_count ...; 1-based",
            tuple(Layout(n, 0, 1, 1, meth=6, total=7, strand=2, strand_codes=ONE, context=3, context_kind="bsmap")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .limits import COUNT_MAX, POSITION_MAX
-from .parser import CONTEXT_INDEX, chars, code_table, contexts, numbers
+from .parser import CONTEXT_INDEX, chars, code_table, contexts, numbers, upper_chars
 from .rows import Layout, Settings
 
 # percent points a percent column may differ from its counts' percent: writers round it (MethylDackel
@@ -93,7 +93,7 @@ class FieldChecks:
         lay = self.layout
         if lay.strand is None:
             return None
-        lengths, (codes,) = chars(col[lay.strand], 1)
+        lengths, (codes,) = upper_chars(col[lay.strand], 1)  # a letter in either case (CGmap's soft-masked c, g)
         valid, value = self.strand_table
         bad = ~valid[codes] | (lengths != 1)
         texts = ", ".join(t for t, _ in lay.strand_codes)

@@ -158,7 +158,8 @@ UPPER[ord("a"):ord("z") + 1] -= ord("a") - ord("A")
 
 
 def upper_chars(arr: pa.Array, count: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """chars() in upper case: a context's bases in either case (soft-masked ones are lower)."""
+    """chars() in upper case: a context's or strand's letters in either case (soft-masked bases
+    are lower)."""
     n, first = chars(arr, count)
     return n, [UPPER[c] for c in first]
 
