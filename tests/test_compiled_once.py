@@ -21,7 +21,7 @@ from streambhmm.moments.features import encode
 def forward_backward_args():
     n, m = 10, 3
     return (hmm_kernels._forward_backward, np.zeros((n, m)), np.ones((n, m)), np.zeros(n), np.zeros((n, m)),
-            np.array([4, 6]), np.full(m, 1 / m), np.full((m, m), 1 / m), np.zeros((n, 1), np.int32), np.ones(m),
+            np.array([4, 6]), np.full(m, 1 / m), np.full((m, m), 1 / m), np.zeros((1, n), np.int32), np.ones(m),
             np.zeros((1, 5, m)))
 
 
@@ -100,3 +100,33 @@ def test_kernels_call_kernels_with_no_literal_arguments(case):
     literal = [(name, [str(t) for t in types]) for name, types in asked
                if any(isinstance(t, numba.types.Literal) for t in types)]
     assert not literal
+
+
+def test_every_caller_hands_the_recursion_one_signature(monkeypatch):
+    """One sample or two, the model in memory or a chunk's task with an incoming message (a
+    new first row): the forward-backward recursion gets arguments of the same numba types.
+    The codes of one sample and of two had two layouts (C and F), which cost a first run
+    6-8 s of compilation more."""
+    from streambhmm.distributed.messages import Params, statistics_between
+    from streambhmm.learn.emissions import EmissionTable
+    from streambhmm.learn.hmm import BinomialHMM
+
+    seen = []
+    original = hmm_kernels._forward_backward
+
+    def recording(*args):
+        seen.append(tuple(numba.typeof(a) for a in args))
+        return original(*args)
+
+    monkeypatch.setattr(hmm_kernels, "_forward_backward", recording)
+    rng = np.random.default_rng(0)
+    for n_samples in (1, 2):
+        coverage = rng.integers(0, 9, (50, n_samples))
+        methylated = rng.binomial(coverage, 0.5)
+        hmm = BinomialHMM(2, emission="betabinomial").start_from(
+            np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.1, 0.9]]), np.tile([[0.2], [0.8]], n_samples),
+            np.full((2, n_samples), 0.05))
+        hmm.score(methylated, coverage)
+        params, table = Params.of(hmm), EmissionTable(methylated, coverage)
+        statistics_between(np.array([0.3, 0.7]), None, params.log_b(table), params, True, table)
+    assert len(seen) == 4 and len(set(seen)) == 1, seen

@@ -83,14 +83,14 @@ def statistics_between(previous, following, log_b: np.ndarray, params: Params, w
                                np.zeros((m, n_samples)))
         return zero, np.zeros((0, m))
     beta = params.dispersion is not None
-    codes = table.codes.T if table is not None else np.zeros((log_b.shape[0], 0), np.int32)
+    codes = table.codes if table is not None else np.zeros((0, log_b.shape[0]), np.int32)
     start = params.startprob
     if previous is not None:
         # a virtual first bin whose "emission" is the incoming forward message: the
         # kernel then counts the transition across the boundary, and adds log 1 = 0
         with np.errstate(divide="ignore"):
             log_b = np.vstack([np.log(previous)[None, :], log_b])
-        codes = np.vstack([np.full((1, codes.shape[1]), -1, np.int32), codes])
+        codes = np.hstack([np.full((codes.shape[0], 1), -1, np.int32), codes])
         start = np.ones(m)
     final = np.ones(m) if following is None else following
     lengths = np.array([log_b.shape[0]]) if lengths is None else np.asarray(lengths, np.int64)

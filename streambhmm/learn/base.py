@@ -152,7 +152,7 @@ class BaseBinomialHMM:
         self.validate(data.table.codes.shape[0])
         data.log_b = data.table.log_b(self.methylation_, self.dispersion, data.log_b)
         return hmm_kernels.forward_backward(data.log_b, data.lengths, self.startprob_, self.transmat_,
-                                             data.table.codes.T, data.table.keys.size, want_posteriors,
+                                             data.table.codes, data.table.keys.size, want_posteriors,
                                              np.ones(self.n_components), data.workspace)
 
     def score(self, methylated, coverage, lengths=None) -> float:

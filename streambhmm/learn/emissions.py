@@ -111,7 +111,7 @@ class EmissionTable:
         """The posterior-weighted count of each code per sample and state (S, K, m), from
         posteriors (n, m) (when the recursion did not count them itself): one pass."""
         weights = np.zeros((self.codes.shape[0], self.keys.size, posteriors.shape[1]))
-        hmm_kernels.add_code_weights(np.ascontiguousarray(posteriors, np.float64), self.codes.T, 0, self.n_bins,
+        hmm_kernels.add_code_weights(np.ascontiguousarray(posteriors, np.float64), self.codes, 0, self.n_bins,
                                      weights)
         return weights
 

@@ -56,7 +56,8 @@ def _sequence_scaled(emis, offset, end, startprob, transmat, codes, final_beta, 
     predicted = np.empty(m)
     for t in range(offset, end):
         if t == offset:
-            predicted[:] = startprob
+            for j in range(m):  # not predicted[:] = startprob: numba compiles its shape error's message for 2.7 s
+                predicted[j] = startprob[j]
         else:  # row by row: contiguous in transmat
             predicted[:] = 0.0
             for i in range(m):
@@ -130,11 +131,11 @@ def _sequence_scaled(emis, offset, end, startprob, transmat, codes, final_beta, 
 
 @njit(cache=True, nogil=True)
 def add_code_weights(post, codes, offset, end, code_weights):
-    """code_weights[s, codes[t, s]] += post[t] for the sequence's bins (codes < 0: none)."""
+    """code_weights[s, codes[s, t]] += post[t] for the sequence's bins (codes < 0: none)."""
     m = post.shape[1]
     for t in range(offset, end):
-        for s in range(codes.shape[1]):
-            k = codes[t, s]
+        for s in range(codes.shape[0]):
+            k = codes[s, t]
             if k >= 0:
                 for h in range(m):
                     code_weights[s, k, h] += post[t, h]
@@ -218,9 +219,10 @@ def forward_backward(log_b, lengths, startprob, transmat, codes, n_codes, want_p
                      workspace=None):
     """Log-likelihood and EM statistics (and optionally posteriors) over all sequences.
 
-    ``codes`` (n, S) number each bin's (coverage, methylated) pair in each sample (a table
+    ``codes`` (S, n) number each bin's (coverage, methylated) pair in each sample (a table
     of ``n_codes`` distinct pairs; negative: add nothing); the statistics of the emissions
-    are the posterior-weighted counts of each code. ``final_beta`` (m,) is the backward
+    are the posterior-weighted counts of each code. In C order, as every caller passes them:
+    another layout is another compilation of the recursion (6-8 s on a first run). ``final_beta`` (m,) is the backward
     message into the last bin of each sequence: ones for a sequence that really ends,
     P(later data | state) for a segment cut out of one. ``workspace`` (a Workspace) lends
     the buffers; the posteriors returned are then its own.
@@ -232,7 +234,7 @@ def forward_backward(log_b, lengths, startprob, transmat, codes, n_codes, want_p
     emis, alpha, shift = (workspace or Workspace()).arrays(n, m)
     _shift_rows(log_b, shift, emis)
     np.exp(emis, out=emis)  # numpy's vector exp: a third of the recursion's time by numba's scalar one
-    code_weights = np.zeros((codes.shape[1], n_codes, m))
+    code_weights = np.zeros((codes.shape[0], n_codes, m))
     loglik, start, trans = _forward_backward(log_b, emis, shift, alpha, lengths, startprob, transmat, codes,
                                              final_beta, code_weights)
     return loglik, start, trans, code_weights, alpha if want_posteriors else np.empty((0, m))
@@ -278,7 +280,8 @@ def forward_message(log_b, startprob, transmat):
                 for i in range(m):
                     acc += alpha[i] * transmat[i, j]
                 new_alpha[j] = acc
-            alpha[:] = new_alpha
+            for j in range(m):  # (not alpha[:] = new_alpha: see _sequence_scaled)
+                alpha[j] = new_alpha[j]
         total = 0.0
         for h in range(m):
             new_alpha[h] = alpha[h] * emis[h]

@@ -74,13 +74,23 @@ def _markov_chain(cum_start, cum_trans, lengths, uniforms):
     for length in lengths:
         if length == 0:
             continue
-        h = np.searchsorted(cum_start, uniforms[offset], side="right")
+        h = _count_at_most(cum_start, uniforms[offset])
         states[offset] = h
         for t in range(offset + 1, offset + length):
-            h = np.searchsorted(cum_trans[h], uniforms[t], side="right")
+            h = _count_at_most(cum_trans[h], uniforms[t])
             states[t] = h
         offset += length
     return states
+
+
+@njit(cache=True, nogil=True)
+def _count_at_most(cumulative, u):
+    """np.searchsorted(cumulative, u, side="right") over a few states (numba's searchsorted
+    costs the demo's first run 0.6 s of compilation)."""
+    i = 0
+    while i < cumulative.size and cumulative[i] <= u:
+        i += 1
+    return i
 
 
 def _coverage_means(coverage, m: int, n_samples: int) -> np.ndarray:

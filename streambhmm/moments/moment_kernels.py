@@ -113,7 +113,8 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
                 else:
                     np.dot(xs[:m].T, ys[:m], more)
                     group += more
-            phis[used, :dim] = table[k3]
+            for d in range(dim):  # not a slice assignment: numba compiles its shape error's message for 2.4 s
+                phis[used, d] = table[k3, d]
             phis[used, dim] = 1.0
             used += 1
             if used == block:

@@ -10,7 +10,7 @@ import pytest
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
                                            with_shoulders)
-from streambhmm.distributed.shoulders import Profile, chunk_profile, expected_levels, widen
+from streambhmm.distributed.shoulders import Profile, _median, chunk_profile, expected_levels, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
 
@@ -127,6 +127,16 @@ def profile(position, level, top=None, meth=None, cov=None) -> Profile:
     zeros = np.zeros((level.size, 1), np.int64)
     return Profile(np.arange(level.size), np.asarray(position), level, level if top is None else top,
                    zeros if meth is None else meth, zeros if cov is None else cov)
+
+
+def test_the_walks_median_is_numpys():
+    """The shoulders' background is the median of up to a window of levels, by the walks' own
+    insertion sort: equal to np.median to the bit, odd and even counts, ties included."""
+    rng = np.random.default_rng(1)
+    scratch = np.empty(20)
+    for n in range(1, 21):
+        for values in (rng.random(n), rng.integers(0, 4, n) / 4.0, np.full(n, 0.3)):
+            assert _median(values, scratch) == np.median(values)
 
 
 def test_shoulders_widen_a_core_half_way_to_its_local_background():
