@@ -52,6 +52,8 @@ finally:
 
 
 def run(command: list[str], package_dir: str | None, cache: Path, listen_log: Path | None = None) -> float:
+    """Wall seconds of one run, in the cache's directory (``python -m`` puts the working
+    directory first on the path: run from a checkout, it would shadow ``package_dir``)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
     if package_dir:
         env["PYTHONPATH"] = package_dir
@@ -60,7 +62,8 @@ def run(command: list[str], package_dir: str | None, cache: Path, listen_log: Pa
     else:
         argv = [sys.executable, "-c", f"LOG = {str(listen_log)!r}\n" + LISTENING, "-", *command]
     start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cache.mkdir(parents=True)
+    subprocess.run(argv, env=env, check=True, cwd=cache, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 
@@ -74,7 +77,7 @@ def main():
         work = Path(tmp)
         store = work / "counts.zarr"
         subprocess.run([sys.executable, "-m", "streambhmm", "ingest", str(EXCERPT), "--sample", "S", "--store",
-                        str(store), "--format", "methylseekr", "-q"], check=True)
+                        str(store), "--format", "methylseekr", "-q"], check=True, cwd=work)
         outputs = {"hmr": ["-o", str(work / "calls.bed")], "pmd": ["-o", str(work / "calls.bed")],
                    "fit": ["--states", "4", "-o", str(work / "model.json")]}
         command = [args.command, str(store), *outputs[args.command], "-q"]
