@@ -10,7 +10,8 @@ a log file, CI) a line is written every ``$STREAMBHMM_PROGRESS_EVERY`` seconds (
 news or not, and a last one when a step that wrote one ends with a count not yet written (0: a line, or a
 redraw, at every update, and none between).
 ``quiet`` writes nothing. A ``capped`` step's total is a cap it may stop before (EM's
-iterations): it shows no time left.
+iterations): it shows no time left. While numba compiles a kernel (a first run after
+installation: 20 s and more of a first `hmr`), the line says so (COMPILING).
 
 Stages nest (a sweep's number of states, then that fit's starts): the innermost is shown,
 after its outer stages' names and counts. Code below the command line takes a plain
@@ -33,11 +34,14 @@ EVERY = 5.0  # seconds between lines without a terminal
 REDRAW = 0.2  # seconds between redraws of the line on a terminal (or $STREAMBHMM_PROGRESS_EVERY if shorter)
 TICK = 1.0  # seconds between redraws of a terminal line's clock while its step has no news
 SEPARATOR = " > "
+COMPILING = "compiling numba kernels, once per installation"
 
 _active: list["Stage"] = []  # the stages open now, outermost first
 _lock = threading.RLock()
 _last_line = [0.0]  # when the last line was written without a terminal
 _last_written = [0.0]  # the same by the machine's clock (time.monotonic), which the ticks go by
+_compiling = [0]  # threads in a numba compilation now
+_watching = [False]  # a listener is on numba's compile events
 
 
 def _now() -> float:
@@ -85,6 +89,10 @@ class Stage:
         text = f"{self.name} {min(self.done + 1, self.total)}/{self.total}" if self.total else self.name
         return f"{text} ({self.note})" if self.note else text
 
+    def shown_note(self) -> str:
+        """The note, and that numba is compiling when it is."""
+        return ", ".join(part for part in (self.note, COMPILING if _compiling[0] else "") if part)
+
     def description(self) -> str:
         outer = [s.counted for s in _active if s is not self]
         return SEPARATOR.join([*outer, self.name])
@@ -125,8 +133,8 @@ class Stage:
         retotalled = self.total != bar.total
         if retotalled:
             bar.total = self.total
-        if self.note:
-            bar.set_postfix_str(self.note, refresh=False)
+        if self.shown_note() or bar.postfix:
+            bar.set_postfix_str(self.shown_note(), refresh=False)
         bar.update(self.done - bar.n)
         if made or retotalled:
             bar.refresh()  # tqdm drew it when made, before its start and note were set; update(0) draws nothing
@@ -137,7 +145,7 @@ class Stage:
         self.logged = (self.done, self.total, self.note)
         text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
-                                    unit_divisor=1024 if self.unit_scale else 1000, postfix=self.note or None,
+                                    unit_divisor=1024 if self.unit_scale else 1000, postfix=self.shown_note() or None,
                                     bar_format=LINE_CAPPED if self.capped else LINE if self.total else LINE_UNKNOWN)
         self.stream.write(text + "\n")
         self.stream.flush()
@@ -193,6 +201,7 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
         yield _Silent()
         return
     terminal = bool(getattr(stream, "isatty", lambda: False)())
+    _watch_compilations()
     stopped = threading.Event()
     with _lock:
         if _active:
@@ -215,6 +224,38 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
                 _last_line[0] = 0.0
             elif terminal:
                 _active[-1]._draw()  # the outer step's line again, its clock running
+
+
+def _compilation(change: int) -> None:
+    with _lock:
+        _compiling[0] += change
+        if _active:
+            _active[-1]._show()
+
+
+def _watch_compilations() -> None:
+    """Once numba is loaded (the commands that compile load it before their steps), follow
+    its compile events: numba reports only compilations, not loads from its cache."""
+    with _lock:
+        if _watching[0] or "numba" not in sys.modules:
+            return
+        _watching[0] = True
+    from numba.core import event
+
+    depth = threading.local()  # a kernel compiles the kernels it calls inside its own event
+
+    class Compiling(event.Listener):
+        def on_start(self, ev) -> None:
+            depth.n = getattr(depth, "n", 0) + 1
+            if depth.n == 1:
+                _compilation(+1)
+
+        def on_end(self, ev) -> None:
+            depth.n -= 1
+            if depth.n == 0:
+                _compilation(-1)
+
+    event.register("numba:compile", Compiling())
 
 
 @contextlib.contextmanager

@@ -214,3 +214,25 @@ def test_a_long_command_into_a_pipe_writes_progress_lines(tmp_path, em_store):
     quiet = subprocess.run(em_command(em_store, tmp_path / "q.json") + ["-q"], capture_output=True, text=True,
                            env={**env(), EVERY_ENV: "0"})
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+
+
+def test_a_step_says_when_numba_is_compiling(monkeypatch):
+    """A first run's long wait is numba compiling kernels: the step's line says so while it
+    does (after its own note), and not once the kernel is compiled or loaded from the cache."""
+    import numba
+
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setenv(EVERY_ENV, "0")
+
+    @numba.njit(cache=False)
+    def doubled(x):  # a new function: compiled at its first call, whatever numba's cache holds
+        return 2 * x
+
+    with stage("regions", 1) as shown:
+        shown(0, note="chr1")
+        doubled(3)
+        shown(1)
+    lines = err.getvalue().splitlines()
+    assert any(line.endswith(f"chr1, {progress.COMPILING}") for line in lines), lines
+    assert lines[-1].endswith("chr1") and progress._compiling[0] == 0
