@@ -14,6 +14,13 @@
    hmr's choices, the shoulders' window (none, 10, 20, 40 covered bins).
 3. What the data are: CpGs of the MethylSeekR excerpt missing from bsseq's chr22 and their
    levels; rows without methylated reads in each file.
+4. DNMTools' own cut instead of the minimum of bins: each run of hypomethylated bins scored
+   as DNMTools scores a domain (the sum of its bins' unmethylated fractions), against the
+   scores of the runs the same model finds in the same chromosome with its covered bins
+   shuffled; runs kept at an empirical p-value under the Benjamini-Hochberg step-up cutoff
+   at 0.01 (DNMTools' hmr); then, as hmr does, a level below 0.5 and the shoulders. On the
+   four sets and the MethylSeekR excerpt thinned to a quarter of its reads
+   (compare_dnmtools.py's thinning).
 
 DNMTools' calls come from --dnmtools-calls (a `compare_dnmtools.py --workdir`, its msr22/
 folder), or ../shared/data/reference for the excerpt's (the same, byte for byte).
@@ -29,19 +36,21 @@ from pathlib import Path
 
 import numpy as np
 
-from compare_dnmtools import SETS, away_from, covered_bases, intersect, jaccard, read_bed
+from compare_dnmtools import SETS, away_from, covered_bases, intersect, jaccard, read_bed, thin
 from streambhmm.distributed.shoulders import SHOULDER_WINDOW
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
-def load(key: str, tmp: Path):
-    """(methylated, coverage, positions, lengths) of a set's covered 100 bp bins, replicates summed."""
+def load(key: str, tmp: Path, files=None, fmt: str | None = None):
+    """(methylated, coverage, positions, lengths) of a set's covered 100 bp bins, replicates
+    summed (``files`` in ``fmt``: another set than SETS[key])."""
     from streambhmm.io.ingest import ingest
     from streambhmm.io.store import open_store
     from streambhmm.moments.pipeline import plan_chunks
 
-    _, files, fmt = SETS[key]
+    if files is None:
+        _, files, fmt = SETS[key]
     ingest(files, "S", tmp / f"{key}.zarr", fmt=fmt)
     store = open_store(tmp / f"{key}.zarr")
     meth, cov, pos, lengths = [], [], [], []
@@ -120,7 +129,7 @@ def span_levels(iv: np.ndarray, meth, cov, pos) -> np.ndarray:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dnmtools-calls", default=None)
-    parser.add_argument("--parts", default="1,2,3", help="which parts to run (part 1's EM fits take longest)")
+    parser.add_argument("--parts", default="1,2,3,4", help="which parts to run (part 1's EM fits take longest)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
 
@@ -132,12 +141,17 @@ def main():
         hmrs, pmds = read_bed(here / "IMR90.hmr.bed"), read_bed(here / "IMR90.pmd.bed")
     with tempfile.TemporaryDirectory() as tmp:
         data = {key: load(key, Path(tmp)) for key in SETS}
+        if "4" in parts:
+            quarter = thin(SETS["msr22"][1], "methylseekr", Path(tmp) / "quarter.tab.gz")
+            data["quarter"] = load("quarter", Path(tmp), [quarter], "methylseekr")
     if "1" in parts:
         free_models(data)
     if "2" in parts:
         call_choices(data, hmrs, pmds)
     if "3" in parts:
         the_data(data, hmrs, pmds)
+    if "4" in parts:
+        shuffled_null(data, hmrs, pmds)
 
 
 def free_models(data):
@@ -232,6 +246,75 @@ def the_data(data, hmrs, pmds):
                 rows = np.loadtxt(fh, skiprows=1, usecols=(3, 4), dtype=np.int64)
             print(f"{path.name}: {int(((rows[:, 0] == 0) & (rows[:, 1] > 0)).sum()):,} of {int((rows[:, 1] > 0).sum()):,} "
                   f"covered rows without a methylated read")
+
+
+def shuffled_null(data, hmrs, pmds, fdr: float = 0.01):
+    from streambhmm import compute_moments
+    from streambhmm.distributed.regions import RegionRule, regions_of
+    from streambhmm.distributed.shoulders import Profile, expected_levels, widen
+    from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
+    from streambhmm.learn.hmm import BinomialHMM
+    from streambhmm.learn.selection import one_pass
+
+    print(f"\n4. DNMTools' cut (scores against shuffled bins, step-up at {fdr}) against hmr's minimum of 4 bins\n")
+    print("| data set | hypomethylated state | runs (in shuffled bins) | 4 bins: HMRs, Mb, where DNMTools is right, "
+          "calls above 0.3 | shuffled null: the same | the runs it keeps, by bins |")
+    print("|---|---|---|---|---|---|")
+    lo, hi = int(hmrs[0, 0]), int(hmrs[-1, 1])
+    rng = np.random.default_rng(0)
+    titles = {key: title for key, (title, _, _) in SETS.items()} | {"quarter": "MethylSeekR, a quarter of the reads"}
+    model = CallModel("hmr", 4, (HYPO_LEVEL,) + (1.0,) * 3, (HYPO_DISPERSION,) + (1.0,) * 3)
+    for key, (meth, cov, pos, lengths) in data.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = one_pass(compute_moments(meth, cov, lengths, n_bins=30), 4, "refined", 0, True,
+                           emission="betabinomial", limits=model.limits(), n_random_starts=2)
+        hmm = BinomialHMM(4, emission="betabinomial").start_from(est.startprob_, est.transmat_, est.methylation_,
+                                                                 est.dispersion_)
+        offsets = np.r_[0, np.cumsum(lengths)[:-1]]
+
+        def runs(m, c):
+            """Each run's (start, end, bins, DNMTools' score, level) and the posteriors."""
+            post = hmm.predict_proba(m[:, None], c[:, None], lengths)
+            unmethylated = np.r_[0, np.cumsum(1 - m / np.maximum(c, 1))]
+            found = []
+            for o, n in zip(offsets, lengths):
+                part = slice(o, o + n)
+                r = regions_of(pos[part], post[part, 0], [(0, m[part], c[part])], 1, 100,
+                               RegionRule((0,), 0.5, 1000, 0, 1, "HMR", False))
+                first = np.searchsorted(pos[part], r.start) + o
+                last = np.searchsorted(pos[part], r.end - 100) + o
+                found.append(np.column_stack([r.start, r.end, r.n_bins, unmethylated[last + 1] - unmethylated[first],
+                                              r.levels()[:, 0]]))
+            return np.concatenate(found), post
+
+        observed, post = runs(meth, cov)
+        shuffled = np.concatenate([o + rng.permutation(n) for o, n in zip(offsets, lengths)])
+        null = np.sort(runs(meth[shuffled], cov[shuffled])[0][:, 3])
+        p = (null.size - np.searchsorted(null, observed[:, 3], side="right")) / max(null.size, 1)
+        ranked, n = np.sort(p), p.size
+        i = 1
+        while i < n and ranked[i - 1] < fdr * i / n:  # DNMTools' get_stepup_cutoff
+            i += 1
+        significant = p < ranked[i - 1] if n else np.zeros(0, bool)
+        level = expected_levels(post, [(0, meth, cov)], est.methylation_, est.dispersion_)[:, 0]
+        profile = Profile(np.arange(pos.size), pos, level, level, meth[:, None].astype(np.int64),
+                          cov[:, None].astype(np.int64))
+        below = observed[:, 4] < 0.5
+        cells = []
+        for keep in (below & (observed[:, 2] >= 4), below & significant):
+            starts, ends, _, _ = widen(observed[keep, 0].astype(np.int64), observed[keep, 1].astype(np.int64), profile,
+                                       pos.size, float(est.methylation_[0, 0]), 1000, 100)
+            calls = np.stack([starts, ends], axis=1)
+            calls = calls[span_levels(calls, meth, cov, pos) < 0.5]
+            right = (jaccard(away_from(calls[(calls[:, 0] >= lo) & (calls[:, 1] <= hi)], pmds), away_from(hmrs, pmds))
+                     if key in ("msr22", "bsseq22", "quarter") else float("nan"))
+            cells.append(f"{len(calls)}, {covered_bases(calls) / 1e6:.2f}, {right:.3f}, "
+                         f"{int((span_levels(calls, meth, cov, pos) > 0.3).sum())}")
+        kept_bins = np.bincount(observed[significant, 2].astype(np.int64), minlength=5)
+        print(f"| {titles[key]} | {est.methylation_[0, 0]:.2f} | {len(observed)} ({null.size}) | {cells[0]} | "
+              f"{cells[1]} | {', '.join(f'{b}: {kept_bins[b]}' for b in range(1, 5))}, more: "
+              f"{kept_bins[5:].sum()} |", flush=True)
 
 
 def pooled(iv, meth, cov, pos) -> float:
