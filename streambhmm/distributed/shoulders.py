@@ -177,8 +177,8 @@ def _walk(first, last, index, position, level, top, n_covered, core_level, max_g
 
 @njit(cache=True, nogil=True)
 def _median(values, scratch):
-    """np.median of a few values (at most scratch.size), by insertion sort into ``scratch``:
-    numba's np.median costs a first run 1.5 s of compilation."""
+    """np.median of a few finite values (at most scratch.size; levels are), by insertion
+    sort into ``scratch``: numba's np.median costs a first run 1.5 s of compilation."""
     n = values.size
     for i in range(n):
         v = values[i]

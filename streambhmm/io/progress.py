@@ -230,7 +230,10 @@ def _compilation(change: int) -> None:
     with _lock:
         _compiling[0] += change
         if _active:
-            _active[-1]._show()
+            try:
+                _active[-1]._show()
+            except Exception:  # (a closed standard error): never into numba, whose kernel call would fail
+                pass
 
 
 def _watch_compilations() -> None:
@@ -251,8 +254,11 @@ def _watch_compilations() -> None:
                 _compilation(+1)
 
         def on_end(self, ev) -> None:
-            depth.n -= 1
-            if depth.n == 0:
+            n = getattr(depth, "n", 0)
+            if n == 0:  # a compilation that started before the listener: it was not counted
+                return
+            depth.n = n - 1
+            if n == 1:
                 _compilation(-1)
 
     event.register("numba:compile", Compiling())

@@ -236,3 +236,33 @@ def test_a_step_says_when_numba_is_compiling(monkeypatch):
     lines = err.getvalue().splitlines()
     assert any(line.endswith(f"chr1, {progress.COMPILING}") for line in lines), lines
     assert lines[-1].endswith("chr1") and progress._compiling[0] == 0
+
+
+def test_the_compile_note_never_fails_a_kernel(monkeypatch):
+    """The note is written from inside numba's compilation: a standard error that fails there
+    (closed, a broken pipe) must not fail the kernel's call, and a compilation already under
+    way when the listener came (its end without a start) counts nothing."""
+    import numba
+    from numba.core import event
+
+    class Failing(io.StringIO):
+        def write(self, text):
+            if progress._compiling[0]:
+                raise ValueError("I/O operation on closed file")
+            return super().write(text)
+
+    monkeypatch.setattr(sys, "stderr", Failing())
+    monkeypatch.setenv(EVERY_ENV, "0")
+
+    @numba.njit(cache=False)
+    def tripled(x):
+        return 3 * x
+
+    with stage("fit", 1) as shown:
+        assert tripled(2) == 6
+        ended = []
+        worker = threading.Thread(target=lambda: ended.append(event.end_event("numba:compile", data={})))
+        worker.start()
+        worker.join()
+        shown(1)
+    assert ended == [None] and progress._compiling[0] == 0
