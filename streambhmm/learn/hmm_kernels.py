@@ -221,11 +221,11 @@ def forward_backward(log_b, lengths, startprob, transmat, codes, n_codes, want_p
 
     ``codes`` (S, n) number each bin's (coverage, methylated) pair in each sample (a table
     of ``n_codes`` distinct pairs; negative: add nothing); the statistics of the emissions
-    are the posterior-weighted counts of each code. In C order, as every caller passes them:
-    another layout is another compilation of the recursion (6-8 s on a first run). ``final_beta`` (m,) is the backward
-    message into the last bin of each sequence: ones for a sequence that really ends,
-    P(later data | state) for a segment cut out of one. ``workspace`` (a Workspace) lends
-    the buffers; the posteriors returned are then its own.
+    are the posterior-weighted counts of each code; in C order, as every caller passes them
+    (another layout is another compilation of the recursion, 6-8 s on a first run).
+    ``final_beta`` (m,) is the backward message into the last bin of each sequence: ones for
+    a sequence that really ends, P(later data | state) for a segment cut out of one.
+    ``workspace`` (a Workspace) lends the buffers; the posteriors returned are then its own.
 
     Returns loglik, start (m,), trans (m, m) expected transition counts, code weights
     (S, n_codes, m), posteriors (n, m) or (0, m).
