@@ -84,15 +84,12 @@ def lowest(hmm) -> str:
     return f"{hmm.methylation_[h, 0]:.2f} ({hmm.dispersion_[h, 0]:.3f})"
 
 
-def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool,
-                 window: int = SHOULDER_WINDOW) -> np.ndarray:
-    """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated
-    state widened over their shoulders (``window`` 0: not widened)."""
-    from streambhmm.learn.selection import one_pass
-    from streambhmm.distributed.regions import RegionRule, regions_of
-    from streambhmm.distributed.shoulders import Profile, expected_levels, widen
+def hmr_model(moments, background: int = 3):
+    """The one-pass model `hmr` fits (its hypomethylated state and ``background`` others), and
+    that model as an HMM."""
     from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
     from streambhmm.learn.hmm import BinomialHMM
+    from streambhmm.learn.selection import one_pass
 
     model = CallModel("hmr", 1 + background, (HYPO_LEVEL,) + (1.0,) * background,
                       (HYPO_DISPERSION,) + (1.0,) * background)
@@ -100,24 +97,50 @@ def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: in
         warnings.simplefilter("ignore")
         est = one_pass(moments, model.n_states, "refined", 0, True, emission="betabinomial", limits=model.limits(),
                        n_random_starts=2)
-    hmm = BinomialHMM(model.n_states, emission="betabinomial").start_from(est.startprob_, est.transmat_,
-                                                                          est.methylation_, est.dispersion_)
+    return est, BinomialHMM(model.n_states, emission="betabinomial").start_from(
+        est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
+
+
+def hmr_runs(hmm, meth, cov, pos, lengths, bridge: bool = False):
+    """(per chromosome: its rows and the runs of the hypomethylated state (state 0), and the
+    posteriors) of the counts in ``hmm``."""
+    from streambhmm.distributed.regions import RegionRule, regions_of
+
     post = hmm.predict_proba(meth[:, None], cov[:, None], lengths)
-    level = expected_levels(post, [(0, meth, cov)], est.methylation_, est.dispersion_)[:, 0]  # as hmr's walks read
-    found, offset = [], 0
+    runs, offset = [], 0
     for n in lengths:
         part = slice(offset, offset + n)
-        r = regions_of(pos[part], post[part, 0], [(0, meth[part], cov[part])], 1, 100,
-                       RegionRule((0,), 0.5, 1000, 0, min_bins, "HMR", bridge))
-        keep = r.n_bins >= min_bins
+        runs.append((part, regions_of(pos[part], post[part, 0], [(0, meth[part], cov[part])], 1, 100,
+                                      RegionRule((0,), 0.5, 1000, 0, 1, "HMR", bridge))))
+        offset += n
+    return runs, post
+
+
+def widened(runs, keeps, est, post, meth, cov, pos, window: int = SHOULDER_WINDOW) -> np.ndarray:
+    """The kept runs of each chromosome (``keeps``: a mask per chromosome) widened over their
+    shoulders as `hmr`'s walks widen them (``window`` 0: not widened), as (start, end) rows."""
+    from streambhmm.distributed.shoulders import Profile, expected_levels, widen
+
+    level = expected_levels(post, [(0, meth, cov)], est.methylation_, est.dispersion_)[:, 0]  # as hmr's walks read
+    found = []
+    for (part, r), keep in zip(runs, keeps):
         starts, ends = r.start[keep], r.end[keep]
         if window:
+            n = part.stop - part.start
             profile = Profile(np.arange(n), pos[part], level[part], level[part], meth[part, None].astype(np.int64),
                               cov[part, None].astype(np.int64))
             starts, ends, _, _ = widen(starts, ends, profile, n, float(est.methylation_[0, 0]), 1000, 100, window)
         found.append(np.stack([starts, ends], axis=1))
-        offset += n
     return np.concatenate(found)
+
+
+def call_regions(meth, cov, pos, lengths, moments, background: int, min_bins: int, bridge: bool,
+                 window: int = SHOULDER_WINDOW) -> np.ndarray:
+    """`hmr`'s call with other choices: the one-pass model, then runs of the hypomethylated
+    state widened over their shoulders (``window`` 0: not widened)."""
+    est, hmm = hmr_model(moments, background)
+    runs, post = hmr_runs(hmm, meth, cov, pos, lengths, bridge)
+    return widened(runs, [r.n_bins >= min_bins for _, r in runs], est, post, meth, cov, pos, window)
 
 
 def span_levels(iv: np.ndarray, meth, cov, pos) -> np.ndarray:
@@ -250,11 +273,6 @@ def the_data(data, hmrs, pmds):
 
 def shuffled_null(data, hmrs, pmds, fdr: float = 0.01):
     from streambhmm import compute_moments
-    from streambhmm.distributed.regions import RegionRule, regions_of
-    from streambhmm.distributed.shoulders import Profile, expected_levels, widen
-    from streambhmm.learn.domains import HYPO_DISPERSION, HYPO_LEVEL, CallModel
-    from streambhmm.learn.hmm import BinomialHMM
-    from streambhmm.learn.selection import one_pass
 
     print(f"\n4. DNMTools' cut (scores against shuffled bins, step-up at {fdr}) against hmr's minimum of 4 bins\n")
     print("| data set | hypomethylated state | runs (in shuffled bins) | 4 bins: HMRs, Mb, where DNMTools is right, "
@@ -263,55 +281,42 @@ def shuffled_null(data, hmrs, pmds, fdr: float = 0.01):
     lo, hi = int(hmrs[0, 0]), int(hmrs[-1, 1])
     rng = np.random.default_rng(0)
     titles = {key: title for key, (title, _, _) in SETS.items()} | {"quarter": "MethylSeekR, a quarter of the reads"}
-    model = CallModel("hmr", 4, (HYPO_LEVEL,) + (1.0,) * 3, (HYPO_DISPERSION,) + (1.0,) * 3)
+
+    def scores(runs, m, c):
+        """DNMTools' score of each run: its bins' unmethylated fractions summed."""
+        unmethylated = np.r_[0, np.cumsum(1 - m / np.maximum(c, 1))]
+        out = []
+        for part, r in runs:
+            first = np.searchsorted(pos[part], r.start) + part.start
+            last = np.searchsorted(pos[part], r.end - 100) + part.start
+            out.append(unmethylated[last + 1] - unmethylated[first])
+        return np.concatenate(out)
+
     for key, (meth, cov, pos, lengths) in data.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            est = one_pass(compute_moments(meth, cov, lengths, n_bins=30), 4, "refined", 0, True,
-                           emission="betabinomial", limits=model.limits(), n_random_starts=2)
-        hmm = BinomialHMM(4, emission="betabinomial").start_from(est.startprob_, est.transmat_, est.methylation_,
-                                                                 est.dispersion_)
-        offsets = np.r_[0, np.cumsum(lengths)[:-1]]
-
-        def runs(m, c):
-            """Each run's (start, end, bins, DNMTools' score, level) and the posteriors."""
-            post = hmm.predict_proba(m[:, None], c[:, None], lengths)
-            unmethylated = np.r_[0, np.cumsum(1 - m / np.maximum(c, 1))]
-            found = []
-            for o, n in zip(offsets, lengths):
-                part = slice(o, o + n)
-                r = regions_of(pos[part], post[part, 0], [(0, m[part], c[part])], 1, 100,
-                               RegionRule((0,), 0.5, 1000, 0, 1, "HMR", False))
-                first = np.searchsorted(pos[part], r.start) + o
-                last = np.searchsorted(pos[part], r.end - 100) + o
-                found.append(np.column_stack([r.start, r.end, r.n_bins, unmethylated[last + 1] - unmethylated[first],
-                                              r.levels()[:, 0]]))
-            return np.concatenate(found), post
-
-        observed, post = runs(meth, cov)
-        shuffled = np.concatenate([o + rng.permutation(n) for o, n in zip(offsets, lengths)])
-        null = np.sort(runs(meth[shuffled], cov[shuffled])[0][:, 3])
-        p = (null.size - np.searchsorted(null, observed[:, 3], side="right")) / max(null.size, 1)
+        est, hmm = hmr_model(compute_moments(meth, cov, lengths, n_bins=30))
+        runs, post = hmr_runs(hmm, meth, cov, pos, lengths)
+        shuffled = np.concatenate([o + rng.permutation(n) for o, n in zip(np.r_[0, np.cumsum(lengths)[:-1]], lengths)])
+        null = np.sort(scores(hmr_runs(hmm, meth[shuffled], cov[shuffled], pos, lengths)[0], meth[shuffled],
+                              cov[shuffled]))
+        observed = scores(runs, meth, cov)
+        p = (null.size - np.searchsorted(null, observed, side="right")) / max(null.size, 1)
         ranked, n = np.sort(p), p.size
         i = 1
         while i < n and ranked[i - 1] < fdr * i / n:  # DNMTools' get_stepup_cutoff
             i += 1
         significant = p < ranked[i - 1] if n else np.zeros(0, bool)
-        level = expected_levels(post, [(0, meth, cov)], est.methylation_, est.dispersion_)[:, 0]
-        profile = Profile(np.arange(pos.size), pos, level, level, meth[:, None].astype(np.int64),
-                          cov[:, None].astype(np.int64))
-        below = observed[:, 4] < 0.5
+        bins = np.concatenate([r.n_bins for _, r in runs])
+        below = np.concatenate([r.levels()[:, 0] for _, r in runs]) < 0.5
         cells = []
-        for keep in (below & (observed[:, 2] >= 4), below & significant):
-            starts, ends, _, _ = widen(observed[keep, 0].astype(np.int64), observed[keep, 1].astype(np.int64), profile,
-                                       pos.size, float(est.methylation_[0, 0]), 1000, 100)
-            calls = np.stack([starts, ends], axis=1)
+        for keep in (below & (bins >= 4), below & significant):
+            calls = widened(runs, np.split(keep, np.cumsum([len(r) for _, r in runs])[:-1]), est, post, meth, cov,
+                            pos)
             calls = calls[span_levels(calls, meth, cov, pos) < 0.5]
             right = (jaccard(away_from(calls[(calls[:, 0] >= lo) & (calls[:, 1] <= hi)], pmds), away_from(hmrs, pmds))
                      if key in ("msr22", "bsseq22", "quarter") else float("nan"))
             cells.append(f"{len(calls)}, {covered_bases(calls) / 1e6:.2f}, {right:.3f}, "
                          f"{int((span_levels(calls, meth, cov, pos) > 0.3).sum())}")
-        kept_bins = np.bincount(observed[significant, 2].astype(np.int64), minlength=5)
+        kept_bins = np.bincount(bins[significant], minlength=5)
         print(f"| {titles[key]} | {est.methylation_[0, 0]:.2f} | {len(observed)} ({null.size}) | {cells[0]} | "
               f"{cells[1]} | {', '.join(f'{b}: {kept_bins[b]}' for b in range(1, 5))}, more: "
               f"{kept_bins[5:].sum()} |", flush=True)

@@ -133,8 +133,9 @@ class Stage:
         retotalled = self.total != bar.total
         if retotalled:
             bar.total = self.total
-        if self.shown_note() or bar.postfix:
-            bar.set_postfix_str(self.shown_note(), refresh=False)
+        note = self.shown_note()
+        if note or bar.postfix:  # (a note gone: the compilation ended)
+            bar.set_postfix_str(note, refresh=False)
         bar.update(self.done - bar.n)
         if made or retotalled:
             bar.refresh()  # tqdm drew it when made, before its start and note were set; update(0) draws nothing
