@@ -264,6 +264,36 @@ def test_grouped_histograms_are_each_groups_naive_histogram(n_samples, budget, m
                                                                           layout), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("n_samples, budget", [(2, 1 << 12), (2, 1 << 19), (3, 1 << 10)])
+def test_histograms_where_a_sample_has_no_reads_are_naive(n_samples, budget, monkeypatch):
+    """Tuples thinned in some slots and without reads in the others (a sample uncovered, as
+    is common where samples are compared) are added as matrix products, and each group's
+    histogram is still the naive one."""
+    from streambhmm.moments import histograms
+
+    products = []
+    add_product = histograms._add_product
+    # every such set a product, however small (the thresholds only weigh the cost)
+    monkeypatch.setattr(histograms, "PRODUCT_MIN_TUPLES", 1)
+    monkeypatch.setattr(histograms, "PRODUCT_MIN_ENTRIES", 1)
+    monkeypatch.setattr(histograms, "_add_product", lambda tuples, counts, free, *rest: (
+        products.append((free.size, tuples.shape[1])), add_product(tuples, counts, free, *rest)))
+    rng = np.random.default_rng(5)
+    n = 400
+    coverage = rng.integers(20, 60, size=(n, n_samples)) * (rng.random((n, n_samples)) > 0.3)
+    methylated = rng.binomial(coverage, rng.uniform(0.05, 0.95, size=(n, n_samples)))
+    features = encode(methylated, coverage, 8)
+    bounds = np.array([0, 150, 150, 290, n - 2])
+    for width in (1, 2):
+        layout = histogram_layout(n_samples, width, budget)
+        grouped = grouped_histograms(features, np.arange(1, n - 1), bounds, width, layout=layout)
+        for g in range(bounds.size - 1):
+            part = slice(bounds[g], bounds[g + 1] + 2)
+            np.testing.assert_allclose(grouped[g], naive_thinned_histogram(methylated[part], coverage[part], width,
+                                                                          layout), rtol=1e-10, atol=1e-12)
+    assert any(2 <= free < slots for free, slots in products)  # some slots uncovered, at least two thinned
+
+
 @pytest.mark.parametrize("n_samples", [1, 2])
 def test_the_beta_binomial_criterion_gradient_equals_finite_differences(n_samples):
     sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [4000], coverage=15, random_state=2,
