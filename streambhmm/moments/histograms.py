@@ -66,7 +66,7 @@ def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.nda
     layout = layout or histogram_layout(n_samples, width, budget)
     if thin is None:
         thin = histogram_thinning(features, width, budget, layout)
-    codes = np.concatenate([features.codes[first + k] for k in range(width)], axis=1)  # bin-major slots
+    codes = _tuple_codes(features.codes, first, width)
     n_groups = bounds.size - 1
     # the group as a leading column: rows merged within a group, and in group order (one
     # group, the whole chunk's histogram on every pass, needs no such column)
@@ -83,6 +83,16 @@ def grouped_histograms(features: FeatureTable, first: np.ndarray, bounds: np.nda
         at = np.searchsorted(groups[rest], np.arange(n_groups + 1))
         _add_scattered_tuples(tuples[rest], counts[rest], at, thin, strides, out[:, row])
     return out
+
+
+def _tuple_codes(codes: np.ndarray, first: np.ndarray, width: int) -> np.ndarray:
+    """(tuples, width * S): the codes of the ``width`` bins from each of ``first``, bin-major
+    slots; sliced where ``first`` are consecutive bins (one sequence's tuples: 3-4x faster
+    than gathering them)."""
+    if first.size and first[-1] - first[0] == first.size - 1 and np.array_equal(first, np.arange(first[0],
+                                                                                                 first[-1] + 1)):
+        return np.concatenate([codes[first[0] + k:first[0] + k + first.size] for k in range(width)], axis=1)
+    return np.concatenate([codes[first + k] for k in range(width)], axis=1)
 
 
 def _add_products(groups: np.ndarray, tuples: np.ndarray, counts: np.ndarray, thin, strides: np.ndarray,
