@@ -99,7 +99,7 @@ def _add_products(groups: np.ndarray, tuples: np.ndarray, counts: np.ndarray, th
                   hists: np.ndarray) -> np.ndarray:
     """Add to hists[g], as matrix products (:func:`_add_product`), the tuples of group g whose
     every slot is thinned, and sets of at least PRODUCT_MIN_TUPLES tuples thinned in the same
-    slots, spanning at least PRODUCT_MIN_ENTRIES cells, with no reads in the others (the
+    slots (PRODUCT_MIN_ENTRIES cells or more in all) and without reads in the others (the
     cell (0, 0)), a product per group and set; returns which tuples were added. On real data
     these hold nearly all the cells (a sample without reads is common where samples are
     compared); the others are few and narrow, cheaper scattered."""

@@ -97,7 +97,7 @@ def accumulate_triples(codes, starts, table, pair_cov, pair_meth,
         k3_of = columns[s3, 2:]  # indexed by triple start t: code of bin t+2
         order = stable_sort_by(by_middle, k3_of, n_codes)
         # phis^T rows summed over this s3's groups; this way round (D + 1 rows, not (SD + 1)(S(D + 2) + 1))
-        # the GEMM of a block of groups runs 1.5-2x faster, and that GEMM is most of a chunk's fixed cost
+        # the GEMM of a block of groups runs 1.4-1.8x faster, and that GEMM is most of a chunk's fixed cost
         total = np.zeros((dim + 1, nx * ny))
         used = 0
         i = np.int64(0)  # not the literal 0: numba would compile _gather_runs once more for it
