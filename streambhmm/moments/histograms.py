@@ -104,6 +104,8 @@ def _add_products(groups: np.ndarray, tuples: np.ndarray, counts: np.ndarray, th
     these hold nearly all the cells (a sample without reads is common where samples are
     compared); the others are few and narrow, cheaper scattered."""
     n, n_slots = tuples.shape
+    if n == 0:
+        return np.zeros(0, bool)
     # a set with a slot without reads can pay only if its other slots span enough cells
     mixed = (thin.cap + 1) ** (n_slots - 1) >= PRODUCT_MIN_ENTRIES
     mask = np.zeros(n, np.int64)  # the thinned slots, a bit each

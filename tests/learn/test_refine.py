@@ -294,6 +294,13 @@ def test_histograms_where_a_sample_has_no_reads_are_naive(n_samples, budget, mon
     assert any(2 <= free < slots for free, slots in products)  # some slots uncovered, at least two thinned
 
 
+def test_histograms_of_no_tuples_are_zero():
+    # two samples' pairs: the layout where sets of tuples with an uncovered sample are products
+    features = encode(np.array([[3, 0], [4, 1]]), np.array([[9, 0], [8, 5]]), 8)
+    for width in (1, 2):
+        assert not grouped_histograms(features, np.arange(0), np.array([0, 0, 0]), width).any()
+
+
 @pytest.mark.parametrize("n_samples", [1, 2])
 def test_the_beta_binomial_criterion_gradient_equals_finite_differences(n_samples):
     sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [4000], coverage=15, random_state=2,
