@@ -246,8 +246,9 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     """A moment store given with --moments must hold these samples' moments at the call's bins,
     of these counts: each partial's digest that of the store's chunk. On bins the call summed
     (``store`` the summed one) the moments are another store's, chunked otherwise: they must
-    be up to date with that counts store, and it must hold the same reads as ``store``
-    (per chromosome and sample, methylated and covered reads)."""
+    be up to date with that counts store, and it must hold the same reads as ``store`` in the
+    same bins (CountsStore.counts_digests: equal totals are not enough, a helper's audit gave
+    moments of the same reads 2 kb along)."""
     if not settings.moments:
         return
     manifest = read_manifest(settings.moments)
@@ -270,9 +271,13 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
             raise ValueError(f"{settings.moments} was computed from {source.get('counts_store') or 'merged stores'}, "
                              f"which is not there to check it against {settings.store}: leave out --moments")
         counts = open_store(source["counts_store"])
-        if counts.totals(manifest["samples"]) != store.totals(manifest["samples"]):
+        theirs, ours = counts.counts_digests(manifest["samples"]), store.counts_digests(manifest["samples"])
+        if theirs != ours:
+            differ = sorted(chrom for chrom in theirs.keys() | ours.keys() if theirs.get(chrom) != ours.get(chrom))
+            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
             raise ValueError(f"{settings.moments} was computed from {source['counts_store']}, whose reads differ from "
-                             f"{settings.store}'s summed into {store.bin_size:,} bp bins: leave out --moments")
+                             f"{settings.store}'s summed into {store.bin_size:,} bp bins (on {', '.join(differ[:3])}"
+                             f"{more}): leave out --moments")
     recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
     digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
     expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)

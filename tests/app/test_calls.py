@@ -164,6 +164,12 @@ def test_pmd_takes_moments_of_these_counts_at_its_bins_and_no_others(methylome, 
     assert (tmp_path / "same.bed").read_text() == (tmp_path / "plain.bed").read_text().replace("plain", "same")
     r = run("pmd", store, "--moments", tmp_path / "other.mom", "-o", tmp_path / "other.bed", "-q")
     assert r.exit_code == 1 and "whose reads differ from" in r.output, r.output
+    # the same reads in other bins (a coordinate shifted): the same totals, other moments
+    shifted = {chrom: (bins + 1, meth, cov) for chrom, (bins, meth, cov) in summed(planted(0)[0]).items()}
+    write_store(tmp_path / "shifted.zarr", shifted, ["S"], bin_size=5000, chunk_size=70)
+    assert run("moments", tmp_path / "shifted.zarr", "-o", tmp_path / "shifted.mom", "-q").exit_code == 0
+    r = run("pmd", store, "--moments", tmp_path / "shifted.mom", "-o", tmp_path / "other.bed", "-q")
+    assert r.exit_code == 1 and "whose reads differ from" in r.output, r.output
     shutil.rmtree(tmp_path / "same.zarr")
     r = run("pmd", store, "--moments", tmp_path / "same.mom", "-o", tmp_path / "gone.bed", "-q")
     assert r.exit_code == 1 and "which is not there to check it against" in r.output, r.output

@@ -3,6 +3,7 @@ chunk references) and open_store, which checks what it opens."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -168,6 +169,25 @@ class CountsStore:
             sums = self.summary(chrom, columns)[:, :, SUMS].sum(axis=0)
             if sums.any():
                 out[chrom] = sums.tolist()
+        return out
+
+    def counts_digests(self, samples) -> dict:
+        """Per chromosome where ``samples`` have reads, a digest of their bins with reads (each
+        bin's index and every sample's methylated and covered reads), read a chunk at a time:
+        equal for two stores of the same bins whatever their chunking, unlike their totals
+        when reads sit in other bins."""
+        out = {}
+        for chrom in self.chromosomes:
+            refs = self.chunk_refs(chrom, samples)
+            if not refs:
+                continue
+            digest = hashlib.blake2b(digest_size=16)
+            for ref in refs:
+                meth, cov = ref.read()
+                rows = np.flatnonzero(cov.any(axis=1))
+                # a row per bin (its bytes in row order: the same stream however the bins are chunked)
+                digest.update(np.column_stack([ref.start + rows, meth[rows], cov[rows]]).astype("<i8").tobytes())
+            out[chrom] = digest.hexdigest()
         return out
 
     def holds(self, chrom: str, excluding: str | None = None) -> bool:
