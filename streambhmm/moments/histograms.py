@@ -89,8 +89,7 @@ def _tuple_codes(codes: np.ndarray, first: np.ndarray, width: int) -> np.ndarray
     """(tuples, width * S): the codes of the ``width`` bins from each of ``first``, bin-major
     slots; sliced where ``first`` are consecutive bins (one sequence's tuples: 3-4x faster
     than gathering them)."""
-    if first.size and first[-1] - first[0] == first.size - 1 and np.array_equal(first, np.arange(first[0],
-                                                                                                 first[-1] + 1)):
+    if first.size and np.array_equal(first, np.arange(first[0], first[0] + first.size)):
         return np.concatenate([codes[first[0] + k:first[0] + k + first.size] for k in range(width)], axis=1)
     return np.concatenate([codes[first + k] for k in range(width)], axis=1)
 
