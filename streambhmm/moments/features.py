@@ -19,10 +19,8 @@ _DIRECT_KEY_LIMIT = 1 << 23
 
 
 # Pairs up to this coverage are mapped through tables of binomial tails, one per coverage
-# value (cost (c + 2) (D + 1) for all the pairs of that coverage); deeper ones one at a time.
-TABLE_COVERAGE = 1024
-# The tables of coverages up to this are kept for the process (8 MB at D = 30): every chunk
-# holds the same shallow pairs, and a store of many short contigs has a chunk per contig.
+# value, kept for the process (8 MB at D = 30): every chunk holds the same shallow pairs, and a
+# store of many short contigs has a chunk per contig. Deeper pairs are mapped one at a time.
 KEPT_COVERAGE = 256
 
 # D, the Beta map's bins per sample, unless --bins says otherwise
@@ -32,12 +30,11 @@ DEFAULT_N_BINS = 30
 def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     """Beta-map features for arrays of pairs; returns shape ``coverage.shape + (n_bins,)``.
 
-    With integer counts the Beta(mu+1, c-mu+1) CDF at x is P(Y > mu) for Y ~ Bin(c+1, x), so
-    the pairs of one coverage share the binomial distributions at the D + 1 edges. Each
-    difference is taken on the side of the distribution (lower or upper tail) where both
-    values are small, so bins far in the upper tail lose no precision to cancellation at any
-    coverage (deeper than TABLE_COVERAGE they have scipy's betainc's: near underflow, features
-    of about 1e-266, found off by up to 70%, far below any sum; docs/methods/hmr-pmd.md).
+    With integer counts the Beta(mu+1, c-mu+1) CDF at x is P(Y > mu) for Y ~ Bin(c+1, x).
+    Each difference is taken on the side of the distribution (lower or upper tail) where both
+    values are small, so bins far in either tail keep their relative precision at any
+    coverage. Pairs up to KEPT_COVERAGE reads are rows of kept per-coverage tables; deeper
+    ones sum their tails term by term (streambhmm.moments.binomial_tails).
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
@@ -45,22 +42,20 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     mu = np.asarray(methylated, dtype=np.int64)
     out = np.empty(c.shape + (n_bins,))
     flat_c, flat_mu, flat = c.ravel(), mu.ravel(), out.reshape(-1, n_bins)
-    deep = flat_c > TABLE_COVERAGE
-    if deep.any():
-        flat[deep] = _beta_map_one_by_one(flat_c[deep], flat_mu[deep], n_bins)
-    shallow = np.flatnonzero(~deep)
+    deep = np.flatnonzero(flat_c > KEPT_COVERAGE)
+    if deep.size:
+        from .binomial_tails import beta_map_of_pairs  # compiled on first use: shallow data never need it
+
+        mapped = np.empty((deep.size, n_bins))
+        beta_map_of_pairs(flat_c[deep], flat_mu[deep], n_bins, mapped)
+        flat[deep] = mapped
+    shallow = np.flatnonzero(flat_c <= KEPT_COVERAGE)
     order = shallow[np.argsort(flat_c[shallow], kind="stable")]
     if order.size:
-        edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
         bounds = np.flatnonzero(np.r_[True, np.diff(flat_c[order]) != 0, True])
-        log_factorial = log_factorials(int(flat_c[order[-1]]) + 1)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             rows = order[lo:hi]
-            c = int(flat_c[rows[0]])
-            if c <= KEPT_COVERAGE:
-                flat[rows] = _kept_table(c, n_bins)[flat_mu[rows]]
-            else:
-                flat[rows] = _beta_map_of_coverage(c, flat_mu[rows], edges, log_factorial)
+            flat[rows] = _kept_table(int(flat_c[rows[0]]), n_bins)[flat_mu[rows]]
     return out
 
 
@@ -106,28 +101,6 @@ def _beta_map_of_coverage(c: int, mu: np.ndarray, edges: np.ndarray, log_factori
     from_cdf, from_sf = np.diff(above, axis=0).T, -np.diff(below, axis=0).T
     in_upper_tail = edges[None, :-1] >= ((mu + 1.0) / (c + 2.0))[:, None]
     return np.where(in_upper_tail, from_sf, from_cdf)
-
-
-def _beta_map_one_by_one(coverage: np.ndarray, methylated: np.ndarray, n_bins: int) -> np.ndarray:
-    from scipy.special import betainc, betaincc  # scipy on first use: the command line starts without it
-
-    c = np.asarray(coverage, dtype=np.float64)[:, None]
-    mu = np.asarray(methylated, dtype=np.float64)[:, None]
-    a, b = mu + 1.0, c - mu + 1.0
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
-    upper = edges[:-1] >= a / (a + b)  # the bins whose mass is taken from the survival function
-    # A bin below the mean needs the CDF at both its edges, one at or above it the survival
-    # function: each edge gets the one its bins use (both at the edge between), half the calls
-    # of evaluating both everywhere (deep pairs are most of a 5 kb moment pass), same values.
-    first_upper = (~upper).sum(axis=1, keepdims=True)  # upper is False then True along the bins
-    index = np.arange(n_bins + 1)
-    a, b, x = np.broadcast_arrays(a, b, edges)
-    cdf, sf = np.zeros(x.shape), np.zeros(x.shape)
-    want = index <= first_upper
-    cdf[want] = betainc(a[want], b[want], x[want])
-    want = index >= first_upper
-    sf[want] = betaincc(a[want], b[want], x[want])
-    return np.where(upper, -np.diff(sf, axis=1), np.diff(cdf, axis=1))
 
 
 def pair_keys(methylated: np.ndarray, coverage: np.ndarray) -> np.ndarray:

@@ -1,3 +1,5 @@
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -5,9 +7,8 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
-from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, TABLE_COVERAGE, _beta_map_of_coverage,
-                                         _kept_table, beta_map, encode, flush_subnormals, log_factorials, pair_keys,
-                                         pairs_from_keys)
+from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, _beta_map_of_coverage, _kept_table,
+                                         beta_map, encode, flush_subnormals, log_factorials, pair_keys, pairs_from_keys)
 
 
 def integrated_beta(c, mu, n_bins):
@@ -31,22 +32,53 @@ def test_beta_map_matches_integrated_density(c, mu):
     assert (got >= 0).all()
 
 
-def test_deep_pairs_take_each_bin_from_the_tail_below_it():
-    """Above TABLE_COVERAGE each pair's bins come from betainc (below its mean) or betaincc (at
-    or above it), evaluated only at the edges those bins use: the same values as evaluating
-    both at every edge, for a batch whose pairs split the bins at different places."""
+def exact_beta_maps(c, n_bins):
+    """Independent reference: the Beta maps of every pair of coverage c (row mu), each bin the
+    exact difference of two binomial tails P(Y > mu), Y ~ Bin(c + 1, i / D), in integers."""
+    n = c + 1
+    comb = [1] * (n + 1)
+    for k in range(1, n + 1):
+        comb[k] = comb[k - 1] * (n - k + 1) // k
+    tails = []  # D^n P(Y > mu) at each edge, mu = 0..c
+    for i in range(n_bins + 1):
+        terms = [comb[k] * i**k * (n_bins - i) ** (n - k) for k in range(n + 1)]
+        tails.append(np.cumsum(terms[::-1], dtype=object)[::-1][1:])
+    return np.array([[float(Fraction(int(tails[i + 1][mu] - tails[i][mu]), n_bins**n)) for i in range(n_bins)]
+                     for mu in range(c + 1)])
+
+
+@pytest.mark.parametrize("c,n_bins", [(KEPT_COVERAGE + 1, 30), (400, 7), (400, 30), (1100, 7)])
+def test_deep_pairs_keep_their_relative_precision_in_both_tails(c, n_bins):
+    """Every pair of a deep coverage against exact integer tails: bins in both tails down to
+    the smallest normal double (2.2e-308) within 1e-12 relative (scipy's betainc was off by
+    up to 100% there), and those below it (flushed by the moment sums) within that of zero."""
+    got = beta_map(np.full(c + 1, c), np.arange(c + 1), n_bins)
+    exact = exact_beta_maps(c, n_bins)
+    normal = exact >= np.finfo(float).tiny
+    assert exact[normal].min() < 1e-300  # the far tails are in the comparison
+    np.testing.assert_allclose(got[normal], exact[normal], rtol=1e-12, atol=0)
+    assert np.abs(got[~normal]).max(initial=0.0) < np.finfo(float).tiny
+
+
+def test_very_deep_pairs_match_scipy_betainc_away_from_underflow():
+    """Pairs far deeper than the exact reference reaches, against scipy's incomplete beta
+    functions (each bin from the tail below it), where those are far from underflow."""
     from scipy.special import betainc, betaincc
 
     rng = np.random.default_rng(7)
-    c = rng.integers(TABLE_COVERAGE + 1, 50_000, 400)
+    c = rng.integers(KEPT_COVERAGE + 1, 2_000_000, 400)
     mu = rng.binomial(c, rng.uniform(size=c.size))
     mu[:3], mu[3:6] = 0, c[3:6]  # every bin below the mean, and every bin at or above it
     for n_bins in (1, 2, 30):
         a, b = (mu + 1.0)[:, None], (c - mu + 1.0)[:, None]
         edges = np.arange(n_bins + 1) / n_bins
-        both = np.where(edges[:-1] >= a / (a + b), -np.diff(betaincc(a, b, edges), axis=1),
-                        np.diff(betainc(a, b, edges), axis=1))
-        np.testing.assert_array_equal(beta_map(c, mu, n_bins), both)
+        reference = np.where(edges[:-1] >= a / (a + b), -np.diff(betaincc(a, b, edges), axis=1),
+                             np.diff(betainc(a, b, edges), axis=1))
+        got = beta_map(c, mu, n_bins)
+        far = reference < 1e-200
+        np.testing.assert_allclose(got[~far], reference[~far], rtol=1e-10, atol=1e-300)
+        assert (got >= 0).all() and (got[far] < 1e-190).all()
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-13)
 
 
 def test_the_tables_kept_for_shallow_coverages_give_each_pairs_own_map_bitwise():
@@ -62,8 +94,9 @@ def test_the_tables_kept_for_shallow_coverages_give_each_pairs_own_map_bitwise()
         c = rng.integers(0, KEPT_COVERAGE + 50, 5000)
         mu = rng.binomial(c, rng.uniform(size=c.size))
         direct = np.array([_beta_map_of_coverage(int(ci), np.array([mi]), edges, log_factorials(ci + 1))[0]
+                           if ci <= KEPT_COVERAGE else beta_map(np.array([ci]), np.array([mi]), n_bins)[0]
                            for ci, mi in zip(c, mu)])
-        assert np.array_equal(beta_map(c, mu, n_bins), direct)
+        assert np.array_equal(beta_map(c, mu, n_bins), direct)  # deep pairs too: each mapped on its own
     assert _kept_table(5, 30) is _kept_table(5, 30) and not _kept_table(5, 30).flags.writeable
 
 
