@@ -5,8 +5,11 @@ mean that tail is small and is summed upward from mu + 1; at or above the mean t
 function P(Y <= mu) is, downward from mu. Either way the terms shrink from the first one on
 (the mode lies the other side of mu), by a ratio each term, so a tail costs about as many
 terms as it takes to fall below 1e-17 of the sum: a few near the mean, one or two far from
-it. The first term is Loader's saddle-point binomial probability (as R's dbinom), which keeps
-its relative precision to the smallest normal double; scipy's betainc lost it near underflow.
+it. The terms are summed relative to the first, whose logarithm is Loader's saddle-point
+binomial probability (as R's dbinom), so nothing underflows before the end: the tails keep
+their relative precision down to the smallest normal double (4e-13 against exact integer
+tails to 1,100 reads; 1e-10 in far tails at 1e8-4e9 reads, where n p is rounded). scipy's
+betainc lost it near underflow.
 """
 
 from __future__ import annotations
@@ -19,15 +22,20 @@ from numba import njit
 # stirlerr(n) = log n! - ((n + 0.5) log n - n + log sqrt(2 pi)), tabulated below 16
 _STIRLERR_SMALL = np.array([0.0] + [math.lgamma(n + 1.0) - (n + 0.5) * math.log(n) + n - 0.5 * math.log(2 * math.pi)
                                     for n in range(1, 16)])
-# a tail stops once past its mode with terms below this fraction of its sum
+# a tail stops once its terms are below this fraction of its sum
 _TAIL_TOLERANCE = 1e-17
+# below this logarithm exp() gives zero
+_LOG_SMALLEST = math.log(5e-324)
+# tails whose first term is below this are summed relative to it: above it, every term that
+# counts (above 1e-17 of the sum) is a normal number
+_LOG_SCALED_BELOW = math.log(1e-280)
 
 
 @njit(cache=True, nogil=True)
 def _stirlerr(n):
     if n <= 15:
         return _STIRLERR_SMALL[int(n)]
-    nn = n * n
+    nn = float(n) * n
     if n > 500:
         return (1 / 12 - (1 / 360) / nn) / n
     if n > 80:
@@ -56,18 +64,38 @@ def _bd0(x, mean):
 
 
 @njit(cache=True, nogil=True)
-def binomial_pmf(k, n, p, q):
-    """P(Y = k) for Y ~ Bin(n, p) (Loader 2000); q = 1 - p, each a ratio of integers here."""
-    if p == 0.0:
-        return 1.0 if k == 0 else 0.0
-    if q == 0.0:
-        return 1.0 if k == n else 0.0
+def log_binomial_pmf(k, n, p, q):
+    """log P(Y = k) for Y ~ Bin(n, p), 0 < p < 1 (Loader 2000); q = 1 - p, each a ratio of
+    integers here."""
     if k == 0:
-        return math.exp(n * math.log(q))
+        return n * math.log(q)
     if k == n:
-        return math.exp(n * math.log(p))
-    log_ratio = _stirlerr(n) - _stirlerr(k) - _stirlerr(n - k) - _bd0(k, n * p) - _bd0(n - k, n * q)
-    return math.exp(log_ratio - 0.5 * (math.log(2 * math.pi) + math.log(k) + math.log1p(-k / n)))
+        return n * math.log(p)
+    log_ratio = _stirlerr(n) - _stirlerr(k) - _stirlerr(n - k) - _bd0(float(k), n * p) - _bd0(float(n - k), n * q)
+    return log_ratio - 0.5 * (math.log(2 * math.pi) + math.log(k) + math.log1p(-k / n))
+
+
+@njit(cache=True, nogil=True)
+def _tail_from(k, n, p, q, step):
+    """P(Y = k) + P(Y = k + step) + ... (step +1 or -1) while the terms matter, for a k past
+    which they only fall. A tail whose first term is below 1e-280 is summed in multiples
+    of it, applied last (in logarithms), so that no term is subnormal: subnormal terms lose
+    precision, and one times a ratio near 1 can round back to itself, and the sum stalls.
+    A tail that underflows whatever its sum is not summed."""
+    log_first = log_binomial_pmf(k, n, p, q)
+    if log_first + math.log(n + 1.0) < _LOG_SMALLEST:
+        return 0.0
+    scaled = log_first < _LOG_SCALED_BELOW
+    term = 1.0 if scaled else math.exp(log_first)
+    total = term
+    ratio = p / q if step > 0 else q / p
+    while (k < n) if step > 0 else (k > 0):
+        term *= ((n - k) / (k + 1.0) if step > 0 else k / (n - k + 1.0)) * ratio
+        k += step
+        total += term
+        if term <= total * _TAIL_TOLERANCE:
+            break
+    return math.exp(log_first + math.log(total)) if scaled else total
 
 
 @njit(cache=True, nogil=True)
@@ -77,18 +105,7 @@ def upper_tail(mu, n, p, q):
         return 0.0
     if q == 0.0:
         return 1.0
-    k = mu + 1
-    term = binomial_pmf(k, n, p, q)
-    total = term
-    mode = math.floor((n + 1) * p)
-    ratio = p / q
-    while k < n:
-        term *= (n - k) / (k + 1.0) * ratio
-        k += 1
-        total += term
-        if k >= mode and term <= total * _TAIL_TOLERANCE:
-            break
-    return total
+    return _tail_from(mu + 1, n, p, q, 1)
 
 
 @njit(cache=True, nogil=True)
@@ -98,18 +115,7 @@ def lower_tail(mu, n, p, q):
         return 1.0
     if q == 0.0:
         return 0.0
-    k = mu
-    term = binomial_pmf(k, n, p, q)
-    total = term
-    mode = math.floor((n + 1) * p)
-    ratio = q / p
-    while k > 0:
-        term *= k / (n - k + 1.0) * ratio
-        k -= 1
-        total += term
-        if k <= mode and term <= total * _TAIL_TOLERANCE:
-            break
-    return total
+    return _tail_from(mu, n, p, q, -1)
 
 
 @njit(cache=True, nogil=True)

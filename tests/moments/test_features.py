@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
+from streambhmm.io.limits import COUNT_MAX
 from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, _beta_map_of_coverage, _kept_table,
                                          beta_map, encode, flush_subnormals, log_factorials, pair_keys, pairs_from_keys)
 
@@ -58,6 +59,20 @@ def test_deep_pairs_keep_their_relative_precision_in_both_tails(c, n_bins):
     assert exact[normal].min() < 1e-300  # the far tails are in the comparison
     np.testing.assert_allclose(got[normal], exact[normal], rtol=1e-12, atol=0)
     assert np.abs(got[~normal]).max(initial=0.0) < np.finfo(float).tiny
+
+
+@pytest.mark.parametrize("c,mu,n_bins,bins,expected", [
+    # the largest coverage a store holds: n = c + 1 = 2^32, whose square overflows int64
+    (COUNT_MAX, 2**31 - 1, 30, slice(14, 16), [0.50000608737610440386, 0.49999391262389559614]),
+    # an edge 37.5 standard deviations out: the tail's terms are subnormal until summed
+    (COUNT_MAX - 1, 2146254846, 2, slice(1, 2), [4.5999046230470476921e-308]),
+])
+def test_the_deepest_pairs_against_high_precision_references(c, mu, n_bins, bins, expected):
+    """Known answers from mpmath at 40 digits (a continued fraction for the incomplete beta
+    function, checked against exact integer tails), at depths no exact sum here reaches."""
+    got = beta_map(np.array([c]), np.array([mu]), n_bins)[0]
+    np.testing.assert_allclose(got[bins], expected, rtol=1e-12)
+    assert abs(got.sum() - 1.0) < 1e-13
 
 
 def test_very_deep_pairs_match_scipy_betainc_away_from_underflow():
