@@ -5,11 +5,11 @@ mean that tail is small and is summed upward from mu + 1; at or above the mean t
 function P(Y <= mu) is, downward from mu. Either way the terms shrink from the first one on
 (the mode lies the other side of mu), by a ratio each term, so a tail costs about as many
 terms as it takes to fall below 1e-17 of the sum: a few near the mean, one or two far from
-it. The terms are summed relative to the first, whose logarithm is Loader's saddle-point
-binomial probability (as R's dbinom), so nothing underflows before the end: the tails keep
-their relative precision down to the smallest normal double (4e-13 against exact integer
-tails to 1,100 reads; 1e-10 in far tails at 1e8-4e9 reads, where n p is rounded). scipy's
-betainc lost it near underflow.
+it. The first term is Loader's saddle-point binomial probability (as R's dbinom), in
+logarithms, and a tail whose first term is tiny is summed in multiples of it, so no term that
+counts is subnormal: the tails keep their relative precision down to the smallest normal
+double (4e-13 against exact integer tails to 1,100 reads; 1e-10 in far tails at 1e8-4e9 reads,
+where n p is rounded). scipy's betainc lost it near underflow.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     With integer counts the Beta(mu+1, c-mu+1) CDF at x is P(Y > mu) for Y ~ Bin(c+1, x).
     Each difference is taken on the side of the distribution (lower or upper tail) where both
     values are small, so bins far in either tail keep their relative precision down to the
-    smallest normal double. Pairs up to KEPT_COVERAGE reads are rows of kept per-coverage tables; deeper
-    ones sum their tails term by term (streambhmm.moments.binomial_tails).
+    smallest normal double. Pairs up to KEPT_COVERAGE reads are rows of kept per-coverage
+    tables; deeper ones sum their tails term by term (streambhmm.moments.binomial_tails).
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
