@@ -64,9 +64,9 @@ def _bd0(x, mean):
 
 
 @njit(cache=True, nogil=True)
-def log_binomial_pmf(k, n, p, q):
+def _log_binomial_probability(k, n, p, q):
     """log P(Y = k) for Y ~ Bin(n, p), 0 < p < 1 (Loader 2000); q = 1 - p, each a ratio of
-    integers here."""
+    integers here. (features.log_binomial_pmf gives every k at once, from log-factorials.)"""
     if k == 0:
         return n * math.log(q)
     if k == n:
@@ -82,7 +82,7 @@ def _tail_from(k, n, p, q, step):
     of it, applied last (in logarithms), so that no term is subnormal: subnormal terms lose
     precision, and one times a ratio near 1 can round back to itself, and the sum stalls.
     A tail that underflows whatever its sum is not summed."""
-    log_first = log_binomial_pmf(k, n, p, q)
+    log_first = _log_binomial_probability(k, n, p, q)
     if log_first + math.log(n + 1.0) < _LOG_SMALLEST:
         return 0.0
     scaled = log_first < _LOG_SCALED_BELOW
@@ -99,9 +99,9 @@ def _tail_from(k, n, p, q, step):
 
 
 @njit(cache=True, nogil=True)
-def upper_tail(mu, n, p, q):
-    """P(Y > mu), Y ~ Bin(n, p), summed upward from mu + 1: for p below (mu + 1) / (n + 1)."""
-    if mu >= n or p == 0.0:
+def _upper_tail(mu, n, p, q):
+    """P(Y > mu), Y ~ Bin(n, p), mu < n, summed upward from mu + 1: for p below (mu + 1) / (n + 1)."""
+    if p == 0.0:
         return 0.0
     if q == 0.0:
         return 1.0
@@ -109,9 +109,9 @@ def upper_tail(mu, n, p, q):
 
 
 @njit(cache=True, nogil=True)
-def lower_tail(mu, n, p, q):
-    """P(Y <= mu), Y ~ Bin(n, p), summed downward from mu: for p at or above (mu + 1) / (n + 1)."""
-    if p == 0.0 or mu >= n:
+def _lower_tail(mu, n, p, q):
+    """P(Y <= mu), Y ~ Bin(n, p), mu < n, summed downward from mu: for p at or above (mu + 1) / (n + 1)."""
+    if p == 0.0:
         return 1.0
     if q == 0.0:
         return 0.0
@@ -137,11 +137,11 @@ def beta_map_of_pairs(coverage, methylated, n_bins, out):
         for i in range(n_bins + 1):
             p = i / n_bins
             q = (n_bins - i) / n_bins
-            if i >= first_upper:
-                sf[i] = lower_tail(mu, n, p, q)
             if i < first_upper:
-                cdf[i] = upper_tail(mu, n, p, q)
-            elif i == first_upper:
-                cdf[i] = 1.0 - sf[i]
+                cdf[i] = _upper_tail(mu, n, p, q)
+            else:
+                sf[i] = _lower_tail(mu, n, p, q)
+                if i == first_upper:
+                    cdf[i] = 1.0 - sf[i]
         for i in range(n_bins):
             out[r, i] = sf[i] - sf[i + 1] if i >= first_upper else cdf[i + 1] - cdf[i]
