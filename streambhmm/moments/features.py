@@ -34,7 +34,7 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     Each difference is taken on the side of the distribution (lower or upper tail) where both
     values are small, so bins far in either tail keep their relative precision down to the
     smallest normal double. Pairs up to KEPT_COVERAGE reads are rows of kept per-coverage
-    tables; deeper ones sum their tails term by term (streambhmm.moments.binomial_tails).
+    tables; deeper ones sum their tails term by term (streambhmm.moments.deep_pairs).
     """
     if n_bins < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
@@ -44,7 +44,7 @@ def beta_map(coverage, methylated, n_bins: int) -> np.ndarray:
     flat_c, flat_mu, flat = c.ravel(), mu.ravel(), out.reshape(-1, n_bins)
     deep = np.flatnonzero(flat_c > KEPT_COVERAGE)
     if deep.size:
-        from .binomial_tails import beta_map_of_pairs  # compiled on first use: shallow data never need it
+        from .deep_pairs import beta_map_of_pairs  # compiled on first use: shallow data never need it
 
         mapped = np.empty((deep.size, n_bins))
         beta_map_of_pairs(flat_c[deep], flat_mu[deep], n_bins, mapped)
@@ -334,23 +334,15 @@ def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning
     over = c > cap
     base = np.where(over, pair_keys(np.zeros_like(c), np.full_like(c, cap)), pair_keys(mu, c))
     row = np.full(c.size, -1, np.int64)
-    row[over] = np.arange(int(over.sum()))
-    j = np.arange(cap + 1)
-    rows = np.zeros((int(over.sum()), cap + 1))
-    f = log_factorials(int(c.max(initial=cap)))
-    for start in range(0, rows.shape[0], 4096):  # bounded temporary memory
-        cc = c[over][start:start + 4096, None]
-        mm = mu[over][start:start + 4096, None]
-        uu = cc - mm
-        valid = (j <= mm) & (cap - j <= uu)
-        # the hypergeometric pmf C(mu, j) C(c - mu, cap - j) / C(c, cap) in log factorials
-        log_pmf = (f[mm] - f[j] - f[np.maximum(mm - j, 0)] + f[uu] - f[cap - j] - f[np.maximum(uu - cap + j, 0)]
-                   - f[cc] + f[cap] + f[cc - cap])
-        rows[start:start + 4096] = np.where(valid, np.exp(np.where(valid, log_pmf, 0.0)), 0.0)
-    kept = rows >= THINNING_FLOOR
-    rows = np.where(kept, rows, 0.0)
-    lo = np.argmax(kept, axis=1)
-    hi = cap - np.argmax(kept[:, ::-1], axis=1)
+    n_over = int(over.sum())
+    row[over] = np.arange(n_over)
+    rows = np.zeros((n_over, cap + 1))
+    lo = np.zeros(n_over, np.int64)
+    hi = np.zeros(n_over, np.int64)
+    if n_over:
+        from .deep_pairs import thinning_rows  # compiled on first use
+
+        thinning_rows(c[over], mu[over], cap, THINNING_FLOOR, rows, lo, hi)
     return Thinning(cap=cap, base=base, row=row, rows=rows, lo=lo, hi=hi)
 
 

@@ -1,3 +1,4 @@
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -8,8 +9,9 @@ from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
 from streambhmm.io.limits import COUNT_MAX
-from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, _beta_map_of_coverage, _kept_table,
-                                         beta_map, encode, flush_subnormals, log_factorials, pair_keys, pairs_from_keys)
+from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, THINNING_FLOOR, _beta_map_of_coverage,
+                                         _kept_table, beta_map, encode, flush_subnormals, log_factorials, pair_keys,
+                                         pairs_from_keys, thinning)
 
 
 def integrated_beta(c, mu, n_bins):
@@ -94,6 +96,29 @@ def test_very_deep_pairs_match_scipy_betainc_away_from_underflow():
         np.testing.assert_allclose(got[~far], reference[~far], rtol=1e-10, atol=1e-300)
         assert (got >= 0).all() and (got[far] < 1e-190).all()
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-13)
+
+
+@pytest.mark.parametrize("cap", [1, 8, 256])
+def test_thinning_is_the_exact_hypergeometric_law_to_the_deepest_count(cap):
+    """A pair deeper than the cap spreads over j = 0..cap methylated reads by the
+    hypergeometric law; against exact fractions, from one read over the cap to COUNT_MAX
+    (where a table of log-factorials would take 34 GB): the entries at or above the floor,
+    and only those, kept within 1e-13 relative, between lo and hi. Pairs within the cap are
+    their own cell."""
+    pairs = sorted({(c, mu) for c in (cap + 1, cap + 2, 1000, 123_457, COUNT_MAX)
+                    for mu in (0, 1, 2, c // 100, c // 3, c // 2, c - 1, c)} | {(0, 0), (cap, 1), (cap, cap)})
+    c, mu = (np.array(column, dtype=np.int64) for column in zip(*pairs))
+    got = thinning(c, mu, cap)
+    within = c <= cap
+    assert (got.row[within] == -1).all() and (got.base[within] == pair_keys(mu[within], c[within])).all()
+    assert (got.base[~within] == pair_keys(np.array(0), np.array(cap))).all() and (got.row[~within] == np.arange((~within).sum())).all()
+    for r, (cc, mm) in enumerate(zip(c[~within].tolist(), mu[~within].tolist())):
+        total = math.comb(cc, cap)
+        exact = np.array([float(Fraction(math.comb(mm, j) * math.comb(cc - mm, cap - j), total))
+                          for j in range(cap + 1)])
+        kept = np.flatnonzero(exact >= THINNING_FLOOR)
+        assert (got.lo[r], got.hi[r]) == (kept[0], kept[-1]) and np.array_equal(got.rows[r] > 0, exact >= THINNING_FLOOR)
+        np.testing.assert_allclose(got.rows[r, kept], exact[kept], rtol=1e-13)
 
 
 def test_the_tables_kept_for_shallow_coverages_give_each_pairs_own_map_bitwise():
