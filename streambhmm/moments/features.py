@@ -328,9 +328,14 @@ class Thinning:
 
 
 def thinning(coverage: np.ndarray, methylated: np.ndarray, cap: int) -> Thinning:
-    """The thinned distribution of each pair (c, mu) of a feature table."""
+    """The thinned distribution of each pair (c, mu) of a feature table, 0 <= cap <=
+    HISTOGRAM_MAX_CAP (the compiled rows' products stay finite there)."""
     c = np.asarray(coverage, dtype=np.int64)
     mu = np.asarray(methylated, dtype=np.int64)
+    if not 0 <= cap <= HISTOGRAM_MAX_CAP:
+        raise ValueError(f"the thinning's cap must be within 0..{HISTOGRAM_MAX_CAP}, got {cap}")
+    if ((mu < 0) | (mu > c)).any():  # the compiled rows index by them unchecked
+        raise ValueError("a pair's methylated count is negative or above its coverage")
     over = c > cap
     base = np.where(over, pair_keys(np.zeros_like(c), np.full_like(c, cap)), pair_keys(mu, c))
     row = np.full(c.size, -1, np.int64)

@@ -9,9 +9,9 @@ from scipy.integrate import quad
 from scipy.stats import beta as beta_dist
 
 from streambhmm.io.limits import COUNT_MAX
-from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, KEPT_COVERAGE, THINNING_FLOOR, _beta_map_of_coverage,
-                                         _kept_table, beta_map, encode, flush_subnormals, log_factorials, pair_keys,
-                                         pairs_from_keys, thinning)
+from streambhmm.moments.features import (_DIRECT_KEY_LIMIT, HISTOGRAM_MAX_CAP, KEPT_COVERAGE, THINNING_FLOOR,
+                                         _beta_map_of_coverage, _kept_table, beta_map, encode, flush_subnormals,
+                                         log_factorials, pair_keys, pairs_from_keys, thinning)
 
 
 def integrated_beta(c, mu, n_bins):
@@ -103,7 +103,7 @@ def test_thinning_is_the_exact_hypergeometric_law_to_the_deepest_count(cap):
     """A pair deeper than the cap spreads over j = 0..cap methylated reads by the
     hypergeometric law; against exact fractions, from one read over the cap to COUNT_MAX
     (where a table of log-factorials would take 34 GB): the entries at or above the floor,
-    and only those, kept within 1e-13 relative, between lo and hi. Pairs within the cap are
+    and only those, kept within 2e-14 relative, between lo and hi. Pairs within the cap are
     their own cell."""
     pairs = sorted({(c, mu) for c in (cap + 1, cap + 2, 1000, 123_457, COUNT_MAX)
                     for mu in (0, 1, 2, c // 100, c // 3, c // 2, c - 1, c)} | {(0, 0), (cap, 1), (cap, cap)})
@@ -118,7 +118,16 @@ def test_thinning_is_the_exact_hypergeometric_law_to_the_deepest_count(cap):
                           for j in range(cap + 1)])
         kept = np.flatnonzero(exact >= THINNING_FLOOR)
         assert (got.lo[r], got.hi[r]) == (kept[0], kept[-1]) and np.array_equal(got.rows[r] > 0, exact >= THINNING_FLOOR)
-        np.testing.assert_allclose(got.rows[r, kept], exact[kept], rtol=1e-13)
+        np.testing.assert_allclose(got.rows[r, kept], exact[kept], rtol=2e-14)
+
+
+@pytest.mark.parametrize("coverage, methylated, cap", [([3], [1], -1), ([1031], [1031], HISTOGRAM_MAX_CAP + 1),
+                                                       ([10], [-100], 5), ([10], [12], 5)])
+def test_thinning_refuses_what_its_compiled_rows_cannot_hold(coverage, methylated, cap):
+    """Out-of-range caps overflowed the mode's product (inf rows) or wrote outside the rows,
+    as did counts outside 0..c: refused instead."""
+    with pytest.raises(ValueError):
+        thinning(np.array(coverage), np.array(methylated), cap)
 
 
 def test_the_tables_kept_for_shallow_coverages_give_each_pairs_own_map_bitwise():
