@@ -15,8 +15,9 @@ where n p is rounded). scipy's betainc lost it near underflow.
 A thinning row is the hypergeometric law of j methylated among ``cap`` reads drawn from the
 pair's c. Its mode's probability is a product of cap ratios of integers, the rest follow by
 the ratio of neighbours, outward until they fall below the floor: no table of log-factorials
-as long as the deepest pair, and no cancellation between logarithms of c! (1e-13 relative
-against exact fractions to 4e9 reads; log-factorials lost 1e-10 at 1e5 reads).
+as long as the deepest pair, and no cancellation between logarithms of c! (7e-15 relative
+against exact fractions to 4e9 reads; log-factorials lost 1e-10 at 1e5 reads). The product
+stays finite for the histograms' caps (up to 256; about 2^cap at most).
 """
 
 from __future__ import annotations
