@@ -40,9 +40,12 @@ SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "s
               Path(__file__).resolve().parents[2] / "shared")
 EXCERPT = SHARED / "data" / "real" / "MethylSeekR_IMR90_chr22" / "Lister2009_imr90_hg18_chr22.tab.gz"
 CONVERT = SHARED / "tools" / "peers" / "convert.py"
-INGEST_IMPORTS = "import numpy, zarr, pyarrow.csv, isal.igzip"
-CALL_IMPORTS = ("import streambhmm.app.cli, streambhmm.app.calls, numpy as np; "
-                "from streambhmm.moments import moment_kernels; moment_kernels.triple_starts(np.array([3]))")
+# each ends as a command does (streambhmm.app.console): its objects frozen, so the interpreter's
+# shutdown does not collect them
+INGEST_IMPORTS = "import numpy, zarr, pyarrow.csv, isal.igzip, gc; gc.freeze()"
+CALL_IMPORTS = ("import streambhmm.app.cli, streambhmm.app.calls, numpy as np, gc; "
+                "from streambhmm.moments import moment_kernels; moment_kernels.triple_starts(np.array([3])); "
+                "gc.freeze()")
 
 
 def children_cpu() -> float:
