@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import importlib.util
 import gzip
+import importlib.util
 import json
 import os
 import shutil
