@@ -40,7 +40,7 @@ def run() -> None:
     except SystemExit as ended:
         exit_on_late_stop(ended.code)
         # The command is done. The interpreter's shutdown would run full garbage collections
-        # over every object the imports made (numba, scipy, Dask): 0.35-0.5 s a process,
+        # over every object the imports made (numba, scipy, Dask): 0.3-0.5 s a process,
         # measured. Frozen, those are left to the operating system; exit handlers still run,
         # and objects outside reference cycles are still released (files are closed by then).
         gc.freeze()
