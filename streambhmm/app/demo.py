@@ -112,7 +112,7 @@ def run_demo(directory: Path, n: int = 100_000, seed: int = 0, scheduler=None, q
         report = ingest([path], sample, store, echo=echo)
         echo(f"ingested {sample}: {report.n_rows:,} {report.format} rows -> {report.n_bins:,} bins")
     start = time.perf_counter()
-    with store_session(store, scheduler) as opened:
+    with store_session(store, scheduler, quiet=quiet) as opened:
         data = load_moments(opened.store, None, FeatureSpec(), opened.client, quiet)
         settings = data_settings_of(opened.store, data.samples)
     est = one_pass(data.moments, len(DEMO_TRUTH.methylation), "refined", seed)

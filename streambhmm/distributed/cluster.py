@@ -115,10 +115,11 @@ def is_small(store, bin_size: int | None = None) -> bool:
 
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_lost: str = "",
-                in_process: bool = False):
+                in_process: bool = False, quiet: bool = False):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
     to a LocalCluster of one single-threaded worker process per core; or with
     ``in_process`` an io.tasks.InProcessClient running the tasks here, a thread per core.
+    Connecting to a scheduler is a progress step (io.progress; none with ``quiet``).
 
     Losing the scheduler raises :class:`SchedulerLost`, a stalled computation
     :class:`ClusterStalled`, workers dying on a task over and over (KilledWorker: most
@@ -127,7 +128,7 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
     address = scheduler_address(scheduler)
     quiet_interrupted_sync()
     if address:
-        client_of = _external_client(address)
+        client_of = _external_client(address, quiet)
     elif in_process:
         client_of = _in_process_client(n_workers or os.cpu_count() or 1)
     else:
@@ -152,15 +153,20 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
 
 
 @contextlib.contextmanager
-def _external_client(address: str):
+def _external_client(address: str, quiet: bool):
     from distributed import Client
 
+    from ..io.progress import stage
+
     timeout = _connect_timeout()
-    _check_scheduler(address, timeout)
-    try:
-        client = Client(address, timeout=timeout)
-    except OSError as exc:
-        raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    # shown while it lasts: Dask retries a refused connection until the timeout (30 s by default),
+    # so a wrong address waits that long before its error
+    with stage(f"connecting to the Dask scheduler at {address} (at most {timeout:g} s)", quiet=quiet):
+        _check_scheduler(address, timeout)
+        try:
+            client = Client(address, timeout=timeout)
+        except OSError as exc:
+            raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     with client:
         yield client
 
@@ -266,7 +272,7 @@ class OpenedStore:
 
 @contextlib.contextmanager
 def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = "",
-                  bin_size: int | None = None, em: bool = False):
+                  bin_size: int | None = None, em: bool = False, quiet: bool = False):
     """Open the counts store at ``path`` for a command. Where the work runs is decided here,
     once: on the scheduler when one is given, else in this process (an embedded cluster of
     worker processes with $STREAMBHMM_IN_PROCESS_MAX=0); ``dask`` False: no client. ``em``: the
@@ -279,12 +285,13 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     waits for a running ingest) and the command never sees a mix of old and new counts. A
     given scheduler is connected to first, so an unreachable one never holds the lock; an
     embedded cluster starts under the lock, sized to the store as it is then (a store that
-    cannot be read is refused by the command, in process, without starting one)."""
+    cannot be read is refused by the command, in process, without starting one). ``quiet``:
+    no progress line while a given scheduler is connected to."""
     from ..io.store import locked
 
     external = bool(dask and scheduler_address(scheduler))
     with contextlib.ExitStack() as stack:
-        client = stack.enter_context(dask_client(scheduler, if_lost=if_lost)) if external else None
+        client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, quiet=quiet)) if external else None
         stack.enter_context(locked(path, shared=not write))
         em_in_memory = False
         if dask and not external:

@@ -126,7 +126,8 @@ class Stage:
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
                                file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
                                mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1,
-                               bar_format=BAR_CAPPED if self.capped else None)
+                               bar_format=BAR_CAPPED if self.capped else BAR_WAITING if not (self.total or self.unit)
+                               else None)
             self.bar.start_t = self.started
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
@@ -147,7 +148,8 @@ class Stage:
         text = _tqdm().format_meter(self.done, self.total, now - self.started, prefix=self.description(),
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
                                     unit_divisor=1024 if self.unit_scale else 1000, postfix=self.shown_note() or None,
-                                    bar_format=LINE_CAPPED if self.capped else LINE if self.total else LINE_UNKNOWN)
+                                    bar_format=LINE_CAPPED if self.capped else LINE if self.total
+                                    else LINE_UNKNOWN if self.unit else LINE_WAITING)
         self.stream.write(text + "\n")
         self.stream.flush()
 
@@ -176,6 +178,9 @@ LINE = "{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%) [{elapsed} elapsed, {rem
 LINE_UNKNOWN = "{desc}: {n_fmt} [{elapsed} elapsed, {rate_fmt}]{postfix}"
 LINE_CAPPED = "{desc}: {n_fmt} of at most {total_fmt} [{elapsed} elapsed, {rate_fmt}]{postfix}"
 BAR_CAPPED = "{desc}: {n_fmt} of at most {total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+# a step that counts nothing (no total, no unit), a wait: its time alone
+LINE_WAITING = "{desc} [{elapsed} elapsed]{postfix}"
+BAR_WAITING = "{desc} [{elapsed}{postfix}]"
 
 
 class _Silent:
@@ -196,7 +201,8 @@ def stage(name: str, total: int | None = None, *, quiet: bool = False, unit: str
           unit_scale: bool = False, capped: bool = False) -> Iterator[Stage]:
     """A step's progress while the block runs (see the module docstring): ``unit`` names
     what is counted ("B" with ``unit_scale`` for bytes, shown as kB, MB...); ``capped``: the
-    total is a cap the step may stop before."""
+    total is a cap the step may stop before. Without a total or a unit, the step is a wait,
+    shown by its time alone."""
     stream = sys.stderr
     if quiet or stream is None:  # None: standard error closed (2>&-), nowhere to show it
         yield _Silent()

@@ -331,6 +331,22 @@ def test_other_local_users_cannot_run_code_through_the_embedded_cluster():
     assert control == f"ran: {os.getuid()}", report
 
 
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_wait_for_an_unreachable_scheduler_is_shown_unless_quiet(tmp_path, few_chunks, quiet):
+    """A wrong address waits out Dask's connect timeout (30 s by default: it retries a refused
+    connection) before its error, and nothing said so: a progress step shows the wait (a line
+    a second here), none with -q."""
+    address = "tcp://127.0.0.1:9"
+    proc = subprocess.run([*STREAMBHMM, "moments", few_chunks.path.url, "-o", tmp_path / "m.zarr", *BINS,
+                           "--scheduler", address, *(["-q"] if quiet else [])], capture_output=True, text=True,
+                          timeout=300, env={**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s",
+                                            "STREAMBHMM_PROGRESS_EVERY": "1"})
+    assert proc.returncode == 1 and f"Error: cannot reach the Dask scheduler at {address}" in proc.stderr
+    waiting = [line for line in proc.stderr.splitlines()
+               if line.startswith(f"connecting to the Dask scheduler at {address} (at most 3 s) [00:0")]
+    assert (not waiting) if quiet else waiting, proc.stderr
+
+
 def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_path, few_chunks):
     """Issue 25, item 11: --scheduler at an HTTP server (which never answers Dask's handshake)
     waited forever holding the store's reader lock. Now the connection is bounded

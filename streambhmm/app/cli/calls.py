@@ -34,7 +34,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     output_checked(output, store, moments_path)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
-    with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0) as opened:
+    with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
+                       quiet=quiet) as opened:
         outcome = run_call(settings, opened, echo=step_lines(quiet))
     by_level = np.argsort(outcome.hmm.methylation_.mean(axis=1), kind="stable")  # the fit keeps its own order
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "

@@ -85,7 +85,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     if len(set(sheet_read.groups)) == len(sheet_read.samples):
         click.echo(f"warning: {NO_REPLICATES}", err=True)
     # the bigWig, the DMRs and the domains (each a BED and a table) appear together, or none of them
-    with store_session(store, scheduler, em=True) as opened, written_together():
+    with store_session(store, scheduler, em=True, quiet=quiet) as opened, written_together():
         outcome = run_dmr(job, opened, echo=step_lines(quiet), quiet=quiet)
     click.echo(f"states ({'/'.join(outcome.groups.names)}; * differential):")
     for line in states_table(outcome.hmm, min_difference):

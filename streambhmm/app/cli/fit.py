@@ -63,7 +63,7 @@ def opened_for(settings, scheduler):
     """The counts store opened for the fit (store_session); nothing for a moment store (no counts are read)."""
     if settings.moment_store:
         return contextlib.nullcontext()
-    return store_session(settings.store, scheduler, em=settings.method not in ONE_PASS)
+    return store_session(settings.store, scheduler, em=settings.method not in ONE_PASS, quiet=settings.quiet)
 
 
 @click.command()

@@ -41,7 +41,8 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
     check_summary(manifest, workdir)
     echo = (lambda message: None) if quiet else printed(click.echo)
     kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
-    with dask_client(scheduler, if_lost=kept) as client, stage("batch", quiet=quiet, unit="steps") as shown:
+    with dask_client(scheduler, if_lost=kept, quiet=quiet) as client, \
+            stage("batch", quiet=quiet, unit="steps") as shown:
         summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
                             echo=echo, progress=shown, options=options, pooled=pooled,
                             feature=feature, projection_dim=projection_dim)

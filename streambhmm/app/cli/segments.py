@@ -35,7 +35,7 @@ def score(store, model, chromosomes, scheduler, quiet):
 
     start = time.perf_counter()
     wanted = names(chromosomes, "--chromosomes")
-    with store_session(store, scheduler) as opened:
+    with store_session(store, scheduler, quiet=quiet) as opened:
         document = model_for_store(opened.store, model)
         per_chrom = run_score(opened.store, document.hmm(), opened.client, document.samples, wanted,
                               document.pooled)
@@ -71,7 +71,7 @@ def decode(store, model, output, posteriors, max_gap, scheduler, quiet):
     outputs.check(output, store, model)
     # with --posteriors decode writes into the store: its exclusive lock
     echo = printed(click.echo)
-    with store_session(store, scheduler, write=posteriors) as opened, written_together(), \
+    with store_session(store, scheduler, write=posteriors, quiet=quiet) as opened, written_together(), \
             stage("decode", quiet=quiet, unit="chunks") as progress:
         for path, report in run_decode(job.on(opened.store), outputs, opened.client, max_gap, posteriors,
                                        progress=progress):
@@ -117,7 +117,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
     if (preset is None) == (targets is None):
         raise click.UsageError("give one of --preset and --targets")
     output_checked(output, store, model)  # and the table beside it
-    with store_session(store, scheduler) as opened:
+    with store_session(store, scheduler, quiet=quiet) as opened:
         job = ModelOnStore.open(opened.store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
                            min_length=min_length, min_bins=min_bins)
@@ -154,7 +154,7 @@ def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, sc
 
     start = time.perf_counter()
     # methylation alone needs no Dask client, only the store's shared lock
-    with store_session(store, scheduler, dask=bool(model)) as opened:
+    with store_session(store, scheduler, dask=bool(model), quiet=quiet) as opened:
         job = ModelOnStore.open(opened.store, model) if model else None
         chosen = names(samples, "--samples")
         echo = printed(click.echo)
@@ -190,7 +190,7 @@ def report(store, model, output, region, region_files, moments_path, max_gap, di
     check_report_output(output, store, model, moments_path, region_files)  # before the cluster starts
     region_sets = read_region_sets(region_files)
     # the report reads the store (its segments go into DIR): the shared lock
-    with store_session(store, scheduler) as opened:
+    with store_session(store, scheduler, quiet=quiet) as opened:
         result = write_report(opened, model, output, region, max_gap, diff_threshold, moments_path, quiet=quiet,
                               regions=region_sets)
     click.echo(f"{result.path}: {len(result.figures)} figures ({', '.join(result.figures)}); "
