@@ -25,8 +25,6 @@ cannot take less than the two floors above (ingest's and the call's imports), wh
 from __future__ import annotations
 
 import argparse
-import compileall
-import importlib.util
 import resource
 import shutil
 import statistics
@@ -35,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from installed import byte_compile_package  # scripts/, beside this one
 
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
               Path(__file__).resolve().parents[2] / "shared")
@@ -78,10 +78,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--dnmtools", default=None, help="a DNMTools binary: also time the chromosome jobs")
     args = parser.parse_args()
-    # the package byte-compiled, as the README's `pip install .` leaves it: an editable install
-    # under PYTHONDONTWRITEBYTECODE (set on the machine these figures come from) would compile
-    # every module again in every timed process (0.2-0.5 s a process, measured)
-    compileall.compile_dir(importlib.util.find_spec("streambhmm").submodule_search_locations[0], quiet=1)
+    byte_compile_package()
     command = shutil.which("streambhmm") or sys.exit("no `streambhmm` on PATH: install the package first")
     runs = [("python -c pass", [[sys.executable, "-c", "pass"]], None),
             ('python -c "import numpy"', [[sys.executable, "-c", "import numpy"]], None),

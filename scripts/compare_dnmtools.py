@@ -45,9 +45,7 @@ nothing there.
 from __future__ import annotations
 
 import argparse
-import compileall
 import gzip
-import importlib.util
 import json
 import os
 import shutil
@@ -57,6 +55,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from installed import byte_compile_package  # scripts/, beside this one
 
 # the shared data beside the checkout (a worktree sits one level deeper than the main checkout)
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
@@ -276,10 +276,7 @@ def main():
     parser.add_argument("--timing-only", action="store_true",
                         help="only the jobs' seconds and memory (and Jaccard): no EM polish, quarter reads or bedtools")
     args = parser.parse_args()
-    # the package byte-compiled, as the README's `pip install .` leaves it: an editable install
-    # under PYTHONDONTWRITEBYTECODE (set on the machine these figures come from) would compile
-    # every module again in every timed process (0.2-0.5 s a process, measured)
-    compileall.compile_dir(importlib.util.find_spec("streambhmm").submodule_search_locations[0], quiet=1)
+    byte_compile_package()
     if not Path(args.dnmtools).exists():
         sys.exit(f"no dnmtools at {args.dnmtools}: build it with {PEERS / 'build_dnmtools.sh'} (see its README)")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-dnmtools-"))

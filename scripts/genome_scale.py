@@ -24,8 +24,6 @@ moment pass at least 2 M bins x samples per second per core; the sweep under a m
 from __future__ import annotations
 
 import argparse
-import compileall
-import importlib.util
 import json
 import os
 import shutil
@@ -36,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from installed import byte_compile_package  # scripts/, beside this one
 
 # the shared data beside the checkout (a worktree sits one level deeper than the main checkout)
 SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
@@ -101,10 +101,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--skip-dnmtools", action="store_true")
     args = parser.parse_args()
-    # the package byte-compiled, as the README's `pip install .` leaves it: an editable install
-    # under PYTHONDONTWRITEBYTECODE (set on the machine these figures come from) would compile
-    # every module again in every timed process (0.2-0.5 s a process, measured)
-    compileall.compile_dir(importlib.util.find_spec("streambhmm").submodule_search_locations[0], quiet=1)
+    byte_compile_package()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-genome-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "memtime.jsonl"

@@ -89,6 +89,11 @@ class Stage:
         text = f"{self.name} {min(self.done + 1, self.total)}/{self.total}" if self.total else self.name
         return f"{text} ({self.note})" if self.note else text
 
+    @property
+    def waiting(self) -> bool:
+        """A step that counts nothing (no total, no unit): shown by its time alone."""
+        return not (self.total or self.unit)
+
     def shown_note(self) -> str:
         """The note, and that numba is compiling when it is."""
         return ", ".join(part for part in (self.note, COMPILING if _compiling[0] else "") if part)
@@ -126,8 +131,7 @@ class Stage:
                                unit_scale=self.unit_scale, unit_divisor=1024 if self.unit_scale else 1000,
                                file=self.stream, leave=False, ncols=_size().columns, nrows=_size().lines,
                                mininterval=min(REDRAW, every()), miniters=1, smoothing=0.1,
-                               bar_format=BAR_CAPPED if self.capped else BAR_WAITING if not (self.total or self.unit)
-                               else None)
+                               bar_format=BAR_CAPPED if self.capped else BAR_WAITING if self.waiting else None)
             self.bar.start_t = self.started
         bar = self.bar
         bar.ncols, bar.nrows = _size()  # the window may change
@@ -149,7 +153,7 @@ class Stage:
                                     unit=self.unit or "it", unit_scale=self.unit_scale,
                                     unit_divisor=1024 if self.unit_scale else 1000, postfix=self.shown_note() or None,
                                     bar_format=LINE_CAPPED if self.capped else LINE if self.total
-                                    else LINE_UNKNOWN if self.unit else LINE_WAITING)
+                                    else LINE_WAITING if self.waiting else LINE_UNKNOWN)
         self.stream.write(text + "\n")
         self.stream.flush()
 

@@ -107,23 +107,14 @@ def _tail_from(k, n, p, q, step):
 
 
 @njit(cache=True, nogil=True)
-def _upper_tail(mu, n, p, q):
-    """P(Y > mu), Y ~ Bin(n, p), mu < n, summed upward from mu + 1: for p below (mu + 1) / (n + 1)."""
-    if p == 0.0:
-        return 0.0
-    if q == 0.0:
-        return 1.0
-    return _tail_from(mu + 1, n, p, q, 1)
-
-
-@njit(cache=True, nogil=True)
-def _lower_tail(mu, n, p, q):
-    """P(Y <= mu), Y ~ Bin(n, p), mu < n, summed downward from mu: for p at or above (mu + 1) / (n + 1)."""
-    if p == 0.0:
-        return 1.0
-    if q == 0.0:
-        return 0.0
-    return _tail_from(mu, n, p, q, -1)
+def _tail(mu, n, p, q, upper):
+    """P(Y > mu) if ``upper`` (summed upward from mu + 1: for p below (mu + 1) / (n + 1)), else
+    P(Y <= mu) (summed downward from mu: for p at or above it); Y ~ Bin(n, p), mu < n."""
+    if p == 0.0:  # Y = 0
+        return 0.0 if upper else 1.0
+    if q == 0.0:  # Y = n > mu
+        return 1.0 if upper else 0.0
+    return _tail_from(mu + 1, n, p, q, 1) if upper else _tail_from(mu, n, p, q, -1)
 
 
 @njit(cache=True, nogil=True)
@@ -146,9 +137,9 @@ def beta_map_of_pairs(coverage, methylated, n_bins, out):
             p = i / n_bins
             q = (n_bins - i) / n_bins
             if i < first_upper:
-                cdf[i] = _upper_tail(mu, n, p, q)
+                cdf[i] = _tail(mu, n, p, q, True)
             else:
-                sf[i] = _lower_tail(mu, n, p, q)
+                sf[i] = _tail(mu, n, p, q, False)
                 if i == first_upper:
                     cdf[i] = 1.0 - sf[i]
         for i in range(n_bins):
