@@ -1,4 +1,5 @@
 import os
+import signal
 from pathlib import Path
 
 # Dask's background monitoring, for every cluster the suite starts (here, and inherited by the
@@ -17,6 +18,12 @@ import pytest  # noqa: E402
 from streambhmm.learn.simulate import model  # noqa: E402
 
 dask.config.refresh()  # in case a plugin imported dask before the environment was set
+
+# The suite stops commands and writers with Ctrl-C. A run started in the background by a
+# non-interactive shell inherits SIGINT ignored (and the commands it starts would too), and then
+# those tests failed with "DID NOT RAISE KeyboardInterrupt".
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The real data sets (shared/data/real): $STREAMBHMM_REAL_DATA, else ../shared/data/real beside
 # the repository (where CI has it). Tests marked realdata fail when it is missing, unless
