@@ -3,7 +3,7 @@ with its documented defaults), on simulated methylomes with known DMRs and on th
 (issue 27's acceptance).
 
     python scripts/dmr_benchmark.py --workdir DIR [--sets sim,null,...] [--rerun-dss] [--skip-dss]
-        [--skip-dss-above N] [--no-curve]
+        [--skip-dss-above N] [--no-curve] [--dmr-options="--em-iter 1000"]
 
 Sets:
     sim          2 groups x 3 replicates, 2 chromosomes of 40 Mb (about 1.03 M CpGs;
@@ -352,6 +352,8 @@ def main():
     parser.add_argument("--skip-dss-above", type=int, default=16, metavar="N",
                         help="DSS is not run on sets of more than N samples (hours)")
     parser.add_argument("--skip-dss", action="store_true")
+    parser.add_argument("--dmr-options", default="", metavar="OPTIONS",
+                        help="more options for every `dmr` run, e.g. --dmr-options=\"--em-iter 1000\"")
     parser.add_argument("--no-curve", action="store_true",
                         help="simulations: only the default run (--fdr 0.05), not a second `dmr --fdr 1` for the "
                              "other nominal levels (the scale sets, where a run takes minutes)")
@@ -362,13 +364,13 @@ def main():
         work = args.workdir / name
         work.mkdir(parents=True, exist_ok=True)
         samples = prepare(name, work)
-        ours = run_ours(work, samples)
+        ours = run_ours(work, samples, args.dmr_options.split())
         dss = None
         if not args.skip_dss and len(samples) <= args.skip_dss_above:
             dss = run_dss(work, args.rerun_dss)
         if name not in REAL_SETS:
             if not args.no_curve:
-                ours["all_dir"] = run_ours_all(work, samples)
+                ours["all_dir"] = run_ours_all(work, samples, args.dmr_options.split())
             rows = simulation_rows(name, work, ours, dss)
             print_simulation(name, rows, work)
             results[name] = {"rows": rows, "n_samples": len(samples), "ours": _brief(ours), "dss": _brief(dss)}
@@ -379,11 +381,11 @@ def main():
     summary(results, args.workdir)
 
 
-def run_ours_all(work: Path, samples: list) -> Path:
+def run_ours_all(work: Path, samples: list, extra=()) -> Path:
     """`dmr --fdr 1` on the store of the timed run: every candidate with its q-value (the FDR curve)."""
     out = work / "ours"
     subprocess.run(["streambhmm", "dmr", out / "counts.zarr", "--groups", out / "sheet.tsv", "--output",
-                    out / "all.bed", "--fdr", "1", "-q"], capture_output=True, text=True, check=True)
+                    out / "all.bed", "--fdr", "1", "-q", *extra], capture_output=True, text=True, check=True)
     every = work / "ours-all"
     every.mkdir(exist_ok=True)
     for source, target in (("all.tsv", "dmr.tsv"), ("all.domains.tsv", "dmr.domains.tsv")):

@@ -89,6 +89,7 @@ class CallOutcome:
     unmethylated: np.ndarray  # per sample, the share of bins without methylated reads
     found: dict  # {chromosome: distributed.regions.Regions}
     seconds: dict = field(default_factory=dict)
+    em_stopped: str = ""  # --polish-em's EM stopped at its cap before converging: how
 
     @property
     def lengths(self) -> np.ndarray:
@@ -160,14 +161,20 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         except TooFewDataError as exc:
             raise ValueError(_too_few(settings, samples, store.bin_size, exc)) from None
     seconds["fit"] = time.perf_counter() - start
+    em_stopped = ""
     if settings.polish_em:
         start = time.perf_counter()
         echo(f"EM: at most {settings.polish_em} iterations")
         with stage(f"{settings.kind}: EM", settings.polish_em, quiet=settings.quiet, unit="iterations",
                    capped=True) as progress:
-            fit_store_em(store, hmm, opened.em_client, samples, settings.polish_em,
-                         rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
+            polished = fit_store_em(store, hmm, opened.em_client, samples, settings.polish_em,
+                                    rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
+        if not polished.converged:
+            gain = polished.history[-1] - polished.history[-2]
+            em_stopped = (f"EM stopped at --polish-em {settings.polish_em} while still improving (its last iteration "
+                          f"gained {gain:.4g}, and it ends below {POLISH_TOL:g} of the log-likelihood, "
+                          f"{POLISH_TOL * abs(polished.history[-1]):.3g})")
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
@@ -201,7 +208,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
-    outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds)
+    outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds, em_stopped)
     if outcome.lengths.size == 0:
         raise ValueError(_why_none(settings, store, samples, hmm, data.moments,
                                    f"no run of {TARGET_STATES[settings.kind]} bins passed the rule "

@@ -75,9 +75,11 @@ class DmrJob:
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
         inputs = store_inputs(self.store, self.sheet.path, self.chrom_sizes)
-        for path in paths:  # the sheet or an ingested file given as an output: refused, not replaced
-            inputs.check(path)
         output, table, domains, domains_table = paths[:4]
+        roles = ["", f"the table beside {output}", f"the domains beside {output}",
+                 f"the domains' table beside {output}", ""]
+        for path, role in zip(paths, roles):  # the sheet or an ingested file as an output: refused, not replaced
+            inputs.check(path, role)
         check_output_file(output)
         for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
             check_derived_file(path, ours, output)  # named after --output: never someone else's file
@@ -205,6 +207,7 @@ class DmrOutcome:
     candidates: int  # focal candidates before the FDR cut
     absorbed: int  # focal candidates that are pieces of a called domain
     history: list
+    em_stopped: str = ""  # how EM stopped at its cap before converging ("" when it converged)
     seconds: dict = field(default_factory=dict)
     track_bins: int = 0
     shared: float = 1.0  # of the 5 kb windows with reads, the share where every group has reads
@@ -241,8 +244,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     hmm = start_model(summary.quantiles(settings.background_states), groups,
                       summary.quantiles(settings.candidate_levels))
     with stage("dmr: EM", settings.em_iter, quiet=quiet, unit="iterations", capped=True) as shown:
-        hmm, history = fit_on_store(store, samples, hmm, opened.em_client, settings,
-                                    report=em_progress(shown))
+        hmm, history, last_fit = fit_on_store(store, samples, hmm, opened.em_client, settings,
+                                              report=em_progress(shown))
     seconds["EM"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -284,7 +287,20 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
     write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")
     return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
-                      int(pieces.sum()), history, seconds, track_bins, shared)
+                      int(pieces.sum()), history, em_stopped(last_fit, settings), seconds, track_bins, shared)
+
+
+def em_stopped(fit, settings) -> str:
+    """How the bins' last EM stopped at its cap while still improving ("" when it converged)."""
+    if fit.converged:
+        return ""
+    gain = fit.history[-1] - fit.history[-2] if len(fit.history) > 1 else float("nan")
+    cap = len(fit.history) - 1
+    after = "" if cap == settings.em_iter else " (the fit after BIC removed states: a third of --em-iter)"
+    ends = settings.em_tol * abs(fit.history[-1])
+    return (f"EM stopped at its cap of {cap} iterations{after} while still improving: its last iteration gained "
+            f"{gain:.4g} (log-likelihood {fit.history[-1]:.8g}), and EM ends below {ends:.3g} ({settings.em_tol:g} "
+            f"of the log-likelihood)")
 
 
 def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) -> dict:

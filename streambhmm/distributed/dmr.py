@@ -33,7 +33,7 @@ from ..learn.groups import GroupedBinomialHMM, SampleGroups, candidate_start, di
 from ..learn.hmm import EncodedCounts, SufficientStats, run_em
 from .chains import map_posteriors
 from .cluster import compute
-from .em import fit_store_em
+from .em import StoreEMResult, fit_store_em
 from .messages import Params
 from .regions import RegionRule, Regions, join_regions, regions_of
 
@@ -57,12 +57,16 @@ class DmrSettings:
     candidate_levels: int = 5  # and at as many quantiles, a gaining and a losing candidate
     domain_background_states: int = 3
     em_iter: int = 30
-    resume_iter: int = 10  # EM's iterations after BIC removed states (from a fitted model)
     em_tol: float = 1e-6  # relative gain of an iteration below which EM stops
     min_posterior: float = 0.5
     max_gap: int = 200
     min_bins: int = 2
     domains: bool = True
+
+    @property
+    def resume_iter(self) -> int:
+        """EM's iterations after BIC removed states (from a fitted model): a third of em_iter's."""
+        return max(1, self.em_iter // 3)
 
 
 # -- 1. the summary pass ----------------------------------------------------------------------
@@ -171,17 +175,18 @@ def fit_in_memory(meth: np.ndarray, cov: np.ndarray, lengths: np.ndarray, hmm: G
 
 
 def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, client, settings: DmrSettings,
-                 report=None) -> tuple[GroupedBinomialHMM, list]:
+                 report=None) -> tuple[GroupedBinomialHMM, list, StoreEMResult]:
     """EM on the store (``client`` None: in this process, for a small store), with BIC's
-    removals; the model and the log-likelihood history of its fits."""
-    history = []
+    removals; the model, the log-likelihood history of its fits and the last fit (whether
+    it converged or stopped at its cap)."""
+    history, fits = [], []
 
     def em(model, n_iter):
-        result = fit_store_em(store, model, client, samples, n_iter, settings.em_tol, report=report, check=False)
-        history.extend(result.history)
-        return result.stats
+        fits.append(fit_store_em(store, model, client, samples, n_iter, settings.em_tol, report=report, check=False))
+        history.extend(fits[-1].history)
+        return fits[-1].stats
 
-    return _pruned_fits(hmm, em, settings)[0], history
+    return _pruned_fits(hmm, em, settings)[0], history, fits[-1]
 
 
 def _pruned_fits(hmm: GroupedBinomialHMM, em, settings: DmrSettings) -> tuple[GroupedBinomialHMM, SufficientStats]:

@@ -134,7 +134,9 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__}, ends_command=True, before_commit=stop_check)
     if report.replaced:
-        echo(f"sample {sample} already existed and was replaced")
+        # a newcomer ingesting replicates one by one under one name keeps only the last
+        echo(f"sample {sample} already existed and was replaced by these files' counts (to sum replicates "
+             f"into one sample, give all their files to one ingest)")
     return report
 
 

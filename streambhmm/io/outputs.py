@@ -112,14 +112,17 @@ class Inputs:
             for root in (Path(os.path.abspath(given)), Path(os.path.realpath(given))):
                 self.roots.setdefault(root, (given, why))
 
-    def check(self, path) -> None:
+    def check(self, path, role: str = "") -> None:
+        """Refuse ``path`` (``role``: what the command writes there, when the user did not name
+        it, as "the table beside x.bed")."""
+        named = f"{path} ({role})" if role else f"{path}"
         for where in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
             if where in self.roots:
                 given, why = self.roots[where]
-                raise ValueError(f"{path}: is {given}, {why}; write it elsewhere")
+                raise ValueError(f"{named}: is {given}, {why}, and the output would replace it; write it elsewhere")
             inside = next((self.roots[p] for p in where.parents if p in self.roots), None)
             if inside is not None:
-                raise ValueError(f"{path}: is inside {inside[0]}, {inside[1]}; write it elsewhere")
+                raise ValueError(f"{named}: is inside {inside[0]}, {inside[1]}; write it elsewhere")
 
 
 def check_outside(path, *inputs, ingested=()) -> None:

@@ -255,6 +255,10 @@ def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):
         assert r.exit_code == 0, r.output
         recall, precision = overlap(read_bed(tmp_path / f"{kind}.bed"), read_bed(tmp_path / f"{kind}.em.bed"))
         assert recall > 0.9 and precision > 0.9, (kind, recall, precision)
+        assert "EM stopped" not in r.output  # converged within 200
+        # EM cut short is said, not handed out as the converged model's regions
+        r = run(kind, store, "-o", tmp_path / f"{kind}.em1.bed", "--polish-em", "1", "-q")
+        assert r.exit_code == 0 and "warning: EM stopped at --polish-em 1 while still improving" in r.output, r.output
 
 
 def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
@@ -407,7 +411,7 @@ def test_an_output_that_is_an_ingested_file_is_refused(tmp_path):
     before = calls.read_bytes()
     for kind in ("hmr", "pmd"):
         r = run(kind, tmp_path / "s.zarr", "-o", calls, "-q")
-        assert r.exit_code == 1 and "a file the store's samples were ingested from; write it elsewhere" in r.output, \
+        assert r.exit_code == 1 and "a file the store's samples were ingested from, and the output would replace it" in r.output, \
             r.output
     assert calls.read_bytes() == before
     calls.unlink()  # gone, it is no longer anyone's to lose
@@ -640,3 +644,23 @@ def test_a_stop_that_a_callback_swallows_is_delivered_again(monkeypatch):
         callback()  # returns: the callback's KeyboardInterrupt went to the hook
         for _ in range(400):
             time.sleep(0.05)
+
+
+def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
+    """A first hour's mistakes: a directory that is no store (the output inside it was refused
+    as an input's part, which hid the cause), a chromosome's group of a store given for the
+    store, and `--store`, which only `ingest` takes."""
+    store = tmp_path / "s.zarr"
+    write_store(store, {"chr1": (np.array([10, 20]), np.array([[1], [2]]), np.array([[4], [4]]))}, ["S"])
+    (tmp_path / "plain").mkdir()
+    for kind in ("hmr", "pmd"):
+        r = run(kind, tmp_path / "plain", "-o", tmp_path / "plain" / "x.bed", "-q")
+        assert r.exit_code == 1 and f"{tmp_path / 'plain'}: no counts store here" in r.output, r.output
+        r = run(kind, store / "chr1", "-o", tmp_path / "x.bed", "-q")
+        assert r.exit_code == 1 and f"is a part of the counts store {store}, not a store; pass {store}" in r.output, \
+            r.output
+        r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
+        assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
+        assert "Did you mean" not in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.lock", "plain", "s.zarr"]
+    assert not any((tmp_path / "plain").iterdir())

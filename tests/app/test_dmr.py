@@ -286,18 +286,35 @@ def test_outputs_that_collide_are_refused(small, output, bigwig, message):
     assert not list(directory.glob("out*"))
 
 
+def test_em_stopped_at_its_cap_is_said(small):
+    """EM cut short by --em-iter while still improving is said (the calls can move with more
+    iterations); EM that converges says nothing."""
+    directory, store, sheet = small
+    capped = run("dmr", store, "--groups", sheet, "--output", directory / "capped.bed", "--em-iter", "2", "-q")
+    assert capped.exit_code == 0 and "warning: EM stopped at its cap of " in capped.output, capped.output
+    converged = run("dmr", store, "--groups", sheet, "--output", directory / "converged.bed", "--em-iter", "1000",
+                    "-q")
+    assert converged.exit_code == 0 and "EM stopped" not in converged.output, converged.output
+
+
 def test_an_output_that_is_the_sheet_is_refused(small):
-    """The sample sheet given as --output or --bigwig: refused before any work, not replaced."""
+    """The sample sheet given as --output or --bigwig, or where the table beside the output
+    goes: refused before any work, not replaced, and the message says which output it is."""
     directory, store, sheet = small
     before = sheet.read_text()
-    copy = directory / "sheet.bed"
+    copy, beside = directory / "sheet.bed", directory / "o.tsv"
     copy.write_text(before)
-    for given in (("--groups", copy, "--output", copy), ("--groups", sheet, "--output", directory / "o.bed",
-                                                        "--bigwig", sheet)):
+    beside.write_text(before)
+    for given, named in ((("--groups", copy, "--output", copy), f"{copy}: "),
+                         (("--groups", sheet, "--output", directory / "o.bed", "--bigwig", sheet), f"{sheet}: "),
+                         (("--groups", beside, "--output", directory / "o.bed"),
+                          f"{beside} (the table beside {directory / 'o.bed'}): ")):
         result = run("dmr", store, *given, "-q")
-        assert result.exit_code == 1 and "which this command reads; write it elsewhere" in result.output, \
+        assert result.exit_code == 1 and named + "is " in result.output and \
+            "which this command reads, and the output would replace it; write it elsewhere" in result.output, \
             result.output
-    assert sheet.read_text() == copy.read_text() == before and not list(directory.glob("o*"))
+    assert sheet.read_text() == copy.read_text() == beside.read_text() == before
+    assert not list(directory.glob("o*.bed"))
 
 
 def test_chrom_sizes_of_another_assembly_are_refused_before_any_work(small):

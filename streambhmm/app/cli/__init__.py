@@ -24,6 +24,9 @@ class Commands(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            _store_is_an_argument(exc)
+            raise
         except KeyboardInterrupt:
             _aborted()
         except Exception as exc:  # a signal wrapped by what it interrupted (_signal_behind)
@@ -33,6 +36,17 @@ class Commands(click.Group):
             if isinstance(stop, SystemExit):  # SIGTERM (app.console)
                 sys.exit(stop.code)
             _aborted()
+
+
+def _store_is_an_argument(exc: click.NoSuchOption) -> None:
+    """`--store` given to a command whose store is its first argument (only `ingest` takes
+    the option): the message says so."""
+    command = exc.ctx.command if exc.ctx else None
+    if exc.option_name == "--store" and command is not None and \
+            any(isinstance(p, click.Argument) and p.name == "store" for p in command.params):
+        exc.message = (f"No such option '--store': the store is the first argument of `{exc.ctx.command_path}` "
+                       f"(`{exc.ctx.command_path} STORE ...`); only `ingest` takes --store")
+        exc.possibilities = None  # not "Did you mean '--seed'?"
 
 
 def _aborted():

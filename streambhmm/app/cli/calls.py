@@ -30,7 +30,10 @@ _SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
     from ..calls import CallSettings, missing_unmethylated, output_checked, run_call
 
+    from ...io.store import open_store
+
     start = time.perf_counter()
+    open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
     output_checked(output, store, moments_path)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
@@ -42,6 +45,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
                        + (" *" if h in outcome.rule.targets else "") for h in by_level)
     click.echo(f"states (* the {kind.upper()} states): {levels}")
+    if outcome.em_stopped:
+        click.echo(f"warning: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -97,6 +97,9 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                f"{outcome.candidates:,} candidates ({outcome.absorbed:,} of them inside a differential domain)")
     click.echo(f"{job.outputs[2]}: {_found(domains.lengths, 'differential domain')} "
                f"({time.perf_counter() - start:.1f} s: {steps})")
+    if outcome.em_stopped:
+        click.echo(f"warning: {outcome.em_stopped}. The calls can move with more iterations: --em-iter "
+                   f"{max(3 * em_iter, 300)} runs EM further", err=True)
     carried = int(np.sum(dmrs.separation(outcome.groups) < 0))
     if carried:
         click.echo(f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "

@@ -96,8 +96,35 @@ def per_position_variables(documents: dict[str, dict]) -> list[str]:
 
 def check_format(path, attrs: dict) -> None:
     """Refuse attributes that are not a streambhmm counts store's."""
-    if attrs.get("format") != COUNTS_FORMAT:
-        raise StoreError(f"{path}: not a streambhmm counts store (format {attrs.get('format')!r})")
+    if attrs.get("format") == COUNTS_FORMAT:
+        return
+    store = _store_around(path) if attrs.get("format") is None else None
+    if store is not None:  # a chromosome's group or an array, given for the store
+        raise StoreError(f"{path}: is a part of the counts store {store}, not a store; pass {store}")
+    raise StoreError(f"{path}: not a streambhmm counts store (format {attrs.get('format')!r})")
+
+
+def _store_around(path) -> str | None:
+    """The local counts store that ``path`` lies inside, if any."""
+    if "://" in str(path):
+        return None
+    for parent in _parents(os.path.abspath(str(path))):
+        try:
+            with open(os.path.join(parent, "zarr.json"), "rb") as fh:
+                document = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict) and (document.get("attributes") or {}).get("format") == COUNTS_FORMAT:
+            return parent
+    return None
+
+
+def _parents(path: str) -> list:
+    parents = []
+    while os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+        parents.append(path)
+    return parents
 
 
 @dataclass(frozen=True)
