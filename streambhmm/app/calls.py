@@ -12,6 +12,7 @@ with a message that says why instead of writing an empty file.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -27,7 +28,7 @@ from ..io.coarsen import coarsen
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..io.storage import Location
-from ..io.store import open_store
+from ..io.store import locked, open_store
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL, TARGET_STATES,
                              UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
@@ -35,7 +36,7 @@ from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PM
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.momentstore import plan_digest, read_manifest
+from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
 from .segments import output_checked
@@ -101,7 +102,10 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
-    output = output_checked(settings.output, settings.store, settings.moments)
+    output = call_output_checked(settings.output, settings.store, settings.moments)
+    if settings.moments and not is_moment_store(settings.moments):  # not as a counts store it is not either
+        raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST}); `streambhmm moments "
+                         f"compute STORE --output {settings.moments}` makes one")
     counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
@@ -110,16 +114,16 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"{HMR_DESERT:,} bp: an HMR spans a few hundred bp to a few kb, so a wider bin averages it "
                          f"with the methylated CpGs around it. Ingest the calls into another store at --bin-size "
                          f"100 (the default)")
-    if bin_size % counts.bin_size:
-        nearest = max(round(bin_size / counts.bin_size), 1) * counts.bin_size
-        raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
-                         f"its bins cannot be summed into {bin_size} bp bins; pass a multiple, say --bin-size "
-                         f"{nearest}")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
     if bin_size > longest:
         raise ValueError(f"--bin-size {bin_size:,} is longer than the longest stretch of the store's chromosomes "
                          f"that has data (from 0 to its last bin with reads: {longest:,} bp): "
                          f"domains are runs of many bins")
+    if bin_size % counts.bin_size:
+        nearest = max(round(bin_size / counts.bin_size), 1) * counts.bin_size
+        raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
+                         f"its bins cannot be summed into {bin_size} bp bins; pass a multiple, say --bin-size "
+                         f"{nearest}")
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)
@@ -148,9 +152,11 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     # a coarse store is the call's scratch: the progress names what it sums
     what = f"the moments of {settings.store} in {store.bin_size} bp bins" if coarsened else None
-    data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
-                        settings.quiet, 8, what=what)
-    _check_moments(settings, store, data, coarsened)
+    # a moment store is checked against the counts as it was loaded: an update waits meanwhile
+    with locked(settings.moments, shared=True) if settings.moments else contextlib.nullcontext():
+        data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
+                            settings.quiet, 8, what=what)
+        _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
     model = settings.model
     start = time.perf_counter()
@@ -247,6 +253,21 @@ def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple
     hmm = BinomialHMM(model.n_states, emission="betabinomial", stationary_start=True, allow_degenerate=True,
                       limits=model.limits())
     return est, hmm.start_from(est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
+
+
+def call_output_checked(output, store, moments=None) -> Path:
+    """The call's output (segments.output_checked), refused where it would replace what the
+    call reads: the counts store, the moment store, and the counts store the moments were
+    computed from (`pmd --moments` reads it to check them: a helper's audit wrote a BED over
+    its zarr.json)."""
+    inputs = [moments] if moments else []
+    if moments:
+        try:
+            source = read_manifest(moments).source.get("counts_store")
+        except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
+            source = None
+        inputs += [source] if source else []
+    return output_checked(output, store, *inputs)
 
 
 def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:

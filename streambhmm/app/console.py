@@ -1,6 +1,6 @@
 """The console script (and ``python -m streambhmm``), kept apart from the commands' modules so
 that what it sets up is in place before they are imported: a SIGTERM (a batch scheduler's
-time limit, ``kill``) unwinds a command as Ctrl-C does, so its temporaries, scratch stores and
+time limit, ``kill``) or SIGHUP (a closed terminal) unwinds a command as Ctrl-C does, so its temporaries, scratch stores and
 embedded cluster go with it; a stop that a callback swallowed is delivered again; Ctrl-C
 during the imports ends the command without a traceback."""
 
@@ -26,8 +26,15 @@ if (multiprocessing.current_process().name != "MainProcess"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+_stops = [signal.SIGINT, signal.SIGTERM]  # the signals that stop a command (and SIGHUP: run)
+
+
 def run() -> None:
     signal.signal(signal.SIGTERM, _terminated)
+    # a closed terminal or ssh session: a stop too (nohup's SIG_IGN is kept), so the temporaries go
+    if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, _terminated)
+        _stops.append(signal.SIGHUP)
     sys.unraisablehook = _stop_swallowed(sys.unraisablehook)
     atexit.register(_ignore_stops_if_ended)  # first registered, so the last to run
     try:
@@ -59,14 +66,14 @@ def exit_on_late_stop(code) -> None:
     kills: it keeps SIG_IGN, and nothing after it can wait)."""
     global _ended
     status = code if isinstance(code, int) else 0 if code is None else 1
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _stops:
         signal.signal(signum, lambda *_: os._exit(status))
     _ended = True
 
 
 def _ignore_stops_if_ended():
     if _ended:
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in _stops:
             signal.signal(signum, signal.SIG_IGN)
 
 

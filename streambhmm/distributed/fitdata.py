@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..io.store import CountsStore, open_store
+from ..io.store import CountsStore, locked, open_store
 from ..moments.blocks import BlockTable
 from ..moments.momentstore import is_moment_store, iter_partials, read_manifest
 from ..moments.pipeline import DEFAULT_SPLIT_EVERY, add_moments, select_samples, spec_graph, tree_reduce
@@ -38,18 +38,19 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
     ``spec`` resolved for the samples, with progress unless ``quiet``, named ``what``); with
     ``want_blocks`` also their blocks."""
     if not isinstance(source, CountsStore) and is_moment_store(source):
-        manifest = read_manifest(source)
-        manifest.check_request(source, samples, spec)
-        partials, manifest = iter_partials(source)
-        blocks = []  # small: kept for every partial; its Moments are summed as they come
+        with locked(source, shared=True):  # an update (`moments compute`) waits, or is waited for
+            manifest = read_manifest(source)
+            manifest.check_request(source, samples, spec)
+            partials, manifest = iter_partials(source)
+            blocks = []  # small: kept for every partial; its Moments are summed as they come
 
-        def moments_of(partials):
-            for partial in partials:
-                if want_blocks:
-                    blocks.append(partial.blocks)
-                yield partial.moments
+            def moments_of(partials):
+                for partial in partials:
+                    if want_blocks:
+                        blocks.append(partial.blocks)
+                    yield partial.moments
 
-        moments = tree_reduce(moments_of(partials), add_moments, split_every)
+            moments = tree_reduce(moments_of(partials), add_moments, split_every)
         return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes,
                        BlockTable(blocks) if want_blocks else None, manifest.spec)
     counts = source if isinstance(source, CountsStore) else open_store(source)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .fieldchecks import LEFT_OUT, CheckFailure, Checks, FieldChecks
-from .names import chromosome_name_problem
+from .names import new_chromosome_name_problem
 from .parser import changes, numbers
 from .rows import Layout, Rows, Settings, decoded
 
@@ -219,7 +219,7 @@ class BlockChecks:
                 previous = name
             kept_run[r] = self.settings.keeps(stored[r])
             if kept_run[r]:
-                problem = self.names.setdefault(stored[r], chromosome_name_problem(stored[r]))
+                problem = self.names.setdefault(stored[r], new_chromosome_name_problem(stored[r]))
                 if problem:
                     checks.fail(start, f"invalid {problem}")
                     break

@@ -26,11 +26,27 @@ NOT_TEXT = ((re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)"), "bzip2 data: decompr
             (b"\x7fELF", "an executable program"))
 
 
+# bgzip's end-of-file marker, an empty BGZF block (the SAM/BAM specification, section 4.1.2)
+BGZF_EOF = bytes.fromhex("1f8b08040000000000ff0600424302001b0003000000000000000000")
+
+
 def open_binary(path):
     """The file's bytes, gzip/bgzip decompressed (detected by magic bytes, not the name); a
-    file of another compression or a binary kind is refused, saying which."""
+    file of another compression or a binary kind is refused, saying which, and so is a bgzip
+    file without its end-of-file marker."""
     with open(path, "rb") as fh:
-        magic = fh.read(10)
+        magic, cut = fh.read(18), False
+        if _bgzf(magic):
+            fh.seek(max(fh.seek(0, os.SEEK_END) - len(BGZF_EOF), 0))
+            cut = fh.read() != BGZF_EOF
+    if cut:
+        # bgzip's blocks are whole gzip members, often ending at a line's end: a copy or a
+        # compression stopped part way decompresses without an error, short of its rows
+        raise FormatError(path, None, None, "is a bgzip (BGZF) file without bgzip's end-of-file marker: it was cut "
+                                            "short (a copy or a compression that did not finish), and its last rows "
+                                            "are missing. Copy or compress it again (if it is whole, written by a "
+                                            "tool that leaves the marker out: gzip -dc FILE | bgzip > FILE2)")
+    magic = magic[:10]
     if magic[:2] == GZIP_MAGIC:
         head = igzip.open(path, "rb")
         try:
@@ -46,6 +62,12 @@ def open_binary(path):
         if signature.match(magic) if isinstance(signature, re.Pattern) else magic.startswith(signature):
             raise FormatError(path, None, None, f"is not a text or gzip file: it is {what}")
     return open(path, "rb")
+
+
+def _bgzf(head: bytes) -> bool:
+    """Whether a file beginning with ``head`` (18 bytes) is BGZF: gzip with the extra field
+    'BC' in its first member's header."""
+    return len(head) >= 16 and head[:4] == GZIP_MAGIC + b"\x08\x04" and head[12:14] == b"BC"
 
 
 PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this much before its error

@@ -40,6 +40,17 @@ def chromosome_name_problem(name: str) -> str | None:
     return None
 
 
+def new_chromosome_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a chromosome that ingest adds to a store, or None: a valid
+    chromosome name (chromosome_name_problem) that does not begin as a BED comment or header
+    line does ('#', 'track', 'browser'), whose regions BED tools would drop."""
+    problem = chromosome_name_problem(name)
+    if problem is None and name.startswith(("#", "track", "browser")):
+        return ("chromosome name starting with '#', 'track' or 'browser': a BED line of it reads as a comment or "
+                "header, and BED tools drop its regions (rename it with --chromosome-names)")
+    return problem
+
+
 def sample_name_problem(name) -> str | None:
     """Why ``name`` cannot name a sample, or None. Valid: 1-255 bytes of printable UTF-8
     without whitespace (a sample's name is part of its states' labels, BED names that

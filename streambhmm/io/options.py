@@ -12,7 +12,7 @@ from typing import Callable
 
 from .blocks import text_lines
 from .inputs import check_input
-from .names import CONVENTIONS, NAMING, chromosome_name_problem
+from .names import CONVENTIONS, NAMING, new_chromosome_name_problem
 from .rows import STRANDS, FormatError, Layout, quoted
 
 
@@ -104,7 +104,7 @@ def read_chromosome_map(path) -> tuple[tuple[str, str], ...]:
                 raise FormatError(path, number, text, f"expected 2 columns (a chromosome's name in the input files "
                                                       f"and its name in the store), found {len(fields)}")
             old, new = fields
-            problem = chromosome_name_problem(new)
+            problem = new_chromosome_name_problem(new)
             if problem:
                 raise FormatError(path, number, text, f"invalid {problem}")
             if old in pairs and pairs[old][0] != new:

@@ -543,7 +543,10 @@ def interruptions_held(deliver_after: bool = False):
         pending.append(signum)
 
     handler = held_off if deliver_after else signal.SIG_IGN
-    held = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too where the console script made it a stop (app.console), not where it kills
+    hangup = getattr(signal, "SIGHUP", None)
+    stops = (signal.SIGINT, signal.SIGTERM) + ((hangup,) if hangup and callable(signal.getsignal(hangup)) else ())
+    held = {sig: signal.signal(sig, handler) for sig in stops}
     try:
         yield
     finally:

@@ -159,6 +159,11 @@ def test_pmd_takes_moments_of_these_counts_at_its_bins_and_no_others(methylome, 
     for name, seed in (("same", 0), ("other", 1)):
         write_store(tmp_path / f"{name}.zarr", summed(planted(seed)[0]), ["S"], bin_size=5000, chunk_size=70)
         assert run("moments", tmp_path / f"{name}.zarr", "-o", tmp_path / f"{name}.mom", "-q").exit_code == 0
+    # the counts store the moments were computed from is read too: no output goes into it
+    before = (tmp_path / "same.zarr" / "zarr.json").read_bytes()
+    r = run("pmd", store, "--moments", tmp_path / "same.mom", "-o", tmp_path / "same.zarr" / "zarr.json", "-q")
+    assert r.exit_code == 1 and f"is inside {tmp_path / 'same.zarr'}, which this command reads" in r.output, r.output
+    assert (tmp_path / "same.zarr" / "zarr.json").read_bytes() == before
     r = run("pmd", store, "--moments", tmp_path / "same.mom", "-o", tmp_path / "same.bed", "-q")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "same.bed").read_text() == (tmp_path / "plain.bed").read_text().replace("plain", "same")
@@ -385,7 +390,7 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     assert r.exit_code == 2 and "the file name is 234 bytes; at most 233 fit" in r.output, r.output
     assert not list(tmp_path.iterdir())
     for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
-                      (10**20, "is longer than the longest stretch of the store's chromosomes that has data")):
+                      (10**20 + 1, "is longer than the longest stretch of the store's chromosomes that has data")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
         assert r.exit_code == 1 and why in r.output, r.output
     assert not list(tmp_path.iterdir())
@@ -460,8 +465,11 @@ def test_a_held_state_at_its_cap_gives_way_to_a_free_hypomethylated_one():
         [True, False, False, False]
 
 
-def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
-    """SIGTERM (a scheduler's time limit) unwinds as Ctrl-C does: pmd's scratch store goes."""
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_call_leaves_nothing(methylome, tmp_path, stop):
+    """SIGTERM (a scheduler's time limit) and SIGHUP (a closed terminal or ssh session) unwind
+    as Ctrl-C does: pmd's scratch store goes (SIGHUP left it behind, a helper's audit)."""
+    stop = getattr(signal, stop)
     store, _ = methylome
     out = tmp_path / "out"
     out.mkdir()
@@ -473,8 +481,8 @@ def test_a_terminated_call_leaves_nothing(methylome, tmp_path):
         while not list(out.glob(".r.bed.scratch-*")) and proc.poll() is None:
             time.sleep(0.01)
         assert proc.poll() is None, "the call ended before its scratch store appeared"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 128 + signal.SIGTERM, (tmp_path / "log.txt").read_text()
+        proc.send_signal(stop)
+        assert proc.wait(timeout=120) == 128 + stop, (tmp_path / "log.txt").read_text()
     finally:
         proc.kill()
         log.close()
@@ -649,7 +657,8 @@ def test_a_stop_that_a_callback_swallows_is_delivered_again(monkeypatch):
 def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
     """A first hour's mistakes: a directory that is no store (the output inside it was refused
     as an input's part, which hid the cause), a chromosome's group of a store given for the
-    store, and `--store`, which only `ingest` takes."""
+    store, a directory given as --moments (said to be no counts store), and `--store`, which
+    only `ingest` takes."""
     store = tmp_path / "s.zarr"
     write_store(store, {"chr1": (np.array([10, 20]), np.array([[1], [2]]), np.array([[4], [4]]))}, ["S"])
     (tmp_path / "plain").mkdir()
@@ -659,6 +668,8 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
         r = run(kind, store / "chr1", "-o", tmp_path / "x.bed", "-q")
         assert r.exit_code == 1 and f"is a part of the counts store {store}, not a store; pass {store}" in r.output, \
             r.output
+        r = run(kind, store, "--moments", tmp_path / "plain", "-o", tmp_path / "x.bed", "-q")
+        assert r.exit_code == 1 and f"{tmp_path / 'plain'}: no moment store here" in r.output, r.output
         r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
         assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
         assert "Did you mean" not in r.output

@@ -28,13 +28,13 @@ _SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, 
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
-    from ..calls import CallSettings, missing_unmethylated, output_checked, run_call
+    from ..calls import CallSettings, call_output_checked, missing_unmethylated, run_call
 
     from ...io.store import open_store
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
-    output_checked(output, store, moments_path)  # and the table beside it, before the cluster starts
+    call_output_checked(output, store, moments_path)  # and the table beside it, before the cluster starts
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet)
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
