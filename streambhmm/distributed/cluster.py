@@ -30,7 +30,9 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import tempfile
+import weakref
 from typing import TYPE_CHECKING
 
 from ..io.progress import stage
@@ -231,6 +233,7 @@ def _embedded_client(workers: int):
     # Dask's default, $TMPDIR/dask-scratch-space, is a name any local user can create first,
     # and the nannies put it on sys.path, so modules planted there ran as this user.
     with tempfile.TemporaryDirectory(prefix="streambhmm-dask-") as scratch, \
+            _removed_after_dask(scratch), \
             dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, **NO_PROFILER, "temporary-directory": scratch}), \
             _without_nanny_trim(), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -239,6 +242,26 @@ def _embedded_client(workers: int):
                          preload=[stopping_logs.__name__]) as cluster, \
             Client(cluster) as client:
         yield client
+
+
+class _ExitSentinel:
+    """Lives until the interpreter exits: finalizers made on it run at exit."""
+
+
+_AT_EXIT = _ExitSentinel()
+
+
+@contextlib.contextmanager
+def _removed_after_dask(scratch: str):
+    """``scratch`` (the embedded cluster's directory) removed at exit too, after Dask's own
+    finalizers: a command stopped while its cluster closed (SIGTERM, 1 of 6 runs) left the
+    scheduler's workspace to a finalizer at exit, which made its lock files again in the
+    removed directory (/tmp/streambhmm-dask-*/dask-scratch-space/*.lock) and logged "Failed
+    to remove". Made before the cluster, this finalizer runs after the scheduler's (at exit,
+    the latest made run first); shutil.rmtree follows no link."""
+    weakref.finalize(_AT_EXIT, shutil.rmtree, scratch, ignore_errors=True)
+    logging.getLogger("distributed.diskutils").setLevel(logging.CRITICAL)
+    yield
 
 
 class OpenedStore:

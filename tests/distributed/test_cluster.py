@@ -445,3 +445,24 @@ def test_relative_paths_reach_workers_in_other_directories(tmp_path, few_chunks)
     assert load_total(tmp_path / "m.zarr")[1]["complete"]
     assert (tmp_path / "states.bed").exists()
     assert load_total(tmp_path / "work" / "g" / "moments.zarr")[1]["complete"]
+
+
+def test_the_embedded_clusters_directory_goes_after_dasks_own_finalizers(tmp_path):
+    """A command stopped while its cluster closed left the scheduler's workspace to a finalizer
+    at exit, which made lock files again in the removed directory (SIGTERM, 2 of 8 runs left
+    /tmp/streambhmm-dask-*). The directory's own finalizer is made before the cluster, so it
+    runs after every finalizer the cluster makes; here one stands in for the scheduler's."""
+    scratch = tmp_path / "streambhmm-dask-x"
+    code = f"""
+import os, weakref
+from streambhmm.distributed.cluster import _removed_after_dask
+os.mkdir({str(scratch)!r})
+with _removed_after_dask({str(scratch)!r}):
+    class Scheduler: pass
+    scheduler = Scheduler()
+    weakref.finalize(scheduler, os.makedirs, {str(scratch / "dask-scratch-space")!r})  # made later: runs first
+    os.rmdir({str(scratch)!r})  # the TemporaryDirectory's removal, before the exit
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+    assert not scratch.exists()
