@@ -178,9 +178,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         seconds["polish"] = time.perf_counter() - start
         if not polished.converged:
             gain = polished.history[-1] - polished.history[-2]
-            em_stopped = (f"EM stopped at --polish-em {settings.polish_em} while still improving (its last iteration "
-                          f"gained {gain:.4g}, and it ends below {POLISH_TOL:g} of the log-likelihood, "
-                          f"{POLISH_TOL * abs(polished.history[-1]):.3g})")
+            em_stopped = (f"EM stopped at --polish-em {settings.polish_em} before converging (its last iteration "
+                          f"gained {gain:.3g}; it ends below {POLISH_TOL * abs(polished.history[-1]):.3g})")
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:

@@ -291,16 +291,13 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
 
 
 def em_stopped(fit, settings) -> str:
-    """How the bins' last EM stopped at its cap while still improving ("" when it converged)."""
+    """How the bins' last EM stopped at its cap before converging ("" when it converged)."""
     if fit.converged:
         return ""
-    gain = fit.history[-1] - fit.history[-2] if len(fit.history) > 1 else float("nan")
-    cap = len(fit.history) - 1
-    after = "" if cap == settings.em_iter else " (the fit after BIC removed states: a third of --em-iter)"
-    ends = settings.em_tol * abs(fit.history[-1])
-    return (f"EM stopped at its cap of {cap} iterations{after} while still improving: its last iteration gained "
-            f"{gain:.4g} (log-likelihood {fit.history[-1]:.8g}), and EM ends below {ends:.3g} ({settings.em_tol:g} "
-            f"of the log-likelihood)")
+    after = "" if len(fit.history) - 1 == settings.em_iter else " (after BIC removed states: a third of --em-iter)"
+    return (f"EM stopped at its cap of {len(fit.history) - 1} iteration(s){after} before converging (its last "
+            f"iteration gained {fit.history[-1] - fit.history[-2]:.3g}; it ends below "
+            f"{settings.em_tol * abs(fit.history[-1]):.3g})")
 
 
 def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) -> dict:
@@ -443,14 +440,15 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
         columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue", "separation",
-                   *level_columns(groups.names, samples)]
+                   *level_columns(groups.names, samples), *[f"reads_{s}" for s in samples]]
         tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),
                                  table.direction[k], _number(differences[k]), f"{table.posterior[k]:.4f}",
                                  f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}", _number(separation[k]),
-                                 *map(_number, group_levels[k]), *map(_number, levels[k])]) + "\n")
+                                 *map(_number, group_levels[k]), *map(_number, levels[k]),
+                                 *(str(int(c)) for c in table.coverage[k])]) + "\n")
         bed.flush()
 
 

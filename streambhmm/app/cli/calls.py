@@ -46,7 +46,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                        + (" *" if h in outcome.rule.targets else "") for h in by_level)
     click.echo(f"states (* the {kind.upper()} states): {levels}")
     if outcome.em_stopped:
-        click.echo(f"warning: {outcome.em_stopped}; the regions can move with more iterations", err=True)
+        click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)
