@@ -99,9 +99,9 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                f"({time.perf_counter() - start:.1f} s: {steps})")
     if outcome.em_stopped:
         # the default cap is a measured choice (docs/guide/dmr.md), not a failure: a note
-        click.echo(f"note: {outcome.em_stopped}. On the benchmarks EM to convergence called no better DMRs, for "
-                   f"3-7x the time; --em-iter {max(3 * em_iter, 300)} runs it further, and the calls can move",
-                   err=True)
+        click.echo(f"note: {outcome.em_stopped}. On the benchmarks EM to convergence called DMRs of the same "
+                   f"quality, for 3-7x the time; --em-iter {max(3 * em_iter, 300)} runs it further, and the calls "
+                   f"can move", err=True)
     carried = int(np.sum(dmrs.separation(outcome.groups) < 0))
     if carried:
         click.echo(f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
