@@ -265,7 +265,7 @@ def call_output_checked(output, store, moments=None) -> Path:
             source = read_manifest(moments).source.get("counts_store")
         except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
             source = None
-        inputs += [source] if source else []
+        inputs += [source] if source and Location.of(source).exists() else []
     return output_checked(output, store, *inputs)
 
 

@@ -23,7 +23,10 @@ if (multiprocessing.current_process().name != "MainProcess"
     # command stops its workers' tasks in order, so they ignore it from here on, before their
     # imports (an embedded cluster's workers printed tracebacks when it came while they
     # started). distributed/stopping_logs.py does the same for a cluster started from Python.
+    # A closed terminal's SIGHUP reaches the whole group too (app.console.run makes it a stop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 _stops = [signal.SIGINT, signal.SIGTERM]  # the signals that stop a command (and SIGHUP: run)

@@ -31,7 +31,9 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import weakref
 from typing import TYPE_CHECKING
 
@@ -261,7 +263,25 @@ def _removed_after_dask(scratch: str):
     the latest made run first); shutil.rmtree follows no link."""
     weakref.finalize(_AT_EXIT, shutil.rmtree, scratch, ignore_errors=True)
     logging.getLogger("distributed.diskutils").setLevel(logging.CRITICAL)
+    _resource_tracker_ignoring_hangups()
     yield
+
+
+def _resource_tracker_ignoring_hangups() -> None:
+    """Start multiprocessing's resource tracker (the workers' spawning needs it) with SIGHUP
+    ignored, as it ignores SIGINT and SIGTERM: a closed terminal's SIGHUP reaches the whole
+    process group, and it died and was relaunched, each worker printing KeyError tracebacks
+    (a helper's audit). The ignored disposition passes to it through its exec."""
+    from multiprocessing import resource_tracker
+
+    if not hasattr(signal, "SIGHUP") or threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL if previous is None else previous)
 
 
 class OpenedStore:

@@ -43,5 +43,9 @@ def dask_setup(worker) -> None:  # distributed's preload hook, in each worker pr
     _add_filter("distributed.worker", _closing_heartbeat)
     # A Ctrl-C in a terminal reaches the whole process group: it ended the workers at once, each
     # printing a traceback, so `batch` could not stop its ingests before their commits. The
-    # command stops their tasks, and then the cluster.
+    # command stops their tasks, and then the cluster. So does a closed terminal's SIGHUP.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # the command removes the workers' directory as they close: not an error to log
+    logging.getLogger("distributed.diskutils").setLevel(logging.CRITICAL)

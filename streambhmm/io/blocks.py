@@ -35,10 +35,8 @@ def open_binary(path):
     file of another compression or a binary kind is refused, saying which, and so is a bgzip
     file without its end-of-file marker."""
     with open(path, "rb") as fh:
-        magic, cut = fh.read(18), False
-        if _bgzf(magic):
-            fh.seek(max(fh.seek(0, os.SEEK_END) - len(BGZF_EOF), 0))
-            cut = fh.read() != BGZF_EOF
+        magic = fh.read(18)
+        cut = _bgzf(magic) and _bgzf_cut(fh)
     if cut:
         # bgzip's blocks are whole gzip members, often ending at a line's end: a copy or a
         # compression stopped part way decompresses without an error, short of its rows
@@ -68,6 +66,30 @@ def _bgzf(head: bytes) -> bool:
     """Whether a file beginning with ``head`` (18 bytes) is BGZF: gzip with the extra field
     'BC' in its first member's header."""
     return len(head) >= 16 and head[:4] == GZIP_MAGIC + b"\x08\x04" and head[12:14] == b"BC"
+
+
+def _bgzf_cut(fh) -> bool:
+    """Whether the BGZF file ``fh`` ends with a data block, not bgzip's end-of-file marker:
+    its blocks are walked by their sizes when its last bytes are not the marker. Bytes after
+    a marker (gzip appended to it, padding) are not a cut; they are read, or refused, as any
+    gzip file's (so is a block cut part way, which fails to decompress)."""
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(max(size - len(BGZF_EOF), 0))
+    if fh.read() == BGZF_EOF:
+        return False
+    position, last = 0, b""
+    while position < size:
+        fh.seek(position)
+        head = fh.read(18)
+        if not _bgzf(head):
+            return False  # not a block: another gzip member, or bytes the reading refuses
+        length = int.from_bytes(head[16:18], "little") + 1
+        if length == len(BGZF_EOF):
+            last = head + fh.read(length - 18)
+        else:
+            last = b""
+        position += length
+    return position == size and last != BGZF_EOF
 
 
 PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this much before its error

@@ -47,7 +47,7 @@ def new_chromosome_name_problem(name: str) -> str | None:
     problem = chromosome_name_problem(name)
     if problem is None and name.startswith(("#", "track", "browser")):
         return ("chromosome name starting with '#', 'track' or 'browser': a BED line of it reads as a comment or "
-                "header, and BED tools drop its regions (rename it with --chromosome-names)")
+                "header, and BED tools drop its regions")
     return problem
 
 

@@ -529,6 +529,31 @@ def test_ctrl_c_on_a_cluster_of_worker_processes_prints_no_traceback(methylome, 
     assert not list(tmp_path.glob("r.*"))
 
 
+def test_a_closed_terminal_stops_a_cluster_of_worker_processes_without_a_traceback(methylome, tmp_path):
+    """A closed terminal's SIGHUP reaches the whole process group: the workers died at once,
+    and multiprocessing's resource tracker was relaunched, each worker printing KeyError
+    tracebacks (a helper's audit). The workers and the tracker ignore it; the command stops."""
+    store, _ = methylome
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "STREAMBHMM_IN_PROCESS_MAX": "0"}
+    log_path = tmp_path / "log.txt"
+    with log_path.open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streambhmm", "hmr", str(store), "-o", str(tmp_path / "r.bed"),
+                                 "--polish-em", "1000"], env=env, stdout=log, stderr=log, start_new_session=True)
+        try:
+            while "the moments" not in log_path.read_text() and proc.poll() is None:
+                time.sleep(0.01)
+            time.sleep(1.0)  # into the pass: the workers are running its tasks
+            os.killpg(proc.pid, signal.SIGHUP)
+            proc.wait(timeout=120)
+        finally:
+            proc.kill()
+    time.sleep(1.0)  # what the group's others print as they end
+    text = log_path.read_text()
+    assert proc.returncode == 128 + signal.SIGHUP, text
+    assert "Traceback" not in text and "ERROR" not in text and "resource_tracker" not in text, text
+    assert not list(tmp_path.glob("r.*"))
+
+
 def test_the_stopping_filters_drop_only_what_they_name():
     from distributed.comm.core import CommClosedError
     from streambhmm.distributed import stopping_logs
@@ -673,5 +698,16 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
         r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
         assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
         assert "Did you mean" not in r.output
+    # nor is a new store made inside one (a link to a part of it is seen through)
+    (tmp_path / "link").symlink_to(store / "chr1")
+    for args in (("ingest", tmp_path / "x.tsv", "--sample", "T", "--store", store / "new.zarr"),
+                 ("moments", "compute", store, "--output", store / "m")):
+        r = run(*args)
+        assert r.exit_code == 2 and f"is inside the counts store {store}; make the new one beside it" in r.output, \
+            r.output
+    r = run("info", tmp_path / "link")
+    assert r.exit_code == 1 and f"is a part of the counts store {store}, not a store" in r.output, r.output
+    (tmp_path / "link").unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.lock", "plain", "s.zarr"]
+    assert sorted(p.name for p in store.iterdir()) == ["chr1", "zarr.json"]
     assert not any((tmp_path / "plain").iterdir())

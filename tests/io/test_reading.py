@@ -523,6 +523,12 @@ def test_a_bgzip_file_cut_between_its_blocks_is_refused(tmp_path):
     cut = write(tmp_path, "cut.tsv.gz", b"".join(blocks[:2]))
     assert gzip.decompress(cut.read_bytes()).count(b"\n") == 2001  # gzip itself sees no damage
     assert "without bgzip's end-of-file marker: it was cut short" in str(error_of(cut))
+    # bytes after the marker are no cut: read as any gzip file's (a helper's audit of the first version)
+    more = "".join(f"chr2\t{i}\t+\t1\t2\n" for i in range(1, 11)).encode()
+    assert len(rows_of(write(tmp_path, "appended.tsv.gz", whole.read_bytes() + gzip.compress(more)))) == 3010
+    assert len(rows_of(write(tmp_path, "padded.tsv.gz", whole.read_bytes() + bytes(512)))) == 3000
+    trailing = error_of(write(tmp_path, "trailing.tsv.gz", whole.read_bytes() + b"\n"))
+    assert "followed by 1 byte that is not gzip" in str(trailing), trailing
 
 
 @pytest.mark.parametrize("name", ["x" * 256, "é" * 128, ".", "..", ".hidden", "zarr.json", "ZARR.JSON", "__meta",

@@ -267,6 +267,34 @@ def test_moments_are_loaded_under_the_moment_stores_lock(built_moment_store):
     assert len(loaded) == 1 and loaded[0].moments.n_triples > 0
 
 
+def test_a_reader_that_holds_the_lock_takes_it_again_at_once(built_moment_store, tmp_path):
+    """`hmr --moments` holds the moment store's shared lock and loads the moments, which take
+    it again. Where the store looks as if it needs recovery that recovery leaves alone (a
+    staging folder with a link in it), a second descriptor's lock waited on the first for ever
+    (a helper's audit); a lock this process holds is now held already."""
+    import threading
+
+    from streambhmm.io.store import locked
+
+    out = tmp_path / "moments.zarr"
+    shutil.copytree(built_moment_store[1], out)
+    staging = tmp_path / "moments.zarr.ingest-abc"
+    staging.mkdir()
+    (staging / "COMMIT.json").write_text("{}")
+    (staging / "link").symlink_to("/etc/hostname")
+    loaded = []
+
+    def load():
+        with locked(out, shared=True):
+            loaded.append(load_moments(out, None, FeatureSpec(), None, True))
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(120)  # a hang's guard, not a time limit: the load takes well under a second
+    assert not reader.is_alive() and len(loaded) == 1
+    assert (staging / "link").is_symlink()  # recovery left what it does not recognise
+
+
 def test_a_sweep_closed_before_its_last_fit_ends_its_worker_processes_at_once(built_moment_store):
     """Ctrl-C, SIGTERM or an error writing a model close the sweep (its caller's contextlib.closing):
     its workers are terminated then, not left to run their fits (a stop waited 20-25 s for them on
@@ -646,8 +674,11 @@ def test_moments_refuses_an_output_overlapping_the_counts_store(moment_store, in
     output = store / inside if inside else store
     proc = subprocess.run([sys.executable, "-m", "streambhmm", "moments", str(store), "--output", str(output)],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"Error: --output {output} and the counts store {store} overlap" in proc.stderr
+    if inside:  # refused as the options are read: no store is made inside a counts store
+        assert proc.returncode == 2 and f"{output}: is inside the counts store {store}" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"Error: --output {output} and the counts store {store} overlap" in proc.stderr
     assert not (store / "chr1" / "moments.zarr").exists()
 
 

@@ -66,6 +66,9 @@ class StoreParam(click.ParamType):
                 check_parent_directory(location.url)
             except ValueError as exc:
                 self.fail(str(exc), param, ctx)
+            around = _store_around(location)
+            if around is not None:  # its files would be taken for the counts store's, or it for a chromosome
+                self.fail(f"{value}: is inside the counts store {around}; make the new one beside it", param, ctx)
         return location.url
 
 
@@ -75,6 +78,12 @@ def _awaits_commit(location: Location) -> bool:
     from ...io.store import needs_recovery
 
     return needs_recovery(location)
+
+
+def _store_around(location: Location) -> str | None:
+    from ...io.store.schema import store_around
+
+    return store_around(location.url)
 
 
 STORE, NEW_STORE = StoreParam(exists=True), StoreParam(exists=False)

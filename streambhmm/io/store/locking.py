@@ -8,10 +8,11 @@ import errno
 import fcntl
 import os
 import sys
+import threading
 
 from ..storage import Location
 from .recovery import needs_recovery, recover
-from .schema import StoreError
+from .schema import StoreError, store_around
 
 
 def _read_only(directory: Location) -> bool:
@@ -91,6 +92,12 @@ def locked(path, shared: bool = False):
         yield
         return
     path = path.real()
+    around = store_around(path.url)
+    if around is not None:  # its lock file would be made inside that store
+        raise StoreError(f"{path}: is a part of the counts store {around}, not a store; pass {around}")
+    if shared and _held.get(path.url):  # this process holds it already (a caller of a reader)
+        yield
+        return
     path.parent.mkdir()  # no error where it exists, read-only or not
     fd = open_lock(lock_file(path), shared)
     if fd is None:
@@ -107,7 +114,29 @@ def locked(path, shared: bool = False):
             _take_lock(fd, fcntl.LOCK_EX, path)  # a writer died mid-change: finish it first
             recover(path)
             fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
+        with _holding(path.url) if shared else contextlib.nullcontext():
+            yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+_held: dict[str, int] = {}  # real path -> how many of this process's blocks hold its shared lock
+_held_guard = threading.Lock()
+
+
+@contextlib.contextmanager
+def _holding(url: str):
+    """Count a held lock: a shared lock taken again inside it is already held. A second
+    descriptor's lock would wait on the first where the store needs recovery (an upgrade to
+    exclusive), for ever (a helper's audit: `hmr --moments` on a store with a stale staging
+    folder)."""
+    with _held_guard:
+        _held[url] = _held.get(url, 0) + 1
+    try:
+        yield
+    finally:
+        with _held_guard:
+            _held[url] -= 1
+            if not _held[url]:
+                del _held[url]

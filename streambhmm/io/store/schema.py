@@ -98,17 +98,17 @@ def check_format(path, attrs: dict) -> None:
     """Refuse attributes that are not a streambhmm counts store's."""
     if attrs.get("format") == COUNTS_FORMAT:
         return
-    store = _store_around(path) if attrs.get("format") is None else None
+    store = store_around(path) if attrs.get("format") is None else None
     if store is not None:  # a chromosome's group or an array, given for the store
         raise StoreError(f"{path}: is a part of the counts store {store}, not a store; pass {store}")
     raise StoreError(f"{path}: not a streambhmm counts store (format {attrs.get('format')!r})")
 
 
-def _store_around(path) -> str | None:
-    """The local counts store that ``path`` lies inside, if any."""
+def store_around(path) -> str | None:
+    """The local counts store that ``path`` lies inside (not ``path`` itself), if any."""
     if "://" in str(path):
         return None
-    for parent in _parents(os.path.abspath(str(path))):
+    for parent in _parents(os.path.realpath(str(path))):  # through a link to a part of a store too
         try:
             with open(os.path.join(parent, "zarr.json"), "rb") as fh:
                 document = json.load(fh)
