@@ -103,7 +103,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
     output = call_output_checked(settings.output, settings.store, settings.moments)
-    if settings.moments and not is_moment_store(settings.moments):  # not as a counts store it is not either
+    if settings.moments and not is_moment_store(settings.moments):  # said as what it is not: a moment store
         raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST}); `streambhmm moments "
                          f"compute STORE --output {settings.moments}` makes one")
     counts = opened.store
@@ -259,14 +259,13 @@ def call_output_checked(output, store, moments=None) -> Path:
     call reads: the counts store, the moment store, and the counts store the moments were
     computed from (`pmd --moments` reads it to check them: a helper's audit wrote a BED over
     its zarr.json)."""
-    inputs = [moments] if moments else []
-    if moments:
-        try:
-            source = read_manifest(moments).source.get("counts_store")
-        except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
-            source = None
-        inputs += [source] if source and Location.of(source).exists() else []
-    return output_checked(output, store, *inputs)
+    if not moments:
+        return output_checked(output, store)
+    try:
+        source = read_manifest(moments).source.get("counts_store")
+    except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
+        source = None
+    return output_checked(output, store, moments, *([source] if source and Location.of(source).exists() else []))
 
 
 def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:

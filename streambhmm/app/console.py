@@ -1,7 +1,7 @@
 """The console script (and ``python -m streambhmm``), kept apart from the commands' modules so
 that what it sets up is in place before they are imported: a SIGTERM (a batch scheduler's
-time limit, ``kill``) or SIGHUP (a closed terminal) unwinds a command as Ctrl-C does, so its temporaries, scratch stores and
-embedded cluster go with it; a stop that a callback swallowed is delivered again; Ctrl-C
+time limit, ``kill``) or SIGHUP (a closed terminal) unwinds a command as Ctrl-C does, so its
+temporaries, scratch stores and embedded cluster go with it; a stop that a callback swallowed is delivered again; Ctrl-C
 during the imports ends the command without a traceback."""
 
 import _thread

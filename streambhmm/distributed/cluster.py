@@ -256,7 +256,7 @@ _AT_EXIT = _ExitSentinel()
 @contextlib.contextmanager
 def _removed_after_dask(scratch: str):
     """``scratch`` (the embedded cluster's directory) removed at exit too, after Dask's own
-    finalizers: a command stopped while its cluster closed (SIGTERM, 1 of 6 runs) left the
+    finalizers: a command stopped while its cluster closed (SIGTERM, 2 of 8 runs) left the
     scheduler's workspace to a finalizer at exit, which made its lock files again in the
     removed directory (/tmp/streambhmm-dask-*/dask-scratch-space/*.lock) and logged "Failed
     to remove". Made before the cluster, this finalizer runs after the scheduler's (at exit,

@@ -84,10 +84,7 @@ def _bgzf_cut(fh) -> bool:
         if not _bgzf(head):
             return False  # not a block: another gzip member, or bytes the reading refuses
         length = int.from_bytes(head[16:18], "little") + 1
-        if length == len(BGZF_EOF):
-            last = head + fh.read(length - 18)
-        else:
-            last = b""
+        last = head + fh.read(length - len(head)) if length == len(BGZF_EOF) else b""
         position += length
     return position == size and last != BGZF_EOF
 

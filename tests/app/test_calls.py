@@ -416,8 +416,8 @@ def test_an_output_that_is_an_ingested_file_is_refused(tmp_path):
     before = calls.read_bytes()
     for kind in ("hmr", "pmd"):
         r = run(kind, tmp_path / "s.zarr", "-o", calls, "-q")
-        assert r.exit_code == 1 and "a file the store's samples were ingested from, and the output would replace it" in r.output, \
-            r.output
+        said = "a file the store's samples were ingested from, and the output would replace it"
+        assert r.exit_code == 1 and said in r.output, r.output
     assert calls.read_bytes() == before
     calls.unlink()  # gone, it is no longer anyone's to lose
     r = run("pmd", tmp_path / "s.zarr", "-o", calls, "-q")

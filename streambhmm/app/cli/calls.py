@@ -28,9 +28,8 @@ _SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, 
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet):
-    from ..calls import CallSettings, call_output_checked, missing_unmethylated, run_call
-
     from ...io.store import open_store
+    from ..calls import CallSettings, call_output_checked, missing_unmethylated, run_call
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
