@@ -176,10 +176,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
             polished = fit_store_em(store, hmm, opened.em_client, samples, settings.polish_em,
                                     rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
-        if not polished.converged:
-            gain = polished.history[-1] - polished.history[-2]
-            em_stopped = (f"EM stopped at --polish-em {settings.polish_em} before converging (its last iteration "
-                          f"gained {gain:.3g}; it ends below {POLISH_TOL * abs(polished.history[-1]):.3g})")
+        em_stopped = polished.stopped_short(f"--polish-em {settings.polish_em}", POLISH_TOL)
     unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:

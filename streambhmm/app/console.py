@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 
+from ..io.stops import STOPS, ignore_terminal_stops
+
 REDELIVERY_DELAY = 0.05  # s: the callback that swallowed the stop has returned by then
 
 if (multiprocessing.current_process().name != "MainProcess"
@@ -23,13 +25,7 @@ if (multiprocessing.current_process().name != "MainProcess"
     # command stops its workers' tasks in order, so they ignore it from here on, before their
     # imports (an embedded cluster's workers printed tracebacks when it came while they
     # started). distributed/stopping_logs.py does the same for a cluster started from Python.
-    # A closed terminal's SIGHUP reaches the whole group too (app.console.run makes it a stop).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-
-_stops = [signal.SIGINT, signal.SIGTERM]  # the signals that stop a command (and SIGHUP: run)
+    ignore_terminal_stops()
 
 
 def run() -> None:
@@ -37,7 +33,7 @@ def run() -> None:
     # a closed terminal or ssh session: a stop too (nohup's SIG_IGN is kept), so the temporaries go
     if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
         signal.signal(signal.SIGHUP, _terminated)
-        _stops.append(signal.SIGHUP)
+        STOPS.append(signal.SIGHUP)
     sys.unraisablehook = _stop_swallowed(sys.unraisablehook)
     atexit.register(_ignore_stops_if_ended)  # first registered, so the last to run
     try:
@@ -69,14 +65,14 @@ def exit_on_late_stop(code) -> None:
     kills: it keeps SIG_IGN, and nothing after it can wait)."""
     global _ended
     status = code if isinstance(code, int) else 0 if code is None else 1
-    for signum in _stops:
+    for signum in STOPS:
         signal.signal(signum, lambda *_: os._exit(status))
     _ended = True
 
 
 def _ignore_stops_if_ended():
     if _ended:
-        for signum in _stops:
+        for signum in STOPS:
             signal.signal(signum, signal.SIG_IGN)
 
 

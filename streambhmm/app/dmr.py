@@ -292,12 +292,9 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
 
 def em_stopped(fit, settings) -> str:
     """How the bins' last EM stopped at its cap before converging ("" when it converged)."""
-    if fit.converged:
-        return ""
-    after = "" if len(fit.history) - 1 == settings.em_iter else " (after BIC removed states: a third of --em-iter)"
-    return (f"EM stopped at its cap of {len(fit.history) - 1} iteration(s){after} before converging (its last "
-            f"iteration gained {fit.history[-1] - fit.history[-2]:.3g}; it ends below "
-            f"{settings.em_tol * abs(fit.history[-1]):.3g})")
+    cap = len(fit.history) - 1
+    after = "" if cap == settings.em_iter else " (after BIC removed states: a third of --em-iter)"
+    return fit.stopped_short(f"its cap of {cap} iteration(s){after}", settings.em_tol)
 
 
 def _domain_spans(table: "RegionTable", called: np.ndarray, targets: Targets) -> dict:

@@ -234,16 +234,17 @@ def _embedded_client(workers: int):
     # task names, logs or call stacks. The workers' directory is private to this run:
     # Dask's default, $TMPDIR/dask-scratch-space, is a name any local user can create first,
     # and the nannies put it on sys.path, so modules planted there ran as this user.
-    with tempfile.TemporaryDirectory(prefix="streambhmm-dask-") as scratch, \
-            _removed_after_dask(scratch), \
-            dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, **NO_PROFILER, "temporary-directory": scratch}), \
-            _without_nanny_trim(), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
-                         local_directory=scratch, security=Security.temporary(), silence_logs=logging.ERROR,
-                         preload=[stopping_logs.__name__]) as cluster, \
-            Client(cluster) as client:
-        yield client
+    with tempfile.TemporaryDirectory(prefix="streambhmm-dask-") as scratch:
+        _removed_at_exit(scratch)  # before the cluster: its finalizers run first
+        _resource_tracker_ignoring_hangups()
+        with dask.config.set({**WORKER_CONFIG, **HEALTH_ONLY, **NO_PROFILER, "temporary-directory": scratch}), \
+                _without_nanny_trim(), \
+                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                             dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                             local_directory=scratch, security=Security.temporary(), silence_logs=logging.ERROR,
+                             preload=[stopping_logs.__name__]) as cluster, \
+                Client(cluster) as client:
+            yield client
 
 
 class _ExitSentinel:
@@ -253,8 +254,7 @@ class _ExitSentinel:
 _AT_EXIT = _ExitSentinel()
 
 
-@contextlib.contextmanager
-def _removed_after_dask(scratch: str):
+def _removed_at_exit(scratch: str) -> None:
     """``scratch`` (the embedded cluster's directory) removed at exit too, after Dask's own
     finalizers: a command stopped while its cluster closed (SIGTERM, 2 of 8 runs) left the
     scheduler's workspace to a finalizer at exit, which made its lock files again in the
@@ -263,8 +263,6 @@ def _removed_after_dask(scratch: str):
     the latest made run first); shutil.rmtree follows no link."""
     weakref.finalize(_AT_EXIT, shutil.rmtree, scratch, ignore_errors=True)
     logging.getLogger("distributed.diskutils").setLevel(logging.CRITICAL)
-    _resource_tracker_ignoring_hangups()
-    yield
 
 
 def _resource_tracker_ignoring_hangups() -> None:

@@ -134,6 +134,15 @@ class StoreEMResult:
     n_bins: float  # covered bins fitted: transitions + sequences
     stats: SufficientStats | None = None  # of the last E-step: the final parameters'
 
+    def stopped_short(self, cap: str, rel_tol: float) -> str:
+        """How EM stopped at its ``cap`` (as the user set it) before converging at ``rel_tol``;
+        "" when it converged."""
+        if self.converged:
+            return ""
+        gain = self.history[-1] - self.history[-2]
+        return (f"EM stopped at {cap} before converging (its last iteration gained {gain:.3g}; it ends below "
+                f"{rel_tol * abs(self.history[-1]):.3g})")
+
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,
                  rel_tol: float = 1e-7, split_every: int = DEFAULT_SPLIT_EVERY, report=None,

@@ -6,7 +6,8 @@ There, too, a worker leaves Ctrl-C to the command (dask_setup)."""
 from __future__ import annotations
 
 import logging
-import signal
+
+from ..io.stops import ignore_terminal_stops
 
 
 def _interrupted_sync(record: logging.LogRecord) -> bool:
@@ -44,8 +45,6 @@ def dask_setup(worker) -> None:  # distributed's preload hook, in each worker pr
     # A Ctrl-C in a terminal reaches the whole process group: it ended the workers at once, each
     # printing a traceback, so `batch` could not stop its ingests before their commits. The
     # command stops their tasks, and then the cluster. So does a closed terminal's SIGHUP.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    ignore_terminal_stops()
     # the command removes the workers' directory as they close: not an error to log
     logging.getLogger("distributed.diskutils").setLevel(logging.CRITICAL)

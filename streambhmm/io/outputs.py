@@ -26,6 +26,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from .stops import STOPS
+
 _HEX = 12
 REMOVALS = 20  # tries, 0.1 s apart, of a directory a stopped write may bring back (removed_while_it_returns)
 # "." before the name, "." and the longest kind of temporary_path ("scratch": pmd's), "-" and the digits
@@ -543,10 +545,7 @@ def interruptions_held(deliver_after: bool = False):
         pending.append(signum)
 
     handler = held_off if deliver_after else signal.SIG_IGN
-    # SIGHUP too where the console script made it a stop (app.console), not where it kills
-    hangup = getattr(signal, "SIGHUP", None)
-    stops = (signal.SIGINT, signal.SIGTERM) + ((hangup,) if hangup and callable(signal.getsignal(hangup)) else ())
-    held = {sig: signal.signal(sig, handler) for sig in stops}
+    held = {sig: signal.signal(sig, handler) for sig in STOPS}
     try:
         yield
     finally:

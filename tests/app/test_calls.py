@@ -584,12 +584,15 @@ def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatc
         return real_import(name, globals, locals, fromlist, level)
 
     monkeypatch.setattr(builtins, "__import__", interrupted)
-    before = signal.getsignal(signal.SIGTERM)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    stops = list(console.STOPS)
     try:
         with pytest.raises(SystemExit) as stopped:
             console.run()
     finally:
-        signal.signal(signal.SIGTERM, before)  # run() installs its handler
+        for signum, handler in before.items():  # run() installs its handlers
+            signal.signal(signum, handler)
+        console.STOPS[:] = stops
     assert stopped.value.code == 128 + signal.SIGINT and capsys.readouterr().err == "Aborted!\n"
 
 

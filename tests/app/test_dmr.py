@@ -300,14 +300,16 @@ def test_em_stopped_at_its_cap_is_said(small):
     said = "note: EM stopped at its cap of 1 iteration(s) (after BIC removed states: a third of --em-iter) before"
     assert capped.exit_code == 0 and said in capped.output, capped.output  # 2 iterations, then BIC's removals
     # a converged fit says nothing; one at the first fit's cap says no more than that
-    from types import SimpleNamespace
-
     from streambhmm.app.dmr import em_stopped
     from streambhmm.distributed.dmr import DmrSettings
+    from streambhmm.distributed.em import StoreEMResult
+
+    def fit(converged, history):
+        return StoreEMResult(None, history, 0.0, converged, 0.0)
 
     settings = DmrSettings(em_iter=3)
-    assert em_stopped(SimpleNamespace(converged=True, history=[-10.0, -5.0]), settings) == ""
-    first = em_stopped(SimpleNamespace(converged=False, history=[-9.0, -8.0, -7.0, -6.0]), settings)
+    assert em_stopped(fit(True, [-10.0, -5.0]), settings) == ""
+    first = em_stopped(fit(False, [-9.0, -8.0, -7.0, -6.0]), settings)
     assert first.startswith("EM stopped at its cap of 3 iteration(s) before converging (its last iteration gained 1;")
 
 

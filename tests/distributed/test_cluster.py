@@ -455,13 +455,13 @@ def test_the_embedded_clusters_directory_goes_after_dasks_own_finalizers(tmp_pat
     scratch = tmp_path / "streambhmm-dask-x"
     code = f"""
 import os, weakref
-from streambhmm.distributed.cluster import _removed_after_dask
+from streambhmm.distributed.cluster import _removed_at_exit
 os.mkdir({str(scratch)!r})
-with _removed_after_dask({str(scratch)!r}):
-    class Scheduler: pass
-    scheduler = Scheduler()
-    weakref.finalize(scheduler, os.makedirs, {str(scratch / "dask-scratch-space")!r})  # made later: runs first
-    os.rmdir({str(scratch)!r})  # the TemporaryDirectory's removal, before the exit
+_removed_at_exit({str(scratch)!r})
+class Scheduler: pass
+scheduler = Scheduler()
+weakref.finalize(scheduler, os.makedirs, {str(scratch / "dask-scratch-space")!r})  # made later: runs first
+os.rmdir({str(scratch)!r})  # the TemporaryDirectory's removal, before the exit
 """
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)

@@ -27,6 +27,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from zarr.codecs import BloscCodec
@@ -108,23 +109,15 @@ def store_around(path) -> str | None:
     """The local counts store that ``path`` lies inside (not ``path`` itself), if any."""
     if "://" in str(path):
         return None
-    for parent in _parents(os.path.realpath(str(path))):  # through a link to a part of a store too
+    for parent in Path(os.path.realpath(str(path))).parents:  # through a link to a part of a store too
         try:
-            with open(os.path.join(parent, "zarr.json"), "rb") as fh:
+            with open(parent / "zarr.json", "rb") as fh:
                 document = json.load(fh)
         except (OSError, ValueError):
             continue
         if isinstance(document, dict) and (document.get("attributes") or {}).get("format") == COUNTS_FORMAT:
-            return parent
+            return str(parent)
     return None
-
-
-def _parents(path: str) -> list:
-    parents = []
-    while os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-        parents.append(path)
-    return parents
 
 
 @dataclass(frozen=True)
