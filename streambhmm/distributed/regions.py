@@ -14,9 +14,12 @@ Presets choose the target states by what HMRs and PMDs are (streambhmm.learn.dom
 cut them as `streambhmm hmr` and `pmd` do:
 
     hmr   hypomethylated states (level <= 0.2 and 92% of the bins' levels below 0.5 in
-          every sample, learn.domains); bins of a region at most 1 kb apart with no covered
-          bin of another state between them (CpG-poor stretches inside an HMR do not cut
-          it, a methylated CpG does, as in DNMTools); at least HMR_MIN_BINS target bins;
+          every sample, learn.domains); a bin is a region's by the posterior of those states
+          or of a level at most 0.2 in every sample given its reads, whichever is larger
+          (bin_posteriors); bins of a region at most 1 kb apart with no covered bin of
+          another state between them (CpG-poor stretches inside an HMR do not cut it, a
+          methylated CpG does, as in DNMTools); at least HMR_MIN_BINS bins whose reads put
+          them at most at 0.2;
           its mean level below 0.5 in every sample (most of its reads unmethylated) and, in a
           joint call, in each sample nearer its hypomethylated level than its next state's;
           then widened over its shoulders, the covered bins beside it nearer its level than
@@ -45,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..learn.emissions import MIN_DISPERSION
+from ..learn.overdispersion import beta_parameters
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
 from ..io.bed import bed9_line, bed_order, track_line
@@ -81,6 +86,10 @@ class RegionRule:
     # keep a region only when its level is below these in each sample (a joint hmr: nearer
     # the sample's hypomethylated level than its next state's; None: no such bound)
     sample_ceilings: tuple | None = None
+    # a bin is also a region's when its posterior of a level at most this in every sample is
+    # at least min_posterior, and only such bins count towards min_bins and the score (None:
+    # the target states alone; a binomial model has no spread of levels, and keeps them)
+    level_cap: float | None = None
 
     def keeps(self, regions: "Regions") -> np.ndarray:
         """Which of a chromosome's joined regions the rule keeps."""
@@ -95,7 +104,8 @@ class RegionRule:
 
     def conditions(self, n_samples: int) -> str:
         """What :meth:`keeps` asks of a region, in words (for a call that found none)."""
-        parts = [f"at least {self.min_bins} target bins"] if self.min_bins > 1 else []
+        counted = "target bins" if self.level_cap is None else f"bins whose reads put their level at most {self.level_cap}"
+        parts = [f"at least {self.min_bins} {counted}"] if self.min_bins > 1 else []
         if self.min_length:
             parts.append(f"at least {self.min_length:,} bp")
         if self.max_level is not None:
@@ -141,7 +151,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     targets = tuple(int(h) for h in np.flatnonzero(target_states(preset, levels, dispersion, bin_size)))
     if preset == "hmr":
         rule = RegionRule(targets, 0.5, HMR_DESERT, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
-                          max_level=HALF_METHYLATED, every_sample=True,
+                          max_level=HALF_METHYLATED, every_sample=True, level_cap=HYPO_LEVEL,
                           sample_ceilings=_sample_ceilings(levels, targets) if levels.shape[1] > 1 else None)
     else:
         rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
@@ -166,7 +176,7 @@ class Regions:
 
     start: np.ndarray
     end: np.ndarray
-    n_bins: np.ndarray  # target bins
+    n_bins: np.ndarray  # target bins (the counted ones: regions_of)
     posterior_sum: np.ndarray  # summed posterior of the targets over the target bins
     # (regions, S) methylated and covered reads: of the target bins as found in the chunks,
     # of the whole interval once find_regions has finished a chromosome
@@ -202,9 +212,10 @@ class Regions:
 
 
 def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: int, bin_size: int,
-               rule: RegionRule) -> Regions:
+               rule: RegionRule, counted: np.ndarray | None = None) -> Regions:
     """The regions of one segment of kept bins (positions, the targets' posterior) whose
-    counts ``columns`` yields one sample at a time ((sample, methylated, coverage))."""
+    counts ``columns`` yields one sample at a time ((sample, methylated, coverage));
+    ``counted``: the bins that count towards a region's bins and score (default: all)."""
     chosen = np.flatnonzero(target >= rule.min_posterior)
     if chosen.size == 0:
         return Regions.empty(n_samples, open_ends=positions.size == 0)
@@ -219,9 +230,10 @@ def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: in
     for s, m, c in columns:
         meth[:, s] = np.add.reduceat(np.asarray(m, np.float64)[chosen], first)
         cov[:, s] = np.add.reduceat(np.asarray(c, np.float64)[chosen], first)
-    return Regions(starts[first], starts[last] + bin_size, last - first + 1, np.add.reduceat(target[chosen], first),
-                   meth, cov, np.maximum.reduceat(target[chosen], first), chosen[0] == 0,
-                   chosen[-1] == positions.size - 1)
+    counts = np.ones(chosen.size, bool) if counted is None else counted[chosen]
+    return Regions(starts[first], starts[last] + bin_size, np.add.reduceat(counts.astype(np.int64), first),
+                   np.add.reduceat(np.where(counts, target[chosen], 0.0), first), meth, cov,
+                   np.maximum.reduceat(target[chosen], first), chosen[0] == 0, chosen[-1] == positions.size - 1)
 
 
 def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bool = True) -> Regions:
@@ -239,13 +251,48 @@ def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bo
                    left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
 
 
+def level_posterior(post: np.ndarray, sample_counts, level_cap: float, methylation: np.ndarray,
+                    dispersion: np.ndarray) -> np.ndarray:
+    """Each bin's posterior of a level at most ``level_cap`` in every sample: sum_h post_h
+    prod_s P(p_s <= cap | state h, the bin's reads in s), each state's Beta distribution of
+    levels updated by the reads (the samples independent given the state, as in the
+    emissions). A bin's own reads speak for its level whichever state's width fits them best:
+    12 of 77 reads methylated fit a dispersed state at 0.41 better than a narrow one at 0.04,
+    yet put the level at most 0.2 with probability 0.79. ``sample_counts`` yields (sample,
+    methylated, coverage)."""
+    from scipy.special import betainc  # scipy on first use: the command line starts without it
+
+    below = np.ones_like(post)
+    for k, meth, cov in sample_counts:
+        a, b = beta_parameters(methylation[:, k], np.maximum(dispersion[:, k], MIN_DISPERSION))
+        meth, cov = np.asarray(meth, np.float64)[:, None], np.asarray(cov, np.float64)[:, None]
+        below *= betainc(a + meth, b + cov - meth, level_cap)
+    return (post * below).sum(axis=1)
+
+
+def bin_posteriors(post: np.ndarray, sample_counts, rule: RegionRule, methylation: np.ndarray,
+                   dispersion: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(posterior, counted) of a chunk's bins under ``rule``: each bin's posterior of
+    belonging to a region, and which bins count towards its bins and score (None: every bin
+    of it). Without a level cap (or for a binomial model), the posterior of the target
+    states. With one, the larger of that and the posterior of a level at most the cap
+    (level_posterior), and the bins counted are those of the latter: a run of bins goes on
+    through bins its hypomethylated state holds (a long HMR's CpGs with a few methylated
+    reads), and is made of bins whose own reads put them at most at the cap."""
+    states = post[:, list(rule.targets)].sum(axis=1)
+    if rule.level_cap is None or dispersion is None:
+        return states, None
+    level = level_posterior(post, sample_counts, rule.level_cap, methylation, dispersion)
+    return np.maximum(states, level), level >= rule.min_posterior
+
+
 def _chunk_regions(post, data, rule: RegionRule, methylation: np.ndarray, dispersion: np.ndarray | None):
     """A chunk's regions, and for shoulders its Profile and number of covered bins (in a
     task, map_posteriors)."""
     ref = data.ref
-    target = post[:, list(rule.targets)].sum(axis=1)
+    target, counted = bin_posteriors(post, data.sample_counts(), rule, methylation, dispersion)
     positions = ref.positions(data.rows)
-    regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule)
+    regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule, counted)
     if not rule.shoulders:
         return regions, None, positions.size
     profile = chunk_profile(positions, post, methylation, dispersion, data.sample_counts(), len(ref.columns),

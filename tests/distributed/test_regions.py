@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from scipy.stats import beta
 
 from streambhmm.learn.hmm import BinomialHMM
 from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
-                                           with_shoulders)
+                                           bin_posteriors, level_posterior, with_shoulders)
 from streambhmm.distributed.shoulders import Profile, _median, chunk_profile, expected_levels, widen
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.testing import write_store
@@ -177,6 +178,62 @@ def test_shoulders_widen_a_core_half_way_to_its_local_background():
                                           *range(level.size - 7, level.size)})
 
 
+def hmr_cores(hmm, positions, meth, cov) -> Regions:
+    """One sample's HMR cores in memory, from scipy's Beta distribution: runs of bins whose
+    posterior of the hypomethylated state (state 0) or of a level at most 0.2, sum_h P(h |
+    data) P(p <= 0.2 | h, the bin's reads), is at least 0.5, with at least 4 bins of the
+    latter."""
+    scale = (1 - hmm.dispersion[:, 0]) / hmm.dispersion[:, 0]
+    a, b = hmm.methylation_[:, 0] * scale, (1 - hmm.methylation_[:, 0]) * scale
+    post = hmm.predict_proba(meth, cov)
+    level = (post * beta.cdf(0.2, a + meth[:, None], b + cov[:, None] - meth[:, None])).sum(axis=1)
+    rule = preset_rule("hmr", hmm.methylation_, hmm.dispersion)
+    cores = regions_of(positions, np.maximum(post[:, 0], level), [(0, meth, cov)], 1, 100, rule, level >= 0.5)
+    return cores.take(rule.keeps(cores))
+
+
+def test_a_bins_posterior_is_of_its_level_given_its_reads():
+    """hmr's bins: the posterior of a level at most 0.2 in every sample, over states each
+    state's Beta distribution of levels updated by the bin's reads (known answers: 12 of 77
+    reads methylated, in a dispersed state at 0.41, at most 0.2 with probability 0.79, as the
+    docstring has it); samples multiply. A bin is a region's by the larger of that and its
+    states' posterior, and counts by the former; a binomial model keeps the states' alone."""
+    methylation = np.array([[0.04, 0.04], [0.41, 0.41], [0.93, 0.93]])
+    dispersion = np.array([[0.075, 0.075], [0.213, 0.213], [0.026, 0.026]])
+    rule = preset_rule("hmr", methylation, dispersion)
+    assert rule.targets == (0,) and rule.level_cap == 0.2
+    post = np.array([[0.0, 1.0, 0.0], [0.3, 0.7, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    meth, cov = np.array([[12, 0], [12, 0], [1, 0], [9, 0]]), np.array([[77, 0], [77, 0], [2, 0], [10, 0]])
+    one = level_posterior(post, [(0, meth[:, 0], cov[:, 0])], 0.2, methylation[:, :1], dispersion[:, :1])
+    a, b = methylation[:, 0] * (1 / dispersion[:, 0] - 1), (1 - methylation[:, 0]) * (1 / dispersion[:, 0] - 1)
+    cdf = [beta.cdf(0.2, a[h] + meth[:, 0], b[h] + cov[:, 0] - meth[:, 0]) for h in range(3)]
+    assert one == pytest.approx(sum(post[:, h] * cdf[h] for h in range(3)), rel=1e-10)
+    assert one[0] == pytest.approx(0.791, abs=1e-3) and one[2] < 1e-6 and one[3] < 0.5  # 9 of 10 reads methylated
+    # two samples: the product given each state (sample 1 has no reads: its states' prior mass below 0.2)
+    both = level_posterior(post, [(k, meth[:, k], cov[:, k]) for k in range(2)], 0.2, methylation, dispersion)
+    prior = [beta.cdf(0.2, a[h], b[h]) for h in range(3)]
+    assert both == pytest.approx(sum(post[:, h] * cdf[h] * prior[h] for h in range(3)), rel=1e-10)
+    # a region's bins: the state's (the last bin, whose reads are methylated) or the level's (the first)
+    target, counted = bin_posteriors(post, [(0, meth[:, 0], cov[:, 0])], rule, methylation[:, :1], dispersion[:, :1])
+    assert target == pytest.approx(np.maximum(post[:, 0], one), rel=1e-12)
+    assert counted.tolist() == [True, True, False, False] and target[3] == 1.0
+    states, none = bin_posteriors(post, [(0, meth[:, 0], cov[:, 0])], rule, methylation[:, :1], None)
+    assert none is None and states == pytest.approx(post[:, 0], rel=1e-12)
+
+
+def test_a_run_goes_on_through_its_state_and_counts_its_levels_bins():
+    """Bins of the hypomethylated state whose reads are not (the second and seventh) carry a
+    run on but are not counted; a bin of neither ends it."""
+    positions = np.arange(10) * 100
+    target = np.array([0.9, 0.7, 0.9, 0.9, 0.9, 0.2, 0.9, 0.8, 0.6, 0.9])
+    counted = np.array([True, False, True, True, True, False, True, False, True, True])
+    rule = RegionRule((0,), 0.5, 1000, 0, 1, "HMR", bridge_covered=False)
+    found = regions_of(positions, target, [(0, np.zeros(10), np.ones(10))], 1, 100, rule, counted)
+    assert found.start.tolist() == [0, 600] and found.end.tolist() == [500, 1000]
+    assert found.n_bins.tolist() == [4, 3] and found.posterior_sum == pytest.approx([3.6, 2.4])
+    assert found.posterior_max == pytest.approx([0.9, 0.9])
+
+
 @pytest.fixture(scope="module")
 def one_sample(tmp_path_factory):
     sim = simulate(model(LEVELS, STICKY), [6000, 2500], coverage=8, random_state=0, dispersion=0.05)
@@ -260,9 +317,9 @@ def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
         meth, cov = ds.methylated.values[covered].astype(np.int64), ds.coverage.values[covered].astype(np.int64)
         positions = ds.position.values[covered]
         post = hmm.predict_proba(meth, cov)
-        cores = regions_of(positions, post[:, 0], [(0, meth, cov)], 1, 100, rule)
-        cores = cores.take(rule.keeps(cores))
-        whole = profile(positions, post @ LEVELS[:, 0], meth=meth[:, None], cov=cov[:, None])
+        cores = hmr_cores(hmm, positions, meth, cov)
+        levels = expected_levels(post, [(0, meth, cov)], LEVELS, hmm.dispersion)[:, 0]  # as the chunks' profiles
+        whole = profile(positions, levels, meth=meth[:, None], cov=cov[:, None])
         widened = with_shoulders(cores, whole, positions.size, 0.05, rule, 100)
         assert (widened.end - widened.start).sum() > (cores.end - cores.start).sum() and len(widened) > 3
         for regions in (f[chrom] for f in found):
@@ -319,17 +376,18 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
         assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3
     table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
     assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
-    # against the in-memory recursion: the target bins (posterior of state 0, the hypomethylated one, >= 0.5)
-    # in each region; its level, that of every read in its interval (shoulders too)
+    # against the in-memory recursion: the counted bins of the cores in each region; its level,
+    # that of every read in its interval (shoulders too)
     ds = stores[0].dataset("chr2").sel(sample="A")
     covered = ds.coverage.values > 0
     meth, cov, positions = ds.methylated.values[covered], ds.coverage.values[covered], ds.position.values[covered]
-    target = hmm.predict_proba(meth.astype(np.int64), cov.astype(np.int64))[:, 0] >= 0.5
+    meth, cov = meth.astype(np.int64), cov.astype(np.int64)
+    cores = hmr_cores(hmm, positions, meth, cov)
     chr2 = [row for row in table[1:] if row[0] == "chr2"]
     assert len(chr2) > 5
     for chrom, start, end, name, n_bins, length, score, level in chr2:
-        inside = target & (positions >= int(start)) & (positions < int(end))
-        assert int(length) == int(end) - int(start) and int(n_bins) == inside.sum() >= 4  # the preset's minimum
+        inside = (cores.start >= int(start)) & (cores.end <= int(end))
+        assert int(length) == int(end) - int(start) and int(n_bins) == cores.n_bins[inside].sum() >= 4
         interval = (positions >= int(start)) & (positions < int(end))
         assert float(level) == pytest.approx(meth[interval].sum() / cov[interval].sum(), abs=5.1e-5)  # 4 decimals
     r = run("regions", stores[0].path, "--model", path, "--targets", "unmethylated", "--min-length", "1000",
