@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from ..learn.emissions import MIN_DISPERSION
+from ..moments.features import pair_keys, pairs_from_keys
 from ..learn.overdispersion import beta_parameters
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.states import item_rgb, state_colours
@@ -265,8 +266,9 @@ def level_posterior(post: np.ndarray, sample_counts, level_cap: float, methylati
     below = np.ones_like(post)
     for k, meth, cov in sample_counts:
         a, b = beta_parameters(methylation[:, k], np.maximum(dispersion[:, k], MIN_DISPERSION))
-        meth, cov = np.asarray(meth, np.float64)[:, None], np.asarray(cov, np.float64)[:, None]
-        below *= betainc(a + meth, b + cov - meth, level_cap)
+        keys, pair = np.unique(pair_keys(np.asarray(meth), np.asarray(cov)), return_inverse=True)
+        cov, meth = (x.astype(np.float64)[:, None] for x in pairs_from_keys(keys))  # each distinct pair once
+        below *= betainc(a + meth, b + cov - meth, level_cap)[pair]
     return (post * below).sum(axis=1)
 
 
