@@ -48,11 +48,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..learn.emissions import MIN_DISPERSION
-from ..moments.features import pair_keys, pairs_from_keys
-from ..learn.overdispersion import beta_parameters
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SIZE, PMD_LEVEL, target_states
+from ..learn.emissions import MIN_DISPERSION
+from ..learn.overdispersion import beta_parameters
 from ..learn.states import item_rgb, state_colours
+from ..moments.features import pair_keys, pairs_from_keys
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
 from ..io.store import CountsStore
@@ -105,7 +105,8 @@ class RegionRule:
 
     def conditions(self, n_samples: int) -> str:
         """What :meth:`keeps` asks of a region, in words (for a call that found none)."""
-        counted = "target bins" if self.level_cap is None else f"bins whose reads put their level at most {self.level_cap}"
+        counted = ("target bins" if self.level_cap is None
+                   else f"bins whose reads put their level at most {self.level_cap}")
         parts = [f"at least {self.min_bins} {counted}"] if self.min_bins > 1 else []
         if self.min_length:
             parts.append(f"at least {self.min_length:,} bp")
