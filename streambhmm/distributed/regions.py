@@ -52,7 +52,7 @@ from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SI
 from ..learn.emissions import MIN_DISPERSION
 from ..learn.overdispersion import beta_parameters
 from ..learn.states import item_rgb, state_colours
-from ..moments.features import pair_keys, pairs_from_keys
+from ..moments.features import index_pairs, pairs_from_keys
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
 from ..io.store import CountsStore
@@ -267,9 +267,9 @@ def level_posterior(post: np.ndarray, sample_counts, level_cap: float, methylati
     below = np.ones_like(post)
     for k, meth, cov in sample_counts:
         a, b = beta_parameters(methylation[:, k], np.maximum(dispersion[:, k], MIN_DISPERSION))
-        keys, pair = np.unique(pair_keys(np.asarray(meth), np.asarray(cov)), return_inverse=True)
+        keys, codes = index_pairs(np.asarray(meth), np.asarray(cov))
         cov, meth = (x.astype(np.float64)[:, None] for x in pairs_from_keys(keys))  # each distinct pair once
-        below *= betainc(a + meth, b + cov - meth, level_cap)[pair]
+        below *= betainc(a + meth, b + cov - meth, level_cap)[codes]
     return (post * below).sum(axis=1)
 
 
