@@ -91,6 +91,10 @@ class RegionRule:
     # at least min_posterior, and only such bins count towards min_bins and the score (None:
     # the target states alone; a binomial model has no spread of levels, and keeps them)
     level_cap: float | None = None
+    # with a level cap: every state's Beta distribution of levels per sample ((m, S) a, (m, S) b),
+    # and a region is kept only when its reads, pooled, put its level at most the cap in every
+    # sample with posterior at least min_posterior under one of the target states
+    state_betas: tuple | None = None
 
     def keeps(self, regions: "Regions") -> np.ndarray:
         """Which of a chromosome's joined regions the rule keeps."""
@@ -101,7 +105,22 @@ class RegionRule:
             keep &= ~(regions.levels() >= self.max_level).any(axis=1)
         if self.sample_ceilings is not None:
             keep &= ~(regions.levels() >= np.asarray(self.sample_ceilings)).any(axis=1)
+        if self.level_cap is not None and self.state_betas is not None:
+            keep &= self.pooled_level_posterior(regions) >= self.min_posterior
         return keep
+
+    def pooled_level_posterior(self, regions: "Regions") -> np.ndarray:
+        """Per region, the largest over the target states h of prod_s P(level <= level_cap | h,
+        the region's reads in s pooled). A bin counts by its own reads, but a sparse sample's
+        few reads leave that to its state's prior: jointly with a deep sample, islands at
+        0.3-0.5 in a sample of 3 reads a CpG were called HMRs (a helper's audit). A region's
+        pooled reads are enough to say."""
+        from scipy.special import betainc  # scipy on first use: the command line starts without it
+
+        a, b = (np.asarray(x)[list(self.targets)][None] for x in self.state_betas)  # (1, T, S)
+        meth, cov = regions.methylated[:, None], regions.coverage[:, None]  # (R, 1, S)
+        below = betainc(a + meth, b + cov - meth, self.level_cap).prod(axis=2)
+        return below.max(axis=1, initial=0.0)
 
     def conditions(self, n_samples: int) -> str:
         """What :meth:`keeps` asks of a region, in words (for a call that found none)."""
@@ -115,6 +134,8 @@ class RegionRule:
         if self.sample_ceilings is not None:
             parts.append("in each sample a level nearer its hypomethylated state's than its next state's (below "
                          + ", ".join(f"{c:.2f}" for c in self.sample_ceilings) + ")")
+        if self.level_cap is not None and self.state_betas is not None:
+            parts.append(f"its reads, pooled, putting its level at most {self.level_cap} in every sample")
         if self.every_sample and n_samples > 1:
             parts.append("reads in every sample")
         return ", ".join(parts)
@@ -143,6 +164,12 @@ def _sample_ceilings(levels: np.ndarray, targets: tuple) -> tuple | None:
     return tuple(float(c) for c in np.minimum((top + above) / 2, HALF_METHYLATED))
 
 
+def _state_betas(levels: np.ndarray, dispersion) -> tuple:
+    """Each state's Beta parameters of levels per sample, as nested tuples (a rule is a value)."""
+    a, b = beta_parameters(levels, np.maximum(np.atleast_2d(np.asarray(dispersion, np.float64)), MIN_DISPERSION))
+    return tuple(map(tuple, a.tolist())), tuple(map(tuple, b.tolist()))
+
+
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None,
                 bin_size: int = PMD_BIN_SIZE) -> RegionRule:
     """The rule of a preset for a model's levels and overdispersions on bins of ``bin_size``
@@ -154,7 +181,8 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     if preset == "hmr":
         rule = RegionRule(targets, 0.5, HMR_DESERT, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
                           max_level=HALF_METHYLATED, every_sample=True, level_cap=HYPO_LEVEL,
-                          sample_ceilings=_sample_ceilings(levels, targets) if levels.shape[1] > 1 else None)
+                          sample_ceilings=_sample_ceilings(levels, targets) if levels.shape[1] > 1 else None,
+                          state_betas=None if dispersion is None else _state_betas(levels, dispersion))
     else:
         rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
     wanted = DEFINITIONS[preset]

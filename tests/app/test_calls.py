@@ -342,6 +342,35 @@ def test_a_joint_hmr_is_hypomethylated_in_every_sample(tmp_path):
     assert table["level_A"].max() < 0.2 and table["level_B"].max() < 0.2
 
 
+def test_a_joint_hmr_with_a_sparse_sample_is_hypomethylated_by_that_samples_reads(tmp_path):
+    """A at 45 reads a bin, B at 3 (a helper's audit): islands of both (0.03) every 40 kb, and
+    A's alone in between, where B is at 0.3. B's few reads leave a bin's level to its fitted
+    state, so every one of A's islands was called jointly (B's reads averaging 0.13-0.49 over
+    them); a region's pooled reads say it is not an HMR of B."""
+    rng = np.random.default_rng(11)
+    n_bins = 30_000
+    position = np.arange(n_bins) * 100
+    starts = np.arange(10_000, 3_000_000, 20_000)
+    shared = np.isin(position // 100, [s // 100 + k for s in starts[::2] for k in range(15)])
+    a_only = np.isin(position // 100, [s // 100 + k for s in starts[1::2] for k in range(15)])
+    counts = []
+    for depth, level_there in ((45, 0.03), (3, 0.3)):
+        level = np.where(shared, 0.03, np.where(a_only, level_there, 0.85))
+        coverage = rng.poisson(depth, n_bins)
+        counts.append((beta_binomial(rng, coverage, level, 0.05), coverage))
+    meth, cov = np.stack([c[0] for c in counts], axis=1), np.stack([c[1] for c in counts], axis=1)
+    bins = np.flatnonzero(cov.sum(axis=1))
+    store = write_store(tmp_path / "two.zarr", {"chr5": (bins, meth[bins], cov[bins])}, ["A", "B"]).path
+    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
+    assert r.exit_code == 0, r.output
+    found = read_bed(tmp_path / "joint.bed")["chr5"]
+    assert sum(shared[start // 100:end // 100].any() for start, end in found) == len(starts[::2])
+    on_a_only = [(start, end) for start, end in found if a_only[start // 100:end // 100].any()]
+    b_levels = [meth[start // 100:end // 100, 1].sum() / cov[start // 100:end // 100, 1].sum()
+                for start, end in on_a_only]
+    assert len(on_a_only) <= 0.2 * len(starts[1::2]) and max(b_levels, default=0) < 0.25, b_levels
+
+
 @pytest.mark.parametrize("kind", ["hmr", "pmd"])
 def test_a_joint_call_on_samples_without_shared_bins_says_so(tmp_path, kind):
     """A on chr1, B on chr2: no region can have reads in both, which the refusal says, in place

@@ -178,6 +178,33 @@ def test_shoulders_widen_a_core_half_way_to_its_local_background():
                                           *range(level.size - 7, level.size)})
 
 
+def test_a_beta_binomial_hmr_is_kept_when_its_pooled_reads_put_it_at_most_at_02_in_every_sample():
+    """With overdispersions, a region's reads, pooled per sample, must put its level at most
+    0.2 under one target state (its Beta updated by them, samples multiplied) with posterior
+    at least 0.5: a sparse sample's bins count by their state's prior, its region's reads do
+    not (known answers from scipy's Beta CDF)."""
+    levels = np.array([[0.05, 0.16], [0.18, 0.10], [0.85, 0.85]])
+    dispersion = np.array([[0.05, 0.15], [0.10, 0.10], [0.05, 0.05]])
+    rule = preset_rule("hmr", levels, dispersion)
+    assert rule.targets == (0, 1)
+    # 1 kb regions of 10 bins: both samples low; sample 2 at 13 of 45 reads (0.29, sparse);
+    # sample 2 at 9 of 45 (0.20); and at 5 of 100 in both
+    meth = np.array([[3, 2], [3, 13], [3, 9], [5, 5]], float)
+    cov = np.array([[300, 45], [300, 45], [300, 45], [100, 100]], float)
+    n = len(meth)
+    regions = Regions(np.arange(n) * 2000, np.arange(n) * 2000 + 1000, np.full(n, 10), np.full(n, 9.0), meth, cov,
+                      np.ones(n))
+    scale = 1 / dispersion - 1
+    a, b = levels * scale, (1 - levels) * scale
+    want = np.max([np.prod(beta.cdf(0.2, a[h] + meth, b[h] + cov - meth), axis=1) for h in (0, 1)], axis=0)
+    assert rule.pooled_level_posterior(regions) == pytest.approx(want, rel=1e-10)
+    assert want[1] < 0.2 and want[0] > 0.99 and want[3] > 0.99
+    assert rule.keeps(regions).tolist() == (want >= 0.5).tolist() == [True, False, want[2] >= 0.5, True]
+    assert "its reads, pooled, putting its level at most 0.2 in every sample" in rule.conditions(2)
+    # a binomial model has no Beta of levels: its regions are kept by their mean level alone
+    assert preset_rule("hmr", levels).state_betas is None and preset_rule("hmr", levels).keeps(regions).all()
+
+
 def hmr_cores(hmm, positions, meth, cov) -> Regions:
     """One sample's HMR cores in memory, from scipy's Beta distribution: runs of bins whose
     posterior of the hypomethylated state (state 0) or of a level at most 0.2, sum_h P(h |
