@@ -19,7 +19,9 @@ cut them as `streambhmm hmr` and `pmd` do:
           (bin_posteriors); bins of a region at most 1 kb apart with no covered bin of
           another state between them (CpG-poor stretches inside an HMR do not cut it, a
           methylated CpG does, as in DNMTools); at least HMR_MIN_BINS bins whose reads put
-          them at most at 0.2;
+          them at most at 0.2; its reads, pooled per sample, putting its level at most 0.2 in
+          every sample under a hypomethylated state (posterior at least 0.5: a sparse sample's
+          bins count by their state's prior, its region's reads speak for themselves);
           its mean level below 0.5 in every sample (most of its reads unmethylated) and, in a
           joint call, in each sample nearer its hypomethylated level than its next state's;
           then widened over its shoulders, the covered bins beside it nearer its level than

@@ -76,8 +76,8 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
     background states, fitted from one pass over the counts (a free state as low, 92% of its
     levels below 0.5, is hypomethylated too); HMRs are runs of bins whose posterior of those
     states, or of a level at most 0.2 given their reads, is above 0.5, at least 4 of them
-    by their reads, bins at most 1 kb apart, mean level below 0.5 and reads in every sample,
-    widened over their shoulders: the bins beside them nearer their level than the local
+    by their reads, bins at most 1 kb apart, reads in every sample and, pooled, putting the
+    level at most 0.2 in every sample (mean below 0.5), widened over their shoulders: the bins beside them nearer their level than the local
     background, and below 0.5 (BED9 + TSV)."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
 
