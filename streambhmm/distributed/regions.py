@@ -14,12 +14,14 @@ Presets choose the target states by what HMRs and PMDs are (streambhmm.learn.dom
 cut them as `streambhmm hmr` and `pmd` do:
 
     hmr   hypomethylated states (level <= 0.2 and 92% of the bins' levels below 0.5 in
-          every sample, learn.domains); a bin is a region's by the posterior of those states
-          or of a level at most 0.2 in every sample given its reads, whichever is larger
-          (bin_posteriors); bins of a region at most 1 kb apart with no covered bin of
-          another state between them (CpG-poor stretches inside an HMR do not cut it, a
-          methylated CpG does, as in DNMTools); at least HMR_MIN_BINS bins whose reads put
-          them at most at 0.2; its reads, pooled per sample, putting its level at most 0.2 in
+          every sample, learn.domains); with a beta-binomial model a bin counts by its
+          posterior of a level at most 0.2 in every sample given its reads, and a run goes on
+          through bins whose reads put them at most at 0.5 (most of their reads unmethylated)
+          and is cut to its outermost counted bins (bin_posteriors, regions_of; a binomial
+          model: runs of the states' bins); bins of a region at most 1 kb apart with no
+          covered bin between them that is not the run's (CpG-poor stretches inside an HMR do
+          not cut it, a methylated CpG does, as in DNMTools); at least HMR_MIN_BINS counted
+          bins; its reads, pooled per sample, putting its level at most 0.2 in
           every sample under a hypomethylated state (posterior at least 0.5: a sparse sample's
           bins count by their state's prior, its region's reads speak for themselves);
           its mean level below 0.5 in every sample (most of its reads unmethylated) and, in a
@@ -97,6 +99,10 @@ class RegionRule:
     # and a region is kept only when its reads, pooled, put its level at most the cap in every
     # sample with posterior at least min_posterior under one of the target states
     state_betas: tuple | None = None
+    # with a level cap: a run goes on through bins whose posterior of a level at most this in
+    # every sample is at least min_posterior (most of their reads unmethylated), and is cut to
+    # its outermost counted bins (None: through the target states' bins)
+    run_cap: float | None = None
 
     def keeps(self, regions: "Regions") -> np.ndarray:
         """Which of a chromosome's joined regions the rule keeps."""
@@ -183,6 +189,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     if preset == "hmr":
         rule = RegionRule(targets, 0.5, HMR_DESERT, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
                           max_level=HALF_METHYLATED, every_sample=True, level_cap=HYPO_LEVEL,
+                          run_cap=HALF_METHYLATED,
                           sample_ceilings=_sample_ceilings(levels, targets) if levels.shape[1] > 1 else None,
                           state_betas=None if dispersion is None else _state_betas(levels, dispersion))
     else:
@@ -199,7 +206,9 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     return rule
 
 
-_FIELDS = ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage", "posterior_max")
+_FIELDS = ("start", "end", "n_bins", "posterior_sum", "methylated", "coverage", "posterior_max", "core_start",
+           "core_end")
+NO_CORE = (np.iinfo(np.int64).max, -1)  # (core_start, core_end) of a part without counted bins
 
 
 @dataclass
@@ -217,6 +226,16 @@ class Regions:
     posterior_max: np.ndarray  # the highest posterior of the targets in the region
     open_start: bool = True  # the part's first covered bin is a target bin (a region may go on before it)
     open_end: bool = True  # the part's last covered bin is
+    # bp: where its first counted bin starts and its last ends (NO_CORE without one); a run is
+    # cut to them, but a chunk's part keeps the bins at an open end until the next part is joined
+    core_start: np.ndarray | None = None  # default: start
+    core_end: np.ndarray | None = None  # default: end
+
+    def __post_init__(self):
+        if self.core_start is None:
+            self.core_start = np.array(self.start, np.int64)
+        if self.core_end is None:
+            self.core_end = np.array(self.end, np.int64)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -227,7 +246,19 @@ class Regions:
             return self.methylated / self.coverage
 
     def take(self, index) -> "Regions":
-        return Regions(*(getattr(self, f)[index] for f in _FIELDS), self.open_start, self.open_end)
+        return Regions(**{f: getattr(self, f)[index] for f in _FIELDS}, open_start=self.open_start,
+                       open_end=self.open_end)
+
+    def cut_to_cores(self, store: CountsStore, samples: list, chrom: str) -> "Regions":
+        """The regions with counted bins, each cut to them, the reads of those cut recounted
+        from the store (a chunk's part keeps its bins at an open end: regions_of)."""
+        kept = self.take(self.core_start < self.core_end)
+        cut = np.flatnonzero((kept.core_start > kept.start) | (kept.core_end < kept.end))
+        if cut.size:
+            kept.start[cut], kept.end[cut] = kept.core_start[cut], kept.core_end[cut]
+            kept.methylated[cut], kept.coverage[cut], _ = interval_counts(store, samples, [chrom] * cut.size,
+                                                                          kept.start[cut], kept.end[cut])
+        return kept
 
     def cut_at(self, data_end: int, min_length: int) -> "Regions":
         """The regions ending where the chromosome's data do (a coarse bin or a window may run
@@ -244,48 +275,82 @@ class Regions:
 
 
 def regions_of(positions: np.ndarray, target: np.ndarray, columns, n_samples: int, bin_size: int,
-               rule: RegionRule, counted: np.ndarray | None = None) -> Regions:
-    """The regions of one segment of kept bins (positions, the targets' posterior) whose
-    counts ``columns`` yields one sample at a time ((sample, methylated, coverage));
-    ``counted``: the bins that count towards a region's bins and score (default: all)."""
+               rule: RegionRule, core: np.ndarray | None = None) -> Regions:
+    """The regions of one segment of kept bins (positions, each bin's posterior of belonging to
+    a region) whose counts ``columns`` yields one sample at a time ((sample, methylated,
+    coverage)). ``core``: each bin's posterior of counting towards a region's bins and score
+    (counted at min_posterior); a run is then cut to its outermost counted bins, except at the
+    segment's open ends, where the next segment's bins may be counted (Regions.cut_to_cores
+    finishes the cut). Default: every bin counts, by ``target``."""
     chosen = np.flatnonzero(target >= rule.min_posterior)
     if chosen.size == 0:
         return Regions.empty(n_samples, open_ends=positions.size == 0)
+    open_start, open_end = bool(chosen[0] == 0), bool(chosen[-1] == positions.size - 1)
     starts = positions[chosen]
     cut = starts[1:] - (starts[:-1] + bin_size) > rule.max_gap
     if not rule.bridge_covered:
         cut |= np.diff(chosen) > 1
-    cut = np.flatnonzero(cut) + 1
-    first = np.r_[0, cut]
-    last = np.r_[cut, chosen.size] - 1
+    run = np.r_[0, np.cumsum(cut)]  # each chosen bin's run
+    score = target[chosen] if core is None else core[chosen]
+    counts = np.ones(chosen.size, bool) if core is None else score >= rule.min_posterior
+    core_start = core_end = None
+    if core is not None:
+        index, n_runs = np.arange(chosen.size), int(run[-1]) + 1
+        core_first, core_last = np.full(n_runs, chosen.size), np.full(n_runs, -1)
+        np.minimum.at(core_first, run[counts], index[counts])
+        np.maximum.at(core_last, run[counts], index[counts])
+        has_core = core_last >= 0
+        run_core_start = np.where(has_core, starts[np.minimum(core_first, chosen.size - 1)], NO_CORE[0])
+        run_core_end = np.where(has_core, starts[np.maximum(core_last, 0)] + bin_size, NO_CORE[1])
+        # cut each run to its counted bins, but not at an open end (nor, without any, at its other end)
+        lo, hi = core_first.copy(), core_last.copy()
+        if open_start:
+            lo[0] = 0
+            hi[0] = hi[0] if has_core[0] else np.flatnonzero(run == 0)[-1]
+        if open_end:
+            hi[-1] = chosen.size - 1
+            lo[-1] = lo[-1] if has_core[-1] else np.flatnonzero(run == n_runs - 1)[0]
+        keep = (index >= lo[run]) & (index <= hi[run])
+        if not keep.any():
+            return Regions.empty(n_samples, open_ends=False)
+        chosen, starts, run, score, counts = chosen[keep], starts[keep], run[keep], score[keep], counts[keep]
+    first = np.flatnonzero(np.r_[True, run[1:] != run[:-1]])
+    last = np.r_[first[1:], chosen.size] - 1
+    if core is not None:
+        core_start, core_end = run_core_start[run[first]], run_core_end[run[first]]
     meth, cov = np.zeros((first.size, n_samples)), np.zeros((first.size, n_samples))
     for s, m, c in columns:
         meth[:, s] = np.add.reduceat(np.asarray(m, np.float64)[chosen], first)
         cov[:, s] = np.add.reduceat(np.asarray(c, np.float64)[chosen], first)
-    counts = np.ones(chosen.size, bool) if counted is None else counted[chosen]
+    counted_score = np.where(counts, score, 0.0)
     return Regions(starts[first], starts[last] + bin_size, np.add.reduceat(counts.astype(np.int64), first),
-                   np.add.reduceat(np.where(counts, target[chosen], 0.0), first), meth, cov,
-                   np.maximum.reduceat(target[chosen], first), chosen[0] == 0, chosen[-1] == positions.size - 1)
+                   np.add.reduceat(counted_score, first), meth, cov, np.maximum.reduceat(counted_score, first),
+                   open_start and bool(chosen[0] == 0), open_end and bool(chosen[-1] == positions.size - 1),
+                   core_start, core_end)
 
 
 def join_regions(left: Regions, right: Regions, max_gap: int, bridge_covered: bool = True) -> Regions:
     """Concatenate consecutive regions of one chromosome, merging across the seam (without
     ``bridge_covered``, only where no covered bin of another state lies between)."""
     touching = bridge_covered or (left.open_end and right.open_start)
+    right_had_regions = len(right) > 0  # else its open_end says whether it had covered bins (Regions.empty)
     if len(left) and len(right) and right.start[0] - left.end[-1] <= max_gap and touching:
         merged = left.take(slice(None))
         merged.end[-1] = right.end[0]
         for name in ("n_bins", "posterior_sum", "methylated", "coverage"):
             getattr(merged, name)[-1] += getattr(right, name)[0]
         merged.posterior_max[-1] = max(merged.posterior_max[-1], right.posterior_max[0])
+        merged.core_start[-1] = min(merged.core_start[-1], right.core_start[0])
+        merged.core_end[-1] = max(merged.core_end[-1], right.core_end[0])
         left, right = merged, right.take(slice(1, None))
-    return Regions(*(np.concatenate([getattr(left, f), getattr(right, f)]) for f in _FIELDS),
-                   left.open_start, right.open_end if len(right) or right.open_end is False else left.open_end)
+    return Regions(**{f: np.concatenate([getattr(left, f), getattr(right, f)]) for f in _FIELDS},
+                   open_start=left.open_start,
+                   open_end=right.open_end if right_had_regions or not right.open_end else left.open_end)
 
 
-def level_posterior(post: np.ndarray, sample_counts, level_cap: float, methylation: np.ndarray,
+def level_posterior(post: np.ndarray, sample_counts, caps: tuple, methylation: np.ndarray,
                     dispersion: np.ndarray) -> np.ndarray:
-    """Each bin's posterior of a level at most ``level_cap`` in every sample: sum_h post_h
+    """(bins, caps) each bin's posterior of a level at most each of ``caps`` in every sample: sum_h post_h
     prod_s P(p_s <= cap | state h, the bin's reads in s), each state's Beta distribution of
     levels updated by the reads (the samples independent given the state, as in the
     emissions). A bin's own reads speak for its level whichever state's width fits them best:
@@ -294,42 +359,47 @@ def level_posterior(post: np.ndarray, sample_counts, level_cap: float, methylati
     methylated, coverage)."""
     from scipy.special import betainc  # scipy on first use: the command line starts without it
 
-    below = np.ones_like(post)
+    below = [np.ones_like(post) for _ in caps]
     for k, meth, cov in sample_counts:
         a, b = beta_parameters(methylation[:, k], np.maximum(dispersion[:, k], MIN_DISPERSION))
         keys, codes = index_pairs(np.asarray(meth), np.asarray(cov))
         cov, meth = (x.astype(np.float64)[:, None] for x in pairs_from_keys(keys))  # each distinct pair once
-        below *= betainc(a + meth, b + cov - meth, level_cap)[codes]
-    return (post * below).sum(axis=1)
+        for below_cap, cap in zip(below, caps):
+            below_cap *= betainc(a + meth, b + cov - meth, cap)[codes]
+    return np.stack([(post * below_cap).sum(axis=1) for below_cap in below], axis=1)
 
 
 def bin_posteriors(post: np.ndarray, sample_counts, rule: RegionRule, methylation: np.ndarray,
                    dispersion: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """(posterior, counted) of a chunk's bins under ``rule``: each bin's posterior of
-    belonging to a region, and which bins count towards its bins and score (None: every bin
-    of it). Without a level cap (or for a binomial model), the posterior of the target
-    states. With one, the larger of that and the posterior of a level at most the cap
-    (level_posterior), and the bins counted are those of the latter: a run of bins goes on
-    through bins its hypomethylated state holds (a long HMR's CpGs with a few methylated
-    reads), and is made of bins whose own reads put them at most at the cap."""
+    """(run, core) of a chunk's bins under ``rule``: each bin's posterior of belonging to a
+    region's run, and of counting towards its bins and score (None: every bin of the run, by
+    the former). Without a level cap (or for a binomial model), the posterior of the target
+    states. With one, a bin counts by its posterior of a level at most the cap
+    (level_posterior), and a run goes on through bins whose reads put them at most at the
+    run cap (most of their reads unmethylated: a long HMR's CpGs with a few methylated reads;
+    without a run cap, through the target states' bins)."""
     states = post[:, list(rule.targets)].sum(axis=1)
     if rule.level_cap is None or dispersion is None:
         return states, None
-    level = level_posterior(post, sample_counts, rule.level_cap, methylation, dispersion)
-    return np.maximum(states, level), level >= rule.min_posterior
+    if rule.run_cap is None:
+        level = level_posterior(post, sample_counts, (rule.level_cap,), methylation, dispersion)[:, 0]
+        return np.maximum(states, level), level
+    level, run = level_posterior(post, sample_counts, (rule.level_cap, rule.run_cap), methylation, dispersion).T
+    return np.maximum(run, level), level
 
 
 def _chunk_regions(post, data, rule: RegionRule, methylation: np.ndarray, dispersion: np.ndarray | None):
     """A chunk's regions, and for shoulders its Profile and number of covered bins (in a
     task, map_posteriors)."""
     ref = data.ref
-    target, counted = bin_posteriors(post, data.sample_counts(), rule, methylation, dispersion)
+    target, core = bin_posteriors(post, data.sample_counts(), rule, methylation, dispersion)
     positions = ref.positions(data.rows)
-    regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule, counted)
+    regions = regions_of(positions, target, data.sample_counts(), len(ref.columns), ref.bin_size, rule, core)
     if not rule.shoulders:
         return regions, None, positions.size
+    cores = regions.take(regions.core_start < regions.core_end)  # where widening starts (Regions.cut_to_cores)
     profile = chunk_profile(positions, post, methylation, dispersion, data.sample_counts(), len(ref.columns),
-                            regions.start, regions.end, ref.bin_size)
+                            cores.core_start, cores.core_end, ref.bin_size)
     return regions, profile, positions.size
 
 
@@ -351,6 +421,7 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
                 profile.index += covered  # the chunk's covered bins follow those before it
                 profiles.append(profile)
             covered += n_covered
+        regions = regions.cut_to_cores(store, samples, chrom)
         if rule.bridge_covered and len(regions):
             # the reads of the bridged bins too: a region's levels are its interval's
             regions.methylated, regions.coverage, _ = interval_counts(store, samples, [chrom] * len(regions),
@@ -418,8 +489,8 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
     # each failed widened region is replaced by its regions (disjoint from the others: in start order)
     kept, restored = widened.take(np.flatnonzero(~failed)), regions.take(np.flatnonzero(failed[group]))
     order = np.argsort(np.r_[kept.start, restored.start], kind="stable")
-    return Regions(*(np.concatenate([getattr(kept, f), getattr(restored, f)])[order] for f in _FIELDS),
-                   regions.open_start, regions.open_end)
+    return Regions(**{f: np.concatenate([getattr(kept, f), getattr(restored, f)])[order] for f in _FIELDS},
+                   open_start=regions.open_start, open_end=regions.open_end)
 
 
 TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)

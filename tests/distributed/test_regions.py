@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import beta
 
 from streambhmm.learn.hmm import BinomialHMM
-from streambhmm.distributed.regions import (RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
+from streambhmm.distributed.regions import (NO_CORE, RegionRule, Regions, find_regions, join_regions, preset_rule, regions_of,
                                            bin_posteriors, level_posterior, with_shoulders)
 from streambhmm.distributed.shoulders import Profile, _median, chunk_profile, expected_levels, widen
 from streambhmm.learn.simulate import model, simulate
@@ -206,59 +206,104 @@ def test_a_beta_binomial_hmr_is_kept_when_its_pooled_reads_put_it_at_most_at_02_
 
 
 def hmr_cores(hmm, positions, meth, cov) -> Regions:
-    """One sample's HMR cores in memory, from scipy's Beta distribution: runs of bins whose
-    posterior of the hypomethylated state (state 0) or of a level at most 0.2, sum_h P(h |
-    data) P(p <= 0.2 | h, the bin's reads), is at least 0.5, with at least 4 bins of the
-    latter."""
+    """One sample's HMR cores in memory, from scipy's Beta distribution and a loop over the
+    covered bins: runs of consecutive ones (at most 1 kb apart) whose posterior of a level at
+    most 0.5, sum_h P(h | data) P(p <= 0.5 | h, the bin's reads), is at least 0.5, cut to
+    their outermost bins whose posterior of a level at most 0.2 is (at least 4 of them),
+    whose pooled reads put the level at most 0.2 under the hypomethylated state (state 0)."""
     scale = (1 - hmm.dispersion[:, 0]) / hmm.dispersion[:, 0]
     a, b = hmm.methylation_[:, 0] * scale, (1 - hmm.methylation_[:, 0]) * scale
     post = hmm.predict_proba(meth, cov)
-    level = (post * beta.cdf(0.2, a + meth[:, None], b + cov[:, None] - meth[:, None])).sum(axis=1)
-    rule = preset_rule("hmr", hmm.methylation_, hmm.dispersion)
-    cores = regions_of(positions, np.maximum(post[:, 0], level), [(0, meth, cov)], 1, 100, rule, level >= 0.5)
-    return cores.take(rule.keeps(cores))
+    below = {cap: (post * beta.cdf(cap, a + meth[:, None], b + cov[:, None] - meth[:, None])).sum(axis=1)
+             for cap in (0.2, 0.5)}
+    runs, current = [], []
+    for i in range(positions.size):
+        if below[0.5][i] >= 0.5 and current and positions[i] - positions[current[-1]] - 100 <= 1000:
+            current.append(i)
+            continue
+        runs.append(current)
+        current = [i] if below[0.5][i] >= 0.5 else []
+    runs.append(current)
+    rows = []
+    for run in runs:
+        counted = [i for i in run if below[0.2][i] >= 0.5]
+        if len(counted) < 4:
+            continue
+        inside = np.arange(counted[0], counted[-1] + 1)
+        m, c = meth[inside].sum(), cov[inside].sum()
+        if m / c < 0.5 and beta.cdf(0.2, a[0] + m, b[0] + c - m) >= 0.5:
+            rows.append((positions[counted[0]], positions[counted[-1]] + 100, len(counted),
+                         below[0.2][counted].sum(), m, c))
+    start, end, n_bins, score, m, c = (np.array(x) for x in zip(*rows))
+    return Regions(start, end, n_bins, score, m[:, None] * 1.0, c[:, None] * 1.0, np.ones(len(rows)))
 
 
 def test_a_bins_posterior_is_of_its_level_given_its_reads():
     """hmr's bins: the posterior of a level at most 0.2 in every sample, over states each
     state's Beta distribution of levels updated by the bin's reads (known answers: 12 of 77
     reads methylated, in a dispersed state at 0.41, at most 0.2 with probability 0.79, as the
-    docstring has it); samples multiply. A bin is a region's by the larger of that and its
-    states' posterior, and counts by the former; a binomial model keeps the states' alone."""
+    docstring has it); samples multiply. A bin counts by it, and is a run's by its posterior
+    of a level at most 0.5 (the same sum); a binomial model keeps the states' alone."""
     methylation = np.array([[0.04, 0.04], [0.41, 0.41], [0.93, 0.93]])
     dispersion = np.array([[0.075, 0.075], [0.213, 0.213], [0.026, 0.026]])
     rule = preset_rule("hmr", methylation, dispersion)
     assert rule.targets == (0,) and rule.level_cap == 0.2
     post = np.array([[0.0, 1.0, 0.0], [0.3, 0.7, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     meth, cov = np.array([[12, 0], [12, 0], [1, 0], [9, 0]]), np.array([[77, 0], [77, 0], [2, 0], [10, 0]])
-    one = level_posterior(post, [(0, meth[:, 0], cov[:, 0])], 0.2, methylation[:, :1], dispersion[:, :1])
+    one, half = level_posterior(post, [(0, meth[:, 0], cov[:, 0])], (0.2, 0.5), methylation[:, :1],
+                                dispersion[:, :1]).T
     a, b = methylation[:, 0] * (1 / dispersion[:, 0] - 1), (1 - methylation[:, 0]) * (1 / dispersion[:, 0] - 1)
     cdf = [beta.cdf(0.2, a[h] + meth[:, 0], b[h] + cov[:, 0] - meth[:, 0]) for h in range(3)]
     assert one == pytest.approx(sum(post[:, h] * cdf[h] for h in range(3)), rel=1e-10)
+    cdf_half = [beta.cdf(0.5, a[h] + meth[:, 0], b[h] + cov[:, 0] - meth[:, 0]) for h in range(3)]
+    assert half == pytest.approx(sum(post[:, h] * cdf_half[h] for h in range(3)), rel=1e-10)
     assert one[0] == pytest.approx(0.791, abs=1e-3) and one[2] < 1e-6 and one[3] < 0.5  # 9 of 10 reads methylated
     # two samples: the product given each state (sample 1 has no reads: its states' prior mass below 0.2)
-    both = level_posterior(post, [(k, meth[:, k], cov[:, k]) for k in range(2)], 0.2, methylation, dispersion)
+    both = level_posterior(post, [(k, meth[:, k], cov[:, k]) for k in range(2)], (0.2,), methylation,
+                           dispersion)[:, 0]
     prior = [beta.cdf(0.2, a[h], b[h]) for h in range(3)]
     assert both == pytest.approx(sum(post[:, h] * cdf[h] * prior[h] for h in range(3)), rel=1e-10)
-    # a region's bins: the state's (the last bin, whose reads are methylated) or the level's (the first)
-    target, counted = bin_posteriors(post, [(0, meth[:, 0], cov[:, 0])], rule, methylation[:, :1], dispersion[:, :1])
-    assert target == pytest.approx(np.maximum(post[:, 0], one), rel=1e-12)
-    assert counted.tolist() == [True, True, False, False] and target[3] == 1.0
+    # a run's bins by their reads at most half methylated (not the third, in a state at 0.93);
+    # counted by the level at most 0.2 (the first two)
+    assert rule.run_cap == 0.5
+    run, core = bin_posteriors(post, [(0, meth[:, 0], cov[:, 0])], rule, methylation[:, :1], dispersion[:, :1])
+    assert run == pytest.approx(half, rel=1e-12) and core == pytest.approx(one, rel=1e-12)
+    assert (core >= 0.5).tolist() == [True, True, False, False] and run[2] < 1e-3
     states, none = bin_posteriors(post, [(0, meth[:, 0], cov[:, 0])], rule, methylation[:, :1], None)
     assert none is None and states == pytest.approx(post[:, 0], rel=1e-12)
 
 
-def test_a_run_goes_on_through_its_state_and_counts_its_levels_bins():
-    """Bins of the hypomethylated state whose reads are not (the second and seventh) carry a
-    run on but are not counted; a bin of neither ends it."""
-    positions = np.arange(10) * 100
-    target = np.array([0.9, 0.7, 0.9, 0.9, 0.9, 0.2, 0.9, 0.8, 0.6, 0.9])
-    counted = np.array([True, False, True, True, True, False, True, False, True, True])
+def test_a_run_goes_on_through_its_bins_and_is_cut_to_its_counted_ones():
+    """Bins of a run that do not count (the third, eighth and tenth) carry it on, but a run is
+    cut to its outermost counted bins (the tenth), except at the segment's open ends (the
+    first two); a bin of neither ends it. Its score and bins are the counted ones'."""
+    positions = np.arange(12) * 100
+    target = np.array([0.9, 0.9, 0.7, 0.9, 0.9, 0.2, 0.9, 0.8, 0.9, 0.6, 0.2, 0.9])
+    core = np.array([0.1, 0.9, 0.3, 0.8, 0.7, 0.0, 0.9, 0.4, 0.6, 0.1, 0.0, 0.2])
+    meth = np.arange(12.0)
     rule = RegionRule((0,), 0.5, 1000, 0, 1, "HMR", bridge_covered=False)
-    found = regions_of(positions, target, [(0, np.zeros(10), np.ones(10))], 1, 100, rule, counted)
-    assert found.start.tolist() == [0, 600] and found.end.tolist() == [500, 1000]
-    assert found.n_bins.tolist() == [4, 3] and found.posterior_sum == pytest.approx([3.6, 2.4])
-    assert found.posterior_max == pytest.approx([0.9, 0.9])
+    found = regions_of(positions, target, [(0, meth, np.ones(12) * 10)], 1, 100, rule, core)
+    assert found.start.tolist() == [0, 600, 1100] and found.end.tolist() == [500, 900, 1200]
+    assert found.core_start.tolist() == [100, 600, NO_CORE[0]] and found.core_end.tolist() == [500, 900, NO_CORE[1]]
+    assert found.n_bins.tolist() == [3, 2, 0] and found.posterior_sum == pytest.approx([2.4, 1.5, 0.0])
+    assert found.posterior_max == pytest.approx([0.9, 0.9, 0.0])
+    assert found.methylated[:, 0].tolist() == [meth[0:5].sum(), meth[6:9].sum(), meth[11]]
+    assert found.open_start and found.open_end
+    # inside a chromosome the open ends are cut once the next parts are joined (Regions.cut_to_cores)
+
+
+def test_a_part_whose_region_is_merged_away_hands_on_its_closed_end():
+    """A chunk's only region, merged into the region before it, ends before the chunk does:
+    the next chunk's first region is no continuation of it (a seam once took numpy's False
+    for an open end and joined two HMRs 6 kb apart)."""
+    rule = RegionRule((0,), 0.5, 1000, 0, 1, "HMR", bridge_covered=False)
+    ones = np.ones(5)
+    parts = [regions_of(np.arange(5) * 100 + 500 * k, target, [(0, ones, ones)], 1, 100, rule)
+             for k, target in enumerate([np.array([0, 0, 0.9, 0.9, 0.9]), np.array([0.9, 0.9, 0, 0, 0]),
+                                         np.array([0.9, 0.9, 0, 0, 0])])]
+    assert parts[1].open_start and parts[1].open_end is False
+    joined = join_regions(join_regions(parts[0], parts[1], 1000, False), parts[2], 1000, False)
+    assert joined.start.tolist() == [200, 1000] and joined.end.tolist() == [700, 1200]
 
 
 @pytest.fixture(scope="module")
@@ -335,7 +380,7 @@ def test_a_region_that_bridges_covered_bins_has_its_intervals_levels(tmp_path):
 @pytest.mark.slow
 def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
     stores, hmm = one_sample
-    rule = preset_rule("hmr", LEVELS)
+    rule = preset_rule("hmr", LEVELS, hmm.dispersion)
     found = [find_regions(store, hmm, dask_clients[1], rule, ["A"]) for store in stores]
     for chrom in ("chr2", "chr10"):
         # in memory: the cores of the whole chromosome, widened over a profile of every covered bin

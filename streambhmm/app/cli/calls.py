@@ -74,10 +74,11 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
     """Hypomethylated regions (HMRs) of a counts store, as DNMTools' hmr finds them: a model
     with a hypomethylated state (level <= 0.2, overdispersion <= 0.2) beside three free
     background states, fitted from one pass over the counts (a free state as low, 92% of its
-    levels below 0.5, is hypomethylated too); HMRs are runs of bins whose posterior of those
-    states, or of a level at most 0.2 given their reads, is above 0.5, at least 4 of them
-    by their reads, bins at most 1 kb apart, reads in every sample and, pooled, putting the
-    level at most 0.2 in every sample (mean below 0.5), widened over their shoulders: the bins beside them nearer their level than the local
+    levels below 0.5, is hypomethylated too); HMRs are runs of bins whose reads put their
+    level at most 0.5 (posterior above 0.5, given the model), from the first to the last of
+    at least 4 bins whose reads put it at most 0.2, bins at most 1 kb apart, reads in every
+    sample and, pooled, putting the level at most 0.2 in every sample, widened over their
+    shoulders: the bins beside them nearer their level than the local
     background, and below 0.5 (BED9 + TSV)."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
 
