@@ -307,6 +307,17 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
         assert re.search(r"hmr.bed: [0-9,]+ regions? \(called as HMRs: see the warning\), median", r.output)
 
 
+def joint_hmrs(tmp_path, counts) -> tuple:
+    """(methylated, coverage, chr5's HMRs) of `hmr` on samples A and B, ``counts`` their
+    (methylated, coverage) per bin of chr5."""
+    meth, cov = np.stack([c[0] for c in counts], axis=1), np.stack([c[1] for c in counts], axis=1)
+    bins = np.flatnonzero(cov.sum(axis=1))
+    store = write_store(tmp_path / "two.zarr", {"chr5": (bins, meth[bins], cov[bins])}, ["A", "B"]).path
+    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
+    assert r.exit_code == 0, r.output
+    return meth, cov, read_bed(tmp_path / "joint.bed")["chr5"]
+
+
 def test_a_joint_hmr_is_hypomethylated_in_every_sample(tmp_path):
     """Both samples have PMDs (0.45) at the same places; A has an island (0.03, 1.5 kb) every
     20 kb, B every other one of those and others of its own. A joint HMR is an island of both:
@@ -329,12 +340,7 @@ def test_a_joint_hmr_is_hypomethylated_in_every_sample(tmp_path):
         level[island_bins[sample]] = 0.03
         coverage = rng.poisson(15 * 3, n_bins)  # three CpGs of 15 reads a bin
         counts.append((rng.binomial(coverage, level), coverage))
-    meth, cov = np.stack([c[0] for c in counts], axis=1), np.stack([c[1] for c in counts], axis=1)
-    bins = np.flatnonzero(cov.sum(axis=1))
-    store = write_store(tmp_path / "two.zarr", {"chr5": (bins, meth[bins], cov[bins])}, ["A", "B"]).path
-    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
-    assert r.exit_code == 0, r.output
-    found = read_bed(tmp_path / "joint.bed")["chr5"]
+    meth, cov, found = joint_hmrs(tmp_path, counts)
     both = island_bins["A"] & island_bins["B"]
     assert all(both[start // 100:end // 100].any() for start, end in found), found
     assert sum(both[start // 100:end // 100].any() for start, end in found) >= 0.9 * len(islands["A"]) / 2
@@ -360,12 +366,7 @@ def test_a_joint_hmr_with_a_sparse_sample_is_hypomethylated_by_that_samples_read
         level = np.where(shared, 0.03, np.where(a_only, level_there, 0.85))
         coverage = rng.poisson(depth, n_bins)
         counts.append((beta_binomial(rng, coverage, level, 0.05), coverage))
-    meth, cov = np.stack([c[0] for c in counts], axis=1), np.stack([c[1] for c in counts], axis=1)
-    bins = np.flatnonzero(cov.sum(axis=1))
-    store = write_store(tmp_path / "two.zarr", {"chr5": (bins, meth[bins], cov[bins])}, ["A", "B"]).path
-    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
-    assert r.exit_code == 0, r.output
-    found = read_bed(tmp_path / "joint.bed")["chr5"]
+    meth, cov, found = joint_hmrs(tmp_path, counts)
     assert sum(shared[start // 100:end // 100].any() for start, end in found) == len(starts[::2])
     on_a_only = [(start, end) for start, end in found if a_only[start // 100:end // 100].any()]
     b_levels = [meth[start // 100:end // 100, 1].sum() / cov[start // 100:end // 100, 1].sum()

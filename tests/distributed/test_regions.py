@@ -225,8 +225,8 @@ def hmr_cores(hmm, positions, meth, cov) -> Regions:
         current = [i] if below[0.5][i] >= 0.5 else []
     runs.append(current)
     rows = []
-    for run in runs:
-        counted = [i for i in run if below[0.2][i] >= 0.5]
+    for bins in runs:
+        counted = [i for i in bins if below[0.2][i] >= 0.5]
         if len(counted) < 4:
             continue
         inside = np.arange(counted[0], counted[-1] + 1)
