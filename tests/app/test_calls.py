@@ -498,6 +498,12 @@ def test_a_held_state_at_its_cap_gives_way_to_a_free_hypomethylated_one():
         [True, False, False, False]
 
 
+def hangs_up_by_default():
+    """For a command's process: SIGHUP as on a terminal. Under nohup (SIGHUP ignored, which a
+    child inherits) a command rightly ignores a hang-up, and these tests would see none."""
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
 def test_a_terminated_call_leaves_nothing(methylome, tmp_path, stop):
     """SIGTERM (a scheduler's time limit) and SIGHUP (a closed terminal or ssh session) unwind
@@ -509,7 +515,7 @@ def test_a_terminated_call_leaves_nothing(methylome, tmp_path, stop):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     log = (tmp_path / "log.txt").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "streambhmm", "pmd", str(store), "-o", str(out / "r.bed"), "-q"],
-                            env=env, stdout=log, stderr=log)
+                            env=env, stdout=log, stderr=log, preexec_fn=hangs_up_by_default)
     try:
         while not list(out.glob(".r.bed.scratch-*")) and proc.poll() is None:
             time.sleep(0.01)
@@ -571,7 +577,8 @@ def test_a_closed_terminal_stops_a_cluster_of_worker_processes_without_a_traceba
     log_path = tmp_path / "log.txt"
     with log_path.open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streambhmm", "hmr", str(store), "-o", str(tmp_path / "r.bed"),
-                                 "--polish-em", "1000"], env=env, stdout=log, stderr=log, start_new_session=True)
+                                 "--polish-em", "1000"], env=env, stdout=log, stderr=log, start_new_session=True,
+                                preexec_fn=hangs_up_by_default)
         try:
             while "the moments" not in log_path.read_text() and proc.poll() is None:
                 time.sleep(0.01)

@@ -422,6 +422,33 @@ def test_a_widened_region_whose_reads_are_not_hypomethylated_keeps_its_core():
     assert got.start.tolist() == [3100, 3700, 7200] and got.end.tolist() == [3500, 4100, 7700]
 
 
+def test_a_joint_regions_shoulders_stay_below_each_samples_ceiling():
+    """A joint call's walk follows the samples' mean expected level, so it can take a bin far
+    up in one sample (0.45 there, 0.05 in the other: a mean of 0.25). A widened region whose
+    reads in a sample reach that sample's ceiling (0.275 here, midway to its next state at 0.5)
+    is its core again; the one whose shoulders stay low in both is widened."""
+    level = np.array([0.9] * 30 + [0.05] * 4 + [0.9] * 34 + [0.05] * 4 + [0.9] * 30)
+    meth, cov = np.zeros((level.size, 2), np.int64), np.full((level.size, 2), 20)
+    meth[:] = np.rint(20 * level)[:, None]
+    meth[29], cov[29] = [1, 90], [20, 200]  # beside the first core: 0.05 in A, 0.45 (and deep) in B
+    meth[72] = [1, 2]  # beside the second: 0.05 and 0.10
+    mean, top = level.copy(), level.copy()  # the samples' mean and highest expected levels
+    mean[[29, 72]], top[[29, 72]] = (0.25, 0.075), (0.45, 0.10)
+    cores = Regions(np.array([3000, 6800]), np.array([3400, 7200]), np.full(2, 4), np.full(2, 3.8),
+                    np.full((2, 2), 4.0), np.full((2, 2), 80.0), np.ones(2))
+    walked = profile(np.arange(level.size) * 100, mean, top=top, meth=meth, cov=cov)
+    joint = preset_rule("hmr", np.array([[0.05, 0.05], [0.5, 0.5], [0.9, 0.9]]))
+    assert joint.sample_ceilings == (0.275, 0.275)
+    got = with_shoulders(cores, walked, level.size, 0.05, joint, 100)
+    assert got.start.tolist() == [3000, 6800] and got.end.tolist() == [3400, 7300]
+    # a single sample's ceiling is the shoulders' own, 0.5: B alone keeps the bin at 0.45
+    core_b = Regions(np.array([3000]), np.array([3400]), np.full(1, 4), np.full(1, 3.8), np.full((1, 1), 4.0),
+                     np.full((1, 1), 80.0), np.ones(1))
+    single = with_shoulders(core_b, profile(np.arange(level.size) * 100, top, meth=meth[:, 1:], cov=cov[:, 1:]),
+                            level.size, 0.05, preset_rule("hmr", np.array([[0.05], [0.5], [0.9]])), 100)
+    assert single.start.tolist() == [2900] and single.end.tolist() == [3400]
+
+
 @pytest.mark.slow
 def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler):
     from streambhmm.app.modelio import model_to_dict
