@@ -27,7 +27,8 @@ cut them as `streambhmm hmr` and `pmd` do:
           its mean level below 0.5 in every sample (most of its reads unmethylated) and, in a
           joint call, in each sample nearer its hypomethylated level than its next state's;
           then widened over its shoulders, the covered bins beside it nearer its level than
-          the local background and below 0.5 (distributed.shoulders)
+          the local background and below 0.5 (distributed.shoulders; a joint region whose
+          widened reads reach a sample's ceiling is its core again)
     pmd   partially methylated states (below 0.7 in every sample, Lister et al. 2009; on bins
           narrower than 5 kb, not hypomethylated: there an HMR fills bins of its own); gaps
           up to 10 kb; at least 50 kb long (on 5 kb bins, at least 10 of them: the length,
@@ -470,9 +471,9 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
     """One chromosome's regions widened over their shoulders (distributed.shoulders); merged
     regions add their counts, and their reads take their shoulders' (a region's levels are
     those of its interval, as a user recounting it finds; its bins, score and posterior stay
-    its regions'). A widened region whose reads average SHOULDER_CEILING or more in a sample
-    keeps its regions as they were: a bin's expected level can be below the ceiling while its
-    reads are not."""
+    its regions'). A widened region whose reads average SHOULDER_CEILING (in a joint call, the
+    sample's ceiling) or more in a sample keeps its regions as they were: a bin's expected
+    level can be below the ceiling while its reads are not."""
     starts, ends, group, shoulders = widen(regions.start, regions.end, profile, n_covered, core_level, rule.max_gap,
                                            bin_size)
     if group.size == 0:
