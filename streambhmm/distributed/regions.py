@@ -96,14 +96,14 @@ class RegionRule:
     # at least min_posterior, and only such bins count towards min_bins and the score (None:
     # the target states alone; a binomial model has no spread of levels, and keeps them)
     level_cap: float | None = None
-    # with a level cap: every state's Beta distribution of levels per sample ((m, S) a, (m, S) b),
-    # and a region is kept only when its reads, pooled, put its level at most the cap in every
+    # with a level cap, for a beta-binomial model: every state's Beta distribution of levels per
+    # sample ((m, S) a, (m, S) b, state_betas), and a region is kept only when its reads, pooled, put its level at most the cap in every
     # sample with posterior at least min_posterior under one of the target states
     state_betas: tuple | None = None
     # with a level cap: a run goes on through bins whose posterior of a level at most this in
     # every sample is at least min_posterior (most of their reads unmethylated), and is cut to
-    # its outermost counted bins (None: through the target states' bins)
-    run_cap: float | None = None
+    # its outermost counted bins
+    run_cap: float = HALF_METHYLATED
 
     def keeps(self, regions: "Regions") -> np.ndarray:
         """Which of a chromosome's joined regions the rule keeps."""
@@ -114,7 +114,7 @@ class RegionRule:
             keep &= ~(regions.levels() >= self.max_level).any(axis=1)
         if self.sample_ceilings is not None:
             keep &= ~(regions.levels() >= np.asarray(self.sample_ceilings)).any(axis=1)
-        if self.level_cap is not None and self.state_betas is not None:
+        if self.state_betas is not None:
             keep &= self.pooled_level_posterior(regions) >= self.min_posterior
         return keep
 
@@ -143,7 +143,7 @@ class RegionRule:
         if self.sample_ceilings is not None:
             parts.append("in each sample a level nearer its hypomethylated state's than its next state's (below "
                          + ", ".join(f"{c:.2f}" for c in self.sample_ceilings) + ")")
-        if self.level_cap is not None and self.state_betas is not None:
+        if self.state_betas is not None:
             parts.append(f"its reads, pooled, putting its level at most {self.level_cap} in every sample")
         if self.every_sample and n_samples > 1:
             parts.append("reads in every sample")
@@ -173,10 +173,11 @@ def _sample_ceilings(levels: np.ndarray, targets: tuple) -> tuple | None:
     return tuple(float(c) for c in np.minimum((top + above) / 2, HALF_METHYLATED))
 
 
-def _state_betas(levels: np.ndarray, dispersion) -> tuple:
-    """Each state's Beta parameters of levels per sample, as nested tuples (a rule is a value)."""
-    a, b = beta_parameters(levels, np.maximum(np.atleast_2d(np.asarray(dispersion, np.float64)), MIN_DISPERSION))
-    return tuple(map(tuple, a.tolist())), tuple(map(tuple, b.tolist()))
+def state_betas(levels: np.ndarray, dispersion: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, b), (m, S) each: each state's Beta distribution of levels per sample (the emissions'
+    overdispersion floor applied)."""
+    return beta_parameters(np.asarray(levels, np.float64),
+                           np.maximum(np.asarray(dispersion, np.float64), MIN_DISPERSION))
 
 
 def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | None = None,
@@ -190,9 +191,9 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
     if preset == "hmr":
         rule = RegionRule(targets, 0.5, HMR_DESERT, 0, HMR_MIN_BINS, "HMR", bridge_covered=False, shoulders=True,
                           max_level=HALF_METHYLATED, every_sample=True, level_cap=HYPO_LEVEL,
-                          run_cap=HALF_METHYLATED,
                           sample_ceilings=_sample_ceilings(levels, targets) if levels.shape[1] > 1 else None,
-                          state_betas=None if dispersion is None else _state_betas(levels, dispersion))
+                          state_betas=None if dispersion is None else  # nested tuples: a rule is a value
+                          tuple(tuple(map(tuple, x.tolist())) for x in state_betas(levels, dispersion)))
     else:
         rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
     wanted = DEFINITIONS[preset]
@@ -361,8 +362,9 @@ def level_posterior(post: np.ndarray, sample_counts, caps: tuple, methylation: n
     from scipy.special import betainc  # scipy on first use: the command line starts without it
 
     below = [np.ones_like(post) for _ in caps]
+    a_all, b_all = state_betas(methylation, dispersion)
     for k, meth, cov in sample_counts:
-        a, b = beta_parameters(methylation[:, k], np.maximum(dispersion[:, k], MIN_DISPERSION))
+        a, b = a_all[:, k], b_all[:, k]
         keys, codes = index_pairs(np.asarray(meth), np.asarray(cov))
         cov, meth = (x.astype(np.float64)[:, None] for x in pairs_from_keys(keys))  # each distinct pair once
         for below_cap, cap in zip(below, caps):
@@ -377,14 +379,9 @@ def bin_posteriors(post: np.ndarray, sample_counts, rule: RegionRule, methylatio
     the former). Without a level cap (or for a binomial model), the posterior of the target
     states. With one, a bin counts by its posterior of a level at most the cap
     (level_posterior), and a run goes on through bins whose reads put them at most at the
-    run cap (most of their reads unmethylated: a long HMR's CpGs with a few methylated reads;
-    without a run cap, through the target states' bins)."""
-    states = post[:, list(rule.targets)].sum(axis=1)
+    run cap (most of their reads unmethylated: a long HMR's CpGs with a few methylated reads)."""
     if rule.level_cap is None or dispersion is None:
-        return states, None
-    if rule.run_cap is None:
-        level = level_posterior(post, sample_counts, (rule.level_cap,), methylation, dispersion)[:, 0]
-        return np.maximum(states, level), level
+        return post[:, list(rule.targets)].sum(axis=1), None
     level, run = level_posterior(post, sample_counts, (rule.level_cap, rule.run_cap), methylation, dispersion).T
     return np.maximum(run, level), level
 
