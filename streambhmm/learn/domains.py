@@ -43,13 +43,13 @@ HMR_BACKGROUND_STATES = 3
 PMD_LEVEL = 0.7
 PMD_BIN_SIZE = 5000
 PMD_STATES = 2
+# the unmethylated check counts bins with at least this many reads (fewer say little)
 # an HMR call refuses a sample with no bin free of methylated reads among at least this many
-# with reads: none of 1,000 puts their share below 0.3% (the rule of three, 95%), and the 24
+# with reads: none of 2,000 puts their share below 0.15% (the rule of three, 95%), and the 23
 # real samples with unmethylated CpGs of ../shared/data/real hold 0.4% (a nanopore excerpt of
-# 485 bins, calls' noise: 1.6% of such samples would be refused) to 78%; files listing
-# methylated cytosines only hold none of 1,084 (a joint call's, whose histogram thins at fewer
-# reads) to 221,213 (docs/methods/hmr-pmd.md, *Unmethylated CpGs*)
-METHYLATED_ONLY_BINS = 1_000
+# 485 bins, calls' noise) to 78%; files listing methylated cytosines only hold none of 2,788 to
+# 221,213 (scripts/unnamed_methylomes.py, compare_dnmtools.py; docs/methods/hmr-pmd.md)
+METHYLATED_ONLY_BINS = 2_000
 TARGET_STATES = {"hmr": "hypomethylated", "pmd": "partially methylated"}  # what a call's regions are made of
 DEFINITIONS = {"hmr": f"{TARGET_STATES['hmr']}: level at most {HYPO_LEVEL} and at least 92% of the bins' levels "
                       f"below {HALF_METHYLATED} in every sample",
