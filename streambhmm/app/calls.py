@@ -31,8 +31,8 @@ from ..io.storage import Location
 from ..io.store import locked, open_store
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL, TARGET_STATES,
-                             METHYLATED_ONLY_BINS, CallModel, pinned_states, shared_coverage, target_states,
-                             unmethylated_bins)
+                             UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
+                             unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -87,7 +87,7 @@ class CallOutcome:
     hmm: object  # learn.hmm.BinomialHMM
     rule: object  # distributed.regions.RegionRule
     n: int
-    unmethylated: tuple  # per sample, bins with reads and those without a methylated read (unmethylated_bins)
+    unmethylated: np.ndarray  # per sample, the share of bins without methylated reads
     found: dict  # {chromosome: distributed.regions.Regions}
     seconds: dict = field(default_factory=dict)
     em_stopped: str = ""  # --polish-em's EM stopped at its cap before converging: how
@@ -158,9 +158,6 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                             settings.quiet, 8, what=what)
         _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
-    unmethylated = unmethylated_bins(data.moments)
-    if settings.kind == "hmr":
-        _refuse_methylated_only(settings, samples, unmethylated)
     model = settings.model
     start = time.perf_counter()
     echo(f"fitting {model.n_states} states to the moments")
@@ -180,6 +177,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                     rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
         em_stopped = polished.stopped_short(f"--polish-em {settings.polish_em}", POLISH_TOL)
+    unmethylated = unmethylated_share(data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
         raise ValueError(_why_none(settings, store, samples, hmm, data.moments, "the fitted model is degenerate: "
@@ -350,7 +348,7 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
     # three decimals: a level next to a rule's bound (0.7) must not print as the bound
     levels = ", ".join("/".join(f"{v:.3f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
-    missing = missing_unmethylated(settings.kind, samples, unmethylated_bins(moments))
+    missing = missing_unmethylated(settings.kind, samples, unmethylated_share(moments))
     if missing:
         lines.append(missing)
     shared = shared_coverage(moments)
@@ -384,38 +382,11 @@ def _chromosomes_apart(store, samples) -> str | None:
             f"them: {'; '.join(where)}.")
 
 
-def _lacking_unmethylated(samples, unmethylated) -> list[tuple[str, int]]:
-    """(sample, bins with reads) of each sample none of whose bins with reads is free of
-    methylated reads."""
-    covered, free = unmethylated
-    return [(s, int(n)) for s, n, z in zip(samples, covered, free) if n > 0 and z == 0]
-
-
-def _methylated_only(lacking) -> str:
-    named = ", ".join(f"{s} ({n:,} bins)" for s, n in lacking)
-    return (f"none of the bins with reads in {named} has every read unmethylated: the input lists methylated cytosines "
-            f"only (as Lister et al. 2009's mc files do), or the methylome has no unmethylated CpG; either way the "
-            f"unmethylated CpGs at the core of every HMR are missing")
-
-
-def _refuse_methylated_only(settings: CallSettings, samples, unmethylated) -> None:
-    """HMRs are refused, before the fit, for samples whose many bins with reads
-    (METHYLATED_ONLY_BINS or more) all hold a methylated read: their regions of lowest
-    methylation would be called HMRs, and are not (on the dmrseq excerpts of Lister et al.'s
-    files, calls at 0.17-0.20, where the other HMRs average 0.10)."""
-    lacking = [(s, n) for s, n in _lacking_unmethylated(samples, unmethylated) if n >= METHYLATED_ONLY_BINS]
-    if not lacking:
-        return
-    others = [s for s in samples if s not in {name for name, _ in lacking}]
-    way_out = (" Ingest a file that lists every covered CpG, the unmethylated ones too"
-               + (f", or call {','.join(others)} with --samples." if others else "."))
-    raise ValueError(_refusal(settings, samples, _methylated_only(lacking)) + way_out)
-
-
 def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:
-    """What to say when some sample has no bin with reads free of methylated reads, among
-    fewer than METHYLATED_ONLY_BINS (HMRs only: more are refused before the fit)."""
-    lacking = _lacking_unmethylated(samples, unmethylated)
-    if kind != "hmr" or not lacking:
+    """What to say when some sample has no bin without methylated reads (HMRs only)."""
+    missing = [s for s, share in zip(samples, unmethylated) if share == 0]
+    if kind != "hmr" or not missing:
         return None
-    return f"{_methylated_only(lacking)}, and regions called from it are not HMRs."
+    return (f"none of the bins with {UNMETHYLATED_CHECK_READS} or more reads in {', '.join(missing)} has every read "
+            f"unmethylated: the input seems to list methylated cytosines only (as Lister et al. 2009's mc files do), "
+            f"so the unmethylated CpGs at the core of every HMR are missing, and regions called from it are not HMRs.")

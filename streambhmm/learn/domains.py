@@ -44,12 +44,7 @@ PMD_LEVEL = 0.7
 PMD_BIN_SIZE = 5000
 PMD_STATES = 2
 # the unmethylated check counts bins with at least this many reads (fewer say little)
-# an HMR call refuses a sample with no bin free of methylated reads among at least this many
-# with reads: none of 2,000 puts their share below 0.15% (the rule of three, 95%), and the 23
-# real samples with unmethylated CpGs of ../shared/data/real hold 0.4% (a nanopore excerpt of
-# 485 bins, calls' noise) to 78%; files listing methylated cytosines only hold none of 2,788 to
-# 221,213 (scripts/unnamed_methylomes.py, compare_dnmtools.py; docs/methods/hmr-pmd.md)
-METHYLATED_ONLY_BINS = 2_000
+UNMETHYLATED_CHECK_READS = 5
 TARGET_STATES = {"hmr": "hypomethylated", "pmd": "partially methylated"}  # what a call's regions are made of
 DEFINITIONS = {"hmr": f"{TARGET_STATES['hmr']}: level at most {HYPO_LEVEL} and at least 92% of the bins' levels "
                       f"below {HALF_METHYLATED} in every sample",
@@ -146,21 +141,22 @@ def shared_coverage(moments) -> float | None:
     return float(weight[(coverage > 0).all(axis=1)].sum() / total) if total > 0 else None
 
 
-def unmethylated_bins(moments) -> tuple[np.ndarray, np.ndarray]:
-    """Per sample, (the bins with reads, those of them without a methylated read), from the
-    single-bin histogram (exact cells only: coverage below its thinning cap). None of many
-    means the input lists methylated cytosines only, as some pipelines' files do (Lister et
-    al. 2009's mc files): a bin's reads then always hold a methylated one, and unmethylated
-    CpGs, the core of every HMR, are missing from the data."""
+def unmethylated_share(moments) -> np.ndarray:
+    """Per sample, the share of bins with at least UNMETHYLATED_CHECK_READS reads that have
+    no methylated read, from the single-bin histogram (exact cells only: coverage below its
+    thinning cap); NaN where no such bin was counted. Zero over many bins means the input
+    lists methylated cytosines only, as some pipelines' files do (Lister et al. 2009's mc
+    files): unmethylated CpGs, the core of every HMR, are then missing from the data."""
     layout = moments.histogram_layout(1)
-    covered = np.zeros(moments.n_samples)
-    unmethylated = np.zeros(moments.n_samples)
+    totals = np.zeros(moments.n_samples)
+    zeros = np.zeros(moments.n_samples)
     for row in range(moments.bin_histogram.shape[0]):
         cells = np.flatnonzero(moments.bin_histogram[row])
         weight = moments.bin_histogram[row, cells]
         coverage, methylated = decode_cells(cells, layout)
         for slot, sample in enumerate(layout.slot_samples(row)):
-            exact = (coverage[:, slot] > 0) & (coverage[:, slot] < layout.cap)
-            covered[sample] += weight[exact].sum()
-            unmethylated[sample] += weight[exact & (methylated[:, slot] == 0)].sum()
-    return covered, unmethylated
+            exact = (coverage[:, slot] >= UNMETHYLATED_CHECK_READS) & (coverage[:, slot] < layout.cap)
+            totals[sample] += weight[exact].sum()
+            zeros[sample] += weight[exact & (methylated[:, slot] == 0)].sum()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, zeros / totals, np.nan)

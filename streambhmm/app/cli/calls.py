@@ -79,8 +79,7 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
     at least 4 bins whose reads put it at most 0.2, bins at most 1 kb apart, reads in every
     sample and, pooled, putting the level at most 0.2 in every sample, widened over their
     shoulders: the bins beside them nearer their level than the local
-    background, and below 0.5 (BED9 + TSV). A sample none of whose 2,000 or more bins with
-    reads is free of methylated reads (an input listing methylated CpGs only) is refused."""
+    background, and below 0.5 (BED9 + TSV)."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
 
 
