@@ -30,8 +30,8 @@ from ..io.progress import em_progress, stage
 from ..io.storage import Location
 from ..io.store import locked, open_store
 from ..learn.checks import degeneracy_problems
-from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL, TARGET_STATES,
-                             UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, METHYLATED_ONLY_ROWS, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
+                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
                              unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
@@ -108,6 +108,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"compute STORE --output {settings.moments}` makes one")
     counts = opened.store
     samples = select_samples(counts, settings.samples)
+    if settings.kind == "hmr":
+        _refuse_methylated_only(settings, counts, samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
     if settings.kind == "hmr" and bin_size > HMR_DESERT:
         raise ValueError(f"{settings.store} has bins of {bin_size:,} bp, and hmr needs bins of at most "
@@ -177,7 +179,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                     rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
         em_stopped = polished.stopped_short(f"--polish-em {settings.polish_em}", POLISH_TOL)
-    unmethylated = unmethylated_share(data.moments)
+    unmethylated = _unmethylated_bins(store, samples, data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
         raise ValueError(_why_none(settings, store, samples, hmm, data.moments, "the fitted model is degenerate: "
@@ -348,7 +350,7 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
     # three decimals: a level next to a rule's bound (0.7) must not print as the bound
     levels = ", ".join("/".join(f"{v:.3f}" for v in row) for row in hmm.methylation_)
     lines = [f"{_refusal(settings, samples, reason)} The fitted states' levels: {levels}."]
-    missing = missing_unmethylated(settings.kind, samples, unmethylated_share(moments))
+    missing = missing_unmethylated(settings.kind, samples, _unmethylated_bins(store, samples, moments))
     if missing:
         lines.append(missing)
     shared = shared_coverage(moments)
@@ -380,6 +382,44 @@ def _chromosomes_apart(store, samples) -> str | None:
         where.append(f"{s} on {', '.join(chroms[:3])}{more}")
     return (f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads in each of "
             f"them: {'; '.join(where)}.")
+
+
+def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
+    """(rows ingested, those without a methylated read) of a sample, as its ingest counted
+    them; None for a store ingested before they were counted."""
+    record = store.meta.samples[sample]
+    rows, free = record.get("rows"), record.get("unmethylated_rows")
+    return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
+
+
+def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
+    """HMRs are refused, before any work, for samples ingested from METHYLATED_ONLY_ROWS rows
+    or more, none of them without a methylated read: files listing methylated cytosines
+    only (Lister et al. 2009's mc files; a CpG without a methylated read is left out) hold
+    none of the unmethylated CpGs at the core of every HMR, and the regions of lowest
+    methylation in them are not HMRs (on the dmrseq excerpts, calls at 0.17, where the
+    MethylSeekR excerpt's average 0.10). Rows, not bins: a deep bin of an HMR at 0.02 holds a
+    methylated read almost always, a CpG's row of 20 reads in it none two times in three."""
+    counted = {s: unmethylated_rows(store, s) for s in samples}
+    lacking = [(s, rows) for s, (rows, free) in ((s, c) for s, c in counted.items() if c is not None)
+               if rows >= METHYLATED_ONLY_ROWS and free == 0]
+    if not lacking:
+        return
+    named = ", ".join(f"{s} ({rows:,} rows)" for s, rows in lacking)
+    others = [s for s in samples if s not in dict(lacking)]
+    raise ValueError(_refusal(settings, samples, f"no row of the files ingested for {named} is without a methylated "
+                              f"read: they list methylated cytosines only (as Lister et al. 2009's mc files do), so "
+                              f"the unmethylated CpGs at the core of every HMR are missing")
+                     + " Ingest files that list every covered CpG, the unmethylated ones too"
+                     + (f", or call {','.join(others)} with --samples." if others else "."))
+
+
+def _unmethylated_bins(store, samples, moments) -> np.ndarray:
+    """Per sample, the share of bins without methylated reads (unmethylated_share), NaN
+    where its ingest counted its rows: they say it better (_refuse_methylated_only)."""
+    share = unmethylated_share(moments)
+    rows_known = np.array([s in store.meta.samples and unmethylated_rows(store, s) is not None for s in samples])
+    return np.where(rows_known, np.nan, share)
 
 
 def missing_unmethylated(kind: str, samples, unmethylated) -> str | None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from .. import __version__
 from .formats import (ReadOptions, check_input, check_replicates, detect_common_format, read_rows,
                       records_context, settings_for)
@@ -37,6 +39,7 @@ class IngestReport:
     chromosomes: list[str] = field(default_factory=list)
     n_bins: int = 0
     n_rows: int = 0
+    n_unmethylated_rows: int = 0  # rows without a methylated read
     left_out: ReadTally = field(default_factory=ReadTally)  # rows of the kept chromosomes left out, by reason
 
     @property
@@ -55,17 +58,20 @@ def file_sha256(path, stop_check: Callable[[], None] = lambda: None) -> str:
     return digest.hexdigest()
 
 
-def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read) -> int:
-    """Stream one file's rows into ``writer``; returns the rows read. A chromosome spelt
+def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read
+              ) -> tuple[int, int]:
+    """Stream one file's rows into ``writer``; returns the rows read and those of them without
+    a methylated read. A chromosome spelt
     otherwise in ``spellings`` (the store, the files before) is refused. ``progress(bytes)``:
     the bytes of the file read."""
-    n_rows = 0
+    n_rows = n_unmethylated = 0
     for rows in read_rows(path, fmt, context, **read):
         spellings.add(rows.chrom, str(path))
         writer.add(rows.chrom, rows.pos0 // bin_size, rows.methylated, rows.coverage)
         n_rows += rows.pos0.size
+        n_unmethylated += int(np.count_nonzero(rows.methylated == 0))
         progress(rows.read_bytes)
-    return n_rows
+    return n_rows, n_unmethylated
 
 
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
@@ -117,7 +123,9 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             def read_bytes(done: int, before: int = sum(sizes[:i]), name: str = f.name) -> None:
                 stop_check()
                 progress(before + done, sum(sizes), name)
-            report.n_rows += _bin_file(f, fmt, context, bin_size, writer, read_bytes, spellings, **read)
+            n_rows, n_unmethylated = _bin_file(f, fmt, context, bin_size, writer, read_bytes, spellings, **read)
+            report.n_rows += n_rows
+            report.n_unmethylated_rows += n_unmethylated
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
         if writer.covered_bins == 0:
@@ -131,7 +139,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         report.n_bins = writer.covered_bins
         report.left_out = tally
         report.replaced = writer.commit(sample, {
-            **provenance, "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            **provenance, "rows": report.n_rows, "unmethylated_rows": report.n_unmethylated_rows,
+            "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__}, ends_command=True, before_commit=stop_check)
     if report.replaced:
         # a newcomer ingesting replicates one by one under one name keeps only the last

@@ -307,6 +307,34 @@ def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):
         assert re.search(r"hmr.bed: [0-9,]+ regions? \(called as HMRs: see the warning\), median", r.output)
 
 
+def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
+    # the ingest counts the rows without a methylated read: none among 3,000 (a dmrseq excerpt of
+    # Lister et al.'s mc file) is refused before any work, with the reason and no output
+    data = Path(__file__).resolve().parents[1] / "data"
+    store = tmp_path / "mc.zarr"
+    assert run("ingest", data / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q").exit_code == 0
+    r = run("hmr", store, "-o", tmp_path / "mc.bed", "-q")
+    assert r.exit_code == 1 and "no row of the files ingested for H1 (3,000 rows) is without a methylated read" in r.output
+    assert "--samples" not in r.output and not (tmp_path / "mc.bed").exists() and not (tmp_path / "mc.tsv").exists()
+    assert run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").exit_code in (0, 1)  # no such check for PMDs
+    assert "without a methylated read" not in run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").output
+
+    # jointly, the sample with unmethylated rows is the way out; fewer rows than the threshold, or
+    # a store whose ingest did not count them, fall back to the bins (a warning)
+    chromosomes, _ = planted(2)
+    bins, methylated, coverage = chromosomes["chr1"]
+    both = {"chr1": (bins, np.hstack([methylated, methylated]), np.hstack([coverage, coverage]))}
+    counted = {"A": {"rows": 5_000, "unmethylated_rows": 0}, "B": {"rows": 5_000, "unmethylated_rows": 700}}
+    store = write_store(tmp_path / "joint.zarr", both, ["A", "B"], provenance=counted).path
+    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
+    assert r.exit_code == 1 and "ingested for A (5,000 rows)" in r.output and "call B with --samples" in r.output
+    assert run("hmr", store, "--samples", "B", "-o", tmp_path / "b.bed", "-q").exit_code == 0
+    few = {"A": {"rows": 999, "unmethylated_rows": 0}}
+    store = write_store(tmp_path / "few.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=few).path
+    r = run("hmr", store, "-o", tmp_path / "few.bed", "-q")
+    assert r.exit_code == 0 and "without a methylated read" not in r.output
+
+
 def joint_hmrs(tmp_path, counts) -> tuple:
     """(methylated, coverage, chr5's HMRs) of `hmr` on samples A and B, ``counts`` their
     (methylated, coverage) per bin of chr5."""

@@ -66,6 +66,8 @@ def test_replicates_are_summed_and_samples_merge(tmp_path):
     assert chrom_table(store, "chr1") == ([0, 100, 300, 500], [[3, 0], [0, 3], [1, 0], [0, 1]],
                                           [[4, 0], [0, 3], [1, 0], [5, 2]])
     assert chrom_table(store, "chrX") == ([0], [[0, 1]], [[0, 1]])
+    # each sample's rows, and those without a methylated read, over its files (hmr reads them)
+    assert [(st.meta.samples[s]["rows"], st.meta.samples[s]["unmethylated_rows"]) for s in "AB"] == [(4, 1), (3, 0)]
 
 
 def test_replacing_a_sample_says_so_and_drops_its_old_bins(tmp_path):
