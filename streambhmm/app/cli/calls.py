@@ -79,7 +79,8 @@ def hmr(store, output, samples, moments_path, polish_em, seed, scheduler, quiet)
     at least 4 bins whose reads put it at most 0.2, bins at most 1 kb apart, reads in every
     sample and, pooled, putting the level at most 0.2 in every sample, widened over their
     shoulders: the bins beside them nearer their level than the local
-    background, and below 0.5 (BED9 + TSV)."""
+    background, and below 0.5 (BED9 + TSV). A sample ingested from files that list
+    methylated CpGs only (1,000 rows or more, none without a methylated read) is refused."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet)
 
 
