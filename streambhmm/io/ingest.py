@@ -69,7 +69,7 @@ def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spel
         spellings.add(rows.chrom, str(path))
         writer.add(rows.chrom, rows.pos0 // bin_size, rows.methylated, rows.coverage)
         n_rows += rows.pos0.size
-        n_unmethylated += int(np.count_nonzero(rows.methylated == 0))
+        n_unmethylated += int(np.count_nonzero((rows.methylated == 0) & (rows.coverage > 0)))
         progress(rows.read_bytes)
     return n_rows, n_unmethylated
 
