@@ -108,8 +108,6 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"compute STORE --output {settings.moments}` makes one")
     counts = opened.store
     samples = select_samples(counts, settings.samples)
-    if settings.kind == "hmr":
-        _refuse_methylated_only(settings, counts, samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
     if settings.kind == "hmr" and bin_size > HMR_DESERT:
         raise ValueError(f"{settings.store} has bins of {bin_size:,} bp, and hmr needs bins of at most "
@@ -160,6 +158,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                             settings.quiet, 8, what=what)
         _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
+    if settings.kind == "hmr":  # (after the moments: a --moments store of other counts is said first)
+        _refuse_methylated_only(settings, store, samples)
     model = settings.model
     start = time.perf_counter()
     echo(f"fitting {model.n_states} states to the moments")
@@ -393,7 +393,7 @@ def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
 
 
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
-    """HMRs are refused, before any work, for samples ingested from METHYLATED_ONLY_ROWS rows
+    """HMRs are refused, before the fit, for samples ingested from METHYLATED_ONLY_ROWS rows
     or more, none of them without a methylated read: files listing methylated cytosines
     only (Lister et al. 2009's mc files; a CpG without a methylated read is left out) hold
     none of the unmethylated CpGs at the core of every HMR, and the regions of lowest
