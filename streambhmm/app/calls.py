@@ -31,8 +31,8 @@ from ..io.storage import Location
 from ..io.store import locked, open_store
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, METHYLATED_ONLY_ROWS, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
-                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage, target_states,
-                             unmethylated_share)
+                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage,
+                             target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -401,8 +401,7 @@ def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
     MethylSeekR excerpt's average 0.10). Rows, not bins: a deep bin of an HMR at 0.02 holds a
     methylated read almost always, a CpG's row of 20 reads in it none two times in three."""
     counted = {s: unmethylated_rows(store, s) for s in samples}
-    lacking = [(s, rows) for s, (rows, free) in ((s, c) for s, c in counted.items() if c is not None)
-               if rows >= METHYLATED_ONLY_ROWS and free == 0]
+    lacking = [(s, c[0]) for s, c in counted.items() if c is not None and c[0] >= METHYLATED_ONLY_ROWS and c[1] == 0]
     if not lacking:
         return
     named = ", ".join(f"{s} ({rows:,} rows)" for s, rows in lacking)
