@@ -30,7 +30,7 @@ from ..io.progress import em_progress, stage
 from ..io.storage import Location
 from ..io.store import locked, open_store
 from ..learn.checks import degeneracy_problems
-from ..learn.domains import (DEFINITIONS, HMR_MODEL, METHYLATED_ONLY_ROWS, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
                              TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage,
                              target_states, unmethylated_share)
 from ..learn.hmm import BinomialHMM
@@ -39,7 +39,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
-from .segments import output_checked
+from .segments import METHYLATED_ONLY_WAY_OUT, methylated_only, output_checked, unmethylated_rows
 
 
 # the fit's seeded random starts besides FTD's estimate and the quantiles: measured on the real
@@ -384,33 +384,14 @@ def _chromosomes_apart(store, samples) -> str | None:
             f"them: {'; '.join(where)}.")
 
 
-def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
-    """(rows ingested, those without a methylated read) of a sample, as its ingest counted
-    them; None for a store ingested before they were counted."""
-    record = store.meta.samples[sample]
-    rows, free = record.get("rows"), record.get("unmethylated_rows")
-    return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
-
-
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
-    """HMRs are refused, before the fit, for samples ingested from METHYLATED_ONLY_ROWS rows
-    or more, none of them without a methylated read: files listing methylated cytosines
-    only (Lister et al. 2009's mc files; a CpG without a methylated read is left out) hold
-    none of the unmethylated CpGs at the core of every HMR, and the regions of lowest
-    methylation in them are not HMRs (on the dmrseq excerpts, calls at 0.17, where the
-    MethylSeekR excerpt's average 0.10). Rows, not bins: a deep bin of an HMR at 0.02 holds a
-    methylated read almost always, a CpG's row of 20 reads in it none two times in three."""
-    counted = {s: unmethylated_rows(store, s) for s in samples}
-    lacking = [(s, c[0]) for s, c in counted.items() if c is not None and c[0] >= METHYLATED_ONLY_ROWS and c[1] == 0]
-    if not lacking:
-        return
-    named = ", ".join(f"{s} ({rows:,} rows)" for s, rows in lacking)
-    others = [s for s in samples if s not in dict(lacking)]
-    raise ValueError(_refusal(settings, samples, f"no row of the files ingested for {named} is without a methylated "
-                              f"read: they list methylated cytosines only (as Lister et al. 2009's mc files do), so "
-                              f"the unmethylated CpGs at the core of every HMR are missing")
-                     + " Ingest files that list every covered CpG, the unmethylated ones too"
-                     + (f", or call {','.join(others)} with --samples." if others else "."))
+    """HMRs are refused, before the fit, for files listing methylated cytosines only
+    (segments.methylated_only)."""
+    refused = methylated_only(store, samples)
+    if refused:
+        why, others = refused
+        raise ValueError(_refusal(settings, samples, why) + f" {METHYLATED_ONLY_WAY_OUT}"
+                         + (f", or call {','.join(others)} with --samples." if others else "."))
 
 
 def _unmethylated_bins(store, samples, moments) -> np.ndarray:

@@ -21,6 +21,7 @@ from ..io.outputs import (Inputs, beside_name, check_derived_file, check_distinc
                           interruptions_held, remove_leftovers, scratch_directory)
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
+from ..learn.domains import METHYLATED_ONLY_ROWS
 from ..learn.states import without_repeat
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
@@ -157,6 +158,35 @@ class FoundRegions:
     lengths: np.ndarray
 
 
+def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
+    """(rows ingested, those without a methylated read) of a sample, as its ingest counted
+    them; None for a store ingested before they were counted."""
+    record = store.meta.samples[sample]
+    rows, free = record.get("rows"), record.get("unmethylated_rows")
+    return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
+
+
+METHYLATED_ONLY_WAY_OUT = "Ingest files that list every covered CpG, the unmethylated ones too"
+
+
+def methylated_only(store, samples) -> tuple[str, list[str]] | None:
+    """(why, the other samples) where some of ``samples`` were ingested from METHYLATED_ONLY_ROWS
+    rows or more, none of them without a methylated read: files listing methylated cytosines
+    only (Lister et al. 2009's mc files; a CpG without a methylated read is left out) hold
+    none of the unmethylated CpGs at the core of every HMR, and the regions of lowest
+    methylation in them are not HMRs (on the dmrseq excerpts, calls at 0.17, where the
+    MethylSeekR excerpt's average 0.10). Rows, not bins: a deep bin of an HMR at 0.02 holds a
+    methylated read almost always, a CpG's row of 20 reads in it none two times in three."""
+    counted = {s: unmethylated_rows(store, s) for s in samples}
+    lacking = [(s, c[0]) for s, c in counted.items() if c is not None and c[0] >= METHYLATED_ONLY_ROWS and c[1] == 0]
+    if not lacking:
+        return None
+    named = ", ".join(f"{s} ({rows:,} rows)" for s, rows in lacking)
+    return (f"no row of the files ingested for {named} is without a methylated read: they list methylated "
+            f"cytosines only (as Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every "
+            f"HMR are missing", [s for s in samples if s not in dict(lacking)])
+
+
 def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **changes):
     """The rule of a preset for the model's levels, or of the states named (labels or
     indices), with the settings in ``changes`` that are not None."""
@@ -164,6 +194,12 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
     if preset:
+        refused = methylated_only(job.counts, job.samples) if preset == "hmr" else None
+        if refused:
+            why, others = refused
+            raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}. "
+                             f"{METHYLATED_ONLY_WAY_OUT}" + (f", or fit a model of {','.join(others)} (fit --samples "
+                                                            f"{','.join(others)})." if others else "."))
         rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size)
     else:
         rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")

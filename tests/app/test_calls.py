@@ -319,6 +319,13 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     assert "--samples" not in r.output and not (tmp_path / "mc.bed").exists() and not (tmp_path / "mc.tsv").exists()
     assert run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").exit_code in (0, 1)  # no such check for PMDs
     assert "without a methylated read" not in run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").output
+    # `regions --preset hmr` under a model of these counts too; --targets names states, not HMRs
+    assert run("fit", store, "--states", "3", "-o", tmp_path / "mc.json", "-q").exit_code == 0
+    r = run("regions", store, "--model", tmp_path / "mc.json", "--preset", "hmr", "-o", tmp_path / "preset.bed", "-q")
+    assert r.exit_code == 1 and "no row of the files ingested for H1 (3,000 rows)" in r.output
+    assert not (tmp_path / "preset.bed").exists()
+    assert run("regions", store, "--model", tmp_path / "mc.json", "--targets", "0", "-o", tmp_path / "state0.bed",
+               "-q").exit_code == 0
 
     # jointly, the sample with unmethylated rows is the way out; fewer rows than the threshold, or
     # a store whose ingest did not count them, fall back to the bins (a warning)

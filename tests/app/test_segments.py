@@ -12,10 +12,11 @@ from streambhmm.app.segments import ModelOnStore, decode_outputs, region_rule
 LEVELS = np.array([[0.05, 0.10], [0.55, 0.60], [0.90, 0.85]])
 
 
-def model_on_store(pooled: bool = False, samples=("H1", "IMR90")) -> ModelOnStore:
+def model_on_store(pooled: bool = False, samples=("H1", "IMR90"), records=None) -> ModelOnStore:
+    """``records``: the samples' records in the store (default: a store ingested before rows were counted)."""
     document = {"samples": list(samples), "pooled": pooled}
     hmm = SimpleNamespace(methylation_=LEVELS[:, :1] if pooled else LEVELS, dispersion=None)  # a binomial model
-    counts = SimpleNamespace(bin_size=100)
+    counts = SimpleNamespace(bin_size=100, meta=SimpleNamespace(samples=records or {s: {} for s in samples}))
     return ModelOnStore("counts.zarr", "dir/m3.json", counts, document, hmm, ["unmethylated", "intermediate", "high"])
 
 
@@ -59,3 +60,9 @@ def test_region_rules_from_a_preset_or_states_with_the_users_settings():
     assert (chosen.targets, chosen.name, chosen.min_posterior) == ((0, 2), "region", 0.9)
     with pytest.raises(ValueError, match="is a pooled model; regions are found with joint models"):
         region_rule(model_on_store(pooled=True), "hmr", None)
+    # a sample ingested from files listing methylated cytosines only has no HMRs; its states do
+    records = {"H1": {"rows": 2_000, "unmethylated_rows": 0}, "IMR90": {"rows": 2_000, "unmethylated_rows": 9}}
+    with pytest.raises(ValueError, match=r"ingested for H1 \(2,000 rows\) .* a model of IMR90 \(fit --samples IMR90\)"):
+        region_rule(model_on_store(records=records), "hmr", None)
+    assert region_rule(model_on_store(records=records), "pmd", None).targets == (1,)
+    assert region_rule(model_on_store(records=records), None, "0").targets == (0,)
