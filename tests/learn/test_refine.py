@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 from scipy.special import gammaln, logsumexp
 from scipy.stats import binom
 
@@ -10,7 +12,7 @@ from streambhmm.moments.features import beta_map, decode_cells, encode, histogra
 from streambhmm.moments.histograms import grouped_histograms
 from streambhmm.learn.criterion import Objective, Weights
 from streambhmm.learn.expected import ExpectedFeatures
-from streambhmm.learn.histograms import HistogramLikelihood
+from streambhmm.learn.histograms import HistogramLikelihood, unique_rows
 from streambhmm.learn.simulate import model, population_moments
 
 from ..conftest import STICKY, WELL_SEPARATED
@@ -386,3 +388,13 @@ def test_an_interrupted_refinement_stops_its_starts_within_a_step(monkeypatch):
         refine_module.refine(Counted(), starts, progress=interrupt)
     # each of the two threads evaluates at most once more after the interrupt
     assert sum(calls) <= 2 and len(calls) - sum(calls) >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(hnp.arrays(np.int64, st.tuples(st.integers(1, 40), st.integers(0, 4)),
+                  elements=st.one_of(st.integers(0, 3), st.integers(0, 2 ** 40))))
+def test_unique_rows_are_numpys_in_numpys_order(rows):
+    # the histograms' cells: one key per row, or numpy's record sort where keys would overflow
+    mine, theirs = unique_rows(rows), np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    assert all(np.array_equal(a.ravel(), b.ravel()) for a, b in zip(mine, theirs))
+    assert mine[0].shape == theirs[0].shape
