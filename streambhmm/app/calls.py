@@ -104,8 +104,11 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     progress is shown unless settings.quiet (io.progress)."""
     output = call_output_checked(settings.output, settings.store, settings.moments)
     if settings.moments and not is_moment_store(settings.moments):  # said as what it is not: a moment store
-        raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST}); `streambhmm moments "
-                         f"compute STORE --output {settings.moments}` makes one")
+        same = Path(settings.moments).resolve() == Path(settings.store).resolve()
+        raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST})"
+                         + (": it is the counts store; leave out --moments, or give" if same else "; give")
+                         + f" the path of one: `streambhmm moments compute {settings.store} --output "
+                           f"{'MOMENTS.zarr' if same else settings.moments}` makes one")
     counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = settings.coarse_bin_size or counts.bin_size
@@ -116,7 +119,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"100 (the default)")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
     if bin_size > longest:
-        raise ValueError(f"--bin-size {bin_size:,} is longer than the longest stretch of the store's chromosomes "
+        raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size) are longer than the longest stretch "
+                         f"of the store's chromosomes "
                          f"that has data (from 0 to its last bin with reads: {longest:,} bp): "
                          f"domains are runs of many bins")
     if bin_size % counts.bin_size:

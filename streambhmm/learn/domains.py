@@ -45,10 +45,6 @@ PMD_BIN_SIZE = 5000
 PMD_STATES = 2
 # the unmethylated check counts bins with at least this many reads (fewer say little)
 UNMETHYLATED_CHECK_READS = 5
-# an HMR call refuses a sample ingested from at least this many rows, none without a methylated
-# read: none of 1,000 puts their share below 0.3% (the rule of three, 95%), where the 24 samples
-# of ../shared/data/real that list every covered CpG hold 3.3-86% (docs/methods/hmr-pmd.md)
-METHYLATED_ONLY_ROWS = 1_000
 TARGET_STATES = {"hmr": "hypomethylated", "pmd": "partially methylated"}  # what a call's regions are made of
 DEFINITIONS = {"hmr": f"{TARGET_STATES['hmr']}: level at most {HYPO_LEVEL} and at least 92% of the bins' levels "
                       f"below {HALF_METHYLATED} in every sample",

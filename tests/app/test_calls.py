@@ -337,6 +337,12 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
     assert r.exit_code == 1 and "ingested for A (5,000 rows)" in r.output and "call B with --samples" in r.output
     assert run("hmr", store, "--samples", "B", "-o", tmp_path / "b.bed", "-q").exit_code == 0
+    # a replicate listing methylated cytosines only, summed into a sample with one that lists every CpG
+    replicates = {"A": {"rows": 6_000, "unmethylated_rows": 700, "file_rows": [[3_000, 700], [3_000, 0]],
+                        "files": [{"path": "/data/A_all.tsv"}, {"path": "/data/A_mc.tsv"}]}}
+    store = write_store(tmp_path / "replicates.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=replicates).path
+    r = run("hmr", store, "-o", tmp_path / "replicates.bed", "-q")
+    assert r.exit_code == 1 and "no row of A's file A_mc.tsv (3,000 rows) is without a methylated read" in r.output
     few = {"A": {"rows": 999, "unmethylated_rows": 0}}
     store = write_store(tmp_path / "few.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=few).path
     r = run("hmr", store, "-o", tmp_path / "few.bed", "-q")
@@ -459,7 +465,8 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     assert r.exit_code == 2 and "the file name is 234 bytes; at most 233 fit" in r.output, r.output
     assert not list(tmp_path.iterdir())
     for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
-                      (10**20 + 1, "is longer than the longest stretch of the store's chromosomes that has data")):
+                      (10**20 + 1, "pmd's bins of 100,000,000,000,000,000,001 bp (--bin-size) are longer than the longest "
+                                   "stretch of the store's chromosomes that has data")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
         assert r.exit_code == 1 and why in r.output, r.output
     assert not list(tmp_path.iterdir())
@@ -774,6 +781,10 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
             r.output
         r = run(kind, store, "--moments", tmp_path / "plain", "-o", tmp_path / "x.bed", "-q")
         assert r.exit_code == 1 and f"{tmp_path / 'plain'}: no moment store here" in r.output, r.output
+        assert f"moments compute {store} --output {tmp_path / 'plain'}` makes one" in r.output
+        r = run(kind, store, "--moments", store, "-o", tmp_path / "x.bed", "-q")  # the way out is another path
+        assert r.exit_code == 1 and "it is the counts store; leave out --moments" in r.output, r.output
+        assert f"moments compute {store} --output MOMENTS.zarr` makes one" in r.output
         r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
         assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
         assert "Did you mean" not in r.output

@@ -465,6 +465,9 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     rows = [line.split("\t") for line in lines[1:]]
     # the order of LC_ALL=C sort -k1,1 -k2,2n (bedToBigBed's): chr10 before chr2; decode's too
     assert {r[0] for r in rows} == {"chr2", "chr10"} and rows == sorted(rows, key=lambda r: (r[0], int(r[1])))
+    r = run("regions", stores[0].path, "--model", path, "--preset", "hmr", "--min-bins", 10**9, "-o",
+            tmp_path / "none.bed", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0 and "none.bed: no regions of states unmethylated: no run of their bins passed" in r.output
     r = run("decode", stores[0].path, "--model", path, "-o", tmp_path / "seg.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     segments = [line.split("\t") for line in (tmp_path / "seg.bed").read_text().splitlines()[1:]]

@@ -68,6 +68,7 @@ def test_replicates_are_summed_and_samples_merge(tmp_path):
     assert chrom_table(store, "chrX") == ([0], [[0, 1]], [[0, 1]])
     # each sample's rows, and those without a methylated read, over its files (hmr reads them)
     assert [(st.meta.samples[s]["rows"], st.meta.samples[s]["unmethylated_rows"]) for s in "AB"] == [(4, 1), (3, 0)]
+    assert st.meta.samples["A"]["file_rows"] == [[2, 0], [2, 1]]  # and each file's, in the order given
 
 
 def test_replacing_a_sample_says_so_and_drops_its_old_bins(tmp_path):

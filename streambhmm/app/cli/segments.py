@@ -123,9 +123,13 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
                            min_length=min_length, min_bins=min_bins)
         with stage("regions", quiet=quiet, unit="chunks") as progress:
             found = run_regions(job, rule, output, opened.client, progress=progress)
-    median = np.median(found.lengths) if found.n else 0
-    click.echo(f"{output}: {found.n:,} regions of states {', '.join(job.labels[h] for h in rule.targets)}, median "
-               f"{median:,.0f} bp, {found.lengths.sum() / 1e6:.2f} Mb in all ({time.perf_counter() - start:.1f} s)")
+    states = ", ".join(job.labels[h] for h in rule.targets)
+    seconds = time.perf_counter() - start
+    if not found.n:
+        click.echo(f"{output}: no regions of states {states}: no run of their bins passed the rule ({seconds:.1f} s)")
+        return
+    click.echo(f"{output}: {found.n:,} regions of states {states}, median {np.median(found.lengths):,.0f} bp, "
+               f"{found.lengths.sum() / 1e6:.2f} Mb in all ({seconds:.1f} s)")
 
 
 @click.command()
