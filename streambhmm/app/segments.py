@@ -181,7 +181,7 @@ def _methylated_only_files(record: dict) -> list[tuple[str | None, int]]:
     counted = unmethylated_rows_of(record)
     if counted and counted[0] >= METHYLATED_ONLY_ROWS and counted[1] == 0:
         return [(None, counted[0])]
-    names = [Path(f["path"]).name for f in record.get("files", [])]
+    names = [Path(str(f.get("path", "?"))).name for f in record.get("files", [])]
     per_file = record.get("file_rows")
     if not isinstance(per_file, list) or len(per_file) != len(names):
         return []
