@@ -25,6 +25,7 @@ from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
 from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
+from ..io.ingest import METHYLATED_ONLY_WAY_OUT, methylated_only, unmethylated_rows
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..io.storage import Location
@@ -39,7 +40,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
-from .segments import METHYLATED_ONLY_WAY_OUT, methylated_only, output_checked, unmethylated_rows
+from .segments import output_checked
 
 
 # the fit's seeded random starts besides FTD's estimate and the quantiles: measured on the real

@@ -19,7 +19,7 @@ from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_si
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_derived_file, check_distinct, check_output_file,
                           interruptions_held, remove_leftovers, scratch_directory)
-from ..io.ingest import METHYLATED_ONLY_ROWS
+from ..io.ingest import METHYLATED_ONLY_WAY_OUT, methylated_only
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -156,67 +156,6 @@ class FoundRegions:
     rule: object  # distributed.regions.RegionRule
     n: int
     lengths: np.ndarray
-
-
-def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
-    """(rows ingested, those without a methylated read) of a sample, as its ingest counted
-    them; None for a store ingested before they were counted."""
-    return unmethylated_rows_of(store.meta.samples[sample])
-
-
-def unmethylated_rows_of(record: dict) -> tuple[int, int] | None:
-    """unmethylated_rows of a sample's record in the store."""
-    rows, free = record.get("rows"), record.get("unmethylated_rows")
-    return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
-
-
-METHYLATED_ONLY_WAY_OUT = "Ingest files that list every covered CpG, the unmethylated ones too"
-
-
-def _methylated_only_files(record: dict) -> list[tuple[str | None, int]]:
-    """(file name, rows) of a sample's files that list methylated cytosines only: METHYLATED_ONLY_ROWS
-    rows or more, none without a methylated read; [(None, rows)] when all of them together do
-    (``record``: the sample's in the store; stores ingested before the rows were counted have
-    no counts, before each file's were counted the sample's only)."""
-    counted = unmethylated_rows_of(record)
-    if counted and counted[0] >= METHYLATED_ONLY_ROWS and counted[1] == 0:
-        return [(None, counted[0])]
-    names = [Path(str(f.get("path", "?"))).name for f in record.get("files", [])]
-    per_file = record.get("file_rows")
-    if not isinstance(per_file, list) or len(per_file) != len(names):
-        return []
-    return [(name, rows) for name, (rows, free) in zip(names, per_file) if rows >= METHYLATED_ONLY_ROWS and free == 0]
-
-
-def _files_named(sample: str, files: list[tuple[str | None, int]]) -> str:
-    """The files of _methylated_only_files in words."""
-    if files[0][0] is None:
-        return f"the files ingested for {sample} ({files[0][1]:,} rows)"
-    return (f"{sample}'s file{'s' if len(files) > 1 else ''} "
-            + ", ".join(f"{name} ({rows:,} rows)" for name, rows in files))
-
-
-def methylated_only(store, samples) -> tuple[str, list[str]] | None:
-    """(why, the samples without such files) where a file some of ``samples`` were ingested
-    from lists methylated cytosines only (Lister et al. 2009's mc files; a CpG without a
-    methylated read is left out): METHYLATED_ONLY_ROWS rows or more, none of them without a
-    methylated read. Such a file holds none of the unmethylated CpGs at the core of every
-    HMR, and the regions of lowest methylation in it are not HMRs (on the dmrseq excerpts,
-    calls at 0.17, where the MethylSeekR excerpt's average 0.10); summed with a sample's other
-    replicates it adds reads to the methylated CpGs only. Rows, not bins: a deep bin of an
-    HMR at 0.02 holds a methylated read almost always, a CpG's row of 20 reads in it none two
-    times in three."""
-    found = {s: _methylated_only_files(store.meta.samples[s]) for s in samples}
-    lacking = {s: files for s, files in found.items() if files}
-    if not lacking:
-        return None
-    named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
-    listed = [name for files in lacking.values() for name, _ in files]
-    one_file = len(listed) == 1 and listed[0] is not None
-    return (f"no row of {named} is without a methylated read: {'it lists' if one_file else 'they list'} "
-            f"methylated cytosines only (as "
-            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing",
-            [s for s in samples if s not in lacking])
 
 
 def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **changes):

@@ -68,13 +68,20 @@ def info(store):
         view = st.overview()
     click.echo(f"{shown(store)}: counts store v{st.meta.format_version}, bin size {st.bin_size} bp, "
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
+    from ...io.ingest import methylated_only, unmethylated_rows
+
     for name in st.samples:
         prov = st.meta.samples[name]
         files = "no input files recorded"
         if "files" in prov:
             kind = "file(s) read by --columns" if prov["format"] == "columns" else f"{shown(prov['format'])} file(s)"
             files = f"{len(prov['files'])} {kind}, context {shown(prov['context'])}"
-        click.echo(f"  sample {shown(name)}: {files}")
+        counted = unmethylated_rows(st, name)
+        rows = f", {counted[0]:,} rows ({counted[1]:,} without a methylated read)" if counted else ""
+        click.echo(f"  sample {shown(name)}: {files}{rows}")
+        refused = methylated_only(st, [name])
+        if refused:
+            click.echo(f"    hmr refuses it: {refused[0]}")
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
     width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
     click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " +
