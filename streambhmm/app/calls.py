@@ -391,7 +391,7 @@ def _chromosomes_apart(store, samples) -> str | None:
 
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
     """HMRs are refused, before the fit, for files listing methylated cytosines only
-    (segments.methylated_only)."""
+    (io.ingest.methylated_only)."""
     refused = methylated_only(store, samples)
     if refused:
         why, others = refused

@@ -260,7 +260,6 @@ def methylated_only(store, samples) -> tuple[str, list[str]] | None:
     named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
     listed = [name for files in lacking.values() for name, _ in files]
     one_file = len(listed) == 1 and listed[0] is not None
-    return (f"no row of {named} is without a methylated read: {'it lists' if one_file else 'they list'} "
-            f"methylated cytosines only (as "
-            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing",
-            [s for s in samples if s not in lacking])
+    return (f"no row of {named} is without a methylated read: {'it lists' if one_file else 'they list'} methylated "
+            f"cytosines only (as Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR "
+            f"are missing", [s for s in samples if s not in lacking])

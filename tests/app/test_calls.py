@@ -465,8 +465,8 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     assert r.exit_code == 2 and "the file name is 234 bytes; at most 233 fit" in r.output, r.output
     assert not list(tmp_path.iterdir())
     for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
-                      (10**20 + 1, "pmd's bins of 100,000,000,000,000,000,001 bp (--bin-size) are longer than the longest "
-                                   "stretch of the store's chromosomes that has data")):
+                      (10**20 + 1, "pmd's bins of 100,000,000,000,000,000,001 bp (--bin-size) are longer than "
+                                   "the longest stretch of the store's chromosomes that has data")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
         assert r.exit_code == 1 and why in r.output, r.output
     assert not list(tmp_path.iterdir())

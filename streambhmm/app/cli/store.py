@@ -62,14 +62,14 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read)."""
+    from ...io.ingest import methylated_only, unmethylated_rows
+
     # the shared lock completes a commit a killed ingest left, and none lands meanwhile
     with store_session(store, dask=False) as opened:
         st = opened.store
         view = st.overview()
     click.echo(f"{shown(store)}: counts store v{st.meta.format_version}, bin size {st.bin_size} bp, "
                f"chunk size {st.chunk_size:,} bins, written by streambhmm {shown(st.meta.tool_version)}")
-    from ...io.ingest import methylated_only, unmethylated_rows
-
     for name in st.samples:
         prov = st.meta.samples[name]
         files = "no input files recorded"
