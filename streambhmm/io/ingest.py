@@ -116,13 +116,18 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
             damaged = _index_damaged(existing, sample)
-            if previous == provenance and not damaged:
+            # a sample ingested before each file's rows were counted is read again to count them (hmr needs them)
+            uncounted = "file_rows" not in existing.meta.samples[sample]
+            if previous == provenance and not damaged and not uncounted:
                 report.unchanged = True
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
             if damaged:
                 echo(f"sample {sample}: the store's index of it is damaged; ingesting it again")
+            elif previous == provenance:
+                echo(f"sample {sample}: same files as already stored, ingested before each file's rows were "
+                     f"counted; ingesting them again to count them")
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
     spellings = existing.spellings(sample) if existing is not None else Spellings()
     sizes = [f.stat().st_size for f in files]

@@ -1,5 +1,6 @@
 import gzip
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -93,6 +94,21 @@ def test_identical_reingest_changes_nothing(tmp_path):
     report = ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store, echo=messages.append)
     assert report.unchanged and "store unchanged" in messages[0]
     assert tree_digest(store) == before
+
+
+def test_a_sample_ingested_before_each_files_rows_were_counted_is_read_again(tmp_path):
+    store = tmp_path / "s.zarr"
+    ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store)
+    root = store / "zarr.json"  # a store of 2026-12-02: the sample's record without file_rows
+    meta = json.loads(root.read_text())
+    del meta["attributes"]["samples"]["H1"]["file_rows"]
+    root.write_text(json.dumps(meta))
+    messages = []
+    report = ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store, echo=messages.append)
+    assert not report.unchanged and "ingested before each file's rows were counted" in messages[0]
+    assert open_store(store).meta.samples["H1"]["file_rows"] == [[3_000, 0]]
+    report = ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store, echo=messages.append)
+    assert report.unchanged
 
 
 def test_failed_ingest_leaves_the_store_exactly_as_it_was(tmp_path):
