@@ -21,7 +21,7 @@ import numpy as np
 from .. import __version__
 from .formats import (ReadOptions, check_input, check_replicates, detect_common_format, read_rows,
                       records_context, settings_for)
-from .rows import ReadTally
+from .rows import ReadTally, shown
 from .names import Spellings, check_sample_name
 from .storage import Location
 from .store import (DEFAULT_CHUNK_SIZE, COVERED, CountsStore, SampleWriter, StoreError, locked, needs_recovery,
@@ -112,6 +112,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     }
     check_replicates(files)
     existing = _existing_store(store, bin_size, chunk_size)
+    recounting = False  # the same files read again to count their rows: not a replacement to warn of
     if existing is not None:
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
@@ -126,6 +127,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             if damaged:
                 echo(f"sample {sample}: the store's index of it is damaged; ingesting it again")
             elif previous == provenance:
+                recounting = True
                 echo(f"sample {sample}: same files as already stored, ingested before each file's rows were "
                      f"counted; ingesting them again to count them")
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
@@ -140,10 +142,11 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             report.n_rows += n_rows
             report.n_unmethylated_rows += n_unmethylated
             report.file_rows.append([n_rows, n_unmethylated])
-            if n_rows >= METHYLATED_ONLY_ROWS and not n_unmethylated:
-                echo(f"note: no row of {f.name} ({n_rows:,} rows) is without a methylated read: it lists methylated "
-                     f"cytosines only (as Lister et al. 2009's mc files do), so `hmr` will refuse sample {sample}, "
-                     f"for want of the unmethylated CpGs at the core of every HMR")
+        refused = methylated_only_in(provenance["files"], report.file_rows, report.n_rows, report.n_unmethylated_rows)
+        if refused:
+            echo(f"note: no row of {_files_named(sample, refused)} is without a methylated read: "
+                 f"{_they(refused)} methylated cytosines only (as Lister et al. 2009's mc files do), so `hmr` will "
+                 f"refuse sample {shown(sample)}, for want of the unmethylated CpGs at the core of every HMR")
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
         if writer.covered_bins == 0:
@@ -161,7 +164,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             "file_rows": report.file_rows,
             "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "tool_version": __version__}, ends_command=True, before_commit=stop_check)
-    if report.replaced:
+    if report.replaced and not recounting:
         # a newcomer ingesting replicates one by one under one name keeps only the last
         echo(f"sample {sample} already existed and was replaced by these files' counts (to sum replicates "
              f"into one sample, give all their files to one ingest)")
@@ -225,27 +228,36 @@ def unmethylated_rows_of(record: dict) -> tuple[int, int] | None:
 METHYLATED_ONLY_WAY_OUT = "Ingest files that list every covered CpG, the unmethylated ones too"
 
 
-def _methylated_only_files(record: dict) -> list[tuple[str | None, int]]:
-    """(file name, rows) of a sample's files that list methylated cytosines only: METHYLATED_ONLY_ROWS
-    rows or more, none without a methylated read; [(None, rows)] when all of them together do
-    (``record``: the sample's in the store; stores ingested before the rows were counted have
-    no counts, before each file's were counted the sample's only)."""
-    counted = unmethylated_rows_of(record)
-    if counted and counted[0] >= METHYLATED_ONLY_ROWS and counted[1] == 0:
-        return [(None, counted[0])]
-    names = [Path(str(f.get("path", "?"))).name for f in record.get("files", [])]
-    per_file = record.get("file_rows")
-    if not isinstance(per_file, list) or len(per_file) != len(names):
-        return []
-    return [(name, rows) for name, (rows, free) in zip(names, per_file) if rows >= METHYLATED_ONLY_ROWS and free == 0]
+def methylated_only_in(files, file_rows, rows, unmethylated) -> list[tuple[str | None, int]]:
+    """(file name, rows) of the ``files`` (a sample's record's) whose ``file_rows`` ([rows,
+    rows without a methylated read] each) say they list methylated cytosines only:
+    METHYLATED_ONLY_ROWS rows or more, none without a methylated read; else [(None, rows)]
+    when all of them together do (``rows`` and ``unmethylated``: the sample's; None where a
+    store ingested before they were counted has none)."""
+    if isinstance(files, list) and isinstance(file_rows, list) and len(file_rows) == len(files):
+        paths = [str(f.get("path", "?")) if isinstance(f, dict) else "?" for f in files]
+        names = [Path(p).name for p in paths]
+        names = paths if len(set(names)) < len(names) else names  # replicates of one name in other folders
+        counts = [c if isinstance(c, list) and len(c) == 2 and all(isinstance(n, int) for n in c) else (0, 0)
+                  for c in file_rows]  # a record edited by hand: its files are not judged
+        found = [(shown(name), n) for name, (n, free) in zip(names, counts) if n >= METHYLATED_ONLY_ROWS and not free]
+        if found:
+            return found
+    counted = isinstance(rows, int) and isinstance(unmethylated, int)
+    return [(None, rows)] if counted and rows >= METHYLATED_ONLY_ROWS and unmethylated == 0 else []
 
 
 def _files_named(sample: str, files: list[tuple[str | None, int]]) -> str:
-    """The files of _methylated_only_files in words."""
+    """The files of methylated_only_in in words."""
     if files[0][0] is None:
-        return f"the files ingested for {sample} ({files[0][1]:,} rows)"
-    return (f"{sample}'s file{'s' if len(files) > 1 else ''} "
-            + ", ".join(f"{name} ({rows:,} rows)" for name, rows in files))
+        return f"the files ingested for {shown(sample)} ({files[0][1]:,} rows)"
+    return (f"{shown(sample)}'s file{'s' if len(files) > 1 else ''} "
+            + "; ".join(f"{name} ({rows:,} rows)" for name, rows in files))
+
+
+def _they(files: list[tuple[str | None, int]]) -> str:
+    """The verb for the files of methylated_only_in."""
+    return "it lists" if len(files) == 1 and files[0][0] is not None else "they list"
 
 
 def methylated_only(store, samples) -> tuple[str, list[str]] | None:
@@ -258,13 +270,14 @@ def methylated_only(store, samples) -> tuple[str, list[str]] | None:
     replicates it adds reads to the methylated CpGs only. Rows, not bins: a deep bin of an
     HMR at 0.02 holds a methylated read almost always, a CpG's row of 20 reads in it none two
     times in three."""
-    found = {s: _methylated_only_files(store.meta.samples[s]) for s in samples}
+    records = {s: store.meta.samples[s] for s in samples}
+    found = {s: methylated_only_in(r.get("files"), r.get("file_rows"), r.get("rows"), r.get("unmethylated_rows"))
+             for s, r in records.items()}
     lacking = {s: files for s, files in found.items() if files}
     if not lacking:
         return None
     named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
-    listed = [name for files in lacking.values() for name, _ in files]
-    one_file = len(listed) == 1 and listed[0] is not None
-    return (f"no row of {named} is without a methylated read: {'it lists' if one_file else 'they list'} methylated "
-            f"cytosines only (as Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR "
-            f"are missing", [s for s in samples if s not in lacking])
+    listed = [f for files in lacking.values() for f in files]
+    return (f"no row of {named} is without a methylated read: {_they(listed)} methylated cytosines only (as "
+            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing",
+            [s for s in samples if s not in lacking])

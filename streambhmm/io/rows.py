@@ -42,6 +42,12 @@ def quoted(text: str) -> str:
     return f"{text[:SHOWN]!r} (the first {SHOWN} of {len(text):,} characters)"
 
 
+def shown(text) -> str:
+    """``text`` for the terminal: control characters escaped (a name in a store written by
+    an older version, or by hand, must not send escape sequences)."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
+
+
 def sheet_fields(line: str) -> list:
     """A sample sheet's or manifest's fields: tab-separated when the line has a tab, else
     separated by blanks (a table lined up with spaces, as pasted from a page)."""

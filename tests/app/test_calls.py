@@ -315,14 +315,15 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     assert run("ingest", data / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q").exit_code == 0
     r = run("hmr", store, "-o", tmp_path / "mc.bed", "-q")
     assert r.exit_code == 1
-    assert "no row of the files ingested for H1 (3,000 rows) is without a methylated read" in r.output
+    assert "no row of H1's file dmrseq_H1_r1.chr21.tsv.gz (3,000 rows) is without a methylated read: it lists" \
+        in r.output
     assert "--samples" not in r.output and not (tmp_path / "mc.bed").exists() and not (tmp_path / "mc.tsv").exists()
     assert run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").exit_code in (0, 1)  # no such check for PMDs
     assert "without a methylated read" not in run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").output
     # `regions --preset hmr` under a model of these counts too; --targets names states, not HMRs
     assert run("fit", store, "--states", "3", "-o", tmp_path / "mc.json", "-q").exit_code == 0
     r = run("regions", store, "--model", tmp_path / "mc.json", "--preset", "hmr", "-o", tmp_path / "preset.bed", "-q")
-    assert r.exit_code == 1 and "no row of the files ingested for H1 (3,000 rows)" in r.output
+    assert r.exit_code == 1 and "no row of H1's file dmrseq_H1_r1.chr21.tsv.gz (3,000 rows)" in r.output
     assert not (tmp_path / "preset.bed").exists()
     assert run("regions", store, "--model", tmp_path / "mc.json", "--targets", "0", "-o", tmp_path / "state0.bed",
                "-q").exit_code == 0
@@ -343,6 +344,11 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     store = write_store(tmp_path / "replicates.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=replicates).path
     r = run("hmr", store, "-o", tmp_path / "replicates.bed", "-q")
     assert r.exit_code == 1 and "no row of A's file A_mc.tsv (3,000 rows) is without a methylated read" in r.output
+    small = {"A": {"rows": 1_400, "unmethylated_rows": 0, "file_rows": [[700, 0], [700, 0]],
+                   "files": [{"path": "/a/r1.tsv"}, {"path": "/b/r1.tsv"}]}}
+    store = write_store(tmp_path / "small.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=small).path
+    r = run("hmr", store, "-o", tmp_path / "small.bed", "-q")
+    assert r.exit_code == 1 and "no row of the files ingested for A (1,400 rows)" in r.output, r.output
     few = {"A": {"rows": 999, "unmethylated_rows": 0}}
     store = write_store(tmp_path / "few.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=few).path
     r = run("hmr", store, "-o", tmp_path / "few.bed", "-q")

@@ -106,9 +106,24 @@ def test_a_sample_ingested_before_each_files_rows_were_counted_is_read_again(tmp
     messages = []
     report = ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store, echo=messages.append)
     assert not report.unchanged and "ingested before each file's rows were counted" in messages[0]
+    assert not any("replaced" in m for m in messages)  # the same files read again, not new ones
     assert open_store(store).meta.samples["H1"]["file_rows"] == [[3_000, 0]]
     report = ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store, echo=messages.append)
     assert report.unchanged
+
+
+def test_ingest_notes_files_listing_methylated_cytosines_only(tmp_path):
+    # replicates of one name in two folders are told apart by their paths
+    for folder, replicate in (("a", "r1"), ("b", "r2")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "r.tsv.gz").write_bytes((DATA / f"dmrseq_H1_{replicate}.chr21.tsv.gz").read_bytes())
+    messages = []
+    ingest([tmp_path / "a" / "r.tsv.gz", tmp_path / "b" / "r.tsv.gz"], "H1", tmp_path / "s.zarr",
+           echo=messages.append)
+    assert [m for m in messages if m.startswith("note:")] == [
+        f"note: no row of H1's files {tmp_path / 'a' / 'r.tsv.gz'} (3,000 rows); {tmp_path / 'b' / 'r.tsv.gz'} "
+        f"(3,000 rows) is without a methylated read: they list methylated cytosines only (as Lister et al. 2009's "
+        f"mc files do), so `hmr` will refuse sample H1, for want of the unmethylated CpGs at the core of every HMR"]
 
 
 def test_failed_ingest_leaves_the_store_exactly_as_it_was(tmp_path):

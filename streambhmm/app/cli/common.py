@@ -10,6 +10,7 @@ import click
 from ...distributed.cluster import IN_PROCESS_ENV, IN_PROCESS_MAX_CELLS, SCHEDULER_ENV, ClusterError
 from ...io.formats import CONTEXTS, ReadOptions
 from ...io.progress import printed
+from ...io.rows import shown  # noqa: F401 (the commands print names with it)
 from ...io.outputs import check_output_dir, check_output_file, check_output_prefix, check_parent_directory
 from ...io.storage import Location
 from ...io.limits import WAIT_ENV, WAIT_TIMEOUT
@@ -37,12 +38,6 @@ def step_lines(quiet: bool):
     """Where a long command says which step it is on: standard error, above the progress line
     (the results go to standard output); nowhere with --quiet."""
     return (lambda message: None) if quiet else printed(functools.partial(click.echo, err=True))
-
-
-def shown(text) -> str:
-    """``text`` for the terminal: control characters escaped (a name in a store written by
-    an older version, or by hand, must not send escape sequences)."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 class StoreParam(click.ParamType):
