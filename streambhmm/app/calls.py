@@ -25,7 +25,7 @@ from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
 from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, write_regions
 from ..io.coarsen import coarsen
-from ..io.ingest import METHYLATED_ONLY_WAY_OUT, methylated_only, unmethylated_rows
+from ..io.ingest import methylated_only, unmethylated_rows
 from ..io.outputs import scratch_directory
 from ..io.progress import em_progress, stage
 from ..io.storage import Location
@@ -392,11 +392,9 @@ def _chromosomes_apart(store, samples) -> str | None:
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
     """HMRs are refused, before the fit, for files listing methylated cytosines only
     (io.ingest.methylated_only)."""
-    refused = methylated_only(store, samples)
-    if refused:
-        why, others = refused
-        raise ValueError(_refusal(settings, samples, why) + f" {METHYLATED_ONLY_WAY_OUT}"
-                         + (f", or call {','.join(others)} with --samples." if others else "."))
+    why = methylated_only(store, samples, "call {} with --samples")
+    if why:
+        raise ValueError(_refusal(settings, samples, why))
 
 
 def _unmethylated_bins(store, samples, moments) -> np.ndarray:

@@ -19,7 +19,7 @@ from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_si
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_derived_file, check_distinct, check_output_file,
                           interruptions_held, remove_leftovers, scratch_directory)
-from ..io.ingest import METHYLATED_ONLY_WAY_OUT, methylated_only
+from ..io.ingest import methylated_only
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
@@ -165,12 +165,10 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
     if preset:
-        refused = methylated_only(job.counts, job.samples) if preset == "hmr" else None
-        if refused:
-            why, others = refused
-            raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}. "
-                             f"{METHYLATED_ONLY_WAY_OUT}" + (f", or fit a model of {','.join(others)} (fit --samples "
-                                                            f"{','.join(others)})." if others else "."))
+        why = methylated_only(job.counts, job.samples, "fit a model of {0} (fit --samples {0})") \
+            if preset == "hmr" else None
+        if why:
+            raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}.")
         rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size)
     else:
         rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")

@@ -117,17 +117,17 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
             damaged = _index_damaged(existing, sample)
+            same = previous == provenance and not damaged
             # a sample ingested before each file's rows were counted is read again to count them (hmr needs them)
-            uncounted = "file_rows" not in existing.meta.samples[sample]
-            if previous == provenance and not damaged and not uncounted:
+            recounting = same and "file_rows" not in existing.meta.samples[sample]
+            if same and not recounting:
                 report.unchanged = True
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
             if damaged:
                 echo(f"sample {sample}: the store's index of it is damaged; ingesting it again")
-            elif previous == provenance:
-                recounting = True
+            elif recounting:
                 echo(f"sample {sample}: same files as already stored, ingested before each file's rows were "
                      f"counted; ingesting them again to count them")
     chunk_size = existing.chunk_size if existing is not None else chunk_size or DEFAULT_CHUNK_SIZE
@@ -216,16 +216,9 @@ def _existing_store(store: Location, bin_size: int, chunk_size: int | None):
 def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
     """(rows ingested, those without a methylated read) of a sample, as its ingest counted
     them; None for a store ingested before they were counted."""
-    return unmethylated_rows_of(store.meta.samples[sample])
-
-
-def unmethylated_rows_of(record: dict) -> tuple[int, int] | None:
-    """unmethylated_rows of a sample's record in the store."""
+    record = store.meta.samples[sample]
     rows, free = record.get("rows"), record.get("unmethylated_rows")
     return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
-
-
-METHYLATED_ONLY_WAY_OUT = "Ingest files that list every covered CpG, the unmethylated ones too"
 
 
 def methylated_only_in(files, file_rows, rows, unmethylated) -> list[tuple[str | None, int]]:
@@ -260,24 +253,26 @@ def _they(files: list[tuple[str | None, int]]) -> str:
     return "it lists" if len(files) == 1 and files[0][0] is not None else "they list"
 
 
-def methylated_only(store, samples) -> tuple[str, list[str]] | None:
-    """(why, the samples without such files) where a file some of ``samples`` were ingested
-    from lists methylated cytosines only (Lister et al. 2009's mc files; a CpG without a
-    methylated read is left out): METHYLATED_ONLY_ROWS rows or more, none of them without a
-    methylated read. Such a file holds none of the unmethylated CpGs at the core of every
+def methylated_only(store, samples, others_instead: str = "") -> str | None:
+    """Why ``samples`` have no HMRs, and the way out (without the last full stop), where a file
+    some of them were ingested from lists methylated cytosines only (Lister et al. 2009's mc
+    files; a CpG without a methylated read is left out): METHYLATED_ONLY_ROWS rows or more,
+    none of them without a methylated read. Such a file holds none of the unmethylated CpGs at the core of every
     HMR, and the regions of lowest methylation in it are not HMRs (on the dmrseq excerpts,
     calls at 0.17, where the MethylSeekR excerpt's average 0.10); summed with a sample's other
     replicates it adds reads to the methylated CpGs only. Rows, not bins: a deep bin of an
     HMR at 0.02 holds a methylated read almost always, a CpG's row of 20 reads in it none two
-    times in three."""
-    records = {s: store.meta.samples[s] for s in samples}
+    times in three. ``others_instead``: the other way out, for the samples without such files
+    (``{}`` their names), as the command says it."""
     found = {s: methylated_only_in(r.get("files"), r.get("file_rows"), r.get("rows"), r.get("unmethylated_rows"))
-             for s, r in records.items()}
+             for s, r in ((s, store.meta.samples[s]) for s in samples)}
     lacking = {s: files for s, files in found.items() if files}
     if not lacking:
         return None
     named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
     listed = [f for files in lacking.values() for f in files]
+    others = ",".join(s for s in samples if s not in lacking)
     return (f"no row of {named} is without a methylated read: {_they(listed)} methylated cytosines only (as "
-            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing",
-            [s for s in samples if s not in lacking])
+            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing. "
+            f"Ingest files that list every covered CpG, the unmethylated ones too"
+            + (f", or {others_instead.format(others)}" if others and others_instead else ""))

@@ -79,9 +79,9 @@ def info(store):
         counted = unmethylated_rows(st, name)
         rows = f", {counted[0]:,} rows ({counted[1]:,} without a methylated read)" if counted else ""
         click.echo(f"  sample {shown(name)}: {files}{rows}")
-        refused = methylated_only(st, [name])
-        if refused:
-            click.echo(f"    hmr refuses it: {refused[0]}")
+        why = methylated_only(st, [name])
+        if why:
+            click.echo(f"    hmr refuses it: {why}.")
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
     width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
     click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " +
