@@ -95,6 +95,7 @@ class SampleResult(Outcome):
     status: str  # ingested, replaced, unchanged, failed, or stopped (by a stop of the command)
     n_rows: int = 0
     n_bins: int = 0
+    notes: tuple = ()  # what ingest told its user (a damaged index read again, files of methylated CpGs only)
 
 
 @dataclass
@@ -186,9 +187,10 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     raised, so the group's other samples still go in. Once the command sets the Event named
     ``stop``, the ingest ends before its commit point (status "stopped")."""
     start = time.perf_counter()
+    notes = []
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, options=options, stop_check=stop_check(stop))
+                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop))
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -196,7 +198,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                             error=_error_text(exc))
     status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
     return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
-                        seconds=time.perf_counter() - start)
+                        seconds=time.perf_counter() - start, notes=tuple(notes))
 
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
@@ -395,6 +397,8 @@ class _BatchRun:
         for r in results:
             rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
             self.echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
+            for note in r.notes:
+                self.echo(f"  {note}")
         if any(r.status == "failed" for r in results):
             group.status, group.error = "skipped", "a sample failed; moments not updated"
 
