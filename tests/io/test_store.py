@@ -192,6 +192,25 @@ def test_a_damaged_root_metadata_file_is_named(tmp_path, samples):
         open_store(store)
 
 
+@pytest.mark.parametrize("edit, what", [
+    (lambda a: a["samples"].update(A=[0]), "samples"),  # a sample's record not a JSON object
+    (lambda a: a["samples"]["A"].pop("column"), "samples"),
+    (lambda a: a.update(chunk_size="1000"), "bin_size and chunk_size"),
+    (lambda a: a.update(chromosomes="chr1"), "chromosomes"),
+])
+def test_hand_edited_records_are_refused_as_damaged_metadata(tmp_path, samples, edit, what):
+    # they were tracebacks wherever a command read them (info, hmr, ingest)
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store)
+    document = json.loads((store / "zarr.json").read_text())
+    edit(document["attributes"])
+    (store / "zarr.json").write_text(json.dumps(document))
+    with pytest.raises(StoreError, match=rf"the store's metadata is damaged \({what} not as this streambhmm"):
+        open_store(store)
+    r = run("info", store)
+    assert r.exit_code == 1 and "metadata is damaged" in r.output and "Traceback" not in r.output
+
+
 def test_the_root_metadata_is_parsed_once_for_the_same_bytes(tmp_path, samples, monkeypatch):
     # an assembly's root zarr.json is megabytes: parsed once however its path is spelled
     # and by whichever thread, again when its bytes change (a commit rewrites it in place,

@@ -153,8 +153,17 @@ class StoreAttrs:
                              f"chunk); this streambhmm reads version {COUNTS_VERSION}. Convert it with `streambhmm "
                              f"upgrade {path}` (it keeps every sample and its provenance), or ingest the files into a "
                              f"new store")
-        return cls(int(attrs["bin_size"]), int(attrs["chunk_size"]), dict(attrs.get("samples", {})),
-                   list(attrs.get("chromosomes", [])), str(attrs.get("generation", "")), version,
+        samples, chromosomes = attrs.get("samples", {}), attrs.get("chromosomes", [])
+        sizes = [attrs.get(key) for key in ("bin_size", "chunk_size")]
+        damaged = [what for what, bad in (
+            ("bin_size and chunk_size", not all(isinstance(v, int) and v >= 1 for v in sizes)),
+            ("samples", not isinstance(samples, dict) or not all(
+                isinstance(record, dict) and isinstance(record.get("column"), int) for record in samples.values())),
+            ("chromosomes", not isinstance(chromosomes, list))) if bad]
+        if damaged:  # a hand-edited record: said here, not as a traceback wherever it is read
+            raise StoreError(f"{path}: the store's metadata is damaged ({' and '.join(damaged)} not as this streambhmm "
+                             f"writes them); restore the store from a copy, or ingest its samples again into a new one")
+        return cls(sizes[0], sizes[1], dict(samples), list(chromosomes), str(attrs.get("generation", "")), version,
                    str(attrs.get("tool_version", "")))
 
     def to_attributes(self) -> dict:
