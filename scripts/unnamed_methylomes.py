@@ -17,7 +17,8 @@ when --dnmtools, by default the build of ../shared/tools/peers/build_dnmtools.sh
 the same CpGs: the rows `ingest` reads (the same reader and options), sites under 2 bp after
 the previous one folded into it as ../shared/tools/peers/convert.py folds them. Printed: its
 calls' count, Mb and mean level (methylated over covered reads inside them), or its refusal,
-and the base-pair Jaccard of the two; for HMRs also where DNMTools is right (both sides away
+with the seconds of its call (from its counts file, as ours are from the store: the inputs'
+conversion and our ingest are left out of both), and the base-pair Jaccard of the two; for HMRs also where DNMTools is right (both sides away
 from DNMTools' own PMD calls: in a methylome with PMDs its HMRs are PMD stretches, see
 compare_dnmtools.py). DNMTools' calls are a reference, not the truth: its two-state models
 call something on every input. The summary at the end: over the single-sample calls where
@@ -195,31 +196,31 @@ class DNMTools:
         self.only_theirs = {"hmr": [], "pmd": []}  # the samples where we refused and it called
         self.polished_agreement = {"hmr": [], "pmd": []}  # the same calls' after EM (--polish)
 
-    def call(self, key: str, path: Path, extra: list[str], kind: str) -> tuple[Path | None, str]:
-        """(its BED, or None and its message)."""
+    def call(self, key: str, path: Path, extra: list[str], kind: str) -> tuple[Path | None, str, float]:
+        """(its BED, or None and its message; the seconds of its call, from its counts file)."""
         if (key, kind) not in self.calls:
             meth = self.work / f"{key}.meth"
             if key not in self.cpgs:
                 self.cpgs[key] = cpg_counts(path, extra)
                 write_dnmtools_counts(self.cpgs[key], meth)
             bed = self.work / f"{key}.dnmtools-{kind}.bed"
-            code, output, _ = run([self.binary, kind, "-o", bed, meth])
+            code, output, seconds = run([self.binary, kind, "-o", bed, meth])
             message = (output.strip().splitlines() or [f"exit {code}, no BED written"])[-1]
-            self.calls[key, kind] = (bed, "") if code == 0 and bed.exists() else (None, message)
+            self.calls[key, kind] = (bed, "", seconds) if code == 0 and bed.exists() else (None, message, seconds)
         return self.calls[key, kind]
 
     def columns(self, key: str, path: Path, extra: list[str], kind: str, ours: Path | None,
                 polished: Path | None = None) -> str:
         """Its calls (count, Mb, level) or refusal | Jaccard | Jaccard where it is right (HMRs);
         the agreement of ``polished`` (our calls after EM) kept for the summary."""
-        bed, message = self.call(key, path, extra, kind)
+        bed, message, seconds = self.call(key, path, extra, kind)
         if bed is None:
-            return f"{message.replace('|', '/')[:120]} | | "
+            return f"{message.replace('|', '/')[:120]} ({seconds:.1f} s) | | "
         theirs = read_beds(bed)
         n = sum(1 for line in bed.read_text().splitlines() if line.strip())
         mb = sum(int((iv[:, 1] - iv[:, 0]).sum()) for iv in theirs.values()) / 1e6
         level = pooled_level(self.cpgs[key], theirs)
-        cell = f"{n:,}, {mb:.2f}, {level:.2f}"
+        cell = f"{n:,}, {mb:.2f}, {level:.2f}, {seconds:.1f} s"
         if ours is None:
             if n:
                 self.only_theirs[kind].append(key)
@@ -269,7 +270,7 @@ def main() -> None:
     peer = DNMTools(args.dnmtools, work) if Path(args.dnmtools).exists() else None
     one_pass_vs_em = {"hmr": [], "pmd": []}
     print("| set | call | samples | exit | s | regions, median bp, Mb / refusal | highest mean level | "
-          "regions without reads in a sample | BED order | DNMTools: n, Mb, level / refusal | Jaccard | "
+          "regions without reads in a sample | BED order | DNMTools: n, Mb, level, s / refusal | Jaccard | "
           "Jaccard where DNMTools is right |" + (" one pass vs EM (Jaccard) |" if args.polish else ""))
     print("|---" * (12 + args.polish) + "|")
     for k, name in enumerate(chosen):

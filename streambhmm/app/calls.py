@@ -146,13 +146,15 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         for chrom, found in outcome.found.items():
             outcome.found[chrom] = found.cut_at(counts.n_bins(chrom) * counts.bin_size, outcome.rule.min_length)
     outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
-                              f"{settings.kind} {Path(settings.store).name}")
+                              f"{settings.kind} of {Path(settings.store).name}")
     return outcome
 
 
 def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds, coarsened: bool = False
                   ) -> CallOutcome:
     client = opened.client
+    if settings.kind == "hmr" and not settings.moments:  # before the pass it would waste (a genome's)
+        _refuse_methylated_only(settings, store, samples)
     start = time.perf_counter()
     echo("the moments: one pass over the counts" if not settings.moments else f"the moments of {settings.moments}")
     # a coarse store is the call's scratch: the progress names what it sums
@@ -163,7 +165,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                             settings.quiet, 8, what=what)
         _check_moments(settings, store, data, coarsened)
     seconds["moments"] = time.perf_counter() - start
-    if settings.kind == "hmr":  # (after the moments: a --moments store of other counts is said first)
+    if settings.kind == "hmr" and settings.moments:  # after them: a --moments store of other counts is said first
         _refuse_methylated_only(settings, store, samples)
     model = settings.model
     start = time.perf_counter()
@@ -184,6 +186,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
                                     rel_tol=POLISH_TOL, check=False, report=em_progress(progress))
         seconds["polish"] = time.perf_counter() - start
         em_stopped = polished.stopped_short(f"--polish-em {settings.polish_em}", POLISH_TOL)
+        if not em_stopped:
+            echo(f"EM converged after {len(polished.history) - 1} iteration(s)")
     unmethylated = _unmethylated_bins(store, samples, data.moments)
     problems = degeneracy_problems(hmm.methylation_, hmm.transmat_, hmm.startprob_, dispersion=hmm.dispersion)
     if problems:
@@ -284,8 +288,12 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     manifest = read_manifest(settings.moments)
     source = manifest.get("source", {})
     if source.get("bin_size") != store.bin_size:
+        way_out = (f"leave out --moments ({settings.kind} sums the bins itself), or give those of the calls ingested "
+                   f"at --bin-size {store.bin_size} (`streambhmm moments STORE_{store.bin_size} --output MOMENTS.zarr`)"
+                   if coarsened else f"give those of {settings.store} (`streambhmm moments {settings.store} --output "
+                   f"MOMENTS.zarr`), or leave out --moments")
         raise ValueError(f"{settings.moments} holds moments of {source.get('bin_size')} bp bins; `{settings.kind}` "
-                         f"needs {store.bin_size} bp bins")
+                         f"needs {store.bin_size} bp bins: {way_out}")
     own = FeatureSpec(n_bins=settings.n_bins).resolve(data.moments.n_samples)  # what the call's pass computes
     mom = data.moments
     if data.pooled or (mom.projection_dim, mom.projection_seed) != (own.projection_dim, own.seed):

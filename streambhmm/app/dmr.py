@@ -284,8 +284,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
         for table in (dmrs, domains):
             table.end = np.minimum(table.end, [lengths[c] for c in table.chrom]).astype(table.end.dtype)
     outputs = job.outputs
-    write_table(dmrs, groups, samples, outputs[0], f"DMRs {Path(job.store).name}")
-    write_table(domains, groups, samples, outputs[2], f"differential domains {Path(job.store).name}")
+    write_table(dmrs, groups, samples, outputs[0], Path(job.store).name)
+    write_table(domains, groups, samples, outputs[2], Path(job.store).name)
     return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
                       int(pieces.sum()), history, em_stopped(last_fit, settings), seconds, track_bins, shared)
 
@@ -416,7 +416,7 @@ def _merge_overlapping(domains: RegionTable) -> RegionTable:
 
 
 # -- the files --------------------------------------------------------------------------------
-def write_table(table: RegionTable, groups: SampleGroups, samples: list, output, track: str) -> None:
+def write_table(table: RegionTable, groups: SampleGroups, samples: list, output, source: str) -> None:
     """BED9 in genome order (name: kind and rank; score 1000 x (1 - lfdr); colour by
     direction: gain red, loss blue) and beside it (NAME.tsv for NAME.bed) the table in rank
     order. Both are written to temporary names and renamed when complete."""
@@ -432,7 +432,9 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
     score = np.clip(np.rint(1000 * (1 - table.lfdr)), 0, 1000).astype(np.int64)
     what = "two groups: the second's level minus the first's" if groups.n_groups == 2 else "the largest minus the smallest"
     with replacing_pair(output, regions_table(output)) as (bed, tsv):
-        bed.write(track_line(track, f"{table.kind}s between {' and '.join(groups.names)} (difference: {what})"))
+        # named after the file (calls of other groups of one store apart in a browser)
+        bed.write(track_line(Path(output).stem, f"{table.kind}s between {' and '.join(groups.names)} in {source} "
+                                                f"(difference: {what})"))
         for k in order:
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))

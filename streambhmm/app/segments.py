@@ -179,8 +179,7 @@ def run_regions(job: ModelOnStore, rule, output, client, progress=None) -> Found
     """Find the regions of ``rule`` (see :func:`region_rule`) and write them as BED9 and a TSV
     beside it (distributed.regions.write_regions)."""
     found = find_regions(job.counts, job.hmm, client, rule, job.samples, progress=progress)
-    kind = "regions" if rule.name == "region" else rule.name.lower()
-    n = write_regions(found, rule, job.hmm.methylation_, job.samples, output, f"{Path(job.model).stem} {kind}")
+    n = write_regions(found, rule, job.hmm.methylation_, job.samples, output, f"model {Path(job.model).name}")
     lengths = np.concatenate([r.end - r.start for r in found.values()]) if n else np.zeros(0, np.int64)
     return FoundRegions(rule, n, lengths)
 

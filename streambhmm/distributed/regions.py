@@ -497,8 +497,9 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
 TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
 
 
-def write_regions(found: dict, rule: RegionRule, methylation, samples, output, track: str) -> int:
-    """Write BED9 (a track line; name, score = 1000 x mean posterior of the targets, strand
+def write_regions(found: dict, rule: RegionRule, methylation, samples, output, source: str) -> int:
+    """Write BED9 (a track line named after ``output``, whose description says what the regions are
+    and their ``source``; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
     (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score and mean level per
     sample. Both are written to temporary names and renamed when complete."""
@@ -506,7 +507,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, t
     n = 0
     with replacing_pair(output, regions_table(output)) as (bed, tsv):
         kind = f"{rule.name} regions" if rule.name != "region" else "regions"  # a preset's, or --targets'
-        bed.write(track_line(track, f"{kind} of {','.join(samples)}"))
+        # named after the file: a browser tells the calls of one store's samples apart by their names
+        bed.write(track_line(Path(output).stem, f"{kind} of {','.join(samples)} ({source})"))
         tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():
             score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)

@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
-from ..moments.features import (COVERAGE_BUCKETS, coverage_bucket, flush_subnormals, log_binomial_pmf,
-                                log_factorials)
+from ..moments.features import (COVERAGE_BUCKETS, COVERAGE_HISTOGRAM_TOP, coverage_bucket, flush_subnormals,
+                                log_binomial_pmf, log_factorials)
 from .overdispersion import QUADRATURE, beta_parameters
 
 GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
@@ -117,6 +117,8 @@ class SampleCoverage:
     expected features of a level within each, and thinned coverage distributions."""
 
     def __init__(self, histogram: np.ndarray, n_bins: int, grid_points: int = GRID_POINTS):
+        if histogram.size > COVERAGE_HISTOGRAM_TOP + 1:  # moments of before the histogram's top (features)
+            histogram = np.r_[histogram[:COVERAGE_HISTOGRAM_TOP], histogram[COVERAGE_HISTOGRAM_TOP:].sum()]
         coverage = np.arange(histogram.size)
         bucket = coverage_bucket(coverage)
         mass = np.bincount(bucket, histogram, minlength=len(COVERAGE_BUCKETS))

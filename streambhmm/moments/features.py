@@ -175,6 +175,19 @@ def encode(methylated: np.ndarray, coverage: np.ndarray, n_bins: int) -> Feature
 COVERAGE_BUCKETS = np.unique(np.r_[0, 1, 2, np.floor(1.5 ** np.arange(3, 30)).astype(np.int64)])
 
 
+# The coverage histogram counts bins by their coverage up to the last bucket's lower edge, and
+# those with more reads at that edge (in the same, open-ended bucket): its length, and a
+# partial's memory, stay bounded whatever a bin holds (one 100 bp bin of 5e8 reads asked for
+# 4 GB). The expected features treat coverages above expected.LARGEST_TABULATED_COVERAGE
+# (1e4) as that anyway; only the states' mean coverage of such bins is counted lower.
+COVERAGE_HISTOGRAM_TOP = int(COVERAGE_BUCKETS[-1])
+
+
+def histogram_coverage(coverage: np.ndarray) -> np.ndarray:
+    """Coverages as the coverage histogram counts them (at most COVERAGE_HISTOGRAM_TOP)."""
+    return np.minimum(coverage, COVERAGE_HISTOGRAM_TOP)
+
+
 def coverage_bucket(coverage) -> np.ndarray:
     """The bucket index of each coverage."""
     return np.searchsorted(COVERAGE_BUCKETS, np.asarray(coverage), side="right") - 1

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import moment_kernels
 from .features import (COVERAGE_BUCKETS, HISTOGRAM_CELL_BUDGET, FeatureTable, HistogramLayout, cells_per_sample,
-                       coverage_bucket, histogram_layout, thinning)
+                       coverage_bucket, histogram_coverage, histogram_layout, thinning)
 
 # Which tuples thinned in some slots and without reads in the others are added as a matrix
 # product (_add_products): measured on chunks of the human-sized methylome, scattering costs
@@ -18,8 +18,9 @@ PRODUCT_MIN_ENTRIES = 64
 
 
 def coverage_histogram(features: FeatureTable, bins: np.ndarray) -> np.ndarray:
-    """(S, max coverage + 1): how many of ``bins`` have each coverage, per sample."""
-    cov = features.coverage[features.codes[bins]]
+    """(S, max coverage + 1): how many of ``bins`` have each coverage, per sample (coverages
+    above features.COVERAGE_HISTOGRAM_TOP counted at it)."""
+    cov = histogram_coverage(features.coverage[features.codes[bins]])
     out = np.zeros((cov.shape[1], int(cov.max(initial=0)) + 1))
     for s in range(cov.shape[1]):
         out[s] = np.bincount(cov[:, s], minlength=out.shape[1])

@@ -11,6 +11,7 @@ Over every triple (t, t+1, t+2) inside one sequence, :class:`Moments` holds the 
     inv_coverage  entry s: sum 1 / (c^s(x_t+1) + 2)  (the paper's recovery formula)
     sq_norm_13    sum |F(x_t)|^2 |F(x_t+2)|^2         (sampling-noise scale of p13)
     coverage_histogram  (S, L): row s counts the middle bins with coverage c in sample s
+                        (those above features.COVERAGE_HISTOGRAM_TOP at it)
     coverage_features   (S, B, D): sum onehot(coverage bucket of x_t+1 in sample s) (x)
                         phi_s(x_t+2) (features.COVERAGE_BUCKETS): coverage against state
     bin_histogram       the middle bins' (coverage, methylated) pairs, each sample thinned
@@ -43,7 +44,7 @@ from threadpoolctl import ThreadpoolController
 
 from . import moment_kernels
 from .features import (COVERAGE_BUCKETS, DEFAULT_N_BINS, HISTOGRAM_CELL_BUDGET, FeatureTable, encode,
-                       histogram_layout, projected_layout, projection_matrix)
+                       histogram_coverage, histogram_layout, projected_layout, projection_matrix)
 from .histograms import coverage_features, coverage_histogram, thinned_histogram
 from .validation import validate_counts
 
@@ -275,7 +276,7 @@ def projected_moments(column, n_rows: int, n_samples: int, starts: np.ndarray, n
         covered = np.flatnonzero(cov)
         moment_kernels.gather_add(feature, (table.table - uniform) @ projection[s].T, table.codes[covered, 0], covered)
         out.inv_coverage[s] = float(np.sum(1.0 / (cov[middle] + 2.0)))
-        histograms.append(np.bincount(cov[middle]).astype(np.float64))
+        histograms.append(np.bincount(histogram_coverage(cov[middle])).astype(np.float64))
         out.coverage_features[s] = coverage_features(table, starts)[0]
         add_row(2, s, table)
         if not layouts[1].ring:

@@ -12,7 +12,8 @@ from numba import njit
 from scipy.stats import hypergeom
 
 from ..moments import moment_kernels
-from ..moments.features import DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket, histogram_layout, pair_keys
+from ..moments.features import (COVERAGE_HISTOGRAM_TOP, DEFAULT_N_BINS, beta_map, cells_per_sample, coverage_bucket,
+                                histogram_layout, pair_keys)
 from ..moments.sums import Moments
 from ..moments.validation import validate_counts
 
@@ -52,11 +53,11 @@ def _add_naive_histograms(out: Moments, meth: np.ndarray, cov: np.ndarray, meth3
     each sample's thinned distribution from scipy.stats.hypergeom combined over the slots by
     explicit outer products."""
     n_samples = cov.shape[1]
-    width = max(out.coverage_histogram.shape[1], int(cov.max(initial=0)) + 1)
+    width = max(out.coverage_histogram.shape[1], min(int(cov.max(initial=0)), COVERAGE_HISTOGRAM_TOP) + 1)
     out.coverage_histogram = np.pad(out.coverage_histogram, ((0, 0), (0, width - out.coverage_histogram.shape[1])))
     for c_row in cov:
         for s, c in enumerate(c_row):
-            out.coverage_histogram[s, c] += 1
+            out.coverage_histogram[s, min(c, COVERAGE_HISTOGRAM_TOP)] += 1  # deeper bins at the top
     for hist, bins in ((out.bin_histogram, [(meth, cov)]), (out.pair_histogram, [(meth, cov), (meth3, cov3)])):
         layout = histogram_layout(n_samples, len(bins))
         rows = [list(range(n_samples))] if layout.joint else [[s] for s in range(n_samples)]

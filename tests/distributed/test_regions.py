@@ -461,7 +461,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     assert r.exit_code == 0, r.output
     assert "regions of states unmethylated," in r.output
     lines = (tmp_path / "hmr.bed").read_text().splitlines()
-    assert lines[0] == 'track name="m hmr" description="HMR regions of A" itemRgb="On"'
+    assert lines[0] == 'track name="hmr" description="HMR regions of A (model m.json)" itemRgb="On"'
     rows = [line.split("\t") for line in lines[1:]]
     # the order of LC_ALL=C sort -k1,1 -k2,2n (bedToBigBed's): chr10 before chr2; decode's too
     assert {r[0] for r in rows} == {"chr2", "chr10"} and rows == sorted(rows, key=lambda r: (r[0], int(r[1])))

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from streambhmm.io.storage import Location
 from streambhmm.moments import moment_kernels
-from streambhmm.moments.features import encode
+from streambhmm.moments.features import COVERAGE_HISTOGRAM_TOP, encode
 from streambhmm.moments.momentstore import partial_sha256, read_partial, write_partial
 from streambhmm.moments.pipeline import ChunkPartial, chunk_partial, empty_halo
 from streambhmm.moments.sums import Moments, compute_moments
@@ -36,6 +36,22 @@ def test_grouped_kernel_equals_naive_einsum(case):
     slow = naive_moments(mu, cov, lengths, n_bins=n_bins)
     assert fast.n_triples == slow.n_triples == sum(max(length - 2, 0) for length in lengths)
     assert fast.allclose(slow, rtol=1e-10)
+
+
+def test_a_bin_of_millions_of_reads_does_not_widen_the_coverage_histogram():
+    """Its width was the deepest bin's coverage: one 100 bp bin of 5e8 reads asked a partial
+    for 4 GB, and deep 5 kb bins made `pmd` take 0.9 GB. Deeper bins count at the top, in
+    the last coverage bucket, as in the oracle; the projected feature counts them alike."""
+    rng = np.random.default_rng(3)
+    cov = rng.poisson(20, (300, 2))
+    cov[150, 0], cov[151, 1] = 500_000_000, COVERAGE_HISTOGRAM_TOP + 1
+    mu = rng.binomial(cov, 0.5)
+    fast = compute_moments(mu, cov, n_bins=4)
+    assert fast.coverage_histogram.shape == (2, COVERAGE_HISTOGRAM_TOP + 1)
+    assert fast.coverage_histogram[:, COVERAGE_HISTOGRAM_TOP].tolist() == [1, 1]
+    np.testing.assert_array_equal(fast.coverage_histogram, naive_moments(mu, cov, n_bins=4).coverage_histogram)
+    projected = compute_moments(mu, cov, n_bins=4, projection_dim=3)
+    np.testing.assert_array_equal(projected.coverage_histogram, fast.coverage_histogram)
 
 
 @settings(max_examples=60, deadline=None)

@@ -84,11 +84,14 @@ def info(store):
             click.echo(f"    hmr refuses it: {why}.")
     chromosomes = {shown(c): v for c, v in view.chromosomes.items()}
     width = max(10, *(len(c) for c in chromosomes)) if chromosomes else 10
-    click.echo(f"\n{'chromosome':<{width}} {'bins':>11} " +
-               " ".join(f"{shown(s) + ' covered':>16}" for s in view.samples))
+    # each sample's column as wide as its header, two spaces apart (long names ran into the next)
+    heads = [shown(s) + " covered" for s in view.samples]
+    columns = [max(len(head), 14) for head in heads]
+    click.echo(f"\n{'chromosome':<{width}} {'bins':>11}  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, columns)))
     for chrom, (n_bins, covered) in chromosomes.items():
-        click.echo(f"{chrom:<{width}} {n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in covered))
-    click.echo(f"{'total':<{width}} {view.n_bins:>11,} " + " ".join(f"{int(c):>16,}" for c in view.covered))
+        click.echo(f"{chrom:<{width}} {n_bins:>11,}  " + "  ".join(f"{int(c):>{w},}" for c, w in zip(covered, columns)))
+    click.echo(f"{'total':<{width}} {view.n_bins:>11,}  "
+               + "  ".join(f"{int(c):>{w},}" for c, w in zip(view.covered, columns)))
     click.echo("\ncoverage summary:")
     n_bins = view.n_bins
     for name, covered, reads, meth in zip(view.samples, view.covered, view.coverage, view.methylated):

@@ -1,0 +1,1 @@
+timeout: failed to run command ‘streambhmm’: No such file or directory
