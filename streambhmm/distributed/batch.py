@@ -39,6 +39,7 @@ from ..io.outputs import check_derived_file, check_outside
 from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
+from ..io.store.schema import store_around
 from ..io.tasks import Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
 from ..moments.manifest import SettingsMismatch
@@ -253,6 +254,12 @@ def check_summary(manifest, workdir) -> None:
     """Refuse, before any work, a summary that would replace the manifest or a file of the
     user's in ``workdir`` (the summary replaces only a summary)."""
     workdir = Location.of(workdir).absolute()
+    if workdir.is_local:  # its groups' stores go inside it: not into a store (an audit's batch wrote into one)
+        around = store_around(workdir.url) or (workdir.url if (workdir / "zarr.json").exists() else None)
+        if around is not None:
+            where = "is a Zarr store" if around == workdir.url else f"lies inside the Zarr store {around}"
+            raise ValueError(f"{workdir} {where}; batch's --workdir is a directory of its own, where it makes a "
+                             f"store per group: give another")
     if workdir.is_local and workdir.exists():
         check_outside(workdir / SUMMARY, manifest)
         check_derived_file(workdir / SUMMARY, SUMMARY_HEAD, "the batch's --workdir")

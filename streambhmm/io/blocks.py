@@ -215,7 +215,7 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
             if len(pending) > MAX_LINE:
                 line += data.count(b"\n", 0, cut)
                 _check_carriage_returns(path, pending, len(pending), line)
-                raise FormatError(path, line, decoded(pending[:SHOWN * 4]),
+                raise FormatError(path, line, decoded(pending[:SHOWN]),  # its length is not known: no count
                                   f"line longer than {MAX_LINE:,} bytes (no newline)")
             if cut:
                 yield (data if cut == len(data) else data[:cut]), line, offset
@@ -234,7 +234,7 @@ def _check_lines(path, data: bytes, end: int, line: int) -> None:
             lo = data.rfind(b"\n", 0, start) + 1
             hi = data.find(b"\n", start, end)
             if hi - lo > MAX_LINE:
-                raise FormatError(path, line + data.count(b"\n", 0, lo), decoded(data[lo:lo + SHOWN * 4]),
+                raise FormatError(path, line + data.count(b"\n", 0, lo), decoded(data[lo:hi]),  # counted in the message
                                   f"line longer than {MAX_LINE:,} bytes")
 
 

@@ -161,6 +161,18 @@ def test_the_summary_never_replaces_the_manifest_or_a_users_file(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_workdir_that_is_a_store_is_refused_before_any_work(tmp_path):
+    # an audit's batch wrote its lock, its summary and a group's directory into a counts store
+    store = tmp_path / "s.zarr"
+    assert run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q").exit_code == 0
+    before = sorted(p.relative_to(store) for p in store.rglob("*"))
+    manifest = write_manifest(tmp_path / "manifest.tsv", {"IMR90": GOOD["IMR90"]})
+    r = run("batch", manifest, "--workdir", store, "-q")
+    assert r.exit_code == 1 and f"{store} is a Zarr store; batch's --workdir is a directory of its own" in r.output
+    assert sorted(p.relative_to(store) for p in store.rglob("*")) == before
+
+
+@pytest.mark.slow
 def test_a_second_batch_on_one_workdir_is_refused_naming_the_first(tmp_path):
     """Issue 25, item 15: two `batch` runs on one working directory gave tracebacks. The
     running batch holds WORKDIR/.batch.lock; another is refused at once, naming it."""
