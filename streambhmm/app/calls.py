@@ -105,11 +105,14 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     progress is shown unless settings.quiet (io.progress)."""
     output = call_output_checked(settings.output, settings.store, settings.moments)
     if settings.moments and not is_moment_store(settings.moments):  # said as what it is not: a moment store
-        same = Path(settings.moments).resolve() == Path(settings.store).resolve()
-        raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST})"
-                         + (": it is the counts store; leave out --moments, or give" if same else "; give")
-                         + f" the path of one: `streambhmm moments compute {settings.store} --output "
-                           f"{'MOMENTS.zarr' if same else settings.moments}` makes one")
+        given = Path(settings.moments)
+        same = given.resolve() == Path(settings.store).resolve()
+        what = (": it is the counts store; leave out --moments, or give" if same else
+                ": it is a counts store; give" if (given / "zarr.json").exists() else "; give")
+        taken = not given.exists() or (given.is_dir() and not any(given.iterdir()))  # `moments compute` takes it
+        output = settings.moments if taken else "MOMENTS.zarr"
+        raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST}){what} the path of one: "
+                         f"`streambhmm moments compute {settings.store} --output {output}` makes one")
     counts = opened.store
     samples = select_samples(counts, settings.samples)
     bin_size = settings.coarse_bin_size or counts.bin_size

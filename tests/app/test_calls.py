@@ -784,6 +784,8 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
     store = tmp_path / "s.zarr"
     write_store(store, {"chr1": (np.array([10, 20]), np.array([[1], [2]]), np.array([[4], [4]]))}, ["S"])
     (tmp_path / "plain").mkdir()
+    other = tmp_path / "other.zarr"  # a counts store given as --moments: the way out is not its path
+    write_store(other, {"chr1": (np.array([10, 20]), np.array([[1], [2]]), np.array([[4], [4]]))}, ["S"])
     for kind in ("hmr", "pmd"):
         r = run(kind, tmp_path / "plain", "-o", tmp_path / "plain" / "x.bed", "-q")
         assert r.exit_code == 1 and f"{tmp_path / 'plain'}: no counts store here" in r.output, r.output
@@ -796,9 +798,15 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
         r = run(kind, store, "--moments", store, "-o", tmp_path / "x.bed", "-q")  # the way out is another path
         assert r.exit_code == 1 and "it is the counts store; leave out --moments" in r.output, r.output
         assert f"moments compute {store} --output MOMENTS.zarr` makes one" in r.output
+        r = run(kind, store, "--moments", other, "-o", tmp_path / "x.bed", "-q")
+        assert r.exit_code == 1 and f"{other}: no moment store here (no manifest.json): it is a counts store; give " \
+            f"the path of one: `streambhmm moments compute {store} --output MOMENTS.zarr` makes one" in r.output, \
+            r.output
         r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
         assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
         assert "Did you mean" not in r.output
+    r = run("info", tmp_path / "plain")
+    assert r.exit_code == 1 and "no counts store here" in r.output, r.output
     # nor is a new store made inside one (a link to a part of it is seen through)
     (tmp_path / "link").symlink_to(store / "chr1")
     for args in (("ingest", tmp_path / "x.tsv", "--sample", "T", "--store", store / "new.zarr"),
@@ -809,6 +817,8 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
     r = run("info", tmp_path / "link")
     assert r.exit_code == 1 and f"is a part of the counts store {store}, not a store" in r.output, r.output
     (tmp_path / "link").unlink()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.lock", "plain", "s.zarr"]
+    # readers leave no lock file beside a path that is no store (`info` left .plain.lock)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.zarr.lock", ".s.zarr.lock", "other.zarr", "plain",
+                                                           "s.zarr"]
     assert sorted(p.name for p in store.iterdir()) == ["chr1", "zarr.json"]
     assert not any((tmp_path / "plain").iterdir())

@@ -98,6 +98,9 @@ def locked(path, shared: bool = False):
     if shared and _held.get(path.url):  # this process holds it already (a caller of a reader)
         yield
         return
+    if shared and not (path / "zarr.json").exists() and not lock_file(path).exists() and not needs_recovery(path):
+        yield  # no store to read (the caller says so): no lock file beside the user's path
+        return
     path.parent.mkdir()  # no error where it exists, read-only or not
     fd = open_lock(lock_file(path), shared)
     if fd is None:
