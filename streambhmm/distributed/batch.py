@@ -40,7 +40,7 @@ from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
 from ..io.store.schema import store_around
-from ..io.tasks import Waiter, wait_timeout
+from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
 from ..moments.manifest import SettingsMismatch
 from ..moments.momentstore import update_moments
@@ -211,6 +211,10 @@ def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: st
 
 
 def _error_text(exc: BaseException) -> str:
+    """The cause as the commands print it: a user's error by its message (it names the file),
+    an unexpected one with its type."""
+    if isinstance(exc, (ValueError, FileNotFoundError, ClusterError)):
+        return worker_died(exc) or str(exc)
     return worker_died(exc) or f"{type(exc).__name__}: {exc}"
 
 

@@ -81,6 +81,7 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
     assert r.exit_code == 1, r.output
     assert f"{tmp_path / 'bad.tsv'}:2" in r.output and "'chr1\\t2x0\\t+\\t1\\t2'" in r.output  # cause: file, line, text
+    assert "FormatError" not in r.output  # said as `ingest` says it
     assert "1 failure(s): sample broken" in r.output
     summary = (work / "batch-summary.tsv").read_text()
     assert "broken\tthird\tfailed" in summary and "third\tok,broken\tskipped" in summary
