@@ -13,6 +13,7 @@ with a message that says why instead of writing an empty file.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -23,13 +24,13 @@ import numpy as np
 from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
-from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, write_regions
+from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, regions_table, write_regions
 from ..io.coarsen import coarsen
 from ..io.ingest import methylated_only, unmethylated_rows
-from ..io.outputs import scratch_directory
+from ..io.outputs import check_output_file, scratch_directory, written_together
 from ..io.progress import em_progress, stage
-from ..io.storage import Location
-from ..io.store import locked, open_store
+from ..io.storage import Location, write_json
+from ..io.store import locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
                              TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage,
@@ -40,6 +41,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
+from .modelio import data_settings_of, model_to_dict
 from .segments import output_checked
 
 
@@ -64,6 +66,7 @@ class CallSettings:
     seed: int = 0
     n_bins: int = DEFAULT_N_BINS
     quiet: bool = False
+    save_model: str | None = None  # also write the model the regions were found with (JSON, as `fit` writes)
 
     @property
     def model(self) -> CallModel:
@@ -92,6 +95,8 @@ class CallOutcome:
     found: dict  # {chromosome: distributed.regions.Regions}
     seconds: dict = field(default_factory=dict)
     em_stopped: str = ""  # --polish-em's EM stopped at its cap before converging: how
+    one_pass_fit: object = None  # learn.model.SpectralBinomialHMM: the fit before any EM
+    chromosomes: list = field(default_factory=list)  # those the model was fitted on
 
     @property
     def lengths(self) -> np.ndarray:
@@ -103,7 +108,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
-    output = call_output_checked(settings.output, settings.store, settings.moments)
+    output = call_output_checked(settings.output, settings.store, settings.moments, settings.save_model)
     if settings.moments and not is_moment_store(settings.moments):  # said as what it is not: a moment store
         given = Path(settings.moments)
         same = given.resolve() == Path(settings.store).resolve()
@@ -148,9 +153,25 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         # a domain's last summed bin ends where the store's last bin does, not past it
         for chrom, found in outcome.found.items():
             outcome.found[chrom] = found.cut_at(counts.n_bins(chrom) * counts.bin_size, outcome.rule.min_length)
-    outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
-                              f"{settings.kind} of {Path(settings.store).name}")
+    with written_together():  # the regions, their table and the model: all or none
+        outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
+                                  f"{settings.kind} of {Path(settings.store).name}")
+        if settings.save_model:
+            write_json(settings.save_model, call_model(settings, outcome, counts, bin_size))
     return outcome
+
+
+def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:
+    """The model the call found its regions with, as `fit` writes one (for `report --model`
+    and `segment --model`): EM's after --polish-em, else the one-pass fit; fitted on bins of
+    ``bin_size`` bp of the samples of ``counts``. "call" names the command and its target states."""
+    settings_of = {**data_settings_of(counts, outcome.samples), "bin_size": bin_size}
+    document = model_to_dict(outcome.hmm, outcome.samples, outcome.chromosomes,
+                             method="refined-em" if settings.polish_em else "refined", **settings_of)
+    fit = outcome.one_pass_fit
+    document.update(feature=fit.moments_.feature, n_triples=int(fit.n_triples_),
+                    call={"command": settings.kind, "target_states": sorted(int(h) for h in outcome.rule.targets)})
+    return document
 
 
 def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds, coarsened: bool = False
@@ -224,7 +245,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     with stage(f"{settings.kind}: regions", quiet=settings.quiet, unit="chunks") as progress:
         found = find_regions(store, hmm, client, rule, samples, progress=progress)
     seconds["regions"] = time.perf_counter() - start
-    outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds, em_stopped)
+    outcome = CallOutcome(samples, store.bin_size, hmm, rule, 0, unmethylated, found, seconds, em_stopped,
+                          one_pass_fit, list(data.chromosomes))
     if outcome.lengths.size == 0:
         raise ValueError(_why_none(settings, store, samples, hmm, data.moments,
                                    f"no run of {TARGET_STATES[settings.kind]} bins passed the rule "
@@ -265,18 +287,29 @@ def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple
     return est, hmm.start_from(est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
 
 
-def call_output_checked(output, store, moments=None) -> Path:
+def call_output_checked(output, store, moments=None, save_model=None) -> Path:
     """The call's output (segments.output_checked), refused where it would replace what the
     call reads: the counts store, the moment store, and the counts store the moments were
     computed from (`pmd --moments` reads it to check them: a helper's audit wrote a BED over
-    its zarr.json)."""
-    if not moments:
-        return output_checked(output, store)
-    try:
-        source = read_manifest(moments).source.get("counts_store")
-    except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
-        source = None
-    return output_checked(output, store, moments, *([source] if source and Location.of(source).exists() else []))
+    its zarr.json); and --save-model's file, refused likewise or where the regions go."""
+    inputs = [store]
+    if moments:
+        inputs.append(moments)
+        try:
+            source = read_manifest(moments).source.get("counts_store")
+        except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
+            source = None
+        if source and Location.of(source).exists():
+            inputs.append(source)
+    checked = output_checked(output, *inputs)
+    if save_model:
+        store_inputs(*inputs).check(save_model)
+        for path, what in ((output, "the regions (--output) are"), (regions_table(output), "the regions' table is")):
+            if os.path.abspath(save_model) == os.path.abspath(path):
+                raise ValueError(f"{save_model}: {what} written there; give --save-model another name, say "
+                                 f"{Path(output).with_suffix('.model.json')}")
+        check_output_file(save_model)
+    return checked
 
 
 def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from streambhmm.app.cli import main
+from streambhmm.app.modelio import read_model
 from streambhmm.io.storage import FAULT_ENV
 from streambhmm.testing import write_store
 from streambhmm.learn.domains import HYPO_MASS, hypomethylated, partially_methylated, unmethylated_share
@@ -271,14 +272,44 @@ def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):
         assert r.exit_code == 0 and "note: EM stopped at --polish-em 1 before converging" in r.output, r.output
 
 
+def test_the_saved_model_is_the_one_the_regions_were_found_with(methylome, tmp_path):
+    """--save-model writes the call's model as `fit` writes one: `regions --preset` finds the
+    same regions with it, and `pmd`'s records its bins. It is refused before any work where
+    the regions or their table go, or inside the store."""
+    store, _ = methylome
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "--save-model", tmp_path / "hmr.json", "-q")
+    assert r.exit_code == 0 and f"model written to {tmp_path / 'hmr.json'}" in r.output, r.output
+    model = read_model(tmp_path / "hmr.json")
+    lowest = int(np.argmin(model.methylation[:, 0]))
+    assert model.document["call"] == {"command": "hmr", "target_states": [lowest]} and model.bin_size == 100
+    assert model.emission == "betabinomial" and model.method == "refined" and model.n_states == 4
+    printed = re.findall(r"(\d\.\d\d) \(overdispersion (\d\.\d+)\)", r.output)
+    assert sorted((float(a), float(b)) for a, b in printed) == sorted(
+        (round(m, 2), round(d, 3)) for m, d in zip(model.methylation[:, 0], model.dispersion[:, 0]))
+    r = run("regions", store, "--model", tmp_path / "hmr.json", "--preset", "hmr", "-o", tmp_path / "again.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert read_bed(tmp_path / "again.bed") == read_bed(tmp_path / "hmr.bed")
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "--save-model", tmp_path / "pmd.json", "--polish-em", "2", "-q")
+    assert r.exit_code == 0, r.output
+    model = read_model(tmp_path / "pmd.json")
+    assert model.bin_size == 5000 and model.method == "refined-em" and model.document["call"]["command"] == "pmd"
+    for bad, message in ((tmp_path / "x.tsv", "the regions' table is written there; give --save-model another name"),
+                         (tmp_path / "x.bed", "the regions (--output) are written there"),
+                         (store / "m.json", f"is inside {store}")):
+        r = run("hmr", store, "-o", tmp_path / "x.bed", "--save-model", bad, "-q")
+        assert r.exit_code == 1 and message in r.output, r.output
+        assert not (tmp_path / "x.bed").exists() and not bad.exists()
+
+
 def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     chromosomes, _ = planted(1, hmrs=False, pmds=False)
     store = write_store(tmp_path / "flat.zarr", chromosomes, ["S"], chunk_size=15_000).path
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
     assert r.exit_code == 1 and "no partially methylated domains" in r.output and "and so none to call" in r.output
     assert not (tmp_path / "pmd.bed").exists()
-    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "--save-model", tmp_path / "hmr.json", "-q")
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
+    assert not (tmp_path / "hmr.json").exists()  # no model of a call refused
 
 
 def test_too_few_bins_for_domains_are_refused_with_the_reason(tmp_path):
