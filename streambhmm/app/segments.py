@@ -169,10 +169,22 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
             if preset == "hmr" else None
         if why:
             raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}.")
-        rule = preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size)
+        rule = as_called(preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size),
+                         preset, job.document.document.get("call"))
     else:
         rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")
     return rule_with(rule, **changes)
+
+
+def as_called(rule, preset: str, call) -> RegionRule:
+    """``rule`` for a model that `hmr` or `pmd` saved (--save-model: its ``call``), where
+    ``preset`` is that command's: its targets those the call kept (a target held at its cap
+    gives way to a free one), so the same regions are found again."""
+    states = call.get("target_states") if isinstance(call, dict) and call.get("command") == preset else None
+    if not isinstance(states, list) or not all(isinstance(h, int) for h in states):
+        return rule
+    kept = tuple(h for h in rule.targets if h in states)
+    return replace(rule, targets=kept) if kept else rule
 
 
 def run_regions(job: ModelOnStore, rule, output, client, progress=None) -> FoundRegions:

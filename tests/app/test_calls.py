@@ -1,6 +1,7 @@
 """`hmr` and `pmd` on a simulated methylome with planted HMRs and PMDs: they find them, and
 refuse with a reason where the data hold none."""
 
+import json
 import logging
 import os
 import re
@@ -289,6 +290,16 @@ def test_the_saved_model_is_the_one_the_regions_were_found_with(methylome, tmp_p
     r = run("regions", store, "--model", tmp_path / "hmr.json", "--preset", "hmr", "-o", tmp_path / "again.bed", "-q")
     assert r.exit_code == 0, r.output
     assert read_bed(tmp_path / "again.bed") == read_bed(tmp_path / "hmr.bed")
+    # a saved call's targets are kept: a second hypomethylated state (here made so) is not one of them
+    document = json.loads((tmp_path / "hmr.json").read_text())
+    second = int(np.argsort(model.methylation[:, 0])[1])
+    document["methylation"][second], document["dispersion"][second] = [0.06], [0.05]
+    for call, targets in ((document["call"], {lowest}), (None, {lowest, second})):
+        edited = {**document, "call": call} if call else {k: v for k, v in document.items() if k != "call"}
+        (tmp_path / "edited.json").write_text(json.dumps(edited))
+        r = run("regions", store, "--model", tmp_path / "edited.json", "--preset", "hmr", "-o", tmp_path / "e.bed")
+        named = re.search(r"regions of states (.*), median", r.output)[1].split(", ")
+        assert r.exit_code == 0 and set(named) == {model.labels[h] for h in targets}, r.output
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "--save-model", tmp_path / "pmd.json", "--polish-em", "2", "-q")
     assert r.exit_code == 0, r.output
     model = read_model(tmp_path / "pmd.json")
