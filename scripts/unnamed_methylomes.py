@@ -110,7 +110,7 @@ SETS = {
         [("hmr", "lung"), ("pmd", "lung")]),
 }
 
-SUMMARY = re.compile(r": ([\d,]+) (?:HMRs|PMDs|regions? \(called as HMRs: see the warning\)), median ([\d,]+) bp, "
+SUMMARY = re.compile(r": ([\d,]+) (?:HMRs?|PMDs?|regions? \(called as HMRs: see the warning\)), median ([\d,]+) bp, "
                      r"([\d.]+) Mb")
 
 
