@@ -56,7 +56,7 @@ import numpy as np
 from ..learn.domains import DEFINITIONS, HALF_METHYLATED, HYPO_LEVEL, PMD_BIN_SIZE, PMD_LEVEL, target_states
 from ..learn.emissions import MIN_DISPERSION
 from ..learn.overdispersion import beta_parameters
-from ..learn.states import item_rgb, state_colours
+from ..learn.states import PALETTE, item_rgb, state_colours
 from ..moments.features import index_pairs, pairs_from_keys
 from ..io.bed import bed9_line, bed_order, track_line
 from ..io.outputs import beside_name, replacing_pair
@@ -497,13 +497,19 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
 TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
 
 
+# HMRs and PMDs in colours of their own: each is its model's least methylated target, the
+# first colour of the states' palette, so a browser showed both tracks in one colour
+REGION_COLOURS = {"HMR": PALETTE[0], "PMD": PALETTE[1]}
+
+
 def write_regions(found: dict, rule: RegionRule, methylation, samples, output, source: str) -> int:
     """Write BED9 (a track line named after ``output``, whose description says what the regions are
     and their ``source``; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
     (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score and mean level per
     sample. Both are written to temporary names and renamed when complete."""
-    colour = item_rgb(state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
+    colour = item_rgb(REGION_COLOURS.get(rule.name) or
+                      state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
     with replacing_pair(output, regions_table(output)) as (bed, tsv):
         kind = f"{rule.name} regions" if rule.name != "region" else "regions"  # a preset's, or --targets'

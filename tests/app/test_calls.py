@@ -304,6 +304,10 @@ def test_the_saved_model_is_the_one_the_regions_were_found_with(methylome, tmp_p
     assert r.exit_code == 0, r.output
     model = read_model(tmp_path / "pmd.json")
     assert model.bin_size == 5000 and model.method == "refined-em" and model.document["call"]["command"] == "pmd"
+    # HMRs and PMDs in colours of their own (each is its model's first state's: both were blue)
+    colours = [{line.split("\t")[8] for line in (tmp_path / f"{kind}.bed").read_text().splitlines()[1:]}
+               for kind in ("hmr", "pmd")]
+    assert len(colours[0]) == len(colours[1]) == 1 and colours[0] != colours[1]
     for bad, message in ((tmp_path / "x.tsv", "the regions' table is written there; give --save-model another name"),
                          (tmp_path / "x.bed", "the regions (--output) are written there"),
                          (store / "m.json", f"is inside {store}")):
