@@ -170,7 +170,7 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
         if why:
             raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}.")
         rule = as_called(preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size),
-                         preset, job.document.document.get("call"))
+                         preset, job.document.get("call"))
     else:
         rule = RegionRule(tuple(sorted(set(job.states(targets)))), name="region")
     return rule_with(rule, **changes)
