@@ -13,7 +13,6 @@ with a message that says why instead of writing an empty file.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -27,7 +26,7 @@ from ..learn.selection import one_pass
 from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, regions_table, write_regions
 from ..io.coarsen import coarsen
 from ..io.ingest import methylated_only, unmethylated_rows
-from ..io.outputs import check_output_file, scratch_directory, written_together
+from ..io.outputs import check_replaceable_file, same_name, scratch_directory, written_together
 from ..io.progress import em_progress, stage
 from ..io.storage import Location, write_json
 from ..io.store import locked, open_store, store_inputs
@@ -41,7 +40,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
 from ..moments.pipeline import plan_chunks, select_samples
 from ..moments.spec import FeatureSpec
-from .modelio import data_settings_of, model_to_dict
+from .modelio import MODEL_HEAD, data_settings_of, model_to_dict
 from .segments import output_checked
 
 
@@ -305,10 +304,10 @@ def call_output_checked(output, store, moments=None, save_model=None) -> Path:
     if save_model:
         store_inputs(*inputs).check(save_model)
         for path, what in ((output, "the regions (--output) are"), (regions_table(output), "the regions' table is")):
-            if os.path.abspath(save_model) == os.path.abspath(path):
+            if same_name(save_model, path):
                 raise ValueError(f"{save_model}: {what} written there; give --save-model another name, say "
                                  f"{Path(output).with_suffix('.model.json')}")
-        check_output_file(save_model)
+        check_replaceable_file(save_model, MODEL_HEAD)  # a model written before, not a file of yours
     return checked
 
 

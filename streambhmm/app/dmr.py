@@ -21,6 +21,7 @@ ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,9 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
                                window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
-from ..distributed.tracks import BigWigWriter, chromosome_lengths, read_chrom_sizes
+from ..distributed.tracks import BIGWIG_HEAD, BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
-from ..io.outputs import check_derived_file, check_output_file, remove_leftovers, replacing_pair
+from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair
 from ..io.progress import em_progress, stage
 from ..io.store import store_inputs
 from ..learn.checks import stationary_weights
@@ -71,7 +72,7 @@ class DmrJob:
         of one name."""
         check_regions_name(self.output)
         paths = self.outputs
-        if len(set(paths)) < len(paths):
+        if len({os.path.realpath(p) for p in paths}) < len(paths):  # through a directory's link too
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
         inputs = store_inputs(self.store, self.sheet.path, self.chrom_sizes)
@@ -80,11 +81,11 @@ class DmrJob:
                  f"the domains' table beside {output}", ""]
         for path, role in zip(paths, roles):  # the sheet or an ingested file as an output: refused, not replaced
             inputs.check(path, role)
-        check_output_file(output)
+        check_replaceable_file(output, TRACK_HEAD)
         for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
-            check_derived_file(path, ours, output)  # named after --output: never someone else's file
-        for path in paths[4:]:
-            check_output_file(path)
+            check_replaceable_file(path, ours, output)  # named after --output: never someone else's file
+        for path in paths[4:]:  # --bigwig
+            check_replaceable_file(path, BIGWIG_HEAD)
 
     def track_lengths(self, store) -> dict | None:
         """The bigWig header's chromosome lengths (None without --bigwig): --chrom-sizes', each

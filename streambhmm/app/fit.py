@@ -17,7 +17,7 @@ from ..distributed.cluster import OpenedStore
 from ..distributed.fitdata import FitData, load_moments
 from ..distributed.fitting import COUNTS_STORE_METHOD, MOMENT_STORE_METHOD, ONE_PASS, default_emission
 from ..distributed.em import fit_store_em
-from ..io.outputs import check_derived_file, check_output_file
+from ..io.outputs import check_replaceable_file
 from ..io.progress import em_progress, stage
 from ..io.storage import write_json
 from ..io.store import store_inputs
@@ -75,9 +75,9 @@ class FitSettings:
             path = self.output_path(m)
             inputs.check(path)
             if self.sweep:  # a name the user did not give: replaced only if it holds a model
-                check_derived_file(path, MODEL_HEAD, self.output)
+                check_replaceable_file(path, MODEL_HEAD, self.output)
             else:
-                check_output_file(path)
+                check_replaceable_file(path, MODEL_HEAD)
 
     @property
     def sweep(self) -> bool:

@@ -17,8 +17,8 @@ from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, fi
     regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
                                   write_methylation, write_posteriors)
-from ..io.outputs import (Inputs, beside_name, check_derived_file, check_distinct, check_output_file,
-                          interruptions_held, remove_leftovers, scratch_directory)
+from ..io.outputs import (Inputs, beside_name, check_distinct, check_replaceable_file, interruptions_held,
+                          remove_leftovers, scratch_directory)
 from ..io.ingest import methylated_only
 from ..io.store import store_inputs
 from ..io.bed import TRACK_HEAD
@@ -105,9 +105,9 @@ class DecodeOutputs:
         for path in self.paths:
             inputs.check(path)
             if Path(path) == Path(output):
-                check_output_file(path)
+                check_replaceable_file(path, TRACK_HEAD)
             else:  # named after it (and checked as an output too)
-                check_derived_file(path, TRACK_HEAD if path != self.table else STATE_TABLE_HEAD, output)
+                check_replaceable_file(path, TRACK_HEAD if path != self.table else STATE_TABLE_HEAD, output)
 
 
 def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:
@@ -145,8 +145,8 @@ def output_checked(path, store, *inputs) -> Path:
     cannot be written (io.outputs), or is or lies inside the counts ``store``, one of the
     other ``inputs`` the command reads or a file the store's samples were ingested from."""
     store_inputs(store, *inputs).check(path)
-    check_derived_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
-    return check_output_file(path)
+    check_replaceable_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
+    return check_replaceable_file(path, TRACK_HEAD)
 
 
 @dataclass
@@ -226,7 +226,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
     inputs = Inputs(counts.path.url, job.model if job else None, chrom_sizes, ingested=counts.ingested_files)
     for path in [path for _, path in methylation] + [path for _, paths in runs for path in paths]:
         inputs.check(path)
-        check_derived_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
+        check_replaceable_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
     # written into one scratch directory beside them and renamed into place together at the end:
     # a run stopped half way leaves none (the scratch goes with it), whatever the number of files

@@ -35,7 +35,7 @@ from ..io.blocks import text_lines
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
-from ..io.outputs import check_derived_file, check_outside
+from ..io.outputs import check_replaceable_file, check_outside
 from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
@@ -266,7 +266,7 @@ def check_summary(manifest, workdir) -> None:
                              f"store per group: give another")
     if workdir.is_local and workdir.exists():
         check_outside(workdir / SUMMARY, manifest)
-        check_derived_file(workdir / SUMMARY, SUMMARY_HEAD, "the batch's --workdir")
+        check_replaceable_file(workdir / SUMMARY, SUMMARY_HEAD, "the batch's --workdir")
 
 
 def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",

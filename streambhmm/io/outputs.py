@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -55,6 +56,12 @@ def beside_name(output, extension: str) -> Path:
     return output.with_name(stem + extension)
 
 
+def same_name(first, second) -> bool:
+    """Whether two paths name one entry, spelled alike or reached through links (a directory
+    link: --save-model sl/alias/x.bed replaced the BED sl/real/x.bed in a helper's audit)."""
+    return any(f(first) == f(second) for f in (os.path.abspath, os.path.realpath))
+
+
 def check_output_file(path) -> Path:
     """``path``, refused (naming it) when it cannot be written: its directory missing or
     unwritable, a directory in its place, a name ending in a separator (a directory's name),
@@ -79,10 +86,11 @@ def check_output_file(path) -> Path:
     return path
 
 
-def check_derived_file(path, ours: bytes, named_after) -> Path:
-    """``path``, an output the user did not name (named after their ``named_after``), refused
-    when it exists and does not begin with ``ours`` (what this command writes there): it is
-    someone else's file, which the command must not replace."""
+def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
+    """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
+    (what this command writes there): a file of the user's, or a link, which the command did
+    not write and must not replace. A file the command wrote before (a rerun) is replaced.
+    ``named_after``: the output a file the user did not name is named after."""
     path = check_output_file(path)
     if os.path.lexists(path):
         head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
@@ -93,8 +101,12 @@ def check_derived_file(path, ours: bytes, named_after) -> Path:
             finally:
                 os.close(fd)
         if head != ours:
-            raise ValueError(f"{path}: exists and is not a file this command wrote; it would be replaced by the "
-                             f"output named after {named_after}. Move it, or give another output name")
+            what = "is a link" if os.path.islink(path) else "exists and is not a file this command wrote"
+            if named_after is not None:
+                raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
+                                 f"Move it, or give another output name")
+            raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
+                             f"wrote). Move it, or give another output name")
     return path
 
 
@@ -170,11 +182,14 @@ def _check_exists(directory: Path, shown) -> None:
 
 
 def _check_directory(directory: Path, shown) -> None:
-    """Every command refuses a missing directory instead of making it, and one it cannot write in."""
+    """Every command refuses a missing directory instead of making it, and one it cannot write in.
+    Asked of the kernel, not tried with a file: a probe file would be made before the command
+    knows the directory is inside a store it reads (a helper's audit)."""
     _check_exists(directory, shown)
-    probe = temporary_path(directory / "probe")
-    os.close(_create_new(probe, os.O_WRONLY, 0o600, shown, directory))
-    probe.unlink(missing_ok=True)
+    if not os.access(directory, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+        reason = os.strerror(errno.EROFS if read_only else errno.EACCES)
+        raise ValueError(f"{shown}: cannot write in {directory} ({reason})")
 
 
 def _create_new(path: Path, flags: int, mode: int, shown, directory) -> int:
@@ -333,7 +348,7 @@ def check_distinct(named) -> None:
     . _ - +, so two samples can come to one file name."""
     seen = {}
     for path, what in named:
-        key = os.path.abspath(path)
+        key = os.path.realpath(path)  # one entry however reached (same_name)
         if key in seen:
             raise ValueError(f"{path}: both {seen[key]} and {what} would be written there (file names keep the "
                              f"letters, digits and . _ - + of sample names); rename one of the samples "

@@ -308,8 +308,11 @@ def test_the_saved_model_is_the_one_the_regions_were_found_with(methylome, tmp_p
     colours = [{line.split("\t")[8] for line in (tmp_path / f"{kind}.bed").read_text().splitlines()[1:]}
                for kind in ("hmr", "pmd")]
     assert len(colours[0]) == len(colours[1]) == 1 and colours[0] != colours[1]
+    (tmp_path / "alias").symlink_to(tmp_path)  # the BED's directory by another name: a helper's audit
     for bad, message in ((tmp_path / "x.tsv", "the regions' table is written there; give --save-model another name"),
                          (tmp_path / "x.bed", "the regions (--output) are written there"),
+                         (tmp_path / "alias" / "x.bed", "the regions (--output) are written there"),
+                         (tmp_path / "alias" / "x.tsv", "the regions' table is written there"),
                          (store / "m.json", f"is inside {store}")):
         r = run("hmr", store, "-o", tmp_path / "x.bed", "--save-model", bad, "-q")
         assert r.exit_code == 1 and message in r.output, r.output

@@ -229,6 +229,40 @@ def test_outputs_never_replace_what_the_command_did_not_write(project, tmp_path)
         assert r.exit_code == 0, r.output
 
 
+def test_a_named_output_replaces_only_what_the_command_wrote(project, tmp_path):
+    """A file of the user's, or a link, at the output's name is refused and left as it was
+    (a helper's audit: `fit -o notes.json` replaced the notes); a rerun replaces its own output."""
+    notes = tmp_path / "notes.json"
+    notes.write_text("my notes\n")
+    theirs = tmp_path / "dnmtools.bed"
+    theirs.write_text("chr21\t100\t200\tHYPO0\t5\t+\n")
+    (tmp_path / "link.bed").symlink_to(theirs)
+    model = project / "c.json"
+    refused = [("fit", project / "c.zarr", "-m", "2", "-o", notes),
+               ("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", theirs),
+               ("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", tmp_path / "link.bed"),
+               ("decode", project / "c.zarr", "--model", model, "-o", theirs)]
+    before = snapshot(tmp_path)
+    for args in refused:
+        r = run(*args, "-q")
+        assert r.exit_code == 1 and ("exists and is not a file this command wrote" in r.output
+                                     or "is a link" in r.output) and "Move it" in r.output, (args, r.output)
+    assert snapshot(tmp_path) == before and (tmp_path / "link.bed").is_symlink()
+    for _ in range(2):  # its own model, replaced
+        r = run("fit", project / "c.zarr", "-m", "2", "-o", tmp_path / "mine.json", "-q")
+        assert r.exit_code == 0, r.output
+
+
+def test_an_output_inside_the_store_is_refused_without_writing_there(project, tmp_path):
+    """The writable-directory check makes no probe file: one made inside the store, before the
+    output was found to lie there, changed the store (a helper's audit)."""
+    store = project / "c.zarr"
+    before = (snapshot(store), os.stat(store).st_mtime_ns)
+    r = run("fit", store, "-m", "2", "-o", store / "m.json", "-q")
+    assert r.exit_code == 1 and "is inside" in r.output, r.output
+    assert (snapshot(store), os.stat(store).st_mtime_ns) == before
+
+
 def test_moments_of_other_counts_are_refused(project, tmp_path):
     moments = tmp_path / "m.zarr"
     assert run("moments", project / "c.zarr", "-o", moments, "-q").exit_code == 0
