@@ -89,10 +89,11 @@ def check_output_file(path) -> Path:
 def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
     """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
     (what this command writes there): a file of the user's, or a link, which the command did
-    not write and must not replace. A file the command wrote before (a rerun) is replaced.
-    ``named_after``: the output a file the user did not name is named after."""
+    not write and must not replace. A file the command wrote before (a rerun), or an empty one
+    (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file the user
+    did not name is named after."""
     path = check_output_file(path)
-    if os.path.lexists(path):
+    if os.path.lexists(path) and not _empty_file(path):
         head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -101,13 +102,19 @@ def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
             finally:
                 os.close(fd)
         if head != ours:
-            what = "is a link" if os.path.islink(path) else "exists and is not a file this command wrote"
+            what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
             if named_after is not None:
                 raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
                                  f"Move it, or give another output name")
             raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
                              f"wrote). Move it, or give another output name")
     return path
+
+
+def _empty_file(path) -> bool:
+    """A regular file of no bytes (not a link)."""
+    mode = os.lstat(path)
+    return stat.S_ISREG(mode.st_mode) and mode.st_size == 0
 
 
 class Inputs:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from streambhmm.app.modelio import read_model
+
 from .test_cli import DATA, run
 
 pytestmark = pytest.mark.slow  # the command line, subprocesses or a Dask cluster
@@ -205,7 +207,7 @@ def test_outputs_never_replace_what_the_command_did_not_write(project, tmp_path)
     other.write_text("chrom\tpos\tmc\tcov\nchr21\t10\t1\t2\n")  # say, the input the store was made from
     r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
             tmp_path / "calls.bed", "-q")
-    assert r.exit_code == 1 and "exists and is not a file this command wrote" in r.output, r.output
+    assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output, r.output
     assert other.read_text().startswith("chrom\tpos") and not (tmp_path / "calls.bed").exists()
     os.mkfifo(tmp_path / "pipe.bed")
     r = run("regions", project / "c.zarr", "--model", project / "c.json", "--targets", "0", "-o",
@@ -245,12 +247,13 @@ def test_a_named_output_replaces_only_what_the_command_wrote(project, tmp_path):
     before = snapshot(tmp_path)
     for args in refused:
         r = run(*args, "-q")
-        assert r.exit_code == 1 and ("exists and is not a file this command wrote" in r.output
+        assert r.exit_code == 1 and ("exists and does not begin as this command's output does" in r.output
                                      or "is a link" in r.output) and "Move it" in r.output, (args, r.output)
     assert snapshot(tmp_path) == before and (tmp_path / "link.bed").is_symlink()
-    for _ in range(2):  # its own model, replaced
+    (tmp_path / "mine.json").touch()  # an empty file (mktemp's) holds nothing to lose
+    for _ in range(2):  # then its own model, replaced
         r = run("fit", project / "c.zarr", "-m", "2", "-o", tmp_path / "mine.json", "-q")
-        assert r.exit_code == 0, r.output
+        assert r.exit_code == 0 and read_model(tmp_path / "mine.json").n_states == 2, r.output
 
 
 def test_an_output_inside_the_store_is_refused_without_writing_there(project, tmp_path):
@@ -377,11 +380,13 @@ def test_no_command_writes_over_its_inputs_or_files_it_did_not_write(project, tm
         (("decode", project / "c.zarr", "--model", model, "-o", model), f"{model}: is {model}, which this command reads"),
         (("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", model),
          f"{model}: is {model}, which this command reads"),
-        (("decode", project / "c.zarr", "--model", model, "-o", tmp_path / "s.bed"), "s.states.tsv: exists and is not"),
+        (("decode", project / "c.zarr", "--model", model, "-o", tmp_path / "s.bed"),
+         "s.states.tsv: exists and does not begin"),
         (("decode", project / "c.zarr", "--model", model, "-o", project / "c.zarr" / "x.bed"), "is inside"),
         (("fit", project / "c.zarr", "-m", "2", "-o", project / "c.zarr" / "zarr.json"), "is inside"),
-        (("fit", project / "c.zarr", "-m", "2,3", "-o", tmp_path / "sweep.json"), "sweep.m2.json: exists and is not"),
-        (("tracks", project / "c.zarr", "-o", tmp_path / "t"), "t.H1.methylation.bw: exists and is not"),
+        (("fit", project / "c.zarr", "-m", "2,3", "-o", tmp_path / "sweep.json"),
+         "sweep.m2.json: exists and does not begin"),
+        (("tracks", project / "c.zarr", "-o", tmp_path / "t"), "t.H1.methylation.bw: exists and does not"),
         (("decode", project / "c.zarr", "--model", model, "-o", project / ".c.zarr.lock"),  # the helper's audit
          "the store's lock file, which commands on it share"),
     ]

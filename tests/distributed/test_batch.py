@@ -156,7 +156,7 @@ def test_the_summary_never_replaces_the_manifest_or_a_users_file(tmp_path):
     mine.parent.mkdir()
     mine.write_text("my notes\n")
     r = run("batch", manifest, "--workdir", mine.parent, "-q")
-    assert r.exit_code == 1 and "exists and is not a file this command wrote" in r.output, r.output
+    assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output, r.output
     assert manifest.read_text() == before and mine.read_text() == "my notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["batch-summary.tsv", "work"]
 
