@@ -113,8 +113,8 @@ def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
 
 def _empty_file(path) -> bool:
     """A regular file of no bytes (not a link)."""
-    mode = os.lstat(path)
-    return stat.S_ISREG(mode.st_mode) and mode.st_size == 0
+    entry = os.lstat(path)
+    return stat.S_ISREG(entry.st_mode) and entry.st_size == 0
 
 
 class Inputs:
