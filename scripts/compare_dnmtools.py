@@ -8,9 +8,11 @@ no EM-polished calls, no quarter of the reads, no bedtools check.)
 
 Also timed, as a floor under our job: a Python process that only imports the fixed stack the
 call needs (numpy, scipy.optimize, dask, zarr, numba) and runs one cached numba kernel, doing
-no work. Our job starts two such processes (`ingest`, then the call; `ingest` loads no numba
-kernel), so where DNMTools' whole job takes less than our measured ingest plus that floor, no
-work we could save in the call would bring ours level with it.
+no work. Our job starts two processes (`ingest`, then the call; `ingest` loads no numba kernel),
+so where DNMTools' whole job takes less than our measured ingest plus that floor, no work we
+could save in the call would bring ours level with it. A second, barer floor (numpy,
+scipy.optimize and zarr only: a call without numba kernels or Dask) bounds what rewriting the
+call without them could gain.
 
 Data (../shared/data/real, replicates summed as DNMTools' input converter sums them):
 
@@ -92,12 +94,13 @@ def total(x):
 
 total(np.ones(3))
 """
+BARE_FLOOR = "import numpy, scipy.optimize, zarr\n"
 
 
-def floor_seconds(work: Path, repeats: int) -> float:
-    """The fastest of ``repeats`` runs of the FLOOR process (its kernel cached by a first run)."""
+def floor_seconds(work: Path, repeats: int, code: str = FLOOR) -> float:
+    """The fastest of ``repeats`` runs of a process running ``code`` (its kernel cached by a first run)."""
     script = work / "floor.py"
-    script.write_text(FLOOR)
+    script.write_text(code)
     subprocess.run([sys.executable, script], check=True)
     return min(timed("floor", [sys.executable, script], work / "memtime.jsonl")["wall_s"] for _ in range(repeats))
 
@@ -309,9 +312,9 @@ def main():
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streambhmm-dnmtools-"))
     work.mkdir(parents=True, exist_ok=True)
     results, beds = {}, []
-    floor = floor_seconds(work, args.repeats)
-    print(f"floor: a process importing the stack and loading one cached numba kernel, doing no work: {floor:.2f} s",
-          flush=True)
+    floor, bare = floor_seconds(work, args.repeats), floor_seconds(work, args.repeats, BARE_FLOOR)
+    print(f"floor: a process importing the stack and loading one cached numba kernel, doing no work: {floor:.2f} s; "
+          f"importing numpy, scipy.optimize and zarr only: {bare:.2f} s", flush=True)
     for key in args.sets.split(","):
         title, files, fmt = SETS[key]
         here = work / key
@@ -330,7 +333,8 @@ def main():
             print(f"{title} {kind}: ours {ours['seconds']:.2f} s ({steps(ours)}) {message[:300]}; DNMTools "
                   f"{theirs['seconds']:.2f} s ({steps(theirs)}); ratio {ours['seconds'] / theirs['seconds']:.2f}; "
                   f"CPU s {ours['cpu']:.2f} / {theirs['cpu']:.2f}; "
-                  f"our ingest + floor {ours['steps']['ingest'] + floor:.2f} s", flush=True)
+                  f"our ingest + floor {ours['steps']['ingest'] + floor:.2f} s "
+                  f"(bare {ours['steps']['ingest'] + bare:.2f} s)", flush=True)
     report(results, work)
     if args.timing_only:
         print(f"\nfiles in {work}")
