@@ -1,3 +1,4 @@
+import gzip
 import json
 import re
 import subprocess
@@ -68,6 +69,34 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
             env={"STREAMBHMM_SCHEDULER": scheduler})
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "m1.json").read_text())["samples"] == ["IMR90"]
+
+
+def test_info_describes_a_moment_store(tmp_path):
+    """`info` on a moment store (it said "not a streambhmm counts store"): its feature, samples,
+    source and triples per chromosome, whose total is the moments' own count."""
+    from streambhmm.moments.momentstore import load_total
+
+    for args in (("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", tmp_path / "a.zarr", "-q"),
+                 ("moments", "compute", tmp_path / "a.zarr", "--output", tmp_path / "a.m.zarr", "-q")):
+        r = run(*args)
+        assert r.exit_code == 0, (args, r.output)
+    r = run("info", tmp_path / "a.m.zarr")
+    moments, _ = load_total(tmp_path / "a.m.zarr")
+    assert r.exit_code == 0 and "moment store v3, complete" in r.output, r.output
+    assert "Beta map of 30 bins per sample" in r.output and "samples: H1" in r.output
+    assert f"from the counts store {tmp_path / 'a.zarr'} (100 bp bins)" in r.output
+    assert re.search(rf"^total\s+1\s+{moments.n_triples:,}$", r.output, re.M), r.output
+    # merged with the moments of another chromosome: the same rows, named chr22
+    rows = gzip.decompress((DATA / "dmrseq_H1_r2.chr21.tsv.gz").read_bytes()).replace(b"chr21\t", b"chr22\t")
+    (tmp_path / "chr22.tsv").write_bytes(rows)
+    for args in (("ingest", tmp_path / "chr22.tsv", "--sample", "H1", "--store", tmp_path / "c.zarr", "-q"),
+                 ("moments", "compute", tmp_path / "c.zarr", "--output", tmp_path / "c.m.zarr", "-q"),
+                 ("moments", "merge", tmp_path / "a.m.zarr", tmp_path / "c.m.zarr", "--output", tmp_path / "m.zarr")):
+        r = run(*args)
+        assert r.exit_code == 0, (args, r.output)
+    r = run("info", tmp_path / "m.zarr")
+    assert r.exit_code == 0 and f"merged from {tmp_path / 'a.m.zarr'}, {tmp_path / 'c.m.zarr'}" in r.output, r.output
+    assert re.search(r"^chr22\s+1\s", r.output, re.M) and re.search(r"^total\s+2\s", r.output, re.M), r.output
 
 
 @pytest.mark.parametrize("body,fragment", [

@@ -61,9 +61,13 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 @user_errors
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
-    counts are read)."""
+    counts are read), or what a moment store holds (from its manifest)."""
     from ...io.ingest import methylated_only, unmethylated_rows
+    from ...moments.momentstore import is_moment_store
 
+    if is_moment_store(store):
+        _moment_store_info(store)
+        return
     # the shared lock completes a commit a killed ingest left, and none lands meanwhile
     with store_session(store, dask=False) as opened:
         st = opened.store
@@ -113,3 +117,38 @@ def upgrade(store, quiet):
     n = upgrade_store(store, echo=(lambda message: None) if quiet else click.echo)
     click.echo(f"{store}: {n} sample(s) converted to counts store format version 2 "
                f"({time.perf_counter() - start:.1f} s)")
+
+
+def _moment_store_info(store) -> None:
+    """A moment store's feature, samples, source and partials per chromosome."""
+    from ...io.store import locked
+    from ...moments.momentstore import read_manifest
+
+    with locked(store, shared=True):  # a `moments compute` updating it finishes first
+        manifest = read_manifest(store)
+    feature = manifest.feature
+    state = "complete" if manifest.complete else "incomplete (`streambhmm moments compute` resumes it)"
+    click.echo(f"{shown(store)}: moment store v{manifest.format_version}, {state}, written by "
+               f"{shown(manifest.created_by)}, updated {shown(manifest.updated)}")
+    kind = (f"projected to {feature['dim']} dimensions (seed {feature['seed']})" if feature.get("kind") == "projected"
+            else "concatenated")
+    click.echo(f"  feature: Beta map of {feature['n_bins']} bins per sample, {kind}"
+               f"{', samples pooled' if feature.get('pooled') else ''}; blocks of {feature['block_size']:,} bins")
+    click.echo(f"  samples: {', '.join(shown(s) for s in manifest.samples)}")
+    source = manifest.source
+    bins = f" ({source['bin_size']} bp bins)" if source.get("bin_size") else ""
+    if source.get("counts_store"):
+        click.echo(f"  from the counts store {shown(source['counts_store'])}{bins}")
+    elif source.get("merged_from"):
+        click.echo(f"  merged from {', '.join(shown(m) for m in source['merged_from'])}{bins}")
+    per_chromosome = {}
+    for entry in manifest.partials:
+        parts, triples = per_chromosome.get(entry["chromosome"], (0, 0))
+        per_chromosome[entry["chromosome"]] = (parts + 1, triples + entry["n_triples"])
+    names = [shown(c) for c in per_chromosome]
+    width = max(10, *(len(c) for c in names)) if names else 10
+    click.echo(f"\n{'chromosome':<{width}} {'partials':>9} {'triples':>13}")
+    for name, (parts, triples) in zip(names, per_chromosome.values()):
+        click.echo(f"{name:<{width}} {parts:>9,} {triples:>13,}")
+    click.echo(f"{'total':<{width}} {len(manifest.partials):>9,} "
+               f"{sum(t for _, t in per_chromosome.values()):>13,}")
