@@ -30,6 +30,14 @@ class SettingsMismatch(MomentStoreError):
     """A moment store of other feature settings or samples than a run's."""
 
 
+def is_moment_store(path) -> bool:
+    return (Location.of(path) / MANIFEST).exists()
+
+
+def read_manifest(root) -> "Manifest":
+    return Manifest.read(root)
+
+
 def partial_relpath(chrom: str, chunk: int, digest: str) -> str:
     return f"partials/{chrom}/{chunk:06d}-{digest[:32]}"
 

@@ -36,7 +36,8 @@ from ..io.outputs import Inputs
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
-from .manifest import MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError, partial_relpath
+from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
+                       is_moment_store, partial_relpath, read_manifest)
 from .partials import WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial, write_partial
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_partial,
                        select_samples, tree_reduce)
@@ -255,14 +256,6 @@ def _partials_on_disk(root: Location) -> tuple[dict[str, Location], list[Locatio
             else:
                 foreign.append(entry)
     return ours, foreign
-
-
-def is_moment_store(path) -> bool:
-    return (Location.of(path) / MANIFEST).exists()
-
-
-def read_manifest(root) -> Manifest:
-    return Manifest.read(root)
 
 
 def load_partials(root) -> tuple[list[ChunkPartial], Manifest]:

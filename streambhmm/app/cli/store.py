@@ -63,7 +63,7 @@ def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read), or what a moment store holds (from its manifest)."""
     from ...io.ingest import methylated_only, unmethylated_rows
-    from ...moments.momentstore import is_moment_store
+    from ...moments.manifest import is_moment_store  # not momentstore: no numba kernels for `info`
 
     if is_moment_store(store):
         _moment_store_info(store)
@@ -122,7 +122,7 @@ def upgrade(store, quiet):
 def _moment_store_info(store) -> None:
     """A moment store's feature, samples, source and partials per chromosome."""
     from ...io.store import locked
-    from ...moments.momentstore import read_manifest
+    from ...moments.manifest import read_manifest
 
     with locked(store, shared=True):  # a `moments compute` updating it finishes first
         manifest = read_manifest(store)
