@@ -649,7 +649,8 @@ def test_a_stop_while_pmd_commits_its_summed_store_stops_it(methylome, tmp_path)
 def test_ctrl_c_on_a_cluster_of_worker_processes_prints_no_traceback(methylome, tmp_path):
     """Ctrl-C during the moment pass on the embedded cluster of worker processes: distributed
     logs tracebacks as the run stops (a future cancelled before it exists, a worker's heartbeat
-    cut off by its closing); streambhmm.distributed.stopping_logs filters them out."""
+    cut off by its closing) and errors (a gather of results already forgotten);
+    streambhmm.distributed.stopping_logs filters them out."""
     store, _ = methylome
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "STREAMBHMM_IN_PROCESS_MAX": "0"}
     log_path = tmp_path / "log.txt"
@@ -712,6 +713,14 @@ def test_the_stopping_filters_drop_only_what_they_name():
     assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("ConnectionPool closing.")))
     assert not stopping_logs._closing_heartbeat(record(heartbeat, CommClosedError("in <TLS (closed)>: Stream is closed")))
     assert stopping_logs._closing_heartbeat(record(heartbeat, OSError("Timed out trying to connect")))
+
+    def gather(states):  # as distributed's scheduler logs it
+        return logging.LogRecord("distributed.scheduler", logging.ERROR, __file__, 1, "Couldn't gather keys: %s",
+                                 (states,), None)
+
+    assert not stopping_logs._forgotten_gather(gather({"add_moments-5d1f": "forgotten"}))
+    assert stopping_logs._forgotten_gather(gather({"add_moments-5d1f": "forgotten", "x": "memory"}))
+    assert stopping_logs._forgotten_gather(gather({}))
 
 
 def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatch, capsys):
