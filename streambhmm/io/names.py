@@ -51,18 +51,20 @@ def new_chromosome_name_problem(name: str) -> str | None:
     return problem
 
 
-def sample_name_problem(name) -> str | None:
+def sample_name_problem(name, what: str = "sample") -> str | None:
     """Why ``name`` cannot name a sample, or None. Valid: 1-255 bytes of printable UTF-8
     without whitespace (a sample's name is part of its states' labels, BED names that
     cannot hold blanks), '/' or '\\' (decode and tracks name files after it) or ','
-    (--samples lists names separated by commas)."""
+    (--samples lists names separated by commas). ``what``: "group" for a sample sheet's
+    groups, which label states and head columns alike (--contrast lists them)."""
     if not isinstance(name, str):
-        return f"sample name {name!r:.100} is not text"
-    problem = _name_problem(name, "sample")
+        return f"{what} name {name!r:.100} is not text"
+    problem = _name_problem(name, what)
     if problem:
         return problem
     if "," in name:
-        return "sample name with ',' (--samples separates names with commas)"
+        option = "--samples" if what == "sample" else "--contrast"
+        return f"{what} name with ',' ({option} separates names with commas)"
     return None
 
 

@@ -34,7 +34,19 @@ class Parser:
 
     def __call__(self, data) -> dict[int, pa.Array]:
         table = pcsv.read_csv(pa.py_buffer(data), self.read, self.parse_options, self.convert)
+        if b"0x" in data or b"0X" in data:  # rare: a name's, or a count pyarrow read as hexadecimal
+            self._refuse_hexadecimal(data)
         return {i: table.column(f"f{i}").combine_chunks() for i in self.types}
+
+    def _refuse_hexadecimal(self, data: bytes) -> None:
+        """pyarrow reads 0x10 in an integer column as 16 (a helper's audit stored such counts):
+        ArrowInvalid, as for any field it cannot parse, so that the line is found and explained."""
+        integers = [i for i, kind in self.types.items() if kind == pa.int64()]
+        for line in data.split(b"\n"):
+            if b"0x" in line or b"0X" in line:
+                fields = line.split(b"\t")
+                if any(i < len(fields) and HEXADECIMAL.match(fields[i]) for i in integers):
+                    raise pa.ArrowInvalid("a hexadecimal integer")
 
     def columns(self, data: bytes) -> tuple[dict[int, pa.Array], bytes]:
         """Columns of a block and the text they came from; a line that does not parse is a
@@ -70,6 +82,8 @@ class BadLine(Exception):
 
 
 INTEGER = re.compile(rb"-?[0-9]+")
+HEXADECIMAL = re.compile(rb"0[xX]")
+INT64_DIGITS = 19  # more digits are out of int64's range whatever they are (and int() refuses 4,301)
 
 
 def explain(line: bytes, layout: Layout, reason: str, variable: bool = False) -> str:
@@ -86,10 +100,12 @@ def explain(line: bytes, layout: Layout, reason: str, variable: bool = False) ->
                 field.decode("utf-8")
             except UnicodeDecodeError:
                 return f"{what}: invalid UTF-8"
+        elif kind == pa.int64() and HEXADECIMAL.match(field):
+            return f"{what}: hexadecimal, not a decimal integer"
         elif kind == pa.int64() and not INTEGER.fullmatch(field):
             return f"{what}: {'not an integer' if _is_number(field) else 'not a number'}"
-        elif kind == pa.int64() and not -2 ** 63 <= int(field) < 2 ** 63:
-            return f"{what}: {'too large' if int(field) > 0 else 'negative'}"
+        elif kind == pa.int64() and (len(field.lstrip(b"-")) > INT64_DIGITS or not -2 ** 63 <= int(field) < 2 ** 63):
+            return f"{what}: {'negative' if field.startswith(b'-') else 'too large'}"
         elif kind == pa.float64() and not _is_number(field):
             return f"{what}: not a number"
     return f"cannot parse ({reason.splitlines()[0]})"

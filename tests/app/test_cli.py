@@ -106,6 +106,10 @@ def test_info_describes_a_moment_store(tmp_path):
     ("chr1\t30\t+\t1\t5\nchr1\t20\t+\t1\t5\nchr1\t30\t+\t1\t5\n", ":4: repeats the chromosome, position and strand "
                                                                    "of line 2"),
     ("", ": the file is empty"),
+    # pyarrow reads 0x10 as 16 (a helper's audit stored such counts); int() refuses 4,301 digits
+    ("chr1\t10\t+\t1\t5\nchr1\t20\t+\t0x10\t0x20\n", ":3: malformed tsv line: field 4 ('0x10'): hexadecimal"),
+    ("chr1\t0x10\t+\t1\t5\n", ":2: malformed tsv line: field 2 ('0x10'): hexadecimal"),
+    ("chr1\t10\t+\t1\t" + "9" * 4301 + "\n", ":2: malformed tsv line: field 5 ('999"),
 ])
 def test_bad_input_exits_nonzero_and_keeps_the_store(tmp_path, body, fragment):
     store = tmp_path / "counts.zarr"

@@ -226,6 +226,10 @@ def small(tmp_path):
     ("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nB2\tb\n", r"sheet.tsv, line 5: group 'b' differs from 'B' \(line 4\) "
                                                         r"only in case"),
     ("sample,group\nA1,A\nB1,B\n", r"the header has no column sample or group .*Commas do not separate its columns"),
+    # a NUL or an escape in a group's name made a group of its own (a helper's audit)
+    ("sample\tgroup\nA1\tA\x00\nA2\tA\nB1\tB\n", r"sheet.tsv, line 2: invalid group name with a control or "
+                                                  r"whitespace character: 'A\\x00'"),
+    ("sample\tgroup\nA1\tA,B\nB1\tB\n", r"line 2: invalid group name with ',' \(--contrast separates names"),
 ])
 def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
     """Refused before the cluster starts: the scheduler given does not exist, and the error
