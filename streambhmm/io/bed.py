@@ -3,6 +3,8 @@ states' names and colours."""
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 # Strand of every BED line: CpG methylation is strand-symmetric, and BED tools' -s skips '.'
@@ -25,7 +27,10 @@ def bed_order(chromosomes) -> list[str]:
     return sorted(chromosomes)
 
 
-TRACK_HEAD = b'track name="'  # how every BED this tool writes begins (track_line)
+# How every BED this tool writes begins (track_line): a whole line of its shape, its description
+# one of the commands' ("HMRs of ...", "states of ...", "DMRs between ..."); a prefix alone
+# passed a user's UCSC track as ours, and `hmr -o` replaced it (a helper's audit)
+TRACK_HEAD = re.compile(rb'track name="[^"\n]*" description="[^"\n]*( of | between )[^"\n]*" itemRgb="On"\n')
 
 
 def track_line(name: str, description: str) -> str:

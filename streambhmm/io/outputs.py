@@ -86,9 +86,10 @@ def check_output_file(path) -> Path:
     return path
 
 
-def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
+def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> Path:
     """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
-    (what this command writes there): a file of the user's, or a link, which the command did
+    (what this command writes there: bytes, or a pattern its first bytes match): a file of
+    the user's, or a link, which the command did
     not write and must not replace. A file the command wrote before (a rerun), or an empty one
     (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file the user
     did not name is named after."""
@@ -98,10 +99,10 @@ def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                head = os.read(fd, len(ours))
+                head = os.read(fd, len(ours) if isinstance(ours, bytes) else HEAD_BYTES)
             finally:
                 os.close(fd)
-        if head != ours:
+        if not (head == ours if isinstance(ours, bytes) else ours.match(head)):
             what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
             if named_after is not None:
                 raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
@@ -109,6 +110,9 @@ def check_replaceable_file(path, ours: bytes, named_after=None) -> Path:
             raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
                              f"wrote). Move it, or give another output name")
     return path
+
+
+HEAD_BYTES = 1 << 16  # read to match a pattern of a file's first line (a track line names its samples)
 
 
 def _empty_file(path) -> bool:

@@ -239,8 +239,11 @@ def test_a_named_output_replaces_only_what_the_command_wrote(project, tmp_path):
     theirs = tmp_path / "dnmtools.bed"
     theirs.write_text("chr21\t100\t200\tHYPO0\t5\t+\n")
     (tmp_path / "link.bed").symlink_to(theirs)
+    peaks = tmp_path / "peaks.bed"  # a UCSC track of the user's: it begins as ours do (a helper's audit)
+    peaks.write_text('track name="My peaks" description="peaks, the only copy" itemRgb="On"\nchr21\t100\t200\tp1\n')
     model = project / "c.json"
     refused = [("fit", project / "c.zarr", "-m", "2", "-o", notes),
+               ("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", peaks),
                ("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", theirs),
                ("regions", project / "c.zarr", "--model", model, "--targets", "0", "-o", tmp_path / "link.bed"),
                ("decode", project / "c.zarr", "--model", model, "-o", theirs)]
