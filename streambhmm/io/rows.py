@@ -36,10 +36,18 @@ BOM = b"\xef\xbb\xbf"
 
 
 def quoted(text: str) -> str:
-    """``text`` quoted for a message, cut to SHOWN characters."""
-    if len(text) <= SHOWN:
+    """``text`` quoted for a message, cut to SHOWN characters as shown: escapes count, but for a
+    tab's (a field of NULs, each shown as four, made a message of 950 characters in a helper's
+    audit)."""
+    kept, size = 0, 0
+    for c in text[:SHOWN]:
+        size += 1 if c == "\t" else len(repr(c)) - 2
+        if size > SHOWN:
+            break
+        kept += 1
+    if kept == len(text):
         return repr(text)
-    return f"{text[:SHOWN]!r} (the first {SHOWN} of {len(text):,} characters)"
+    return f"{text[:kept]!r} (the first {kept} of {len(text):,} characters)"
 
 
 def shown(text) -> str:

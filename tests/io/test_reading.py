@@ -604,6 +604,10 @@ def test_messages_quote_at_most_200_characters(tmp_path):
     assert err.text == ("chr1\t10\t+\t1\t" + "x" * 5000)[:200]
     assert str(err).count("(the first 200 of") == 2 and "x" * 201 not in str(err)  # the field and the line
     assert "(the first 200 of 5,012 characters)" in str(err) and len(str(err)) < 700
+    # escapes count: a field of control characters, each shown as four, made a message of 950
+    path = write(tmp_path, "nul.tsv", HEADER + "chr1\t10\t+\t1\t" + "\x01" * 100 + "\n")
+    err = error_of(path)
+    assert "(the first 50 of 100 characters)" in str(err) and len(str(err)) < 700, str(err)
 
 
 def test_a_fifo_is_named_as_such(tmp_path):
