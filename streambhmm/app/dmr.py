@@ -21,7 +21,6 @@ ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
 from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
 from ..distributed.tracks import BIGWIG_HEAD, BigWigWriter, chromosome_lengths, read_chrom_sizes
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
-from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair
+from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair, same_name
 from ..io.progress import em_progress, stage
 from ..io.store import store_inputs
 from ..learn.checks import stationary_weights
@@ -72,7 +71,7 @@ class DmrJob:
         of one name."""
         check_regions_name(self.output)
         paths = self.outputs
-        if len({os.path.realpath(p) for p in paths}) < len(paths):  # through a directory's link too
+        if any(same_name(a, b) for k, a in enumerate(paths) for b in paths[k + 1:]):  # links too
             raise ValueError(f"{self.bigwig}: the track would replace one of the regions' files "
                              f"({', '.join(map(str, paths[:-1]))}); give it another name")
         inputs = store_inputs(self.store, self.sheet.path, self.chrom_sizes)

@@ -91,8 +91,9 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
             raise ValueError(f"{path}, line {number}: no sample named for group {group[:100]!r}: {line[:200]!r}")
         if group.upper() in ("", "NA"):
             raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} has no group: {line[:200]!r}")
-        if sample_name_problem(group, "group"):  # a NUL or an escape made a group of its own (a helper's audit)
-            raise ValueError(f"{path}, line {number}: invalid {sample_name_problem(group, 'group')}: "
+        problem = sample_name_problem(group, "group")  # a NUL or an escape made a group of its own (an audit)
+        if problem:
+            raise ValueError(f"{path}, line {number}: invalid {problem}: "
                              f"{group[:100]!r}; use letters, digits and . _ - + (e.g. case)")
         if sample in seen:
             raise ValueError(f"{path}, line {number}: sample {sample[:100]!r} is listed again (first on line "

@@ -4,7 +4,6 @@ states' names and colours."""
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 # Strand of every BED line: CpG methylation is strand-symmetric, and BED tools' -s skips '.'

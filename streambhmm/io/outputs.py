@@ -59,7 +59,7 @@ def beside_name(output, extension: str) -> Path:
 def same_name(first, second) -> bool:
     """Whether two paths name one entry, spelled alike or reached through links (a directory
     link: --save-model sl/alias/x.bed replaced the BED sl/real/x.bed in a helper's audit)."""
-    return any(f(first) == f(second) for f in (os.path.abspath, os.path.realpath))
+    return os.path.realpath(first) == os.path.realpath(second)
 
 
 def check_output_file(path) -> Path:
@@ -86,23 +86,26 @@ def check_output_file(path) -> Path:
     return path
 
 
+HEAD_BYTES = 1 << 16  # read to match what a file begins with (a track line names its samples)
+
+
 def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> Path:
     """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
-    (what this command writes there: bytes, or a pattern its first bytes match): a file of
-    the user's, or a link, which the command did
-    not write and must not replace. A file the command wrote before (a rerun), or an empty one
-    (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file the user
-    did not name is named after."""
+    (what this command writes there: bytes, or a pattern of them): a file of the user's, or a
+    link, which the command did not write and must not replace. A file the command wrote
+    before (a rerun), or an empty one (`mktemp`'s: nothing to lose), is replaced.
+    ``named_after``: the output a file the user did not name is named after."""
     path = check_output_file(path)
     if os.path.lexists(path) and not _empty_file(path):
+        pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
         head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
         with contextlib.suppress(OSError):
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
-                head = os.read(fd, len(ours) if isinstance(ours, bytes) else HEAD_BYTES)
+                head = os.read(fd, HEAD_BYTES)
             finally:
                 os.close(fd)
-        if not (head == ours if isinstance(ours, bytes) else ours.match(head)):
+        if not pattern.match(head):
             what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
             if named_after is not None:
                 raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
@@ -110,9 +113,6 @@ def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> 
             raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
                              f"wrote). Move it, or give another output name")
     return path
-
-
-HEAD_BYTES = 1 << 16  # read to match a pattern of a file's first line (a track line names its samples)
 
 
 def _empty_file(path) -> bool:
