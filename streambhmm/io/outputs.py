@@ -83,7 +83,31 @@ def check_output_file(path) -> Path:
                 raise ValueError(f"{path}: is a link to {os.path.realpath(path)}, not to a regular file (a "
                                  f"terminal, pipe or device); outputs are written beside their name and moved into "
                                  f"place, which would replace the link: give the name of a file to write")
+    _checked[os.path.abspath(path)] = _identity(path)
     return path
+
+
+# What each checked output path held when it was checked (None: nothing), so that a file put
+# there while the command ran is not replaced by its output (the check is made before any work)
+_checked: dict[str, tuple | None] = {}
+
+
+def _identity(path) -> tuple | None:
+    """What is at ``path`` (not following a link), as far as a replacement of it would tell."""
+    try:
+        entry = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return entry.st_dev, entry.st_ino, entry.st_mode, entry.st_size, entry.st_mtime_ns
+
+
+def _check_unchanged(path: Path) -> None:
+    """Refuse to replace what was put at ``path`` after it was checked (check_output_file)."""
+    key = os.path.abspath(path)
+    if key in _checked and _identity(path) != _checked[key]:
+        what = "was made" if _checked[key] is None else "was changed or replaced"
+        raise ValueError(f"{path}: {what} while this command ran, after it was checked; it is left as it is and "
+                         f"this run's output is not written there. Move it, or give another output name")
 
 
 HEAD_BYTES = 1 << 16  # read to match what a file begins with (a track line names its samples)
@@ -278,6 +302,8 @@ def _put_in_place_together(written: list) -> None:
         os.fsync(item.fd)
     replaced, asides = [], []
     with interruptions_held():
+        for item in written:
+            _check_unchanged(item.path)  # all before any rename: a refusal leaves every file as it was
         try:
             for item in written:
                 aside = _set_aside(item.path)
@@ -376,10 +402,14 @@ def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
 
 
 def _replace(tmp: Path, path: Path) -> None:
+    _check_unchanged(path)
     try:
         os.replace(tmp, path)
     except OSError as exc:  # an immutable file, another user's in a sticky directory
         raise ValueError(f"{path}: cannot be replaced ({exc.strerror}); it is left as it was") from None
+    key = os.path.abspath(path)
+    if key in _checked:
+        _checked[key] = _identity(path)  # ours now: the command may write it again
 
 
 def sync_directory(directory) -> None:

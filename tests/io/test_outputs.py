@@ -59,6 +59,38 @@ def test_files_written_together_appear_together_or_not_at_all(tmp_path, stopped)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(path.name for path in paths)  # no temporary
 
 
+@pytest.mark.parametrize("before", [None, "our earlier output\n"])
+def test_a_file_put_at_an_output_while_the_command_runs_is_kept(tmp_path, before):
+    # outputs are checked before any work: a file the user put there during a long run was
+    # replaced by its output, and so was one changed since the check
+    paths = [tmp_path / "r.bed", tmp_path / "r.tsv"]
+    for path in paths:
+        if before is not None:
+            path.write_text(before)
+        check_output_file(path)
+    paths[1].unlink(missing_ok=True)
+    paths[1].write_text("the user's notes\n")
+    with pytest.raises(ValueError, match="r.tsv: was (made|changed or replaced) while this command ran"):
+        with written_together():
+            for path in paths:
+                with replacing(path) as fh:
+                    fh.write("new\n")
+    assert paths[1].read_text() == "the user's notes\n"
+    assert paths[0].read_text() == before if before is not None else not paths[0].exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.bed", "r.tsv"][before is None:]  # no temporary
+    with pytest.raises(ValueError, match="was made while this command ran"):  # one file on its own too
+        check_output_file(tmp_path / "alone.bed")
+        (tmp_path / "alone.bed").write_text("theirs\n")
+        with replacing(tmp_path / "alone.bed") as fh:
+            fh.write("new\n")
+    assert (tmp_path / "alone.bed").read_text() == "theirs\n"
+    check_output_file(paths[1])  # a new check takes what is there now; the command's own file it may replace again
+    for _ in range(2):
+        with replacing(paths[1]) as fh:
+            fh.write("new\n")
+    assert paths[1].read_text() == "new\n"
+
+
 def test_a_set_whose_rename_fails_half_way_is_put_back(tmp_path, monkeypatch):
     # the review: the files renamed before a failing one stayed new, beside old ones
     paths = [tmp_path / name for name in ("a.bed", "b.bed", "c.tsv")]
