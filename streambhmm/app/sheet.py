@@ -57,7 +57,7 @@ class SampleSheet:
 
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     """Read a sample sheet (see the module docstring; the groups from ``group_column``),
-    refusing, with the file and line, a missing header column, a row of the wrong width, an
+    refusing, with the file and line, a missing or repeated header column, a row of the wrong width, an
     empty or repeated sample, an empty group, and a sheet of fewer than two groups."""
     path = str(path)
     columns = (SHEET_COLUMNS[0], group_column)
@@ -79,6 +79,10 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
                   f"{', '.join(other)[:200]})." if group_column in missing and other and not commas else "")
         raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "
                          f"has a header naming the columns {' and '.join(columns)}): {header[:200]!r}.{commas}{choose}")
+    twice = [c for c in columns if names.count(c) > 1]
+    if twice:  # names.index would take the first of them, whichever the user meant
+        raise ValueError(f"{path}, line {number}: the header names the column {twice[0]!r} {names.count(twice[0])} "
+                         f"times; which to read is unclear. Rename the others: {header[:200]!r}")
     at = [names.index(c) for c in columns]
     samples, groups, lines, seen = [], [], [], {}
     for number, line in rows[1:]:

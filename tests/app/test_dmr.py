@@ -230,6 +230,9 @@ def small(tmp_path):
     ("sample\tgroup\nA1\tA\x00\nA2\tA\nB1\tB\n", r"sheet.tsv, line 2: invalid group name with a control or "
                                                   r"whitespace character: 'A\\x00'"),
     ("sample\tgroup\nA1\tA,B\nB1\tB\n", r"line 2: invalid group name with ',' \(--contrast separates names"),
+    # the first of two group columns was read, whichever the user meant
+    ("sample\tgroup\tgroup\nA1\tA\tX\nB1\tB\tX\n", r"sheet.tsv, line 1: the header names the column 'group' 2 "
+                                                   r"times"),
 ])
 def test_a_bad_sheet_is_refused_before_any_work(small, text, message):
     """Refused before the cluster starts: the scheduler given does not exist, and the error
