@@ -89,6 +89,8 @@ def _bgzf_cut(fh) -> bool:
     return position == size and last != BGZF_EOF
 
 
+# a gzip member's trailer that does not match its data (gzip's and isal's messages)
+TRAILER_ERROR = re.compile(r"CRC check failed|Incorrect length of data produced")
 PIECE = 1 << 18  # decompressed per read: a corrupt stream loses at most this much before its error
 
 
@@ -201,6 +203,11 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
                     raise FormatError(path, None, None, f"the gzip data end at byte {end:,}, followed by {junk:,} "
                                       f"{what} not gzip (appended to the file?); keep the data with head -c {end} "
                                       f"FILE > FIXED") from None
+                if TRAILER_ERROR.search(str(piece)):  # found at a member's end: no line is to blame
+                    raise FormatError(path, None, None, f"its data decompress whole but do not match the checksum or "
+                                      f"length gzip recorded for them ({piece}): the file was damaged, or changed "
+                                      f"after it was compressed, somewhere in it (`gzip -t` says the same). Copy or "
+                                      f"make it again") from None
                 raise FormatError(path, max(line, _lines_before_damage(path) + 1), None,
                                   f"corrupt or truncated compressed data at or after this line "
                                   f"({type(piece).__name__}: {piece})")
