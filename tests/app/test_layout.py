@@ -75,3 +75,36 @@ def test_numba_caches_outside_the_package(tmp_path):
     assert any("_emission_kernels" in p.name for p in cached), cached
     package = os.path.dirname(streambhmm.__file__)
     assert all(not p.is_relative_to(package) for p in cached)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("taken", [False, True])
+def test_numba_caches_in_a_private_temporary_directory_without_a_writable_home(tmp_path, taken):
+    """A user whose cache directory cannot be made (a container's user without a home) got
+    numba's "cannot cache function ...: no locator available" traceback at import. The
+    kernels go to a directory of TMPDIR that only the user can write; one of that name that
+    others can write (numba would load their files) is left alone for a new one."""
+    import os
+
+    blocked = tmp_path / "home-is-a-file"
+    blocked.write_text("")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    usual = temporary / f"streambhmm-numba-{os.getuid()}"
+    if taken:
+        usual.mkdir()
+        usual.chmod(0o777)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"} | {
+        "XDG_CACHE_HOME": str(blocked), "TMPDIR": str(temporary)}
+    program = ("import numpy as np, numba; from streambhmm.learn._emission_kernels import _rising_logs; "
+               "_rising_logs(0.5, 3, np.zeros(4)); import os; d = numba.config.CACHE_DIR; "
+               "print(d, oct(os.stat(d).st_mode & 0o777), sum(len(f) for _, _, f in os.walk(d)))")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    where, mode, files = result.stdout.split()
+    assert mode == "0o700" and int(files) > 0
+    if taken:
+        assert where != str(usual) and os.path.dirname(where) == str(temporary) and not os.path.exists(where)
+        assert not any(usual.iterdir())
+    else:
+        assert where == str(usual) and any(usual.rglob("*.nbi"))
