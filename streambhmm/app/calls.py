@@ -161,9 +161,9 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
 
 
 def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:
-    """The model the call found its regions with, as `fit` writes one (for `report --model`
-    and `segment --model`): EM's after --polish-em, else the one-pass fit; fitted on bins of
-    ``bin_size`` bp of the samples of ``counts``. "call" names the command and its target states."""
+    """The model the call found its regions with, as `fit` writes one (for the --model of
+    `report`, `decode`, `regions` and `score`): EM's after --polish-em, else the one-pass fit;
+    fitted on bins of ``bin_size`` bp of the samples of ``counts``. "call" names the command and its target states."""
     settings_of = {**data_settings_of(counts, outcome.samples), "bin_size": bin_size}
     document = model_to_dict(outcome.hmm, outcome.samples, outcome.chromosomes,
                              method="refined-em" if settings.polish_em else "refined", **settings_of)

@@ -17,6 +17,10 @@ def check_input(path) -> None:
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
+        if str(path) == "-":  # DNMTools' and samtools' name for standard input
+            raise FileNotFoundError("-: no such file; standard input is not read as '-': ingest reads each file more "
+                                    "than once (to detect its format, checksum and parse it), so save the stream to a "
+                                    "file first") from None
         raise FileNotFoundError(f"{path}: no such file") from None
     if stat.S_ISDIR(mode):
         raise ValueError(f"{path}: is a directory, not a file")

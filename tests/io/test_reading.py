@@ -620,7 +620,7 @@ def test_messages_quote_at_most_200_characters(tmp_path):
     assert "(the first 50 of 100 characters)" in str(err) and len(str(err)) < 700, str(err)
 
 
-def test_a_fifo_is_named_as_such(tmp_path):
+def test_a_fifo_is_named_as_such(tmp_path, monkeypatch):
     fifo = tmp_path / "calls.fifo"
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="calls.fifo: is a FIFO \\(named pipe\\), not a regular file"):
@@ -629,6 +629,9 @@ def test_a_fifo_is_named_as_such(tmp_path):
         ingest([tmp_path / "missing.tsv"], "A", tmp_path / "s.zarr")
     with pytest.raises(ValueError, match="is a directory"):
         ingest([tmp_path], "A", tmp_path / "s.zarr")
+    monkeypatch.chdir(tmp_path)  # '-' is no file there: DNMTools' name for standard input is answered as such
+    with pytest.raises(FileNotFoundError, match="standard input is not read as '-'.*save the stream to a file"):
+        ingest(["-"], "A", tmp_path / "s.zarr")
 
 
 BED11 = "chr1\t10\t11\t5mC\t5\t+\t10\t11\t0,0,0\t4\t50\n"

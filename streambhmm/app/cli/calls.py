@@ -26,8 +26,9 @@ _POLISH = click.option("--polish-em", default=0, show_default=True, type=NON_NEG
                             "below 1e-8); each reads the counts once more.")
 _SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, help="Seed of the fit's random starts.")
 _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metavar="FILE",
-                           help="Also write the model the regions were found with (JSON, as `fit` writes one: for "
-                                "`report --model`, `segment --model`); written with the regions, or not at all.")
+                           help="Also write the model the regions were found with (JSON, as `fit` writes one: for the "
+                                "--model of `report`, `decode`, `regions` and `score`); written with the regions, or "
+                                "not at all.")
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model):
