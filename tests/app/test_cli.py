@@ -300,6 +300,12 @@ def test_report_renders_every_figure(tmp_path, dask_clients, two_sample_store, m
     r = run("report", two_sample_store.path, "--model", model, "--output", out, "--regions", calls,
             "--scheduler", scheduler, "-q")
     assert r.exit_code != 0 and f"{calls}:2: not BED" in r.output and "'chr2 9000 9500'" in r.output, r.output
+    # calls of another chromosome (the tutorial's chr22 HMRs on its chr21 store) drew an empty row
+    calls.write_text("chr22\t1000\t5000\nchrUn\t10\t20\n")
+    r = run("report", two_sample_store.path, "--model", model, "--output", out, "--regions", calls,
+            "--region", "chr1:0-20000", "--scheduler", scheduler, "-q")
+    assert r.exit_code != 0 and f"--regions {calls.stem}: none of its regions is on a chromosome of" in r.output
+    assert "they are on chr22, chrUn" in r.output, r.output
     assert (out / "index.html").read_text() == page and not list(tmp_path.glob(".report.tmp-*"))
 
 
