@@ -39,6 +39,7 @@ from ..io.outputs import check_replaceable_file, check_outside
 from ..io.rows import sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
+from ..io.store.locking import OTHER_HOLDERS
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
@@ -189,6 +190,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     ``stop``, the ingest ends before its commit point (status "stopped")."""
     start = time.perf_counter()
     notes = []
+    holders = OTHER_HOLDERS.set(f"another sample of this batch's group {row.group} (or another streambhmm command)")
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
                         chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop))
@@ -197,6 +199,8 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     except Exception as exc:  # noqa: BLE001 - reported per sample
         return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
                             error=_error_text(exc))
+    finally:
+        OTHER_HOLDERS.reset(holders)
     status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
     return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
                         seconds=time.perf_counter() - start, notes=tuple(notes))

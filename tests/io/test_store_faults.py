@@ -431,6 +431,47 @@ def test_a_store_reached_through_a_link_is_locked_as_one(tmp_path, samples, spel
     assert f"waiting for the lock of {store.resolve()}: another streambhmm command is writing it" in err
 
 
+def test_a_batch_ingest_waiting_for_its_groups_store_says_who_it_may_wait_for(tmp_path, capsys, monkeypatch):
+    """batch ingests a group's samples side by side into one store, so they wait for each
+    other's commits: the message said "another streambhmm command", when none ran."""
+    import fcntl
+    import threading
+
+    from streambhmm.io.storage import Location
+    from streambhmm.io.store.locking import OTHER_HOLDERS, _take_lock
+
+    path = tmp_path / ".s.zarr.lock"
+    path.touch()
+    holder = os.open(path, os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+
+    def waiter():
+        OTHER_HOLDERS.set("another sample of this batch's group g (or another streambhmm command)")
+        fd = os.open(path, os.O_RDONLY)
+        _take_lock(fd, fcntl.LOCK_SH, Location.of(tmp_path / "s.zarr"))
+        os.close(fd)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    err = ""
+    while "waiting" not in err and thread.is_alive():  # the lock is released once the waiter says so
+        time.sleep(0.01)
+        err += capsys.readouterr().err
+    os.close(holder)
+    thread.join()
+    assert "another sample of this batch's group g (or another streambhmm command) is writing it" in err, err
+    assert OTHER_HOLDERS.get() == "another streambhmm command"  # elsewhere (a context of its own per thread)
+    from streambhmm.distributed import batch
+
+    def ingest(*args, **kwargs):
+        raise RuntimeError(OTHER_HOLDERS.get())
+
+    monkeypatch.setattr(batch, "ingest", ingest)
+    result = batch.ingest_sample(batch.ManifestRow("A", "g", "auto", ("a.cov",), 2), "s.zarr", 100, "CG", None)
+    assert "another sample of this batch's group g" in result.error and result.status == "failed"
+    assert OTHER_HOLDERS.get() == "another streambhmm command"  # set for the ingest only
+
+
 # -- a store others may not write ------------------------------------------------------------------
 @pytest.fixture
 def shared_directory():

@@ -9,6 +9,7 @@ import fcntl
 import os
 import sys
 import threading
+from contextvars import ContextVar
 
 from ..storage import Location
 from .recovery import needs_recovery, recover
@@ -59,6 +60,11 @@ def _lock_problem(lock_file: Location, exc: OSError, shared: bool) -> str:
     return f"cannot open the lock file {lock_file} ({reason})"
 
 
+# who else may hold a store's lock, as the waiting message names them (batch's ingests share
+# their group's store: a wait there is most often for another of its own samples)
+OTHER_HOLDERS: ContextVar[str] = ContextVar("other_lock_holders", default="another streambhmm command")
+
+
 def _take_lock(fd: int, operation: int, path: Location) -> None:
     """flock, saying on stderr what the command waits for when another holds the lock. The
     wait is as long as the holder's run, which is bounded itself: every command's waits on
@@ -68,7 +74,7 @@ def _take_lock(fd: int, operation: int, path: Location) -> None:
         return
     except BlockingIOError:
         holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
-        print(f"waiting for the lock of {path}: another streambhmm command is {holder} it", file=sys.stderr,
+        print(f"waiting for the lock of {path}: {OTHER_HOLDERS.get()} is {holder} it", file=sys.stderr,
               flush=True)
     fcntl.flock(fd, operation)
 
