@@ -180,7 +180,8 @@ def _region_around(counts, region_set) -> Region:
     name, items = region_set
     on_store = [item for item in items if item.chrom in counts.chromosomes]
     if not on_store:
-        raise ValueError(f"{name}.bed has no region on the chromosomes of {counts.path} ({_listed(counts.chromosomes)})")
+        raise ValueError(f"{name}.bed has no region on the chromosomes of {counts.path} "
+                         f"({_listed(counts.chromosomes)})")
     best = max(on_store, key=lambda item: (item.score, item.end - item.start))  # max keeps the first of equals
     width = max(REGION_BINS * counts.bin_size, 3 * (best.end - best.start))
     start = max((best.start + best.end) // 2 - width // 2, 0)

@@ -140,8 +140,8 @@ class StoreEMResult:
         if self.converged:
             return ""
         gain = self.history[-1] - self.history[-2]
-        return (f"EM stopped at {cap} before converging (its last iteration gained {gain:.3g}; it ends below "
-                f"{rel_tol * abs(self.history[-1]):.3g})")
+        return (f"EM stopped at {cap} before converging (its last iteration gained {gain:.3g}; it converges at a "
+                f"gain below {rel_tol * abs(self.history[-1]):.3g})")
 
 
 def fit_store_em(store: CountsStore, hmm: BinomialHMM, client, samples=None, n_iter: int = 20,

@@ -144,7 +144,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             report.file_rows.append([n_rows, n_unmethylated])
         refused = methylated_only_in(provenance["files"], report.file_rows, report.n_rows, report.n_unmethylated_rows)
         if refused:
-            echo(f"note: no row of {_files_named(sample, refused)} is without a methylated read: "
+            echo(f"note: no row of {_files_named(sample, refused)} that has reads is without a methylated read: "
                  f"{_they(refused)} methylated cytosines only (as Lister et al. 2009's mc files do), so `hmr` will "
                  f"refuse sample {shown(sample)}, for want of the unmethylated CpGs at the core of every HMR")
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
@@ -272,7 +272,7 @@ def methylated_only(store, samples, others_instead: str = "") -> str | None:
     named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
     listed = [f for files in lacking.values() for f in files]
     others = ",".join(s for s in samples if s not in lacking)
-    return (f"no row of {named} is without a methylated read: {_they(listed)} methylated cytosines only (as "
-            f"Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR are missing. "
-            f"Ingest files that list every covered CpG, the unmethylated ones too"
+    return (f"no row of {named} that has reads is without a methylated read: {_they(listed)} methylated "
+            f"cytosines only (as Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR "
+            f"are missing. Ingest files that list every covered CpG, the unmethylated ones too"
             + (f", or {others_instead.format(others)}" if others and others_instead else ""))

@@ -369,8 +369,8 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     assert run("ingest", data / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q").exit_code == 0
     r = run("hmr", store, "-o", tmp_path / "mc.bed")
     assert r.exit_code == 1 and "the moments" not in r.output  # said before the pass it would waste
-    assert "no row of H1's file dmrseq_H1_r1.chr21.tsv.gz (3,000 rows) is without a methylated read: it lists" \
-        in r.output
+    assert "no row of H1's file dmrseq_H1_r1.chr21.tsv.gz (3,000 rows) that has reads is without a methylated " \
+           "read: it lists" in r.output
     assert "--samples" not in r.output and not (tmp_path / "mc.bed").exists() and not (tmp_path / "mc.tsv").exists()
     assert run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").exit_code in (0, 1)  # no such check for PMDs
     assert "without a methylated read" not in run("pmd", store, "-o", tmp_path / "pmd.bed", "-q").output
@@ -397,7 +397,8 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
                         "files": [{"path": "/data/A_all.tsv"}, {"path": "/data/A_mc.tsv"}]}}
     store = write_store(tmp_path / "replicates.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=replicates).path
     r = run("hmr", store, "-o", tmp_path / "replicates.bed", "-q")
-    assert r.exit_code == 1 and "no row of A's file A_mc.tsv (3,000 rows) is without a methylated read" in r.output
+    assert r.exit_code == 1
+    assert "no row of A's file A_mc.tsv (3,000 rows) that has reads is without a methylated read" in r.output
     small = {"A": {"rows": 1_400, "unmethylated_rows": 0, "file_rows": [[700, 0], [700, 0]],
                    "files": [{"path": "/a/r1.tsv"}, {"path": "/b/r1.tsv"}]}}
     store = write_store(tmp_path / "small.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=small).path

@@ -46,7 +46,7 @@ def test_ingest_info_fit_end_to_end(tmp_path, dask_clients):
     assert "chr21" in r.output and "sample H1: 2 tsv file(s), context CG, 6,000 rows (0 without a methylated read)" \
         in r.output
     assert ("hmr refuses it: no row of H1's files dmrseq_H1_r1.chr21.tsv.gz (3,000 rows); dmrseq_H1_r2.chr21.tsv.gz "
-            "(3,000 rows) is without a methylated read: they list") in r.output
+            "(3,000 rows) that has reads is without a methylated read: they list") in r.output
     assert re.search(r"IMR90: [0-9,]+ of [0-9,]+ bins covered", r.output)
 
     model = tmp_path / "model.json"

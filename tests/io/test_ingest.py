@@ -122,7 +122,7 @@ def test_ingest_notes_files_listing_methylated_cytosines_only(tmp_path):
            echo=messages.append)
     assert [m for m in messages if m.startswith("note:")] == [
         f"note: no row of H1's files {tmp_path / 'a' / 'r.tsv.gz'} (3,000 rows); {tmp_path / 'b' / 'r.tsv.gz'} "
-        f"(3,000 rows) is without a methylated read: they list methylated cytosines only (as Lister et al. 2009's "
+        f"(3,000 rows) that has reads is without a methylated read: they list methylated cytosines only (as Lister et al. 2009's "
         f"mc files do), so `hmr` will refuse sample H1, for want of the unmethylated CpGs at the core of every HMR"]
 
 
