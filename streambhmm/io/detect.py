@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass
 
 from .blocks import text_lines
-from .catalog import DETECT_LINES, FORMATS, NUMBER
+from .catalog import DETECT_LINES, FORMATS, INT, NUMBER
 from .inputs import check_input
 from .options import ReadOptions
 from .rows import FormatError, columns_spec
@@ -113,6 +113,12 @@ def detect_format(path) -> str:
                                                       f"{columns_hint(pre.names)}")
     if not pre.data:
         raise FormatError(path, None, None, "the file is empty (no data lines)")
+    alike = _counts_alike(pre, found)
+    if alike is not None:
+        reading, why, columns = alike
+        raise FormatError(path, None, None, f"ambiguous format: the first {len(pre.data)} data lines fit {found[0]} "
+                                            f"({FORMATS[found[0]].columns}) and {reading}: {why}. Pass --format "
+                                            f"{found[0]}, or --columns {columns} if the file holds counts")
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
@@ -124,6 +130,23 @@ def detect_format(path) -> str:
     line, text = _first_misfit(pre)
     raise FormatError(path, line, text, f"unknown format (none of {', '.join(n for n in FORMATS if n != 'columns')}"
                                         f" fits this line and those before it); {columns_hint(None)}")
+
+
+def _counts_alike(pre: Preamble, found: list[str]) -> tuple[str, str, str] | None:
+    """(the other reading, why the lines fit it too, its --columns) when the one format found
+    fits the lines no better than a file of methylated and total reads that no named format
+    has: such files were read as that format, their counts wrong (a helper's audit)."""
+    if pre.header is not None or len(found) != 1:
+        return None
+    rows = [text.split() for _, text in pre.data]
+    if found == ["methrix"] and all(int(f[2]) <= int(f[3]) for f in rows):  # M <= U on every line, or M <= T
+        return ("chrom pos M T (methylated, then all reads)", "col3 <= col4 on every line, as M <= T always is",
+                "chrom=1,pos=2,meth=3,total=4")
+    if found == ["biscuit"] and all(INT.fullmatch(f[3]) for f in rows):  # BISCUIT writes its betas as 0.000-1.000
+        return ("chrom start end M T (methylated, then all reads; 0-based start)",
+                "column 4 holds only 0 and 1, written without a decimal point as BISCUIT never writes a beta",
+                "chrom=1,pos=2,meth=4,total=5 --zero-based")
+    return None
 
 
 def _first_misfit(pre: Preamble) -> tuple[int, str]:

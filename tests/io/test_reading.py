@@ -76,8 +76,23 @@ def test_values_decide_total_first_against_methylated_first(tmp_path):
         detect_format(tm)
     assert rows_of(tm, "methylseekr") == [("chr1", 9, 3, 5), ("chr1", 19, 4, 4)]
     mu = write(tmp_path, "mu.txt", "chr1\t10\t5\t3\nchr1\t20\t2\t4\n")  # 2 < 4: col3 cannot be the total
-    assert detect_format(mu) == "methrix"
+    assert detect_format(mu) == "methrix"  # and 5 > 3: nor can col4 (chr pos M T)
     assert rows_of(mu) == [("chr1", 9, 5, 8), ("chr1", 19, 2, 6)]
+
+
+@pytest.mark.parametrize("text, fits, columns", [
+    # chr pos M T (MethCP's Chr Pos M Cov, an awk export) was read as methrix: T stored as U, coverage M + T
+    ("chr1\t100\t3\t10\nchr1\t150\t5\t5\nchr1\t300\t0\t8\n", "methrix", "chrom=1,pos=2,meth=3,total=4"),
+    # a count BED (methylated reads in column 4) of 0s and 1s was read as BISCUIT betas: 1 of 5 became 5 of 5
+    ("chr1\t99\t100\t1\t5\nchr1\t150\t151\t0\t3\n", "biscuit", "chrom=1,pos=2,meth=4,total=5 --zero-based"),
+])
+def test_a_file_that_fits_one_format_and_a_count_file_alike_is_ambiguous(tmp_path, text, fits, columns):
+    path = write(tmp_path, "counts.txt", text)
+    with pytest.raises(FormatError, match=f"ambiguous format: the first [23] data lines fit {fits} .* Pass "
+                                          f"--format {fits}, or --columns {re.escape(columns)} if the file holds"):
+        detect_format(path)
+    # what the format's own files hold is detected as before: a beta with its decimals, M above and below U
+    assert detect_format(write(tmp_path, "b.bed", "chr1\t99\t100\t1.000\t5\nchr1\t150\t151\t0.000\t3\n")) == "biscuit"
 
 
 def test_a_bom_before_the_header_is_accepted(tmp_path):
