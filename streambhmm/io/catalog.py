@@ -84,8 +84,13 @@ def _fits_cgmap(f):
             and _nums(f, 5))
 
 
+# biscuit mergecg's sixth column: each strand's base, beta and coverage (C:0.670:3,G:1.000:7)
+MERGECG_STRANDS = re.compile(r"[CG]:[-+.0-9eE]+:\d+(,[CG]:[-+.0-9eE]+:\d+)*")
+
+
 def _fits_biscuit(f):
-    return len(f) == 5 and _bed_span(f, (1, 2)) and _nums(f, 3) and 0 <= float(f[3]) <= 1 and _ints(f, 4)
+    return (len(f) == 5 or len(f) == 6 and MERGECG_STRANDS.fullmatch(f[5]) is not None) and _bed_span(f, (1, 2)) \
+        and _nums(f, 3) and 0 <= float(f[3]) <= 1 and _ints(f, 4)
 
 
 def _fits_methylseekr(f):  # chr pos T M: the total comes first, so T >= M
@@ -137,8 +142,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
                            "start + 1 (or + 2 for merged CpGs)",
            (Layout(6, 0, 1, 0, meth=4, unmeth=5, end=2, end_offsets=(1, 2), percent=3),), "unknown",
            fits=_fits_dackel),
-    Format("biscuit", "BISCUIT BED: chrom start end beta coverage; 0-based start",
-           (Layout(5, 0, 1, 0, total=4, fraction=3, end=2, end_offsets=(1, 2)),), "unknown", fits=_fits_biscuit),
+    Format("biscuit", "BISCUIT BED: chrom start end beta coverage; 0-based start (and mergecg's sixth column, "
+                      "its strands, which the merged beta and coverage sum)",
+           (Layout(5, 0, 1, 0, total=4, fraction=3, end=2, end_offsets=(1, 2)),
+            Layout(6, 0, 1, 0, total=4, fraction=3, end=2, end_offsets=(2,))), "unknown", fits=_fits_biscuit),
     Format("tsv", "header chrom pos strand mc cov; 1-based",
            (Layout(5, 0, 1, 1, meth=3, total=4, strand=2),), "stranded",
            headers=(("chrom", "pos", "strand", "mc", "cov"),)),

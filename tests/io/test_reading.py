@@ -80,6 +80,18 @@ def test_values_decide_total_first_against_methylated_first(tmp_path):
     assert rows_of(mu) == [("chr1", 9, 5, 8), ("chr1", 19, 2, 6)]
 
 
+def test_biscuit_mergecg_output_is_read_by_its_merged_beta_and_coverage(tmp_path):
+    """biscuit mergecg adds each strand's base, beta and coverage in a sixth column: the file
+    was refused (unknown format; with --format biscuit, 6 fields where 5 were expected)."""
+    path = write(tmp_path, "m.bed", "chr1\t1222700\t1222702\t0.901\t10\tC:0.670:3,G:1.000:7\n"
+                                    "chr1\t1222800\t1222802\t0.500\t4\tC:0.500:4\n")
+    assert detect_format(path) == "biscuit"
+    assert rows_of(path) == [("chr1", 1222700, 9, 10), ("chr1", 1222800, 2, 4)]
+    bad = write(tmp_path, "n.bed", "chr1\t1222700\t1222702\t0.901\t10\tnotes\n")  # a sixth column of another kind
+    with pytest.raises(FormatError, match="unknown format"):
+        detect_format(bad)
+
+
 @pytest.mark.parametrize("text, fits, columns", [
     # chr pos M T (MethCP's Chr Pos M Cov, an awk export) was read as methrix: T stored as U, coverage M + T
     ("chr1\t100\t3\t10\nchr1\t150\t5\t5\nchr1\t300\t0\t8\n", "methrix", "chrom=1,pos=2,meth=3,total=4"),
