@@ -29,7 +29,7 @@ class Preamble:
     """The start of a file: lines before the data, the column names, the data lines."""
 
     skip: int  # lines before the first data line (comments, track lines, the header, blank lines)
-    track: bool  # a 'track' or 'browser' line
+    track: tuple[int, str] | None  # the first 'track' or 'browser' line (number, text)
     header: str | None  # the line of column names
     data: list[tuple[int, str]]  # (line number, text) of up to DETECT_LINES data lines
 
@@ -42,7 +42,7 @@ def preamble(path, header: bool = False) -> Preamble:
     """Split the start of ``path``: any number of comment, track and blank lines, the
     header, then up to DETECT_LINES data lines. With ``header`` the first line that is not a
     comment, track line or blank is the header whatever it holds."""
-    skip, track, names, data = 0, False, None, []
+    skip, track, names, data = 0, None, None, []
     with contextlib.closing(text_lines(path)) as read:
         for number, text, fields in read:
             if not data and names is None:  # before the data
@@ -50,7 +50,7 @@ def preamble(path, header: bool = False) -> Preamble:
                     skip += 1
                     continue
                 if fields[0] in ("track", "browser") and _is_header(fields):
-                    track, skip = True, skip + 1
+                    track, skip = track or (number, text), skip + 1
                     continue
                 if header or _is_header(fields):
                     names, skip = text, skip + 1
@@ -66,7 +66,7 @@ def _candidates(pre: Preamble) -> list[str]:
     if pre.header is not None:
         return [f.name for f in FORMATS.values() if pre.names in f.headers]
     found = [f.name for f in FORMATS.values() if f.fits and all(f.fits(t.split()) for _, t in pre.data)]
-    if pre.track and "bismark-cov" in found:  # a track line marks a bedGraph, never a Bismark .cov
+    if pre.track is not None and "bismark-cov" in found:  # a track line marks a bedGraph, never a Bismark .cov
         found.remove("bismark-cov")
     return found
 

@@ -5,6 +5,7 @@ in readers.py; here: a file's rows read in its format."""
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from .catalog import CONTEXTS, FORMATS, Format
@@ -40,6 +41,20 @@ def settings_for(fmt: str, context: str, options: ReadOptions) -> Settings:
                     options.exclude_chromosomes, options.renaming())
 
 
+def _check_declared_context(path, pre, context: str, label: str) -> None:
+    """Refuse a file whose track line says it holds CHG or CHH calls (MethylDackel writes a
+    bedGraph per context, NAME_CHG.bedGraph, its description "... CHG methylation levels")
+    where its rows, which name no context, would be stored as CpGs: they were, silently."""
+    if pre.track is None or context != "CG":
+        return
+    declared = re.search(r"\b(CpG|CHG|CHH) methylation levels", pre.track[1])  # the prefix may hold anything
+    if declared is not None and declared.group(1) != "CpG":
+        raise FormatError(path, pre.track[0], pre.track[1],
+                          f"the track line says the file holds {declared.group(1)} calls, which --context CG (the "
+                          f"default) would store as CpGs: ingest the CpG file (MethylDackel writes one per "
+                          f"context), or pass --context all to keep these rows", label)
+
+
 def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | None = None,
               detected: bool = False, block_bytes: int = BLOCK_BYTES, tally: ReadTally | None = None
               ) -> Iterator[Rows]:
@@ -63,6 +78,8 @@ def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | Non
                                                       f"pass --format {other} (or describe it with --columns)", label)
     if not pre.data:
         raise FormatError(path, None, None, "the file is empty (no data lines)", label)
+    if not records_context(fmt, options.columns):
+        _check_declared_context(path, pre, settings.context, label)
     line, text = pre.data[0]
     n_fields = len(text.split())
     layout = columns_layout(options, n_fields) if fmt == "columns" else spec.layout(n_fields)

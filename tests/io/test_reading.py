@@ -80,6 +80,19 @@ def test_values_decide_total_first_against_methylated_first(tmp_path):
     assert rows_of(mu) == [("chr1", 9, 5, 8), ("chr1", 19, 2, 6)]
 
 
+def test_a_methyldackel_file_of_chg_calls_is_not_stored_as_cpgs(tmp_path):
+    """MethylDackel writes a bedGraph per context and names it in the track line; its rows
+    name none, so a CHG file went in as CpGs under the default --context CG."""
+    row = "chr1\t99\t100\t67\t2\t1\n"
+    chg = write(tmp_path, "s_CHG.bedGraph", 'track type="bedGraph" description="s CHG methylation levels"\n' + row)
+    err = error_of(chg)
+    assert err.line == 1 and "the track line says the file holds CHG calls" in str(err) and "--context all" in str(err)
+    assert rows_of(chg, context="all") == [("chr1", 99, 2, 3)]
+    cpg = write(tmp_path, "CHH-study_CpG.bedGraph",  # the prefix is the user's: only the context is read
+                'track type="bedGraph" description="CHH-study CpG methylation levels"\n' + row)
+    assert rows_of(cpg) == [("chr1", 99, 2, 3)]
+
+
 def test_biscuit_mergecg_output_is_read_by_its_merged_beta_and_coverage(tmp_path):
     """biscuit mergecg adds each strand's base, beta and coverage in a sixth column: the file
     was refused (unknown format; with --format biscuit, 6 fields where 5 were expected)."""
