@@ -109,6 +109,13 @@ def detect_format(path) -> str:
     pre = preamble(path)
     found = _candidates(pre)
     if pre.header is not None and not found:
+        if '"' in pre.header:  # R's write.table quotes names and strings unless quote = FALSE
+            bare = tuple(name.strip('"') for name in pre.names)
+            known = next((f.name for f in FORMATS.values() if bare in f.headers), None)
+            raise FormatError(path, pre.skip, pre.header, "unknown format: its names are in quotes, as R's "
+                              "write.table writes names and strings by default; write the file with quote = FALSE"
+                              + (f" (its header is then format {known}'s)" if known else
+                                 f"; then, {columns_hint(list(bare))}"))
         raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
                                                       f"{columns_hint(pre.names)}")
     if not pre.data:

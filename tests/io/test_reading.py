@@ -80,6 +80,16 @@ def test_values_decide_total_first_against_methylated_first(tmp_path):
     assert rows_of(mu) == [("chr1", 9, 5, 8), ("chr1", 19, 2, 6)]
 
 
+def test_a_header_in_quotes_says_how_to_write_it(tmp_path):
+    """R's write.table quotes names and strings by default: "no known format has this header
+    line" gave no hint (a helper's audit)."""
+    err = error_of(write(tmp_path, "q.txt", '"chr"\t"pos"\t"N"\t"X"\n"chr1"\t10\t5\t3\n'))
+    assert "its names are in quotes" in str(err) and "quote = FALSE (its header is then format dss's)" in str(err)
+    err = error_of(write(tmp_path, "r.txt", '"chrom"\t"position"\t"m"\t"cov"\n"chr1"\t10\t5\t3\n'))
+    assert "quote = FALSE; then, if the header means what it seems to, pass --columns chrom=1,pos=2,meth=3,total=4" \
+        in str(err)
+
+
 def test_a_methyldackel_file_of_chg_calls_is_not_stored_as_cpgs(tmp_path):
     """MethylDackel writes a bedGraph per context and names it in the track line; its rows
     name none, so a CHG file went in as CpGs under the default --context CG."""
