@@ -55,6 +55,19 @@ class SampleSheet:
         return SampleGroups.of(self.groups)
 
 
+def _fields(line: str) -> list:
+    """The line's fields (io.rows.sheet_fields), each without the double quotes around it that
+    R's write.table puts by default (a design table saved from R was refused: no column
+    "sample")."""
+    return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] == '"' else f for f in sheet_fields(line)]
+
+
+def _without_row_names(rows: list) -> list:
+    """Data lines of one field more than the header: R's write.table writes row names first
+    (row.names = TRUE, its default) and no header for them, as read.table reads them back."""
+    return [(number, "\t".join(_fields(line)[1:])) for number, line in rows]
+
+
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     """Read a sample sheet (see the module docstring; the groups from ``group_column``),
     refusing, with the file and line, a missing or repeated header column, a row of the wrong width, an
@@ -70,7 +83,9 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(columns)} and a line per sample")
     number, header = rows[0]
-    names = sheet_fields(header)
+    names = _fields(header)
+    if rows[1:] and all(len(_fields(line)) == len(names) + 1 for _, line in rows[1:]):
+        rows = [rows[0]] + [(n, line) for n, line in _without_row_names(rows[1:])]
     missing = [c for c in columns if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
@@ -86,7 +101,7 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     at = [names.index(c) for c in columns]
     samples, groups, lines, seen = [], [], [], {}
     for number, line in rows[1:]:
-        fields = sheet_fields(line)
+        fields = _fields(line)
         if len(fields) != len(names):
             raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
                              f"{line[:200]!r}")

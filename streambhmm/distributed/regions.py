@@ -258,8 +258,8 @@ class Regions:
         cut = np.flatnonzero((kept.core_start > kept.start) | (kept.core_end < kept.end))
         if cut.size:
             kept.start[cut], kept.end[cut] = kept.core_start[cut], kept.core_end[cut]
-            kept.methylated[cut], kept.coverage[cut], _ = interval_counts(store, samples, [chrom] * cut.size,
-                                                                          kept.start[cut], kept.end[cut])
+            counts = interval_counts(store, samples, [chrom] * cut.size, kept.start[cut], kept.end[cut])
+            kept.methylated[cut], kept.coverage[cut] = counts.methylated, counts.coverage
         return kept
 
     def cut_at(self, data_end: int, min_length: int) -> "Regions":
@@ -422,8 +422,8 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
         regions = regions.cut_to_cores(store, samples, chrom)
         if rule.bridge_covered and len(regions):
             # the reads of the bridged bins too: a region's levels are its interval's
-            regions.methylated, regions.coverage, _ = interval_counts(store, samples, [chrom] * len(regions),
-                                                                      regions.start, regions.end)
+            counts = interval_counts(store, samples, [chrom] * len(regions), regions.start, regions.end)
+            regions.methylated, regions.coverage = counts.methylated, counts.coverage
         regions = regions.take(rule.keeps(regions))
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles, len(samples)), covered, core_level, rule,
@@ -432,15 +432,25 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
     return found
 
 
-def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+@dataclass
+class IntervalCounts:
+    methylated: np.ndarray  # (regions, S) reads of each sample
+    coverage: np.ndarray
+    covered: np.ndarray  # (regions,) bins with reads
+    compared: np.ndarray | None  # (regions,) bins with reads of every group (interval_counts' ``members``)
+
+
+def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray,
+                    members: tuple | None = None) -> IntervalCounts:
     """Per interval (bp, on bin edges): the methylated and covered reads of each of
-    ``samples`` (regions, S) over every bin in it, and its covered bins; read a chunk and a
-    sample at a time (memory: one sample's chunk, whatever the samples). A region that
-    bridges covered bins of other states (a PMD, a DMR within --max-gap) has the levels of
-    all its interval's reads, as a user recounting them finds."""
+    ``samples`` over every bin in it, and its covered bins; with ``members`` (each sample's
+    group), also its bins where every group has reads. Read a chunk and a sample at a time
+    (memory: one sample's chunk, and a row of bins per group). A region that bridges covered
+    bins of other states (a PMD, a DMR within --max-gap) has the levels of all its interval's
+    reads, as a user recounting them finds."""
     n = len(chrom)
     meth, cov, covered = np.zeros((n, len(samples))), np.zeros((n, len(samples))), np.zeros(n, np.int64)
+    compared = None if members is None else np.zeros(n, np.int64)
     chrom = np.asarray(chrom, dtype=object)
     for name in dict.fromkeys(chrom.tolist()):
         rows = np.flatnonzero(chrom == name)
@@ -452,15 +462,20 @@ def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.nd
             a = np.clip(lo[hit] - ref.start, 0, ref.n_bins)
             b = np.clip(hi[hit] - ref.start, 0, ref.n_bins)
             any_reads = np.zeros(ref.n_bins, bool)
+            group_reads = None if members is None else np.zeros((max(members) + 1, ref.n_bins), bool)
             for k in range(len(samples)):
                 m, c = (x[:, 0] for x in ref.read([k]))
                 for total, x in ((meth, m), (cov, c)):
                     sums = np.r_[0.0, np.cumsum(x)]  # exact: integer sums
                     total[rows[hit], k] += sums[b] - sums[a]
                 any_reads |= c > 0
-            any_reads = np.r_[0, np.cumsum(any_reads)]
-            covered[rows[hit]] += any_reads[b] - any_reads[a]
-    return meth, cov, covered
+                if group_reads is not None:
+                    group_reads[members[k]] |= c > 0
+            for count, bins in ((covered, any_reads), (compared, None if group_reads is None else group_reads.all(0))):
+                if count is not None:
+                    bins = np.r_[0, np.cumsum(bins)]
+                    count[rows[hit]] += bins[b] - bins[a]
+    return IntervalCounts(meth, cov, covered, compared)
 
 
 def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,

@@ -403,6 +403,13 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     sheet = tmp_path / "sheet.tsv"
     sheet.write_bytes(b"\xef\xbb\xbfsample\tgroup\r\nA1\tA\r\nB1\tB\r\n")
     assert read_sheet(sheet).samples == ("A1", "B1") and read_sheet(sheet).groups == ("A", "B")
+    # a DSS design table saved by R's write.table with its defaults: quotes, blanks, row names
+    sheet.write_text('"sample" "case" "cell"\n"1" "A1" "SLE" "T"\n"2" "B1" "HC" "T"\n')
+    design = read_sheet(sheet, "case")
+    assert (design.samples, design.groups, design.lines) == (("A1", "B1"), ("SLE", "HC"), (2, 3))
+    sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"B1" "HC"\n')  # not every line: a line of the wrong width
+    with pytest.raises(ValueError, match="line 2: 3 field"):
+        read_sheet(sheet, "case")
     sizes = tmp_path / "hg.sizes"
     sizes.write_text("chr1\t100\nchr2\t50\nchr1\t120\n")
     with pytest.raises(ValueError, match=r"hg.sizes, line 3: chr1 is listed again \(first on line 1\)"):

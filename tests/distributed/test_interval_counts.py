@@ -28,11 +28,15 @@ def test_intervals_count_every_read_reading_one_sample_at_a_time(tmp_path, monke
         return real_read(self, which, verify)
 
     monkeypatch.setattr(ChunkRef, "read", read)
-    got_meth, got_cov, got_covered = interval_counts(store, samples, list(chrom), starts, ends)
+    got = interval_counts(store, samples, list(chrom), starts, ends, members=(0, 1, 1))  # groups {a}, {b, c}
     assert widths and set(widths) == {1}  # memory: one sample's chunk, whatever the samples
+    got_meth, got_cov, got_covered = got.methylated, got.coverage, got.covered
     for k in range(40):
         m, c = (meth, cov) if chrom[k] == "chr1" else (meth[::-1], cov[::-1])
         inside = (bins >= starts[k] // 100) & (bins < ends[k] // 100)
         np.testing.assert_array_equal(got_meth[k], m[inside].sum(axis=0))
         np.testing.assert_array_equal(got_cov[k], c[inside].sum(axis=0))
         assert got_covered[k] == int((c[inside] > 0).any(axis=1).sum())
+        # bins where each group has reads: a's, and b's or c's
+        assert got.compared[k] == int(((c[inside, 0] > 0) & (c[inside, 1:] > 0).any(axis=1)).sum())
+    assert interval_counts(store, samples, list(chrom), starts, ends).compared is None
