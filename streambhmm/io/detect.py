@@ -113,14 +113,15 @@ def detect_format(path) -> str:
             bare = tuple(name.strip('"') for name in pre.names)
             known = next((f.name for f in FORMATS.values() if bare in f.headers), None)
             raise FormatError(path, pre.skip, pre.header, "unknown format: its names are in quotes, as R's "
-                              "write.table writes names and strings by default; write the file with quote = FALSE"
+                              "write.table writes names and strings by default (and row names first); write the "
+                              "file with quote = FALSE, row.names = FALSE"
                               + (f" (its header is then format {known}'s)" if known else
                                  f"; then, {columns_hint(list(bare))}"))
         raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
                                                       f"{columns_hint(pre.names)}")
     if not pre.data:
         raise FormatError(path, None, None, "the file is empty (no data lines)")
-    alike = _counts_alike(pre, found)
+    alike = _counts_alike(path, pre, found)
     if alike is not None:
         reading, why, columns = alike
         raise FormatError(path, None, None, f"ambiguous format: the first {len(pre.data)} data lines fit {found[0]} "
@@ -139,21 +140,38 @@ def detect_format(path) -> str:
                                         f" fits this line and those before it); {columns_hint(None)}")
 
 
-def _counts_alike(pre: Preamble, found: list[str]) -> tuple[str, str, str] | None:
+DEEPER_LINES = 100_000  # data lines read further for a line that tells a format from a count file
+
+
+def _counts_alike(path, pre: Preamble, found: list[str]) -> tuple[str, str, str] | None:
     """(the other reading, why the lines fit it too, its --columns) when the one format found
-    fits the lines no better than a file of methylated and total reads that no named format
-    has: such files were read as that format, their counts wrong (a helper's audit)."""
-    if pre.header is not None or len(found) != 1:
+    fits the file's lines no better than a file of methylated and total reads that no named
+    format has: such files were read as that format, their counts wrong (a helper's audit).
+    Up to DEEPER_LINES lines beyond the first are read for a line that tells them apart (a
+    methrix file's first 100 lines may all be of unmethylated CpGs)."""
+    if pre.header is not None or len(found) != 1 or found[0] not in ("methrix", "biscuit"):
         return None
-    rows = [text.split() for _, text in pre.data]
-    if found == ["methrix"] and all(int(f[2]) <= int(f[3]) for f in rows):  # M <= U on every line, or M <= T
-        return ("chrom pos M T (methylated, then all reads)", "col3 <= col4 on every line, as M <= T always is",
-                "chrom=1,pos=2,meth=3,total=4")
-    if found == ["biscuit"] and all(INT.fullmatch(f[3]) for f in rows):  # BISCUIT writes its betas as 0.000-1.000
-        return ("chrom start end M T (methylated, then all reads; 0-based start)",
-                "column 4 holds only 0 and 1, written without a decimal point as BISCUIT never writes a beta",
-                "chrom=1,pos=2,meth=4,total=5 --zero-based")
-    return None
+    if found == ["methrix"]:  # M > U rules out M T; M <= U on every line fits both
+        def tells(f):
+            return len(f) == 4 and INT.fullmatch(f[2]) and INT.fullmatch(f[3]) and int(f[2]) > int(f[3])
+        alike = ("chrom pos M T (methylated, then all reads)", "col3 <= col4 on every line, as M <= T always is",
+                 "chrom=1,pos=2,meth=3,total=4")
+    else:  # BISCUIT writes its betas with decimals, 0.000-1.000
+        def tells(f):
+            return len(f) >= 5 and NUMBER.fullmatch(f[3]) and not INT.fullmatch(f[3])
+        alike = ("chrom start end M T (methylated, then all reads; 0-based start)",
+                 "column 4 holds only 0 and 1, written without a decimal point as BISCUIT never writes a beta",
+                 "chrom=1,pos=2,meth=4,total=5 --zero-based")
+    if any(tells(text.split()) for _, text in pre.data):
+        return None
+    last = pre.data[-1][0]
+    with contextlib.closing(text_lines(path)) as read:
+        for number, _, fields in read:
+            if number > last + DEEPER_LINES:
+                break
+            if number > last and tells(fields):
+                return None
+    return alike
 
 
 def _first_misfit(pre: Preamble) -> tuple[int, str]:

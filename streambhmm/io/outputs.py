@@ -83,31 +83,62 @@ def check_output_file(path) -> Path:
                 raise ValueError(f"{path}: is a link to {os.path.realpath(path)}, not to a regular file (a "
                                  f"terminal, pipe or device); outputs are written beside their name and moved into "
                                  f"place, which would replace the link: give the name of a file to write")
-    _checked[os.path.abspath(path)] = _identity(path)
+    _checked[_entry_key(path)] = (_identity(path), None)
     return path
 
 
-# What each checked output path held when it was checked (None: nothing), so that a file put
-# there while the command ran is not replaced by its output (the check is made before any work)
-_checked: dict[str, tuple | None] = {}
+# Per checked output path, which file it held when checked (None: none) and what this command's
+# output there begins with (check_replaceable_file), so that a file put there while the command
+# ran is not replaced by its output (the check is made before any work). A name left empty, the
+# same file (its mode changed), or one that begins as the command's output (touched, rewritten by
+# a rerun) is no one else's.
+_checked: dict[str, tuple] = {}
+
+
+def _entry_key(path) -> str:
+    """One key per directory entry however spelled: the real directory, and the name in it."""
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
 def _identity(path) -> tuple | None:
-    """What is at ``path`` (not following a link), as far as a replacement of it would tell."""
+    """Which file (or link) is at ``path`` and its content's size and time, not following a
+    link; None: nothing."""
     try:
         entry = os.lstat(path)
     except FileNotFoundError:
         return None
-    return entry.st_dev, entry.st_ino, entry.st_mode, entry.st_size, entry.st_mtime_ns
+    return entry.st_dev, entry.st_ino, stat.S_IFMT(entry.st_mode), entry.st_size, entry.st_mtime_ns
 
 
 def _check_unchanged(path: Path) -> None:
-    """Refuse to replace what was put at ``path`` after it was checked (check_output_file)."""
-    key = os.path.abspath(path)
-    if key in _checked and _identity(path) != _checked[key]:
-        what = "was made" if _checked[key] is None else "was changed or replaced"
-        raise ValueError(f"{path}: {what} while this command ran, after it was checked; it is left as it is and "
-                         f"this run's output is not written there. Move it, or give another output name")
+    """Refuse to replace a file put or changed at ``path`` after it was checked, unless it is
+    one this command may replace (above)."""
+    key = _entry_key(path)
+    if key not in _checked:
+        return
+    then, ours = _checked[key]
+    now = _identity(path)
+    if now is None or now == then or ours is not None and _replaceable(path, ours):
+        return
+    what = "was made" if then is None else "was changed or replaced"
+    raise ValueError(f"{path}: {what} while this command ran, after it was checked; it is left as it is and "
+                     f"this run's output is not written there. Move it, or give another output name")
+
+
+def _replaceable(path, ours: bytes | re.Pattern) -> bool:
+    """Whether the file at ``path`` is empty or begins with ``ours`` (a link, never ours, is not)."""
+    if _empty_file(path):
+        return True
+    pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
+    head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            head = os.read(fd, HEAD_BYTES)
+        finally:
+            os.close(fd)
+    return pattern.match(head) is not None
 
 
 HEAD_BYTES = 1 << 16  # read to match what a file begins with (a track line names its samples)
@@ -120,28 +151,24 @@ def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> 
     before (a rerun), or an empty one (`mktemp`'s: nothing to lose), is replaced.
     ``named_after``: the output a file the user did not name is named after."""
     path = check_output_file(path)
-    if os.path.lexists(path) and not _empty_file(path):
-        pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
-        head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            try:
-                head = os.read(fd, HEAD_BYTES)
-            finally:
-                os.close(fd)
-        if not pattern.match(head):
-            what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
-            if named_after is not None:
-                raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
-                                 f"Move it, or give another output name")
-            raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
-                             f"wrote). Move it, or give another output name")
+    key = _entry_key(path)
+    _checked[key] = (_checked[key][0], ours)
+    if os.path.lexists(path) and not _replaceable(path, ours):
+        what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
+        if named_after is not None:
+            raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
+                             f"Move it, or give another output name")
+        raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
+                         f"wrote). Move it, or give another output name")
     return path
 
 
 def _empty_file(path) -> bool:
     """A regular file of no bytes (not a link)."""
-    entry = os.lstat(path)
+    try:
+        entry = os.lstat(path)
+    except FileNotFoundError:
+        return False
     return stat.S_ISREG(entry.st_mode) and entry.st_size == 0
 
 
@@ -407,9 +434,9 @@ def _replace(tmp: Path, path: Path) -> None:
         os.replace(tmp, path)
     except OSError as exc:  # an immutable file, another user's in a sticky directory
         raise ValueError(f"{path}: cannot be replaced ({exc.strerror}); it is left as it was") from None
-    key = os.path.abspath(path)
+    key = _entry_key(path)
     if key in _checked:
-        _checked[key] = _identity(path)  # ours now: the command may write it again
+        _checked[key] = (_identity(path), _checked[key][1])  # ours now: the command may write it again
 
 
 def sync_directory(directory) -> None:

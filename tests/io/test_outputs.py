@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from streambhmm.io.outputs import (SCRATCH_MARK, check_distinct, check_output_file, directory_lock_now, held_temporary,
+from streambhmm.io.outputs import (SCRATCH_MARK, check_distinct, check_output_file, check_replaceable_file,
+                                   directory_lock_now, held_temporary,
                                    is_temporary_of, remove_leftovers, replacing, scratch_directory, temporary_path,
                                    written_together)
 from streambhmm.io.storage import write_json
@@ -67,7 +68,7 @@ def test_a_file_put_at_an_output_while_the_command_runs_is_kept(tmp_path, before
     for path in paths:
         if before is not None:
             path.write_text(before)
-        check_output_file(path)
+        check_replaceable_file(path, b"our ")  # as commands check theirs: what their output begins with
     paths[1].unlink(missing_ok=True)
     paths[1].write_text("the user's notes\n")
     with pytest.raises(ValueError, match="r.tsv: was (made|changed or replaced) while this command ran"):
@@ -89,6 +90,33 @@ def test_a_file_put_at_an_output_while_the_command_runs_is_kept(tmp_path, before
         with replacing(paths[1]) as fh:
             fh.write("new\n")
     assert paths[1].read_text() == "new\n"
+
+
+def test_an_output_moved_touched_or_made_writable_while_the_command_runs_is_still_written(tmp_path):
+    """The same file, or none, is no one else's (a helper's audit: a rerun whose old output was
+    moved away, as the refusal asks, or touched, or chmod'ed, was refused and lost its work);
+    and one entry spelled two ways through a linked directory is one entry."""
+    for change in ("move", "touch", "chmod", "rerun"):
+        path = tmp_path / f"{change}.bed"
+        path.write_text("our old\n")
+        check_replaceable_file(path, b"our ")
+        if change == "move":
+            path.rename(tmp_path / f"{change}.prev.bed")
+        elif change == "rerun":  # another run of the command wrote it meanwhile
+            path.unlink()
+            path.write_text("our other run's\n")
+        else:
+            os.utime(path, (1, 1)) if change == "touch" else path.chmod(0o664)
+        with replacing(path) as fh:
+            fh.write("new\n")
+        assert path.read_text() == "new\n"
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "dl").symlink_to(tmp_path / "a" / "b")
+    check_output_file(tmp_path / "dl" / ".." / "h.bed")  # a/h.bed: the link is followed, then ..
+    check_output_file(tmp_path / "h.bed")  # another entry, spelled alike but for the link
+    with replacing(tmp_path / "dl" / ".." / "h.bed") as fh:
+        fh.write("new\n")
+    assert (tmp_path / "a" / "h.bed").read_text() == "new\n" and not (tmp_path / "h.bed").exists()
 
 
 def test_a_set_whose_rename_fails_half_way_is_put_back(tmp_path, monkeypatch):

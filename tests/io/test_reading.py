@@ -84,10 +84,11 @@ def test_a_header_in_quotes_says_how_to_write_it(tmp_path):
     """R's write.table quotes names and strings by default: "no known format has this header
     line" gave no hint (a helper's audit)."""
     err = error_of(write(tmp_path, "q.txt", '"chr"\t"pos"\t"N"\t"X"\n"chr1"\t10\t5\t3\n'))
-    assert "its names are in quotes" in str(err) and "quote = FALSE (its header is then format dss's)" in str(err)
+    assert "its names are in quotes" in str(err)
+    assert "quote = FALSE, row.names = FALSE (its header is then format dss's)" in str(err)
     err = error_of(write(tmp_path, "r.txt", '"chrom"\t"position"\t"m"\t"cov"\n"chr1"\t10\t5\t3\n'))
-    assert "quote = FALSE; then, if the header means what it seems to, pass --columns chrom=1,pos=2,meth=3,total=4" \
-        in str(err)
+    assert "row.names = FALSE; then, if the header means what it seems to, pass --columns chrom=1,pos=2,meth=3," \
+           "total=4" in str(err)
 
 
 def test_a_methyldackel_file_of_chg_calls_is_not_stored_as_cpgs(tmp_path):
@@ -128,6 +129,13 @@ def test_a_file_that_fits_one_format_and_a_count_file_alike_is_ambiguous(tmp_pat
         detect_format(path)
     # what the format's own files hold is detected as before: a beta with its decimals, M above and below U
     assert detect_format(write(tmp_path, "b.bed", "chr1\t99\t100\t1.000\t5\nchr1\t150\t151\t0.000\t3\n")) == "biscuit"
+    # a line beyond the first 100 tells them apart too (a methrix file that begins with unmethylated CpGs)
+    if fits == "methrix":
+        later = text + "".join(f"chr1\t{1000 + k}\t0\t4\n" for k in range(200)) + "chr1\t2000\t5\t1\n"
+    else:
+        later = text + "".join(f"chr1\t{1000 + k}\t{1001 + k}\t0\t4\n" for k in range(200)) + \
+            "chr1\t2000\t2001\t0.500\t4\n"
+    assert detect_format(write(tmp_path, "later.txt", later)) == fits
 
 
 def test_a_bom_before_the_header_is_accepted(tmp_path):
