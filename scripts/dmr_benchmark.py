@@ -21,6 +21,7 @@ Sets:
     biseq        BiSeq's APL vs control RRBS (5 vs 5)
     sle          DSS's RRBS of 16 samples, HC vs SLE (the design's `case`, 8 vs 8)
     m3d          M3D's H1 vs K562 RRBS chr1 (2 vs 2)
+    dss-example  DSS's example data (its package's extdata: 2 vs 2, 20,000 CpGs of chr18)
     h1-null, imr90-null, mixed-null
                  real nulls: dmrseq's technical replicates against each other (H1 r1 vs r2, IMR90
                  r1 vs r2, H1 r1 + IMR90 r1 vs H1 r2 + IMR90 r2): every call is false
@@ -87,6 +88,7 @@ def real_sets() -> dict:
     biseq = REAL / "BiSeq_rrbs_APL"
     sle = REAL / "DSS_RRBS_SLE"
     m3d = REAL / "M3D_rrbsDemo_H1_K562"
+    example = REAL / "DSS_extdata"
     sets = {}
     for context in ("CG", "CHG"):
         sets[f"arabidopsis-{context}"] = (
@@ -108,6 +110,8 @@ def real_sets() -> dict:
                     if row["case"] == g], ("tsv", None))
     sets["m3d"] = ([(name, name.rstrip("0123456789").rstrip("-"), m3d / f"{name}.chr1.tsv.gz", [])
                     for name in ("H1-hESC1", "H1-hESC2", "K562-1", "K562-2")], ("tsv", None))
+    sets["dss-example"] = ([(f"{c}_{r}", c, example / f"{c}_{r}.txt.gz", []) for c in ("cond1", "cond2")
+                            for r in (1, 2)], ("dss", None))
     return sets
 
 
@@ -118,6 +122,10 @@ def dss_file(source: Path, target: Path, kind: tuple) -> None:
         out.write("chr\tpos\tN\tX\n")
         for line in fh:
             f = line.split("\t")
+            if fmt == "dss":  # DSS's own format already
+                if f[0] != "chr" and int(f[2]) > 0:
+                    out.write(line)
+                continue
             if fmt == "cx":
                 if f[5] != context:
                     continue
