@@ -43,7 +43,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
               help="Groups of the sheet to compare, in this order (default: all, in the sheet's order); the "
                    "difference is B's level minus A's.")
 @click.option("--min-bins", default=2, show_default=True, type=POSITIVE,
-              help="A DMR holds at least this many covered bins whose posterior of difference is at least 0.5.")
+              help="A DMR holds at least this many covered bins whose posterior of difference is at least 0.5, "
+                   "and at least this many bins with reads of every group (a domain too).")
 @click.option("--max-gap", default=200, show_default=True, type=NON_NEGATIVE, metavar="BP",
               help="Bins of a DMR lie at most this far apart.")
 @click.option("--states", "background_states", default=10, show_default=True, type=click.IntRange(2, 30),
