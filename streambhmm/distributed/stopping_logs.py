@@ -40,6 +40,18 @@ def _closing_heartbeat(record: logging.LogRecord) -> bool:
                 and isinstance(error, CommClosedError))
 
 
+def _client_gone(record: logging.LogRecord) -> bool:
+    """False for a worker's error on sending results to a client that closed the connection
+    (``who`` None: not another worker) as Ctrl-C stopped the command while it gathered them
+    (the ctrl-c test failed on its traceback once in several full runs). A worker that another
+    worker fails to reach is still logged."""
+    from distributed.comm.core import CommClosedError
+
+    error = record.exc_info[1] if record.exc_info else None
+    return not (record.msg == "failed during get data with %s -> %s" and isinstance(error, CommClosedError)
+                and isinstance(record.args, tuple) and len(record.args) == 2 and record.args[1] is None)
+
+
 def _add_filter(logger_name: str, keep) -> None:
     logger = logging.getLogger(logger_name)
     if keep not in logger.filters:
@@ -53,6 +65,7 @@ def quiet_interrupted_sync() -> None:
 
 def dask_setup(worker) -> None:  # distributed's preload hook, in each worker process
     _add_filter("distributed.worker", _closing_heartbeat)
+    _add_filter("distributed.worker", _client_gone)
     # A Ctrl-C in a terminal reaches the whole process group: it ended the workers at once, each
     # printing a traceback, so `batch` could not stop its ingests before their commits. The
     # command stops their tasks, and then the cluster. So does a closed terminal's SIGHUP.

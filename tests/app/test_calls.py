@@ -723,6 +723,15 @@ def test_the_stopping_filters_drop_only_what_they_name():
     assert stopping_logs._forgotten_gather(gather({"add_moments-5d1f": "forgotten", "x": "memory"}))
     assert stopping_logs._forgotten_gather(gather({}))
 
+    def get_data(who, error):  # as a worker logs a failed send (logger.exception)
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1, "failed during get data with %s -> %s",
+                                 ("tls://127.0.0.1:33283", who), (type(error), error, None))
+
+    closed = CommClosedError("in <TLS (closed) local=tls://127.0.0.1:33283>: Stream is closed")
+    assert not stopping_logs._client_gone(get_data(None, closed))  # the client, gone with Ctrl-C
+    assert stopping_logs._client_gone(get_data("tls://127.0.0.1:40001", closed))  # another worker: kept
+    assert stopping_logs._client_gone(get_data(None, OSError("Timed out")))
+
 
 def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatch, capsys):
     import builtins
