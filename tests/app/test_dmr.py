@@ -308,6 +308,10 @@ def test_groups_without_shared_reads_are_told(tmp_path):
     result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q", "--no-domains")
     assert result.exit_code == 0, result.output
     assert "warning: every group has reads in only 0.0% of the 5 kb windows with reads" in result.output
+    # the domains were not looked for: said so, not "0 differential domains"
+    assert "dmr.domains.bed: none looked for (--no-domains); written empty" in result.output
+    assert "inside a differential domain" not in result.output
+    assert (tmp_path / "dmr.domains.bed").read_text().startswith("track ")
 
 
 def test_a_contrast_group_without_samples_is_refused(small):

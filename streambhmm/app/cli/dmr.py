@@ -53,7 +53,9 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
                    "for.")
 @click.option("--em-iter", default=30, show_default=True, type=POSITIVE,
               help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
-@click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR.")
+@click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR (the domains' "
+                                                 "BED and table are written empty, so no earlier run's are left "
+                                                 "beside the DMRs).")
 @click.option("--bigwig", default=None, type=OUTPUT_FILE, help="Also write each bin's posterior of difference "
                                                                "(bigWig).")
 @click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
@@ -94,10 +96,13 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     dmrs, domains = outcome.dmrs, outcome.domains
     counts = ", ".join(f"{sum(d == name for d in dmrs.direction):,} {name}" for name in outcome.targets.directions)
     steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in outcome.seconds.items())
+    inside = f" ({outcome.absorbed:,} of them inside a differential domain)" if not no_domains else ""
     click.echo(f"{output}: {_found(dmrs.lengths, 'DMR', f' ({counts})')}, at FDR {fdr:g} of "
-               f"{outcome.candidates:,} candidates ({outcome.absorbed:,} of them inside a differential domain)")
-    click.echo(f"{job.outputs[2]}: {_found(domains.lengths, 'differential domain')} "
-               f"({time.perf_counter() - start:.1f} s: {steps})")
+               f"{outcome.candidates:,} candidates{inside}")
+    # written empty with --no-domains, so that a previous run's domains are not left beside these DMRs
+    found = "none looked for (--no-domains); written empty" if no_domains else \
+        _found(domains.lengths, "differential domain")
+    click.echo(f"{job.outputs[2]}: {found} ({time.perf_counter() - start:.1f} s: {steps})")
     if outcome.em_stopped:
         # the default cap is a measured choice (docs/guide/dmr.md), not a failure: a note
         click.echo(f"note: {outcome.em_stopped}. On the benchmarks EM to convergence called DMRs of the same "
