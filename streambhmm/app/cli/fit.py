@@ -130,6 +130,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
                    f"no recommendation: {no_recommendation(outcomes, settings.method)}")
     if not any(o.written for o in outcomes):
         raise click.ClickException("no number of states in the sweep gave a model that could be written")
+    if not settings.sweep:  # said once it is in place: its rename can still be refused (io.outputs)
+        click.echo(f"model written to {outcomes[0].path}")
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
@@ -171,9 +173,8 @@ def show(outcome, settings, echo=click.echo):
         echo(f"block bootstrap: {ci.n_replicates} replicates of {ci.n_blocks} blocks of "
              f"{outcome.block_size:,} bp")
         echo(format_intervals(ci.methylation_ci, ci.transmat_ci, outcome.columns))
-    # a sweep's models are put in place together when it ends (written_together)
-    echo(f"model for {outcome.path} (written when the sweep ends)" if settings.sweep else
-         f"model written to {outcome.path}")
+    if settings.sweep:  # its models are put in place together when it ends (written_together); one model, below
+        echo(f"model for {outcome.path} (written when the sweep ends)")
     return outcome
 
 
