@@ -79,10 +79,10 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     labels = document.labels
     region_sets = list(regions)
     for name, items in region_sets:  # a row that could never show a region: another genome's calls, or chr22's
-        elsewhere = list(dict.fromkeys(item.chrom for item in items if item.chrom not in counts.chromosomes))
-        if items and len(elsewhere) == len(set(item.chrom for item in items)):
+        if items and not any(item.chrom in counts.chromosomes for item in items):
             raise ValueError(f"--regions {name}: none of its regions is on a chromosome of {counts.path} "
-                             f"({_listed(counts.chromosomes)}); they are on {_listed(elsewhere)}")
+                             f"({_listed(counts.chromosomes)}); they are on "
+                             f"{_listed(dict.fromkeys(item.chrom for item in items))}")
     where = parse_region(region) if region else \
         _region_around(counts, region_sets[0]) if region_sets else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:

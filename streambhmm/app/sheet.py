@@ -62,12 +62,6 @@ def _fields(line: str) -> list:
     return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] == '"' else f for f in sheet_fields(line)]
 
 
-def _without_row_names(rows: list) -> list:
-    """Data lines of one field more than the header: R's write.table writes row names first
-    (row.names = TRUE, its default) and no header for them, as read.table reads them back."""
-    return [(number, "\t".join(_fields(line)[1:])) for number, line in rows]
-
-
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     """Read a sample sheet (see the module docstring; the groups from ``group_column``),
     refusing, with the file and line, a missing or repeated header column, a row of the wrong width, an
@@ -76,16 +70,18 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     columns = (SHEET_COLUMNS[0], group_column)
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
         with contextlib.closing(text_lines(path)) as read:
-            rows = [(number, line) for number, line, _ in read if line.strip() and not line.lstrip().startswith("#")]
+            rows = [(number, line, _fields(line)) for number, line, _ in read
+                    if line.strip() and not line.lstrip().startswith("#")]
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
     if not rows:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(columns)} and a line per sample")
-    number, header = rows[0]
-    names = _fields(header)
-    if rows[1:] and all(len(_fields(line)) == len(names) + 1 for _, line in rows[1:]):
-        rows = [rows[0]] + [(n, line) for n, line in _without_row_names(rows[1:])]
+    number, header, names = rows[0]
+    if rows[1:] and all(len(fields) == len(names) + 1 for _, _, fields in rows[1:]):
+        # R's write.table writes row names first (row.names = TRUE, its default) and no header
+        # for them: read as read.table reads them back
+        rows = [rows[0]] + [(n, line, fields[1:]) for n, line, fields in rows[1:]]
     missing = [c for c in columns if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
@@ -100,8 +96,7 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
                          f"times; which to read is unclear. Rename the others: {header[:200]!r}")
     at = [names.index(c) for c in columns]
     samples, groups, lines, seen = [], [], [], {}
-    for number, line in rows[1:]:
-        fields = _fields(line)
+    for number, line, fields in rows[1:]:
         if len(fields) != len(names):
             raise ValueError(f"{path}, line {number}: {len(fields)} field(s) where the header has {len(names)}: "
                              f"{line[:200]!r}")

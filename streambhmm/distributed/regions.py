@@ -471,11 +471,16 @@ def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.nd
                 any_reads |= c > 0
                 if group_reads is not None:
                     group_reads[members[k]] |= c > 0
-            for count, bins in ((covered, any_reads), (compared, None if group_reads is None else group_reads.all(0))):
-                if count is not None:
-                    bins = np.r_[0, np.cumsum(bins)]
-                    count[rows[hit]] += bins[b] - bins[a]
+            covered[rows[hit]] += _bins_within(any_reads, a, b)
+            if group_reads is not None:
+                compared[rows[hit]] += _bins_within(group_reads.all(axis=0), a, b)
     return IntervalCounts(meth, cov, covered, compared)
+
+
+def _bins_within(flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many of flags[a:b] are set, for each pair (a, b)."""
+    sums = np.r_[0, np.cumsum(flags)]
+    return sums[b] - sums[a]
 
 
 def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_level: float, rule: RegionRule,

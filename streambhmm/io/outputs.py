@@ -424,12 +424,13 @@ def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""
     os.fsync(fd)
+    _check_unchanged(path)
     _replace(tmp, path)
     sync_directory(path.parent)
 
 
 def _replace(tmp: Path, path: Path) -> None:
-    _check_unchanged(path)
+    """Rename ``tmp`` to ``path`` (checked with _check_unchanged first)."""
     try:
         os.replace(tmp, path)
     except OSError as exc:  # an immutable file, another user's in a sticky directory
