@@ -16,12 +16,18 @@ and, as a baseline in the same run, the two histogram likelihoods cell by cell i
 domain with numpy and scipy's logsumexp (their values alone, no gradient), which must agree.
 Printed: the best of --repeat timings of each, in ms, and the whole evaluation's.
 
+Then what the refinement's starts gain from running in two threads side by side, as `hmr`
+runs them: the evaluations a second of one thread alone against two threads at once (each
+its own --repeat x 10 evaluations). Only the compiled kernels and BLAS release the GIL, so
+the ratio says how much of an evaluation can overlap with another's.
+
     python scripts/bench_criterion.py --store STORE [--samples 1] [--states 4] [--repeat 20]
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 
 import numpy as np
@@ -73,6 +79,17 @@ def best_ms(fn, repeat: int) -> float:
     return best * 1e3
 
 
+def evaluations_per_second(objective, x, m: int, n: int, threads: int) -> float:
+    """Evaluations a second of ``threads`` threads, each evaluating the criterion ``n`` times at once."""
+    workers = [threading.Thread(target=lambda: [objective(x, m) for _ in range(n)]) for _ in range(threads)]
+    start = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return threads * n / (time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", required=True, help="a counts store (streambhmm ingest)")
@@ -119,6 +136,10 @@ def main():
             reference = log_domain_loglik(moments, width, levels, dispersion, pi, transmat)
             print(f"| {label} | {compiled:.2f} | {naive:.2f} | {naive / compiled:.1f}x | "
                   f"{abs(value - reference) / abs(reference):.1e} |")
+        n = 10 * args.repeat
+        alone, side_by_side = (evaluations_per_second(objective, x, m, n, threads) for threads in (1, 2))
+        print(f"\nevaluations a second: one thread {alone:,.0f}, two threads side by side {side_by_side:,.0f} "
+              f"({side_by_side / alone:.2f}x)")
 
 
 if __name__ == "__main__":
