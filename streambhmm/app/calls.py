@@ -417,19 +417,39 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
     return " ".join(lines + [note] if note else lines)
 
 
+def _samples_with_reads(store, samples) -> dict:
+    """Per chromosome where any of ``samples`` has reads, those that have."""
+    return {chrom: [s for s, (_, reads) in zip(samples, sums) if reads > 0]
+            for chrom, sums in store.totals(samples).items()}
+
+
+def _first_few(items: list, shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return f"{', '.join(items[:shown])}{more}"
+
+
 def _chromosomes_apart(store, samples) -> str | None:
     """What to say when no chromosome has reads in every one of ``samples`` (None: one has)."""
-    covered = {chrom: [s for s, (_, reads) in zip(samples, sums) if reads > 0]
-               for chrom, sums in store.totals(samples).items()}
+    covered = _samples_with_reads(store, samples)
     if any(len(on) == len(samples) for on in covered.values()):
         return None
-    where = []
-    for s in samples:
-        chroms = [c for c, on in covered.items() if s in on]
-        more = f" and {len(chroms) - 3} more" if len(chroms) > 3 else ""
-        where.append(f"{s} on {', '.join(chroms[:3])}{more}")
+    where = [f"{s} on {_first_few([c for c, on in covered.items() if s in on])}" for s in samples]
     return (f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads in each of "
             f"them: {'; '.join(where)}.")
+
+
+def chromosomes_left_out(store, samples) -> str | None:
+    """What to say of a joint call's chromosomes with reads in some of ``samples`` but not in
+    all: a region needs reads in each, so none is called there (None: there is no such one)."""
+    if len(samples) < 2:
+        return None
+    partial = [f"{chrom} (no reads in {_first_few([s for s in samples if s not in on])})"
+               for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
+    if not partial:
+        return None
+    chromosomes = "1 chromosome" if len(partial) == 1 else f"{len(partial):,} chromosomes"
+    return (f"no region is called on {chromosomes} with reads in some of the samples but not in all, as a region "
+            f"needs reads in each: {_first_few(partial)}")
 
 
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:

@@ -503,6 +503,24 @@ def test_a_joint_call_on_samples_without_shared_bins_says_so(tmp_path, kind):
     assert "Call the samples one at a time" in r.output and "A genome without PMDs" not in r.output
 
 
+@pytest.mark.parametrize("kind", ["hmr", "pmd"])
+def test_a_joint_call_names_the_chromosomes_left_out_for_want_of_a_samples_reads(tmp_path, kind):
+    """A on chr1 and chr2, B on chr2 only: the joint call's regions are on chr2 alone, and it
+    says why chr1 has none (a helper's joint call on such a store named nothing)."""
+    chromosomes, _ = planted(3)
+    (bins1, meth1, cov1), (bins2, meth2, cov2) = chromosomes["chr1"], chromosomes["chr2"]
+    partial = {"chr1": (bins1, np.c_[meth1, 0 * meth1], np.c_[cov1, 0 * cov1]),
+               "chr2": (bins2, np.c_[meth2, meth2], np.c_[cov2, cov2])}
+    store = write_store(tmp_path / "partial.zarr", partial, ["A", "B"], chunk_size=15_000).path
+    r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A,B", "-q")
+    assert r.exit_code == 0, r.output
+    assert set(read_bed(tmp_path / "calls.bed")) == {"chr2"}
+    assert ("note: no region is called on 1 chromosome with reads in some of the samples but not in all, as a "
+            "region needs reads in each: chr1 (no reads in B)") in r.output, r.output
+    r = run(kind, store, "-o", tmp_path / "calls.bed", "--samples", "A", "-q")
+    assert r.exit_code == 0 and "no region is called on" not in r.output, r.output
+
+
 def test_the_table_beside_the_regions_is_named_after_the_whole_output_unless_it_is_a_bed():
     """calls.hmr and calls.pmd shared calls.tsv, and the second call replaced the first's table."""
     from streambhmm.distributed.regions import regions_table

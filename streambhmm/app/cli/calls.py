@@ -33,7 +33,7 @@ _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metav
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model):
     from ...io.store import open_store
-    from ..calls import CallSettings, call_output_checked, missing_unmethylated, run_call
+    from ..calls import CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated, run_call
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
@@ -43,6 +43,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
                        quiet=quiet) as opened:
         outcome = run_call(settings, opened, echo=step_lines(quiet))
+        left_out = chromosomes_left_out(opened.store, outcome.samples)
     by_level = np.argsort(outcome.hmm.methylation_.mean(axis=1), kind="stable")  # the fit keeps its own order
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
@@ -50,6 +51,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     click.echo(f"states (* the {kind.upper()} states): {levels}")
     if outcome.em_stopped:
         click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
+    if left_out:
+        click.echo(f"note: {left_out}", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)
