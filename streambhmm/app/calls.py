@@ -23,7 +23,7 @@ import numpy as np
 from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
-from ..distributed.regions import HMR_DESERT, find_regions, preset_rule, regions_table, write_regions
+from ..distributed.regions import HMR_DESERT, PMD_MIN_LENGTH, find_regions, preset_rule, regions_table, write_regions
 from ..io.coarsen import coarsen
 from ..io.ingest import methylated_only, unmethylated_rows
 from ..io.outputs import check_replaceable_file, same_name, scratch_directory, written_together
@@ -131,11 +131,15 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"of the store's chromosomes "
                          f"that has data (from 0 to its last bin with reads: {longest:,} bp): "
                          f"domains are runs of many bins")
+    if settings.kind == "pmd" and longest < PMD_MIN_LENGTH:  # before a fit whose every domain would be too short
+        raise ValueError(f"no chromosome of {settings.store} has data over {PMD_MIN_LENGTH:,} bp, the shortest PMD "
+                         f"(the longest stretch, from 0 to its last bin with reads: {longest:,} bp): its chromosomes "
+                         f"(the contigs or scaffolds of a draft assembly?) are too short to hold a PMD")
     if bin_size % counts.bin_size:
         nearest = max(round(bin_size / counts.bin_size), 1) * counts.bin_size
-        raise ValueError(f"--bin-size {bin_size} is not a multiple of the store's bin size ({counts.bin_size} bp): "
-                         f"its bins cannot be summed into {bin_size} bp bins; pass a multiple, say --bin-size "
-                         f"{nearest}")
+        raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "
+                         f"not a multiple of the store's bin size ({counts.bin_size:,} bp): its bins cannot be summed "
+                         f"into them; pass a multiple, say --bin-size {nearest}")
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)

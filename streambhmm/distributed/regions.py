@@ -152,6 +152,7 @@ class RegionRule:
 
 HMR_MIN_BINS = 4  # measured on the real sets (docs/methods/hmr-pmd.md): shorter runs are single CpGs' noise
 HMR_DESERT = 1000  # bp without coverage that end an HMR (DNMTools' desert); hmr's bins are no wider
+PMD_MIN_LENGTH = 50_000  # bp: the shortest PMD the pmd preset calls
 
 
 def _sample_ceilings(levels: np.ndarray, targets: tuple) -> tuple | None:
@@ -195,7 +196,7 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
                           state_betas=None if dispersion is None else  # nested tuples: a rule is a value
                           tuple(tuple(map(tuple, x.tolist())) for x in state_betas(levels, dispersion)))
     else:
-        rule = RegionRule(targets, 0.5, 10_000, 50_000, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
+        rule = RegionRule(targets, 0.5, 10_000, PMD_MIN_LENGTH, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
     wanted = DEFINITIONS[preset]
     described = f"levels {levels.round(2).tolist()}" + ("" if dispersion is None else
                                                         f", overdispersions {np.round(dispersion, 3).tolist()}")

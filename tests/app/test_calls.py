@@ -543,7 +543,8 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     r = run("pmd", store, "-o", "y" * 230 + ".bed", "-q")
     assert r.exit_code == 2 and "the file name is 234 bytes; at most 233 fit" in r.output, r.output
     assert not list(tmp_path.iterdir())
-    for size, why in ((150, "is not a multiple of the store's bin size (100 bp)"),
+    for size, why in ((150, "pmd's bins of 150 bp (--bin-size, 5,000 unless given) are not a multiple of the store's "
+                            "bin size (100 bp)"),
                       (10**20 + 1, "pmd's bins of 100,000,000,000,000,000,001 bp (--bin-size) are longer than "
                                    "the longest stretch of the store's chromosomes that has data")):
         r = run("pmd", store, "-o", "calls.bed", "--bin-size", size, "-q")
@@ -553,6 +554,15 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
                          ["S"], bin_size=5000).path
     r = run("hmr", coarse, "-o", "calls.bed", "-q")  # an HMR is narrower than one bin
     assert r.exit_code == 1 and "has bins of 5,000 bp, and hmr needs bins of at most 1,000 bp" in r.output, r.output
+    assert not list(tmp_path.iterdir())
+    # scaffolds shorter than a PMD: refused before the fit (a helper's draft assembly ran it, then heard of RRBS)
+    bins = np.arange(0, 400, 2)
+    scaffolds = write_store(tmp_path.parent / f"{tmp_path.name}-scaffolds.zarr",
+                            {f"scaffold_{i}": (bins, [[5]] * bins.size, [[9]] * bins.size) for i in range(3)},
+                            ["S"]).path
+    r = run("pmd", scaffolds, "-o", "calls.bed", "-q")
+    assert r.exit_code == 1 and "has data over 50,000 bp, the shortest PMD (the longest stretch, from 0 to its last " \
+        "bin with reads: 39,900 bp)" in r.output, r.output
     assert not list(tmp_path.iterdir())
     r = run("pmd", store, "-o", "calls.bed", "--samples", " S ,", "-q")  # names are trimmed
     assert r.exit_code == 0, r.output
