@@ -221,6 +221,9 @@ def unmethylated_rows(store, sample: str) -> tuple[int, int] | None:
     return (rows, free) if isinstance(rows, int) and isinstance(free, int) else None
 
 
+NAMED_AT_MOST = 3  # samples, and files of a sample, that a refusal names (24 samples took 2,371 characters)
+
+
 def methylated_only_in(files, file_rows, rows, unmethylated) -> list[tuple[str | None, int]]:
     """(file name, rows) of the ``files`` (a sample's record's) whose ``file_rows`` ([rows,
     rows without a methylated read] each) say they list methylated cytosines only:
@@ -244,8 +247,9 @@ def _files_named(sample: str, files: list[tuple[str | None, int]]) -> str:
     """The files of methylated_only_in in words."""
     if files[0][0] is None:
         return f"the files ingested for {shown(sample)} ({files[0][1]:,} rows)"
-    return (f"{shown(sample)}'s file{'s' if len(files) > 1 else ''} "
-            + "; ".join(f"{name} ({rows:,} rows)" for name, rows in files))
+    listed = "; ".join(f"{name} ({rows:,} rows)" for name, rows in files[:NAMED_AT_MOST])
+    more = f" and {len(files) - NAMED_AT_MOST:,} more files" if len(files) > NAMED_AT_MOST else ""
+    return f"{shown(sample)}'s file{'s' if len(files) > 1 else ''} {listed}{more}"
 
 
 def _they(files: list[tuple[str | None, int]]) -> str:
@@ -269,7 +273,9 @@ def methylated_only(store, samples, others_instead: str = "") -> str | None:
     lacking = {s: files for s, files in found.items() if files}
     if not lacking:
         return None
-    named = " or of ".join(_files_named(s, files) for s, files in lacking.items())
+    named = " or of ".join(_files_named(s, files) for s, files in list(lacking.items())[:NAMED_AT_MOST])
+    if len(lacking) > NAMED_AT_MOST:
+        named += f" or of {len(lacking) - NAMED_AT_MOST:,} other samples' files"
     listed = [f for files in lacking.values() for f in files]
     others = ",".join(s for s in samples if s not in lacking)
     return (f"no row of {named} that has reads is without a methylated read: {_they(listed)} methylated "

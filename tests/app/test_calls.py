@@ -328,6 +328,12 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     r = run("hmr", store, "-o", tmp_path / "hmr.bed", "--save-model", tmp_path / "hmr.json", "-q")
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
     assert not (tmp_path / "hmr.json").exists()  # no model of a call refused
+    # an earlier call's regions at the name are left, and the refusal says whose they are
+    earlier = 'track name="PMD" description="pmd of another.zarr" itemRgb="On"\nchr1\t0\t60000\tPMD1\n'
+    (tmp_path / "pmd.bed").write_text(earlier)
+    r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
+    assert r.exit_code == 1 and f"({tmp_path / 'pmd.bed'}: an earlier run's, left as they were)" in r.output, r.output
+    assert (tmp_path / "pmd.bed").read_text() == earlier
 
 
 def test_too_few_bins_for_domains_are_refused_with_the_reason(tmp_path):
@@ -404,6 +410,17 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     store = write_store(tmp_path / "small.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=small).path
     r = run("hmr", store, "-o", tmp_path / "small.bed", "-q")
     assert r.exit_code == 1 and "no row of the files ingested for A (1,400 rows)" in r.output, r.output
+    # many samples of such files: the first three are named, and three files of each
+    many = {f"S{i}": {"rows": 25_000, "unmethylated_rows": 0, "file_rows": [[5_000, 0]] * 5,
+                      "files": [{"path": f"/data/S{i}_r{j}.tsv"} for j in range(5)]} for i in range(5)}
+    store = write_store(tmp_path / "many.zarr", {"chr1": (bins, np.repeat(methylated, 5, axis=1),
+                                                          np.repeat(coverage, 5, axis=1))},
+                        list(many), provenance=many).path
+    r = run("hmr", store, "-o", tmp_path / "many.bed", "-q")
+    assert r.exit_code == 1 and ("no row of S0's files S0_r0.tsv (5,000 rows); S0_r1.tsv (5,000 rows); S0_r2.tsv "
+                                 "(5,000 rows) and 2 more files or of S1's files") in r.output, r.output
+    assert "S2_r2.tsv (5,000 rows) and 2 more files or of 2 other samples' files that has reads" in r.output, r.output
+    assert "S3_r0" not in r.output and len(r.output) < 1_000, r.output
     few = {"A": {"rows": 999, "unmethylated_rows": 0}}
     store = write_store(tmp_path / "few.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=few).path
     r = run("hmr", store, "-o", tmp_path / "few.bed", "-q")

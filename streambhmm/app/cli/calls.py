@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 import numpy as np
@@ -32,6 +33,7 @@ _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metav
 
 
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model):
+    from ...distributed.regions import regions_table
     from ...io.store import open_store
     from ..calls import CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated, run_call
 
@@ -40,10 +42,16 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     call_output_checked(output, store, moments_path, save_model)  # the table and model too, before the cluster
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet, save_model=save_model)
-    with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
-                       quiet=quiet) as opened:
-        outcome = run_call(settings, opened, echo=step_lines(quiet))
-        left_out = chromosomes_left_out(opened.store, outcome.samples)
+    try:
+        with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
+                           quiet=quiet) as opened:
+            outcome = run_call(settings, opened, echo=step_lines(quiet))
+            left_out = chromosomes_left_out(opened.store, outcome.samples)
+    except ValueError as exc:  # a refusal: files of an earlier call at these names are not this one's
+        earlier = [str(path) for path in (output, regions_table(output)) if Path(path).exists()]
+        if not earlier:
+            raise
+        raise ValueError(f"{exc} ({' and '.join(earlier)}: an earlier run's, left as they were)") from None
     by_level = np.argsort(outcome.hmm.methylation_.mean(axis=1), kind="stable")  # the fit keeps its own order
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
