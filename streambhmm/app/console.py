@@ -7,9 +7,11 @@ during the imports ends the command without a traceback."""
 import _thread
 import atexit
 import gc
+import io
 import multiprocessing
 import os
 import signal
+import stat
 import sys
 import threading
 
@@ -36,6 +38,7 @@ def run() -> None:
         STOPS.append(signal.SIGHUP)
     sys.unraisablehook = _stop_swallowed(sys.unraisablehook)
     atexit.register(_ignore_stops_if_ended)  # first registered, so the last to run
+    sys.stdout, sys.stderr = _reader_may_leave(sys.stdout), _reader_may_leave(sys.stderr)
     try:
         from .cli import main
     except KeyboardInterrupt:
@@ -51,6 +54,48 @@ def run() -> None:
         # and objects outside reference cycles are still released (files are closed by then).
         gc.freeze()
         raise
+
+
+class _DroppedOnceGone(io.RawIOBase):
+    """A pipe's file descriptor, written as usual until its reader leaves; then what is written
+    is dropped."""
+
+    def __init__(self, fd: int):
+        super().__init__()
+        self.fd, self.gone = fd, False
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, data) -> int:
+        if not self.gone:
+            try:
+                return os.write(self.fd, data)
+            except BrokenPipeError:
+                self.gone = True
+        return len(data)
+
+
+def _reader_may_leave(stream):
+    """``stream`` (standard output or error) as it is, unless it is a pipe or socket: then a
+    stream that drops what is written once the reader has left (`streambhmm decode ... | head
+    -1`), where a BrokenPipeError stopped the command before its files were in place (a
+    helper's audit lost decode's and fit's outputs so). The command ends as it would have."""
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no file descriptor: a test's captured stream
+        return stream
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return stream
+    stream.flush()
+    return io.TextIOWrapper(io.BufferedWriter(_DroppedOnceGone(stream.fileno())), encoding=stream.encoding,
+                            errors=stream.errors, line_buffering=stream.line_buffering)
 
 
 _ended = False  # the command has ended (exit_on_late_stop)

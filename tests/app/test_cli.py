@@ -420,3 +420,23 @@ def test_work_runs_in_process_with_a_clusters_results(tmp_path, two_sample_store
         assert model1 == model2 and bed1 == bed2
     r = run("moments", two_sample_store.path, "-o", tmp_path / "x.zarr", env={IN_PROCESS_ENV: "many"})
     assert r.exit_code != 0 and "STREAMBHMM_IN_PROCESS_MAX must be an integer" in r.output
+
+
+def test_a_reader_that_leaves_the_pipe_loses_no_output(tmp_path):
+    """`streambhmm fit ... | head -1`: the pipe's reader gone, the next line printed raised
+    BrokenPipeError before the model was in place, and fit ended with status 1 and no model (a
+    helper's audit; decode lost its segments so). What is printed is now dropped, the files written."""
+    import os
+
+    store = tmp_path / "counts.zarr"
+    assert run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q").exit_code == 0
+    for args, outputs in ((("fit", store, "--states", "2", "-o", tmp_path / "m.json"), ["m.json"]),
+                          (("decode", store, "--model", tmp_path / "m.json", "-o", tmp_path / "s.bed"),
+                           ["s.bed", "s.states.tsv"])):
+        read, write = os.pipe()
+        os.close(read)  # the reader has left before the first line
+        done = subprocess.run([sys.executable, "-m", "streambhmm", *map(str, args)], stdout=write,
+                              stderr=subprocess.PIPE, text=True)
+        os.close(write)
+        assert done.returncode == 0, done.stderr
+        assert all((tmp_path / name).exists() for name in outputs), done.stderr

@@ -386,6 +386,29 @@ def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_pat
     assert seen and set(seen) == {"store free"}
 
 
+def test_another_service_at_the_schedulers_address_is_named_as_such():
+    """An SSH server's greeting, read by distributed as a frame's length, asked numpy for
+    2.82 EiB: the command ended with MemoryError's traceback (a helper's audit)."""
+    import socketserver
+    import threading
+
+    from streambhmm.distributed.cluster import SchedulerLost, _check_scheduler
+
+    class Greeting(socketserver.BaseRequestHandler):
+        def handle(self):
+            self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            while self.request.recv(65536):
+                pass
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Greeting) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(SchedulerLost, match="is not a Dask scheduler .what it sent is not Dask's protocol"):
+            _check_scheduler(address, 5.0)
+        server.shutdown()
+
+
 def test_a_stopped_worker_during_em_ends_with_a_message(tmp_path, few_chunks):
     """Issue 25, item 11: workers stopped (SIGSTOP) during EM keep their tasks and answer
     nothing; the wait is bounded ($STREAMBHMM_WAIT_TIMEOUT, small here) and the message

@@ -133,7 +133,7 @@ def _moment_store_info(store) -> None:
     kind = (f"projected to {feature['dim']} dimensions (seed {feature['seed']})" if feature.get("kind") == "projected"
             else "concatenated")
     click.echo(f"  feature: Beta map of {feature['n_bins']} bins per sample, {kind}"
-               f"{', samples pooled' if feature.get('pooled') else ''}; blocks of {feature['block_size']:,} bins")
+               f"{', samples pooled' if feature.get('pooled') else ''}; blocks of {feature['block_size']:,} bp")
     click.echo(f"  samples: {', '.join(shown(s) for s in manifest.samples)}")
     source = manifest.source
     bins = f" ({source['bin_size']} bp bins)" if source.get("bin_size") else ""
