@@ -42,7 +42,7 @@ class Waiter:
         self.bound = wait_timeout() if bound is None else bound
         self.tick = tick
         self._start = self._progress = self._looked = time.monotonic()
-        self._running = None
+        self._running = None  # the tasks each worker ran at the last look ({}: the scheduler had no worker)
 
     def as_completed(self):
         """The futures as they finish (their results: result())."""
@@ -104,10 +104,15 @@ class Waiter:
                 self._running, self._progress = running, now
         idle = now - self._progress
         if idle > self.bound:
+            address = self.client.scheduler.address
+            if self._running == {}:
+                raise ClusterStalled(f"waited {idle:.0f} s for {self.what}: the Dask scheduler at {address} has no "
+                                     f"worker. Start some (`dask worker {address}`), or set ${WAIT_ENV} to wait "
+                                     f"longer than {self.bound:g} s for them.")
             raise ClusterStalled(
                 f"waited {idle:.0f} s for {self.what} while no task finished on the Dask cluster (scheduler "
-                f"{self.client.scheduler.address}): a worker may be stopped, hung or out of memory. Check the "
-                f"workers, or set ${WAIT_ENV} to wait longer than {self.bound:g} s")
+                f"{address}): a worker may be stopped, hung or out of memory. Check the workers, or set "
+                f"${WAIT_ENV} to wait longer than {self.bound:g} s.")
 
     def _running_tasks(self) -> dict | None:
         """The tasks each worker runs (None: the scheduler did not answer in time)."""

@@ -116,3 +116,17 @@ def test_the_progress_of_one_value_ends_with_every_part_done(monkeypatch, capsys
         assert compute(client, dask.delayed(sum)(parts), what="the sum", parts=parts) == 3
     lines = capsys.readouterr().err.splitlines()
     assert lines and lines[-1].startswith("the sum: 3/3 (100%)"), lines
+
+
+def test_a_scheduler_without_workers_is_named_as_such_when_the_wait_ends():
+    """A scheduler with no worker ran nothing for the whole wait, and the message said a worker
+    might be stopped or hung (a helper's audit): it now says there is none, and how to start one."""
+    from distributed import Client, LocalCluster
+
+    from streambhmm.io.tasks import ClusterStalled
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+        future = client.submit(sum, [1, 2])
+        with pytest.raises(ClusterStalled, match=f"the Dask scheduler at {cluster.scheduler_address} has no worker. "
+                                                 f"Start some .`dask worker {cluster.scheduler_address}`."):
+            list(Waiter(client, [future], "a sum", bound=3.0).as_completed())  # a look every 2 s
