@@ -84,6 +84,7 @@ def test_info_describes_a_moment_store(tmp_path):
     moments, _ = load_total(tmp_path / "a.m.zarr")
     assert r.exit_code == 0 and "moment store v3, complete" in r.output, r.output
     assert "Beta map of 30 bins per sample" in r.output and "samples: H1" in r.output
+    assert re.search(r"; blocks of [0-9,]+ bp$", r.output, re.M), r.output  # bp, as --block-size: it said bins
     assert f"from the counts store {tmp_path / 'a.zarr'} (100 bp bins)" in r.output
     assert re.search(rf"^total\s+1\s+{moments.n_triples:,}$", r.output, re.M), r.output
     # merged with the moments of another chromosome: the same rows, named chr22
