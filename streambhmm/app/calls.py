@@ -126,15 +126,15 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"with the methylated CpGs around it. Ingest the calls into another store at --bin-size "
                          f"100 (the default)")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
+    if settings.kind == "pmd" and longest < PMD_MIN_LENGTH:  # no bin size helps: first
+        raise ValueError(f"no chromosome of {settings.store} has data over {PMD_MIN_LENGTH:,} bp, the shortest PMD "
+                         f"(the longest stretch, from 0 to its last bin with reads: {longest:,} bp): its chromosomes "
+                         f"(the contigs or scaffolds of a draft assembly?) are too short to hold a PMD")
     if bin_size > longest:
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size) are longer than the longest stretch "
                          f"of the store's chromosomes "
                          f"that has data (from 0 to its last bin with reads: {longest:,} bp): "
                          f"domains are runs of many bins")
-    if settings.kind == "pmd" and longest < PMD_MIN_LENGTH:  # before a fit whose every domain would be too short
-        raise ValueError(f"no chromosome of {settings.store} has data over {PMD_MIN_LENGTH:,} bp, the shortest PMD "
-                         f"(the longest stretch, from 0 to its last bin with reads: {longest:,} bp): its chromosomes "
-                         f"(the contigs or scaffolds of a draft assembly?) are too short to hold a PMD")
     if bin_size % counts.bin_size:
         nearest = max(round(bin_size / counts.bin_size), 1) * counts.bin_size
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "

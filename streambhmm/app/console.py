@@ -77,7 +77,7 @@ class _DroppedOnceGone(io.RawIOBase):
         if not self.gone:
             try:
                 return os.write(self.fd, data)
-            except BrokenPipeError:
+            except ConnectionError:  # EPIPE; ECONNRESET from a socket's reader that left with data unread
                 self.gone = True
         return len(data)
 

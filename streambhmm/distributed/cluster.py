@@ -205,7 +205,7 @@ def _check_scheduler(address: str, timeout: float) -> None:
             f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         raise SchedulerLost(f"cannot reach the Dask scheduler at {address} ({why}); is it the address of a "
                             f"running Dask scheduler?") from None
-    except (MemoryError, OverflowError):  # another service's greeting, read as the length of a Dask frame
+    except Exception:  # noqa: BLE001 - another service's bytes, read as Dask's frames (a greeting as a length)
         raise SchedulerLost(f"{address} is not a Dask scheduler (what it sent is not Dask's protocol: another "
                             f"service at that port?); give the scheduler's address") from None
     kind = answer.get("type") if isinstance(answer, dict) else None

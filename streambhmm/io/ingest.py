@@ -248,7 +248,8 @@ def _files_named(sample: str, files: list[tuple[str | None, int]]) -> str:
     if files[0][0] is None:
         return f"the files ingested for {shown(sample)} ({files[0][1]:,} rows)"
     listed = "; ".join(f"{name} ({rows:,} rows)" for name, rows in files[:NAMED_AT_MOST])
-    more = f" and {len(files) - NAMED_AT_MOST:,} more files" if len(files) > NAMED_AT_MOST else ""
+    unnamed = len(files) - NAMED_AT_MOST
+    more = f" and {unnamed:,} more file{'s' if unnamed > 1 else ''}" if unnamed > 0 else ""
     return f"{shown(sample)}'s file{'s' if len(files) > 1 else ''} {listed}{more}"
 
 
@@ -275,7 +276,9 @@ def methylated_only(store, samples, others_instead: str = "") -> str | None:
         return None
     named = " or of ".join(_files_named(s, files) for s, files in list(lacking.items())[:NAMED_AT_MOST])
     if len(lacking) > NAMED_AT_MOST:
-        named += f" or of {len(lacking) - NAMED_AT_MOST:,} other samples' files"
+        others = len(lacking) - NAMED_AT_MOST
+        owners = "samples'" if others > 1 else "sample's"
+        named += f" or of {others:,} other {owners} files"
     listed = [f for files in lacking.values() for f in files]
     others = ",".join(s for s in samples if s not in lacking)
     return (f"no row of {named} that has reads is without a methylated read: {_they(listed)} methylated "

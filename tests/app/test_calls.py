@@ -332,7 +332,7 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     earlier = 'track name="PMD" description="pmd of another.zarr" itemRgb="On"\nchr1\t0\t60000\tPMD1\n'
     (tmp_path / "pmd.bed").write_text(earlier)
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
-    assert r.exit_code == 1 and f"({tmp_path / 'pmd.bed'}: an earlier run's, left as they were)" in r.output, r.output
+    assert r.exit_code == 1 and f"({tmp_path / 'pmd.bed'}: an earlier run's, left as it was)" in r.output, r.output
     assert (tmp_path / "pmd.bed").read_text() == earlier
 
 
@@ -420,6 +420,8 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     assert r.exit_code == 1 and ("no row of S0's files S0_r0.tsv (5,000 rows); S0_r1.tsv (5,000 rows); S0_r2.tsv "
                                  "(5,000 rows) and 2 more files or of S1's files") in r.output, r.output
     assert "S2_r2.tsv (5,000 rows) and 2 more files or of 2 other samples' files that has reads" in r.output, r.output
+    r = run("hmr", store, "-o", tmp_path / "many.bed", "--samples", "S0,S1,S2,S3", "-q")
+    assert "or of 1 other sample's files that has reads" in r.output, r.output
     assert "S3_r0" not in r.output and len(r.output) < 1_000, r.output
     few = {"A": {"rows": 999, "unmethylated_rows": 0}}
     store = write_store(tmp_path / "few.zarr", {"chr1": chromosomes["chr1"]}, ["A"], provenance=few).path
@@ -572,14 +574,15 @@ def test_outputs_that_cannot_hold_the_regions_are_refused_before_any_work(methyl
     r = run("hmr", coarse, "-o", "calls.bed", "-q")  # an HMR is narrower than one bin
     assert r.exit_code == 1 and "has bins of 5,000 bp, and hmr needs bins of at most 1,000 bp" in r.output, r.output
     assert not list(tmp_path.iterdir())
-    # scaffolds shorter than a PMD: refused before the fit (a helper's draft assembly ran it, then heard of RRBS)
-    bins = np.arange(0, 400, 2)
+    # scaffolds shorter than a PMD: refused before the fit (a helper's draft assembly ran it, then heard of RRBS),
+    # and before pmd's 5 kb bins are said to be too long for them (no bin size helps)
+    bins = np.arange(0, 40, 2)
     scaffolds = write_store(tmp_path.parent / f"{tmp_path.name}-scaffolds.zarr",
                             {f"scaffold_{i}": (bins, [[5]] * bins.size, [[9]] * bins.size) for i in range(3)},
                             ["S"]).path
     r = run("pmd", scaffolds, "-o", "calls.bed", "-q")
     assert r.exit_code == 1 and "has data over 50,000 bp, the shortest PMD (the longest stretch, from 0 to its last " \
-        "bin with reads: 39,900 bp)" in r.output, r.output
+        "bin with reads: 3,900 bp)" in r.output, r.output
     assert not list(tmp_path.iterdir())
     r = run("pmd", store, "-o", "calls.bed", "--samples", " S ,", "-q")  # names are trimmed
     assert r.exit_code == 0, r.output

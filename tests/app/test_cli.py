@@ -441,3 +441,24 @@ def test_a_reader_that_leaves_the_pipe_loses_no_output(tmp_path):
         os.close(write)
         assert done.returncode == 0, done.stderr
         assert all((tmp_path / name).exists() for name in outputs), done.stderr
+
+
+def test_a_socket_whose_reader_resets_it_drops_what_is_written():
+    """Standard output on a TCP socket whose reader left with data unread: ECONNRESET, not
+    EPIPE, ended fit with a traceback and no model (a helper's audit)."""
+    import socket
+    import struct
+
+    from streambhmm.app.console import _DroppedOnceGone
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        writer = socket.create_connection(server.getsockname())
+        reader, _ = server.accept()
+        writer.sendall(b"a line\n")  # unread by the reader, which leaves with a reset
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        reader.close()
+        out = _DroppedOnceGone(writer.fileno())
+        for _ in range(3):  # the first write may still be accepted before the reset arrives
+            assert out.write(b"x" * 100_000) == 100_000
+        assert out.gone
+        writer.close()

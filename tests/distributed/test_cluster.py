@@ -386,9 +386,11 @@ def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_pat
     assert seen and set(seen) == {"store free"}
 
 
-def test_another_service_at_the_schedulers_address_is_named_as_such():
+@pytest.mark.parametrize("greeting", [b"SSH-2.0-OpenSSH_9.6\r\n", bytes(8), bytes.fromhex("0100000000000000ff")])
+def test_another_service_at_the_schedulers_address_is_named_as_such(greeting):
     """An SSH server's greeting, read by distributed as a frame's length, asked numpy for
-    2.82 EiB: the command ended with MemoryError's traceback (a helper's audit)."""
+    2.82 EiB: the command ended with MemoryError's traceback (a helper's audit); a zero frame
+    count, with struct.error's."""
     import socketserver
     import threading
 
@@ -396,7 +398,7 @@ def test_another_service_at_the_schedulers_address_is_named_as_such():
 
     class Greeting(socketserver.BaseRequestHandler):
         def handle(self):
-            self.request.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+            self.request.sendall(greeting)
             while self.request.recv(65536):
                 pass
 

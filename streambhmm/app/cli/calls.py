@@ -51,7 +51,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         earlier = [str(path) for path in (output, regions_table(output)) if Path(path).exists()]
         if not earlier:
             raise
-        raise ValueError(f"{exc} ({' and '.join(earlier)}: an earlier run's, left as they were)") from None
+        left = "left as they were" if len(earlier) > 1 else "left as it was"
+        raise ValueError(f"{exc} ({' and '.join(earlier)}: an earlier run's, {left})") from None
     by_level = np.argsort(outcome.hmm.methylation_.mean(axis=1), kind="stable")  # the fit keeps its own order
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
