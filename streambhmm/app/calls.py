@@ -28,6 +28,7 @@ from ..io.coarsen import coarsen
 from ..io.ingest import methylated_only, unmethylated_rows
 from ..io.outputs import check_replaceable_file, same_name, scratch_directory, written_together
 from ..io.progress import em_progress, stage
+from ..io.rows import first_few
 from ..io.storage import Location, write_json
 from ..io.store import locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
@@ -351,10 +352,9 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
         theirs, ours = counts.counts_digests(manifest["samples"]), store.counts_digests(manifest["samples"])
         if theirs != ours:
             differ = sorted(chrom for chrom in theirs.keys() | ours.keys() if theirs.get(chrom) != ours.get(chrom))
-            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
             raise ValueError(f"{settings.moments} was computed from {source['counts_store']}, whose reads differ from "
-                             f"{settings.store}'s summed into {store.bin_size:,} bp bins (on {', '.join(differ[:3])}"
-                             f"{more}): leave out --moments")
+                             f"{settings.store}'s summed into {store.bin_size:,} bp bins (on {first_few(differ)}): "
+                             f"leave out --moments")
     recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
     digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
     expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)
@@ -427,17 +427,12 @@ def _samples_with_reads(store, samples) -> dict:
             for chrom, sums in store.totals(samples).items()}
 
 
-def _first_few(items: list, shown: int = 3) -> str:
-    more = f" and {len(items) - shown} more" if len(items) > shown else ""
-    return f"{', '.join(items[:shown])}{more}"
-
-
 def _chromosomes_apart(store, samples) -> str | None:
     """What to say when no chromosome has reads in every one of ``samples`` (None: one has)."""
     covered = _samples_with_reads(store, samples)
     if any(len(on) == len(samples) for on in covered.values()):
         return None
-    where = [f"{s} on {_first_few([c for c, on in covered.items() if s in on])}" for s in samples]
+    where = [f"{s} on {first_few([c for c, on in covered.items() if s in on])}" for s in samples]
     return (f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads in each of "
             f"them: {'; '.join(where)}.")
 
@@ -447,13 +442,13 @@ def chromosomes_left_out(store, samples) -> str | None:
     all: a region needs reads in each, so none is called there (None: there is no such one)."""
     if len(samples) < 2:
         return None
-    partial = [f"{chrom} (no reads in {_first_few([s for s in samples if s not in on])})"
+    partial = [f"{chrom} (no reads in {first_few([s for s in samples if s not in on])})"
                for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
     if not partial:
         return None
     chromosomes = "1 chromosome" if len(partial) == 1 else f"{len(partial):,} chromosomes"
     return (f"no region is called on {chromosomes} with reads in some of the samples but not in all, as a region "
-            f"needs reads in each: {_first_few(partial)}")
+            f"needs reads in each: {first_few(partial)}")
 
 
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:

@@ -213,6 +213,16 @@ class DmrOutcome:
     shared: float = 1.0  # of the 5 kb windows with reads, the share where every group has reads
 
 
+def _recounted(table, store, samples, groups, settings) -> np.ndarray:
+    """Give ``table``'s calls every read of their intervals; which of them still differ, and
+    compare the groups in at least --min-bins bins where each has reads (a bin of one group's
+    reads beside a bin of the other's is no evidence: a DMR of 39/39 against 0/1 in other bins
+    had lfdr 0.009)."""
+    counts = interval_counts(store, samples, table.chrom, table.start, table.end, groups.members)
+    table.methylated, table.coverage, table.n_bins = counts.methylated, counts.coverage, counts.covered
+    return table.differ_by(groups, settings.min_difference) & (counts.compared >= settings.min_bins)
+
+
 def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) -> DmrOutcome:
     """Fit, find and write the DMRs of ``job`` on the store ``opened``
     (distributed.cluster.store_session); each step's progress is shown unless ``quiet``
@@ -262,19 +272,11 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     domains = domains.take(np.flatnonzero(domains.differ_by(groups, settings.min_difference)))
     candidates = _table("DMR", [(c, d, r.take(r.n_bins >= settings.min_bins))
                                 for d, per in findings.candidates.items() for c, r in per.items()], len(samples))
-    counts = interval_counts(store, samples, candidates.chrom, candidates.start, candidates.end,
-                             groups.members)  # every read in the interval
-    candidates.methylated, candidates.coverage, candidates.n_bins = counts.methylated, counts.coverage, counts.covered
-    # a region's groups are compared where each has reads: a bin of one group's reads beside a
-    # bin of the other's is no evidence (a DMR of 39/39 against 0/1 in other bins had lfdr 0.009)
-    candidates = candidates.take(np.flatnonzero(candidates.differ_by(groups, settings.min_difference)
-                                                & (counts.compared >= settings.min_bins)))
+    candidates = candidates.take(np.flatnonzero(_recounted(candidates, store, samples, groups, settings)))
     pieces = _pieces_of_domains(candidates, domains)
     domains = _merge_overlapping(domains)
     while True:  # a domain's levels: those of the interval written, its ends moved out to its pieces
-        counts = interval_counts(store, samples, domains.chrom, domains.start, domains.end, groups.members)
-        domains.methylated, domains.coverage, domains.n_bins = counts.methylated, counts.coverage, counts.covered
-        differs = domains.differ_by(groups, settings.min_difference) & (counts.compared >= settings.min_bins)
+        differs = _recounted(domains, store, samples, groups, settings)
         if differs.all():
             break
         domains = domains.take(np.flatnonzero(differs))

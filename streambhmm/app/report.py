@@ -22,6 +22,7 @@ from ..distributed.cluster import compute
 from ..distributed.decode import decode_store
 from ..io.bed import read_bed
 from ..io.progress import stage as progress_stage
+from ..io.rows import first_few
 from ..learn.evaluate import differential_states
 from ..learn.spectral import whiten
 from ..learn.states import DIFF_THRESHOLD
@@ -81,8 +82,8 @@ def write_report(opened, model, output, region: str | None = None, max_gap: int 
     for name, items in region_sets:  # a row that could never show a region: another genome's calls, or chr22's
         if items and not any(item.chrom in counts.chromosomes for item in items):
             raise ValueError(f"--regions {name}: none of its regions is on a chromosome of {counts.path} "
-                             f"({_listed(counts.chromosomes)}); they are on "
-                             f"{_listed(dict.fromkeys(item.chrom for item in items))}")
+                             f"({first_few(counts.chromosomes, 5)}); they are on "
+                             f"{first_few(dict.fromkeys(item.chrom for item in items), 5)}")
     where = parse_region(region) if region else \
         _region_around(counts, region_sets[0]) if region_sets else _default_region(counts, samples)
     if where.chrom not in counts.chromosomes:
@@ -168,11 +169,6 @@ def read_region_sets(paths) -> list:
     return [(Path(path).name.removesuffix(".bed"), read_bed(path)) for path in paths]
 
 
-def _listed(names, shown: int = 5) -> str:
-    names = list(names)
-    return ", ".join(names[:shown])[:200] + ("..." if len(names) > shown else "")
-
-
 def _region_around(counts, region_set) -> Region:
     """A view centred on the highest-scoring region of (name, BedItems) on a chromosome of the
     store (of equal scores the longest, then the first: scores saturate, a DMR's at 1000, and
@@ -181,7 +177,7 @@ def _region_around(counts, region_set) -> Region:
     on_store = [item for item in items if item.chrom in counts.chromosomes]
     if not on_store:
         raise ValueError(f"{name}.bed has no region on the chromosomes of {counts.path} "
-                         f"({_listed(counts.chromosomes)})")
+                         f"({first_few(counts.chromosomes, 5)})")
     best = max(on_store, key=lambda item: (item.score, item.end - item.start))  # max keeps the first of equals
     width = max(REGION_BINS * counts.bin_size, 3 * (best.end - best.start))
     start = max((best.start + best.end) // 2 - width // 2, 0)

@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from ..io.outputs import check_output_dir, directory_lock_now, is_plain, is_temporary_of, temporary_path
+from ..io.rows import first_few
 from ..io.storage import Location, put_in_place
 
 REPORT_MARKER = "streambhmm-report.json"  # in every report directory: the files the report wrote
@@ -69,9 +70,8 @@ def previous_report_files(directory: Path) -> list[str]:
     foreign = sorted(name for name, entry in entries.items()
                      if name != REPORT_MARKER and (name not in written or not is_plain(entry)))
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ValueError(f"{directory}: a previous report, but it also holds what the report did not write "
-                         f"({shown}); move that away or choose another directory")
+                         f"({first_few(foreign, 5)}); move that away or choose another directory")
     return written
 
 

@@ -56,6 +56,15 @@ def shown(text) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
+def first_few(names, at_most: int = 3) -> str:
+    """The first ``at_most`` of ``names`` for a message (at most SHOWN characters of them), and
+    how many more there are."""
+    names = list(names)
+    listed = ", ".join(names[:at_most])
+    listed = listed if len(listed) <= SHOWN else listed[:SHOWN] + "..."
+    return listed + (f" and {len(names) - at_most:,} more" if len(names) > at_most else "")
+
+
 def sheet_fields(line: str) -> list:
     """A sample sheet's or manifest's fields: tab-separated when the line has a tab, else
     separated by blanks (a table lined up with spaces, as pasted from a page)."""

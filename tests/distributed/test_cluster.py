@@ -1,12 +1,15 @@
 """The CLI against a real cluster of separate processes (`dask scheduler`, two `dask worker`s
 on 127.0.0.1, as docker-compose.yml runs them), and what happens when parts of it die."""
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -347,14 +350,25 @@ def test_the_wait_for_an_unreachable_scheduler_is_shown_unless_quiet(tmp_path, f
     assert (not waiting) if quiet else waiting, proc.stderr
 
 
+@contextlib.contextmanager
+def serving(handler):
+    """A TCP server on the loopback interface answering each connection with ``handler`` (a
+    socketserver.BaseRequestHandler) in a thread of its own; yields its tcp:// address."""
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"tcp://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+
+
 def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_path, few_chunks):
     """Issue 25, item 11: --scheduler at an HTTP server (which never answers Dask's handshake)
     waited forever holding the store's reader lock. Now the connection is bounded
     (distributed.comm.timeouts.connect) and made before the lock: when the server sees the
     connection, a writer could still lock the store."""
     import fcntl
-    import socketserver
-    import threading
 
     store = few_chunks.path
     lock_file = Path(store.url).parent / f".{Path(store.url).name}.lock"
@@ -372,14 +386,10 @@ def test_scheduler_address_of_an_http_server_fails_fast_without_the_lock(tmp_pat
             while self.request.recv(65536):
                 pass
 
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Silent) as server:
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    with serving(Silent) as address:
         proc = subprocess.run([*STREAMBHMM, "moments", store.url, "-o", tmp_path / "m.zarr", *BINS, "--scheduler",
                                address, "-q"], capture_output=True, text=True, timeout=300,
                               env={**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s"})
-        server.shutdown()
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"Error: cannot reach the Dask scheduler at {address} (no Dask handshake within 3 s)" in proc.stderr
@@ -391,9 +401,6 @@ def test_another_service_at_the_schedulers_address_is_named_as_such(greeting):
     """An SSH server's greeting, read by distributed as a frame's length, asked numpy for
     2.82 EiB: the command ended with MemoryError's traceback (a helper's audit); a zero frame
     count, with struct.error's."""
-    import socketserver
-    import threading
-
     from streambhmm.distributed.cluster import SchedulerLost, _check_scheduler
 
     class Greeting(socketserver.BaseRequestHandler):
@@ -402,13 +409,9 @@ def test_another_service_at_the_schedulers_address_is_named_as_such(greeting):
             while self.request.recv(65536):
                 pass
 
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Greeting) as server:
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        address = f"tcp://127.0.0.1:{server.server_address[1]}"
-        with pytest.raises(SchedulerLost, match="is not a Dask scheduler .what it sent is not Dask's protocol"):
-            _check_scheduler(address, 5.0)
-        server.shutdown()
+    with serving(Greeting) as address, \
+            pytest.raises(SchedulerLost, match="is not a Dask scheduler .what it sent is not Dask's protocol"):
+        _check_scheduler(address, 5.0)
 
 
 def test_a_stopped_worker_during_em_ends_with_a_message(tmp_path, few_chunks):
