@@ -128,9 +128,11 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"100 (the default)")
     longest = max((counts.n_bins(chrom) for chrom in counts.chromosomes), default=0) * counts.bin_size
     if settings.kind == "pmd" and longest < PMD_MIN_LENGTH:  # no bin size helps: first
-        raise ValueError(f"no chromosome of {settings.store} has data over {PMD_MIN_LENGTH:,} bp, the shortest PMD "
-                         f"(the longest stretch, from 0 to its last bin with reads: {longest:,} bp): its chromosomes "
-                         f"(the contigs or scaffolds of a draft assembly?) are too short to hold a PMD")
+        raise ValueError(_refusal(settings, samples, f"no chromosome has data over {PMD_MIN_LENGTH:,} bp, the shortest "
+                                                     f"PMD (the longest stretch, from 0 to its last bin with reads: "
+                                                     f"{longest:,} bp)")
+                         + " Its chromosomes (the contigs or scaffolds of a draft assembly?) are too short to hold a "
+                           "PMD.")
     if bin_size > longest:
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size) are longer than the longest stretch "
                          f"of the store's chromosomes "
