@@ -7,12 +7,12 @@
 no EM-polished calls, no quarter of the reads, no bedtools check.)
 
 Also timed, as a floor under our job: a Python process that only imports the fixed stack the
-call needs (numpy, scipy.optimize, dask, zarr, numba) and runs one cached numba kernel, doing
-no work. Our job starts two processes (`ingest`, then the call; `ingest` loads no numba kernel),
-so where DNMTools' whole job takes less than our measured ingest plus that floor, no work we
-could save in the call would bring ours level with it. A second, barer floor (numpy,
-scipy.optimize and zarr only: a call without numba kernels or Dask) bounds what rewriting the
-call without them could gain.
+call needs (numpy, scipy.optimize, dask, numba; it reads the store's files without zarr) and runs
+one cached numba kernel, doing no work. Our job starts two processes (`ingest`, then the call;
+`ingest` loads no numba kernel), so where DNMTools' whole job takes less than our measured
+ingest plus that floor, no work we could save in the call would bring ours level with it. A
+second, barer floor (numpy and scipy.optimize only: a call without numba kernels or Dask)
+bounds what rewriting the call without them could gain.
 
 Data (../shared/data/real, replicates summed as DNMTools' input converter sums them):
 
@@ -83,7 +83,7 @@ HIGH = 0.4  # "nothing above 0.4 called an HMR"
 
 
 # -- running and timing -----------------------------------------------------------------------
-FLOOR = """import dask, numpy as np, scipy.optimize, zarr
+FLOOR = """import dask, numpy as np, scipy.optimize
 from numba import njit
 
 
@@ -94,7 +94,7 @@ def total(x):
 
 total(np.ones(3))
 """
-BARE_FLOOR = "import numpy, scipy.optimize, zarr\n"
+BARE_FLOOR = "import numpy, scipy.optimize\n"
 
 
 def floor_seconds(work: Path, repeats: int, code: str = FLOOR) -> float:
@@ -314,7 +314,7 @@ def main():
     results, beds = {}, []
     floor, bare = floor_seconds(work, args.repeats), floor_seconds(work, args.repeats, BARE_FLOOR)
     print(f"floor: a process importing the stack and loading one cached numba kernel, doing no work: {floor:.2f} s; "
-          f"importing numpy, scipy.optimize and zarr only: {bare:.2f} s", flush=True)
+          f"importing numpy and scipy.optimize only: {bare:.2f} s", flush=True)
     for key in args.sets.split(","):
         title, files, fmt = SETS[key]
         here = work / key

@@ -8,8 +8,8 @@ import uuid
 from dataclasses import dataclass
 
 import numpy as np
-import zarr
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..learn.hmm import BinomialHMM
 from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.pipeline import select_samples
@@ -68,6 +68,8 @@ def _chunk_runs(post, data, max_gap: int, posterior_arrays: dict | None) -> Runs
     of its chromosome in ``posterior_arrays`` (paths) when given."""
     ref, rows = data.ref, data.rows
     if posterior_arrays is not None:
+        import zarr
+
         block = np.full((ref.n_bins, post.shape[1]), np.nan, np.float32)
         block[rows] = post
         zarr.open_array(posterior_arrays[ref.chrom], mode="r+")[ref.start:ref.stop] = block
@@ -150,6 +152,8 @@ def _write_runs(bed, chrom, runs: Runs | None, style: SegmentStyle) -> int:
 
 
 def _create_posterior_arrays(store: CountsStore, m: int, name: str, samples: list[str]) -> dict:
+    import zarr
+
     arrays = {}
     for chrom in store.chromosomes:
         # the counts' chunks, so the tasks' writes align

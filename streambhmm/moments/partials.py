@@ -10,11 +10,9 @@ import re
 import uuid
 
 import numpy as np
-import zarr
-import zarr.api.asynchronous
 from scipy import sparse
-from zarr.core.sync import sync
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..io.storage import Location, put_in_place
 from .blocks import BlockStats
 from .manifest import MomentStoreError
@@ -59,6 +57,8 @@ def _block_names() -> list[str]:
 
 def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: str) -> None:
     """Write a partial (with its checksum) as a Zarr group at a temporary path and rename it into place."""
+    from zarr.core.sync import sync
+
     path.parent.mkdir()
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
     moments, blocks = partial.moments, partial.blocks
@@ -85,6 +85,8 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
     MomentStoreError naming it. ``identity`` ({chromosome, chunk, digest}): the partial must
     be the one for that chunk and digest (a checksum alone cannot tell another chunk's
     self-consistent partial put in its place)."""
+    from zarr.core.sync import sync
+
     try:
         attrs, stored = sync(_read_group(path.url, [*ARRAY_FIELDS, *_block_names()]))
         arrays = {name: stored[name] for name in ARRAY_FIELDS}
@@ -116,6 +118,8 @@ def read_partial(path: Location, expected_sha256: str | None = None, identity: d
 # loop, not one at a time with each waited for (scripts/bench_partials.py: 1.3x as fast to
 # write, 1.6x to read).
 async def _write_group(url: str, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    import zarr.api.asynchronous
+
     group = await zarr.api.asynchronous.open_group(store=url, mode="w", zarr_format=3)
     await asyncio.gather(*(group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
                            for name, data in arrays.items()))
@@ -123,6 +127,8 @@ async def _write_group(url: str, arrays: dict[str, np.ndarray], attrs: dict) -> 
 
 
 async def _read_group(url: str, names: list[str]) -> tuple[dict, dict[str, np.ndarray]]:
+    import zarr.api.asynchronous
+
     group = await zarr.api.asynchronous.open_group(store=url, mode="r")
 
     async def read(name):

@@ -135,23 +135,22 @@ def test_two_concurrent_ingests_both_land(tmp_path, samples):
 
 def test_a_staging_directory_is_never_seen_without_its_owner_lock(tmp_path, samples, monkeypatch):
     # another writer's commit recovers the store (removing stagings whose writer is gone) at
-    # any moment: here, just as this writer's staging appears
+    # any moment: here, just as this writer's staging appears (its root's document written)
     from streambhmm.io.store import writer
     from streambhmm.io.store.recovery import recover
 
     store = tmp_path / "s.zarr"
     ingest([samples[0]], "A", store, chunk_size=300)
-    real_open = writer.zarr.open_group
+    real_write = writer.write_document
     seen = []
 
-    def open_then_recover(url, *args, **kwargs):
-        group = real_open(url, *args, **kwargs)
-        if not seen:  # the staging's first opening
-            seen.append(Path(url).name)
+    def write_then_recover(root, path, document):
+        real_write(root, path, document)
+        if not seen:  # the staging's first document
+            seen.append(Path(path.url).name)
             recover(store)
-        return group
 
-    monkeypatch.setattr(writer.zarr, "open_group", open_then_recover)
+    monkeypatch.setattr(writer, "write_document", write_then_recover)
     ingest([samples[1]], "B", store, chunk_size=300)
     monkeypatch.undo()
     assert seen and seen[0].startswith("s.zarr.ingest-")

@@ -14,9 +14,69 @@ from zarr.codecs import BloscCodec, GzipCodec
 from streambhmm.io.ingest import ingest
 from streambhmm.io.storage import Location
 from streambhmm.io.store import StoreError, mark_changed, open_store
-from streambhmm.io.store.nodes import read_chunk, read_document, write_chunk, write_document, written_by_zarr
+from streambhmm.io.store.commit import _empty_chromosome, _sample_names
+from streambhmm.io.store.nodes import read_chunk, read_document, write_chunk, write_document
+from streambhmm.io.store.schema import FIELDS, INDEX_CHUNK, SAMPLE_CHUNK
+from streambhmm.io.store.writer import _staged_chromosome
 
 BLOSC = {"compressors": BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")}
+
+
+def written_by_zarr(create) -> tuple[dict[str, dict], dict[str, bytes]]:
+    """What zarr writes when ``create(group)`` makes nodes in an empty group: the documents by
+    node path ("" is the group itself), and the chunk files by key."""
+    held = {}
+    create(zarr.open_group(zarr.storage.MemoryStore(held), mode="w", zarr_format=3))
+    documents = {key.removesuffix("zarr.json").rstrip("/"): json.loads(value.to_bytes())
+                 for key, value in held.items() if key.endswith("zarr.json")}
+    return documents, {key: value.to_bytes() for key, value in held.items() if not key.endswith("zarr.json")}
+
+
+def _chromosome_by_zarr(group, chunk_size: int) -> None:
+    """A store's empty chromosome as zarr makes it."""
+    for name in ("methylated", "coverage"):
+        group.create_array(name, shape=(0, 0), chunks=(chunk_size, 1), dtype="uint32", fill_value=0,
+                           dimension_names=("position", "sample"), **BLOSC)
+    group.create_array("position", shape=(0,), chunks=(chunk_size,), dtype="int64", fill_value=0,
+                       dimension_names=("position",),
+                       attributes={"units": "bp", "description": "0-based start of the bin"})
+    group.create_array("sample", shape=(0,), chunks=(SAMPLE_CHUNK,), dtype=str, dimension_names=("sample",))
+    group.require_group("index").create_array(
+        "summary", shape=(0, 0, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64", fill_value=0,
+        dimension_names=("chunk", "sample", "field"), attributes={"fields": list(FIELDS)})
+
+
+def _staged_by_zarr(group, chunk_size: int) -> None:
+    """A staged chromosome as zarr makes it."""
+    for name in ("methylated", "coverage"):
+        group.create_array(name, shape=(0, 1), chunks=(chunk_size, 1), dtype="uint32", fill_value=0,
+                           dimension_names=("position", "sample"), **BLOSC)
+    group.create_array("summary", shape=(0, 1, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64",
+                       fill_value=0)
+
+
+@pytest.mark.parametrize("chunk_size", [20, 1_000_000])
+def test_the_stores_documents_are_those_zarr_writes(chunk_size):
+    """Written without zarr (a command that reads or stages counts does not import it), the
+    documents of a chromosome and of a staged one are zarr's, key for key and in zarr's order."""
+    for ours, create in ((_empty_chromosome(chunk_size), _chromosome_by_zarr),
+                         (_staged_chromosome(chunk_size), _staged_by_zarr)):
+        theirs = written_by_zarr(lambda group: create(group, chunk_size))[0]
+        assert json.dumps(ours) == json.dumps(theirs)
+
+
+@pytest.mark.parametrize("n_names", [1, 3, SAMPLE_CHUNK + 2])
+def test_the_sample_coordinate_is_the_bytes_zarr_writes(n_names):
+    names = [f"sample-{k}-é" for k in range(n_names)]
+    document, chunks = _sample_names(names)
+
+    def create(group):
+        group.create_array("sample", shape=(n_names,), chunks=(SAMPLE_CHUNK,), dtype=str,
+                           dimension_names=("sample",))[:] = np.array(names, dtype=object)
+
+    documents, files = written_by_zarr(create)
+    assert json.dumps(document) == json.dumps(documents["sample"])
+    assert {f"sample/c/{k}": data for k, data in chunks.items()} == files
 
 
 def _arrays(group):

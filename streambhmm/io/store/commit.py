@@ -39,15 +39,15 @@ import uuid
 import warnings
 
 import numpy as np
-import zarr
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ... import __version__
 from ..storage import Location, beside, fault_point, replacing_dir, write_json
-from .nodes import (chunk_path, read_chunk, read_document, why, write_chunk, write_document, write_file,
-                    written_by_zarr)
-from .schema import (COMMIT, COUNT_DTYPE, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, POSITION,
-                     SAMPLE_CHUNK, StoreError, codecs, inline, n_chunks, natural_sorted, new_attributes,
-                     per_position_variables)
+from .nodes import chunk_path, read_chunk, read_document, why, write_chunk, write_document, write_file
+from .schema import (COMMIT, COUNTS, COUNTS_FORMAT, COUNTS_VERSION, FIELDS, INDEX_CHUNK, INTEGER_CODECS, POSITION,
+                     SAMPLE_CHUNK, STRING_CODECS, StoreError, array_document, counts_document, group_document, inline,
+                     n_chunks, natural_sorted, new_attributes, per_position_variables, sample_document,
+                     summary_document)
 
 
 def staging_path(path) -> Location:
@@ -58,6 +58,8 @@ def staging_path(path) -> Location:
 def consolidate(root) -> None:
     """Consolidate the metadata (so plain open_zarr reads quietly and our tasks open arrays
     without reading their metadata)."""
+    import zarr
+
     with warnings.catch_warnings():
         # consolidated metadata is a zarr-python extension for v3; we want it deliberately
         warnings.simplefilter("ignore", UserWarning)
@@ -67,6 +69,8 @@ def consolidate(root) -> None:
 def mark_changed(root) -> None:
     """After a change outside a commit (decode's posteriors): a new generation, and the
     metadata consolidated again."""
+    import zarr
+
     group = zarr.open_group(Location.of(root).url, mode="a", use_consolidated=False)
     group.attrs.update({"generation": uuid.uuid4().hex})
     consolidate(root)
@@ -143,34 +147,30 @@ def complete_commit(store: Location, staging: Location, failed: str, what: str) 
                          f"{what}") from exc
 
 
-def _create_chromosome(group, chunk_size: int) -> None:
-    """The nodes of an empty chromosome (no bins, no samples), made by zarr in ``group``."""
-    for name in COUNTS:
-        group.create_array(name, shape=(0, 0), chunks=(chunk_size, 1), dtype=COUNT_DTYPE, fill_value=0,
-                           dimension_names=("position", "sample"), **codecs())
-    group.create_array(POSITION, shape=(0,), chunks=(chunk_size,), dtype="int64", fill_value=0,
-                       dimension_names=("position",),
-                       attributes={"units": "bp", "description": "0-based start of the bin"})
-    group.create_array("sample", shape=(0,), chunks=(SAMPLE_CHUNK,), dtype=str, dimension_names=("sample",))
-    group.require_group("index").create_array(
-        "summary", shape=(0, 0, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64", fill_value=0,
-        dimension_names=("chunk", "sample", "field"), attributes={"fields": list(FIELDS)})
-
-
 @functools.lru_cache(maxsize=4)
 def _empty_chromosome(chunk_size: int) -> dict[str, dict]:
-    """What zarr writes for an empty chromosome, by path inside it ("": its group)."""
-    return written_by_zarr(functools.partial(_create_chromosome, chunk_size=chunk_size))[0]
+    """The documents of an empty chromosome (no bins, no samples), by path inside it ("": its
+    group). Read them, do not change them: callers copy."""
+    return {"": group_document(),
+            **{name: counts_document(0, 0, chunk_size) for name in COUNTS},
+            POSITION: array_document((0,), "int64", (chunk_size,), 0, INTEGER_CODECS, ("position",),
+                                     {"units": "bp", "description": "0-based start of the bin"}),
+            "sample": sample_document(0),
+            "index": group_document(),
+            "index/summary": summary_document(0, 0, attributes={"fields": list(FIELDS)})}
 
 
 def _sample_names(names: list[str]) -> tuple[dict, dict[int, bytes]]:
     """The sample coordinate holding ``names`` as zarr writes it: its document and its chunk
-    files by chunk index."""
-    def create(group):
-        group.create_array("sample", shape=(len(names),), chunks=(SAMPLE_CHUNK,), dtype=str,
-                           dimension_names=("sample",))[:] = np.array(names, dtype=object)
-    documents, files = written_by_zarr(create)
-    return documents["sample"], {int(key.rsplit("/", 1)[1]): data for key, data in files.items()}
+    files by chunk index (each chunk whole, padded with the fill value "")."""
+    from numcodecs import VLenUTF8, Zstd
+
+    zstd = Zstd(**STRING_CODECS[1]["configuration"])
+    chunks = {}
+    for k in range(n_chunks(len(names), SAMPLE_CHUNK)):
+        part = names[k * SAMPLE_CHUNK:(k + 1) * SAMPLE_CHUNK]
+        chunks[k] = zstd.encode(VLenUTF8().encode(np.array(part + [""] * (SAMPLE_CHUNK - len(part)), dtype=object)))
+    return sample_document(len(names)), chunks
 
 
 def _encoding(document: dict) -> dict:
@@ -239,6 +239,8 @@ def _write_names(store: Location, chrom: str, documents: dict, names: list[str],
     sample = store / chrom / "sample"
     document, names_chunks = written
     if _encoding(documents["sample"]) != _encoding(document):
+        import zarr
+
         array = zarr.open_array(sample.url, mode="r+")
         if array.shape[0] != len(names) or list(array[:]) != names:
             array.resize((len(names),))

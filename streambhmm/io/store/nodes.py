@@ -4,8 +4,8 @@ their chunks, byte for byte as zarr writes them.
 A zarr call on a local store hands each file operation to zarr's I/O threads and costs
 milliseconds; staging and committing a chromosome took about thirty of them, so an assembly
 of hundreds of contigs took tens of seconds to ingest (0.1 s a contig). Here a node is a file
-read or written. Zarr remains the authority on the documents: the templates are what zarr
-writes for an empty chromosome (:func:`written_by_zarr`), and a chunk whose codecs are not the
+read or written. Zarr remains the authority on the documents: those of schema are checked
+against what zarr writes (tests/io/test_store_nodes.py), and a chunk whose codecs are not the
 two this store uses (bytes, then blosc or zstd), as a store made by another zarr may have, is
 written through zarr."""
 
@@ -19,23 +19,13 @@ import os
 import threading
 
 import numpy as np
-import zarr
 from numcodecs import Blosc, Zstd
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..storage import Location
 from .schema import StoreError
 
 BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
-
-
-def written_by_zarr(create) -> tuple[dict[str, dict], dict[str, bytes]]:
-    """What zarr writes when ``create(group)`` makes nodes in an empty group: the documents by
-    node path ("" is the group itself), and the chunk files by key."""
-    held = {}
-    create(zarr.open_group(zarr.storage.MemoryStore(held), mode="w", zarr_format=3))
-    documents = {key.removesuffix("zarr.json").rstrip("/"): json.loads(value.to_bytes())
-                 for key, value in held.items() if key.endswith("zarr.json")}
-    return documents, {key: value.to_bytes() for key, value in held.items() if not key.endswith("zarr.json")}
 
 
 def why(exc: BaseException) -> str:
@@ -137,6 +127,8 @@ def write_chunk(root: Location, array: Location, document: dict, index: tuple, v
     dtype = values.dtype if dtype is None else dtype
     written = tuple(slice(0, n) for n in values.shape)
     if compressor is None:  # codecs of another kind: zarr writes the whole chunk (within the array)
+        import zarr
+
         chunk = np.full(shape, fill, dtype)
         chunk[written] = values
         selection = _chunk_selection(document, index)
@@ -225,6 +217,8 @@ def read_chunk(array: Location, document: dict, index: tuple, rows: int | None =
     if rows is not None:
         rows = min(rows, shape[0])
     if compressor is None:
+        import zarr
+
         selection = _chunk_selection(document, index)
         chunk = np.full(shape, fill, document["data_type"])
         part = zarr.open_array(array.url, mode="r")[selection]

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from zarr.codecs import BloscCodec
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..documents import version_problem
 from ..limits import COUNT_MAX, POSITION_MAX  # noqa: F401 - the store's bounds, also read from here
 from ..storage import Location
@@ -68,9 +68,49 @@ def natural_sorted(names) -> list[str]:
     return sorted(names, key=natural_key)
 
 
-def codecs() -> dict:
-    # byte-shuffled zstd: counts are small integers, their high bytes mostly zero
-    return {"compressors": BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")}
+# The documents of a chromosome's nodes, key for key as zarr 3 writes them (tests/io/test_store_nodes.py
+# checks them against zarr's own): a command that reads or stages counts never imports zarr (0.1 s).
+_LITTLE_ENDIAN = {"name": "bytes", "configuration": {"endian": "little"}}
+_ZSTD = {"name": "zstd", "configuration": {"level": 0, "checksum": False}}
+# byte-shuffled zstd: counts are small integers, their high bytes mostly zero
+COUNT_CODECS = (_LITTLE_ENDIAN, {"name": "blosc", "configuration": {
+    "typesize": np.dtype(COUNT_DTYPE).itemsize, "cname": "zstd", "clevel": 3, "shuffle": "shuffle", "blocksize": 0}})
+INTEGER_CODECS = (_LITTLE_ENDIAN, _ZSTD)  # zarr's default for int64
+STRING_CODECS = ({"name": "vlen-utf8", "configuration": {}}, _ZSTD)  # zarr's default for strings
+
+
+def group_document() -> dict:
+    return {"attributes": {}, "zarr_format": 3, "node_type": "group"}
+
+
+def array_document(shape, data_type: str, chunk_shape, fill_value, codecs: tuple, dimension_names=None,
+                   attributes: dict | None = None) -> dict:
+    """An array's zarr.json (a new dict each call: callers change its shape)."""
+    document = {"shape": list(shape), "data_type": data_type,
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(chunk_shape)}},
+                "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+                "fill_value": fill_value, "codecs": copy.deepcopy(list(codecs)), "attributes": dict(attributes or {})}
+    if dimension_names is not None:
+        document["dimension_names"] = list(dimension_names)
+    return {**document, "zarr_format": 3, "node_type": "array", "storage_transformers": []}
+
+
+def counts_document(n_bins: int, n_samples: int, chunk_size: int, dimension_names=("position", "sample")) -> dict:
+    """The document of a methylated or coverage array."""
+    return array_document((n_bins, n_samples), np.dtype(COUNT_DTYPE).name, (chunk_size, 1), 0, COUNT_CODECS,
+                          dimension_names)
+
+
+def summary_document(n_chunks_: int, n_samples: int, dimension_names=("chunk", "sample", "field"),
+                     attributes: dict | None = None) -> dict:
+    """The document of a chromosome's chunk summaries (index/summary)."""
+    return array_document((n_chunks_, n_samples, len(FIELDS)), "int64", (INDEX_CHUNK, 1, len(FIELDS)), 0,
+                          INTEGER_CODECS, dimension_names, attributes)
+
+
+def sample_document(n_samples: int) -> dict:
+    """The document of the sample coordinate."""
+    return array_document((n_samples,), "string", (SAMPLE_CHUNK,), "", STRING_CODECS, ("sample",))
 
 
 def n_chunks(n_bins: int, chunk_size: int) -> int:

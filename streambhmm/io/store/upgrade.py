@@ -3,8 +3,8 @@ the current version, in place."""
 
 from __future__ import annotations
 
-import zarr
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..storage import Location, replacing_dir
 from .commit import staging_path
 from .locking import locked
@@ -43,6 +43,8 @@ def upgrade_store(path, echo=lambda message: None) -> int:
 def _stage_chromosome(path: Location, chrom: str, bin_size: int, writers: list[SampleWriter]) -> int:
     """Stage each sample's counts of one version-1 chromosome, a chunk of rows at a time;
     returns its rows."""
+    import zarr
+
     group = zarr.open_group(path.url, path=chrom, mode="r")
     position = group["position"]
     step = group["methylated"].chunks[0]

@@ -13,17 +13,18 @@ import re
 import uuid
 
 import numpy as np
-import zarr
 
+# zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..outputs import interruptions_held, removed_while_it_returns
 from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit, nodes_by_chromosome
 from .locking import locked, open_lock
-from .nodes import read_chunk, read_document, write_chunk, write_document, written_by_zarr
+from .nodes import read_chunk, read_document, write_chunk, write_document
 from .reader import open_store
-from .schema import (COMMIT, COMMIT_MARGIN, COUNT_DTYPE, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK,
-                     METADATA_BYTES, OWNER_LOCK, POSITION, POSITION_MAX, StoreError, codecs, n_chunks)
+from .schema import (COMMIT, COMMIT_MARGIN, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK, METADATA_BYTES,
+                     OWNER_LOCK, POSITION, POSITION_MAX, StoreError, counts_document, group_document, n_chunks,
+                     summary_document)
 
 
 # what a commit writes in a chromosome where the new sample has no counts (commit._add_column)
@@ -67,20 +68,12 @@ class _ChromosomeBins:
         np.add.at(self.coverage, bins, np.asarray(coverage, np.int64))
 
 
-def _create_staged_chromosome(group, chunk_size: int) -> None:
-    """A staged chromosome's nodes, made by zarr in ``group``: one sample's counts and the
-    summaries of its chunks."""
-    for name in COUNTS:
-        group.create_array(name, shape=(0, 1), chunks=(chunk_size, 1), dtype=COUNT_DTYPE, fill_value=0,
-                           dimension_names=("position", "sample"), **codecs())
-    group.create_array("summary", shape=(0, 1, len(FIELDS)), chunks=(INDEX_CHUNK, 1, len(FIELDS)), dtype="int64",
-                       fill_value=0)
-
-
 @functools.lru_cache(maxsize=4)
 def _staged_chromosome(chunk_size: int) -> dict[str, dict]:
-    """What zarr writes for an empty staged chromosome, by path inside it ("": its group)."""
-    return written_by_zarr(functools.partial(_create_staged_chromosome, chunk_size=chunk_size))[0]
+    """The documents of an empty staged chromosome (one sample's counts and the summaries of
+    its chunks), by path inside it ("": its group). Read them, do not change them."""
+    return {"": group_document(), **{name: counts_document(0, 1, chunk_size) for name in COUNTS},
+            "summary": summary_document(0, 1, dimension_names=None)}
 
 
 class SampleWriter:
@@ -119,6 +112,8 @@ class SampleWriter:
     @_staging_errors
     def _start(self) -> None:
         if not self.path.is_local:
+            import zarr
+
             zarr.open_group(self.path.url, mode="w", zarr_format=3)
             return
         # The owner lock is held while we live, so recovery (another writer's commit) leaves a
@@ -133,7 +128,7 @@ class SampleWriter:
         except BaseException:
             starting.rmtree()
             raise
-        zarr.open_group(self.path.url, mode="a", zarr_format=3)  # the root's document; "w" would remove the lock file
+        write_document(self.path, self.path, group_document())  # the root's document
         _check_one_filesystem(self.store.real(), self.path, {})
 
     @_staging_errors
