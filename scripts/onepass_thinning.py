@@ -20,7 +20,6 @@ import tempfile
 import warnings
 from pathlib import Path
 
-
 sys.path.insert(0, str(Path(__file__).parent))
 import real_data_fits as data  # noqa: E402
 
