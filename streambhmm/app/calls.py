@@ -67,6 +67,7 @@ class CallSettings:
     n_bins: int = DEFAULT_N_BINS
     quiet: bool = False
     save_model: str | None = None  # also write the model the regions were found with (JSON, as `fit` writes)
+    chrom_sizes: str | None = None  # UCSC chrom.sizes: regions end at most where their chromosome does
 
     @property
     def model(self) -> CallModel:
@@ -143,6 +144,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "
                          f"not a multiple of the store's bin size ({counts.bin_size:,} bp): its bins cannot be summed "
                          f"into them; pass a multiple, say --bin-size {nearest}")
+    lengths = _chromosome_ends(counts, settings.chrom_sizes)  # refused before the work, when of another assembly
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)
@@ -156,15 +158,24 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
-        # a domain's last summed bin ends where the store's last bin does, not past it
-        for chrom, found in outcome.found.items():
-            outcome.found[chrom] = found.cut_at(counts.n_bins(chrom) * counts.bin_size, outcome.rule.min_length)
+    for chrom, found in outcome.found.items():
+        # a domain's last summed bin ends where the store's last bin does, not past it, and with
+        # --chrom-sizes no region passes its chromosome's end
+        outcome.found[chrom] = found.cut_at(lengths[chrom], outcome.rule.min_length)
     with written_together():  # the regions, their table and the model: all or none
         outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                                   f"{settings.kind} of {Path(settings.store).name}")
         if settings.save_model:
             write_json(settings.save_model, call_model(settings, outcome, counts, bin_size))
     return outcome
+
+
+def _chromosome_ends(counts, chrom_sizes: str | None) -> dict[str, int]:
+    """Where each chromosome of ``counts`` ends: at its chrom.sizes length (``chrom_sizes``), each
+    refused when the data reach past it; else at the store's last bin."""
+    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes
+
+    return chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None, chrom_sizes)
 
 
 def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:
@@ -204,7 +215,7 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         try:
             one_pass_fit, hmm = fit_call_model(data.moments, model, settings.seed, progress)
         except TooFewDataError as exc:
-            raise ValueError(_too_few(settings, samples, store.bin_size, exc)) from None
+            raise ValueError(_too_few(settings, samples, store, exc)) from None
     seconds["fit"] = time.perf_counter() - start
     em_stopped = ""
     if settings.polish_em:
@@ -378,14 +389,22 @@ def _refusal(settings: CallSettings, samples, reason: str) -> str:
     return f"no {settings.regions} in {settings.store} ({','.join(samples)}): {reason}."
 
 
-def _too_few(settings: CallSettings, samples, bin_size: int, exc: TooFewDataError) -> str:
-    """The message of a call whose data are too few to fit its model."""
-    scale = ("a PMD spans at least 50 kb" if settings.kind == "pmd" else
-             "the model needs a background as well as the regions")
+def _too_few(settings: CallSettings, samples, store, exc: TooFewDataError) -> str:
+    """The message of a call whose data are too few to fit its model (``store``: the counts it
+    was fitted on, at its bins)."""
+    bin_size = store.bin_size
+    longest = max((store.n_bins(chrom) for chrom in store.chromosomes), default=0)
+    if longest < 3:  # a triple lies within one chromosome (a helper's 3,832 contigs of 200 bp)
+        why = (f"No chromosome holds 3 bins (the longest holds data over {longest * bin_size:,} bp), and a triple "
+               f"lies within one: the {len(store.chromosomes):,} chromosomes (contigs or scaffolds of a draft "
+               f"assembly?) are too short.")
+    else:
+        scale = ("a PMD spans at least 50 kb" if settings.kind == "pmd" else
+                 "the model needs a background as well as the regions")
+        why = f"They cover too little of the genome ({scale}): a targeted or sparse assay, or an excerpt."
     return (f"{_refusal(settings, samples, 'too few data')} The fit of {settings.model.n_states} states needs at "
             f"least {exc.needed:,} triples of consecutive covered {bin_size:,} bp bins, and these data hold "
-            f"{exc.n_triples:,}. They cover too little of the genome ({scale}): a targeted or sparse assay, or an "
-            f"excerpt.")
+            f"{exc.n_triples:,}. {why}")
 
 
 METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample

@@ -65,6 +65,13 @@ def preamble(path, header: bool = False) -> Preamble:
 def _candidates(pre: Preamble) -> list[str]:
     if pre.header is not None:
         return [f.name for f in FORMATS.values() if pre.names in f.headers]
+    return _fitting(pre)
+
+
+def _fitting(pre: Preamble) -> list[str]:
+    """The formats every inspected data line fits, whatever the header."""
+    if not pre.data:
+        return []
     found = [f.name for f in FORMATS.values() if f.fits and all(f.fits(t.split()) for _, t in pre.data)]
     if pre.track is not None and "bismark-cov" in found:  # a track line marks a bedGraph, never a Bismark .cov
         found.remove("bismark-cov")
@@ -117,6 +124,13 @@ def detect_format(path) -> str:
                               "file with quote = FALSE, row.names = FALSE"
                               + (f" (its header is then format {known}'s)" if known else
                                  f"; then, {columns_hint(list(bare))}"))
+        below = _fitting(pre)  # a header of the user's own above a known format's lines (a helper's modkit file)
+        if below:
+            listing = "; ".join(f"{name} ({FORMATS[name].columns})" for name in below)
+            raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line, "
+                                                          f"but the data lines below it fit {listing}); pass --format "
+                                                          f"{' or --format '.join(below)} if the file is that; if "
+                                                          f"not, {columns_hint(pre.names)}")
         raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
                                                       f"{columns_hint(pre.names)}")
     if not pre.data:

@@ -22,6 +22,7 @@ from scipy import stats
 from streambhmm.app.cli import main
 from streambhmm.app.modelio import read_model
 from streambhmm.io.storage import FAULT_ENV
+from streambhmm.io.store import open_store
 from streambhmm.testing import write_store
 from streambhmm.learn.domains import HYPO_MASS, hypomethylated, partially_methylated, unmethylated_share
 from streambhmm.moments.sums import compute_moments
@@ -257,6 +258,22 @@ def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path
     assert found["chr2"][-1] == (1_490_000, 1_560_000), found
     rows = (tmp_path / "pmd.tsv").read_text().splitlines()
     assert len(rows) == 1 + sum(map(len, found.values()))
+    # with --chrom-sizes a region ends where its chromosome does, inside the last bin (UCSC refuses
+    # an end past it; a helper's draft assembly found bedtools slop leaves the BED's thickEnd there)
+    st = open_store(store)
+    sizes = tmp_path / "chrom.sizes"
+    sizes.write_text("".join(f"{chrom}\t{st.n_bins(chrom) * 100 - 40}\n" for chrom in st.chromosomes))
+    r = run("pmd", store, "-o", tmp_path / "sized.bed", "--chrom-sizes", sizes, "-q")
+    assert r.exit_code == 0, r.output
+    line = (tmp_path / "sized.bed").read_text().splitlines()[-1].split("\t")
+    assert line[0] == "chr2" and line[1:3] == ["1490000", "1559960"] and line[6:8] == line[1:3], line
+    assert (tmp_path / "sized.tsv").read_text().splitlines()[-1].split("\t")[5] == "69960"
+    # sizes of another assembly, the data past their end, are refused before any work
+    sizes.write_text("".join(f"{chrom}\t{st.n_bins(chrom) * 100 - 100}\n" for chrom in st.chromosomes))
+    for kind in ("hmr", "pmd"):
+        r = run(kind, store, "-o", tmp_path / f"{kind}-other.bed", "--chrom-sizes", sizes, "-q")
+        assert r.exit_code == 1 and "the sizes are of another assembly than the data's" in r.output, r.output
+        assert not (tmp_path / f"{kind}-other.bed").exists()
 
 
 def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):
@@ -348,6 +365,14 @@ def test_too_few_bins_for_domains_are_refused_with_the_reason(tmp_path):
     assert "too few data" in r.output and "at least 40 triples" in r.output and "hold 10" in r.output
     assert "a PMD spans at least 50 kb" in r.output and "fewer states" not in r.output  # pmd has no --states
     assert not (tmp_path / "pmd.bed").exists()
+    # the same bins on 300 contigs of 200 bp: no triple lies within one, which the message says (a
+    # helper's draft assembly heard of a sparse assay)
+    contigs = {f"ctg_{k}": (np.arange(2), rng.binomial(coverage[2 * k:2 * k + 2], 0.1)[:, None],
+                            coverage[2 * k:2 * k + 2, None]) for k in range(300)}
+    store = write_store(tmp_path / "contigs.zarr", contigs, ["S"]).path
+    r = run("hmr", store, "-o", tmp_path / "hmr.bed", "-q")
+    assert r.exit_code == 1 and "hold 0" in r.output and "No chromosome holds 3 bins (the longest holds data over " \
+        "200 bp), and a triple lies within one: the 300 chromosomes" in " ".join(r.output.split()), r.output
 
 
 def test_inputs_without_unmethylated_reads_are_named_as_such(tmp_path):

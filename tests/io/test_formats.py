@@ -298,6 +298,22 @@ def test_real_files_that_cannot_be_detected_are_refused_with_what_to_pass(relati
 
 
 @needs_real
+def test_a_header_of_the_users_own_above_a_known_formats_lines_names_that_format(tmp_path):
+    """modkit's own header begins with '#'; a user's plain one above its lines was refused as an
+    unknown format with only --columns suggested (a helper's trial), which loses modkit's reading."""
+    source = REAL / "modkit_lung_chr20/lung_00733-m_adjacent-normal_5mc-5hmc_chr20_cpg_pileup.bed.gz"
+    with gzip.open(source, "rt") as lines:
+        rows = [next(lines) for _ in range(50)]
+    path = tmp_path / "pileup.bed"
+    path.write_text("chrom\tstart\tend\tcode\tscore\tstrand\tstart2\tend2\tcolor\tNvalid\tpercent\tNmod\t"
+                    "Ncanonical\tNother_mod\tNdelete\tNfail\tNdiff\tNnocall\n" + "".join(rows))
+    with pytest.raises(FormatError, match=r"pileup.bed:1: unknown format \(no known format has this header line, but "
+                                          r"the data lines below it fit modkit .*pass --format modkit if the file is"):
+        detect_format(path)
+    assert read_all(path, "modkit")  # what it suggests reads the file
+
+
+@needs_real
 def test_real_dmchmm_rows_that_span_many_bases_are_refused_whatever_the_format():
     path = REAL / "DMCHMM_blood_chr8/blk.BCU1568_BC_BS_1.gz"
     rows = csv_rows(path)

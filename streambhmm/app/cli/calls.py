@@ -25,6 +25,10 @@ _MOMENTS = click.option("--moments", "moments_path", default=None, type=STORE,
 _POLISH = click.option("--polish-em", default=0, show_default=True, type=NON_NEGATIVE, metavar="N",
                        help="At most N EM iterations after the one-pass fit, fewer when converged (relative gain "
                             "below 1e-8); each reads the counts once more.")
+_CHROM_SIZES = click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+                            help="UCSC chrom.sizes: a region on a chromosome's last bin ends where the chromosome "
+                                 "does (default: where the bin does, which can pass the chromosome's end by less "
+                                 "than a bin; UCSC refuses such a line).")
 _SEED = click.option("--seed", default=0, show_default=True, type=NON_NEGATIVE, help="Seed of the fit's random starts.")
 _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metavar="FILE",
                            help="Also write the model the regions were found with (JSON, as `fit` writes one: for the "
@@ -32,7 +36,8 @@ _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metav
                                 "not at all.")
 
 
-def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model):
+def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model,
+          chrom_sizes):
     from ...distributed.regions import regions_table
     from ...io.store import open_store
     from ..calls import CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated, run_call
@@ -41,7 +46,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
     call_output_checked(output, store, moments_path, save_model)  # the table and model too, before the cluster
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
-                            moments_path, polish_em, bin_size, seed, quiet=quiet, save_model=save_model)
+                            moments_path, polish_em, bin_size, seed, quiet=quiet, save_model=save_model,
+                            chrom_sizes=chrom_sizes)
     try:
         with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
                            quiet=quiet) as opened:
@@ -79,7 +85,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
 
 def _call_options(fn):
     """The options `hmr` and `pmd` share (after STORE and --output)."""
-    for option in reversed((_SAMPLES, _MOMENTS, _POLISH, _SEED, _SAVE_MODEL, scheduler_option, quiet_option)):
+    for option in reversed((_SAMPLES, _MOMENTS, _POLISH, _SEED, _SAVE_MODEL, _CHROM_SIZES, scheduler_option,
+                            quiet_option)):
         fn = option(fn)
     return user_errors(fn)
 
@@ -88,7 +95,7 @@ def _call_options(fn):
 @click.argument("store", type=STORE)
 @_OUTPUT
 @_call_options
-def hmr(store, output, samples, moments_path, polish_em, seed, save_model, scheduler, quiet):
+def hmr(store, output, samples, moments_path, polish_em, seed, save_model, chrom_sizes, scheduler, quiet):
     """Hypomethylated regions (HMRs) of a counts store, as DNMTools' hmr finds them: a model
     with a hypomethylated state (level <= 0.2, overdispersion <= 0.2) beside three free
     background states, fitted from one pass over the counts (a free state as low, 92% of its
@@ -99,7 +106,7 @@ def hmr(store, output, samples, moments_path, polish_em, seed, save_model, sched
     shoulders: the bins beside them nearer their level than the local
     background, and below 0.5 (BED9 + TSV). A sample ingested from files that list
     methylated CpGs only (1,000 rows or more, none without a methylated read) is refused."""
-    _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet, save_model)
+    _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet, save_model, chrom_sizes)
 
 
 @click.command()
@@ -109,8 +116,9 @@ def hmr(store, output, samples, moments_path, polish_em, seed, save_model, sched
               help="The domains' bins, a multiple of the store's: the store's bins are summed into them (no "
                    "second ingest).")
 @_call_options
-def pmd(store, output, bin_size, samples, moments_path, polish_em, seed, save_model, scheduler, quiet):
+def pmd(store, output, bin_size, samples, moments_path, polish_em, seed, save_model, chrom_sizes, scheduler, quiet):
     """Partially methylated domains (PMDs) of a counts store, as DNMTools' pmd finds them: a
     two-state model on --bin-size bins fitted from one pass; PMDs are runs of the state
     below 0.7 (Lister et al. 2009) at least 50 kb long, gaps up to 10 kb (BED9 + TSV)."""
-    _call("pmd", store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model)
+    _call("pmd", store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model,
+          chrom_sizes)
