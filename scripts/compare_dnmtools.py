@@ -21,8 +21,10 @@ Data (../shared/data/real, replicates summed as DNMTools' input converter sums t
     h1-21    dmrseq H1 chr21, r1 + r2
     imr90-21 dmrseq IMR90 chr21, r1 + r2
 
-Each job runs as a user runs it, from the text files, every step a new process timed by
-../shared/tools/peers/memtime.py (wall seconds, peak memory of the whole process tree):
+Each job runs as a user runs it, from the text files, every step a new process run under
+../shared/tools/peers/memtime.py (peak memory of the whole process tree, CPU seconds) and timed
+by /usr/bin/time inside it (wall seconds to 0.01 s: memtime's own wall clock counts its polls,
+0.1 s apart, a step's end up to 0.1 s late):
 streambhmm `ingest` then `hmr` (or `pmd`) against DNMTools' input conversion
 (../shared/tools/peers/convert.py) then `dnmtools hmr` (or `pmd`), default settings for
 both, ours and DNMTools' in turn. The fastest of --repeats runs is reported (memory: the
@@ -106,11 +108,13 @@ def floor_seconds(work: Path, repeats: int, code: str = FLOOR) -> float:
 
 
 def timed(label: str, cmd: list, log: Path) -> dict:
-    """Run ``cmd`` under memtime.py; its JSON record (exits on failure unless it is a refusal)."""
+    """Run ``cmd`` under memtime.py; its JSON record, its wall seconds /usr/bin/time's."""
     log.unlink(missing_ok=True)
+    elapsed = log.with_suffix(".elapsed")
     subprocess.run([sys.executable, str(PEERS / "memtime.py"), "--label", label, "--log", str(log), "--",
-                    *map(str, cmd)], capture_output=True, text=True)
-    return json.loads(log.read_text().splitlines()[-1])
+                    "/usr/bin/time", "-f", "%e", "-o", str(elapsed), *map(str, cmd)], capture_output=True, text=True)
+    record = json.loads(log.read_text().splitlines()[-1])
+    return {**record, "wall_s": float(elapsed.read_text().split()[-1])}
 
 
 def best_of(runs: list[list[dict]]) -> dict:

@@ -458,13 +458,17 @@ def _chromosomes_apart(store, samples) -> str | None:
             f"them: {'; '.join(where)}.")
 
 
+def partial_chromosomes(store, samples) -> list[str]:
+    """The chromosomes with reads in some of ``samples`` but not in all, each as "chrom (no
+    reads in A, B)"."""
+    return [f"{chrom} (no reads in {first_few([s for s in samples if s not in on])})"
+            for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
+
+
 def chromosomes_left_out(store, samples) -> str | None:
     """What to say of a joint call's chromosomes with reads in some of ``samples`` but not in
     all: a region needs reads in each, so none is called there (None: there is no such one)."""
-    if len(samples) < 2:
-        return None
-    partial = [f"{chrom} (no reads in {first_few([s for s in samples if s not in on])})"
-               for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
+    partial = partial_chromosomes(store, samples) if len(samples) > 1 else []
     if not partial:
         return None
     chromosomes = "1 chromosome" if len(partial) == 1 else f"{len(partial):,} chromosomes"

@@ -1,7 +1,7 @@
 """The sample sheet of `dmr`: which samples form which groups (the columns ``sample`` and
 ``group`` of a tab- or blank-separated file with a header, or another column named for the
-groups, as DSS's design tables have ``case`` or ``cell``; other columns are ignored), read and
-checked before any work."""
+groups, as DSS's design tables have ``case`` or ``cell``; in any case, ``Sample``; other columns
+are ignored), read and checked before any work."""
 
 from __future__ import annotations
 
@@ -82,6 +82,11 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
         # R's write.table writes row names first (row.names = TRUE, its default) and no header
         # for them: read as read.table reads them back
         rows = [rows[0]] + [(n, line, fields[1:]) for n, line, fields in rows[1:]]
+    # a header of "Sample Group" means the columns sample and group (a helper's sheet was refused,
+    # and --group-column Group then refused it for want of "sample"); names differing only in
+    # case from another name are not taken for one another
+    names = [next((c for c in columns if n != c and n.casefold() == c.casefold()
+                   and sum(m.casefold() == c.casefold() for m in names) == 1), n) for n in names]
     missing = [c for c in columns if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""

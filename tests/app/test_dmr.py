@@ -215,6 +215,27 @@ def small(tmp_path):
     return tmp_path, store.path.url, sheet
 
 
+def test_chromosomes_without_a_samples_reads_and_samples_left_out_are_noted(tmp_path):
+    """A chromosome that one replicate lacks (chrY, say) moves the calls elsewhere, as the model
+    weighs it too; and a store's sample the sheet does not name is left out: both said (a
+    helper's trial heard of neither)."""
+    sim = simulate_groups(LENGTH, 1, (2, 3), 2, domain=False, seed=9)
+    chromosomes = sim.binned()
+    bins, meth, cov = next(iter(chromosomes.values()))
+    meth, cov = meth.copy(), cov.copy()
+    meth[:, 0] = cov[:, 0] = 0  # the first sample has no reads on chrZ
+    chromosomes["chrZ"] = (bins, meth, cov)
+    store = write_store(tmp_path / "counts.zarr", chromosomes, sim.samples).path.url
+    sheet = tmp_path / "sheet.tsv"
+    sheet.write_text("sample\tgroup\n" + "".join(f"{s}\t{g}\n" for s, g in list(zip(sim.samples, sim.groups))[:-1]))
+    result = run("dmr", store, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert f"note: 1 chromosome has reads in some of the sheet's samples but not in all: chrZ (no reads in " \
+           f"{sim.samples[0]})" in said, said
+    assert f"note: the store's samples that the sheet does not name are left out: {sim.samples[-1]}" in said, said
+
+
 @pytest.mark.realdata
 @pytest.mark.slow  # four ingests and a dmr run
 def test_every_call_compares_the_groups_in_bins_where_each_has_reads(tmp_path):
@@ -447,6 +468,12 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"B1" "HC"\n')  # not every line: a line of the wrong width
     with pytest.raises(ValueError, match="line 2: 3 field"):
         read_sheet(sheet, "case")
+    # "Sample Group" is the columns sample and group (and Group with --group-column Group); a header
+    # with both "group" and "Group" takes the one named exactly
+    sheet.write_text("Sample\tGroup\nA1\tA\nB1\tB\n")
+    assert read_sheet(sheet).groups == ("A", "B") and read_sheet(sheet, "Group").samples == ("A1", "B1")
+    sheet.write_text("sample\tgroup\tGroup\nA1\tA\tX\nB1\tB\tX\n")
+    assert read_sheet(sheet).groups == ("A", "B")
     sizes = tmp_path / "hg.sizes"
     sizes.write_text("chr1\t100\nchr2\t50\nchr1\t120\n")
     with pytest.raises(ValueError, match=r"hg.sizes, line 3: chr1 is listed again \(first on line 1\)"):

@@ -72,6 +72,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     DMRs are runs of bins with a high posterior of differential states, called at --fdr."""
     from ...distributed.dmr import DmrSettings
     from ...io.store import open_store
+    from ...io.rows import first_few
+    from ..calls import partial_chromosomes
     from ..dmr import DmrJob, run_dmr, states_table
     from ..sheet import read_sheet
 
@@ -90,6 +92,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     # the bigWig, the DMRs and the domains (each a BED and a table) appear together, or none of them
     with store_session(store, scheduler, em=True, quiet=quiet) as opened, written_together():
         outcome = run_dmr(job, opened, echo=step_lines(quiet), quiet=quiet)
+        partial = partial_chromosomes(opened.store, list(sheet_read.samples))
+        unused = [s for s in opened.store.samples if s not in sheet_read.samples]
     click.echo(f"states ({'/'.join(outcome.groups.names)}; * differential):")
     for line in states_table(outcome.hmm, min_difference):
         click.echo(f"  {line}")
@@ -113,8 +117,21 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
         click.echo(f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
                    f"replicate carries them (a negative separation in {job.outputs[1]})")
     if not outcome.targets.any:
-        click.echo(f"no state's group levels differ by {min_difference:g} or more: the groups do not differ "
-                   f"(at this --min-difference)")
+        # not "the groups do not differ": a state's levels average its bins (a helper found 113 DMRs
+        # differing by 0.3 or more at 0.1, none at 0.3)
+        click.echo(f"no fitted state's group levels differ by {min_difference:g} or more, so no bin is a candidate. "
+                   f"A state's levels average many bins: regions whose reads differ by {min_difference:g} can lie "
+                   f"in states that differ less. To keep only those, call at a smaller --min-difference and keep "
+                   f"the rows of {job.outputs[1]} whose difference is at least {min_difference:g} either way")
+    if partial:  # a helper's chrY-like chromosome without one replicate's reads moved the calls elsewhere
+        many = "1 chromosome has" if len(partial) == 1 else f"{len(partial):,} chromosomes have"
+        click.echo(f"note: {many} reads in some of the sheet's samples but not in all: {first_few(partial)}. There "
+                   f"a group's level comes from its other samples (a group without reads has no DMR), and the "
+                   f"model fitted to all chromosomes weighs them too; to compare like with like, ingest without "
+                   f"them (--exclude-chromosomes)", err=True)
+    if unused:
+        click.echo(f"note: the store's samples that the sheet does not name are left out: {first_few(unused)}",
+                   err=True)
     if outcome.shared < 0.5:  # most of the data say nothing of one group: other chromosomes, assays, organisms
         click.echo(f"warning: every group has reads in only {outcome.shared:.1%} of the 5 kb windows with reads; "
                    f"a DMR needs reads of each group, so few can be found. Are the groups' samples of the same "
