@@ -161,7 +161,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
-        outcome.found[chrom] = found.cut_at(lengths[chrom], outcome.rule.min_length)
+        data_end = counts.n_bins(chrom) * counts.bin_size
+        outcome.found[chrom] = found.cut_at(min(data_end, lengths[chrom]), outcome.rule.min_length)
     with written_together():  # the regions, their table and the model: all or none
         outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
                                   f"{settings.kind} of {Path(settings.store).name}")
@@ -175,7 +176,8 @@ def _chromosome_ends(counts, chrom_sizes: str | None) -> dict[str, int]:
     refused when the data reach past it; else at the store's last bin."""
     from ..distributed.tracks import chromosome_lengths, read_chrom_sizes
 
-    return chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None, chrom_sizes)
+    return chromosome_lengths(counts, read_chrom_sizes(chrom_sizes, bigwig=False) if chrom_sizes else None,
+                              chrom_sizes)
 
 
 def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:

@@ -83,10 +83,9 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
         # for them: read as read.table reads them back
         rows = [rows[0]] + [(n, line, fields[1:]) for n, line, fields in rows[1:]]
     # a header of "Sample Group" means the columns sample and group (a helper's sheet was refused,
-    # and --group-column Group then refused it for want of "sample"); names differing only in
-    # case from another name are not taken for one another
-    names = [next((c for c in columns if n != c and n.casefold() == c.casefold()
-                   and sum(m.casefold() == c.casefold() for m in names) == 1), n) for n in names]
+    # and --group-column Group then refused it for want of "sample"), unless a name is exactly
+    # the column's; two names in other cases are two columns of that name, refused below
+    names = [next((c for c in columns if c not in names and n.casefold() == c.casefold()), n) for n in names]
     missing = [c for c in columns if c not in names]
     if missing:
         commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""

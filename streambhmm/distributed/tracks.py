@@ -28,17 +28,18 @@ from .messages import Params
 BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bit unsigned integers
 
 
-def read_chrom_sizes(path) -> dict[str, int]:
-    """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated)."""
+def read_chrom_sizes(path, bigwig: bool = True) -> dict[str, int]:
+    """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated);
+    ``bigwig``: for a bigWig's header, which bounds the lengths."""
     sizes, lines = {}, {}
     with contextlib.closing(text_lines(path)) as read:
         numbered = list(read)  # the file is closed before a refusal is raised
     for number, line, fields in numbered:
         if not fields or line.startswith("#"):
             continue
-        if len(fields) < 2 or not fields[1].isdigit():
+        if len(fields) < 2 or not (fields[1].isascii() and fields[1].isdigit()):
             raise ValueError(f"{path}, line {number}: expected 'chrom length', got {line[:200]!r}")
-        if int(fields[1]) > BIGWIG_MAX_LENGTH:
+        if bigwig and int(fields[1]) > BIGWIG_MAX_LENGTH:
             raise ValueError(f"{path}, line {number}: {fields[0][:100]} is {int(fields[1]):,} bp long; a bigWig "
                              f"holds chromosomes of at most {BIGWIG_MAX_LENGTH:,} bp: {line[:200]!r}")
         if fields[0] in sizes:

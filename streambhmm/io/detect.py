@@ -125,12 +125,11 @@ def detect_format(path) -> str:
                               + (f" (its header is then format {known}'s)" if known else
                                  f"; then, {columns_hint(list(bare))}"))
         below = _fitting(pre)  # a header of the user's own above a known format's lines (a helper's modkit file)
-        if below:
-            listing = "; ".join(f"{name} ({FORMATS[name].columns})" for name in below)
+        if len(below) == 1:  # several read the columns differently (T M against M U): the header's names say
             raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line, "
-                                                          f"but the data lines below it fit {listing}); pass --format "
-                                                          f"{' or --format '.join(below)} if the file is that; if "
-                                                          f"not, {columns_hint(pre.names)}")
+                                                          f"but the data lines below it fit {below[0]}: "
+                                                          f"{FORMATS[below[0]].columns}); pass --format {below[0]} if "
+                                                          f"the file is that; if not, {columns_hint(pre.names)}")
         raise FormatError(path, pre.skip, pre.header, f"unknown format (no known format has this header line); "
                                                       f"{columns_hint(pre.names)}")
     if not pre.data:

@@ -274,6 +274,11 @@ def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path
         r = run(kind, store, "-o", tmp_path / f"{kind}-other.bed", "--chrom-sizes", sizes, "-q")
         assert r.exit_code == 1 and "the sizes are of another assembly than the data's" in r.output, r.output
         assert not (tmp_path / f"{kind}-other.bed").exists()
+    # a length beyond a bigWig's bound is no concern of a BED (a helper's audit heard of bigWigs)
+    sizes.write_text("".join(f"{chrom}\t{10 ** 12}\n" for chrom in st.chromosomes))
+    r = run("pmd", store, "-o", tmp_path / "long.bed", "--chrom-sizes", sizes, "-q")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "long.bed").read_bytes().split(b"\n", 1)[1] == (tmp_path / "pmd.bed").read_bytes().split(b"\n", 1)[1]
 
 
 def test_the_regions_after_em_agree_with_the_one_pass_ones(methylome, tmp_path):

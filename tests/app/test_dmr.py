@@ -234,6 +234,12 @@ def test_chromosomes_without_a_samples_reads_and_samples_left_out_are_noted(tmp_
     assert f"note: 1 chromosome has reads in some of the sheet's samples but not in all: chrZ (no reads in " \
            f"{sim.samples[0]})" in said, said
     assert f"note: the store's samples that the sheet does not name are left out: {sim.samples[-1]}" in said, said
+    # a sample the sheet names and --contrast leaves out is not one the sheet does not name
+    groups = list(dict.fromkeys(sim.groups))
+    with sheet.open("a") as fh:
+        fh.write(f"{sim.samples[-1]}\tthird\n")
+    result = run("dmr", store, "--groups", sheet, "--output", tmp_path / "dmr.bed", "--contrast", ",".join(groups), "-q")
+    assert result.exit_code == 0 and "does not name" not in result.stderr, result.output
 
 
 @pytest.mark.realdata
@@ -474,6 +480,12 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     assert read_sheet(sheet).groups == ("A", "B") and read_sheet(sheet, "Group").samples == ("A1", "B1")
     sheet.write_text("sample\tgroup\tGroup\nA1\tA\tX\nB1\tB\tX\n")
     assert read_sheet(sheet).groups == ("A", "B")
+    # two names in other cases than the column's are two columns of it: which to read is unclear
+    with pytest.raises(ValueError, match="names the column 'GROUP' 2 times"):
+        read_sheet(sheet, "GROUP")
+    sheet.write_text("Sample\tSample\tgroup\nA1\tA1\tA\nB1\tB1\tB\n")
+    with pytest.raises(ValueError, match="names the column 'sample' 2 times"):
+        read_sheet(sheet)
     sizes = tmp_path / "hg.sizes"
     sizes.write_text("chr1\t100\nchr2\t50\nchr1\t120\n")
     with pytest.raises(ValueError, match=r"hg.sizes, line 3: chr1 is listed again \(first on line 1\)"):

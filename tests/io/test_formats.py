@@ -308,9 +308,18 @@ def test_a_header_of_the_users_own_above_a_known_formats_lines_names_that_format
     path.write_text("chrom\tstart\tend\tcode\tscore\tstrand\tstart2\tend2\tcolor\tNvalid\tpercent\tNmod\t"
                     "Ncanonical\tNother_mod\tNdelete\tNfail\tNdiff\tNnocall\n" + "".join(rows))
     with pytest.raises(FormatError, match=r"pileup.bed:1: unknown format \(no known format has this header line, but "
-                                          r"the data lines below it fit modkit .*pass --format modkit if the file is"):
+                                          r"the data lines below it fit modkit: .*pass --format modkit if the file is"):
         detect_format(path)
     assert read_all(path, "modkit")  # what it suggests reads the file
+    # a header above lines that two formats read differently (methylseekr's T M, methrix's M U, a
+    # helper's audit) suggests neither: the header's names say which column is which
+    dss = REAL / "DSS_extdata/cond1_1.txt.gz"
+    with gzip.open(dss, "rt") as lines:
+        rows = [next(lines) for _ in range(51)][1:]
+    path.write_text("Chromosome Position Total Meth\n" + "".join(rows))
+    with pytest.raises(FormatError, match=r"unknown format \(no known format has this header line\); ") as err:
+        detect_format(path)
+    assert "--format" not in str(err.value)
 
 
 @needs_real

@@ -78,7 +78,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     from ..sheet import read_sheet
 
     start = time.perf_counter()
-    sheet_read = read_sheet(sheet, group_column).contrast(names(contrast, "--contrast"))
+    whole_sheet = read_sheet(sheet, group_column)
+    sheet_read = whole_sheet.contrast(names(contrast, "--contrast"))
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,
@@ -93,7 +94,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     with store_session(store, scheduler, em=True, quiet=quiet) as opened, written_together():
         outcome = run_dmr(job, opened, echo=step_lines(quiet), quiet=quiet)
         partial = partial_chromosomes(opened.store, list(sheet_read.samples))
-        unused = [s for s in opened.store.samples if s not in sheet_read.samples]
+        unused = [s for s in opened.store.samples if s not in whole_sheet.samples]  # not those --contrast leaves
     click.echo(f"states ({'/'.join(outcome.groups.names)}; * differential):")
     for line in states_table(outcome.hmm, min_difference):
         click.echo(f"  {line}")
