@@ -24,6 +24,7 @@ from ..distributed.em import fit_store_em
 from ..distributed.fitdata import load_moments
 from ..learn.selection import one_pass
 from ..distributed.regions import HMR_DESERT, PMD_MIN_LENGTH, find_regions, preset_rule, regions_table, write_regions
+from ..distributed.tracks import chromosome_lengths
 from ..io.coarsen import coarsen
 from ..io.ingest import methylated_only, unmethylated_rows
 from ..io.outputs import check_replaceable_file, same_name, scratch_directory, written_together
@@ -144,7 +145,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "
                          f"not a multiple of the store's bin size ({counts.bin_size:,} bp): its bins cannot be summed "
                          f"into them; pass a multiple, say --bin-size {nearest}")
-    lengths = _chromosome_ends(counts, settings.chrom_sizes)  # refused before the work, when of another assembly
+    # refused before the work, when of another assembly
+    lengths = chromosome_lengths(counts, settings.chrom_sizes, bigwig=False)
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)
@@ -169,15 +171,6 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         if settings.save_model:
             write_json(settings.save_model, call_model(settings, outcome, counts, bin_size))
     return outcome
-
-
-def _chromosome_ends(counts, chrom_sizes: str | None) -> dict[str, int]:
-    """Where each chromosome of ``counts`` ends: at its chrom.sizes length (``chrom_sizes``), each
-    refused when the data reach past it; else at the store's last bin."""
-    from ..distributed.tracks import chromosome_lengths, read_chrom_sizes
-
-    return chromosome_lengths(counts, read_chrom_sizes(chrom_sizes, bigwig=False) if chrom_sizes else None,
-                              chrom_sizes)
 
 
 def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:

@@ -31,7 +31,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
                                window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
-from ..distributed.tracks import BIGWIG_HEAD, BigWigWriter, chromosome_lengths, read_chrom_sizes
+from ..distributed.tracks import BIGWIG_HEAD, BigWigWriter, chromosome_lengths
 from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
 from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair, same_name
 from ..io.progress import em_progress, stage
@@ -91,8 +91,7 @@ class DmrJob:
         refused where the store's data reach past it, else the end of the store's last bin."""
         if not self.bigwig:
             return None
-        return chromosome_lengths(store, read_chrom_sizes(self.chrom_sizes) if self.chrom_sizes else None,
-                                  self.chrom_sizes)
+        return chromosome_lengths(store, self.chrom_sizes)
 
 
 @dataclass

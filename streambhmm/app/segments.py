@@ -15,7 +15,7 @@ from ..distributed.decode import decode_store
 from ..distributed.em import score_store
 from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, find_regions, preset_rule, \
     regions_table, rule_with, write_regions
-from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, read_chrom_sizes, safe_name,
+from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, safe_name,
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_distinct, check_replaceable_file, interruptions_held,
                           remove_leftovers, scratch_directory)
@@ -214,7 +214,7 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
     (a pooled model: one per sample and state, PREFIX.SAMPLE.stateH-LABEL.posterior.bw).
     Every file name, and the chrom.sizes against the data, is checked before the first is written."""
     samples = select_samples(counts, samples if samples is not None else job.samples if job else None)
-    lengths = chromosome_lengths(counts, read_chrom_sizes(chrom_sizes) if chrom_sizes else None, chrom_sizes)
+    lengths = chromosome_lengths(counts, chrom_sizes)
     methylation = [(sample, Path(f"{prefix}.{safe_name(sample)}.methylation.bw")) for sample in samples]
     runs = []
     if job is not None:

@@ -49,18 +49,20 @@ def read_chrom_sizes(path, bigwig: bool = True) -> dict[str, int]:
     return sizes
 
 
-def chromosome_lengths(store: CountsStore, sizes: dict | None, source="the chrom.sizes file") -> dict[str, int]:
-    """The header's lengths: from ``sizes`` (read from ``source``) where given, each refused
-    when the store's data reach past it; else the end of the store's last bin."""
+def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True) -> dict[str, int]:
+    """Each chromosome's length: from the UCSC chrom.sizes file ``chrom_sizes`` where given
+    (``bigwig``: for a bigWig's header, read_chrom_sizes), each refused when the store's data
+    reach past it; else the end of the store's last bin."""
+    sizes = read_chrom_sizes(chrom_sizes, bigwig) if chrom_sizes else None
     lengths = {}
     for chrom in store.chromosomes:
         axis_end = store.n_bins(chrom) * store.bin_size
         if sizes is None:
             lengths[chrom] = axis_end
         elif chrom not in sizes:
-            raise ValueError(f"{source} has no {chrom!r}, which the store has")
+            raise ValueError(f"{chrom_sizes} has no {chrom!r}, which the store has")
         elif sizes[chrom] <= axis_end - store.bin_size:
-            raise ValueError(f"{source} gives {chrom} {sizes[chrom]:,} bp, but {store.path} has data on {chrom} up "
+            raise ValueError(f"{chrom_sizes} gives {chrom} {sizes[chrom]:,} bp, but {store.path} has data on {chrom} up "
                              f"to its bin {axis_end - store.bin_size:,}-{axis_end:,}: the sizes are of another "
                              f"assembly than the data's")
         else:

@@ -112,9 +112,7 @@ class SampleWriter:
     @_staging_errors
     def _start(self) -> None:
         if not self.path.is_local:
-            import zarr
-
-            zarr.open_group(self.path.url, mode="w", zarr_format=3)
+            write_document(self.path, self.path, group_document())  # the root's document
             return
         # The owner lock is held while we live, so recovery (another writer's commit) leaves a
         # live staging alone. It is taken in a hidden directory that recovery never looks at,
