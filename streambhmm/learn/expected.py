@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
+from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures, edge_tails
 from ..moments.features import (COVERAGE_BUCKETS, COVERAGE_HISTOGRAM_TOP, coverage_bucket, flush_subnormals,
-                                log_binomial_pmf, log_factorials)
+                                log_factorials)
 from .overdispersion import QUADRATURE, beta_parameters
 
 GRID_POINTS = 128  # levels tabulated at 0, 1/128, ..., 1 (cubic Hermite in between)
@@ -62,26 +62,22 @@ class ExpectedFeatures:
         coverages, weights = _coverage_buckets(coverage_histogram)
         log_factorial = log_factorials(int(coverages.max()) + 1)
         in_upper = edges[None, :-1] >= grid[:, None]
+        with np.errstate(divide="ignore"):
+            log_edges, log_edges_complement = np.log(edges), np.log1p(-edges)
 
         def terms(item):
             c, w = item
-            # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x: (c+1, D+1)
-            log_tail = log_binomial_pmf(c + 1, edges, log_factorial)  # (D+1, c+2)
-            pmf_x = np.exp(log_tail)
-            lower = np.cumsum(pmf_x, axis=1)[:, :-1].T  # P(Y <= mu)
-            upper = np.cumsum(pmf_x[:, ::-1], axis=1)[:, ::-1][:, 1:].T  # P(Y > mu)
-            # E[I_x] (increasing in x) and 1 - E[I_x], mu ~ Bin(c, p), at each level of the grid
-            # C order, as steps below: the kernel is compiled once, not once per layout
-            rows = np.ascontiguousarray(np.hstack([upper, lower]))
-            both = binomial_mixtures(c, grid, log_factorial, rows, LOG_FLOOR_BELOW_PEAK)
+            # P(Bin(c+1, x) > mu) (upper) and <= mu (lower), for each edge x, side by side:
+            # (c+1, 2(D+1)); E[I_x] (increasing in x) and 1 - E[I_x], mu ~ Bin(c, p), at each
+            # level of the grid
+            rows, steps = edge_tails(c + 1, log_edges, log_edges_complement, log_factorial)
+            # and d/dp E[f(mu)] = c E_{k ~ Bin(c-1, p)}[f(k+1) - f(k)] of the upper tails
+            both, d_up = binomial_mixtures(c, grid, log_factorial, rows, steps, LOG_FLOOR_BELOW_PEAK)
             cdf_up, cdf_low = both[:, :n_bins + 1], both[:, n_bins + 1:]
             # take each bin's mass from the side of the distribution where it is small
             value = w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))
             if c == 0:
                 return value, None
-            # d/dp E[f(mu)] = c E_{k ~ Bin(c-1, p)}[f(k+1) - f(k)]
-            steps = np.ascontiguousarray(upper[1:] - upper[:-1])
-            d_up = binomial_mixtures(c - 1, grid, log_factorial, steps, LOG_FLOOR_BELOW_PEAK)
             return value, w * c * np.diff(d_up, axis=1)
 
         for value, slope in mapper(terms, zip(coverages.tolist(), weights)):

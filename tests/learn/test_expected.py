@@ -5,7 +5,7 @@ import pytest
 from scipy.special import gammaln
 from scipy.stats import binom
 
-from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures
+from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures, edge_tails
 from streambhmm.learn.expected import GRID_POINTS, ExpectedFeatures, _coverage_buckets
 from streambhmm.moments.features import log_binomial_pmf, log_factorials
 
@@ -29,18 +29,46 @@ def dense_tables(histogram, n_bins, grid_points=GRID_POINTS):
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 130, 4000])
-def test_binomial_mixtures_equal_the_dense_sum(n):
+def test_binomial_mixtures_equal_the_dense_sums(n):
+    """Both mixtures: of the rows under Bin(n, p), and of the steps under Bin(n - 1, p), whose
+    weights the kernel takes from the first's."""
     rng = np.random.default_rng(n)
     levels = np.array([0.0, 1e-4, 0.013, 0.3, 0.5, 0.71, 0.999, 1.0])
     rows = rng.uniform(-1, 1, (n + 1, 5))
+    steps = rng.uniform(-1, 1, (n, 3))
     log_factorial = gammaln(np.arange(n + 1) + 1.0)
-    got = binomial_mixtures(n, levels, log_factorial, rows, LOG_FLOOR_BELOW_PEAK)
+    got, got_steps = binomial_mixtures(n, levels, log_factorial, rows, steps, LOG_FLOOR_BELOW_PEAK)
     # the same log-pmf over every k (scipy's pmf differs from it by ~1e-12 at n = 4000: the
     # rounding of log n!), and scipy's where that is exact enough
     expected = np.exp(log_binomial_pmf(n, levels, log_factorials(n))) @ rows
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-15)
     scipy = binom.pmf(np.arange(n + 1)[None, :], n, levels[:, None]) @ rows
     np.testing.assert_allclose(got, scipy, rtol=0, atol=1e-10)
+    if n == 0:
+        np.testing.assert_array_equal(got_steps, np.zeros((levels.size, 3)))
+        return
+    # its weights come from Bin(n)'s log-pmf, which rounds otherwise than Bin(n - 1)'s (by ~1e-11
+    # at n = 4,000, as both differ from scipy's)
+    expected_steps = np.exp(log_binomial_pmf(n - 1, levels, log_factorials(n - 1))) @ steps
+    np.testing.assert_allclose(got_steps, expected_steps, rtol=1e-10, atol=1e-15)
+    scipy_steps = binom.pmf(np.arange(n)[None, :], n - 1, levels[:, None]) @ steps
+    np.testing.assert_allclose(got_steps, scipy_steps, rtol=0, atol=1e-10)
+
+
+def test_edge_tails_equal_the_cumulative_sums():
+    """The binomial tails at each edge, summed from each end as numpy sums them, and their steps."""
+    edges = np.arange(9) / 8
+    for n in (1, 2, 9, 300, 5000):
+        log_factorial = log_factorials(n)
+        with np.errstate(divide="ignore"):
+            rows, steps = edge_tails(n, np.log(edges), np.log1p(-edges), log_factorial)
+        pmf = np.exp(log_binomial_pmf(n, edges, log_factorial))
+        lower = np.cumsum(pmf, axis=1)[:, :-1].T
+        upper = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, 1:].T
+        np.testing.assert_allclose(rows, np.hstack([upper, lower]), rtol=1e-14, atol=1e-300)
+        np.testing.assert_allclose(steps, upper[1:] - upper[:-1], rtol=1e-12, atol=1e-15)
+        assert rows[:, 0].max() == 0.0 and rows[:, len(edges)].min() == 1.0  # x = 0: Y = 0
+        assert rows[:, len(edges) - 1].min() == 1.0 and rows[:, -1].max() == 0.0  # x = 1: Y = n
 
 
 def test_expected_features_equal_the_dense_tables():
@@ -51,7 +79,8 @@ def test_expected_features_equal_the_dense_tables():
     table = ExpectedFeatures(histogram, n_bins=8)
     values, slopes = dense_tables(histogram, 8)
     np.testing.assert_allclose(table.values, values, rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(table.slopes, slopes, rtol=1e-12, atol=1e-13 * np.abs(slopes).max())
+    # (the slopes' weights come from the values' pmf: its rounding, not Bin(c - 1)'s)
+    np.testing.assert_allclose(table.slopes, slopes, rtol=1e-10, atol=1e-13 * np.abs(slopes).max())
 
 
 def test_expected_features_in_threads_are_bitwise_those_computed_in_turn():
@@ -76,9 +105,10 @@ def test_expected_features_give_the_kernel_rows_in_one_layout(monkeypatch):
 
     layouts = set()
 
-    def recording(n, levels, log_factorial, rows, log_floor):
-        layouts.add("C" if rows.flags.c_contiguous else "F" if rows.flags.f_contiguous else "neither")
-        return binomial_mixtures(n, levels, log_factorial, rows, log_floor)
+    def recording(n, levels, log_factorial, rows, steps, log_floor):
+        for table in (rows, steps):
+            layouts.add("C" if table.flags.c_contiguous else "F" if table.flags.f_contiguous else "neither")
+        return binomial_mixtures(n, levels, log_factorial, rows, steps, log_floor)
 
     monkeypatch.setattr(expected, "binomial_mixtures", recording)
     histogram = np.zeros(200)
