@@ -36,7 +36,9 @@ def _coverage_buckets(histogram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         mean_c = np.rint(np.bincount(inverse, high_w * high_c) / weight).astype(np.int64)
         cs.append(np.minimum(mean_c, LARGEST_TABULATED_COVERAGE))
         ws.append(weight)
-    cs, ws = np.concatenate(cs), np.concatenate(ws)
+    # the buckets above LARGEST_TABULATED_COVERAGE share its table: one term for all of them
+    cs, merged = np.unique(np.concatenate(cs), return_inverse=True)
+    ws = np.bincount(merged, np.concatenate(ws))
     return cs, ws / ws.sum()
 
 

@@ -115,3 +115,15 @@ def test_expected_features_give_the_kernel_rows_in_one_layout(monkeypatch):
     histogram[[0, 1, 3, 40, 150]] = [2, 5, 1, 3, 1]
     ExpectedFeatures(histogram, n_bins=8)
     assert layouts == {"C"}
+
+
+def test_coverages_above_the_largest_tabulated_share_one_term():
+    """Buckets beyond LARGEST_TABULATED_COVERAGE are all tabulated at it: one term, their weights
+    summed (the tables of 8 buckets of a deep methylome's 5 kb bins were the same table 8 times)."""
+    from streambhmm.learn.expected import LARGEST_TABULATED_COVERAGE
+
+    histogram = np.zeros(40_000)
+    histogram[[3, 500, 12_000, 15_000, 20_000, 39_999]] = [1, 2, 3, 4, 5, 6]
+    coverages, weights = _coverage_buckets(histogram)
+    np.testing.assert_array_equal(coverages, [3, 500, LARGEST_TABULATED_COVERAGE])
+    np.testing.assert_allclose(weights, np.array([1, 2, 18]) / 21)
