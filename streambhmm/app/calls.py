@@ -370,7 +370,8 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     if recorded != expected:
         differ = sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
         # `moments compute` updates a moment store from the counts store it was computed from, no other
-        advice = (f"update them with `streambhmm moments compute {counts.path} -o {settings.moments}`"
+        its_samples = "" if manifest["samples"] == counts.samples else f" --samples {','.join(manifest['samples'])}"
+        advice = (f"update them with `streambhmm moments compute {counts.path} -o {settings.moments}{its_samples}`"
                   if source.get("counts_store") == counts.path.resolve() else
                   f"compute {settings.store}'s with `streambhmm moments compute {settings.store} -o NEW_MOMENTS` "
                   f"and give that")
@@ -474,9 +475,17 @@ def chromosomes_left_out(store, samples) -> str | None:
 def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
     """HMRs are refused, before the fit, for files listing methylated cytosines only
     (io.ingest.methylated_only)."""
-    why = methylated_only(store, samples, "call {} with --samples")
+    why = methylated_only(store, samples, lambda others: _calls_of(store, others))
     if why:
         raise ValueError(_refusal(settings, samples, why))
+
+
+def _calls_of(store, samples) -> str:
+    """The call of ``samples`` to suggest: jointly, or each alone where no chromosome has reads
+    in all of them (the joint call would be refused)."""
+    if len(samples) > 1 and _chromosomes_apart(store, samples):
+        return f"call {', '.join(samples)} each alone with --samples (no chromosome has reads in all of them)"
+    return f"call {','.join(samples)} with --samples"
 
 
 def _unmethylated_bins(store, samples, moments) -> np.ndarray:

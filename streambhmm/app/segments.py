@@ -165,8 +165,8 @@ def region_rule(job: ModelOnStore, preset: str | None, targets: str | None, **ch
         raise ValueError(f"{job.model} is a pooled model; regions are found with joint models (fit without "
                          f"--pooled, or with --samples for one sample)")
     if preset:
-        why = methylated_only(job.counts, job.samples, "fit a model of {0} (fit --samples {0})") \
-            if preset == "hmr" else None
+        why = methylated_only(job.counts, job.samples, lambda others: f"fit a model of {','.join(others)} "
+                              f"(fit --samples {','.join(others)})") if preset == "hmr" else None
         if why:
             raise ValueError(f"no HMRs in {job.store} ({','.join(job.samples)}) under {job.model}: {why}.")
         rule = as_called(preset_rule(preset, job.hmm.methylation_, job.hmm.dispersion, job.counts.bin_size),

@@ -258,7 +258,7 @@ def _they(files: list[tuple[str | None, int]]) -> str:
     return "it lists" if len(files) == 1 and files[0][0] is not None else "they list"
 
 
-def methylated_only(store, samples, others_instead: str = "") -> str | None:
+def methylated_only(store, samples, others_instead=None) -> str | None:
     """Why ``samples`` have no HMRs, and the way out (without the last full stop), where a file
     some of them were ingested from lists methylated cytosines only (Lister et al. 2009's mc
     files; a CpG without a methylated read is left out): METHYLATED_ONLY_ROWS rows or more,
@@ -267,8 +267,8 @@ def methylated_only(store, samples, others_instead: str = "") -> str | None:
     calls at 0.17, where the MethylSeekR excerpt's average 0.10); summed with a sample's other
     replicates it adds reads to the methylated CpGs only. Rows, not bins: a deep bin of an
     HMR at 0.02 holds a methylated read almost always, a CpG's row of 20 reads in it none two
-    times in three. ``others_instead``: the other way out, for the samples without such files
-    (``{}`` their names), as the command says it."""
+    times in three. ``others_instead``: the other way out, for the samples without such files,
+    as the command says it (a function of their names)."""
     found = {s: methylated_only_in(r.get("files"), r.get("file_rows"), r.get("rows"), r.get("unmethylated_rows"))
              for s, r in ((s, store.meta.samples[s]) for s in samples)}
     lacking = {s: files for s, files in found.items() if files}
@@ -280,8 +280,8 @@ def methylated_only(store, samples, others_instead: str = "") -> str | None:
         owners = "samples'" if others > 1 else "sample's"
         named += f" or of {others:,} other {owners} files"
     listed = [f for files in lacking.values() for f in files]
-    others = ",".join(s for s in samples if s not in lacking)
+    others = [s for s in samples if s not in lacking]
     return (f"no row of {named} that has reads is without a methylated read: {_they(listed)} methylated "
             f"cytosines only (as Lister et al. 2009's mc files do), so the unmethylated CpGs at the core of every HMR "
             f"are missing. Ingest files that list every covered CpG, the unmethylated ones too"
-            + (f", or {others_instead.format(others)}" if others and others_instead else ""))
+            + (f", or {others_instead(others)}" if others and others_instead else ""))

@@ -127,7 +127,7 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> bool:
     if (root / MANIFEST).exists():
         manifest = Manifest.read(root)
         _check_source(root, manifest.source, source)
-        manifest.check_settings(root, settings)
+        manifest.check_settings(root, settings, advice=_other_settings_advice(manifest, settings))
         return manifest.complete
     _refuse_other_directory(root)
     staged = staging_path(root)
@@ -135,6 +135,16 @@ def _open_or_create(root: Location, settings: dict, source: dict) -> bool:
     root.rmtree()  # an empty directory
     put_in_place(staged, root)
     return False
+
+
+def _other_settings_advice(manifest: Manifest, settings: dict) -> str:
+    """What to do when a run's settings are not the moment store's: where only the samples
+    differ (a sample ingested since, or --samples left out), updating it takes its own."""
+    if {k: v for k, v in manifest.settings.items() if k != "samples"} == \
+            {k: v for k, v in settings.items() if k != "samples"}:
+        return (f"To update it, give its samples: --samples {','.join(manifest.samples)}; for the moments of "
+                f"{','.join(settings['samples'])}, use another --output.")
+    return "Use another --output."
 
 
 def _refuse_other_directory(root: Location) -> None:

@@ -428,6 +428,16 @@ def test_files_listing_methylated_cytosines_only_are_refused_hmrs(tmp_path):
     r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
     assert r.exit_code == 1 and "ingested for A (5,000 rows)" in r.output and "call B with --samples" in r.output
     assert run("hmr", store, "--samples", "B", "-o", tmp_path / "b.bed", "-q").exit_code == 0
+    # the samples without such files on chromosomes apart: each alone is the way out (jointly
+    # they are refused: a helper's trial followed the advice)
+    none = np.zeros_like(methylated)
+    apart = {"chr1": (bins, np.hstack([methylated, methylated, none]), np.hstack([coverage, coverage, none])),
+             "chr2": (bins, np.hstack([methylated, none, methylated]), np.hstack([coverage, none, coverage]))}
+    counted["C"] = counted["B"]
+    store = write_store(tmp_path / "apart.zarr", apart, ["A", "B", "C"], provenance=counted).path
+    r = run("hmr", store, "-o", tmp_path / "apart.bed", "-q")
+    assert r.exit_code == 1 and "call B, C each alone with --samples (no chromosome has reads in all of them)" \
+        in r.output, r.output
     # a replicate listing methylated cytosines only, summed into a sample with one that lists every CpG
     replicates = {"A": {"rows": 6_000, "unmethylated_rows": 700, "file_rows": [[3_000, 700], [3_000, 0]],
                         "files": [{"path": "/data/A_all.tsv"}, {"path": "/data/A_mc.tsv"}]}}

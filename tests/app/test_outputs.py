@@ -287,6 +287,27 @@ def test_moments_of_other_counts_are_refused(project, tmp_path):
     assert r.exit_code in (0, 1) and "does not hold the moments" not in r.output, r.output
 
 
+
+def test_stale_moments_of_some_samples_say_how_to_update_them(tmp_path):
+    """A moment store of some of the store's samples, made stale by an ingest: the call's advice
+    and `moments` itself name its samples (following the advice without them was refused as
+    other settings, "use another --output": a helper's trial)."""
+    store, moments = tmp_path / "s.zarr", tmp_path / "m.zarr"
+    for sample, path in (("H1", DATA / "dmrseq_H1_r2.chr21.tsv.gz"), ("IMR90", DATA / "dmrseq_IMR90_r1.chr21.tsv.gz")):
+        assert run("ingest", path, "--sample", sample, "--store", store, "-q").exit_code == 0
+    assert run("moments", store, "-o", moments, "--samples", "H1", "-q").exit_code == 0
+    r = run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q")
+    assert r.exit_code == 0, r.output
+    r = run("hmr", store, "--samples", "H1", "--moments", moments, "-o", tmp_path / "h.bed", "-q")
+    advice = f"streambhmm moments compute {store} -o {moments} --samples H1`"
+    assert r.exit_code == 1 and advice in r.output, r.output
+    r = run("moments", store, "-o", moments, "-q")
+    assert r.exit_code == 1 and "To update it, give its samples: --samples H1; for the moments of H1,IMR90, use " \
+        "another --output." in r.output, r.output
+    r = run("moments", store, "-o", moments, "--samples", "H1", "-q")
+    assert r.exit_code == 0 and "dropped" in r.output, r.output
+
+
 # -- item 15: model files with fields of the wrong type -----------------------------------------
 @pytest.mark.parametrize("change,message", [
     ({"n_triples": "12"}, "n_triples must be a non-negative integer, got '12'"),
