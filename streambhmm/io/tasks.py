@@ -43,6 +43,7 @@ class Waiter:
         self.tick = tick
         self._start = self._progress = self._looked = time.monotonic()
         self._running = None  # the tasks each worker ran at the last look ({}: the scheduler had no worker)
+        self._unanswered = False  # the scheduler did not answer the last look
 
     def as_completed(self):
         """The futures as they finish (their results: result())."""
@@ -97,14 +98,23 @@ class Waiter:
             self.tick(now - self._start)
         if isinstance(self.client, InProcessClient):
             return  # the tasks run in this process: none is lost to a stopped worker
+        if self.client.status != "running":
+            # the scheduler went away: its tasks went with it, whether or not the client reconnects,
+            # and the futures would wait out the reconnection (30 s) before they are cancelled
+            raise ConnectionError(f"the connection to the Dask scheduler is {self.client.status}")
         if now - self._looked >= LOOK_SECONDS:
             self._looked = now
             running = self._running_tasks()
+            self._unanswered = running is None
             if running is not None and running != self._running:
                 self._running, self._progress = running, now
         idle = now - self._progress
         if idle > self.bound:
             address = self.client.scheduler.address
+            if self._unanswered:
+                raise ClusterStalled(f"waited {idle:.0f} s for {self.what}: the Dask scheduler at {address} does not "
+                                     f"answer (stopped or hung?). Check it, or set ${WAIT_ENV} to wait longer than "
+                                     f"{self.bound:g} s.")
             if self._running == {}:
                 raise ClusterStalled(f"waited {idle:.0f} s for {self.what}: the Dask scheduler at {address} has no "
                                      f"worker. Start some (`dask worker {address}`), or set ${WAIT_ENV} to wait "

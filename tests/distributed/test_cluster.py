@@ -163,6 +163,28 @@ def test_scheduler_lost_fails_clearly_and_rerun_resumes(tmp_path, many_chunks, r
     assert_same_moments(moments, reference_moments)
 
 
+def test_scheduler_lost_during_em_stops_at_once(tmp_path, few_chunks):
+    """The E-step's futures waited out the client's reconnection before they were cancelled (30 s
+    by default: a helper's trial); the wait sees the connection go. Here the reconnection would
+    last 10 minutes, beyond the test's bound on the process."""
+    args = ["fit", few_chunks.path, "-m", "4", "--method", "em", "--em-starts", "1", "--em-iter", "50", "--em-tol",
+            "0", "--seed", "2", *BINS, "-o", tmp_path / "m.json"]
+    env = {**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "600s"}
+    with ProcessCluster(n_workers=2) as cluster:
+        proc = subprocess.Popen([*STREAMBHMM, *map(str, args), "--scheduler", cluster.address],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        lines = []
+        for line in proc.stdout:  # kill the scheduler once EM is under way
+            lines.append(line)
+            if EM_ITERATION.search(line):
+                cluster.kill_scheduler()
+                break
+        output = "".join(lines) + proc.communicate(timeout=300)[0]
+    assert proc.returncode == 1, output
+    assert f"Error: lost the Dask scheduler at {cluster.address}" in output and "Traceback" not in output, output
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_unreachable_scheduler_is_a_clear_error(tmp_path, many_chunks):
     import distributed  # noqa: F401 - its defaults first: leaving dask.config.set drops sections it added
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):

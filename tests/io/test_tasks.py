@@ -118,7 +118,7 @@ def test_the_progress_of_one_value_ends_with_every_part_done(monkeypatch, capsys
     assert lines and lines[-1].startswith("the sum: 3/3 (100%)"), lines
 
 
-def test_a_scheduler_without_workers_is_named_as_such_when_the_wait_ends():
+def test_a_scheduler_without_workers_or_silent_is_named_as_such_when_the_wait_ends():
     """A scheduler with no worker ran nothing for the whole wait, and the message said a worker
     might be stopped or hung (a helper's audit): it now says there is none, and how to start one."""
     from distributed import Client, LocalCluster
@@ -130,3 +130,11 @@ def test_a_scheduler_without_workers_is_named_as_such_when_the_wait_ends():
         with pytest.raises(ClusterStalled, match=f"the Dask scheduler at {cluster.scheduler_address} has no worker. "
                                                  f"Start some .`dask worker {cluster.scheduler_address}`."):
             list(Waiter(client, [future], "a sum", bound=3.0).as_completed())  # a look every 2 s
+        # a stopped scheduler (SIGSTOP) answers no look, and the message blamed the workers (a
+        # helper's trial): it names the scheduler
+        waiter = Waiter(client, [future], "a sum", bound=3.0)
+        waiter._running_tasks = lambda: None  # what a look gets from a scheduler that does not answer in time
+        with pytest.raises(ClusterStalled, match=f"the Dask scheduler at {cluster.scheduler_address} does not answer "
+                                                 r"\(stopped or hung\?\)"):
+            list(waiter.as_completed())
+
