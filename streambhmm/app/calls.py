@@ -39,8 +39,8 @@ from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PM
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.momentstore import MANIFEST, is_moment_store, plan_digest, read_manifest
-from ..moments.pipeline import plan_chunks, select_samples
+from ..moments.momentstore import MANIFEST, is_moment_store, read_manifest, stale_chunks
+from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
 from .modelio import MODEL_HEAD, data_settings_of, model_to_dict
 from .segments import output_checked
@@ -363,12 +363,8 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
             raise ValueError(f"{settings.moments} was computed from {source['counts_store']}, whose reads differ from "
                              f"{settings.store}'s summed into {store.bin_size:,} bp bins (on {first_few(differ)}): "
                              f"leave out --moments")
-    recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest["partials"]}
-    digested = {**manifest["feature"], "samples": manifest["samples"]}  # what each partial's digest covers
-    expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)
-                for plan in plan_chunks(counts, manifest["samples"])}
-    if recorded != expected:
-        differ = sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
+    differ = stale_chunks(manifest, counts)
+    if differ:
         # `moments compute` updates a moment store from the counts store it was computed from, no other
         its_samples = "" if manifest["samples"] == counts.samples else f" --samples {','.join(manifest['samples'])}"
         advice = (f"update them with `streambhmm moments compute {counts.path} -o {settings.moments}{its_samples}`"

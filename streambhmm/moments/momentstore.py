@@ -39,8 +39,8 @@ from ..io.tasks import Waiter
 from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
                        is_moment_store, partial_relpath, read_manifest)
 from .partials import WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial, write_partial
-from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_partial,
-                       select_samples, tree_reduce)
+from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_chunks,
+                       plan_partial, select_samples, tree_reduce)
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, check_block_size
 from .sums import Moments
 
@@ -64,6 +64,16 @@ def plan_digest(plan: PlannedChunk, settings: dict) -> str:
             digest.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
             digest.update(b"|")
     return digest.hexdigest()
+
+
+def stale_chunks(manifest: Manifest, counts: CountsStore) -> int:
+    """How many of ``counts``' chunks the partials of ``manifest`` do not hold as they are now
+    (other digests, missing or no longer there; the counts store's index: no counts are read)."""
+    recorded = {(e["chromosome"], e["chunk"]): e["digest"] for e in manifest.partials}
+    digested = {**manifest.feature, "samples": manifest.samples}  # what each partial's digest covers
+    expected = {(plan.ref.chrom, plan.ref.chunk): plan_digest(plan, digested)
+                for plan in plan_chunks(counts, manifest.samples)}
+    return sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
 
 
 def _remove(path: Location, why: str) -> None:

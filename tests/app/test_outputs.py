@@ -298,6 +298,9 @@ def test_stale_moments_of_some_samples_say_how_to_update_them(tmp_path):
     assert run("moments", store, "-o", moments, "--samples", "H1", "-q").exit_code == 0
     r = run("ingest", DATA / "dmrseq_H1_r1.chr21.tsv.gz", "--sample", "H1", "--store", store, "-q")
     assert r.exit_code == 0, r.output
+    r = run("info", moments)  # `info` says so too (it said "complete")
+    assert r.exit_code == 0 and "complete but stale: " in r.output and f"differ from its partials; `streambhmm " \
+        f"moments compute {store} -o {moments} --samples H1` updates it" in r.output, r.output
     r = run("hmr", store, "--samples", "H1", "--moments", moments, "-o", tmp_path / "h.bed", "-q")
     advice = f"streambhmm moments compute {store} -o {moments} --samples H1`"
     assert r.exit_code == 1 and advice in r.output, r.output
@@ -306,6 +309,8 @@ def test_stale_moments_of_some_samples_say_how_to_update_them(tmp_path):
         "another --output." in r.output, r.output
     r = run("moments", store, "-o", moments, "--samples", "H1", "-q")
     assert r.exit_code == 0 and "dropped" in r.output, r.output
+    r = run("info", moments)
+    assert r.exit_code == 0 and "complete, written by" in r.output and "but stale" not in r.output, r.output
 
 
 # -- item 15: model files with fields of the wrong type -----------------------------------------

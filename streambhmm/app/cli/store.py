@@ -119,6 +119,39 @@ def upgrade(store, quiet):
                f"({time.perf_counter() - start:.1f} s)")
 
 
+def _stale(store, manifest) -> str | None:
+    """What makes a complete moment store out of date with the counts store it was computed
+    from, as that is now (None: up to date, or that store is not there to compare)."""
+    from ...io.store import locked, open_store
+    from ...io.storage import Location
+
+    source = manifest.source
+    if not source.get("counts_store") or not Location.of(source["counts_store"]).exists():
+        return None
+    try:
+        with locked(source["counts_store"], shared=True):  # an ingest's commit lands first
+            return _stale_against(store, manifest, open_store(source["counts_store"]))
+    except Exception:  # noqa: BLE001 - not a readable counts store now (or its lock): nothing to compare with
+        return None
+
+
+def _stale_against(store, manifest, counts) -> str | None:
+    """_stale, the counts store opened."""
+    from ...moments.momentstore import stale_chunks
+
+    source = manifest.source
+    update = (f"`streambhmm moments compute {shown(source['counts_store'])} -o {shown(store)}"
+              f"{'' if manifest.samples == counts.samples else ' --samples ' + ','.join(manifest.samples)}` updates it")
+    gone = [s for s in manifest.samples if s not in counts.samples]
+    if gone:
+        return f"{shown(source['counts_store'])} no longer holds {', '.join(shown(s) for s in gone)}"
+    if source.get("bin_size") not in (None, counts.bin_size):
+        return f"{shown(source['counts_store'])} now holds {counts.bin_size} bp bins"
+    differ = stale_chunks(manifest, counts)
+    return f"{differ:,} of the chunks of {shown(source['counts_store'])} differ from its partials; {update}" \
+        if differ else None
+
+
 def _moment_store_info(store) -> None:
     """A moment store's feature, samples, source and partials per chromosome."""
     from ...io.store import locked
@@ -128,6 +161,9 @@ def _moment_store_info(store) -> None:
         manifest = read_manifest(store)
     feature = manifest.feature
     state = "complete" if manifest.complete else "incomplete (`streambhmm moments compute` resumes it)"
+    stale = _stale(store, manifest) if manifest.complete else None
+    if stale:
+        state = f"complete but stale: {stale}"
     click.echo(f"{shown(store)}: moment store v{manifest.format_version}, {state}, written by "
                f"{shown(manifest.created_by)}, updated {shown(manifest.updated)}")
     kind = (f"projected to {feature['dim']} dimensions (seed {feature['seed']})" if feature.get("kind") == "projected"
