@@ -39,7 +39,7 @@ from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PM
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.momentstore import MANIFEST, is_moment_store, read_manifest, stale_chunks
+from ..moments.momentstore import MANIFEST, is_moment_store, read_manifest, stale_chunks, update_command
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
 from .modelio import MODEL_HEAD, data_settings_of, model_to_dict
@@ -366,8 +366,7 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
     differ = stale_chunks(manifest, counts)
     if differ:
         # `moments compute` updates a moment store from the counts store it was computed from, no other
-        its_samples = "" if manifest["samples"] == counts.samples else f" --samples {','.join(manifest['samples'])}"
-        advice = (f"update them with `streambhmm moments compute {counts.path} -o {settings.moments}{its_samples}`"
+        advice = (f"update them with {update_command(manifest, counts, settings.moments)}"
                   if source.get("counts_store") == counts.path.resolve() else
                   f"compute {settings.store}'s with `streambhmm moments compute {settings.store} -o NEW_MOMENTS` "
                   f"and give that")

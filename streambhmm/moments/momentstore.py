@@ -76,6 +76,13 @@ def stale_chunks(manifest: Manifest, counts: CountsStore) -> int:
     return sum(recorded.get(key) != digest for key, digest in expected.items()) + len(recorded.keys() - expected)
 
 
+def update_command(manifest: Manifest, counts: CountsStore, output) -> str:
+    """The `moments compute` that brings the moment store at ``output`` up to date with
+    ``counts``, the store it was computed from (its samples named unless they are all of ``counts``')."""
+    samples = "" if manifest.samples == counts.samples else f" --samples {','.join(manifest.samples)}"
+    return f"`streambhmm moments compute {counts.path} -o {output}{samples}`"
+
+
 def _remove(path: Location, why: str) -> None:
     """Remove a partial directory, or stop: one left on disk would be read later."""
     _refuse_foreign(path)

@@ -122,34 +122,26 @@ def upgrade(store, quiet):
 def _stale(store, manifest) -> str | None:
     """What makes a complete moment store out of date with the counts store it was computed
     from, as that is now (None: up to date, or that store is not there to compare)."""
-    from ...io.store import locked, open_store
     from ...io.storage import Location
+    from ...io.store import locked, open_store
+    from ...moments.momentstore import stale_chunks, update_command
 
-    source = manifest.source
-    if not source.get("counts_store") or not Location.of(source["counts_store"]).exists():
+    path = manifest.source.get("counts_store")
+    if not path or not Location.of(path).exists():
         return None
     try:
-        with locked(source["counts_store"], shared=True):  # an ingest's commit lands first
-            return _stale_against(store, manifest, open_store(source["counts_store"]))
+        with locked(path, shared=True):  # an ingest's commit lands first
+            counts = open_store(path)
+            gone = [s for s in manifest.samples if s not in counts.samples]
+            if gone:
+                return f"{shown(path)} no longer holds {', '.join(shown(s) for s in gone)}"
+            if manifest.source.get("bin_size") not in (None, counts.bin_size):
+                return f"{shown(path)} now holds {counts.bin_size} bp bins"
+            differ = stale_chunks(manifest, counts)
     except Exception:  # noqa: BLE001 - not a readable counts store now (or its lock): nothing to compare with
         return None
-
-
-def _stale_against(store, manifest, counts) -> str | None:
-    """_stale, the counts store opened."""
-    from ...moments.momentstore import stale_chunks
-
-    source = manifest.source
-    update = (f"`streambhmm moments compute {shown(source['counts_store'])} -o {shown(store)}"
-              f"{'' if manifest.samples == counts.samples else ' --samples ' + ','.join(manifest.samples)}` updates it")
-    gone = [s for s in manifest.samples if s not in counts.samples]
-    if gone:
-        return f"{shown(source['counts_store'])} no longer holds {', '.join(shown(s) for s in gone)}"
-    if source.get("bin_size") not in (None, counts.bin_size):
-        return f"{shown(source['counts_store'])} now holds {counts.bin_size} bp bins"
-    differ = stale_chunks(manifest, counts)
-    return f"{differ:,} of the chunks of {shown(source['counts_store'])} differ from its partials; {update}" \
-        if differ else None
+    return (f"{differ:,} of the chunks of {shown(path)} differ from its partials; "
+            f"{update_command(manifest, counts, store)} updates it") if differ else None
 
 
 def _moment_store_info(store) -> None:

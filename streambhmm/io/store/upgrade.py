@@ -3,7 +3,6 @@ the current version, in place."""
 
 from __future__ import annotations
 
-
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..storage import Location, replacing_dir
 from .commit import staging_path
