@@ -4,6 +4,8 @@
     MOMENTS/manifest.json      the plan (chromosome, chunk, digest, n_triples, sha256 per
                                partial, in summation order) and whether it is complete
     MOMENTS/partials/<chrom>/<chunk>-<digest>/   one Zarr group per partial (raw sums)
+                               (partials/ and partials/<chrom>/ are Zarr groups too, so
+                               xarray.open_datatree opens the whole store)
 
 A partial's digest covers the counts it sums (the digests of its chunk's counts of the
 selected samples, from the counts store's index, and the two-bin halo before them) and
@@ -38,7 +40,8 @@ from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
 from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
                        is_moment_store, partial_relpath, read_manifest)
-from .partials import WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial, write_partial
+from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial,
+                       write_partial)
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_chunks,
                        plan_partial, select_samples, tree_reduce)
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, check_block_size
@@ -218,6 +221,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
+        _write_group_docs(root, store.chromosomes)
         tasks = chunk_tasks(store, spec.grouping(samples), persisted_partial, spec, settings, root.resolve())
         entries = _run_tasks(client, tasks, root, progress, lambda finished: write_json(
             root / MANIFEST, Manifest.of(settings, finished, False, source).to_json()))
@@ -231,6 +235,18 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign],
                             was_complete=was_complete)
+
+
+def _write_group_docs(root: Location, chromosomes) -> None:
+    """Make partials/ and partials/<chrom>/ Zarr groups (where they are not yet), so the
+    store is one Zarr hierarchy: xarray.open_datatree and zarr.open_group see every partial."""
+    for path in [root / "partials", *(root / "partials" / chrom for chrom in chromosomes)]:
+        if not (path / GROUP_DOC).exists():
+            write_json(path / GROUP_DOC, {"zarr_format": 3, "node_type": "group", "attributes": {}})
+
+
+def _is_group_doc(path: Location) -> bool:
+    return path.name == GROUP_DOC and not is_link(path) and not is_dir(path)
 
 
 def _run_tasks(client, tasks: list, root: Location, progress, checkpoint) -> list[dict]:
@@ -276,13 +292,15 @@ def _partials_on_disk(root: Location) -> tuple[dict[str, Location], list[Locatio
     if is_link(partials):
         return ours, [partials]
     for chrom_dir in partials.children():
+        if _is_group_doc(chrom_dir):
+            continue
         if is_link(chrom_dir) or not is_dir(chrom_dir):
             foreign.append(chrom_dir)
             continue
         for entry in chrom_dir.children():
             if is_our_partial(entry):
                 ours[f"partials/{chrom_dir.name}/{entry.name}"] = entry
-            else:
+            elif not _is_group_doc(entry):
                 foreign.append(entry)
     return ours, foreign
 
@@ -446,6 +464,7 @@ def merge_moment_stores(inputs, output) -> dict:
                 read_partial(holder / entry["path"], entry["sha256"], _identity(entry))  # verify before copying
                 (holder / entry["path"]).copytree(staged / entry["path"])
                 entries.append({**entry, "reused": True})
+            _write_group_docs(staged, sorted({entry["chromosome"] for entry, _ in chosen.values()}))
             merged = Manifest.of(settings, entries, True, source)
             write_json(staged / MANIFEST, merged.to_json())
     return {"partials": len(chosen), "duplicates": duplicates, "chromosomes": merged.chromosomes}

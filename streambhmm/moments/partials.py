@@ -22,6 +22,24 @@ from .sums import ARRAY_FIELDS, Moments
 PARTIAL_NAME = re.compile(r"[0-9]{6,}-[0-9a-f]{32}")  # partial_relpath's last part
 WRITING_NAME = re.compile(r"\.tmp-[0-9a-f]{12}")  # write_partial's temporary directory
 CSR_PARTS = ("data", "indices", "indptr")  # a block histogram's arrays
+GROUP_DOC = "zarr.json"  # a Zarr group's metadata: partials/ and partials/<chrom>/ are groups too
+
+# Each array's dimensions, so a partial opens as a Dataset with xarray.open_zarr (F: the feature
+# of the first, second and third bin of a triple; the histograms: a row per layout slot).
+DIMENSIONS = {
+    "p12": ("feature_1", "feature_2"), "p13": ("feature_1", "feature_3"), "p23": ("feature_2", "feature_3"),
+    "p123": ("feature_1", "feature_2", "feature_3"),
+    "b_methylated": ("sample", "feature_3"), "b_coverage": ("sample", "feature_3"), "inv_coverage": ("sample",),
+    "coverage_histogram": ("sample", "coverage"),
+    "coverage_features": ("sample", "coverage_bucket", "beta_bin"),
+    "bin_histogram": ("bin_histogram_row", "bin_histogram_cell"),
+    "pair_histogram": ("pair_histogram_row", "pair_histogram_cell"),
+    "block_block": ("block",), "block_n_triples": ("block",),
+    "block_p12": ("block", "feature_1", "feature_2"), "block_p13": ("block", "feature_1", "feature_3"),
+    "block_coverage_features": ("block", "sample", "coverage_bucket", "beta_bin"),
+    **{f"block_{name}_{part}": (f"block_{name}_{'edge' if part == 'indptr' else 'entry'}",)
+       for name in ("bin_histogram", "pair_histogram") for part in CSR_PARTS},
+}
 
 
 def partial_sha256(partial: ChunkPartial) -> str:
@@ -121,9 +139,17 @@ async def _write_group(url: str, arrays: dict[str, np.ndarray], attrs: dict) -> 
     import zarr.api.asynchronous
 
     group = await zarr.api.asynchronous.open_group(store=url, mode="w", zarr_format=3)
-    await asyncio.gather(*(group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None)
+    await asyncio.gather(*(group.create_array(name, data=data, chunks=tuple(max(n, 1) for n in data.shape) or None,
+                                              dimension_names=_dimension_names(name, data.shape))
                            for name, data in arrays.items()))
     await group.update_attributes(attrs)
+
+
+def _dimension_names(name: str, shape: tuple) -> tuple[str, ...]:
+    """An array's dimensions; an empty one's (the projected feature's block coverage features,
+    (B, 0, 0, 0)) get names of their own, as a dimension has one length in a group."""
+    names = DIMENSIONS[name]
+    return tuple(f"no_{n}" if length == 0 else n for n, length in zip(names, shape, strict=True))
 
 
 async def _read_group(url: str, names: list[str]) -> tuple[dict, dict[str, np.ndarray]]:

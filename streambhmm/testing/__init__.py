@@ -213,6 +213,33 @@ def update_moment_store(store: CountsStore, output, client, samples=None, n_bins
     return update_moments(store, output, client, spec, samples, progress)
 
 
+def assert_opens_with_xarray(moments) -> None:
+    """A moment store's partials are a Zarr hierarchy that xarray opens without a warning: all
+    of them with open_datatree (group "partials"), each with open_zarr as a Dataset of named
+    dimensions holding what streambhmm reads."""
+    import xarray as xr
+
+    from ..io.storage import Location
+    from ..moments.manifest import Manifest
+    from ..moments.partials import DIMENSIONS, _block_arrays, read_partial
+    from ..moments.sums import ARRAY_FIELDS
+
+    root = Path(moments)
+    manifest = Manifest.read(root)
+    tree = xr.open_datatree(root, engine="zarr", group="partials", consolidated=False)
+    assert sorted(tree.children) == manifest.chromosomes
+    for entry in manifest.partials:
+        assert entry["path"].rsplit("/", 1)[1] in tree[entry["chromosome"]].children
+        dataset = xr.open_zarr(root, group=entry["path"], consolidated=False)
+        assert dataset.attrs["chromosome"] == entry["chromosome"] and dataset.attrs["sha256"] == entry["sha256"]
+        partial, _ = read_partial(Location.of(root / entry["path"]))
+        arrays = {**{name: getattr(partial.moments, name) for name in ARRAY_FIELDS}, **_block_arrays(partial.blocks)}
+        assert sorted(dataset.data_vars) == sorted(arrays) == sorted(DIMENSIONS)
+        for name, variable in dataset.data_vars.items():
+            assert [d.removeprefix("no_") for d in variable.dims] == list(DIMENSIONS[name]), name
+            np.testing.assert_array_equal(variable.values, arrays[name])
+
+
 def hmm_from_model(document):
     """A BinomialHMM with the parameters of a model (a ModelFile, or a document
     app.modelio.read_model would accept), for scoring and decoding."""

@@ -22,7 +22,7 @@ from streambhmm.learn.selection import SweepProcessLost, sweep_fit, sweep_in_pro
 from streambhmm.moments.spec import FeatureSpec
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.momentstore import MomentStoreError, load_total, merge_moment_stores
-from streambhmm.testing import update_moment_store
+from streambhmm.testing import assert_opens_with_xarray, update_moment_store
 from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate
 from streambhmm.io.store import open_store
@@ -166,6 +166,12 @@ def moment_store(tmp_path, built_moment_store):
     out = tmp_path / "moments.zarr"
     shutil.copytree(built, out, symlinks=True)
     return store, out
+
+
+def test_a_moment_store_opens_with_xarray(built_moment_store):
+    """The standard's "real Zarr stores that open with plain xarray.open_zarr": partials/ and
+    partials/<chrom>/ are groups, and every array names its dimensions."""
+    assert_opens_with_xarray(built_moment_store[1])
 
 
 def test_an_update_from_other_counts_is_refused_and_loses_nothing(tmp_path, moment_store, dask_clients):
@@ -497,6 +503,7 @@ def test_merge_equals_single_store_and_refuses_overlaps(tmp_path, four_state_mod
     update_moment_store(open_store(both), tmp_path / "m_both.zarr", client)
     result = merge_moment_stores(parts, tmp_path / "merged.zarr")
     assert result["partials"] == 9 and result["duplicates"] == 0
+    assert_opens_with_xarray(tmp_path / "merged.zarr")
     merged, _ = load_total(tmp_path / "merged.zarr")
     single, _ = load_total(tmp_path / "m_both.zarr")
     np.testing.assert_array_equal(merged.p123, single.p123)  # same partials in the same order
@@ -639,6 +646,7 @@ def test_clean_up_follows_no_symbolic_link_and_removes_only_its_partials(tmp_pat
     assert (out / "partials" / "chr1" / "notes.txt").read_text() == "mine"
     for entry in ("chrX", "chr1/notes.txt", "chr1/000099-" + "1" * 32):
         assert f"warning: left {out / 'partials' / entry} alone: not a partial of the moment store" in r.output
+    assert "zarr.json" not in r.output  # the groups' metadata are the store's own
     assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
 
     # a chromosome the run writes into, through a link: refused before any task

@@ -15,7 +15,7 @@ from streambhmm.moments.histograms import thinned_histogram
 from streambhmm.moments.sums import compute_moments
 from streambhmm.moments.features import encode
 from streambhmm.moments.momentstore import load_total
-from streambhmm.testing import update_moment_store
+from streambhmm.testing import assert_opens_with_xarray, update_moment_store
 from streambhmm.moments.pipeline import moments_graph, plan_chunks
 from streambhmm.testing import load_counts
 from streambhmm.learn.simulate import model, simulate
@@ -146,6 +146,7 @@ def test_projected_moment_store_resumes_and_fits(tmp_path, five_sample_store, da
     first = update_moment_store(five_sample_store, out, client, projection_dim=16, block_size=100_000)
     again = update_moment_store(five_sample_store, out, client, projection_dim=16)
     assert (again.computed, again.reused) == (0, first.computed)
+    assert_opens_with_xarray(out)  # its empty block coverage features included
     total, manifest = load_total(out)
     assert manifest["feature"]["kind"] == "projected" and manifest["feature"]["dim"] == 16
     assert total.allclose(compute_moments(*load_counts(five_sample_store), projection_dim=16), rtol=1e-10)
