@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -34,14 +35,14 @@ import numpy as np
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..io.formats import FORMATS, records_context
 from ..io.names import Spellings
-from ..io.outputs import Inputs
+from ..io.outputs import Inputs, remove_leftovers
 from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
 from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
                        is_moment_store, partial_relpath, read_manifest)
-from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, partial_sha256, read_partial,
-                       write_partial)
+from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, name_dimensions, partial_sha256,
+                       read_partial, write_partial)
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_chunks,
                        plan_partial, select_samples, tree_reduce)
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, check_block_size
@@ -111,6 +112,8 @@ def persisted_partial(plan: PlannedChunk, spec: FeatureSpec, settings: dict, roo
             reused = True
         except MomentStoreError:
             _remove(path, "damaged")  # compute it again
+        else:
+            name_dimensions(path)  # one written before its arrays named them
     if not reused:
         partial = plan_partial(plan, spec)
         sha256 = partial_sha256(partial)
@@ -221,32 +224,61 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
-        _write_group_docs(root, store.chromosomes)
         tasks = chunk_tasks(store, spec.grouping(samples), persisted_partial, spec, settings, root.resolve())
         entries = _run_tasks(client, tasks, root, progress, lambda finished: write_json(
             root / MANIFEST, Manifest.of(settings, finished, False, source).to_json()))
         write_json(root / MANIFEST, Manifest.of(settings, entries, True, source).to_json())
+        chromosomes = sorted({e["chromosome"] for e in entries})
+        _write_group_docs(root, chromosomes)
         keep = {e["path"] for e in entries}
         ours, foreign = _partials_on_disk(root)
         stale = [path for rel, path in ours.items() if rel not in keep]
         for path in stale:
             _remove(path, "stale")
+        _drop_empty_chromosomes(root, chromosomes)
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign],
                             was_complete=was_complete)
 
 
+GROUP_DOCUMENT = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+
+
 def _write_group_docs(root: Location, chromosomes) -> None:
-    """Make partials/ and partials/<chrom>/ Zarr groups (where they are not yet), so the
-    store is one Zarr hierarchy: xarray.open_datatree and zarr.open_group see every partial."""
+    """Make partials/ and partials/<chrom>/ (the chromosomes with partials) Zarr groups, so the
+    partials are one Zarr hierarchy that xarray.open_datatree and zarr.open_group read; a
+    zarr.json already there, or a link by that name (dangling too), is left as it is."""
     for path in [root / "partials", *(root / "partials" / chrom for chrom in chromosomes)]:
-        if not (path / GROUP_DOC).exists():
-            write_json(path / GROUP_DOC, {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        document = path / GROUP_DOC
+        if document.is_local:
+            remove_leftovers(document.url)  # a killed write's temporary
+        if not (document.exists() or is_link(document)):
+            write_json(document, GROUP_DOCUMENT)
 
 
 def _is_group_doc(path: Location) -> bool:
-    return path.name == GROUP_DOC and not is_link(path) and not is_dir(path)
+    """Whether ``path`` is a group document _write_group_docs wrote: a regular file holding it."""
+    if path.name != GROUP_DOC or is_link(path) or is_dir(path):
+        return False
+    try:
+        return json.loads(path.read_text()) == GROUP_DOCUMENT
+    except (OSError, ValueError):
+        return False
+
+
+def _drop_empty_chromosomes(root: Location, keep) -> None:
+    """Remove the directories of chromosomes no longer in the plan that hold nothing but
+    their group document (their partials dropped as stale): no empty group is left."""
+    for chrom_dir in (root / "partials").children():
+        if chrom_dir.name in keep or is_link(chrom_dir) or not is_dir(chrom_dir):
+            continue
+        entries = chrom_dir.children()
+        if all(_is_group_doc(entry) for entry in entries):
+            for entry in entries:
+                entry.unlink()
+            if chrom_dir.is_local:
+                os.rmdir(chrom_dir.url)
 
 
 def _run_tasks(client, tasks: list, root: Location, progress, checkpoint) -> list[dict]:
@@ -463,6 +495,7 @@ def merge_moment_stores(inputs, output) -> dict:
             for entry, holder in chosen.values():
                 read_partial(holder / entry["path"], entry["sha256"], _identity(entry))  # verify before copying
                 (holder / entry["path"]).copytree(staged / entry["path"])
+                name_dimensions(staged / entry["path"])
                 entries.append({**entry, "reused": True})
             _write_group_docs(staged, sorted({entry["chromosome"] for entry, _ in chosen.values()}))
             merged = Manifest.of(settings, entries, True, source)

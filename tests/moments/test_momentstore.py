@@ -716,3 +716,60 @@ def test_the_reading_of_a_sample_ingested_with_columns():
     with_context = {**plain, "context": 5}
     assert reading_of({"format": "columns", "context": "CHG", "options": {**options, "columns": with_context}}) == \
         {"context": "CHG", "merge_strands": False, "min_coverage": 1}
+
+
+def test_the_partials_hierarchy_is_kept_whole_and_touches_nothing_of_the_users(tmp_path, moment_store):
+    """A helper's audit of the groups that make the partials one Zarr hierarchy: a link named
+    zarr.json (dangling too) or a user's own file by that name is left alone and said; a killed
+    write's temporary is removed; partials written before their arrays named their dimensions
+    are named by the next run and by merge."""
+    store, out = moment_store
+    (out / "partials" / "zarr.json").unlink()
+    os.symlink(tmp_path / "nowhere.json", out / "partials" / "zarr.json")
+    (out / "partials" / "chr1" / "zarr.json").write_text("my notes")
+    leftover = out / "partials" / "chr2" / ".zarr.json.tmp-0123456789ab"
+    leftover.write_text("{")
+    for array in (out / "partials").glob("*/0*/*/zarr.json"):  # as written before 2026-12-04
+        document = json.loads(array.read_text())
+        del document["dimension_names"]
+        array.write_text(json.dumps(document))
+    r = run("moments", store, "--output", out)
+    assert r.exit_code == 0, r.output
+    for entry in ("zarr.json", "chr1/zarr.json"):
+        assert f"warning: left {out / 'partials' / entry} alone: not a partial of the moment store" in r.output
+    assert os.readlink(out / "partials" / "zarr.json") == str(tmp_path / "nowhere.json")
+    assert not (tmp_path / "nowhere.json").exists() and not leftover.exists()
+    assert (out / "partials" / "chr1" / "zarr.json").read_text() == "my notes"
+    (out / "partials" / "zarr.json").unlink()
+    (out / "partials" / "chr1" / "zarr.json").unlink()
+    r = run("moments", store, "--output", out)
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    assert_opens_with_xarray(out)
+    assert load_total(out)[0].allclose(from_scratch(store), rtol=1e-12)
+
+
+def test_a_sample_selection_leaves_no_group_of_chromosomes_it_has_no_partial_of(tmp_path, four_state_model,
+                                                                               dask_clients):
+    chroms = simulated_chroms(four_state_model, [1500, 1200, 800], seed=5)
+    counts = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", {c: chroms[c] for c in ("chr1", "chr2")})], "A", counts, chunk_size=500)
+    ingest([write_tsv(tmp_path / "b.tsv", {"chr3": chroms["chr3"]})], "B", counts, chunk_size=500)
+    out = tmp_path / "m.zarr"
+    update_moment_store(open_store(counts), out, dask_clients[0], samples=["A"])
+    assert sorted(p.name for p in (out / "partials").iterdir()) == ["chr1", "chr2", "zarr.json"]
+    assert_opens_with_xarray(out)
+    # a chromosome whose partials are all dropped (its counts gone) goes with its group
+    old = tmp_path / "old.zarr"
+    shutil.copytree(out, old)
+    for array in (old / "partials").glob("*/0*/*/zarr.json"):  # as written before 2026-12-04
+        document = json.loads(array.read_text())
+        del document["dimension_names"]
+        array.write_text(json.dumps(document))
+    merge_moment_stores([old], tmp_path / "merged.zarr")
+    assert_opens_with_xarray(tmp_path / "merged.zarr")
+    shutil.rmtree(counts)
+    ingest([write_tsv(tmp_path / "a1.tsv", {"chr1": chroms["chr1"]})], "A", counts, chunk_size=500)
+    r = run("moments", counts, "--output", out, "--samples", "A")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (out / "partials").iterdir()) == ["chr1", "zarr.json"]
+    assert_opens_with_xarray(out)
