@@ -102,9 +102,10 @@ def hmr(store, output, samples, moments_path, polish_em, seed, save_model, chrom
     levels below 0.5, is hypomethylated too); HMRs are runs of bins whose reads put their
     level at most 0.5 (posterior above 0.5, given the model), from the first to the last of
     at least 4 bins whose reads put it at most 0.2, bins at most 1 kb apart, reads in every
-    sample and, pooled, putting the level at most 0.2 in every sample, widened over their
-    shoulders: the bins beside them nearer their level than the local
-    background, and below 0.5 (BED9 + TSV). A sample ingested from files that list
+    sample and, pooled, putting the level at most 0.2 in every sample; then widened over their
+    shoulders: the bins beside them nearer their level than the local background, the
+    widened region below 0.5 (BED9 + TSV; the TSV's levels are the widened region's, so they
+    may pass 0.2). A sample ingested from files that list
     methylated CpGs only (1,000 rows or more, none without a methylated read) is refused."""
     _call("hmr", store, output, samples, moments_path, polish_em, seed, None, scheduler, quiet, save_model, chrom_sizes)
 
