@@ -53,13 +53,13 @@ def partial_sha256(partial: ChunkPartial) -> str:
         digest.update(f",{moments.projection_dim},{moments.projection_seed}".encode())
     for name in ARRAY_FIELDS:
         digest.update(np.ascontiguousarray(getattr(moments, name), dtype=np.float64).tobytes())
-    for name, value in _block_arrays(partial.blocks).items():
+    for name, value in block_arrays(partial.blocks).items():
         digest.update(name.encode())
         digest.update(np.ascontiguousarray(value).tobytes())
     return digest.hexdigest()
 
 
-def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
+def block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
     """A partial's block statistics as named arrays (sparse histograms by their CSR parts)."""
     values = [getattr(blocks, name) for name in BlockStats.ARRAYS]
     for name in BlockStats.HISTOGRAMS:
@@ -69,7 +69,7 @@ def _block_arrays(blocks: BlockStats) -> dict[str, np.ndarray]:
 
 
 def _block_names() -> list[str]:
-    """The names of a partial's block statistics, in the order of _block_arrays (and of its checksum)."""
+    """The names of a partial's block statistics, in the order of block_arrays (and of its checksum)."""
     return [f"block_{name}" for name in BlockStats.ARRAYS] + [
         f"block_{name}_{part}" for name in BlockStats.HISTOGRAMS for part in CSR_PARTS]
 
@@ -82,7 +82,7 @@ def write_partial(path: Location, partial: ChunkPartial, attrs: dict, sha256: st
     tmp = path.parent / f".tmp-{uuid.uuid4().hex[:12]}"
     moments, blocks = partial.moments, partial.blocks
     arrays = {name: np.asarray(getattr(moments, name), dtype=np.float64) for name in ARRAY_FIELDS}
-    sync(_write_group(tmp.url, {**arrays, **_block_arrays(blocks)}, {
+    sync(_write_group(tmp.url, {**arrays, **block_arrays(blocks)}, {
         **attrs, "n_samples": moments.n_samples, "n_bins": moments.n_bins, "n_triples": moments.n_triples,
         "sq_norm_13": moments.sq_norm_13, "histogram_budget": moments.histogram_budget,
         "projection_dim": moments.projection_dim, "projection_seed": moments.projection_seed,

@@ -325,16 +325,19 @@ def spec_graph(store: CountsStore, spec: FeatureSpec, samples=None, split_every:
     """:func:`moments_graph` of a resolved feature spec."""
     grouping = select_grouping(store, samples, spec.pooled)
     samples = list(grouping.samples)
+    plans = plan_chunks(store, grouping)
     if with_blocks:  # a partial's blocks are of one chromosome
-        partials = chunk_tasks(store, grouping, plan_partial, spec, with_blocks)
+        partials = [dask.delayed(plan_partial, pure=True)(plan, spec, with_blocks) for plan in plans]
     else:
         partials = [dask.delayed(plans_partial, pure=True)(batch, spec, store.chunk_size)
-                    for batch in batched_plans(plan_chunks(store, grouping), store.chunk_size)]
+                    for batch in batched_plans(plans, store.chunk_size)]
     if not partials:
         total = dask.delayed(Moments.zeros)(grouping.width, spec.n_bins,
                                             projection_dim=spec.projection_dim, projection_seed=spec.seed)
     else:
         total = tree_sum([dask.delayed(operator.attrgetter("moments"), pure=True)(p) for p in partials],
                          split_every)
-    return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=store.chromosomes,
+    # the chromosomes with reads in the samples, as a moment store's manifest lists them
+    chromosomes = list(dict.fromkeys(plan.ref.chrom for plan in plans))
+    return MomentsGraph(total=total, partials=partials, samples=samples, chromosomes=chromosomes,
                         n_chunks=len(partials))

@@ -221,7 +221,7 @@ def assert_opens_with_xarray(moments) -> None:
 
     from ..io.storage import Location
     from ..moments.manifest import Manifest
-    from ..moments.partials import DIMENSIONS, _block_arrays, read_partial
+    from ..moments.partials import DIMENSIONS, block_arrays, read_partial
     from ..moments.sums import ARRAY_FIELDS
 
     root = Path(moments)
@@ -233,7 +233,7 @@ def assert_opens_with_xarray(moments) -> None:
         dataset = xr.open_zarr(root, group=entry["path"], consolidated=False)
         assert dataset.attrs["chromosome"] == entry["chromosome"] and dataset.attrs["sha256"] == entry["sha256"]
         partial, _ = read_partial(Location.of(root / entry["path"]))
-        arrays = {**{name: getattr(partial.moments, name) for name in ARRAY_FIELDS}, **_block_arrays(partial.blocks)}
+        arrays = {**{name: getattr(partial.moments, name) for name in ARRAY_FIELDS}, **block_arrays(partial.blocks)}
         assert sorted(dataset.data_vars) == sorted(arrays) == sorted(DIMENSIONS)
         for name, variable in dataset.data_vars.items():
             assert [d.removeprefix("no_") for d in variable.dims] == list(DIMENSIONS[name]), name

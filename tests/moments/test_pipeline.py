@@ -52,6 +52,20 @@ def test_sample_subsets_skip_bins_without_their_coverage(tmp_path, four_state_mo
     assert got.allclose(compute_moments(meth, cov, lengths), rtol=1e-10)
 
 
+@pytest.mark.parametrize("with_blocks", [True, False])
+def test_the_graph_names_the_chromosomes_with_reads_in_the_samples(tmp_path, four_state_model, with_blocks):
+    """As a moment store's manifest does: a model fitted on sample A does not list chr2, where
+    only B has reads (a helper's trial found a re-ingested sample's emptied chromosome listed)."""
+    sim = simulate(four_state_model, [30, 20], coverage=10, random_state=1)
+    nothing = np.zeros(20, np.int64)
+    chroms = {"chr1": (np.arange(30), sim.methylated[:30], sim.coverage[:30]),
+              "chr2": (np.arange(20), np.c_[nothing, sim.methylated[30:, 1]], np.c_[nothing, sim.coverage[30:, 1]])}
+    store = write_store(tmp_path / "s.zarr", chroms, ["A", "B"], chunk_size=8)
+    block_size = 10_000 if with_blocks else None
+    assert moments_graph(store, ["A"], block_size=block_size).chromosomes == ["chr1"]
+    assert moments_graph(store, ["B"], block_size=block_size).chromosomes == ["chr1", "chr2"]
+
+
 @pytest.mark.slow
 def test_result_does_not_depend_on_chunk_size_or_workers(tmp_path, four_state_model, dask_clients):
     totals = []
