@@ -249,10 +249,11 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     seconds["domains"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    echo(f"the bins: EM, at most {settings.em_iter} iterations")
+    echo(f"the bins: EM, at most {settings.em_iter} iterations, then at most {settings.resume_iter} after each time "
+         f"BIC removes states (at most {settings.most_iterations} in all)")
     hmm = start_model(summary.quantiles(settings.background_states), groups,
                       summary.quantiles(settings.candidate_levels))
-    with stage("dmr: EM", settings.em_iter, quiet=quiet, unit="iterations", capped=True) as shown:
+    with stage("dmr: EM", settings.most_iterations, quiet=quiet, unit="iterations", capped=True) as shown:
         hmm, history, last_fit = fit_on_store(store, samples, hmm, opened.em_client, settings,
                                               report=em_progress(shown))
     seconds["EM"] = time.perf_counter() - start

@@ -56,10 +56,10 @@ class SampleSheet:
 
 
 def _fields(line: str) -> list:
-    """The line's fields (io.rows.sheet_fields), each without the double quotes around it that
-    R's write.table puts by default (a design table saved from R was refused: no column
+    """The line's fields (io.rows.sheet_fields), each without the quotes around it that R's
+    write.table puts by default (a design table saved from R was refused: no column
     "sample")."""
-    return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] == '"' else f for f in sheet_fields(line)]
+    return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] and f[0] in "\"'" else f for f in sheet_fields(line)]
 
 
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:

@@ -68,6 +68,11 @@ class DmrSettings:
         """EM's iterations after BIC removed states (from a fitted model): a third of em_iter's."""
         return max(1, self.em_iter // 3)
 
+    @property
+    def most_iterations(self) -> int:
+        """EM's iterations in all, at most: em_iter, then resume_iter after each of BIC's removals."""
+        return self.em_iter + PRUNING_ROUNDS * self.resume_iter
+
 
 # -- 1. the summary pass ----------------------------------------------------------------------
 @dataclass
@@ -182,7 +187,9 @@ def fit_on_store(store: CountsStore, samples: list, hmm: GroupedBinomialHMM, cli
     history, fits = [], []
 
     def em(model, n_iter):
-        fits.append(fit_store_em(store, model, client, samples, n_iter, settings.em_tol, report=report, check=False))
+        done = sum(len(fit.history) - 1 for fit in fits)  # counted on across BIC's restarts, as the progress' cap
+        shown = None if report is None else (lambda iteration, loglik: report(done + iteration, loglik))
+        fits.append(fit_store_em(store, model, client, samples, n_iter, settings.em_tol, report=shown, check=False))
         history.extend(fits[-1].history)
         return fits[-1].stats
 

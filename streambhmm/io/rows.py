@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -65,10 +66,17 @@ def first_few(names, at_most: int = 3) -> str:
     return listed + (f" and {len(names) - at_most:,} more" if len(names) > at_most else "")
 
 
+# a field between blanks: quoted whole, as R's write.table quotes strings (blanks inside), or not (Bob's)
+_BLANK_SEPARATED = re.compile(r'"[^"]*"(?=\s|$)|\'[^\']*\'(?=\s|$)|\S+')
+
+
 def sheet_fields(line: str) -> list:
     """A sample sheet's or manifest's fields: tab-separated when the line has a tab, else
-    separated by blanks (a table lined up with spaces, as pasted from a page)."""
-    return [f.strip() for f in line.rstrip("\r\n").split("\t")] if "\t" in line else line.split()
+    separated by blanks (a table lined up with spaces, as pasted from a page, or saved by R's
+    write.table, whose quoted strings keep their blanks)."""
+    if "\t" in line:
+        return [f.strip() for f in line.rstrip("\r\n").split("\t")]
+    return _BLANK_SEPARATED.findall(line)
 
 
 def decoded(line: bytes) -> str:

@@ -182,9 +182,13 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
         # replicates spread around their group's mean: the nearest pair is no further apart
         assert float(call["separation"]) <= shown + 1e-3, call
     carried = sum(float(call["separation"]) < 0 for call in found)
+    carried_domains = sum(float(call["separation"]) < 0 for call in calls(tmp_path / "dmr.domains.tsv"))
     said = [line for line in result.output.splitlines() if "one replicate carries them" in line]
-    assert said == ([f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
-                     f"replicate carries them (a negative separation in {tmp_path / 'dmr.tsv'})"] if carried else [])
+    which = [f"{carried:,} of the DMRs"] * bool(carried) + [f"{carried_domains:,} of the domains"] * bool(
+        carried_domains)
+    tables = [str(tmp_path / "dmr.tsv")] * bool(carried) + [str(tmp_path / "dmr.domains.tsv")] * bool(carried_domains)
+    assert said == ([f"{' and '.join(which)} have a replicate of the lower group above one of the higher: one "
+                     f"replicate carries them (a negative separation in {' and '.join(tables)})"] if which else [])
     header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
                                                                                       sim.samples]
@@ -471,6 +475,13 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     sheet.write_text('"sample" "case" "cell"\n"1" "A1" "SLE" "T"\n"2" "B1" "HC" "T"\n')
     design = read_sheet(sheet, "case")
     assert (design.samples, design.groups, design.lines) == (("A1", "B1"), ("SLE", "HC"), (2, 3))
+    # a quoted string keeps its blanks, as read.table reads it: one field, refused as a group name
+    sheet.write_text('"sample" "case"\n"1" "A1" "SLE patient"\n"2" "B1" \'HC\'\n')
+    with pytest.raises(ValueError, match="line 2: invalid group name with a control or whitespace character: "
+                                         "'SLE patient'"):
+        read_sheet(sheet, "case")
+    sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"2" "B1" \'HC\'\n')
+    assert read_sheet(sheet, "case").groups == ("SLE", "HC")
     sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"B1" "HC"\n')  # not every line: a line of the wrong width
     with pytest.raises(ValueError, match="line 2: 3 field"):
         read_sheet(sheet, "case")
@@ -572,3 +583,30 @@ def test_a_design_without_replicates_is_told(tmp_path):
         assert result.exit_code == 0, result.output
         told = "warning: every group has one sample" in result.stderr
         assert told == (replicates == (1, 1))
+
+
+def test_em_progress_counts_on_across_the_restarts_after_bic(monkeypatch):
+    """A helper's trial saw "EM: 5 of at most 30" after BIC had removed states: the restart's
+    iterations counted from 0 again, out of the first fit's cap. They now count on, out of the
+    cap of all of them."""
+    from types import SimpleNamespace
+
+    from streambhmm.distributed import dmr
+
+    settings = dmr.DmrSettings(em_iter=12)
+    lengths = iter([12, 3, 4])  # the first fit's iterations, then each restart's
+
+    def fake_em(store, model, client, samples, n_iter, tol, report, check):
+        n = next(lengths)
+        for iteration in range(n + 1):  # E-step 0, then one per iteration
+            report(iteration, -float(iteration))
+        return SimpleNamespace(history=list(range(n + 1)), stats=None)
+
+    kept = iter([np.array([0, 1]), np.array([0]), np.array([0])])
+    monkeypatch.setattr(dmr, "fit_store_em", fake_em)
+    monkeypatch.setattr(dmr, "supported_states", lambda stats, hmm: next(kept))
+    monkeypatch.setattr(dmr, "restricted", lambda hmm, keep: SimpleNamespace(n_components=keep.size))
+    seen = []
+    dmr.fit_on_store(None, [], SimpleNamespace(n_components=3), None, settings, report=lambda i, ll: seen.append(i))
+    assert seen == list(range(13)) + list(range(12, 16)) + list(range(15, 20))
+    assert max(seen) <= settings.most_iterations == 12 + dmr.PRUNING_ROUNDS * 4

@@ -114,9 +114,13 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                    f"quality, for 3-7x the time; --em-iter {max(3 * em_iter, 300)} runs it further, and the calls "
                    f"can move", err=True)
     carried = int(np.sum(dmrs.separation(outcome.groups) < 0))
-    if carried:
-        click.echo(f"{carried:,} of the DMRs have a replicate of the lower group above one of the higher: one "
-                   f"replicate carries them (a negative separation in {job.outputs[1]})")
+    carried_domains = int(np.sum(domains.separation(outcome.groups) < 0))
+    if carried or carried_domains:
+        which = [f"{carried:,} of the DMRs"] * bool(carried) + [f"{carried_domains:,} of the domains"] * bool(
+            carried_domains)
+        tables = [str(job.outputs[1])] * bool(carried) + [str(job.outputs[3])] * bool(carried_domains)
+        click.echo(f"{' and '.join(which)} have a replicate of the lower group above one of the higher: one "
+                   f"replicate carries them (a negative separation in {' and '.join(tables)})")
     if not outcome.targets.any:
         # not "the groups do not differ": a state's levels average its bins (a helper found 113 DMRs
         # differing by 0.3 or more at 0.1, none at 0.3)
