@@ -36,14 +36,14 @@ from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
 from ..io.outputs import check_replaceable_file, check_outside
-from ..io.rows import sheet_fields
+from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
 from ..io.store.locking import OTHER_HOLDERS
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.manifest import SettingsMismatch
+from ..moments.manifest import SettingsMismatch, SourceMismatch
 from ..moments.momentstore import update_moments
 from ..moments.spec import FeatureSpec
 
@@ -429,11 +429,20 @@ class _BatchRun:
         (the group's samples changed) is the workdir's, batch's own, and is computed again."""
         moments = self.workdir / result.group / "moments.zarr"
         counts = open_store(self.workdir / result.group / "counts.zarr")
+        others = [s for s in counts.samples if s not in result.samples]
+        if others:  # a sample taken out of the manifest, or moved to another group: its counts stay
+            self.echo(f"warning: group {result.group}: its counts store {counts.path} also holds "
+                      f"{first_few(others)}, which the manifest no longer lists in it. The group's moments leave "
+                      f"them out, but a command run on that counts store reads every sample it holds unless given "
+                      f"--samples; to drop them, remove {self.workdir / result.group} and run batch again (its "
+                      f"samples are ingested anew)")
         try:
             return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
-        except SettingsMismatch:
-            self.echo(f"group {result.group}: its samples or settings changed since its moment store was made; "
-                      f"computing it again")
+        except (SettingsMismatch, SourceMismatch) as exc:
+            changed = ("its samples or settings changed since its moment store was made"
+                       if isinstance(exc, SettingsMismatch) else
+                       "its moment store was computed from a counts store elsewhere (the workdir moved?)")
+            self.echo(f"group {result.group}: {changed}; computing it again")
             Location.of(moments).rmtree()
             return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
 

@@ -65,7 +65,8 @@ def held_out_problem(table: BlockTable | None, block_size: int, folds: int = HEL
         return "no block statistics"
     if len(table) < 2 * folds:
         return (f"too few blocks: {len(table)} of {block_size:,} bp, and {folds} held-out folds need at least "
-                f"{2 * folds} (a smaller --block-size gives more)")
+                f"{2 * folds} (a smaller --block-size gives more: `fit` of a counts store takes one, a moment "
+                f"store has the one `moments compute --block-size` gave it)")
     return None
 
 

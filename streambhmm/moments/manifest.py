@@ -30,6 +30,10 @@ class SettingsMismatch(MomentStoreError):
     """A moment store of other feature settings or samples than a run's."""
 
 
+class SourceMismatch(MomentStoreError):
+    """A moment store computed from another counts store (or one since moved) than a run's."""
+
+
 def is_moment_store(path) -> bool:
     return (Location.of(path) / MANIFEST).exists()
 

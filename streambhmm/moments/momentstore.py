@@ -40,7 +40,7 @@ from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
 from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
-                       is_moment_store, partial_relpath, read_manifest)
+                       SourceMismatch, is_moment_store, partial_relpath, read_manifest)
 from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, name_dimensions, partial_sha256,
                        read_partial, write_partial)
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_chunks,
@@ -184,7 +184,7 @@ def _check_source(root: Location, have: dict, source: dict) -> None:
         return  # (a store written before the bin size was recorded has none)
     was = (f"merged from {', '.join(have['merged_from'])[:300]}" if "merged_from" in have else
            f"computed from {have.get('counts_store')} ({have.get('bin_size')} bp bins)")
-    raise MomentStoreError(f"{root} was {was}, not from {source['counts_store']} ({source['bin_size']} bp bins); "
+    raise SourceMismatch(f"{root} was {was}, not from {source['counts_store']} ({source['bin_size']} bp bins); "
                            f"updating it would drop its partials. Use another --output (or remove {root} to "
                            f"start it again)")
 

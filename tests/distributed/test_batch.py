@@ -132,6 +132,23 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
     assert r.exit_code == 0 and "group lister: its samples or settings changed" in r.output, r.output
     assert load_total(work / "lister" / "moments.zarr")[1]["samples"] == ["H1", "IMR90"]
+    # and taken out again: its counts stay in the group's store, and the rerun says so (a helper's
+    # trial: `fit` on that store still read it, unsaid)
+    write_manifest(manifest, rows)
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
+    assert r.exit_code == 0, r.output
+    assert f"warning: group lister: its counts store {work / 'lister' / 'counts.zarr'} also holds IMR90, which " \
+           f"the manifest no longer lists in it" in r.output
+    assert load_total(work / "lister" / "moments.zarr")[1]["samples"] == ["H1"]
+    # a workdir moved: its moment stores name the counts stores where they were, and are made again
+    # (every rerun failed, advising an --output that batch does not have)
+    moved = tmp_path / "moved"
+    work.rename(moved)
+    r = run("batch", manifest, "--workdir", moved, "--bins", "8", "--scheduler", scheduler)
+    assert r.exit_code == 0 and "group lister: its moment store was computed from a counts store elsewhere (the " \
+                                "workdir moved?); computing it again" in r.output
+    assert load_total(moved / "lister" / "moments.zarr")[1]["source"]["counts_store"] == \
+        str((moved / "lister" / "counts.zarr").resolve())
 
 
 @pytest.mark.slow

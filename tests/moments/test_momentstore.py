@@ -403,7 +403,8 @@ def test_a_sweep_on_too_few_blocks_says_why_it_recommends_nothing(tmp_path, four
     r = run("fit", out, "--states", "2-3", "-o", tmp_path / "model.json")
     assert r.exit_code == 0, r.output
     assert "no recommendation: no held-out criterion: too few blocks: 7 of 100,000 bp, and 5 held-out folds need " \
-           "at least 10 (a smaller --block-size gives more)" in r.output
+           "at least 10 (a smaller --block-size gives more: `fit` of a counts store takes one, a moment store " \
+           "has the one `moments compute --block-size` gave it)" in r.output
 
 
 def test_bootstrap_intervals_have_width_on_a_store_of_one_chunk_per_chromosome(tmp_path, four_state_model,
