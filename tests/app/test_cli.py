@@ -462,3 +462,23 @@ def test_a_socket_whose_reader_resets_it_drops_what_is_written():
             assert out.write(b"x" * 100_000) == 100_000
         assert out.gone
         writer.close()
+
+
+def test_a_joint_fit_of_samples_without_shared_bins_is_told(tmp_path):
+    """`fit` of two samples on other chromosomes: its states' levels come from other bins in
+    each sample, which the user is told (a helper's cohort trial saw "differential" states)."""
+    rng = np.random.default_rng(2)
+    bins = np.arange(0, 6_000)
+    cov = rng.poisson(10, (bins.size, 2)) + 1
+    meth = rng.binomial(cov, np.where(bins % 400 < 100, 0.1, 0.8)[:, None])
+    on = {"chr1": np.array([1, 0]), "chr2": np.array([0, 1])}
+    from streambhmm.testing import write_store
+
+    store = write_store(tmp_path / "apart.zarr", {c: (bins, meth * m, cov * m) for c, m in on.items()}, ["A", "B"])
+    result = run("fit", store.path.url, "--states", "2", "-o", tmp_path / "m.json", "--emission", "binomial")
+    assert result.exit_code == 0, result.output
+    assert "warning: no bin with reads has reads in every sample: a state's levels in different samples" in \
+        result.output
+    both = write_store(tmp_path / "both.zarr", {"chr1": (bins, meth, cov)}, ["A", "B"])
+    result = run("fit", both.path.url, "--states", "2", "-o", tmp_path / "m2.json", "--emission", "binomial")
+    assert result.exit_code == 0 and "warning: " not in result.output, result.output

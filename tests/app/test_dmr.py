@@ -610,3 +610,4 @@ def test_em_progress_counts_on_across_the_restarts_after_bic(monkeypatch):
     dmr.fit_on_store(None, [], SimpleNamespace(n_components=3), None, settings, report=lambda i, ll: seen.append(i))
     assert seen == list(range(13)) + list(range(12, 16)) + list(range(15, 20))
     assert max(seen) <= settings.most_iterations == 12 + dmr.PRUNING_ROUNDS * 4
+

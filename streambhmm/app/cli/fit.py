@@ -118,6 +118,9 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
                        f"moments in {run.seconds:.1f} s")
+            apart = samples_apart(run.data.moments)
+            if apart:
+                click.echo(f"warning: {apart}", err=True)
         if run.singular_values is not None:
             click.echo("singular values of P13: " + ", ".join(
                 f"{v:.3g}" for v in run.singular_values[:max(settings.states) + 2]))
@@ -133,6 +136,21 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
     if not settings.sweep:  # said once it is in place: its rename can still be refused (io.outputs)
         click.echo(f"model written to {outcomes[0].path}")
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
+
+
+def samples_apart(moments) -> str | None:
+    """What to say when most bins with reads lack some sample's (None: they share most): a
+    helper's cohort trial fitted two samples of other chromosomes jointly and got "differential"
+    states that no bin shows side by side."""
+    from ...learn.domains import shared_coverage
+
+    shared = shared_coverage(moments)
+    if shared is None or shared >= 0.5:
+        return None
+    some = "no bin with reads has" if shared == 0 else f"only {shared:.1%} of the bins with reads have"
+    return (f"{some} reads in every sample: a state's levels in different samples then come from different bins "
+            f"(other chromosomes, assays or genomes), so a state that differs between the samples may differ "
+            f"between the bins each covers; fit them apart (--samples), or on the chromosomes they share")
 
 
 def no_recommendation(outcomes, method: str) -> str:
