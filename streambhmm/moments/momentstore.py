@@ -185,8 +185,8 @@ def _check_source(root: Location, have: dict, source: dict) -> None:
     was = (f"merged from {', '.join(have['merged_from'])[:300]}" if "merged_from" in have else
            f"computed from {have.get('counts_store')} ({have.get('bin_size')} bp bins)")
     raise SourceMismatch(f"{root} was {was}, not from {source['counts_store']} ({source['bin_size']} bp bins); "
-                           f"updating it would drop its partials. Use another --output (or remove {root} to "
-                           f"start it again)")
+                         f"updating it would drop its partials. Use another --output (or remove {root} to "
+                         f"start it again)")
 
 
 def _init_store(path: Location, settings: dict, source: dict) -> None:
@@ -274,7 +274,7 @@ def _drop_empty_chromosomes(root: Location, keep) -> None:
         if chrom_dir.name in keep or is_link(chrom_dir) or not is_dir(chrom_dir):
             continue
         entries = chrom_dir.children()
-        if all(_is_group_doc(entry) for entry in entries):
+        if entries and all(_is_group_doc(entry) for entry in entries):  # an empty one may be the user's
             for entry in entries:
                 entry.unlink()
             if chrom_dir.is_local:
