@@ -184,16 +184,20 @@ def stop_check(stop: str | None):
 
 
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
-                  options: ReadOptions | None = None, stop: str | None = None) -> SampleResult:
+                  options: ReadOptions | None = None, stop: str | None = None, run: str | None = None
+                  ) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
     raised, so the group's other samples still go in. Once the command sets the Event named
-    ``stop``, the ingest ends before its commit point (status "stopped")."""
+    ``stop``, the ingest ends before its commit point (status "stopped"). ``run`` names the
+    batch run: the task run again after its worker was lost finds the sample stored by its
+    first try, in this run, and says "ingested", not "unchanged"."""
     start = time.perf_counter()
     notes = []
     holders = OTHER_HOLDERS.set(f"another sample of this batch's group {row.group} (or another streambhmm command)")
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop))
+                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop),
+                        run=run)
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -201,17 +205,21 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                             error=_error_text(exc))
     finally:
         OTHER_HOLDERS.reset(holders)
-    status = "unchanged" if report.unchanged else "replaced" if report.replaced else "ingested"
+    this_run = report.unchanged and run is not None and report.stored_by == run
+    if this_run:  # not "unchanged": a new workdir's summary said so of samples this run ingested
+        notes = ["stored by this run's first try of its task, whose worker was lost before it reported"]
+    status = ("ingested" if this_run else "unchanged" if report.unchanged else
+              "replaced" if report.replaced else "ingested")
     return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
                         seconds=time.perf_counter() - start, notes=tuple(notes))
 
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
                  chunk_size: int | None, options: ReadOptions | None = None,
-                 stop: str | None = None) -> list[SampleResult]:
+                 stop: str | None = None, run: str | None = None) -> list[SampleResult]:
     """Dask task: a group's samples one after another (stores at URLs have no lock, so
     their ingests must not overlap)."""
-    return [ingest_sample(row, store, bin_size, context, chunk_size, options, stop) for row in rows]
+    return [ingest_sample(row, store, bin_size, context, chunk_size, options, stop, run) for row in rows]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -306,7 +314,8 @@ class _BatchRun:
                                             for g, members in self.groups.items()])
         self.partials: dict[str, tuple[int, int]] = {}
         self.lock = threading.Lock()
-        self.stop = f"streambhmm-batch-stop-{uuid.uuid4().hex}"  # the Event that stops the ingest tasks
+        self.run_id = uuid.uuid4().hex  # recorded with each sample this run stores
+        self.stop = f"streambhmm-batch-stop-{self.run_id}"  # the Event that stops the ingest tasks
         self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
 
     def run(self) -> BatchSummary:
@@ -386,7 +395,7 @@ class _BatchRun:
         store may overlap, their commits take turns); stores at URLs have no lock: a group's
         samples in one task, in turn."""
         futures = {}
-        settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop)
+        settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop, self.run_id)
         for g in self.summary.groups:
             store = (self.workdir / g.group / "counts.zarr").url
             if self.workdir.is_local:

@@ -43,6 +43,7 @@ class IngestReport:
     files: list[str]
     replaced: bool = False
     unchanged: bool = False
+    stored_by: str | None = None  # unchanged: the ``run`` that stored the sample (None: none was named)
     chromosomes: list[str] = field(default_factory=list)
     n_bins: int = 0
     n_rows: int = 0
@@ -85,7 +86,8 @@ def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spel
 def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, context: str = "CG",
            chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
            progress: Callable[..., None] = lambda done, total, note=None: None,
-           options: ReadOptions | None = None, stop_check: Callable[[], None] = lambda: None) -> IngestReport:
+           options: ReadOptions | None = None, stop_check: Callable[[], None] = lambda: None,
+           run: str | None = None) -> IngestReport:
     """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
 
     ``echo`` receives messages for the user; ``progress(done, total, note)`` the bytes of
@@ -94,6 +96,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     different samples into one store may run at once. ``stop_check()`` is called as the
     files are hashed and read, and right before the commit point; what it raises stops the
     ingest with nothing stored (batch's stop, which reaches its tasks on other processes).
+    ``run`` names the command run that stores the sample (batch's: a task run again after its
+    worker was lost finds the sample its first try stored, and says which run stored it).
     """
     files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
@@ -121,7 +125,9 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             # a sample ingested before each file's rows were counted is read again to count them (hmr needs them)
             recounting = same and "file_rows" not in existing.meta.samples[sample]
             if same and not recounting:
-                report.unchanged = True
+                stored = existing.meta.samples[sample]
+                report.unchanged, report.stored_by = True, stored.get("run")
+                report.n_rows, report.n_unmethylated_rows = stored.get("rows", 0), stored.get("unmethylated_rows", 0)
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
@@ -163,7 +169,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             **provenance, "rows": report.n_rows, "unmethylated_rows": report.n_unmethylated_rows,
             "file_rows": report.file_rows,
             "ingested": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "tool_version": __version__}, ends_command=True, before_commit=stop_check)
+            "tool_version": __version__, **({"run": run} if run else {})}, ends_command=True,
+            before_commit=stop_check)
     if report.replaced and not recounting:
         # a newcomer ingesting replicates one by one under one name keeps only the last
         echo(f"sample {sample} already existed and was replaced by these files' counts (to sum replicates "

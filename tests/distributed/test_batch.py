@@ -321,3 +321,20 @@ def test_a_scheduler_out_of_reach_for_a_moment_does_not_fail_an_ingest(monkeypat
         Event("streambhmm-test-stop").set()
         with pytest.raises(batch.BatchStopped):
             check()
+
+
+def test_a_task_run_again_after_its_worker_was_lost_says_ingested(tmp_path):
+    """A helper killed a worker during a batch on a new workdir: Dask ran the ingest again,
+    which found the sample its first try had stored and said "unchanged" with 0 rows. The
+    sample now records the run that stored it; only another run's sample is unchanged, and
+    an unchanged sample shows the rows it was stored with."""
+    from streambhmm.distributed.batch import ManifestRow, ingest_sample
+
+    row = ManifestRow("ok", "third", "bismark-cov", (str(DATA / "bsseq_bismark.cov.gz"),), 2)
+    store = str(tmp_path / "counts.zarr")
+    first = ingest_sample(row, store, 100, "CG", None, run="run-1")
+    again = ingest_sample(row, store, 100, "CG", None, run="run-1")  # the same task, tried again
+    later = ingest_sample(row, store, 100, "CG", None, run="run-2")
+    assert (first.status, again.status, later.status) == ("ingested", "ingested", "unchanged")
+    assert first.n_rows > 0 and again.n_rows == later.n_rows == first.n_rows
+    assert again.notes == ("stored by this run's first try of its task, whose worker was lost before it reported",)
