@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 from pathlib import Path
 
+import dask
 import numpy as np
 
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
@@ -43,7 +44,7 @@ from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Mani
                        SourceMismatch, is_moment_store, partial_relpath, read_manifest)
 from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, name_dimensions, partial_sha256,
                        read_partial, write_partial)
-from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, chunk_tasks, plan_chunks,
+from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, plan_chunks,
                        plan_partial, select_samples, tree_reduce)
 from .spec import DEFAULT_BLOCK_SIZE, FeatureSpec, check_block_size
 from .sums import Moments
@@ -120,6 +121,15 @@ def persisted_partial(plan: PlannedChunk, spec: FeatureSpec, settings: dict, roo
         write_partial(path, partial, identity, sha256)
     return {"chromosome": chrom, "chunk": chunk, "digest": digest, "path": rel,
             "n_triples": partial.moments.n_triples, "sha256": sha256, "reused": reused}
+
+
+def partial_tasks(store: CountsStore, spec: FeatureSpec, samples: list, settings: dict, root: str) -> list:
+    """One delayed persisted_partial per planned chunk. Not pure: a task reads and writes the
+    moment store, so its key must be new each update; with the keys of a pure task a second
+    update on the same client was handed the first one's results while the scheduler still
+    held them (all computed, none reused: a test failed now and then)."""
+    return [dask.delayed(persisted_partial, pure=False)(plan, spec, settings, root)
+            for plan in plan_chunks(store, spec.grouping(samples))]
 
 
 @dataclass(frozen=True)
@@ -224,7 +234,7 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
-        tasks = chunk_tasks(store, spec.grouping(samples), persisted_partial, spec, settings, root.resolve())
+        tasks = partial_tasks(store, spec, samples, settings, root.resolve())
         entries = _run_tasks(client, tasks, root, progress, lambda finished: write_json(
             root / MANIFEST, Manifest.of(settings, finished, False, source).to_json()))
         write_json(root / MANIFEST, Manifest.of(settings, entries, True, source).to_json())

@@ -231,11 +231,6 @@ def plan_chunks(store: CountsStore, grouping, chromosomes=None) -> list[PlannedC
     return plans
 
 
-def chunk_tasks(store: CountsStore, grouping: Grouping, task, *args) -> list:
-    """One delayed ``task(plan, *args)`` per planned chunk (plan_chunks)."""
-    return [dask.delayed(task, pure=True)(plan, *args) for plan in plan_chunks(store, grouping)]
-
-
 def plan_partial(plan: PlannedChunk, spec: FeatureSpec, with_blocks: bool = True) -> ChunkPartial:
     """The partial of one planned chunk of the resolved ``spec``, read from the store (pooled
     or projected: one sample at a time); without block statistics unless ``with_blocks``."""

@@ -774,3 +774,17 @@ def test_a_sample_selection_leaves_no_group_of_chromosomes_it_has_no_partial_of(
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (out / "partials").iterdir()) == ["chr1", "zarr.json"]
     assert_opens_with_xarray(out)
+
+
+def test_two_updates_never_share_a_task(built_moment_store):
+    """A chunk task reads and writes the moment store: with the keys of a pure task a second
+    update on the same client was handed the first one's results while the scheduler still
+    held them (test_memory_store_matches_local_store failed now and then: 4 computed, 0
+    reused). Each update's tasks have keys of their own."""
+    from streambhmm.moments.momentstore import partial_tasks
+
+    store, out = built_moment_store
+    spec = FeatureSpec().resolve(1)
+    first, second = (partial_tasks(open_store(store), spec, ["A"], {}, str(out)) for _ in range(2))
+    assert len(first) == len(second) > 1
+    assert not {t.key for t in first} & {t.key for t in second}
