@@ -33,9 +33,9 @@ from ..io.rows import first_few
 from ..io.storage import Location, write_json
 from ..io.store import locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
-from ..learn.domains import (DEFINITIONS, HMR_MODEL, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
+from ..learn.domains import (DEFINITIONS, HMR_MODEL, MOSTLY_APART, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
                              TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage,
-                             target_states, unmethylated_share)
+                             target_states, unmethylated_share, with_reads_in_every_sample)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -420,10 +420,10 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
     shared = shared_coverage(moments)
     if shared is not None and shared < SHARED_NOTED:
         # the single-bin histogram counts the bins of triples of consecutive bins with reads
-        some = "No bin with reads has" if shared == 0 else f"Only {shared:.1%} of the bins with reads have"
-        lines.append(f"{some} reads in every sample ({', '.join(samples)}) among the runs of three or more bins "
-                     f"with reads, and a region needs reads in each of them.")
-        if shared < 0.5:  # most bins lack a sample: the data, not the biology, explain the call
+        some = with_reads_in_every_sample(shared)
+        lines.append(f"{some[0].upper()}{some[1:]} reads in every sample ({', '.join(samples)}) among the runs of "
+                     f"three or more bins with reads, and a region needs reads in each of them.")
+        if shared < MOSTLY_APART:  # most bins lack a sample: the data, not the biology, explain the call
             note = APART
     elif len(samples) > 1 and shared is None:  # (the histogram is kept per sample for 3 or more)
         apart = _chromosomes_apart(store, samples)

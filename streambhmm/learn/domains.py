@@ -141,6 +141,14 @@ def shared_coverage(moments) -> float | None:
     return float(weight[(coverage > 0).all(axis=1)].sum() / total) if total > 0 else None
 
 
+MOSTLY_APART = 0.5  # below this share of bins with reads in every sample, the data, not the biology, say it
+
+
+def with_reads_in_every_sample(shared: float) -> str:
+    """How many bins with reads have reads in every sample (shared_coverage), as a sentence's subject."""
+    return "no bin with reads has" if shared == 0 else f"only {shared:.1%} of the bins with reads have"
+
+
 def unmethylated_share(moments) -> np.ndarray:
     """Per sample, the share of bins with at least UNMETHYLATED_CHECK_READS reads that have
     no methylated read, from the single-bin histogram (exact cells only: coverage below its

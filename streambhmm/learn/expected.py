@@ -78,14 +78,11 @@ class ExpectedFeatures:
             cdf_up, cdf_low = both[:, :n_bins + 1], both[:, n_bins + 1:]
             # take each bin's mass from the side of the distribution where it is small
             value = w * np.where(in_upper, -np.diff(cdf_low, axis=1), np.diff(cdf_up, axis=1))
-            if c == 0:
-                return value, None
-            return value, w * c * np.diff(d_up, axis=1)
+            return value, w * c * np.diff(d_up, axis=1)  # (zeros at c = 0)
 
         for value, slope in mapper(terms, zip(coverages.tolist(), weights)):
             values += value
-            if slope is not None:
-                slopes += slope
+            slopes += slope
         self.values, self.slopes = values, slopes
 
     def __call__(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

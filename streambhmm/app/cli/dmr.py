@@ -113,12 +113,11 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
         click.echo(f"note: {outcome.em_stopped}. On the benchmarks EM to convergence called DMRs of the same "
                    f"quality, for 3-7x the time; --em-iter {max(3 * em_iter, 300)} runs it further, and the calls "
                    f"can move", err=True)
-    carried = int(np.sum(dmrs.separation(outcome.groups) < 0))
-    carried_domains = int(np.sum(domains.separation(outcome.groups) < 0))
-    if carried or carried_domains:
-        which = [f"{carried:,} of the DMRs"] * bool(carried) + [f"{carried_domains:,} of the domains"] * bool(
-            carried_domains)
-        tables = [str(job.outputs[1])] * bool(carried) + [str(job.outputs[3])] * bool(carried_domains)
+    carried = [(f"{n:,} of the {what}", str(table)) for what, regions, table in
+               (("DMRs", dmrs, job.outputs[1]), ("domains", domains, job.outputs[3]))
+               if (n := int(np.sum(regions.separation(outcome.groups) < 0)))]
+    if carried:
+        which, tables = zip(*carried)
         click.echo(f"{' and '.join(which)} have a replicate of the lower group above one of the higher: one "
                    f"replicate carries them (a negative separation in {' and '.join(tables)})")
     if not outcome.targets.any:

@@ -142,13 +142,12 @@ def samples_apart(moments) -> str | None:
     """What to say when most bins with reads lack some sample's (None: they share most): a
     helper's cohort trial fitted two samples of other chromosomes jointly and got "differential"
     states that no bin shows side by side."""
-    from ...learn.domains import shared_coverage
+    from ...learn.domains import MOSTLY_APART, shared_coverage, with_reads_in_every_sample
 
     shared = shared_coverage(moments)
-    if shared is None or shared >= 0.5:
+    if shared is None or shared >= MOSTLY_APART:
         return None
-    some = "no bin with reads has" if shared == 0 else f"only {shared:.1%} of the bins with reads have"
-    return (f"{some} reads in every sample: a state's levels in different samples then come from different bins "
+    return (f"{with_reads_in_every_sample(shared)} reads in every sample: a state's levels in different samples then come from different bins "
             f"(other chromosomes, assays or genomes), so a state that differs between the samples may differ "
             f"between the bins each covers; fit them apart (--samples), or on the chromosomes they share")
 
