@@ -426,9 +426,10 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
         if shared < MOSTLY_APART:  # most bins lack a sample: the data, not the biology, explain the call
             note = APART
     elif len(samples) > 1 and shared is None:  # (the histogram is kept per sample for 3 or more)
-        apart = _chromosomes_apart(store, samples)
+        apart = chromosomes_apart(store, samples)
         if apart:
-            lines.append(apart)
+            lines.append(f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads "
+                         f"in each of them: {apart}.")
             note = APART
     return " ".join(lines + [note] if note else lines)
 
@@ -439,14 +440,12 @@ def _samples_with_reads(store, samples) -> dict:
             for chrom, sums in store.totals(samples).items()}
 
 
-def _chromosomes_apart(store, samples) -> str | None:
-    """What to say when no chromosome has reads in every one of ``samples`` (None: one has)."""
+def chromosomes_apart(store, samples) -> str | None:
+    """Where each of ``samples`` has reads, when no chromosome has reads in every one (None: one has)."""
     covered = _samples_with_reads(store, samples)
     if any(len(on) == len(samples) for on in covered.values()):
         return None
-    where = [f"{s} on {first_few([c for c, on in covered.items() if s in on])}" for s in samples]
-    return (f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads in each of "
-            f"them: {'; '.join(where)}.")
+    return "; ".join(f"{s} on {first_few([c for c, on in covered.items() if s in on])}" for s in samples)
 
 
 def partial_chromosomes(store, samples) -> list[str]:
@@ -478,7 +477,7 @@ def _refuse_methylated_only(settings: CallSettings, store, samples) -> None:
 def _calls_of(store, samples) -> str:
     """The call of ``samples`` to suggest: jointly, or each alone where no chromosome has reads
     in all of them (the joint call would be refused)."""
-    if len(samples) > 1 and _chromosomes_apart(store, samples):
+    if len(samples) > 1 and chromosomes_apart(store, samples):
         return f"call {', '.join(samples)} each alone with --samples (no chromosome has reads in all of them)"
     return f"call {','.join(samples)} with --samples"
 

@@ -43,7 +43,6 @@ from ..io.store.locking import OTHER_HOLDERS
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
-from ..moments.manifest import SettingsMismatch, SourceMismatch
 from ..moments.momentstore import update_moments
 from ..moments.spec import FeatureSpec
 
@@ -206,8 +205,11 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     finally:
         OTHER_HOLDERS.reset(holders)
     this_run = report.unchanged and run is not None and report.stored_by == run
+    if report.unchanged:  # (ingest's note says so, as the status does)
+        notes = []
     if this_run:  # not "unchanged": a new workdir's summary said so of samples this run ingested
-        notes = ["stored by this run's first try of its task, whose worker was lost before it reported"]
+        notes = [f"sample {row.sample}: stored by this run's first try of its task, whose worker was lost before "
+                 f"it reported"]
     status = ("ingested" if this_run else "unchanged" if report.unchanged else
               "replaced" if report.replaced else "ingested")
     return SampleResult(row.sample, row.group, status, report.n_rows, report.n_bins,
@@ -282,20 +284,23 @@ def check_summary(manifest, workdir) -> None:
 
 
 def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",
-              chunk_size: int | None = None, echo=lambda message: None,
+              chunk_size: int | None = None, echo=lambda message: None, warn=lambda message: None,
               progress=lambda done, total, note: None, options: ReadOptions | None = None,
               pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
-    every sample; ``progress(done, total, note)`` follows the samples ingested and the
-    partials computed."""
+    every sample; ``echo`` says what each sample and group became, ``warn`` what needs the
+    user's eye (notes on a sample's files, a counts store holding samples the manifest no
+    longer lists, a moment store made again); ``progress(done, total, note)`` follows the
+    samples ingested and the partials computed."""
     rows = read_batch_manifest(manifest)
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     check_summary(manifest, workdir)
     workdir.mkdir()  # the summary is written even when every sample fails
     with workdir_lock(workdir):
         spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled)
-        return _BatchRun(rows, workdir, client, spec, bin_size, context, chunk_size, echo, progress, options).run()
+        return _BatchRun(rows, workdir, client, spec, bin_size, context, chunk_size, echo, warn, progress,
+                         options).run()
 
 
 class _BatchRun:
@@ -303,10 +308,10 @@ class _BatchRun:
     group's moment pass in a thread of its own as soon as its samples are in."""
 
     def __init__(self, rows, workdir: Location, client, spec: FeatureSpec, bin_size, context, chunk_size, echo,
-                 progress, options):
+                 warn, progress, options):
         self.rows, self.workdir, self.client, self.spec = rows, workdir, client, spec  # the moments' feature, as asked
         self.bin_size, self.context, self.chunk_size = bin_size, context, chunk_size
-        self.echo, self.progress, self.options = echo, progress, options
+        self.echo, self.warn, self.progress, self.options = echo, warn, progress, options
         self.groups: dict[str, list[ManifestRow]] = {}
         for row in rows:
             self.groups.setdefault(row.group, []).append(row)
@@ -319,6 +324,7 @@ class _BatchRun:
         self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
 
     def run(self) -> BatchSummary:
+        self.warn_of_unlisted_groups()
         futures = self.submit_ingests()
         waiting = {g.group: len(g.samples) for g in self.summary.groups}
         running, recorded = [], set()
@@ -406,6 +412,16 @@ class _BatchRun:
                     (g, self.groups[g.group])
         return futures
 
+    def warn_of_unlisted_groups(self) -> None:
+        """A group of an earlier run that the manifest no longer lists keeps its stores, unsaid
+        otherwise: a command run on them reads samples the batch has left out."""
+        earlier = [d.name for d in self.workdir.children() if d.name not in self.groups
+                   and (d / "counts.zarr").exists() and (d / "moments.zarr").exists()]
+        if earlier:
+            self.warn(f"warning: {self.workdir} holds the stores of group(s) {first_few(sorted(earlier))} of an "
+                      f"earlier run, which the manifest no longer lists; they are left as they are (remove them "
+                      f"if they are no longer wanted)")
+
     def ingested(self, ingests: Waiter, future, group: GroupResult, group_rows) -> list[SampleResult]:
         """The SampleResults of one finished ingest task (failed, when the task itself died)."""
         try:
@@ -422,7 +438,7 @@ class _BatchRun:
             rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
             self.echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
             for note in r.notes:
-                self.echo(f"  {note}")
+                self.warn(note)  # each names its sample
         if any(r.status == "failed" for r in results):
             group.status, group.error = "skipped", "a sample failed; moments not updated"
 
@@ -435,25 +451,25 @@ class _BatchRun:
 
     def _update_group_moments(self, result: GroupResult, progress):
         """The group's moment store brought up to date; one made for other samples or settings
-        (the group's samples changed) is the workdir's, batch's own, and is computed again."""
+        (the group's samples changed), or before the workdir moved, is batch's own and is made
+        again in place (its partials that still hold reused, the rest dropped)."""
         moments = self.workdir / result.group / "moments.zarr"
         counts = open_store(self.workdir / result.group / "counts.zarr")
         others = [s for s in counts.samples if s not in result.samples]
         if others:  # a sample taken out of the manifest, or moved to another group: its counts stay
-            self.echo(f"warning: group {result.group}: its counts store {counts.path} also holds "
+            self.warn(f"warning: group {result.group}: its counts store {counts.path} also holds "
                       f"{first_few(others)}, which the manifest no longer lists in it. The group's moments leave "
                       f"them out, but a command run on that counts store reads every sample it holds unless given "
                       f"--samples; to drop them, remove {self.workdir / result.group} and run batch again (its "
                       f"samples are ingested anew)")
-        try:
-            return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
-        except (SettingsMismatch, SourceMismatch) as exc:
+        report = update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress,
+                                start_again=True)
+        if report.started_again:
             changed = ("its samples or settings changed since its moment store was made"
-                       if isinstance(exc, SettingsMismatch) else
+                       if report.started_again == "settings" else
                        "its moment store was computed from a counts store elsewhere (the workdir moved?)")
-            self.echo(f"group {result.group}: {changed}; computing it again")
-            Location.of(moments).rmtree()
-            return update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress)
+            self.warn(f"group {result.group}: {changed}; made again, reusing the partials that still hold")
+        return report
 
     def update_moments(self, result: GroupResult) -> None:
         start = time.perf_counter()

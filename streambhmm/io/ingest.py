@@ -120,7 +120,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     if existing is not None:
         if sample in existing.meta.samples:
             previous = {k: existing.meta.samples[sample].get(k) for k in provenance}
-            damaged = _index_damaged(existing, sample)
+            bins = _indexed_bins(existing, sample)
+            damaged = bins is None
             same = previous == provenance and not damaged
             # a sample ingested before each file's rows were counted is read again to count them (hmr needs them)
             recounting = same and "file_rows" not in existing.meta.samples[sample]
@@ -128,6 +129,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
                 stored = existing.meta.samples[sample]
                 report.unchanged, report.stored_by = True, stored.get("run")
                 report.n_rows, report.n_unmethylated_rows = stored.get("rows", 0), stored.get("unmethylated_rows", 0)
+                report.n_bins = bins
                 echo(f"sample {sample}: same files, format, context and options as already stored; "
                      f"store unchanged")
                 return report
@@ -191,14 +193,14 @@ def _checked_arguments(files, sample: str, bin_size: int) -> list[Path]:
     return files
 
 
-def _index_damaged(store: CountsStore, sample: str) -> bool:
-    """Whether ``sample``'s index in ``store`` is damaged (CountsStore.summary refuses it)."""
+def _indexed_bins(store: CountsStore, sample: str) -> int | None:
+    """The bins with reads of ``sample`` in ``store``, from its index; None when that index is
+    damaged (CountsStore.summary refuses it)."""
     try:
-        for chrom in store.chromosomes:
-            store.summary(chrom, [store.column(sample)])
+        return int(sum(store.summary(chrom, [store.column(sample)])[:, 0, COVERED].sum()
+                       for chrom in store.chromosomes))
     except StoreError:
-        return True
-    return False
+        return None
 
 
 def _existing_store(store: Location, bin_size: int, chunk_size: int | None):

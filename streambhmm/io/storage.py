@@ -16,12 +16,17 @@ import os
 import re
 import shutil
 import signal
+import stat
 import uuid
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from .outputs import replacing, sync_directory, sync_tree
+
+# a killed write's temporary inside a store: outputs.temporary_path's files (.NAME.tmp-<hex>) and
+# a moment store's partials being written (.tmp-<hex>)
+TEMPORARY_NAME = re.compile(r"\.(?:.+\.)?tmp-[0-9a-f]{12}")
 
 
 def _glob_escaped(path: str) -> str:
@@ -170,12 +175,19 @@ class Location:
                 self.fs.rm_file(self.fs_path)
 
     def copytree(self, target: "Location") -> None:
+        """Copy a directory's files but the temporaries killed writes left (``.NAME.tmp-<hex>``);
+        the copy is the caller's own, with the umask's permissions (a read-only source gives a
+        copy that can be changed and removed)."""
         if self.is_local and target.is_local:
-            shutil.copytree(self.url, target.url)
+            shutil.copytree(self.url, target.url, copy_function=shutil.copyfile,
+                            ignore=lambda _, names: [n for n in names if TEMPORARY_NAME.fullmatch(n)])
+            for directory, _, _ in os.walk(target.url):  # copytree gives each directory its source's mode
+                os.chmod(directory, os.stat(directory).st_mode | stat.S_IRWXU)
             return
         root = self.fs_path.rstrip("/")
         for path in self.fs.find(root):
-            (target / path[len(root) + 1:]).write_bytes(self.fs.cat_file(path))
+            if not any(TEMPORARY_NAME.fullmatch(part) for part in path[len(root) + 1:].split("/")):
+                (target / path[len(root) + 1:]).write_bytes(self.fs.cat_file(path))
 
     def read_text(self) -> str:
         if self.is_local:

@@ -41,7 +41,7 @@ from ..io.storage import Location, put_in_place, replacing_dir, write_json
 from ..io.store import CountsStore, locked, staging_path
 from ..io.tasks import Waiter
 from .manifest import (MANIFEST, MOMENT_STORE_FORMAT, MOMENT_STORE_VERSION, Manifest, MomentStoreError,
-                       SourceMismatch, is_moment_store, partial_relpath, read_manifest)
+                       SettingsMismatch, SourceMismatch, is_moment_store, partial_relpath, read_manifest)
 from .partials import (GROUP_DOC, WRITING_NAME, is_dir, is_link, is_our_partial, name_dimensions, partial_sha256,
                        read_partial, write_partial)
 from .pipeline import (DEFAULT_SPLIT_EVERY, ChunkPartial, PlannedChunk, add_moments, plan_chunks,
@@ -141,6 +141,7 @@ class UpdateReport:
     samples: list[str]
     foreign: list[str] = field(default_factory=list)  # entries under partials/ left alone: not ours
     was_complete: bool = False  # the manifest was complete before the run (else: a new or interrupted store)
+    started_again: str = ""  # why a store of other "settings" or another counts store ("source") was made again
 
 
 def _refuse_foreign(path: Location) -> None:
@@ -152,22 +153,29 @@ def _refuse_foreign(path: Location) -> None:
                                f"and rerun")
 
 
-def _open_or_create(root: Location, settings: dict, source: dict) -> bool:
+def _open_or_create(root: Location, settings: dict, source: dict, start_again: bool = False) -> tuple[bool, str]:
     """Check an existing moment store against ``settings``, or create one; returns whether
-    it was complete. A new store is created whole (Zarr root and an empty, incomplete
-    manifest) and renamed into place, so a killed run always leaves a moment store that the
-    next run can resume."""
+    it was complete, and with ``start_again`` why a store of other settings or another counts
+    store was started again ("settings", "source"; else ""). A new store is created whole (Zarr
+    root and an empty, incomplete manifest) and renamed into place, so a killed run always
+    leaves a moment store that the next run can resume."""
     if (root / MANIFEST).exists():
         manifest = Manifest.read(root)
-        _check_source(root, manifest.source, source)
-        manifest.check_settings(root, settings, advice=_other_settings_advice(manifest, settings))
-        return manifest.complete
+        try:
+            _check_source(root, manifest.source, source)
+            manifest.check_settings(root, settings, advice=_other_settings_advice(manifest, settings))
+        except (SourceMismatch, SettingsMismatch) as exc:
+            if not start_again:
+                raise
+            _init_store(root, settings, source, mode="r+")
+            return False, "source" if isinstance(exc, SourceMismatch) else "settings"
+        return manifest.complete, ""
     _refuse_other_directory(root)
     staged = staging_path(root)
     _init_store(staged, settings, source)
     root.rmtree()  # an empty directory
     put_in_place(staged, root)
-    return False
+    return False, ""
 
 
 def _other_settings_advice(manifest: Manifest, settings: dict) -> str:
@@ -199,21 +207,25 @@ def _check_source(root: Location, have: dict, source: dict) -> None:
                          f"start it again)")
 
 
-def _init_store(path: Location, settings: dict, source: dict) -> None:
+def _init_store(path: Location, settings: dict, source: dict, mode: str = "w") -> None:
+    """A moment store of ``settings`` with no partials: a new one (``mode`` "w"), or an existing one
+    started again ("r+": its partials stay on disk, to be reused where their digests match, else
+    dropped as stale, and the incomplete manifest is written last)."""
     import zarr
 
     manifest = Manifest.of(settings, [], False, source)
-    group = zarr.open_group(path.url, mode="w", zarr_format=3)
+    group = zarr.open_group(path.url, mode=mode, zarr_format=3)
     group.attrs.update({"format": MOMENT_STORE_FORMAT, "format_version": MOMENT_STORE_VERSION,
                         "feature": manifest.feature, "samples": manifest.samples})
     write_json(path / MANIFEST, manifest.to_json())
 
 
 def update_moments(store: CountsStore, output, client, spec: FeatureSpec, samples=None,
-                   progress=lambda done, total: None) -> UpdateReport:
+                   progress=lambda done, total: None, start_again: bool = False) -> UpdateReport:
     """Bring the moment store ``output`` up to date with the counts store ``store``, for the
     feature ``spec`` (resolved here for the samples; its block size None: the existing
-    store's, or DEFAULT_BLOCK_SIZE for a new one)."""
+    store's, or DEFAULT_BLOCK_SIZE for a new one). ``start_again``: a store of other settings or
+    of another counts store is made again in place (batch's own; else it is refused)."""
     samples = select_samples(store, samples)
     root = Location.of(output)
     if is_link(root):  # made, or its contents replaced, through the link: somewhere the user did not name
@@ -230,7 +242,8 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
     source = {"counts_store": store.path.resolve(), "bin_size": store.bin_size, "chunk_size": store.chunk_size,
               "reading": {s: reading_of(store.meta.samples[s]) for s in samples}}
     with locked(root):
-        was_complete = _open_or_create(root, settings, source)
+        was_complete, started_again = _open_or_create(root, settings, source, start_again)
+        _remove_leftover_documents(root)
         _refuse_foreign(root / "partials")  # where the tasks write: never through a link
         for chrom in store.chromosomes:
             _refuse_foreign(root / "partials" / chrom)
@@ -242,14 +255,15 @@ def update_moments(store: CountsStore, output, client, spec: FeatureSpec, sample
         _write_group_docs(root, chromosomes)
         keep = {e["path"] for e in entries}
         ours, foreign = _partials_on_disk(root)
-        stale = [path for rel, path in ours.items() if rel not in keep]
-        for path in stale:
+        gone = [path for rel, path in ours.items() if rel not in keep]
+        stale = [path for path in gone if not WRITING_NAME.fullmatch(path.name)]  # not killed writes
+        for path in gone:
             _remove(path, "stale")
-        _drop_empty_chromosomes(root, chromosomes)
+        _drop_empty_chromosomes(root, chromosomes, emptied={path.parent.name for path in gone})
         reused = sum(1 for e in entries if e["reused"])
         return UpdateReport(computed=len(entries) - reused, reused=reused, dropped=len(stale),
                             chromosomes=store.chromosomes, samples=samples, foreign=[str(p) for p in foreign],
-                            was_complete=was_complete)
+                            was_complete=was_complete, started_again=started_again)
 
 
 GROUP_DOCUMENT = {"zarr_format": 3, "node_type": "group", "attributes": {}}
@@ -261,10 +275,23 @@ def _write_group_docs(root: Location, chromosomes) -> None:
     zarr.json already there, or a link by that name (dangling too), is left as it is."""
     for path in [root / "partials", *(root / "partials" / chrom for chrom in chromosomes)]:
         document = path / GROUP_DOC
-        if document.is_local:
-            remove_leftovers(document.url)  # a killed write's temporary
         if not (document.exists() or is_link(document)):
             write_json(document, GROUP_DOCUMENT)
+
+
+def _remove_leftover_documents(root: Location) -> None:
+    """The temporaries that killed writes of the manifest and the group documents left (a
+    partial's own are removed with it, or by name_dimensions)."""
+    if not root.is_local:
+        return  # written by a single put: no temporary
+    remove_leftovers((root / MANIFEST).url)
+    partials = root / "partials"
+    if is_link(partials) or not is_dir(partials):
+        return
+    remove_leftovers((partials / GROUP_DOC).url)
+    for chrom_dir in partials.children():
+        if not is_link(chrom_dir) and is_dir(chrom_dir):
+            remove_leftovers((chrom_dir / GROUP_DOC).url)
 
 
 def _is_group_doc(path: Location) -> bool:
@@ -277,14 +304,16 @@ def _is_group_doc(path: Location) -> bool:
         return False
 
 
-def _drop_empty_chromosomes(root: Location, keep) -> None:
+def _drop_empty_chromosomes(root: Location, keep, emptied) -> None:
     """Remove the directories of chromosomes no longer in the plan that hold nothing but
-    their group document (their partials dropped as stale): no empty group is left."""
+    their group document, or nothing at all once this run removed their partials (``emptied``:
+    a store written before the groups): no empty group is left."""
     for chrom_dir in (root / "partials").children():
         if chrom_dir.name in keep or is_link(chrom_dir) or not is_dir(chrom_dir):
             continue
         entries = chrom_dir.children()
-        if entries and all(_is_group_doc(entry) for entry in entries):  # an empty one may be the user's
+        # an empty directory this run did not empty may be the user's
+        if (entries or chrom_dir.name in emptied) and all(_is_group_doc(entry) for entry in entries):
             for entry in entries:
                 entry.unlink()
             if chrom_dir.is_local:

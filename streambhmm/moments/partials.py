@@ -14,6 +14,7 @@ import numpy as np
 from scipy import sparse
 
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
+from ..io.outputs import remove_leftovers
 from ..io.storage import Location, put_in_place
 from .blocks import BlockStats
 from .manifest import MomentStoreError
@@ -156,19 +157,29 @@ def _dimension_names(name: str, shape: tuple) -> tuple[str, ...]:
 def name_dimensions(path: Location) -> None:
     """Give the arrays of a partial written before they named their dimensions their names
     (their zarr.json rewritten; data and checksum untouched), so its store opens with xarray.
-    Arrays are named together, so the first tells whether the rest need it."""
-    for index, name in enumerate(DIMENSIONS):
+    The first array (p12) is named last, so when it has its names every array has (a run
+    killed midway is finished by the next), and a killed rewrite's temporaries are removed."""
+    first, *rest = DIMENSIONS
+    if _has_dimension_names(path / first):
+        return
+    for name in [*rest, first]:
         array = path / name
         document_path = array / "zarr.json"
         if is_link(array) or is_link(document_path):
             continue  # never written through a link
+        if document_path.is_local:
+            remove_leftovers(document_path.url)
         document = json.loads(document_path.read_bytes())
-        if document.get("dimension_names") is not None:
-            if index == 0:
-                return
-            continue
-        document["dimension_names"] = list(_dimension_names(name, tuple(document["shape"])))
-        document_path.write_text(json.dumps(document, indent=2))
+        if document.get("dimension_names") is None:
+            document["dimension_names"] = list(_dimension_names(name, tuple(document["shape"])))
+            document_path.write_text(json.dumps(document, indent=2))
+
+
+def _has_dimension_names(array: Location) -> bool:
+    document = array / "zarr.json"
+    if is_link(array) or is_link(document):
+        return False  # the arrays beside it may still need their names
+    return json.loads(document.read_bytes()).get("dimension_names") is not None
 
 
 async def _read_group(url: str, names: list[str]) -> tuple[dict, dict[str, np.ndarray]]:

@@ -482,3 +482,13 @@ def test_a_joint_fit_of_samples_without_shared_bins_is_told(tmp_path):
     both = write_store(tmp_path / "both.zarr", {"chr1": (bins, meth, cov)}, ["A", "B"])
     result = run("fit", both.path.url, "--states", "2", "-o", tmp_path / "m2.json", "--emission", "binomial")
     assert result.exit_code == 0 and "warning: " not in result.output, result.output
+    # three samples: the moments keep a histogram per sample, and the store says where each has reads
+    # (a helper's audit: no warning with the default, projected, feature)
+    three = {"chr1": np.array([1, 0, 1]), "chr2": np.array([0, 1, 0])}
+    cov3, meth3 = np.tile(cov, (1, 2))[:, :3], np.tile(meth, (1, 2))[:, :3]
+    store = write_store(tmp_path / "three.zarr", {c: (bins, meth3 * m, cov3 * m) for c, m in three.items()},
+                        ["A", "B", "C"])
+    result = run("fit", store.path.url, "--states", "2", "-o", tmp_path / "m3.json", "--emission", "binomial")
+    assert result.exit_code == 0, result.output
+    assert "warning: no chromosome has reads in every sample (A on chr1; B on chr2; C on chr1): a state's levels" \
+        in " ".join(result.output.split()), result.output

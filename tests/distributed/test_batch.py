@@ -110,6 +110,10 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     summary = (work / "batch-summary.tsv").read_text()
     for sample in GOOD:
         assert f"{sample}\t{GOOD[sample][0]}\tunchanged" in summary
+    # an unchanged sample shows the bins it was stored with (it said 0)
+    samples = summary.split("\n\n")[0].splitlines()[1:]
+    bins = {row[0]: int(row[4]) for row in (line.split("\t") for line in samples) if row[2] == "unchanged"}
+    assert set(bins) == set(GOOD) and all(bins.values()), summary
     assert "lister\tH1,IMR90\tunchanged\t0\t1" in summary and "nanopore\tHG002,ctr1\tunchanged\t0\t4" in summary
     assert "broken\tthird\tingested" in summary and "third\tok,broken\tupdated" in summary
     assert open_store(work / "third" / "counts.zarr").samples == ["ok", "broken"]
@@ -125,9 +129,9 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     rows = {"H1": GOOD["H1"]}
     manifest = write_manifest(tmp_path / "manifest.tsv", rows)
     work = tmp_path / "work"
-    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
-    # ingest's notes reach the batch's user: H1's files list methylated cytosines only
-    assert r.exit_code == 0 and "\n  note: no row of H1's files" in r.output, r.output
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q")
+    # ingest's notes reach the batch's user, --quiet or not: H1's files list methylated cytosines only
+    assert r.exit_code == 0 and "note: no row of H1's files" in r.output, r.output
     write_manifest(manifest, {**rows, "IMR90": GOOD["IMR90"]})
     r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
     assert r.exit_code == 0 and "group lister: its samples or settings changed" in r.output, r.output
@@ -135,20 +139,31 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     # and taken out again: its counts stay in the group's store, and the rerun says so (a helper's
     # trial: `fit` on that store still read it, unsaid)
     write_manifest(manifest, rows)
-    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler)
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     assert f"warning: group lister: its counts store {work / 'lister' / 'counts.zarr'} also holds IMR90, which " \
            f"the manifest no longer lists in it" in r.output
     assert load_total(work / "lister" / "moments.zarr")[1]["samples"] == ["H1"]
     # a workdir moved: its moment stores name the counts stores where they were, and are made again
-    # (every rerun failed, advising an --output that batch does not have)
+    # in place (every rerun failed, advising an --output that batch does not have; then the whole
+    # store was removed, a user's file in it too, and every partial computed again)
     moved = tmp_path / "moved"
     work.rename(moved)
+    mine = moved / "lister" / "moments.zarr" / "partials" / "NOTES.txt"
+    mine.write_text("my notes\n")
     r = run("batch", manifest, "--workdir", moved, "--bins", "8", "--scheduler", scheduler)
     assert r.exit_code == 0 and "group lister: its moment store was computed from a counts store elsewhere (the " \
-                                "workdir moved?); computing it again" in r.output
+                                "workdir moved?); made again, reusing the partials that still hold" in r.output
+    assert "group lister: moments unchanged, 0 partial(s) computed, 1 reused" in r.output, r.output
     assert load_total(moved / "lister" / "moments.zarr")[1]["source"]["counts_store"] == \
         str((moved / "lister" / "counts.zarr").resolve())
+    assert mine.read_text() == "my notes\n"
+    # a group the manifest no longer lists keeps its stores, and the rerun says so
+    write_manifest(manifest, {"ok": GOOD["ok"]})
+    r = run("batch", manifest, "--workdir", moved, "--bins", "8", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0 and "holds the stores of group(s) lister of an earlier run, which the manifest no " \
+                                "longer lists" in r.output, r.output
+    assert (moved / "lister" / "moments.zarr" / "manifest.json").exists()
 
 
 @pytest.mark.slow
@@ -287,7 +302,7 @@ def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path)
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         run = batch._BatchRun(rows, Location.of(tmp_path), client, FeatureSpec(), 100, "CG", None, said.append,
-                              lambda *_: None, None)
+                              said.append, lambda *_: None, None)
         stored = client.submit(batch.SampleResult, "A", "g", "replaced", pure=False)
         running = client.submit(waits_for_the_stop, run.stop, pure=False)
         stored.result()
@@ -337,4 +352,6 @@ def test_a_task_run_again_after_its_worker_was_lost_says_ingested(tmp_path):
     later = ingest_sample(row, store, 100, "CG", None, run="run-2")
     assert (first.status, again.status, later.status) == ("ingested", "ingested", "unchanged")
     assert first.n_rows > 0 and again.n_rows == later.n_rows == first.n_rows
-    assert again.notes == ("stored by this run's first try of its task, whose worker was lost before it reported",)
+    assert first.n_bins > 0 and again.n_bins == later.n_bins == first.n_bins  # (an unchanged one said 0)
+    assert again.notes == ("sample ok: stored by this run's first try of its task, whose worker was lost before it "
+                           "reported",) and later.notes == ()

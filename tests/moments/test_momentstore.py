@@ -776,6 +776,65 @@ def test_a_sample_selection_leaves_no_group_of_chromosomes_it_has_no_partial_of(
     assert_opens_with_xarray(out)
 
 
+def strip_dimension_names(root, arrays="*"):
+    """Make a moment store's partials as they were written before 2026-12-04 (or as a run killed
+    while naming them left them): ``arrays`` without their dimension names."""
+    for array in (Path(root) / "partials").glob(f"*/0*/{arrays}/zarr.json"):
+        document = json.loads(array.read_text())
+        del document["dimension_names"]
+        array.write_text(json.dumps(document))
+
+
+def test_killed_writes_and_read_only_stores_leave_nothing_behind(tmp_path, four_state_model, dask_clients):
+    """A helper's hostile audit: a run killed while naming an old store's arrays left it
+    unnamed for good (the first array's names stood for all); the temporaries of killed
+    writes of the manifest, a group document or an array's document stayed (merge copied them);
+    merging read-only old stores copied their modes and could not name their arrays; an old
+    store's chromosome that lost its reads left an empty directory."""
+    chroms = simulated_chroms(four_state_model, [1500, 1200], seed=7)
+    counts = tmp_path / "counts.zarr"
+    ingest([write_tsv(tmp_path / "a.tsv", chroms)], "A", counts, chunk_size=500)
+    out = tmp_path / "m.zarr"
+    update_moment_store(open_store(counts), out, dask_clients[0])
+    strip_dimension_names(out, "p1[23]")  # killed while naming: p12 (named last now) and p13 not yet
+    for partial in (out / "partials").glob("*/0*"):
+        (partial / "p13" / ".zarr.json.tmp-0123456789ab").write_text("{")
+    (out / ".manifest.json.tmp-0123456789ab").write_text("{")
+    r = run("moments", counts, "--output", out)
+    assert r.exit_code == 0 and "computed 0 partial(s)" in r.output, r.output
+    assert_opens_with_xarray(out)
+    assert not list(out.glob("**/.*.tmp-*"))
+    # read-only stores of before the names, merged: the copy is the merge's own
+    old = [tmp_path / "old1.zarr", tmp_path / "old2.zarr"]
+    for copy in old:
+        shutil.copytree(out, copy)
+        strip_dimension_names(copy)
+        (next((copy / "partials").glob("*/0*")) / "p13" / ".zarr.json.tmp-0123456789ab").write_text("{")
+        for path in [copy, *copy.rglob("*")]:
+            path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        merge_moment_stores(old, tmp_path / "merged.zarr")
+    finally:
+        for copy in old:
+            for path in [copy, *copy.rglob("*")]:
+                path.chmod(path.stat().st_mode | 0o200)
+    merged = tmp_path / "merged.zarr"
+    assert_opens_with_xarray(merged)
+    assert all(path.stat().st_mode & 0o200 for path in merged.rglob("*")) and not list(merged.glob("**/.*.tmp-*"))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("merged")) == ["merged.zarr"]
+    # an old store (no groups) whose chr2 loses its reads, a killed group write's temporary there too
+    for path in (out / "partials").rglob("zarr.json"):
+        if path.parent.parent == out / "partials" or path.parent == out / "partials":
+            path.unlink()  # the groups' documents
+    (out / "partials" / "chr2" / ".zarr.json.tmp-0123456789ab").write_text("{")
+    shutil.rmtree(counts)
+    ingest([write_tsv(tmp_path / "a1.tsv", {"chr1": chroms["chr1"]})], "A", counts, chunk_size=500)
+    r = run("moments", counts, "--output", out)
+    assert r.exit_code == 0 and "warning" not in r.output, r.output
+    assert sorted(p.name for p in (out / "partials").iterdir()) == ["chr1", "zarr.json"]
+    assert_opens_with_xarray(out)
+
+
 def test_two_updates_never_share_a_task(built_moment_store):
     """A chunk task reads and writes the moment store: with the keys of a pure task a second
     update on the same client was handed the first one's results while the scheduler still

@@ -118,7 +118,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
                        f"moments in {run.seconds:.1f} s")
-            apart = samples_apart(run.data.moments)
+            apart = samples_apart(run.data, opened.store if opened else None)
             if apart:
                 click.echo(f"warning: {apart}", err=True)
         if run.singular_values is not None:
@@ -138,16 +138,27 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
-def samples_apart(moments) -> str | None:
+def samples_apart(data, store) -> str | None:
     """What to say when most bins with reads lack some sample's (None: they share most): a
     helper's cohort trial fitted two samples of other chromosomes jointly and got "differential"
-    states that no bin shows side by side."""
+    states that no bin shows side by side. Where the moments keep a histogram per sample (3 or
+    more), the counts ``store`` (None for a moment store) says whether any chromosome has reads
+    in every sample."""
     from ...learn.domains import MOSTLY_APART, shared_coverage, with_reads_in_every_sample
+    from ..calls import chromosomes_apart
 
-    shared = shared_coverage(moments)
-    if shared is None or shared >= MOSTLY_APART:
-        return None
-    return (f"{with_reads_in_every_sample(shared)} reads in every sample: a state's levels in different samples then come from different bins "
+    shared = shared_coverage(data.moments)
+    if shared is not None:
+        if shared >= MOSTLY_APART:
+            return None
+        lacking = f"{with_reads_in_every_sample(shared)} reads in every sample"
+    else:
+        where = (chromosomes_apart(store, list(data.grouping.samples))
+                 if store is not None and data.moments.n_samples > 1 else None)
+        if where is None:
+            return None
+        lacking = f"no chromosome has reads in every sample ({where})"
+    return (f"{lacking}: a state's levels in different samples then come from different bins "
             f"(other chromosomes, assays or genomes), so a state that differs between the samples may differ "
             f"between the bins each covers; fit them apart (--samples), or on the chromosomes they share")
 

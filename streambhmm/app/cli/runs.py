@@ -40,11 +40,12 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
     read_batch_manifest(manifest)  # before the cluster starts
     check_summary(manifest, workdir)
     echo = (lambda message: None) if quiet else printed(click.echo)
+    warn = printed(lambda message: click.echo(message, err=True))  # with --quiet too
     kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
     with dask_client(scheduler, if_lost=kept, quiet=quiet) as client, \
             stage("batch", quiet=quiet, unit="steps") as shown:
         summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
-                            echo=echo, progress=shown, options=options, pooled=pooled,
+                            echo=echo, warn=warn, progress=shown, options=options, pooled=pooled,
                             feature=feature, projection_dim=projection_dim)
     click.echo(format_summary(summary), nl=False)
     click.echo(f"{len(summary.samples)} sample(s), {len(summary.groups)} group(s) in "
