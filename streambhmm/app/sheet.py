@@ -6,7 +6,12 @@ are ignored), read and checked before any work."""
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
+import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..io.blocks import text_lines
 from ..io.names import sample_name_problem
@@ -62,6 +67,20 @@ def _fields(line: str) -> list:
     return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] and f[0] in "\"'" else f for f in sheet_fields(line)]
 
 
+@contextlib.contextmanager
+def _readable(path: str):
+    """``path`` as a file that can be read twice (the readers look at its first bytes first):
+    itself, or for standard input ("-") or a pipe (a shell's <(...)) a temporary copy."""
+    if path != "-" and (not os.path.exists(path) or stat.S_ISREG(os.stat(path).st_mode)):
+        yield path
+        return
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    with tempfile.TemporaryDirectory(prefix="streambhmm-sheet-") as directory:
+        copy = Path(directory) / "sheet"
+        copy.write_bytes(data)
+        yield str(copy)
+
+
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     """Read a sample sheet (see the module docstring; the groups from ``group_column``),
     refusing, with the file and line, a missing or repeated header column, a row of the wrong width, an
@@ -69,7 +88,7 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     path = str(path)
     columns = (SHEET_COLUMNS[0], group_column)
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
-        with contextlib.closing(text_lines(path)) as read:
+        with _readable(path) as readable, contextlib.closing(text_lines(readable)) as read:
             rows = [(number, line, _fields(line)) for number, line, _ in read
                     if line.strip() and not line.lstrip().startswith("#")]
     except OSError as exc:

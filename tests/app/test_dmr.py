@@ -4,6 +4,7 @@ sheet is refused before any work."""
 
 import csv
 import gzip
+import os
 
 import numpy as np
 import pytest
@@ -460,6 +461,28 @@ def test_a_dmr_differs_by_min_difference_in_its_own_reads():
     three = SampleGroups.of(["A", "B", "C"])
     table.direction = ["differs"] * n
     assert table.differ_by(three, 0.1).tolist() == [True, False, True, False, True]
+
+
+def test_a_sheet_from_a_pipe_or_standard_input(tmp_path, monkeypatch):
+    """A helper gave --groups <(printf ...): "Illegal seek" (the readers look at a file's first
+    bytes, then read it again), and --groups - was no file."""
+    import io
+    import sys
+    import threading
+
+    from streambhmm.app.sheet import read_sheet
+
+    text = b"sample\tgroup\nA1\tA\nB1\tB\n"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(text,))
+    writer.start()
+    assert read_sheet(fifo).samples == ("A1", "B1")
+    writer.join()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    sheet = read_sheet("-")
+    assert (sheet.samples, sheet.groups, sheet.lines) == (("A1", "B1"), ("A", "B"), (2, 3))
+    assert not list(tmp_path.glob("*sheet*"))
 
 
 def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
