@@ -89,6 +89,10 @@ class RegionRule:
     # keep a region only when every sample has reads in it (else it says nothing of the
     # samples without)
     every_sample: bool = False
+    # with max_level and bridge_covered: keep a region only when, in every sample, most of its
+    # bins with reads are each below max_level by their own reads (a domain; a pooled mean can
+    # be pulled under it by one island's many reads amid methylated bins: a helper's RRBS "PMD")
+    most_bins_below: bool = False
     # keep a region only when its level is below these in each sample (a joint hmr: nearer
     # the sample's hypomethylated level than its next state's; None: no such bound)
     sample_ceilings: tuple | None = None
@@ -139,7 +143,8 @@ class RegionRule:
         if self.min_length:
             parts.append(f"at least {self.min_length:,} bp")
         if self.max_level is not None:
-            parts.append(f"a mean level below {self.max_level} in every sample")
+            parts.append(f"a mean level below {self.max_level} in every sample"
+                         + (", as most of its bins with reads have" if self.most_bins_below else ""))
         if self.sample_ceilings is not None:
             parts.append("in each sample a level nearer its hypomethylated state's than its next state's (below "
                          + ", ".join(f"{c:.2f}" for c in self.sample_ceilings) + ")")
@@ -196,7 +201,8 @@ def preset_rule(preset: str, methylation: np.ndarray, dispersion: np.ndarray | N
                           state_betas=None if dispersion is None else  # nested tuples: a rule is a value
                           tuple(tuple(map(tuple, x.tolist())) for x in state_betas(levels, dispersion)))
     else:
-        rule = RegionRule(targets, 0.5, 10_000, PMD_MIN_LENGTH, 1, "PMD", max_level=PMD_LEVEL, every_sample=True)
+        rule = RegionRule(targets, 0.5, 10_000, PMD_MIN_LENGTH, 1, "PMD", max_level=PMD_LEVEL, every_sample=True,
+                          most_bins_below=True)
     wanted = DEFINITIONS[preset]
     described = f"levels {levels.round(2).tolist()}" + ("" if dispersion is None else
                                                         f", overdispersions {np.round(dispersion, 3).tolist()}")
@@ -421,11 +427,15 @@ def find_regions(store: CountsStore, hmm, client, rule: RegionRule, samples, pro
                 profiles.append(profile)
             covered += n_covered
         regions = regions.cut_to_cores(store, samples, chrom)
+        keep = np.ones(len(regions), bool)
         if rule.bridge_covered and len(regions):
             # the reads of the bridged bins too: a region's levels are its interval's
-            counts = interval_counts(store, samples, [chrom] * len(regions), regions.start, regions.end)
+            below = rule.max_level if rule.most_bins_below else None
+            counts = interval_counts(store, samples, [chrom] * len(regions), regions.start, regions.end, below=below)
             regions.methylated, regions.coverage = counts.methylated, counts.coverage
-        regions = regions.take(rule.keeps(regions))
+            if below is not None:
+                keep = (2 * counts.bins_below > counts.bins_read).all(axis=1)
+        regions = regions.take(rule.keeps(regions) & keep)
         if rule.shoulders:
             regions = with_shoulders(regions, Profile.concatenate(profiles, len(samples)), covered, core_level, rule,
                                      store.bin_size)
@@ -439,19 +449,23 @@ class IntervalCounts:
     coverage: np.ndarray
     covered: np.ndarray  # (regions,) bins with reads
     compared: np.ndarray | None  # (regions,) bins with reads of every group (interval_counts' ``members``)
+    bins_read: np.ndarray | None = None  # (regions, S) each sample's bins with reads (with ``below``)
+    bins_below: np.ndarray | None = None  # (regions, S) those whose own level is below ``below``
 
 
 def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.ndarray, end: np.ndarray,
-                    members: tuple | None = None) -> IntervalCounts:
+                    members: tuple | None = None, below: float | None = None) -> IntervalCounts:
     """Per interval (bp, on bin edges): the methylated and covered reads of each of
     ``samples`` over every bin in it, and its covered bins; with ``members`` (each sample's
-    group), also its bins where every group has reads. Read a chunk and a sample at a time
+    group), also its bins where every group has reads; with ``below``, each sample's bins with
+    reads and those of them whose level is below it. Read a chunk and a sample at a time
     (memory: one sample's chunk, and a row of bins per group). A region that bridges covered
     bins of other states (a PMD, a DMR within --max-gap) has the levels of all its interval's
     reads, as a user recounting them finds."""
     n = len(chrom)
     meth, cov, covered = np.zeros((n, len(samples))), np.zeros((n, len(samples))), np.zeros(n, np.int64)
     compared = None if members is None else np.zeros(n, np.int64)
+    read, low = (None, None) if below is None else (np.zeros((n, len(samples)), np.int64) for _ in range(2))
     chrom = np.asarray(chrom, dtype=object)
     for name in dict.fromkeys(chrom.tolist()):
         rows = np.flatnonzero(chrom == name)
@@ -470,12 +484,15 @@ def interval_counts(store: CountsStore, samples: list, chrom: list, start: np.nd
                     sums = np.r_[0.0, np.cumsum(x)]  # exact: integer sums
                     total[rows[hit], k] += sums[b] - sums[a]
                 any_reads |= c > 0
+                if below is not None:
+                    read[rows[hit], k] += _bins_within(c > 0, a, b)
+                    low[rows[hit], k] += _bins_within((c > 0) & (m < below * c), a, b)
                 if group_reads is not None:
                     group_reads[members[k]] |= c > 0
             covered[rows[hit]] += _bins_within(any_reads, a, b)
             if group_reads is not None:
                 compared[rows[hit]] += _bins_within(group_reads.all(axis=0), a, b)
-    return IntervalCounts(meth, cov, covered, compared)
+    return IntervalCounts(meth, cov, covered, compared, read, low)
 
 
 def _bins_within(flags: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -377,6 +377,33 @@ def test_a_region_that_bridges_covered_bins_has_its_intervals_levels(tmp_path):
     assert len(find_regions(store, hmm, InProcessClient(1), replace(rule, max_level=0.7), ["A"])["chr1"]) == 1
 
 
+def test_a_domain_is_most_of_its_bins_not_one_islands_reads(tmp_path):
+    """A helper's RRBS "PMD": methylated bins and one CpG island of many unmethylated reads,
+    whose pooled level is below 0.7 while most of its bins are not. The PMD rule asks most of
+    a domain's bins with reads to be below 0.7 by their own reads, in every sample."""
+    from streambhmm.io.tasks import InProcessClient
+
+    # 100 bp bins: 20 methylated, then 30 of the partially methylated state: 16 at 0.8, 4 at 0.5 and
+    # an island of 10 unmethylated bins of deep reads; then 20 methylated
+    level = np.r_[[0.95] * 20, [0.8] * 8, [0.5] * 4, [0.02] * 10, [0.8] * 8, [0.95] * 20]
+    cov = np.full((level.size, 1), 20)
+    cov[32:42] = 60
+    meth = np.rint(level[:, None] * cov).astype(np.int64)
+    store = write_store(tmp_path / "s.zarr", {"chr1": (np.arange(level.size), meth, cov)}, ["A"], chunk_size=37)
+    hmm = BinomialHMM(2).start_from(np.array([0.5, 0.5]), np.array([[0.97, 0.03], [0.03, 0.97]]),
+                                    np.array([[0.5], [0.97]]))
+    pooled = RegionRule((0,), 0.5, max_gap=300, min_length=1000, name="PMD", max_level=0.7)
+    found = find_regions(store, hmm, InProcessClient(1), pooled, ["A"])["chr1"]
+    assert len(found) == 1 and found.start[0] <= 3200 and found.end[0] >= 4200 and found.levels()[0, 0] < 0.7
+    # 14 of its (at most) 30 bins below 0.7, the island's 10 among them: no domain
+    assert len(find_regions(store, hmm, InProcessClient(1), replace(pooled, most_bins_below=True), ["A"])["chr1"]) == 0
+    level[20:24] = 0.5  # 18 of 30
+    meth = np.rint(level[:, None] * cov).astype(np.int64)
+    more = write_store(tmp_path / "m.zarr", {"chr1": (np.arange(level.size), meth, cov)}, ["A"], chunk_size=37)
+    assert len(find_regions(more, hmm, InProcessClient(1), replace(pooled, most_bins_below=True), ["A"])["chr1"]) == 1
+    assert preset_rule("pmd", np.array([[0.5], [0.9]])).most_bins_below
+
+
 @pytest.mark.slow
 def test_hmr_shoulders_do_not_depend_on_the_chunking(one_sample, dask_clients):
     stores, hmm = one_sample
