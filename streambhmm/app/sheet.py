@@ -1,11 +1,12 @@
 """The sample sheet of `dmr`: which samples form which groups (the columns ``sample`` and
-``group`` of a tab- or blank-separated file with a header, or another column named for the
+``group`` of a tab-, blank- or comma-separated file with a header, or another column named for the
 groups, as DSS's design tables have ``case`` or ``cell``; in any case, ``Sample``; other columns
 are ignored), read and checked before any work."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import stat
 import sys
@@ -89,10 +90,12 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     columns = (SHEET_COLUMNS[0], group_column)
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
         with _readable(path) as readable, contextlib.closing(text_lines(readable)) as read:
-            rows = [(number, line, _fields(line)) for number, line, _ in read
-                    if line.strip() and not line.lstrip().startswith("#")]
+            lines = [(number, line) for number, line, _ in read if line.strip() and not line.lstrip().startswith("#")]
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
+    # comma-separated (R's write.csv, a spreadsheet's CSV) when no line has a tab and the header a comma
+    comma_separated = bool(lines) and "," in lines[0][1] and not any("\t" in line for _, line in lines)
+    rows = [(number, line, next(csv.reader([line])) if comma_separated else _fields(line)) for number, line in lines]
     if not rows:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(columns)} and a line per sample")
@@ -107,8 +110,10 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     names = [next((c for c in columns if c not in names and n.casefold() == c.casefold()), n) for n in names]
     missing = [c for c in columns if c not in names]
     if missing:
-        commas = " Commas do not separate its columns: tabs or blanks do." if "," in header and len(names) == 1 else ""
-        other = [n for n in names if n != columns[0]]
+        # (a sheet is comma-separated only when no line has a tab)
+        commas = (" Its header is comma-separated and other lines hold tabs: separate its columns one way."
+                  if "," in header and len(names) == 1 else "")
+        other = [n for n in names if n not in (columns[0], "")]  # "": R's row names
         choose = (f" Name the column of the groups with --group-column (this header's others: "
                   f"{', '.join(other)[:200]})." if group_column in missing and other and not commas else "")
         raise ValueError(f"{path}, line {number}: the header has no column {' or '.join(missing)} (a sample sheet "

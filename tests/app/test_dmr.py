@@ -290,7 +290,8 @@ def test_every_call_compares_the_groups_in_bins_where_each_has_reads(tmp_path):
     ("", r"sheet.tsv: the sample sheet is empty"),
     ("sample\tgroup\nA1\tA\nA2\tA\nB1\tB\nB2\tb\n", r"sheet.tsv, line 5: group 'b' differs from 'B' \(line 4\) "
                                                         r"only in case"),
-    ("sample,group\nA1,A\nB1,B\n", r"the header has no column sample or group .*Commas do not separate its columns"),
+    ("sample,group\nA1,A\nB1\tB\n", r"the header has no column sample or group .*Its header is comma-separated "
+                                   r"and other lines hold tabs"),
     # a NUL or an escape in a group's name made a group of its own (a helper's audit)
     ("sample\tgroup\nA1\tA\x00\nA2\tA\nB1\tB\n", r"sheet.tsv, line 2: invalid group name with a control or "
                                                   r"whitespace character: 'A\\x00'"),
@@ -505,6 +506,11 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
         read_sheet(sheet, "case")
     sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"2" "B1" \'HC\'\n')
     assert read_sheet(sheet, "case").groups == ("SLE", "HC")
+    # R's write.csv (and a spreadsheet's CSV): comma-separated, quoted, the row names' column named ""
+    sheet.write_text('"","sample","case"\n"1","A1","SLE"\n"2","B1","HC"\n')
+    assert read_sheet(sheet, "case").samples == ("A1", "B1") and read_sheet(sheet, "case").groups == ("SLE", "HC")
+    sheet.write_text('sample,group\r\nA1,A\r\n"B1","B"\r\n')
+    assert read_sheet(sheet).groups == ("A", "B")
     sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"B1" "HC"\n')  # not every line: a line of the wrong width
     with pytest.raises(ValueError, match="line 2: 3 field"):
         read_sheet(sheet, "case")

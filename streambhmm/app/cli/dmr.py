@@ -23,8 +23,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.command()
 @click.argument("store", type=STORE)
 @click.option("--groups", "sheet", required=True, type=click.Path(dir_okay=False, allow_dash=True),
-              help="Sample sheet: a header naming the columns sample and group (or --group-column; tab- or "
-                   "blank-separated; other columns ignored), a line per sample to compare (the store's others are "
+              help="Sample sheet: a header naming the columns sample and group (or --group-column; tab-, blank- or "
+                   "comma-separated; other columns ignored), a line per sample to compare (the store's others are "
                    "left out). Two groups or more, of any sizes, one sample or more each. - reads it from standard "
                    "input.")
 @click.option("--group-column", default="group", show_default=True, metavar="NAME",
