@@ -455,6 +455,20 @@ def partial_chromosomes(store, samples) -> list[str]:
             for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
 
 
+def most_of_the_genome(store, outcome: "CallOutcome") -> str | None:
+    """What to say when a call's HMRs span more than half of every sample's bases with reads
+    (None: less): a genome mostly unmethylated (a plant's gene-rich arms, a mutant without CG
+    methylation in part), whose HMRs are its unmethylated background more than focal regions
+    (a helper's trial: 192 HMRs over 0.80 of DMRcaller's 1 Mb of Arabidopsis Chr3)."""
+    with_reads = store.bins_with_reads(outcome.samples) * store.bin_size
+    called = int(outcome.lengths.sum())
+    if not outcome.n or (2 * called <= with_reads).any():
+        return None
+    return (f"the HMRs span {called / with_reads.max():.0%} of the bases with reads: most of this methylome is "
+            f"hypomethylated, so they are its unmethylated background (a plant's gene-rich arms?) more than "
+            f"focal regions")
+
+
 def chromosomes_left_out(store, samples) -> str | None:
     """What to say of a joint call's chromosomes with reads in some of ``samples`` but not in
     all: a region needs reads in each, so none is called there (None: there is no such one)."""

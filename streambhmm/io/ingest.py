@@ -197,8 +197,7 @@ def _indexed_bins(store: CountsStore, sample: str) -> int | None:
     """The bins with reads of ``sample`` in ``store``, from its index; None when that index is
     damaged (CountsStore.summary refuses it)."""
     try:
-        return int(sum(store.summary(chrom, [store.column(sample)])[:, 0, COVERED].sum()
-                       for chrom in store.chromosomes))
+        return int(store.bins_with_reads([sample])[0])
     except StoreError:
         return None
 

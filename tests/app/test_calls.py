@@ -979,3 +979,28 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
                                                            "s.zarr"]
     assert sorted(p.name for p in store.iterdir()) == ["chr1", "zarr.json"]
     assert not any((tmp_path / "plain").iterdir())
+
+
+def test_hmrs_over_most_of_the_bases_with_reads_are_said_to_be_the_background(tmp_path):
+    """A helper's Arabidopsis trial: 192 HMRs over 0.80 of DMRcaller's 1 Mb of Chr3, without a
+    word; in a methylome mostly unmethylated they are its background more than focal regions."""
+    from types import SimpleNamespace
+
+    from streambhmm.app.calls import most_of_the_genome
+    from streambhmm.distributed.regions import Regions
+    from streambhmm.testing import write_store
+
+    bins = np.arange(0, 1000, 2)  # 500 bins with reads, 100 bp each: 50 kb
+    counts = np.full((bins.size, 2), 10)
+    store = write_store(tmp_path / "s.zarr", {"chr1": (bins, counts // 2, counts)}, ["A", "B"])
+
+    def outcome(ends):
+        regions = Regions(np.zeros(len(ends), np.int64), np.array(ends, np.int64), *(np.zeros(len(ends)),) * 2,
+                          np.zeros((len(ends), 2)), np.zeros((len(ends), 2)), np.zeros(len(ends)))
+        return SimpleNamespace(samples=["A", "B"], n=len(ends), lengths=regions.end - regions.start,
+                               found={"chr1": regions})
+
+    assert most_of_the_genome(store, outcome([25_000])) is None  # half: focal enough
+    assert most_of_the_genome(store, outcome([])) is None
+    said = most_of_the_genome(store, outcome([40_000]))
+    assert said.startswith("the HMRs span 80% of the bases with reads: most of this methylome is hypomethylated")

@@ -40,7 +40,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
           chrom_sizes):
     from ...distributed.regions import regions_table
     from ...io.store import open_store
-    from ..calls import CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated, run_call
+    from ..calls import (CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated,
+                         most_of_the_genome, run_call)
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
@@ -53,6 +54,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                            quiet=quiet) as opened:
             outcome = run_call(settings, opened, echo=step_lines(quiet))
             left_out = chromosomes_left_out(opened.store, outcome.samples)
+            background = most_of_the_genome(opened.store, outcome) if kind == "hmr" else None
     except ValueError as exc:  # a refusal: files of an earlier call at these names are not this one's
         earlier = [str(path) for path in (output, regions_table(output)) if Path(path).exists()]
         if not earlier:
@@ -68,6 +70,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     if left_out:
         click.echo(f"note: {left_out}", err=True)
+    if background:
+        click.echo(f"note: {background}", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -82,6 +82,12 @@ class CountsStore:
             total += int(np.minimum(covered, -(-spans // factor)).sum())
         return total * len(columns)
 
+    def bins_with_reads(self, samples) -> np.ndarray:
+        """Per sample, its bins with reads in the whole store (from the chunk summaries)."""
+        columns = [self.column(s) for s in samples]
+        return sum((self.summary(chrom, columns)[:, :, COVERED].sum(axis=0) for chrom in self.chromosomes),
+                   np.zeros(len(columns), np.int64))
+
     def dataset(self, chrom: str):
         """Lazy (dask-backed) xarray Dataset of one chromosome."""
         import xarray as xr  # here: the commands that read counts do not need it (0.5 s to import)
