@@ -492,3 +492,9 @@ def test_a_joint_fit_of_samples_without_shared_bins_is_told(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning: no chromosome has reads in every sample (A on chr1; B on chr2; C on chr1): a state's levels" \
         in " ".join(result.output.split()), result.output
+    # and from its moment store, asking the counts store it came from
+    assert run("moments", store.path.url, "-o", tmp_path / "three_m.zarr", "-q").exit_code == 0
+    result = run("fit", tmp_path / "three_m.zarr", "--states", "2", "-o", tmp_path / "m4.json")
+    assert result.exit_code == 0, result.output
+    assert "warning: no chromosome has reads in every sample (A on chr1; B on chr2; C on chr1)" \
+        in " ".join(result.output.split()), result.output

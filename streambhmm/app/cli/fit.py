@@ -118,7 +118,7 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         if run.data is not None:
             click.echo(f"{run.data.moments.n_triples:,} triples from {len(run.data.chromosomes)} chromosome(s); "
                        f"moments in {run.seconds:.1f} s")
-            apart = samples_apart(run.data, opened.store if opened else None)
+            apart = samples_apart(run.data, opened.store if opened else counts_behind(settings.store))
             if apart:
                 click.echo(f"warning: {apart}", err=True)
         if run.singular_values is not None:
@@ -138,12 +138,26 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
     click.echo(f"done in {time.perf_counter() - start:.1f} s")
 
 
+def counts_behind(moments_path):
+    """The counts store a moment store was computed from, when it is still there with every
+    one of its samples (None otherwise, or for a merged store of several)."""
+    from ...io.store import open_store
+    from ...moments.momentstore import read_manifest
+
+    try:
+        manifest = read_manifest(moments_path)
+        counts = open_store(manifest.source["counts_store"])
+    except Exception:  # noqa: BLE001 - not there, not readable, or no single source: nothing to ask
+        return None
+    return counts if set(manifest.samples) <= set(counts.samples) else None
+
+
 def samples_apart(data, store) -> str | None:
     """What to say when most bins with reads lack some sample's (None: they share most): a
     helper's cohort trial fitted two samples of other chromosomes jointly and got "differential"
     states that no bin shows side by side. Where the moments keep a histogram per sample (3 or
-    more), the counts ``store`` (None for a moment store) says whether any chromosome has reads
-    in every sample."""
+    more), the counts ``store`` (None: none to ask) says whether any chromosome has reads in
+    every sample."""
     from ...learn.domains import MOSTLY_APART, shared_coverage, with_reads_in_every_sample
     from ..calls import chromosomes_apart
 
