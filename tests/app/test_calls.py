@@ -821,6 +821,14 @@ def test_the_stopping_filters_drop_only_what_they_name():
     assert stopping_logs._client_gone(get_data("tls://127.0.0.1:40001", closed))  # another worker: kept
     assert stopping_logs._client_gone(get_data(None, OSError("Timed out")))
 
+    def gather_dep(error):  # a worker's fetch of an input from another worker (logger.exception)
+        return logging.LogRecord("distributed.worker", logging.ERROR, __file__, 1,
+                                 "Worker stream died during communication: %s", ("tls://127.0.0.1:34923",),
+                                 (type(error), error, None))
+
+    assert not stopping_logs._peer_gone(gather_dep(closed))  # its peer closed: distributed fetches it again
+    assert stopping_logs._peer_gone(gather_dep(OSError("Timed out trying to connect")))
+
 
 def test_ctrl_c_while_the_command_imports_ends_it_without_a_traceback(monkeypatch, capsys):
     import builtins
