@@ -456,15 +456,16 @@ def partial_chromosomes(store, samples) -> list[str]:
 
 
 def most_of_the_genome(store, outcome: "CallOutcome") -> str | None:
-    """What to say when a call's HMRs span more than half of every sample's bases with reads
-    (None: less): a genome mostly unmethylated (a plant's gene-rich arms, a mutant without CG
+    """What to say when a call's HMRs hold more than half of every sample's bins with reads
+    (None: fewer): a genome mostly unmethylated (a plant's gene-rich arms, a mutant without CG
     methylation in part), whose HMRs are its unmethylated background more than focal regions
     (a helper's trial: 192 HMRs over 0.80 of DMRcaller's 1 Mb of Arabidopsis Chr3)."""
-    with_reads = store.bins_with_reads(outcome.samples) * store.bin_size
-    called = int(outcome.lengths.sum())
+    with_reads = store.bins_with_reads(outcome.samples)
+    # the HMRs' own bins with reads, not their lengths: on sparse data (RRBS) a region spans many bins without
+    called = int(sum(regions.n_bins.sum() for regions in outcome.found.values()))
     if not outcome.n or (2 * called <= with_reads).any():
         return None
-    return (f"the HMRs span {called / with_reads.max():.0%} of the bases with reads: most of this methylome is "
+    return (f"the HMRs hold {called / with_reads.max():.0%} of the bins with reads: most of this methylome is "
             f"hypomethylated, so they are its unmethylated background (a plant's gene-rich arms?) more than "
             f"focal regions")
 

@@ -94,8 +94,11 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
     # comma-separated (R's write.csv, a spreadsheet's CSV) when no line has a tab and the header a comma
-    comma_separated = bool(lines) and "," in lines[0][1] and not any("\t" in line for _, line in lines)
-    rows = [(number, line, next(csv.reader([line])) if comma_separated else _fields(line)) for number, line in lines]
+    # (a blank-separated header whose sample column stands alone is not: "sample group note,x")
+    comma_separated = (bool(lines) and "," in lines[0][1] and not any("\t" in line for _, line in lines)
+                       and SHEET_COLUMNS[0] not in (f.casefold() for f in _fields(lines[0][1])))
+    rows = [(number, line, next(csv.reader([line], skipinitialspace=True)) if comma_separated else _fields(line))
+            for number, line in lines]
     if not rows:
         raise ValueError(f"{path}: the sample sheet is empty; it needs a header with the columns "
                          f"{' and '.join(columns)} and a line per sample")

@@ -998,17 +998,18 @@ def test_hmrs_over_most_of_the_bases_with_reads_are_said_to_be_the_background(tm
     from streambhmm.distributed.regions import Regions
     from streambhmm.testing import write_store
 
-    bins = np.arange(0, 1000, 2)  # 500 bins with reads, 100 bp each: 50 kb
+    bins = np.arange(0, 1000, 2)  # 500 bins with reads, 100 bp each, every other bin of 100 kb
     counts = np.full((bins.size, 2), 10)
     store = write_store(tmp_path / "s.zarr", {"chr1": (bins, counts // 2, counts)}, ["A", "B"])
 
-    def outcome(ends):
-        regions = Regions(np.zeros(len(ends), np.int64), np.array(ends, np.int64), *(np.zeros(len(ends)),) * 2,
+    def outcome(ends):  # each region over every other bin, as the reads are: n_bins, its bins with reads
+        ends = np.array(ends, np.int64)
+        regions = Regions(np.zeros(len(ends), np.int64), ends, ends // 200, np.zeros(len(ends)),
                           np.zeros((len(ends), 2)), np.zeros((len(ends), 2)), np.zeros(len(ends)))
         return SimpleNamespace(samples=["A", "B"], n=len(ends), lengths=regions.end - regions.start,
                                found={"chr1": regions})
 
-    assert most_of_the_genome(store, outcome([25_000])) is None  # half: focal enough
+    assert most_of_the_genome(store, outcome([50_000])) is None  # half: focal enough
     assert most_of_the_genome(store, outcome([])) is None
-    said = most_of_the_genome(store, outcome([40_000]))
-    assert said.startswith("the HMRs span 80% of the bases with reads: most of this methylome is hypomethylated")
+    said = most_of_the_genome(store, outcome([80_000]))
+    assert said.startswith("the HMRs hold 80% of the bins with reads: most of this methylome is hypomethylated")

@@ -509,7 +509,9 @@ def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     # R's write.csv (and a spreadsheet's CSV): comma-separated, quoted, the row names' column named ""
     sheet.write_text('"","sample","case"\n"1","A1","SLE"\n"2","B1","HC"\n')
     assert read_sheet(sheet, "case").samples == ("A1", "B1") and read_sheet(sheet, "case").groups == ("SLE", "HC")
-    sheet.write_text('sample,group\r\nA1,A\r\n"B1","B"\r\n')
+    sheet.write_text('sample, group\r\nA1, A\r\n"B1","B"\r\n')
+    assert read_sheet(sheet).groups == ("A", "B")
+    sheet.write_text("sample group note,x\nA1 A n\nB1 B m\n")  # blank-separated, a comma in a column's name
     assert read_sheet(sheet).groups == ("A", "B")
     sheet.write_text('"sample" "case"\n"1" "A1" "SLE"\n"B1" "HC"\n')  # not every line: a line of the wrong width
     with pytest.raises(ValueError, match="line 2: 3 field"):
