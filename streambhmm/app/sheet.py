@@ -71,15 +71,30 @@ def _fields(line: str) -> list:
 @contextlib.contextmanager
 def _readable(path: str):
     """``path`` as a file that can be read twice (the readers look at its first bytes first):
-    itself, or for standard input ("-") or a pipe (a shell's <(...)) a temporary copy."""
+    itself, or for standard input ("-") or a pipe (a shell's <(...)) a temporary copy; one
+    larger than MAX_SHEET_BYTES is refused (``--groups /dev/zero`` filled the memory)."""
     if path != "-" and (not os.path.exists(path) or stat.S_ISREG(os.stat(path).st_mode)):
+        if os.path.exists(path) and os.path.getsize(path) > MAX_SHEET_BYTES:
+            raise ValueError(_too_large(path))
         yield path
         return
-    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     with tempfile.TemporaryDirectory(prefix="streambhmm-sheet-") as directory:
         copy = Path(directory) / "sheet"
-        copy.write_bytes(data)
+        with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as source, \
+                open(copy, "wb") as out:
+            while piece := source.read(1 << 16):
+                out.write(piece)
+                if out.tell() > MAX_SHEET_BYTES:
+                    raise ValueError(_too_large("standard input" if path == "-" else path))
         yield str(copy)
+
+
+MAX_SHEET_BYTES = 64 << 20  # a sheet of a million samples is a tenth of this
+
+
+def _too_large(what: str) -> str:
+    return (f"{what}: more than {MAX_SHEET_BYTES >> 20} MiB, too large for a sample sheet (a line per sample "
+            f"naming its group): is it the sheet?")
 
 
 def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:

@@ -214,6 +214,10 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
             chunk, offset = piece
             if start and chunk.startswith(BOM):
                 chunk = chunk[len(BOM):]
+            if start and _utf16(chunk):
+                raise FormatError(path, 1, None, "is UTF-16 text (a spreadsheet's \"Unicode text\", or PowerShell's "
+                                                 "output), which is not read: convert it to UTF-8 (iconv -f UTF-16 -t "
+                                                 "UTF-8 FILE > FILE2)")
             start = False
             data = pending + chunk if pending else chunk
             cut = data.rfind(b"\n") + 1
@@ -230,6 +234,14 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
         if pending:  # a last line without a newline (its line end may be a \r alone)
             _check_carriage_returns(path, pending, len(pending.rstrip(b"\r")), line)
             yield pending + b"\n", line, offset
+
+
+def _utf16(head: bytes) -> bool:
+    """UTF-16 text: its byte-order mark, or a NUL as every other byte of its start (ASCII without one)."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    start = head[:64]
+    return len(start) >= 8 and (start[1::2].count(0) == len(start[1::2]) or start[::2].count(0) == len(start[::2]))
 
 
 def _check_lines(path, data: bytes, end: int, line: int) -> None:

@@ -486,6 +486,27 @@ def test_a_sheet_from_a_pipe_or_standard_input(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*sheet*"))
 
 
+def test_a_sheet_larger_than_a_sheet_can_be_is_refused_unread(tmp_path, monkeypatch):
+    """A helper's --groups /dev/zero (or a huge standard input) was read into memory whole."""
+    import io
+    import sys
+
+    from streambhmm.app import sheet as sheets
+
+    monkeypatch.setattr(sheets, "MAX_SHEET_BYTES", 1 << 10)
+    text = b"sample\tgroup\n" + b"".join(b"S%d\t%s\n" % (k, b"AB"[k % 2:][:1]) for k in range(400))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text)))
+    with pytest.raises(ValueError, match=r"standard input: more than 0 MiB, too large for a sample sheet"):
+        sheets.read_sheet("-")
+    big = tmp_path / "big.tsv"
+    big.write_bytes(text)
+    with pytest.raises(ValueError, match=r"big.tsv: more than 0 MiB, too large for a sample sheet .* is it the sheet"):
+        sheets.read_sheet(big)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text[:200])))
+    assert sheets.read_sheet("-").samples[:2] == ("S0", "S1")
+    assert not list(tmp_path.glob("*sheet*"))
+
+
 def test_a_sheet_is_read_as_ingest_reads_text(tmp_path):
     """A byte-order mark (Excel's "UTF-8" export) and CRLF line ends are the sheet's encoding,
     not its columns; a chrom.sizes file that lists a chromosome twice is refused with the line."""

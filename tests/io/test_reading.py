@@ -311,6 +311,21 @@ def test_a_file_of_another_compression_or_kind_says_what_it_is(tmp_path, name, d
     assert not list(p.name for p in tmp_path.iterdir() if p.name != name)  # no store, no lock file
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be"])
+def test_utf16_text_is_refused_saying_to_convert_it(tmp_path, encoding):
+    """Read as UTF-8, a UTF-16 file's first field was "not a number: '\\x00c\\x00h...'", and a
+    UTF-16 sample sheet "had no column sample"."""
+    from streambhmm.app.sheet import read_sheet
+
+    path = write(tmp_path, "c.tsv", "chr1\t100\t+\t1\t2\n".encode(encoding))
+    with pytest.raises(FormatError, match=r"c.tsv:1: is UTF-16 text .* convert it to UTF-8 \(iconv -f UTF-16"):
+        ingest([path], "A", tmp_path / "s.zarr")
+    sheet = write(tmp_path, "sheet.tsv", "sample\tgroup\nA1\tA\nB1\tB\n".encode(encoding))
+    with pytest.raises(FormatError, match="sheet.tsv:1: is UTF-16 text"):
+        read_sheet(sheet)
+    assert rows_of(write(tmp_path, "a.tsv", "chr1\t100\t+\t1\t2\n"), "tsv") == [("chr1", 99, 1, 2)]
+
+
 def test_text_that_begins_like_a_compressed_file_is_read_as_text(tmp_path):
     path = write(tmp_path, "c.txt", "BZh1\t100\t+\t1\t2\tCG\tCGA\n")  # a chromosome named BZh1
     assert rows_of(path, "bismark-report") == [("BZh1", 99, 1, 3)]
