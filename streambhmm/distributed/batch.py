@@ -465,10 +465,10 @@ class _BatchRun:
         report = update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress,
                                 start_again=True)
         if report.started_again:
-            changed = ("its samples or settings changed since its moment store was made"
-                       if report.started_again == "settings" else
-                       "its moment store was computed from a counts store elsewhere (the workdir moved?)")
-            self.warn(f"group {result.group}: {changed}; made again, reusing the partials that still hold")
+            changed = {"settings": "its samples or settings changed since its moment store was made",
+                       "source": "its moment store was computed from a counts store elsewhere (the workdir moved?)"}
+            self.warn(f"group {result.group}: {' and '.join(changed[why] for why in report.started_again)}; made "
+                      f"again, reusing the partials that still hold")
         return report
 
     def update_moments(self, result: GroupResult) -> None:

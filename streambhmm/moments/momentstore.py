@@ -141,7 +141,7 @@ class UpdateReport:
     samples: list[str]
     foreign: list[str] = field(default_factory=list)  # entries under partials/ left alone: not ours
     was_complete: bool = False  # the manifest was complete before the run (else: a new or interrupted store)
-    started_again: str = ""  # why a store of other "settings" or another counts store ("source") was made again
+    started_again: tuple = ()  # why it was made again: of another counts store ("source"), other "settings"
 
 
 def _refuse_foreign(path: Location) -> None:
@@ -153,23 +153,28 @@ def _refuse_foreign(path: Location) -> None:
                                f"and rerun")
 
 
-def _open_or_create(root: Location, settings: dict, source: dict, start_again: bool = False) -> tuple[bool, str]:
+def _open_or_create(root: Location, settings: dict, source: dict, start_again: bool = False) -> tuple[bool, tuple]:
     """Check an existing moment store against ``settings``, or create one; returns whether
-    it was complete, and with ``start_again`` why a store of other settings or another counts
-    store was started again ("settings", "source"; else ""). A new store is created whole (Zarr
-    root and an empty, incomplete manifest) and renamed into place, so a killed run always
-    leaves a moment store that the next run can resume."""
+    it was complete, and with ``start_again`` why a store of another counts store or other
+    settings was started again (of "source", "settings"; else empty). A new store is created
+    whole (Zarr root and an empty, incomplete manifest) and renamed into place, so a killed run
+    always leaves a moment store that the next run can resume."""
     if (root / MANIFEST).exists():
         manifest = Manifest.read(root)
-        try:
-            _check_source(root, manifest.source, source)
-            manifest.check_settings(root, settings, advice=_other_settings_advice(manifest, settings))
-        except (SourceMismatch, SettingsMismatch) as exc:
-            if not start_again:
-                raise
-            _init_store(root, settings, source, mode="r+")
-            return False, "source" if isinstance(exc, SourceMismatch) else "settings"
-        return manifest.complete, ""
+        mismatches = []
+        for check in (lambda: _check_source(root, manifest.source, source),
+                      lambda: manifest.check_settings(root, settings,
+                                                      advice=_other_settings_advice(manifest, settings))):
+            try:
+                check()
+            except (SourceMismatch, SettingsMismatch) as exc:
+                mismatches.append(exc)
+        if not mismatches:
+            return manifest.complete, ()
+        if not start_again:
+            raise mismatches[0]
+        _init_store(root, settings, source, mode="r+")
+        return False, tuple("source" if isinstance(exc, SourceMismatch) else "settings" for exc in mismatches)
     _refuse_other_directory(root)
     staged = staging_path(root)
     _init_store(staged, settings, source)

@@ -158,12 +158,21 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     assert load_total(moved / "lister" / "moments.zarr")[1]["source"]["counts_store"] == \
         str((moved / "lister" / "counts.zarr").resolve())
     assert mine.read_text() == "my notes\n"
+    # moved again, and a sample added: the message names both (it named the move only)
+    again = tmp_path / "again"
+    moved.rename(again)
+    write_manifest(manifest, {**rows, "IMR90": GOOD["IMR90"]})
+    r = run("batch", manifest, "--workdir", again, "--bins", "8", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0 and "group lister: its moment store was computed from a counts store elsewhere (the " \
+                                "workdir moved?) and its samples or settings changed since its moment store was " \
+                                "made; made again" in r.output, r.output
+    assert load_total(again / "lister" / "moments.zarr")[1]["samples"] == ["H1", "IMR90"]
     # a group the manifest no longer lists keeps its stores, and the rerun says so
     write_manifest(manifest, {"ok": GOOD["ok"]})
-    r = run("batch", manifest, "--workdir", moved, "--bins", "8", "--scheduler", scheduler, "-q")
+    r = run("batch", manifest, "--workdir", again, "--bins", "8", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0 and "holds the stores of group(s) lister of an earlier run, which the manifest no " \
                                 "longer lists" in r.output, r.output
-    assert (moved / "lister" / "moments.zarr" / "manifest.json").exists()
+    assert (again / "lister" / "moments.zarr" / "manifest.json").exists()
 
 
 @pytest.mark.slow
