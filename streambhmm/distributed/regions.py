@@ -544,8 +544,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, s
     """Write BED9 (a track line named after ``output``, whose description says what the regions are
     and their ``source``; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
-    (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score and mean level per
-    sample. Both are written to temporary names and renamed when complete."""
+    (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score, and per
+    sample its mean level and the reads it rests on. Both are written to temporary names and renamed when complete."""
     colour = item_rgb(REGION_COLOURS.get(rule.name) or
                       state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
@@ -553,7 +553,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, s
         kind = f"{rule.name} regions" if rule.name != "region" else "regions"  # a preset's, or --targets'
         # named after the file: a browser tells the calls of one store's samples apart by their names
         bed.write(track_line(Path(output).stem, f"{kind} of {','.join(samples)} ({source})"))
-        tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples)]) + "\n")
+        tsv.write(TABLE_HEAD.decode() + "\t".join(["length", "score", *(f"level_{s}" for s in samples),
+                                                   *(f"reads_{s}" for s in samples)]) + "\n")
         for chrom, regions in found.items():
             score = np.clip(np.rint(1000 * regions.posterior_sum / np.maximum(regions.n_bins, 1)), 0, 1000)
             levels = regions.levels()
@@ -562,7 +563,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, s
                 bed.write(bed9_line(chrom, start, end, name, int(score[i]), colour))
                 tsv.write("\t".join([chrom, str(start), str(end), name, str(int(regions.n_bins[i])),
                                      str(end - start), str(int(score[i])),
-                                     *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i])]) + "\n")
+                                     *(f"{v:.4f}" if np.isfinite(v) else "NA" for v in levels[i]),
+                                     *(str(int(c)) for c in regions.coverage[i])]) + "\n")
                 n += 1
         bed.flush()  # a full disk fails here, before either file is renamed into place
     return n

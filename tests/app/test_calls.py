@@ -118,14 +118,16 @@ def test_hmr_finds_the_planted_hmrs_inside_and_outside_pmds(methylome, tmp_path)
         in_pmds = mask(found, chrom) & mask(truth["pmd"], chrom)
         assert (in_pmds & ~mask(truth["hmr"], chrom)).sum() < 0.1 * in_pmds.sum() + 1000
     table = (tmp_path / "hmr.tsv").read_text().splitlines()
-    assert table[0].split("\t") == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_S"]
-    assert all(float(row.split("\t")[-1]) < 0.2 for row in table[1:])
-    # a region's level is that of every read in its BED interval, as a user recounting it finds
+    assert table[0].split("\t") == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_S",
+                                    "reads_S"]
+    assert all(float(row.split("\t")[-2]) < 0.2 for row in table[1:])
+    # a region's level and reads are those of every read in its BED interval, as a user recounting it finds
     for row in table[1:]:
         chrom, start, end = row.split("\t")[:3]
         inside = xr.open_zarr(store, group=chrom).sel(position=slice(int(start), int(end) - 1))
         level = inside.methylated.values[:, 0].sum() / inside.coverage.values[:, 0].sum()
-        assert abs(level - float(row.split("\t")[-1])) < 1e-4
+        assert abs(level - float(row.split("\t")[-2])) < 1e-4
+        assert int(row.split("\t")[-1]) == inside.coverage.values[:, 0].sum()
 
 
 def test_pmd_sums_the_bins_and_finds_the_planted_pmds(methylome, tmp_path):

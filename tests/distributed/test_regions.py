@@ -504,7 +504,7 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
         assert name == f"HMR{i}" and strand == "+" and (thick_start, thick_end) == (start, end)
         assert 0 <= int(score) <= 1000 and int(start) < int(end) and len(rgb.split(",")) == 3
     table = [line.split("\t") for line in (tmp_path / "hmr.tsv").read_text().splitlines()]
-    assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A"]
+    assert table[0] == ["chrom", "start", "end", "name", "n_bins", "length", "score", "level_A", "reads_A"]
     # against the in-memory recursion: the counted bins of the cores in each region; its level,
     # that of every read in its interval (shoulders too)
     ds = stores[0].dataset("chr2").sel(sample="A")
@@ -514,11 +514,12 @@ def test_regions_command_writes_bed9_and_a_table(tmp_path, one_sample, scheduler
     cores = hmr_cores(hmm, positions, meth, cov)
     chr2 = [row for row in table[1:] if row[0] == "chr2"]
     assert len(chr2) > 5
-    for chrom, start, end, name, n_bins, length, score, level in chr2:
+    for chrom, start, end, name, n_bins, length, score, level, reads in chr2:
         inside = (cores.start >= int(start)) & (cores.end <= int(end))
         assert int(length) == int(end) - int(start) and int(n_bins) == cores.n_bins[inside].sum() >= 4
         interval = (positions >= int(start)) & (positions < int(end))
         assert float(level) == pytest.approx(meth[interval].sum() / cov[interval].sum(), abs=5.1e-5)  # 4 decimals
+        assert int(reads) == cov[interval].sum()
     r = run("regions", stores[0].path, "--model", path, "--targets", "unmethylated", "--min-length", "1000",
             "-o", tmp_path / "u.bed", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
