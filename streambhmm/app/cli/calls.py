@@ -14,7 +14,8 @@ from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_opt
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
                        help="Regions (BED9); their details go beside it, NAME.tsv for NAME.bed (else "
-                            "OUTPUT.tsv; per region: bins, length, score, and per sample the mean level and its reads).")
+                            "OUTPUT.tsv; per region: bins, length, score, and per sample the mean level and its "
+                            "reads).")
 _SAMPLES = click.option("--samples", default=None,
                         help="Comma-separated samples, one model shared along the genome (default: all); a region "
                              "is called where every one of them is hypomethylated (hmr) or partially methylated "
