@@ -9,7 +9,10 @@ So a table of distinct (c, mu) pairs costs one table of R per state (up to the l
 and three lookups per pair; and the M-step's objective, sum over pairs of w log BB, is
 sum_j Wa[j] log(a + j) + Wb[j] log(b + j) - Wc[j] log(a + b + j) with Wa[j] the weight of
 pairs with mu > j, Wb[j] with c - mu > j, Wc[j] with c > j: its cost is the largest
-coverage, not the number of pairs or bins.
+coverage, not the number of pairs or bins. Where a few pairs are far deeper than the rest (a
+mitochondrion or a spike-in at thousands of reads per CpG beside a genome at tens), the sums
+stop at a cut and each deeper pair adds its terms beyond it in closed form (log-gamma and
+its derivatives): the cost is then the cut plus those pairs.
 """
 
 from __future__ import annotations
@@ -92,35 +95,103 @@ def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
         g_b[h] += sum_b
 
 
+DEEP_PAIR_COST = 8.0  # a deep pair's closed-form terms cost about as much as this many sums' terms
+MIN_CUT = 64  # the closed form's series (_digamma_far, _trigamma_far) hold to double precision beyond it
+# the closed form is taken where it is 16 times cheaper: the M-step's optimum then moves by rounding
+# (1e-7), so the methylomes of ordinary depths keep their sums, and their fits, as they were
+SAVING = 16.0
+
+
 @njit(cache=True, nogil=True)
-def tail_weights(coverage, methylated, weights):
-    """(Wa, Wb, Wc), each (largest weighted coverage,): the weight of pairs with mu > j,
-    c - mu > j and c > j."""
-    top = 0
+def sum_cut(coverage, weights):
+    """Where the M-step's sums stop (tail_weights): the largest weighted coverage, or a lower
+    cut where the pairs beyond it are so few that the cut and their closed form cost under
+    1 / SAVING of the sums up to the largest coverage."""
+    deep = np.sort(coverage[weights > 0])[::-1]
+    if deep.size == 0:
+        return np.int64(0)
+    top = deep[0]
+    best, cut = float(top), top
+    for d in range(1, deep.size + 1):  # a cut at the next coverage down, or at MIN_CUT: d pairs beyond it
+        here = max(deep[d], MIN_CUT) if d < deep.size else MIN_CUT
+        if deep[d - 1] > here:
+            cost = here + DEEP_PAIR_COST * d
+            if cost < best:
+                best, cut = cost, here
+        if here == MIN_CUT:
+            break
+    return cut if SAVING * best < top else top
+
+
+@njit(cache=True, nogil=True)
+def tail_weights(coverage, methylated, weights, cut):
+    """(Wa, Wb, Wc), each (cut,): the weight of pairs with mu > j, c - mu > j and c > j for
+    j < cut; and the pairs reaching past the cut, as (counts, weights) for mu, c - mu and c
+    (each count above the cut)."""
+    wa = np.zeros(cut + 1)
+    wb = np.zeros(cut + 1)
+    wc = np.zeros(cut + 1)
+    n_deep = 0
     for k in range(coverage.size):
-        if weights[k] > 0 and coverage[k] > top:
-            top = coverage[k]
-    wa = np.zeros(top + 1)
-    wb = np.zeros(top + 1)
-    wc = np.zeros(top + 1)
+        if weights[k] > 0 and coverage[k] > cut:
+            n_deep += 1
+    deep_n = np.zeros((3, n_deep), np.int64)
+    deep_w = np.zeros((3, n_deep))
+    d = 0
     for k in range(coverage.size):
         w = weights[k]
         if w > 0:
-            wa[methylated[k]] += w
-            wb[coverage[k] - methylated[k]] += w
-            wc[coverage[k]] += w
+            counts = (methylated[k], coverage[k] - methylated[k], coverage[k])
+            for i, arr in enumerate((wa, wb, wc)):
+                arr[min(counts[i], cut)] += w
+            if coverage[k] > cut:
+                for i in range(3):
+                    if counts[i] > cut:
+                        deep_n[i, d], deep_w[i, d] = counts[i], w
+                d += 1
     # from "exactly j" to "more than j"
     for arr in (wa, wb, wc):
         acc = 0.0
-        for j in range(top, -1, -1):
+        for j in range(cut, -1, -1):
             here = arr[j]
             arr[j] = acc
             acc += here
-    return wa[:top], wb[:top], wc[:top]
+    return wa[:cut], wb[:cut], wc[:cut], deep_n, deep_w
 
 
 @njit(cache=True, nogil=True)
-def _value_and_derivatives(wa, wb, wc, a, b):
+def _digamma_far(x):
+    """digamma(x) for x >= MIN_CUT, by its asymptotic series."""
+    r = 1.0 / (x * x)
+    return math.log(x) - 0.5 / x - r * (1.0 / 12 - r * (1.0 / 120 - r * (1.0 / 252 - r * (1.0 / 240))))
+
+
+@njit(cache=True, nogil=True)
+def _trigamma_far(x):
+    """trigamma(x) for x >= MIN_CUT, by its asymptotic series."""
+    r = 1.0 / (x * x)
+    return 1.0 / x + 0.5 * r + r / x * (1.0 / 6 - r * (1.0 / 30 - r * (1.0 / 42 - r * (1.0 / 30))))
+
+
+@njit(cache=True, nogil=True)
+def _beyond_cut(x, cut, counts, weights):
+    """sum_k weights[k] * (log Gamma(x + counts[k]) - log Gamma(x + cut)): the terms log(x + j),
+    cut <= j < counts[k], that the sums leave out; with its first and second derivatives in x."""
+    f = g = h = 0.0
+    if counts.size == 0:
+        return f, g, h
+    base_f, base_g, base_h = math.lgamma(x + cut), _digamma_far(x + cut), _trigamma_far(x + cut)
+    for k in range(counts.size):
+        w, y = weights[k], x + counts[k]
+        if w != 0.0:
+            f += w * (math.lgamma(y) - base_f)
+            g += w * (_digamma_far(y) - base_g)
+            h += w * (_trigamma_far(y) - base_h)
+    return f, g, h
+
+
+@njit(cache=True, nogil=True)
+def _value_and_derivatives(wa, wb, wc, deep_n, deep_w, a, b):
     """The objective in (a, b), its gradient and Hessian."""
     f = 0.0
     ga = gb = haa = hbb = hab = 0.0
@@ -133,27 +204,38 @@ def _value_and_derivatives(wa, wb, wc, a, b):
         haa += -ia / xa
         hbb += -ib / xb
         hab += iab / xab
+    if deep_n.shape[1]:  # the pairs beyond the sums' cut
+        cut = wc.size
+        fa, da, dda = _beyond_cut(a, cut, deep_n[0], deep_w[0])
+        fb, db, ddb = _beyond_cut(b, cut, deep_n[1], deep_w[1])
+        fc, dc, ddc = _beyond_cut(a + b, cut, deep_n[2], deep_w[2])
+        f += fa + fb - fc
+        ga += da - dc
+        gb += db - dc
+        haa += dda
+        hbb += ddb
+        hab -= ddc  # hab is minus the curvature of the c terms, as in the sums
     return f, ga, gb, haa + hab, hbb + hab, hab
 
 
 @njit(cache=True, nogil=True)
-def _at(wa, wb, wc, u, v):
+def _at(wa, wb, wc, deep_n, deep_w, u, v):
     """(s = a + b, p, a, b, then _value_and_derivatives) at u = logit p, v = log(a + b)."""
     s = math.exp(v)
     p = 1.0 / (1.0 + math.exp(-u))
     a, b = p * s, (1.0 - p) * s
-    f, ga, gb, haa, hbb, hab = _value_and_derivatives(wa, wb, wc, a, b)
+    f, ga, gb, haa, hbb, hab = _value_and_derivatives(wa, wb, wc, deep_n, deep_w, a, b)
     return s, p, a, b, f, ga, gb, haa, hbb, hab
 
 
 @njit(cache=True, nogil=True)
-def betabinomial_newton(wa, wb, wc, u, v, u_bounds, v_bounds, max_iter=100):
-    """Maximize the M-step objective over u = logit p and v = log(a + b) within bounds, by
-    Newton's method on the coordinates not held at a bound (gradient ascent where the
-    Hessian is not negative definite), with backtracking. Returns (u, v). An accepted
-    point's derivatives come with its value (each pass sums over every coverage up to the
-    deepest: on RRBS depths, thousands of terms)."""
-    s, p, a, b, f, ga, gb, haa, hbb, hab = _at(wa, wb, wc, u, v)
+def betabinomial_newton(wa, wb, wc, deep_n, deep_w, u, v, u_bounds, v_bounds, max_iter=100):
+    """Maximize the M-step objective (tail_weights' sums and deep pairs) over u = logit p and
+    v = log(a + b) within bounds, by Newton's method on the coordinates not held at a bound
+    (gradient ascent where the Hessian is not negative definite), with backtracking. Returns
+    (u, v). An accepted point's derivatives come with its value (each pass sums over every
+    coverage up to the cut: on RRBS depths, thousands of terms)."""
+    s, p, a, b, f, ga, gb, haa, hbb, hab = _at(wa, wb, wc, deep_n, deep_w, u, v)
     for _ in range(max_iter):
         q = s * p * (1.0 - p)  # da/du = -db/du
         gu = q * (ga - gb)
@@ -178,7 +260,7 @@ def betabinomial_newton(wa, wb, wc, u, v, u_bounds, v_bounds, max_iter=100):
         for _ in range(40):
             nu = min(max(u + step * du, u_bounds[0]), u_bounds[1])
             nv = min(max(v + step * dv, v_bounds[0]), v_bounds[1])
-            trial = _at(wa, wb, wc, nu, nv)
+            trial = _at(wa, wb, wc, deep_n, deep_w, nu, nv)
             if trial[4] >= f:
                 moved = abs(nu - u) > 1e-12 or abs(nv - v) > 1e-12
                 u, v = nu, nv

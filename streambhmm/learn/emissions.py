@@ -20,7 +20,8 @@ closed-form (posterior-weighted methylated over coverage sums); the beta-binomia
 maximizes, per state and sample, the posterior-weighted log-likelihood of the distinct
 pairs (PairWeights, additive across chunks like every E-step statistic) over (p, rho). The
 recursion counts each pair's posterior weight itself, so an E-step never holds the bins'
-posteriors, and the M-step costs what the largest coverage does (_emission_kernels).
+posteriors, and the M-step costs what the largest coverage does, or what a few far deeper
+pairs do beside the rest (_emission_kernels).
 """
 
 from __future__ import annotations
@@ -159,7 +160,9 @@ def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.nd
     dispersion_caps = np.ones(m) if dispersion_caps is None else np.asarray(dispersion_caps, np.float64)
 
     def solve(h: int):
-        wa, wb, wc = _emission_kernels.tail_weights(coverage, methylated, pairs.weights[h])
+        weights = pairs.weights[h]
+        wa, wb, wc, deep_n, deep_w = _emission_kernels.tail_weights(
+            coverage, methylated, weights, _emission_kernels.sum_cut(coverage, weights))
         if not wc.size:
             return None
         top = min(LEVEL_LOGIT_BOUND, np.log(level_caps[h] / (1 - level_caps[h])) if level_caps[h] < 1 else np.inf)
@@ -168,8 +171,8 @@ def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.nd
         scale_bounds = np.array([max(SCALE_BOUNDS[0], np.log((1 - widest) / widest)), SCALE_BOUNDS[1]])
         p0 = np.clip(levels[h], 1e-4, min(1 - 1e-4, level_caps[h]))
         rho0 = np.clip(dispersion[h], MIN_DISPERSION, widest)
-        return _emission_kernels.betabinomial_newton(wa, wb, wc, np.log(p0 / (1 - p0)), np.log((1 - rho0) / rho0),
-                                                     level_bounds, scale_bounds)
+        return _emission_kernels.betabinomial_newton(wa, wb, wc, deep_n, deep_w, np.log(p0 / (1 - p0)),
+                                                     np.log((1 - rho0) / rho0), level_bounds, scale_bounds)
 
     for h, solved in enumerate((pool.map if pool is not None else map)(solve, range(m))):
         if solved is not None:
