@@ -149,6 +149,7 @@ class BlockChecks:
         self.stored: dict[str, str] = {}  # chromosome as named in the store (--chromosome-names) -> in the file
         self.fields = FieldChecks(layout, settings)
         self.left_out = dict.fromkeys(LEFT_OUT, 0)  # rows of kept chromosomes left out, by reason (LeftOut)
+        self.not_selected: dict[str, int] = {}  # rows of chromosomes --chromosomes/--exclude-chromosomes leave out
         self.n_rows = 0
         c, p = layout.chrom + 1, layout.pos + 1
         self.sort_hint = (f"a chromosome's rows must be contiguous, e.g. sorted with sort -k{c},{c} -k{p},{p}n, "
@@ -197,8 +198,11 @@ class BlockChecks:
         order.position, order.last = int(pos[-1]), last
         out = []
         for r, (start, end) in enumerate(zip(starts, runs.ends)):
+            if not kept_run[r]:
+                self.not_selected[stored[r]] = self.not_selected.get(stored[r], 0) + int(end - start)
+                continue
             sel = keep[start:end]
-            if kept_run[r] and sel.any():
+            if sel.any():
                 out.append(Rows(stored[r], pos0[start:end][sel], meth[start:end][sel], cov[start:end][sel],
                                 block.offset))
         return out

@@ -11,6 +11,7 @@ costs what its own sample's data cost, whatever the number of samples already th
 from __future__ import annotations
 
 import datetime
+import fnmatch
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,8 @@ from .formats import (ReadOptions, check_input, check_replicates, detect_common_
 from .rows import ReadTally, shown
 from .names import Spellings, check_sample_name
 from .storage import Location
-from .store import (DEFAULT_CHUNK_SIZE, COVERED, CountsStore, SampleWriter, StoreError, locked, needs_recovery,
-                    open_store)
+from .store import (DEFAULT_CHUNK_SIZE, COVERED, CountsStore, SampleWriter, StoreError, locked, natural_sorted,
+                    needs_recovery, open_store)
 from .store.schema import read_attributes
 
 
@@ -49,7 +50,7 @@ class IngestReport:
     n_rows: int = 0
     n_unmethylated_rows: int = 0  # rows without a methylated read
     file_rows: list = field(default_factory=list)  # per file: [rows, rows without a methylated read]
-    left_out: ReadTally = field(default_factory=ReadTally)  # rows of the kept chromosomes left out, by reason
+    left_out: ReadTally = field(default_factory=ReadTally)  # rows left out, by reason
 
     @property
     def below_min_coverage(self) -> int:
@@ -65,6 +66,22 @@ def file_sha256(path, stop_check: Callable[[], None] = lambda: None) -> str:
                 stop_check()
             digest.update(block)
     return digest.hexdigest()
+
+
+def _unmatched_patterns(options: ReadOptions, names: set) -> str:
+    """What to say of --chromosomes and --exclude-chromosomes patterns that match no chromosome
+    of the files, ``names`` ('' when each matches one): a helper's 'MT,Lambda' kept chrM and
+    lambda, unsaid."""
+    said = []
+    for flag, patterns in (("--chromosomes", options.chromosomes or ()),
+                           ("--exclude-chromosomes", options.exclude_chromosomes)):
+        missed = [p for p in patterns if not any(fnmatch.fnmatchcase(name, p) for name in names)]
+        if missed:
+            said.append(f"{flag} {', '.join(missed)[:200]} matched no chromosome of the files")
+    if not said:
+        return ""
+    named = ", ".join(natural_sorted(names)[:12]) + (f" and {len(names) - 12:,} more" if len(names) > 12 else "")
+    return f"{'; '.join(said)} (their chromosomes: {named[:300]}; names are matched exactly, case too)"
 
 
 def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read
@@ -163,6 +180,9 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
                              f"in {', '.join(map(str, files))}{f' (left out: {said})' if said else ''}; "
                              f"nothing to ingest")
+        unmatched = _unmatched_patterns(options, set(writer.summaries) | set(tally.not_selected))
+        if unmatched:
+            echo(f"warning: {unmatched}")
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
         report.n_bins = writer.covered_bins

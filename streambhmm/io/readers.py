@@ -140,3 +140,5 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
     if tally is not None:
         for reason, rows in reader.checks.left_out.items():
             setattr(tally, reason, getattr(tally, reason) + rows)
+        for chrom, rows in reader.checks.not_selected.items():
+            tally.not_selected[chrom] = tally.not_selected.get(chrom, 0) + rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -113,19 +113,27 @@ class Rows:
 @dataclass
 class ReadTally:
     """What reading files left out, for the user: rows of the kept chromosomes, by reason
-    (fieldchecks.LeftOut)."""
+    (fieldchecks.LeftOut), and the rows of each chromosome the options did not select."""
 
     without_reads: int = 0
     other_context: int = 0
     other_code: int = 0
     below_min_coverage: int = 0
+    not_selected: dict = field(default_factory=dict)  # chromosome -> its rows, left out by --(exclude-)chromosomes
 
     def said(self, context: str, min_coverage: int) -> str:
-        """'5,285 rows without reads, 3 rows of other contexts than CG' ('' when none)."""
+        """'5,285 rows without reads, 3 rows of other contexts than CG, 912 rows of 2 chromosomes
+        not selected (chrM, lambda)' ('' when none)."""
         reasons = [(self.without_reads, "without reads"), (self.other_context, f"of other contexts than {context}"),
                    (self.other_code, "of other modifications than 5mC (codes m, C)"),
                    (self.below_min_coverage, f"with fewer than --min-coverage {min_coverage} reads")]
-        return ", ".join(f"{n:,} row{'' if n == 1 else 's'} {why}" for n, why in reasons if n)
+        said = [f"{n:,} row{'' if n == 1 else 's'} {why}" for n, why in reasons if n]
+        if self.not_selected:
+            n, names = sum(self.not_selected.values()), list(self.not_selected)
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
+            said.append(f"{n:,} row{'' if n == 1 else 's'} of {len(names):,} chromosome{'' if len(names) == 1 else 's'} "
+                        f"not selected ({shown[:200]})")
+        return ", ".join(said)
 
 
 STRANDS = (("+", 1), ("-", -1), (".", 0), ("*", 0))

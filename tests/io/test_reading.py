@@ -373,6 +373,30 @@ def test_min_coverage_and_chromosome_filters(tmp_path):
         ["chr1", "chr1", "chrM"]
 
 
+def test_ingest_says_which_chromosomes_it_left_out_and_which_patterns_matched_none(tmp_path):
+    """A helper's --exclude-chromosomes 'MT,Lambda' kept chrM and lambda without a word, and
+    patterns that did match were said nowhere."""
+    from ..app.test_cli import run
+
+    body = "".join(f"{c}\t{p}\t+\t1\t{v}\n" for c, p, v in [
+        ("chr1", 10, 1), ("chr1", 20, 5), ("chrM", 5, 9), ("chrM", 9, 9), ("lambda", 1, 7), ("chrX", 4, 3)])
+    path = write(tmp_path, "f.tsv", HEADER + body)
+    said = []
+    report = ingest([path], "A", tmp_path / "a.zarr", options=ReadOptions(exclude_chromosomes=("chrM", "lambda")),
+                    echo=said.append)
+    assert report.left_out.not_selected == {"chrM": 2, "lambda": 1} and not said
+    assert report.left_out.said("CG", 1) == "3 rows of 2 chromosomes not selected (chrM, lambda)"
+    report = ingest([path], "A", tmp_path / "b.zarr", options=ReadOptions(exclude_chromosomes=("MT", "Lambda", "chrX")),
+                    echo=said.append)
+    assert said == ["warning: --exclude-chromosomes MT, Lambda matched no chromosome of the files (their chromosomes: "
+                    "chr1, chrM, chrX, lambda; names are matched exactly, case too)"]
+    assert open_store(tmp_path / "b.zarr").chromosomes == ["chr1", "chrM", "lambda"]
+    r = run("ingest", path, "--sample", "A", "--store", tmp_path / "c.zarr", "--chromosomes", "chr1,chr9")
+    assert r.exit_code == 0, r.output
+    assert "warning: --chromosomes chr9 matched no chromosome of the files" in r.output
+    assert "; left out: 4 rows of 3 chromosomes not selected (chrM, lambda, chrX)" in r.output
+
+
 def test_options_are_recorded_and_a_change_reingests(tmp_path):
     path = write(tmp_path, "f.tsv", HEADER + "chr1\t10\t+\t1\t1\nchr1\t20\t+\t2\t4\nchrM\t5\t+\t1\t9\n")
     store = tmp_path / "s.zarr"

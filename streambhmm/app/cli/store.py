@@ -27,7 +27,7 @@ def _rows(n: int) -> str:
 
 
 def _left_out(tally, context: str, options) -> str:
-    """'; left out: 5,285 rows without reads, ...' (rows of the chromosomes kept), or ''."""
+    """'; left out: 5,285 rows without reads, ...' (ReadTally.said), or ''."""
     said = tally.said(context, options.min_coverage)
     return f"; left out: {said}" if said else ""
 
