@@ -54,13 +54,17 @@ def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True
     (``bigwig``: for a bigWig's header, read_chrom_sizes), each refused when the store's data
     reach past it; else the end of the store's last bin."""
     sizes = read_chrom_sizes(chrom_sizes, bigwig) if chrom_sizes else None
+    missing = [chrom for chrom in store.chromosomes if sizes is not None and chrom not in sizes]
+    if missing:  # a spike-in (lambda, pUC19) is in no assembly's chrom.sizes
+        raise ValueError(f"{chrom_sizes} has no {', '.join(map(repr, missing[:5]))[:300]}"
+                         f"{f' or {len(missing) - 5:,} more' if len(missing) > 5 else ''}, which the store has: add a "
+                         f"line 'NAME LENGTH' for each (a spike-in's length is its sequence's), or leave "
+                         f"{'it' if len(missing) == 1 else 'them'} out of the store (ingest --exclude-chromosomes)")
     lengths = {}
     for chrom in store.chromosomes:
         axis_end = store.n_bins(chrom) * store.bin_size
         if sizes is None:
             lengths[chrom] = axis_end
-        elif chrom not in sizes:
-            raise ValueError(f"{chrom_sizes} has no {chrom!r}, which the store has")
         elif sizes[chrom] <= axis_end - store.bin_size:
             raise ValueError(f"{chrom_sizes} gives {chrom} {sizes[chrom]:,} bp, but {store.path} has data on {chrom} up "
                              f"to its bin {axis_end - store.bin_size:,}-{axis_end:,}: the sizes are of another "

@@ -276,6 +276,11 @@ def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path
         r = run(kind, store, "-o", tmp_path / f"{kind}-other.bed", "--chrom-sizes", sizes, "-q")
         assert r.exit_code == 1 and "the sizes are of another assembly than the data's" in r.output, r.output
         assert not (tmp_path / f"{kind}-other.bed").exists()
+    # sizes without a chromosome of the store (a spike-in): refused saying what to do
+    sizes.write_text(f"chr1\t{10 ** 8}\n")
+    r = run("pmd", store, "-o", tmp_path / "spike.bed", "--chrom-sizes", sizes, "-q")
+    assert r.exit_code == 1 and "has no 'chr2', which the store has: add a line 'NAME LENGTH' for each" in r.output
+    assert "or leave it out of the store (ingest --exclude-chromosomes)" in r.output, r.output
     # a length beyond a bigWig's bound is no concern of a BED (a helper's audit heard of bigWigs)
     sizes.write_text("".join(f"{chrom}\t{10 ** 12}\n" for chrom in st.chromosomes))
     r = run("pmd", store, "-o", tmp_path / "long.bed", "--chrom-sizes", sizes, "-q")
