@@ -88,27 +88,26 @@ DEEPER = 20  # a chromosome this many times deeper than the rest, with a share o
 DEEP_SHARE = 0.01  # ... of at least this, is said (a mitochondrion, a spike-in)
 
 
-def _deep_chromosomes(sample: str, summaries: dict) -> str:
-    """What to say of chromosomes read far deeper than the sample's others ('' when none): a
-    helper's chrM at 5,000 reads per CpG held 14% of the reads, and moved EM's unmethylated
-    state from 0.08 to 0.05 (a bin's likelihood sharpens with its reads)."""
-    sums = {chrom: np.sum([s[SUMS][1] for s in chunks.values()]) for chrom, chunks in summaries.items()}
-    bins = {chrom: np.sum([s[COVERED] for s in chunks.values()]) for chrom, chunks in summaries.items()}
-    reads, covered = sum(sums.values()), sum(bins.values())
+def deep_chromosomes(sample: str, reads: dict, covered: dict) -> str:
+    """What to say of chromosomes read far deeper than the sample's others, by each one's
+    ``reads`` and ``covered`` bins ('' when none): a helper's chrM at 5,000 reads per CpG held
+    14% of the reads, and moved EM's unmethylated state from 0.08 to 0.05 (a bin's likelihood
+    sharpens with its reads)."""
+    total, bins = sum(reads.values()), sum(covered.values())
     deep = []
-    for chrom in sums:
-        if bins[chrom] and covered > bins[chrom] and sums[chrom] >= DEEP_SHARE * reads:
-            depth, rest = sums[chrom] / bins[chrom], (reads - sums[chrom]) / (covered - bins[chrom])
+    for chrom in reads:
+        if covered[chrom] and bins > covered[chrom] and reads[chrom] >= DEEP_SHARE * total:
+            depth, rest = reads[chrom] / covered[chrom], (total - reads[chrom]) / (bins - covered[chrom])
             if depth > DEEPER * rest:
-                deep.append(f"{chrom} ({depth:,.0f} reads per covered bin against {rest:,.1f} on the others; "
-                            f"{sums[chrom] / reads:.1%} of the reads)")
+                deep.append((chrom, f"{chrom} ({depth:,.0f} reads per covered bin against {rest:,.1f} on the "
+                                    f"others; {reads[chrom] / total:.1%} of the reads)"))
     if not deep:
         return ""
-    names = [d.split(" (")[0] for d in deep]
-    return (f"sample {sample}: {', '.join(deep[:5])[:400]} {'is' if len(deep) == 1 else 'are'} read far deeper than "
-            f"the rest (a mitochondrion or a spike-in?). A fit by EM (fit --method em, --polish-em, dmr) leans on "
-            f"such bins, whose likelihoods sharpen with their reads; to leave them out, ingest again with "
-            f"--exclude-chromosomes {','.join(names[:5])[:200]}")
+    return (f"sample {sample}: {', '.join(said for _, said in deep[:5])[:400]} "
+            f"{'is' if len(deep) == 1 else 'are'} read far deeper than the rest (a mitochondrion or a spike-in?). A "
+            f"fit by EM (fit --method em, --polish-em, dmr) leans on such bins, whose likelihoods sharpen with their "
+            f"reads; to leave them out, ingest again with --exclude-chromosomes "
+            f"{','.join(chrom for chrom, _ in deep[:5])[:200]}")
 
 
 def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read
@@ -212,7 +211,9 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             echo(f"warning: {unmatched}")
         report.chromosomes = [c for c, chunks in writer.summaries.items()
                               if any(s[COVERED] for s in chunks.values())]
-        deep = _deep_chromosomes(sample, writer.summaries)
+        chunks = writer.summaries
+        deep = deep_chromosomes(sample, {c: sum(int(s[SUMS][1]) for s in chunks[c].values()) for c in chunks},
+                                {c: sum(int(s[COVERED]) for s in chunks[c].values()) for c in chunks})
         if deep:
             echo(f"note: {deep}")
         report.n_bins = writer.covered_bins

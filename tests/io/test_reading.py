@@ -412,6 +412,12 @@ def test_ingest_notes_a_chromosome_read_far_deeper_than_the_rest(tmp_path):
                             "the reads) is read far deeper than the rest (a mitochondrion or a spike-in?). A fit by EM "
                             "(fit --method em, --polish-em, dmr) leans on such bins, whose likelihoods sharpen with "
                             "their reads; to leave them out, ingest again with --exclude-chromosomes chrM"]
+    # and info says so under its coverage summary, whose mean coverage counts chrM
+    from ..app.test_cli import run
+
+    r = run("info", tmp_path / "mito.zarr")
+    assert r.exit_code == 0 and r.output.endswith(f"\nnote: {said['mito'][0][len('note: '):]}\n"), r.output
+    assert "note:" not in run("info", tmp_path / "even.zarr").output
 
 
 def test_options_are_recorded_and_a_change_reingests(tmp_path):

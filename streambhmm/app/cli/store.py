@@ -62,7 +62,7 @@ def ingest(files, sample, store, fmt, bin_size, context, chunk_size, quiet, opti
 def info(store):
     """Print a counts store's chromosomes, samples, bins and coverage (from its index: no
     counts are read), or what a moment store holds (from its manifest)."""
-    from ...io.ingest import methylated_only, unmethylated_rows
+    from ...io.ingest import deep_chromosomes, methylated_only, unmethylated_rows
     from ...moments.manifest import is_moment_store  # not momentstore: no numba kernels for `info`
 
     if is_moment_store(store):
@@ -98,10 +98,16 @@ def info(store):
                + "  ".join(f"{int(c):>{w},}" for c, w in zip(view.covered, columns)))
     click.echo("\ncoverage summary:")
     n_bins = view.n_bins
-    for name, covered, reads, meth in zip(view.samples, view.covered, view.coverage, view.methylated):
+    deep = []
+    for k, (name, covered, reads, meth) in enumerate(zip(view.samples, view.covered, view.coverage,
+                                                          view.methylated)):
         click.echo(f"  {shown(name)}: {int(covered):,} of {n_bins:,} bins covered ({covered / max(n_bins, 1):.1%}), "
                    f"mean coverage {reads / max(covered, 1):.1f} per covered bin, "
                    f"pooled methylation {meth / max(reads, 1):.3f}")
+        deep.append(deep_chromosomes(shown(name), {c: int(r[k]) for c, r in view.chromosome_reads.items()},
+                                     {c: int(v[1][k]) for c, v in view.chromosomes.items()}))
+    for said in filter(None, deep):  # the mean coverage above counts them (a deep chrM made it 4 times the rest's)
+        click.echo(f"note: {said}")
 
 
 @click.command()

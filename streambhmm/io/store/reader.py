@@ -28,6 +28,7 @@ class StoreOverview:
     covered: np.ndarray  # covered bins
     coverage: np.ndarray  # reads summed over the bins
     methylated: np.ndarray
+    chromosome_reads: dict  # chrom -> reads per sample
 
     @property
     def n_bins(self) -> int:
@@ -98,12 +99,12 @@ class CountsStore:
         """Bins and coverage per chromosome and sample, from the chunk summaries (no counts
         are read)."""
         columns = [self.column(s) for s in self.samples]
-        per_chrom, totals = {}, np.zeros((3, len(columns)), np.int64)
+        per_chrom, reads, totals = {}, {}, np.zeros((3, len(columns)), np.int64)
         for chrom in self.chromosomes:
             summary = self.summary(chrom, columns).sum(axis=0)  # (samples, fields)
-            per_chrom[chrom] = (self.n_bins(chrom), summary[:, COVERED])
+            per_chrom[chrom], reads[chrom] = (self.n_bins(chrom), summary[:, COVERED]), summary[:, SUMS][:, 1]
             totals += [summary[:, COVERED], summary[:, SUMS][:, 1], summary[:, SUMS][:, 0]]
-        return StoreOverview(self.samples, per_chrom, *totals)
+        return StoreOverview(self.samples, per_chrom, *totals, reads)
 
     def summary(self, chrom: str, columns) -> np.ndarray:
         """(chunks, len(columns), FIELDS) chunk summaries of those sample columns."""
