@@ -109,9 +109,20 @@ def plot_spectrum(path, spectrum: dict, m: int) -> None:
     _save(fig, path)
 
 
+OCCUPANCY_ROWS = 30  # chromosomes beyond these (the fewest covered bins) share one row
+
+
 def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> None:
+    """Each chromosome's share of covered bins per state: the OCCUPANCY_ROWS - 1 with the most
+    covered bins and, in one row, the rest (a helper's genome of 3,010 contigs made a figure
+    92,875 pixels high)."""
     chroms = list(chromosome_state_bins)
-    counts = np.array([chromosome_state_bins[c] for c in chroms], dtype=float)
+    counts = np.array([chromosome_state_bins[c] for c in chroms], dtype=float).reshape(len(chroms), -1)
+    if len(chroms) > OCCUPANCY_ROWS:
+        kept = np.sort(np.argsort(-counts.sum(axis=1), kind="stable")[:OCCUPANCY_ROWS - 1])
+        rest = np.setdiff1d(np.arange(len(chroms)), kept)
+        chroms = [chroms[i] for i in kept] + [f"{rest.size:,} others"]
+        counts = np.vstack([counts[kept], counts[rest].sum(axis=0)])
     fractions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     colours = state_colours(methylation)
     fig, ax = plt.subplots(figsize=(5.5, 0.9 + 0.28 * len(chroms)))

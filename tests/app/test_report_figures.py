@@ -40,6 +40,21 @@ def test_a_saved_figure_keeps_its_legend_inside(tmp_path):
     assert image.shape[0] > 1.46 * 110 and image.shape[1] > 400  # beyond the figure: the legend under it
 
 
+def test_the_occupancy_of_many_contigs_keeps_the_largest_and_pools_the_rest(tmp_path, monkeypatch):
+    """A helper's genome of 3,010 contigs made an occupancy figure 92,875 pixels high."""
+    from streambhmm.app import report_figures
+
+    drawn = {}
+    monkeypatch.setattr(report_figures, "_save", lambda fig, path: drawn.update(
+        rows=[t.get_text() for t in fig.axes[0].get_yticklabels()], height=fig.get_size_inches()[1]))
+    bins = {f"chrUn_{k}": np.array([k % 3, 1, 1]) for k in range(500)} | {"chr1": np.array([900, 50, 50])}
+    bins |= {"chr2": np.array([10, 400, 400])}
+    plot_occupancy(tmp_path / "o.png", bins, np.array([[0.9], [0.05], [0.6]]), ["high", "unmethylated", "mid"])
+    rows = drawn["rows"]
+    assert len(rows) == report_figures.OCCUPANCY_ROWS and rows[-1] == "473 others" and drawn["height"] < 10
+    assert rows.index("chr1") < rows.index("chr2") and rows[:2] == ["chrUn_2", "chrUn_5"]  # the stores' order kept
+
+
 def test_region_files_are_read_and_the_track_centres_on_the_best_scoring_region(tmp_path):
     from types import SimpleNamespace
 
