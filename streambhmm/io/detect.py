@@ -148,6 +148,12 @@ def detect_format(path) -> str:
                                             f"{len(found)} formats: {listing}. Pass --format "
                                             f"{' or --format '.join(found)}; if it is none of them, "
                                             f"{columns_hint(None)}")
+    cov = FORMATS["bismark-cov"]
+    if pre.track is not None and all(cov.fits(t.split()) for _, t in pre.data):  # _fitting's rule refused it
+        raise FormatError(path, pre.track[0], pre.track[1], "unknown format: the data lines fit bismark-cov "
+                          f"({cov.columns}), but this line marks a bedGraph, which a Bismark .cov file never begins "
+                          "with (its bedGraph has the methylation percent alone). Pass --format bismark-cov if it is "
+                          "a .cov file with a track line added")
     line, text = _first_misfit(pre)
     raise FormatError(path, line, text, f"unknown format (none of {', '.join(n for n in FORMATS if n != 'columns')}"
                                         f" fits this line and those before it); {columns_hint(None)}")

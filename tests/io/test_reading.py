@@ -53,6 +53,17 @@ def test_bedgraph_and_bismark_cov_are_told_apart_by_content(tmp_path, body, fmt)
     assert detect_format(write(tmp_path, "f.txt", body)) == fmt
 
 
+def test_a_bismark_cov_behind_a_track_line_is_refused_naming_the_track_line(tmp_path):
+    """A track line marks a bedGraph, never a Bismark .cov; a helper's .cov with one added was
+    refused as "unknown format" naming its first data line, which is a good .cov line."""
+    path = write(tmp_path, "t.cov", "track type=bedGraph\nchr1\t10\t10\t50\t1\t1\nchr1\t11\t11\t0\t0\t2\n")
+    with pytest.raises(FormatError, match=r"t.cov:1: unknown format: the data lines fit bismark-cov .* this line "
+                                          r"marks a bedGraph.* Pass --format bismark-cov if it is a .cov file with "
+                                          r"a track line added: 'track type=bedGraph'"):
+        detect_format(path)
+    assert rows_of(path, "bismark-cov") == [("chr1", 9, 1, 2), ("chr1", 10, 0, 2)]
+
+
 def test_methyldackel_without_its_track_line_is_ambiguous_not_shifted(tmp_path):
     path = write(tmp_path, "md.bedGraph", "chr1\t9\t10\t50\t1\t1\nchr1\t10\t11\t100\t2\t0\n")
     with pytest.raises(FormatError, match=r"ambiguous format: .*fit 2 formats: bismark-cov .*methyldackel .*"
