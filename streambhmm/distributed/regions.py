@@ -545,7 +545,8 @@ def write_regions(found: dict, rule: RegionRule, methylation, samples, output, s
     and their ``source``; name, score = 1000 x mean posterior of the targets, strand
     io.bed.BED_STRAND, the whole region thick, the colour of the lowest target state) and, beside it
     (NAME.tsv for NAME.bed, else OUTPUT.tsv), each region's target bins, length, score, and per
-    sample its mean level and the reads it rests on. Both are written to temporary names and renamed when complete."""
+    sample its mean level and the reads it rests on. Both are written to temporary names and
+    renamed when complete."""
     colour = item_rgb(REGION_COLOURS.get(rule.name) or
                       state_colours(methylation)[min(rule.targets, key=lambda h: np.mean(methylation[h]))])
     n = 0
