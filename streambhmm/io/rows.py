@@ -131,8 +131,8 @@ class ReadTally:
         if self.not_selected:
             n, names = sum(self.not_selected.values()), list(self.not_selected)
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
-            said.append(f"{n:,} row{'' if n == 1 else 's'} of {len(names):,} chromosome{'' if len(names) == 1 else 's'} "
-                        f"not selected ({shown[:200]})")
+            said.append(f"{n:,} row{'' if n == 1 else 's'} of {len(names):,} "
+                        f"chromosome{'' if len(names) == 1 else 's'} not selected ({shown[:200]})")
         return ", ".join(said)
 
 
