@@ -130,9 +130,9 @@ class ReadTally:
         said = [f"{n:,} row{'' if n == 1 else 's'} {why}" for n, why in reasons if n]
         if self.not_selected:
             n, names = sum(self.not_selected.values()), list(self.not_selected)
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
+            listed = ", ".join(names[:5]) + (f" and {len(names) - 5:,} more" if len(names) > 5 else "")
             said.append(f"{n:,} row{'' if n == 1 else 's'} of {len(names):,} "
-                        f"chromosome{'' if len(names) == 1 else 's'} not selected ({shown[:200]})")
+                        f"chromosome{'' if len(names) == 1 else 's'} not selected ({listed[:200]})")
         return ", ".join(said)
 
 
