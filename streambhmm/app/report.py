@@ -32,8 +32,8 @@ from ..moments.spec import FeatureSpec
 from .modelio import model_for_store
 from .report_dir import (check_report_output, put_report_in_place, remove_report_leftovers, staged_report,
                          write_marker)
-from .report_figures import (Region, plot_bootstrap, plot_history, plot_methylation, plot_occupancy, plot_spectrum,
-                             plot_track, plot_transmat)
+from .report_figures import (OCCUPANCY_ROWS, Region, plot_bootstrap, plot_history, plot_methylation, plot_occupancy,
+                             plot_spectrum, plot_track, plot_transmat)
 from .report_page import render_page
 
 REGION_BINS = 500  # default track width, in bins
@@ -130,7 +130,10 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
         ("spectrum.png", "Singular values of the normalized P13 moment. The chosen number of states m is "
                          "marked; the spectrum check needs the m-th value above the noise level.",
          lambda path: plot_spectrum(path, spectrum, hmm.n_components)),
-        ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome.",
+        ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome"
+                          + (f" (the {OCCUPANCY_ROWS - 1} of most covered bins; the other "
+                             f"{len(decoded.chromosome_state_bins) - OCCUPANCY_ROWS + 1:,} in one row)"
+                             if len(decoded.chromosome_state_bins) > OCCUPANCY_ROWS else "") + ".",
          lambda path: plot_occupancy(path, decoded.chromosome_state_bins, hmm.methylation_, labels)),
         ("track.png", f"{where}: methylation fraction per covered bin and sample (point size grows with "
                       "coverage), and the decoded states below"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..io.blocks import text_lines
 from ..io.names import sample_name_problem
-from ..io.rows import sheet_fields
+from ..io.rows import FormatError, sheet_fields
 from ..learn.groups import SampleGroups
 
 SHEET_COLUMNS = ("sample", "group")
@@ -89,7 +89,7 @@ def _readable(path: str):
         yield str(copy)
 
 
-MAX_SHEET_BYTES = 64 << 20  # a sheet of a million samples is a tenth of this
+MAX_SHEET_BYTES = 16 << 20  # a sheet of 500,000 samples is about 10 MiB (read, it takes 50 times that)
 
 
 def _too_large(what: str) -> str:
@@ -106,6 +106,8 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
         with _readable(path) as readable, contextlib.closing(text_lines(readable)) as read:
             lines = [(number, line) for number, line, _ in read if line.strip() and not line.lstrip().startswith("#")]
+    except FormatError as exc:  # named as the user named it, not as its copy (standard input, a pipe)
+        raise FormatError(path, exc.line, exc.text, exc.message, exc.fmt) from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
     # comma-separated (R's write.csv, a spreadsheet's CSV) when no line has a tab and the header a comma

@@ -237,11 +237,11 @@ def blocks(path, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[bytes, int, i
 
 
 def _utf16(head: bytes) -> bool:
-    """UTF-16 text: its byte-order mark, or a NUL as every other byte of its start (ASCII without one)."""
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return True
-    start = head[:64]
-    return len(start) >= 8 and (start[1::2].count(0) == len(start[1::2]) or start[::2].count(0) == len(start[::2]))
+    """UTF-16 text of ASCII characters, with or without its byte-order mark: a NUL as every other
+    byte of its start, and none between them (a file of NULs, UTF-32 and Latin-1 are not)."""
+    start = head[2:66] if head.startswith((b"\xff\xfe", b"\xfe\xff")) else head[:64]
+    return len(start) >= 4 and any(not nuls.strip(b"\x00") and 0 not in text
+                                   for nuls, text in ((start[1::2], start[::2]), (start[::2], start[1::2])))
 
 
 def _check_lines(path, data: bytes, end: int, line: int) -> None:

@@ -68,10 +68,10 @@ def file_sha256(path, stop_check: Callable[[], None] = lambda: None) -> str:
     return digest.hexdigest()
 
 
-def _unmatched_patterns(options: ReadOptions, names: set) -> str:
+def _unmatched_patterns(sample: str, options: ReadOptions, names: set) -> str:
     """What to say of --chromosomes and --exclude-chromosomes patterns that match no chromosome
-    of the files, ``names`` ('' when each matches one): a helper's 'MT,Lambda' kept chrM and
-    lambda, unsaid."""
+    of the sample's files, ``names`` as the store names them ('' when each matches one): a
+    helper's 'MT,Lambda' kept chrM and lambda, unsaid."""
     said = []
     for flag, patterns in (("--chromosomes", options.chromosomes or ()),
                            ("--exclude-chromosomes", options.exclude_chromosomes)):
@@ -81,7 +81,10 @@ def _unmatched_patterns(options: ReadOptions, names: set) -> str:
     if not said:
         return ""
     named = ", ".join(natural_sorted(names)[:12]) + (f" and {len(names) - 12:,} more" if len(names) > 12 else "")
-    return f"{'; '.join(said)} (their chromosomes: {named[:300]}; names are matched exactly, case too)"
+    renamed = (f" after --chromosome-names {Path(options.chromosome_names).name}"
+               if options.chromosome_names else "")
+    return (f"sample {sample}: {'; '.join(said)} (their chromosomes{renamed}: {named[:300]}; patterns match these "
+            f"names exactly, case too)")
 
 
 DEEPER = 20  # a chromosome this many times deeper than the rest, with a share of the reads ...
@@ -89,25 +92,28 @@ DEEP_SHARE = 0.01  # ... of at least this, is said (a mitochondrion, a spike-in)
 
 
 def deep_chromosomes(sample: str, reads: dict, covered: dict) -> str:
-    """What to say of chromosomes read far deeper than the sample's others, by each one's
+    """What to say of chromosomes read far deeper than most of the sample's bins, by each one's
     ``reads`` and ``covered`` bins ('' when none): a helper's chrM at 5,000 reads per CpG held
     14% of the reads, and moved EM's unmethylated state from 0.08 to 0.05 (a bin's likelihood
-    sharpens with its reads)."""
-    total, bins = sum(reads.values()), sum(covered.values())
-    deep = []
-    for chrom in reads:
-        if covered[chrom] and bins > covered[chrom] and reads[chrom] >= DEEP_SHARE * total:
-            depth, rest = reads[chrom] / covered[chrom], (total - reads[chrom]) / (bins - covered[chrom])
-            if depth > DEEPER * rest:
-                deep.append((chrom, f"{chrom} ({depth:,.0f} reads per covered bin against {rest:,.1f} on the "
-                                    f"others; {reads[chrom] / total:.1%} of the reads)"))
+    sharpens with its reads). Most bins' depth is that of the chromosome of the median covered
+    bin, so that two deep chromosomes (chrM, a spike-in) do not hide each other."""
+    chroms = [c for c in reads if covered[c]]
+    if len(chroms) < 2:
+        return ""
+    depths = np.array([reads[c] / covered[c] for c in chroms])
+    order = np.argsort(depths)
+    bins = np.cumsum([covered[chroms[i]] for i in order])
+    typical = depths[order[np.searchsorted(bins, bins[-1] / 2)]]
+    total = sum(reads.values())
+    deep = [(c, f"{c} ({d:,.0f} reads per covered bin; {reads[c] / total:.1%} of the reads)")
+            for c, d in zip(chroms, depths) if d > DEEPER * typical and reads[c] >= DEEP_SHARE * total]
     if not deep:
         return ""
     return (f"sample {sample}: {', '.join(said for _, said in deep[:5])[:400]} "
-            f"{'is' if len(deep) == 1 else 'are'} read far deeper than the rest (a mitochondrion or a spike-in?). A "
-            f"fit by EM (fit --method em, --polish-em, dmr) leans on such bins, whose likelihoods sharpen with their "
-            f"reads; to leave them out, ingest again with --exclude-chromosomes "
-            f"{','.join(chrom for chrom, _ in deep[:5])[:200]}")
+            f"{'is' if len(deep) == 1 else 'are'} read far deeper than most of the sample's bins ({typical:,.1f} "
+            f"reads per covered bin): a mitochondrion or a spike-in? A fit by EM (fit --method em, --polish-em, dmr) "
+            f"leans on such bins, whose likelihoods sharpen with their reads; to leave them out, ingest again with "
+            f"--exclude-chromosomes {','.join(chrom for chrom, _ in deep[:5])[:200]}")
 
 
 def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read
@@ -206,7 +212,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
                              f"in {', '.join(map(str, files))}{f' (left out: {said})' if said else ''}; "
                              f"nothing to ingest")
-        unmatched = _unmatched_patterns(options, set(writer.summaries) | set(tally.not_selected))
+        unmatched = _unmatched_patterns(sample, options, tally.seen)
         if unmatched:
             echo(f"warning: {unmatched}")
         report.chromosomes = [c for c, chunks in writer.summaries.items()

@@ -142,3 +142,4 @@ def read_layout(path, fmt: str, label: str, layout: Layout, settings: Settings, 
             setattr(tally, reason, getattr(tally, reason) + rows)
         for chrom, rows in reader.checks.not_selected.items():
             tally.not_selected[chrom] = tally.not_selected.get(chrom, 0) + rows
+        tally.seen |= set(reader.checks.names) | set(reader.checks.not_selected)

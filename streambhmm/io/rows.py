@@ -120,6 +120,7 @@ class ReadTally:
     other_code: int = 0
     below_min_coverage: int = 0
     not_selected: dict = field(default_factory=dict)  # chromosome -> its rows, left out by --(exclude-)chromosomes
+    seen: set = field(default_factory=set)  # every chromosome of the files (as the store names them)
 
     def said(self, context: str, min_coverage: int) -> str:
         """'5,285 rows without reads, 3 rows of other contexts than CG, 912 rows of 2 chromosomes

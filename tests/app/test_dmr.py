@@ -504,6 +504,10 @@ def test_a_sheet_larger_than_a_sheet_can_be_is_refused_unread(tmp_path, monkeypa
         sheets.read_sheet(big)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text[:200])))
     assert sheets.read_sheet("-").samples[:2] == ("S0", "S1")
+    # a bad sheet from standard input is named as the user named it, not as its copy
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("sample\tgroup\nA\tx\n".encode("utf-16"))))
+    with pytest.raises(ValueError, match=r"^-:1: is UTF-16 text"):
+        sheets.read_sheet("-")
     assert not list(tmp_path.glob("*sheet*"))
 
 

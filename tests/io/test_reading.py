@@ -337,6 +337,18 @@ def test_utf16_text_is_refused_saying_to_convert_it(tmp_path, encoding):
     assert rows_of(write(tmp_path, "a.tsv", "chr1\t100\t+\t1\t2\n"), "tsv") == [("chr1", 99, 1, 2)]
 
 
+@pytest.mark.parametrize("data", [bytes(4096), bytes(64) + b"chr1\t100\t+\t1\t2\n",
+                                  "chr1\t100\t+\t1\t2\n".encode("utf-32"), "chr1\t100\t+\t1\t2\n".encode("utf-32-le"),
+                                  "\u00ff\u00fechr1\t100\t+\t1\t2\n".encode("latin-1")])
+def test_files_of_nuls_utf32_or_latin1_are_not_called_utf16(tmp_path, data):
+    """An audit's file of NULs, UTF-32 and a Latin-1 name beginning with the bytes FF FE were
+    called UTF-16 (with advice that garbles UTF-32)."""
+    path = write(tmp_path, "c.tsv", data)
+    with pytest.raises(FormatError) as err:
+        ingest([path], "A", tmp_path / "s.zarr", fmt="tsv")
+    assert "UTF-16" not in str(err.value)
+
+
 def test_text_that_begins_like_a_compressed_file_is_read_as_text(tmp_path):
     path = write(tmp_path, "c.txt", "BZh1\t100\t+\t1\t2\tCG\tCGA\n")  # a chromosome named BZh1
     assert rows_of(path, "bismark-report") == [("BZh1", 99, 1, 3)]
@@ -399,13 +411,24 @@ def test_ingest_says_which_chromosomes_it_left_out_and_which_patterns_matched_no
     assert report.left_out.said("CG", 1) == "3 rows of 2 chromosomes not selected (chrM, lambda)"
     report = ingest([path], "A", tmp_path / "b.zarr", options=ReadOptions(exclude_chromosomes=("MT", "Lambda", "chrX")),
                     echo=said.append)
-    assert said == ["warning: --exclude-chromosomes MT, Lambda matched no chromosome of the files (their chromosomes: "
-                    "chr1, chrM, chrX, lambda; names are matched exactly, case too)"]
+    assert said == ["warning: sample A: --exclude-chromosomes MT, Lambda matched no chromosome of the files (their "
+                    "chromosomes: chr1, chrM, chrX, lambda; patterns match these names exactly, case too)"]
     assert open_store(tmp_path / "b.zarr").chromosomes == ["chr1", "chrM", "lambda"]
     r = run("ingest", path, "--sample", "A", "--store", tmp_path / "c.zarr", "--chromosomes", "chr1,chr9")
     assert r.exit_code == 0, r.output
-    assert "warning: --chromosomes chr9 matched no chromosome of the files" in r.output
+    assert "warning: sample A: --chromosomes chr9 matched no chromosome of the files" in r.output
     assert "; left out: 4 rows of 3 chromosomes not selected (chrM, lambda, chrX)" in r.output
+    # a chromosome selected whose every row is left out (no reads, --min-coverage) is in the files all the same
+    said.clear()
+    ingest([path], "A", tmp_path / "d.zarr", options=ReadOptions(chromosomes=("chr1", "chrX"), min_coverage=4),
+           echo=said.append)
+    assert not said and open_store(tmp_path / "d.zarr").chromosomes == ["chr1"]
+    # patterns match the names after --chromosome-names, and the warning says so
+    ensembl = write(tmp_path, "e.tsv", HEADER + "1\t10\t+\t1\t5\nMT\t5\t+\t1\t9\n")
+    ingest([ensembl], "A", tmp_path / "e.zarr", options=ReadOptions(chromosome_names="ucsc",
+                                                                      exclude_chromosomes=("MT",)), echo=said.append)
+    assert said == ["warning: sample A: --exclude-chromosomes MT matched no chromosome of the files (their chromosomes "
+                    "after --chromosome-names ucsc: chr1, chrM; patterns match these names exactly, case too)"]
 
 
 def test_ingest_notes_a_chromosome_read_far_deeper_than_the_rest(tmp_path):
@@ -419,10 +442,18 @@ def test_ingest_notes_a_chromosome_read_far_deeper_than_the_rest(tmp_path):
         said[name] = []
         ingest([path], "A", tmp_path / f"{name}.zarr", echo=said[name].append)
     assert said["even"] == []
-    assert said["mito"] == ["note: sample A: chrM (3,000 reads per covered bin against 11.3 on the others; 87.6% of "
-                            "the reads) is read far deeper than the rest (a mitochondrion or a spike-in?). A fit by EM "
-                            "(fit --method em, --polish-em, dmr) leans on such bins, whose likelihoods sharpen with "
-                            "their reads; to leave them out, ingest again with --exclude-chromosomes chrM"]
+    assert said["mito"] == ["note: sample A: chrM (3,000 reads per covered bin; 87.6% of the reads) is read far "
+                            "deeper than most of the sample's bins (10.0 reads per covered bin): a mitochondrion or "
+                            "a spike-in? A fit by EM (fit --method em, --polish-em, dmr) leans on such bins, whose "
+                            "likelihoods sharpen with their reads; to leave them out, ingest again with "
+                            "--exclude-chromosomes chrM"]
+    # two deep chromosomes do not hide each other (an audit's lambda, beside a deeper chrM, was not noted)
+    lam = [("lambda", p, 400) for p in range(100, 4_000, 100)]
+    path = write(tmp_path, "two.tsv", HEADER + "".join(f"{c}\t{p}\t+\t1\t{v}\n" for c, p, v in rows + deep + lam))
+    said["two"] = []
+    ingest([path], "A", tmp_path / "two.zarr", echo=said["two"].append)
+    assert "note: sample A: chrM (3,000 reads per covered bin; 68.2% of the reads), lambda (400 reads per covered " \
+           "bin; 22.2% of the reads) are read far deeper" in said["two"][0]
     # and info says so under its coverage summary, whose mean coverage counts chrM
     from ..app.test_cli import run
 
