@@ -107,10 +107,19 @@ def sum_cut(coverage, weights):
     """Where the M-step's sums stop (tail_weights): the largest weighted coverage, or a lower
     cut where the pairs beyond it are so few that the cut and their closed form cost under
     1 / SAVING of the sums up to the largest coverage."""
-    deep = np.sort(coverage[weights > 0])[::-1]
-    if deep.size == 0:
-        return np.int64(0)
-    top = deep[0]
+    top = np.int64(0)
+    for k in range(coverage.size):
+        if weights[k] > 0 and coverage[k] > top:
+            top = coverage[k]
+    # any cut worth taking lies below top / SAVING, and the pairs beyond it cost DEEP_PAIR_COST each:
+    # where those beyond top / SAVING already cost too much (ordinary depths), no sort is needed
+    beyond = 0
+    for k in range(coverage.size):
+        if weights[k] > 0 and coverage[k] > top / SAVING:
+            beyond += 1
+    if top <= SAVING * MIN_CUT or SAVING * DEEP_PAIR_COST * beyond >= top:
+        return top
+    deep = np.sort(coverage[(weights > 0) & (coverage > MIN_CUT)])[::-1]
     best, cut = float(top), top
     for d in range(1, deep.size + 1):  # a cut at the next coverage down, or at MIN_CUT: d pairs beyond it
         here = max(deep[d], MIN_CUT) if d < deep.size else MIN_CUT
