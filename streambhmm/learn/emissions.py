@@ -145,6 +145,12 @@ LEVEL_LOGIT_BOUND = 9.2  # levels within about [1e-4, 1 - 1e-4]
 SCALE_BOUNDS = np.array([np.log((1 - MAX_DISPERSION) / MAX_DISPERSION), np.log((1 - MIN_DISPERSION) / MIN_DISPERSION)])
 
 
+def sum_cut(coverage: np.ndarray, weights: np.ndarray) -> int:
+    """Where the M-step's sums over the coverage stop: the largest weighted coverage, or a cut
+    below a few far deeper pairs, which add their terms in closed form (_emission_kernels)."""
+    return _emission_kernels.sum_cut(coverage, weights)
+
+
 def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.ndarray, level_caps=None,
                        dispersion_caps=None, pool=None) -> tuple[np.ndarray, np.ndarray]:
     """(levels (m,), dispersions (m,)) maximizing each state's posterior-weighted
@@ -161,8 +167,8 @@ def betabinomial_mstep(pairs: PairWeights, levels: np.ndarray, dispersion: np.nd
 
     def solve(h: int):
         weights = pairs.weights[h]
-        wa, wb, wc, deep_n, deep_w = _emission_kernels.tail_weights(
-            coverage, methylated, weights, _emission_kernels.sum_cut(coverage, weights))
+        wa, wb, wc, deep_n, deep_w = _emission_kernels.tail_weights(coverage, methylated, weights,
+                                                                    sum_cut(coverage, weights))
         if not wc.size:
             return None
         top = min(LEVEL_LOGIT_BOUND, np.log(level_caps[h] / (1 - level_caps[h])) if level_caps[h] < 1 else np.inf)
