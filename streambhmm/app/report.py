@@ -130,10 +130,11 @@ def _figures(counts, document, hmm, decoded, spectrum, where: Region, bed, diff,
         ("spectrum.png", "Singular values of the normalized P13 moment. The chosen number of states m is "
                          "marked; the spectrum check needs the m-th value above the noise level.",
          lambda path: plot_spectrum(path, spectrum, hmm.n_components)),
-        ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome"
-                          + (f" (the {OCCUPANCY_ROWS - 1} of most covered bins; the other "
-                             f"{len(decoded.chromosome_state_bins) - OCCUPANCY_ROWS + 1:,} in one row)"
-                             if len(decoded.chromosome_state_bins) > OCCUPANCY_ROWS else "") + ".",
+        ("occupancy.png", "Fraction of covered bins decoded to each state, per chromosome (its covered bins "
+                          "in brackets"
+                          + (f"; the {OCCUPANCY_ROWS - 1} chromosomes with the most covered bins, the other "
+                             f"{len(decoded.chromosome_state_bins) - OCCUPANCY_ROWS + 1:,} in one row"
+                             if len(decoded.chromosome_state_bins) > OCCUPANCY_ROWS else "") + ").",
          lambda path: plot_occupancy(path, decoded.chromosome_state_bins, hmm.methylation_, labels)),
         ("track.png", f"{where}: methylation fraction per covered bin and sample (point size grows with "
                       "coverage), and the decoded states below"

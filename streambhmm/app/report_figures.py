@@ -123,6 +123,8 @@ def plot_occupancy(path, chromosome_state_bins: dict, methylation, labels) -> No
         rest = np.setdiff1d(np.arange(len(chroms)), kept)
         chroms = [chroms[i] for i in kept] + [f"{rest.size:,} others"]
         counts = np.vstack([counts[kept], counts[rest].sum(axis=0)])
+    # each row's covered bins beside its name: a contig of 17 bins drew a bar as wide as chr1's
+    chroms = [f"{c} ({int(n):,})" for c, n in zip(chroms, counts.sum(axis=1))]
     fractions = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
     colours = state_colours(methylation)
     fig, ax = plt.subplots(figsize=(5.5, 0.9 + 0.28 * len(chroms)))

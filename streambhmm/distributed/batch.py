@@ -312,6 +312,7 @@ class _BatchRun:
         self.rows, self.workdir, self.client, self.spec = rows, workdir, client, spec  # the moments' feature, as asked
         self.bin_size, self.context, self.chunk_size = bin_size, context, chunk_size
         self.echo, self.warn, self.progress, self.options = echo, warn, progress, options
+        self.notes_said: dict[str, str] = {}  # an ingest note, without its sample -> the first sample it was said of
         self.groups: dict[str, list[ManifestRow]] = {}
         for row in rows:
             self.groups.setdefault(row.group, []).append(row)
@@ -437,8 +438,13 @@ class _BatchRun:
         for r in results:
             rows_read = f", {r.n_rows:,} rows" if r.n_rows else ""
             self.echo(f"sample {r.sample} ({r.group}): {r.status}" + (f": {r.error}" if r.error else rows_read))
-            for note in r.notes:
-                self.warn(note)  # each names its sample
+            for note in r.notes:  # each names its sample; one said of an earlier sample too is shortened
+                said = note.removeprefix("note: ").removeprefix("warning: ").removeprefix(f"sample {r.sample}: ")
+                if said in self.notes_said:
+                    self.warn(f"{note[:note.index(said)]}as for sample {self.notes_said[said]}")
+                else:
+                    self.notes_said[said] = r.sample
+                    self.warn(note)
         if any(r.status == "failed" for r in results):
             group.status, group.error = "skipped", "a sample failed; moments not updated"
 
@@ -468,7 +474,7 @@ class _BatchRun:
             changed = {"settings": "its samples or settings changed since its moment store was made",
                        "source": "its moment store was computed from a counts store elsewhere (the workdir moved?)"}
             self.warn(f"group {result.group}: {' and '.join(changed[why] for why in report.started_again)}; made "
-                      f"again, reusing the partials that still hold")
+                      f"again, {report.reused} of its partials reused (those of unchanged counts)")
         return report
 
     def update_moments(self, result: GroupResult) -> None:

@@ -68,19 +68,30 @@ def file_sha256(path, stop_check: Callable[[], None] = lambda: None) -> str:
     return digest.hexdigest()
 
 
+def _plain(name: str) -> str:
+    """A chromosome's name as conventions differ on it: no 'chr', upper case, M for MT."""
+    plain = name.upper().removeprefix("CHR")
+    return "M" if plain == "MT" else plain
+
+
 def _unmatched_patterns(sample: str, options: ReadOptions, names: set) -> str:
     """What to say of --chromosomes and --exclude-chromosomes patterns that match no chromosome
     of the sample's files, ``names`` as the store names them ('' when each matches one): a
-    helper's 'MT,Lambda' kept chrM and lambda, unsaid."""
-    said = []
+    helper's 'MT,Lambda' kept chrM and lambda, unsaid. Names like a pattern in another
+    convention (chrM for MT) are listed first."""
+    said, missed = [], []
     for flag, patterns in (("--chromosomes", options.chromosomes or ()),
                            ("--exclude-chromosomes", options.exclude_chromosomes)):
-        missed = [p for p in patterns if not any(fnmatch.fnmatchcase(name, p) for name in names)]
-        if missed:
-            said.append(f"{flag} {', '.join(missed)[:200]} matched no chromosome of the files")
+        these = [p for p in patterns if not any(fnmatch.fnmatchcase(name, p) for name in names)]
+        if these:
+            said.append(f"{flag} {', '.join(these)[:200]} matched no chromosome of the files")
+            missed += these
     if not said:
         return ""
-    named = ", ".join(natural_sorted(names)[:12]) + (f" and {len(names) - 12:,} more" if len(names) > 12 else "")
+    ordered = natural_sorted(names)
+    like = [name for name in ordered if any(fnmatch.fnmatchcase(_plain(name), _plain(p)) for p in missed)]
+    named = ", ".join((like + [n for n in ordered if n not in like])[:12]) + \
+        (f" and {len(names) - 12:,} more" if len(names) > 12 else "")
     renamed = (f" after --chromosome-names {Path(options.chromosome_names).name}"
                if options.chromosome_names else "")
     return (f"sample {sample}: {'; '.join(said)} (their chromosomes{renamed}: {named[:300]}; patterns match these "
@@ -112,8 +123,8 @@ def deep_chromosomes(sample: str, reads: dict, covered: dict) -> str:
     return (f"sample {sample}: {', '.join(said for _, said in deep[:5])[:400]} "
             f"{'is' if len(deep) == 1 else 'are'} read far deeper than most of the sample's bins ({typical:,.1f} "
             f"reads per covered bin): a mitochondrion or a spike-in? A fit by EM (fit --method em, --polish-em, dmr) "
-            f"leans on such bins, whose likelihoods sharpen with their reads; to leave them out, ingest again with "
-            f"--exclude-chromosomes {','.join(chrom for chrom, _ in deep[:5])[:200]}")
+            f"leans on such bins, whose likelihoods sharpen with their reads; to leave them out, ingest (or batch) "
+            f"again with --exclude-chromosomes {','.join(chrom for chrom, _ in deep[:5])[:200]}")
 
 
 def _bin_file(path, fmt, context, bin_size, writer: SampleWriter, progress, spellings: Spellings, **read

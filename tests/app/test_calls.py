@@ -484,6 +484,7 @@ def joint_hmrs(tmp_path, counts) -> tuple:
     store = write_store(tmp_path / "two.zarr", {"chr5": (bins, meth[bins], cov[bins])}, ["A", "B"]).path
     r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
     assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("states (levels of A/B; * the HMR states): ")  # a helper's "0.11/0.09" named nothing
     return meth, cov, read_bed(tmp_path / "joint.bed")["chr5"]
 
 

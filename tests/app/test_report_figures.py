@@ -51,8 +51,9 @@ def test_the_occupancy_of_many_contigs_keeps_the_largest_and_pools_the_rest(tmp_
     bins |= {"chr2": np.array([10, 400, 400])}
     plot_occupancy(tmp_path / "o.png", bins, np.array([[0.9], [0.05], [0.6]]), ["high", "unmethylated", "mid"])
     rows = drawn["rows"]
-    assert len(rows) == report_figures.OCCUPANCY_ROWS and rows[-1] == "473 others" and drawn["height"] < 10
-    assert rows.index("chr1") < rows.index("chr2") and rows[:2] == ["chrUn_2", "chrUn_5"]  # the stores' order kept
+    assert len(rows) == report_figures.OCCUPANCY_ROWS and rows[-1] == "473 others (1,391)" and drawn["height"] < 10
+    # the store's order kept, each row's covered bins beside its name
+    assert rows.index("chr1 (1,000)") < rows.index("chr2 (810)") and rows[:2] == ["chrUn_2 (4)", "chrUn_5 (4)"]
 
 
 def test_region_files_are_read_and_the_track_centres_on_the_best_scoring_region(tmp_path):

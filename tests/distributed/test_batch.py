@@ -175,6 +175,19 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     assert (again / "lister" / "moments.zarr" / "manifest.json").exists()
 
 
+def test_a_note_of_several_samples_is_said_in_full_once(tmp_path, dask_clients):
+    """A helper's cohort: --exclude-chromosomes MT (the files say chrM) was warned of in full
+    for each of 5 samples, chrM hidden in "and 30 more"."""
+    rows = {"H1": GOOD["H1"], "IMR90": GOOD["IMR90"]}
+    manifest = write_manifest(tmp_path / "manifest.tsv", rows)
+    r = run("batch", manifest, "--workdir", tmp_path, "--bins", "8", "--exclude-chromosomes", "MT", "-q",
+            "--scheduler", dask_clients[1].scheduler.address)
+    assert r.exit_code == 0, r.output
+    full = [line for line in r.output.splitlines() if "--exclude-chromosomes MT matched no chromosome" in line]
+    short = [line for line in r.output.splitlines() if line.endswith(("as for sample H1", "as for sample IMR90"))]
+    assert len(full) == 1 and len(short) == 1 and short[0].startswith("warning: sample "), r.output
+
+
 @pytest.mark.slow
 def test_a_batch_in_which_every_sample_fails_still_writes_its_summary(tmp_path, dask_clients):
     """Audit 17: the work directory did not exist yet, so the summary was never written."""

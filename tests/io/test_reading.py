@@ -412,7 +412,7 @@ def test_ingest_says_which_chromosomes_it_left_out_and_which_patterns_matched_no
     report = ingest([path], "A", tmp_path / "b.zarr", options=ReadOptions(exclude_chromosomes=("MT", "Lambda", "chrX")),
                     echo=said.append)
     assert said == ["warning: sample A: --exclude-chromosomes MT, Lambda matched no chromosome of the files (their "
-                    "chromosomes: chr1, chrM, chrX, lambda; patterns match these names exactly, case too)"]
+                    "chromosomes: chrM, lambda, chr1, chrX; patterns match these names exactly, case too)"]  # alike first
     assert open_store(tmp_path / "b.zarr").chromosomes == ["chr1", "chrM", "lambda"]
     r = run("ingest", path, "--sample", "A", "--store", tmp_path / "c.zarr", "--chromosomes", "chr1,chr9")
     assert r.exit_code == 0, r.output
@@ -428,7 +428,7 @@ def test_ingest_says_which_chromosomes_it_left_out_and_which_patterns_matched_no
     ingest([ensembl], "A", tmp_path / "e.zarr", options=ReadOptions(chromosome_names="ucsc",
                                                                       exclude_chromosomes=("MT",)), echo=said.append)
     assert said == ["warning: sample A: --exclude-chromosomes MT matched no chromosome of the files (their chromosomes "
-                    "after --chromosome-names ucsc: chr1, chrM; patterns match these names exactly, case too)"]
+                    "after --chromosome-names ucsc: chrM, chr1; patterns match these names exactly, case too)"]
 
 
 def test_ingest_notes_a_chromosome_read_far_deeper_than_the_rest(tmp_path):
@@ -445,7 +445,7 @@ def test_ingest_notes_a_chromosome_read_far_deeper_than_the_rest(tmp_path):
     assert said["mito"] == ["note: sample A: chrM (3,000 reads per covered bin; 87.6% of the reads) is read far "
                             "deeper than most of the sample's bins (10.0 reads per covered bin): a mitochondrion or "
                             "a spike-in? A fit by EM (fit --method em, --polish-em, dmr) leans on such bins, whose "
-                            "likelihoods sharpen with their reads; to leave them out, ingest again with "
+                            "likelihoods sharpen with their reads; to leave them out, ingest (or batch) again with "
                             "--exclude-chromosomes chrM"]
     # two deep chromosomes do not hide each other (an audit's lambda, beside a deeper chrM, was not noted)
     lam = [("lambda", p, 400) for p in range(100, 4_000, 100)]

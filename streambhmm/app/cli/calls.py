@@ -66,7 +66,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     levels = "; ".join(f"{'/'.join(f'{v:.2f}' for v in outcome.hmm.methylation_[h])} "
                        f"(overdispersion {'/'.join(f'{v:.3f}' for v in outcome.hmm.dispersion_[h])})"
                        + (" *" if h in outcome.rule.targets else "") for h in by_level)
-    click.echo(f"states (* the {kind.upper()} states): {levels}")
+    of = f"levels of {'/'.join(outcome.samples)}; " if len(outcome.samples) > 1 else ""
+    click.echo(f"states ({of}* the {kind.upper()} states): {levels}")
     if outcome.em_stopped:
         click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     if left_out:
