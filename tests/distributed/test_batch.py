@@ -153,7 +153,8 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     mine.write_text("my notes\n")
     r = run("batch", manifest, "--workdir", moved, "--bins", "8", "--scheduler", scheduler)
     assert r.exit_code == 0 and "group lister: its moment store was computed from a counts store elsewhere (the " \
-                                "workdir moved?); made again, 1 of its partials reused (those of unchanged counts)" in r.output, r.output
+                                "workdir moved?); made again, 1 of its partials reused (those of unchanged " \
+                                "counts)" in r.output, r.output
     assert "group lister: moments unchanged, 0 partial(s) computed, 1 reused" in r.output, r.output
     assert load_total(moved / "lister" / "moments.zarr")[1]["source"]["counts_store"] == \
         str((moved / "lister" / "counts.zarr").resolve())

@@ -412,7 +412,7 @@ def test_ingest_says_which_chromosomes_it_left_out_and_which_patterns_matched_no
     report = ingest([path], "A", tmp_path / "b.zarr", options=ReadOptions(exclude_chromosomes=("MT", "Lambda", "chrX")),
                     echo=said.append)
     assert said == ["warning: sample A: --exclude-chromosomes MT, Lambda matched no chromosome of the files (their "
-                    "chromosomes: chrM, lambda, chr1, chrX; patterns match these names exactly, case too)"]  # alike first
+                    "chromosomes: chrM, lambda, chr1, chrX; patterns match these names exactly, case too)"]
     assert open_store(tmp_path / "b.zarr").chromosomes == ["chr1", "chrM", "lambda"]
     r = run("ingest", path, "--sample", "A", "--store", tmp_path / "c.zarr", "--chromosomes", "chr1,chr9")
     assert r.exit_code == 0, r.output
