@@ -308,10 +308,10 @@ def call_output_checked(output, store, moments=None, save_model=None) -> Path:
     if moments:
         inputs.append(moments)
         try:
-            source = read_manifest(moments).source.get("counts_store")
+            source = read_manifest(moments).counts_store
         except Exception:  # noqa: BLE001 - not a readable moment store: the call refuses it, saying why
             source = None
-        if source and Location.of(source).exists():
+        if source:
             inputs.append(source)
     checked = output_checked(output, *inputs)
     if save_model:

@@ -226,11 +226,10 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         unmatched = _unmatched_patterns(sample, options, tally.seen)
         if unmatched:
             echo(f"warning: {unmatched}")
-        report.chromosomes = [c for c, chunks in writer.summaries.items()
-                              if any(s[COVERED] for s in chunks.values())]
-        chunks = writer.summaries
-        deep = deep_chromosomes(sample, {c: sum(int(s[SUMS][1]) for s in chunks[c].values()) for c in chunks},
-                                {c: sum(int(s[COVERED]) for s in chunks[c].values()) for c in chunks})
+        covered = {c: sum(int(s[COVERED]) for s in chunks.values()) for c, chunks in writer.summaries.items()}
+        report.chromosomes = [c for c, n in covered.items() if n]
+        deep = deep_chromosomes(sample, {c: sum(int(s[SUMS][1]) for s in chunks.values())
+                                         for c, chunks in writer.summaries.items()}, covered)
         if deep:
             echo(f"note: {deep}")
         report.n_bins = writer.covered_bins

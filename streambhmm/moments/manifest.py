@@ -72,6 +72,13 @@ class Manifest(Document):
         return list(dict.fromkeys(e["chromosome"] for e in self.partials))
 
     @property
+    def counts_store(self) -> str | None:
+        """The counts store the moments were computed from, when it is still there (None: they
+        were merged from several stores, or it is gone)."""
+        path = self.source.get("counts_store")
+        return path if path and Location.of(path).exists() else None
+
+    @property
     def n_triples(self) -> int:
         return int(sum(e["n_triples"] for e in self.partials))
 

@@ -161,20 +161,21 @@ def _open_or_create(root: Location, settings: dict, source: dict, start_again: b
     always leaves a moment store that the next run can resume."""
     if (root / MANIFEST).exists():
         manifest = Manifest.read(root)
-        mismatches = []
-        for check in (lambda: _check_source(root, manifest.source, source),
-                      lambda: manifest.check_settings(root, settings,
-                                                      advice=_other_settings_advice(manifest, settings))):
-            try:
-                check()
-            except (SourceMismatch, SettingsMismatch) as exc:
-                mismatches.append(exc)
+        mismatches = {}  # both are said: a moved workdir whose group's samples changed too
+        try:
+            _check_source(root, manifest.source, source)
+        except SourceMismatch as exc:
+            mismatches["source"] = exc
+        try:
+            manifest.check_settings(root, settings, advice=_other_settings_advice(manifest, settings))
+        except SettingsMismatch as exc:
+            mismatches["settings"] = exc
         if not mismatches:
             return manifest.complete, ()
         if not start_again:
-            raise mismatches[0]
+            raise next(iter(mismatches.values()))
         _init_store(root, settings, source, mode="r+")
-        return False, tuple("source" if isinstance(exc, SourceMismatch) else "settings" for exc in mismatches)
+        return False, tuple(mismatches)
     _refuse_other_directory(root)
     staged = staging_path(root)
     _init_store(staged, settings, source)

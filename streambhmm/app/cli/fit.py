@@ -146,7 +146,7 @@ def counts_behind(moments_path):
 
     try:
         manifest = read_manifest(moments_path)
-        counts = open_store(manifest.source["counts_store"])
+        counts = open_store(manifest.counts_store)
     except Exception:  # noqa: BLE001 - not there, not readable, or no single source: nothing to ask
         return None
     return counts if set(manifest.samples) <= set(counts.samples) else None

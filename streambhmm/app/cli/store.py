@@ -128,12 +128,11 @@ def upgrade(store, quiet):
 def _stale(store, manifest) -> str | None:
     """What makes a complete moment store out of date with the counts store it was computed
     from, as that is now (None: up to date, or that store is not there to compare)."""
-    from ...io.storage import Location
     from ...io.store import locked, open_store
     from ...moments.momentstore import stale_chunks, update_command
 
-    path = manifest.source.get("counts_store")
-    if not path or not Location.of(path).exists():
+    path = manifest.counts_store
+    if path is None:
         return None
     try:
         with locked(path, shared=True):  # an ingest's commit lands first
