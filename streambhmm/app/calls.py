@@ -455,12 +455,20 @@ def partial_chromosomes(store, samples) -> list[str]:
             for chrom, on in _samples_with_reads(store, samples).items() if len(on) < len(samples)]
 
 
-def most_of_the_genome(store, outcome: "CallOutcome") -> str | None:
+def hmr_notes(store, outcome: "CallOutcome") -> list[str]:
+    """What to say of a call's HMRs beside the regions (most_of_the_genome, whole_chromosomes)."""
+    by_chromosome = store.bins_with_reads_by_chromosome(outcome.samples)
+    notes = [most_of_the_genome(by_chromosome, outcome), whole_chromosomes(by_chromosome, outcome)]
+    return [note for note in notes if note]
+
+
+def most_of_the_genome(by_chromosome: dict, outcome: "CallOutcome") -> str | None:
     """What to say when a call's HMRs hold more than half of every sample's bins with reads
-    (None: fewer): a genome mostly unmethylated (a plant's gene-rich arms, a mutant without CG
-    methylation in part), whose HMRs are its unmethylated background more than focal regions
-    (a helper's trial: 192 HMRs over 0.80 of DMRcaller's 1 Mb of Arabidopsis Chr3)."""
-    with_reads = store.bins_with_reads(outcome.samples)
+    (None: fewer; ``by_chromosome`` each chromosome's, per sample): a genome mostly
+    unmethylated (a plant's gene-rich arms, a mutant without CG methylation in part), whose
+    HMRs are its unmethylated background more than focal regions (a helper's trial: 192 HMRs
+    over 0.80 of DMRcaller's 1 Mb of Arabidopsis Chr3)."""
+    with_reads = sum(by_chromosome.values(), np.zeros(len(outcome.samples), np.int64))
     # the HMRs' own bins with reads, not their lengths: on sparse data (RRBS) a region spans many bins without
     called = int(sum(regions.n_bins.sum() for regions in outcome.found.values()))
     if not outcome.n or (2 * called <= with_reads).any():
@@ -468,6 +476,29 @@ def most_of_the_genome(store, outcome: "CallOutcome") -> str | None:
     return (f"the HMRs hold {called / with_reads.max():.0%} of the bins with reads: most of this methylome is "
             f"hypomethylated, so they are its unmethylated background (a plant's gene-rich arms?) more than "
             f"focal regions")
+
+
+WHOLE_CHROMOSOME_BINS = 20  # a chromosome with fewer bins with reads is not said to be one HMR
+WHOLE_SHARE = 0.9
+
+
+def whole_chromosomes(by_chromosome: dict, outcome: "CallOutcome") -> str | None:
+    """What to say of chromosomes that are one HMR (None: none is): one region holding at least
+    WHOLE_SHARE of the bins with reads there of at least WHOLE_CHROMOSOME_BINS. An unmethylated
+    genome (chrM, a lambda spike-in) is one long HMR, as DNMTools calls it too: a true call,
+    but seldom one a user wants beside the nuclear genome's."""
+    whole = []
+    for chrom, regions in outcome.found.items():
+        with_reads = int(by_chromosome[chrom].min())
+        if len(regions.n_bins) == 1 and with_reads >= WHOLE_CHROMOSOME_BINS \
+                and regions.n_bins[0] >= WHOLE_SHARE * with_reads:
+            whole.append(f"{chrom} ({int(regions.end[0] - regions.start[0]):,} bp)")
+    if not whole:
+        return None
+    each = "is one HMR over all its" if len(whole) == 1 else "are each one HMR over all their"
+    return (f"{first_few(whole)} {each} bins with reads: an unmethylated genome, as mitochondria and a lambda "
+            f"spike-in are (DNMTools calls them so too). To leave such a chromosome out, drop its lines from the "
+            f"BED, or ingest again with --exclude-chromosomes")
 
 
 def chromosomes_left_out(store, samples) -> str | None:

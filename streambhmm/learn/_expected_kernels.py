@@ -99,3 +99,74 @@ def edge_tails(n, log_p, log_q, log_factorial):
         for e in range(n_edges):
             steps[mu, e] = rows[mu + 1, e] - rows[mu, e]
     return rows, steps
+
+
+@njit(cache=True, nogil=True)
+def beta_weights(a, b, log_p, log_q, edge, log_spacing):
+    """The quadrature weights of overdispersion.LevelQuadrature for Beta(a[h], b[h]) (m,)
+    over its nodes (log p and log(1 - p) of each interior node, then the tails beyond
+    ``edge`` in logit): (3m, nodes + 2), the rows W, then dW/da, then dW/db; subnormals
+    are zero (they slow the products that use the weights)."""
+    m, n_interior = a.size, log_p.size
+    n = n_interior + 2
+    out = np.zeros((3 * m, n))
+    log_w = np.empty(n)
+    d_a = np.zeros(n)
+    d_b = np.zeros(n)
+    tiny = np.finfo(np.float64).tiny
+    for h in range(m):
+        # interior nodes: log of sigma(z)^a sigma(-z)^b dz; tails: integral of e^(a z) beyond the edge
+        log_w[0] = -a[h] * edge - np.log(a[h])
+        d_a[0] = -edge - 1.0 / a[h]
+        for i in range(n_interior):
+            log_w[i + 1] = a[h] * log_p[i] + b[h] * log_q[i] + log_spacing
+            d_a[i + 1] = log_p[i]
+            d_b[i + 1] = log_q[i]
+        log_w[n - 1] = -b[h] * edge - np.log(b[h])
+        d_b[n - 1] = -edge - 1.0 / b[h]
+        top = log_w.max()
+        total = 0.0
+        for i in range(n):
+            out[h, i] = np.exp(log_w[i] - top)
+            total += out[h, i]
+        mean_a = 0.0
+        mean_b = 0.0
+        for i in range(n):
+            out[h, i] /= total
+            mean_a += out[h, i] * d_a[i]
+            mean_b += out[h, i] * d_b[i]
+        for i in range(n):
+            w = out[h, i]
+            out[m + h, i] = w * (d_a[i] - mean_a)
+            out[2 * m + h, i] = w * (d_b[i] - mean_b)
+    for r in range(3 * m):
+        for i in range(n):
+            if abs(out[r, i]) < tiny:
+                out[r, i] = 0.0
+    return out
+
+
+@njit(cache=True, nogil=True)
+def dispersed_mixture(product, a, b, q, obs, slope, by_scale):
+    """A sample's features under Beta-distributed levels, from ``product`` (3m, buckets * D):
+    beta_weights' rows times the features of each bucket at the quadrature's nodes. Sets obs
+    (D, m) to E[phi | h] mixed over the state's coverage buckets ``q`` (m, buckets), slope to
+    its derivative in the level (at fixed a + b) and by_scale in v = log(a + b); returns
+    each bucket's features (buckets, m, D)."""
+    m, n_buckets = a.size, q.shape[1]
+    d = product.shape[1] // n_buckets
+    per_bucket = np.empty((n_buckets, m, d))
+    for h in range(m):
+        scale = a[h] + b[h]
+        for j in range(d):
+            value, level, spread = 0.0, 0.0, 0.0
+            for k in range(n_buckets):
+                x, d_a, d_b = product[h, k * d + j], product[m + h, k * d + j], product[2 * m + h, k * d + j]
+                per_bucket[k, h, j] = x
+                value += q[h, k] * x
+                level += q[h, k] * scale * (d_a - d_b)
+                spread += q[h, k] * (a[h] * d_a + b[h] * d_b)
+            obs[j, h] = value
+            slope[j, h] = level
+            by_scale[j, h] = spread
+    return per_bucket

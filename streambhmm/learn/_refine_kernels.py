@@ -147,3 +147,79 @@ def mixture_loglik(weight, groups, x_entries, y_of_cell, y_entries, log_table, t
             for k in range(m):
                 resp[y_entries[c, g], k] += y_resp[c, k]
     return total
+
+
+@njit(cache=True, nogil=True)
+def triples_divergence(emp, obs, pi, transmat, scale, g_obs, g_pi, g_a):
+    """-scale sum_abc emp[a, b, c] log T[a, b, c] for the model's third-order tensor
+    T = sum_ijk pi_i A_ij A_jk O[a, i] O[b, j] O[c, k] (obs O (K, m)), its gradients added
+    into g_obs (K, m), g_pi (m,) and g_a (m, m). Contracted one index at a time, as numpy's
+    tensordots were, so no step costs more than K^3 m; compiled to run its starts' threads
+    side by side (numpy's many small products hold the GIL)."""
+    n, m = obs.shape
+    first = np.zeros((n, m, m))  # (a, j, k): sum_i O[a, i] pi_i A_ij A_jk
+    for x in range(n):
+        for i in range(m):
+            o = obs[x, i] * pi[i]
+            for j in range(m):
+                oa = o * transmat[i, j]
+                for k in range(m):
+                    first[x, j, k] += oa * transmat[j, k]
+    second = np.zeros((n, n, m))  # (a, b, k): sum_j O[b, j] first[a, j, k]
+    for x in range(n):
+        for y in range(n):
+            for j in range(m):
+                o = obs[y, j]
+                for k in range(m):
+                    second[x, y, k] += o * first[x, j, k]
+    q3 = np.zeros((n, n, m))  # (a, b, k): sum_c q[a, b, c] O[c, k], q = d loss / d T
+    by_state = np.ascontiguousarray(obs.T)  # (m, K): the loops over c run along rows
+    g_by_state = np.zeros((m, n))
+    model = np.empty(n)
+    total = 0.0
+    for x in range(n):
+        for y in range(n):
+            model[:] = 0.0
+            for k in range(m):
+                s = second[x, y, k]
+                for z in range(n):
+                    model[z] += by_state[k, z] * s
+            for z in range(n):
+                e = emp[x, y, z]
+                t = max(model[z], 1e-300)
+                total += e * np.log(t)
+                model[z] = -scale * e / t  # q
+            for k in range(m):
+                s = second[x, y, k]
+                acc = 0.0
+                for z in range(n):
+                    acc += model[z] * by_state[k, z]
+                    g_by_state[k, z] += model[z] * s
+                q3[x, y, k] = acc
+    g_obs += g_by_state.T
+    q23 = np.zeros((n, m, m))  # (a, j, k): sum_b q3[a, b, k] O[b, j]
+    for x in range(n):
+        for y in range(n):
+            for j in range(m):
+                o = obs[y, j]
+                for k in range(m):
+                    q23[x, j, k] += q3[x, y, k] * o
+                    g_obs[y, j] += q3[x, y, k] * first[x, j, k]
+    g_core = np.zeros((m, m, m))  # (i, j, k): d loss / d (pi_i A_ij A_jk)
+    for x in range(n):
+        for i in range(m):
+            o = obs[x, i]
+            acc = 0.0
+            for j in range(m):
+                for k in range(m):
+                    g_core[i, j, k] += o * q23[x, j, k]
+                    acc += q23[x, j, k] * pi[i] * transmat[i, j] * transmat[j, k]
+            g_obs[x, i] += acc
+    for i in range(m):
+        for j in range(m):
+            for k in range(m):
+                g = g_core[i, j, k]
+                g_pi[i] += g * transmat[i, j] * transmat[j, k]
+                g_a[i, j] += g * pi[i] * transmat[j, k]
+                g_a[j, k] += g * pi[i] * transmat[i, j]
+    return -scale * total

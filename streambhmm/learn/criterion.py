@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import expit
 
+from . import _refine_kernels
 from ..moments.sums import Moments
 from .emissions import START_DISPERSION
 from .expected import GRID_POINTS, SampleCoverage
@@ -223,11 +224,11 @@ class Objective:
             block = slice(s * d, (s + 1) * d)
             if dispersion is None:
                 values, slopes = cov.features(levels[:, s])  # (buckets, m, D)
+                obs[block] = np.einsum("hb,bhd->dh", q, values)
+                slope[block] = np.einsum("hb,bhd->dh", q, slopes)
             else:
-                values, slopes, scales = cov.dispersed_features(levels[:, s], dispersion[:, s])
-                by_scale[block] = np.einsum("hb,bhd->dh", q, scales)
-            obs[block] = np.einsum("hb,bhd->dh", q, values)
-            slope[block] = np.einsum("hb,bhd->dh", q, slopes)
+                obs[block], slope[block], by_scale[block], values = cov.dispersed_features(
+                    levels[:, s], dispersion[:, s], q)
             per_bucket.append(values)
         return obs, slope, by_scale, per_bucket
 
@@ -326,23 +327,9 @@ class Objective:
     def _triples(self, obs, a, pi, g_obs, g_a, g_pi) -> float:
         """KL of the third-order tensor; adds to the gradients in place."""
         emp, scale, const = self.triples
-        core = pi[:, None, None] * a[:, :, None] * a[None, :, :]  # (i, j, k): P(h_t, h_t+1, h_t+2)
-        # pairwise products (tensordot) throughout: einsum's planning cost more than the contractions
-        first = np.tensordot(obs, core, axes=([1], [0]))  # (a, j, k)
-        model = np.maximum(np.tensordot(np.tensordot(first, obs, axes=([1], [1])), obs, axes=([1], [1])),
-                           1e-300)  # (a, b, c)
-        loss = self.triples_weight * (const - scale * float(np.sum(emp * np.log(model))))
-        q = -self.triples_weight * scale * emp / model
-        q3 = np.tensordot(q, obs, axes=([2], [0]))  # (a, b, k)
-        q23 = np.tensordot(q3, obs, axes=([1], [0]))  # (a, k, j)
-        g_core = np.tensordot(obs, q23, axes=([0], [0])).transpose(0, 2, 1)  # (i, j, k)
-        q12 = np.tensordot(np.tensordot(q, obs, axes=([0], [0])), obs, axes=([0], [0]))  # (c, i, j)
-        g_obs += (np.tensordot(q23, core, axes=([1, 2], [2, 1]))  # (a, i)
-                  + np.tensordot(np.tensordot(obs, q3, axes=([0], [0])), core, axes=([0, 2], [0, 2]))  # (b, j)
-                  + np.tensordot(q12, core, axes=([1, 2], [0, 1])))  # (c, k)
-        g_pi += np.einsum("ijk,ij,jk->i", g_core, a, a)
-        g_a += np.einsum("ijk,i,jk->ij", g_core, pi, a) + np.einsum("ijk,i,ij->jk", g_core, pi, a)
-        return loss
+        weight = self.triples_weight
+        return weight * const + _refine_kernels.triples_divergence(emp, np.ascontiguousarray(obs), pi, a,
+                                                                   weight * scale, g_obs, g_pi, g_a)
 
     def mean_coverage(self, coverage: list[np.ndarray]) -> np.ndarray:
         """(m, S): each state's expected coverage in each sample."""

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import _expected_kernels
 from ._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures, edge_tails
 from ..moments.features import (COVERAGE_BUCKETS, COVERAGE_HISTOGRAM_TOP, coverage_bucket, flush_subnormals,
                                 log_factorials)
@@ -136,19 +137,19 @@ class SampleCoverage:
         each (buckets, len(levels), D)."""
         return hermite(self.values, self.slopes, levels)
 
-    def dispersed_features(self, levels: np.ndarray, dispersion: np.ndarray) -> tuple:
-        """E[phi | bucket] when the level is Beta-distributed around each of ``levels`` with
-        ``dispersion``, and its derivatives in the level (at fixed a + b) and in
-        v = log(a + b): each (buckets, len(levels), D) (overdispersion.LevelQuadrature)."""
+    def dispersed_features(self, levels: np.ndarray, dispersion: np.ndarray, coverage: np.ndarray) -> tuple:
+        """E[phi | h] when the level is Beta-distributed around each of ``levels`` with
+        ``dispersion``, mixed over the states' coverage buckets (``coverage``, (m, buckets)),
+        and its derivatives in the level (at fixed a + b) and in v = log(a + b): each (D, m);
+        and the features of each bucket, (buckets, m, D) (overdispersion.LevelQuadrature)."""
         if not hasattr(self, "_at_nodes"):  # the features at the quadrature's nodes, once: (nodes, buckets * D)
             at_nodes = self.features(QUADRATURE.levels)[0]
             self._at_nodes = flush_subnormals(np.ascontiguousarray(at_nodes.transpose(1, 0, 2)
                                                                    .reshape(at_nodes.shape[1], -1)))
         a, b = beta_parameters(levels, dispersion)
-        m, buckets = levels.size, self.values.shape[0]
-        # the weights and their two derivatives against the nodes' features in one product (without
-        # subnormals, which slow it)
-        weights = flush_subnormals(np.vstack(QUADRATURE.weights(a, b)))
-        value, d_a, d_b = (weights @ self._at_nodes).reshape(3, m, buckets, -1).transpose(0, 2, 1, 3)
-        scale = (a + b)[None, :, None]
-        return value, scale * (d_a - d_b), a[None, :, None] * d_a + b[None, :, None] * d_b
+        d, m = self.values.shape[2], levels.size
+        obs, slope, by_scale = np.empty((d, m)), np.empty((d, m)), np.empty((d, m))
+        product = QUADRATURE.weights(a, b).reshape(3 * m, -1) @ self._at_nodes  # BLAS, without the GIL
+        per_bucket = _expected_kernels.dispersed_mixture(product, a, b, np.ascontiguousarray(coverage), obs, slope,
+                                                         by_scale)
+        return obs, slope, by_scale, per_bucket

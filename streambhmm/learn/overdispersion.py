@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _emission_kernels
+from . import _emission_kernels, _expected_kernels
 
 # The one-pass fit keeps rho >= this: the nodes below resolve a Beta this concentrated
 # (standard deviation in z at least 0.063, 1.6 node spacings). EM has no such bound.
@@ -50,20 +50,12 @@ class LevelQuadrature:
         self.log_q = -np.logaddexp(0.0, z)
         self.levels = np.concatenate([[0.0], np.exp(self.log_p), [1.0]])
 
-    def weights(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(W, dW/da, dW/db), each (m, nodes + 2): W[h] sums to 1."""
-        a, b = a[:, None], b[:, None]
-        # interior nodes: log of sigma(z)^a sigma(-z)^b dz; tails: integral of e^(a z) beyond the edge
-        log_w = np.hstack([-a * self.edge - np.log(a), a * self.log_p + b * self.log_q + np.log(NODE_SPACING),
-                           -b * self.edge - np.log(b)])
-        d_a = np.hstack([-self.edge - 1.0 / a, np.broadcast_to(self.log_p, (a.shape[0], self.log_p.size)),
-                         np.zeros_like(a)])
-        d_b = np.hstack([np.zeros_like(b), np.broadcast_to(self.log_q, (b.shape[0], self.log_q.size)),
-                         -self.edge - 1.0 / b])
-        w = np.exp(log_w - log_w.max(axis=1, keepdims=True))
-        w /= w.sum(axis=1, keepdims=True)
-        return (w, w * (d_a - (w * d_a).sum(axis=1, keepdims=True)),
-                w * (d_b - (w * d_b).sum(axis=1, keepdims=True)))
+    def weights(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(W, dW/da, dW/db) for a, b (m,): (3, m, nodes + 2), each row of W summing to 1
+        (compiled: _expected_kernels.beta_weights)."""
+        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        weights = _expected_kernels.beta_weights(a, b, self.log_p, self.log_q, self.edge, np.log(NODE_SPACING))
+        return weights.reshape(3, a.size, -1)
 
 
 QUADRATURE = LevelQuadrature()

@@ -997,13 +997,26 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
     assert not any((tmp_path / "plain").iterdir())
 
 
+def _hmr_outcome(samples, regions_by_chromosome):
+    """A call's outcome as hmr_notes reads it: {chromosome: [(start, end, n_bins)]}."""
+    from types import SimpleNamespace
+
+    from streambhmm.distributed.regions import Regions
+
+    found = {}
+    for chrom, rows in regions_by_chromosome.items():
+        start, end, n_bins = (np.array(column, np.int64).reshape(-1) for column in zip(*rows)) if rows else \
+            (np.zeros(0, np.int64),) * 3
+        found[chrom] = Regions(start, end, n_bins, np.zeros(len(end)), np.zeros((len(end), len(samples))),
+                               np.zeros((len(end), len(samples))), np.zeros(len(end)))
+    lengths = np.concatenate([r.end - r.start for r in found.values()])
+    return SimpleNamespace(samples=samples, n=lengths.size, lengths=lengths, found=found)
+
+
 def test_hmrs_over_most_of_the_bases_with_reads_are_said_to_be_the_background(tmp_path):
     """A helper's Arabidopsis trial: 192 HMRs over 0.80 of DMRcaller's 1 Mb of Chr3, without a
     word; in a methylome mostly unmethylated they are its background more than focal regions."""
-    from types import SimpleNamespace
-
-    from streambhmm.app.calls import most_of_the_genome
-    from streambhmm.distributed.regions import Regions
+    from streambhmm.app.calls import hmr_notes
     from streambhmm.testing import write_store
 
     bins = np.arange(0, 1000, 2)  # 500 bins with reads, 100 bp each, every other bin of 100 kb
@@ -1011,13 +1024,32 @@ def test_hmrs_over_most_of_the_bases_with_reads_are_said_to_be_the_background(tm
     store = write_store(tmp_path / "s.zarr", {"chr1": (bins, counts // 2, counts)}, ["A", "B"])
 
     def outcome(ends):  # each region over every other bin, as the reads are: n_bins, its bins with reads
-        ends = np.array(ends, np.int64)
-        regions = Regions(np.zeros(len(ends), np.int64), ends, ends // 200, np.zeros(len(ends)),
-                          np.zeros((len(ends), 2)), np.zeros((len(ends), 2)), np.zeros(len(ends)))
-        return SimpleNamespace(samples=["A", "B"], n=len(ends), lengths=regions.end - regions.start,
-                               found={"chr1": regions})
+        return _hmr_outcome(["A", "B"], {"chr1": [(0, end, end // 200) for end in ends]})
 
-    assert most_of_the_genome(store, outcome([50_000])) is None  # half: focal enough
-    assert most_of_the_genome(store, outcome([])) is None
-    said = most_of_the_genome(store, outcome([80_000]))
+    assert hmr_notes(store, outcome([50_000])) == []  # half: focal enough
+    assert hmr_notes(store, outcome([])) == []
+    said, = hmr_notes(store, outcome([80_000]))
     assert said.startswith("the HMRs hold 80% of the bins with reads: most of this methylome is hypomethylated")
+
+
+def test_a_chromosome_that_is_one_hmr_is_said_so(tmp_path):
+    """A genome as users have it (helper 81): chrM and a lambda spike-in are each one HMR, as
+    DNMTools calls them, without a word; the note names them and how to leave them out."""
+    from streambhmm.app.calls import hmr_notes
+    from streambhmm.testing import write_store
+
+    def chromosome(n_bins):
+        counts = np.full((n_bins, 1), 10)
+        return np.arange(n_bins), counts // 2, counts
+
+    store = write_store(tmp_path / "s.zarr", {"chr1": chromosome(1000), "chrM": chromosome(166),
+                                              "lambda": chromosome(485), "chrUn": chromosome(12)}, ["A"])
+    said, = hmr_notes(store, _hmr_outcome(["A"], {
+        "chr1": [(0, 2000, 20), (50_000, 51_000, 10)], "chrM": [(0, 16_600, 166)], "lambda": [(0, 48_500, 480)],
+        "chrUn": [(0, 1200, 12)]}))  # 12 bins with reads: too few to say
+    assert said.startswith("chrM (16,600 bp), lambda (48,500 bp) are each one HMR over all their bins with reads: "
+                           "an unmethylated genome")
+    assert "--exclude-chromosomes" in said
+    # a region over part of a chromosome, or two regions, make no note
+    assert hmr_notes(store, _hmr_outcome(["A"], {"chrM": [(0, 8000, 80)], "lambda": [(0, 20_000, 200),
+                                                                                     (20_500, 48_500, 280)]})) == []

@@ -398,3 +398,43 @@ def test_unique_rows_are_numpys_in_numpys_order(rows):
     mine, theirs = unique_rows(rows), np.unique(rows, axis=0, return_inverse=True, return_counts=True)
     assert all(np.array_equal(a.ravel(), b.ravel()) for a, b in zip(mine, theirs))
     assert mine[0].shape == theirs[0].shape
+
+
+@pytest.mark.parametrize("n_samples", [1, 2])
+def test_the_triples_term_is_the_kl_of_the_models_tensor(n_samples):
+    """The compiled third-order term against the tensor written out with einsum."""
+    sim = simulate(model(WELL_SEPARATED[:, :n_samples], STICKY), [3000], coverage=20, random_state=4)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=6)
+    objective = Objective(mom, Weights(1.0, 0.5, 1.0, 0.7), grid_points=64)
+    m = 3
+    x = np.random.default_rng(1).normal(size=sum(objective._sizes(m)))
+    terms = {}
+    objective(x, m, terms)
+    levels, transmat, coverage, _ = objective.unpack(x, m)
+    pi = np.linalg.matrix_power(transmat.T, 4000)[:, 0]  # the stationary distribution
+    obs = objective.observation(levels, coverage)[0]
+    tensor = np.einsum("i,ij,jk,ai,bj,ck->abc", pi, transmat, transmat, obs, obs, obs)
+    emp = mom.p123 / mom.n_triples
+    blocks = n_samples ** 3  # the KL is averaged over the samples' blocks
+    kl = np.sum(emp * np.log(np.where(emp > 0, emp, 1.0) / tensor)) / blocks
+    assert terms["feature triples"] == pytest.approx(objective.triples_weight * kl, rel=1e-9)
+
+
+def test_a_dispersed_states_features_integrate_over_its_beta():
+    """O of a beta-binomial state: each coverage bucket's expected features integrated over the
+    Beta distribution of levels (by scipy's quad), mixed by the state's bucket weights."""
+    from scipy import integrate, stats
+
+    sim = simulate(model(WELL_SEPARATED[:, :1], STICKY), [3000], coverage=[[40], [12], [15], [20]], random_state=2)
+    mom = compute_moments(sim.methylated, sim.coverage, sim.lengths, n_bins=5)
+    objective = Objective(mom, Weights(), grid_points=64, emission="betabinomial")
+    levels, dispersion = np.array([[0.1], [0.6]]), np.array([[0.05], [0.2]])
+    sample = objective.coverage[0]
+    q = np.random.default_rng(0).dirichlet(np.ones(sample.buckets.size), size=2)
+    obs = objective.observation(levels, [q], dispersion)[0]
+    for h in range(2):
+        a, b = levels[h, 0] * (1 / dispersion[h, 0] - 1), (1 - levels[h, 0]) * (1 / dispersion[h, 0] - 1)
+        for j in range(5):
+            by_bucket = [integrate.quad(lambda p: sample.features(np.array([p]))[0][k, 0, j] * stats.beta.pdf(p, a, b),
+                                        0, 1, limit=200)[0] for k in range(sample.buckets.size)]
+            assert obs[j, h] == pytest.approx(q[h] @ by_bucket, abs=5e-6)

@@ -42,7 +42,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     from ...distributed.regions import regions_table
     from ...io.store import open_store
     from ..calls import (CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated,
-                         most_of_the_genome, run_call)
+                         hmr_notes, run_call)
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
@@ -55,7 +55,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
                            quiet=quiet) as opened:
             outcome = run_call(settings, opened, echo=step_lines(quiet))
             left_out = chromosomes_left_out(opened.store, outcome.samples)
-            background = most_of_the_genome(opened.store, outcome) if kind == "hmr" else None
+            notes = hmr_notes(opened.store, outcome) if kind == "hmr" else []
     except ValueError as exc:  # a refusal: files of an earlier call at these names are not this one's
         earlier = [str(path) for path in (output, regions_table(output)) if Path(path).exists()]
         if not earlier:
@@ -72,8 +72,8 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     if left_out:
         click.echo(f"note: {left_out}", err=True)
-    if background:
-        click.echo(f"note: {background}", err=True)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -85,9 +85,12 @@ class CountsStore:
 
     def bins_with_reads(self, samples) -> np.ndarray:
         """Per sample, its bins with reads in the whole store (from the chunk summaries)."""
+        return sum(self.bins_with_reads_by_chromosome(samples).values(), np.zeros(len(samples), np.int64))
+
+    def bins_with_reads_by_chromosome(self, samples) -> dict[str, np.ndarray]:
+        """{chromosome: per sample, its bins with reads there} (from the chunk summaries)."""
         columns = [self.column(s) for s in samples]
-        return sum((self.summary(chrom, columns)[:, :, COVERED].sum(axis=0) for chrom in self.chromosomes),
-                   np.zeros(len(columns), np.int64))
+        return {chrom: self.summary(chrom, columns)[:, :, COVERED].sum(axis=0) for chrom in self.chromosomes}
 
     def dataset(self, chrom: str):
         """Lazy (dask-backed) xarray Dataset of one chromosome."""
