@@ -39,7 +39,7 @@ from ..io.outputs import check_replaceable_file, check_outside
 from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
-from ..io.store.locking import OTHER_HOLDERS
+from ..io.store.locking import LOCK_WAIT, LockWait
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
@@ -183,16 +183,18 @@ def stop_check(stop: str | None):
 
 
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
-                  options: ReadOptions | None = None, stop: str | None = None, run: str | None = None
-                  ) -> SampleResult:
+                  options: ReadOptions | None = None, stop: str | None = None, run: str | None = None,
+                  quiet: bool = False) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
     raised, so the group's other samples still go in. Once the command sets the Event named
     ``stop``, the ingest ends before its commit point (status "stopped"). ``run`` names the
     batch run: the task run again after its worker was lost finds the sample stored by its
-    first try, in this run, and says "ingested", not "unchanged"."""
+    first try, in this run, and says "ingested", not "unchanged". A wait for the store's lock
+    is said naming the sample, unless ``quiet``."""
     start = time.perf_counter()
     notes = []
-    holders = OTHER_HOLDERS.set(f"another sample of this batch's group {row.group} (or another streambhmm command)")
+    holders = LOCK_WAIT.set(LockWait(f"another sample of this batch's group {row.group} (or another streambhmm command)",
+                                     f"batch: sample {row.sample}", quiet))
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
                         chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop),
@@ -203,7 +205,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
         return SampleResult(row.sample, row.group, "failed", seconds=time.perf_counter() - start,
                             error=_error_text(exc))
     finally:
-        OTHER_HOLDERS.reset(holders)
+        LOCK_WAIT.reset(holders)
     this_run = report.unchanged and run is not None and report.stored_by == run
     if report.unchanged:  # (ingest's note says so, as the status does)
         notes = []
@@ -218,10 +220,10 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
 
 def ingest_group(rows: list[ManifestRow], store: str, bin_size: int, context: str,
                  chunk_size: int | None, options: ReadOptions | None = None,
-                 stop: str | None = None, run: str | None = None) -> list[SampleResult]:
+                 stop: str | None = None, run: str | None = None, quiet: bool = False) -> list[SampleResult]:
     """Dask task: a group's samples one after another (stores at URLs have no lock, so
     their ingests must not overlap)."""
-    return [ingest_sample(row, store, bin_size, context, chunk_size, options, stop, run) for row in rows]
+    return [ingest_sample(row, store, bin_size, context, chunk_size, options, stop, run, quiet) for row in rows]
 
 
 def _error_text(exc: BaseException) -> str:
@@ -286,13 +288,15 @@ def check_summary(manifest, workdir) -> None:
 def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size: int = 100, context: str = "CG",
               chunk_size: int | None = None, echo=lambda message: None, warn=lambda message: None,
               progress=lambda done, total, note: None, options: ReadOptions | None = None,
-              pooled: bool = False, feature: str = "auto", projection_dim: int = 32) -> BatchSummary:
+              pooled: bool = False, feature: str = "auto", projection_dim: int = 32, quiet: bool = False
+              ) -> BatchSummary:
     """Ingest every sample of ``manifest`` and update each group's moment store on ``client``
     (``pooled``: summed over the group's samples); ``options`` (reading options) apply to
     every sample; ``echo`` says what each sample and group became, ``warn`` what needs the
     user's eye (notes on a sample's files, a counts store holding samples the manifest no
     longer lists, a moment store made again); ``progress(done, total, note)`` follows the
-    samples ingested and the partials computed."""
+    samples ingested and the partials computed; ``quiet``: a sample's ingest does not say that
+    it waits for its store's lock (the group's samples take turns at it)."""
     rows = read_batch_manifest(manifest)
     workdir = Location.of(workdir).absolute()  # the ingest tasks run in the workers' working directories
     check_summary(manifest, workdir)
@@ -300,7 +304,7 @@ def run_batch(manifest, workdir, client, n_bins: int = DEFAULT_N_BINS, bin_size:
     with workdir_lock(workdir):
         spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled)
         return _BatchRun(rows, workdir, client, spec, bin_size, context, chunk_size, echo, warn, progress,
-                         options).run()
+                         options, quiet).run()
 
 
 class _BatchRun:
@@ -308,10 +312,10 @@ class _BatchRun:
     group's moment pass in a thread of its own as soon as its samples are in."""
 
     def __init__(self, rows, workdir: Location, client, spec: FeatureSpec, bin_size, context, chunk_size, echo,
-                 warn, progress, options):
+                 warn, progress, options, quiet=False):
         self.rows, self.workdir, self.client, self.spec = rows, workdir, client, spec  # the moments' feature, as asked
         self.bin_size, self.context, self.chunk_size = bin_size, context, chunk_size
-        self.echo, self.warn, self.progress, self.options = echo, warn, progress, options
+        self.echo, self.warn, self.progress, self.options, self.quiet = echo, warn, progress, options, quiet
         self.notes_said: dict[str, str] = {}  # an ingest note, without its sample -> the first sample it was said of
         self.groups: dict[str, list[ManifestRow]] = {}
         for row in rows:
@@ -402,7 +406,7 @@ class _BatchRun:
         store may overlap, their commits take turns); stores at URLs have no lock: a group's
         samples in one task, in turn."""
         futures = {}
-        settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop, self.run_id)
+        settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop, self.run_id, self.quiet)
         for g in self.summary.groups:
             store = (self.workdir / g.group / "counts.zarr").url
             if self.workdir.is_local:

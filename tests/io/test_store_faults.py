@@ -431,45 +431,59 @@ def test_a_store_reached_through_a_link_is_locked_as_one(tmp_path, samples, spel
     assert f"waiting for the lock of {store.resolve()}: another streambhmm command is writing it" in err
 
 
-def test_a_batch_ingest_waiting_for_its_groups_store_says_who_it_may_wait_for(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_batch_ingest_waiting_for_its_groups_store_says_who_it_may_wait_for(tmp_path, capsys, monkeypatch, quiet):
     """batch ingests a group's samples side by side into one store, so they wait for each
-    other's commits: the message said "another streambhmm command", when none ran."""
+    other's commits: the message said "another streambhmm command", when none ran, named no
+    sample, and was said with batch -q too."""
     import fcntl
     import threading
 
+    from streambhmm.distributed import batch
     from streambhmm.io.storage import Location
-    from streambhmm.io.store.locking import OTHER_HOLDERS, _take_lock
+    from streambhmm.io.store.locking import LOCK_WAIT, _take_lock
 
     path = tmp_path / ".s.zarr.lock"
     path.touch()
     holder = os.open(path, os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
+    waiting = threading.Event()
 
-    def waiter():
-        OTHER_HOLDERS.set("another sample of this batch's group g (or another streambhmm command)")
+    def ingest(*args, **kwargs):  # the sample's ingest, as batch runs it: its store's lock taken
         fd = os.open(path, os.O_RDONLY)
+        waiting.set()
         _take_lock(fd, fcntl.LOCK_SH, Location.of(tmp_path / "s.zarr"))
         os.close(fd)
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    err = ""
-    while "waiting" not in err and thread.is_alive():  # the lock is released once the waiter says so
-        time.sleep(0.01)
-        err += capsys.readouterr().err
-    os.close(holder)
-    thread.join()
-    assert "another sample of this batch's group g (or another streambhmm command) is writing it" in err, err
-    assert OTHER_HOLDERS.get() == "another streambhmm command"  # elsewhere (a context of its own per thread)
-    from streambhmm.distributed import batch
-
-    def ingest(*args, **kwargs):
-        raise RuntimeError(OTHER_HOLDERS.get())
+        raise RuntimeError("stored nothing")
 
     monkeypatch.setattr(batch, "ingest", ingest)
-    result = batch.ingest_sample(batch.ManifestRow("A", "g", "auto", ("a.cov",), 2), "s.zarr", 100, "CG", None)
-    assert "another sample of this batch's group g" in result.error and result.status == "failed"
-    assert OTHER_HOLDERS.get() == "another streambhmm command"  # set for the ingest only
+    row = batch.ManifestRow("A", "g", "auto", ("a.cov",), 2)
+    thread = threading.Thread(target=batch.ingest_sample, args=(row, "s.zarr", 100, "CG", None),
+                              kwargs={"quiet": quiet})
+    thread.start()
+    waiting.wait()
+    err = ""
+    for _ in range(50):  # the lock is released once the waiter has said so (or, quiet, a while after)
+        time.sleep(0.01)
+        err += capsys.readouterr().err
+        if "waiting" in err:
+            break
+    os.close(holder)
+    thread.join()
+    err += capsys.readouterr().err
+    if quiet:
+        assert "waiting" not in err, err
+    else:
+        assert (f"batch: sample A: waiting for the lock of {Location.of(tmp_path / 's.zarr')}: another sample of "
+                f"this batch's group g (or another streambhmm command) is writing it") in err, err
+
+    def says(*args, **kwargs):
+        raise RuntimeError(LOCK_WAIT.get().waiter)
+
+    monkeypatch.setattr(batch, "ingest", says)
+    result = batch.ingest_sample(row, "s.zarr", 100, "CG", None)
+    assert "batch: sample A" in result.error and result.status == "failed"
+    assert LOCK_WAIT.get() == batch.LockWait()  # set for the ingest only
 
 
 # -- a store others may not write ------------------------------------------------------------------

@@ -46,7 +46,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
             stage("batch", quiet=quiet, unit="steps") as shown:
         summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
                             echo=echo, warn=warn, progress=shown, options=options, pooled=pooled,
-                            feature=feature, projection_dim=projection_dim)
+                            feature=feature, projection_dim=projection_dim, quiet=quiet)
     click.echo(format_summary(summary), nl=False)
     click.echo(f"{len(summary.samples)} sample(s), {len(summary.groups)} group(s) in "
                f"{time.perf_counter() - start:.1f} s; summary in {Location.of(workdir) / SUMMARY}")

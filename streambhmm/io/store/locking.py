@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 from ..storage import Location
 from .recovery import needs_recovery, recover
@@ -60,22 +61,32 @@ def _lock_problem(lock_file: Location, exc: OSError, shared: bool) -> str:
     return f"cannot open the lock file {lock_file} ({reason})"
 
 
-# who else may hold a store's lock, as the waiting message names them (batch's ingests share
-# their group's store: a wait there is most often for another of its own samples)
-OTHER_HOLDERS: ContextVar[str] = ContextVar("other_lock_holders", default="another streambhmm command")
+@dataclass(frozen=True)
+class LockWait:
+    """What a command says when another holds a store's lock it needs."""
+
+    holders: str = "another streambhmm command"  # who else may hold it
+    waiter: str = ""  # who waits, when not the command itself (a batch's sample)
+    quiet: bool = False  # say nothing (batch -q: its samples' ingests take turns at their store's lock)
+
+
+# batch's ingests share their group's store: a wait there is most often for another of its own samples
+LOCK_WAIT: ContextVar[LockWait] = ContextVar("lock_wait", default=LockWait())
 
 
 def _take_lock(fd: int, operation: int, path: Location) -> None:
-    """flock, saying on stderr what the command waits for when another holds the lock. The
-    wait is as long as the holder's run, which is bounded itself: every command's waits on
-    Dask and on a scheduler are (io/tasks.py, distributed/cluster.py)."""
+    """flock, saying on stderr what the command waits for when another holds the lock
+    (LOCK_WAIT). The wait is as long as the holder's run, which is bounded itself: every
+    command's waits on Dask and on a scheduler are (io/tasks.py, distributed/cluster.py)."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
         return
     except BlockingIOError:
+        wait = LOCK_WAIT.get()
         holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
-        print(f"waiting for the lock of {path}: {OTHER_HOLDERS.get()} is {holder} it", file=sys.stderr,
-              flush=True)
+        if not wait.quiet:
+            print(f"{wait.waiter + ': ' if wait.waiter else ''}waiting for the lock of {path}: {wait.holders} is "
+                  f"{holder} it", file=sys.stderr, flush=True)
     fcntl.flock(fd, operation)
 
 
