@@ -159,7 +159,8 @@ def model_spectrum(counts, document, client, moments=None, quiet: bool = False) 
                                              "the model's samples")
         total = load_total(moments)[0]
     else:
-        graph = moments_graph(counts, document.samples, n_bins=n_bins)
+        # no block statistics: the spectrum needs the sums alone, so the chunks of short contigs go in batches
+        graph = moments_graph(counts, document.samples, n_bins=n_bins, block_size=None)
         total = compute(client, graph.total, quiet=quiet, what=f"the moments of {counts.path}",
                         parts=graph.partials, unit="chunks")
     m = document.n_states
