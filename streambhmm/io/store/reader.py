@@ -41,6 +41,9 @@ class CountsStore:
     attrs: dict  # the root's attributes as stored, provenance included
     meta: StoreAttrs  # the same, read and checked
     _index_checked: set = field(default_factory=set, compare=False, repr=False)  # (chrom, column): _check_index
+    # (chrom, column) -> its chunk summaries, read once per opening: a command reads them for its
+    # passes' plans and its notes, a file per chromosome and sample (3,010 contigs: 0.1 s each time)
+    _summaries: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def bin_size(self) -> int:
@@ -120,6 +123,9 @@ class CountsStore:
         summary = np.zeros((n_chunks, len(columns), len(FIELDS)), np.int64)
         array = self.path / chrom / "index" / "summary"
         for j, column in enumerate(columns):
+            if (chrom, column) in self._summaries:
+                summary[:, j] = self._summaries[chrom, column]
+                continue
             for first in range(0, n_chunks, INDEX_CHUNK):
                 index = (first // INDEX_CHUNK, column, 0)
                 try:
@@ -132,6 +138,8 @@ class CountsStore:
                                      f"{sample} again") from None
                 summary[first:first + INDEX_CHUNK, j] = rows[:n_chunks - first, 0]
         self._check_index(chrom, columns, summary)
+        for j, column in enumerate(columns):  # checked: kept
+            self._summaries[chrom, column] = summary[:, j].copy()
         return summary
 
     def _check_index(self, chrom: str, columns: list, summary: np.ndarray) -> None:
