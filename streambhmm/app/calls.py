@@ -99,6 +99,7 @@ class CallOutcome:
     em_stopped: str = ""  # --polish-em's EM stopped at its cap before converging: how
     one_pass_fit: object = None  # learn.model.SpectralBinomialHMM: the fit before any EM
     chromosomes: list = field(default_factory=list)  # those the model was fitted on
+    left_out: list = field(default_factory=list)  # pmd: the chromosomes too short to hold a PMD (too_short)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -147,19 +148,22 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                          f"into them; pass a multiple, say --bin-size {nearest}")
     # refused before the work, when of another assembly
     lengths = chromosome_lengths(counts, settings.chrom_sizes, bigwig=False)
+    short = too_short(counts, bin_size) if settings.kind == "pmd" else []
+    store = counts.restricted(set(counts.chromosomes) - set(short)) if short else counts
     seconds = {}
     if bin_size == counts.bin_size:
-        outcome = _fit_and_call(settings, counts, samples, opened, echo, seconds)
+        outcome = _fit_and_call(settings, store, samples, opened, echo, seconds)
     else:
         # the coarse store lives beside the output (the same filesystem) and goes with the call
         with scratch_directory(output) as scratch:
             start = time.perf_counter()
             echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
             with stage(f"{settings.kind}: summing bins", quiet=settings.quiet, unit="chunks") as progress:
-                coarse = coarsen(counts, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
+                coarse = coarsen(store, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
+    outcome.left_out = short
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
@@ -171,6 +175,27 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         if settings.save_model:
             write_json(settings.save_model, call_model(settings, outcome, counts, bin_size))
     return outcome
+
+
+def too_short(counts, bin_size: int) -> list[str]:
+    """The chromosomes whose data span less than the shortest PMD in the call's bins of
+    ``bin_size`` bp (from 0 to the end of the last with reads): they can hold none, so `pmd`
+    leaves them out of its fit and its calls. On an assembly they are most of its contigs
+    (chrM, spike-ins, unplaced scaffolds), whose summed bins cost a file each (3,010 contigs:
+    17 of pmd's 29 s) and whose few bins, some read thousands of times deeper, would only pull
+    on the fit."""
+    return [chrom for chrom in counts.chromosomes
+            if -(-counts.n_bins(chrom) * counts.bin_size // bin_size) * bin_size < PMD_MIN_LENGTH]
+
+
+def left_out_note(outcome: CallOutcome) -> str | None:
+    """What to say of the chromosomes `pmd` left out (too_short; None: none)."""
+    if not outcome.left_out:
+        return None
+    n = len(outcome.left_out)
+    chromosomes = "1 chromosome" if n == 1 else f"{n:,} chromosomes"
+    return (f"{chromosomes} with data over less than {PMD_MIN_LENGTH:,} bp, the shortest PMD, "
+            f"{'is' if n == 1 else 'are'} left out of the fit and the calls: {first_few(outcome.left_out)}")
 
 
 def call_model(settings: CallSettings, outcome: CallOutcome, counts, bin_size: int) -> dict:
@@ -198,8 +223,8 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
     # a moment store is checked against the counts as it was loaded: an update waits meanwhile
     with locked(settings.moments, shared=True) if settings.moments else contextlib.nullcontext():
         data = load_moments(settings.moments or store, samples, FeatureSpec(n_bins=settings.n_bins), client,
-                            settings.quiet, 8, what=what)
-        _check_moments(settings, store, data, coarsened)
+                            settings.quiet, 8, what=what, chromosomes=store.chromosomes)
+        _check_moments(settings, store, data, opened.store, coarsened)
     seconds["moments"] = time.perf_counter() - start
     if settings.kind == "hmr" and settings.moments:  # after them: a --moments store of other counts is said first
         _refuse_methylated_only(settings, store, samples)
@@ -324,13 +349,14 @@ def call_output_checked(output, store, moments=None, save_model=None) -> Path:
     return checked
 
 
-def _check_moments(settings: CallSettings, store, data, coarsened: bool = False) -> None:
+def _check_moments(settings: CallSettings, store, data, whole, coarsened: bool = False) -> None:
     """A moment store given with --moments must hold these samples' moments at the call's bins,
-    of these counts: each partial's digest that of the store's chunk. On bins the call summed
-    (``store`` the summed one) the moments are another store's, chunked otherwise: they must
-    be up to date with that counts store, and it must hold the same reads as ``store`` in the
-    same bins (CountsStore.counts_digests: equal totals are not enough, a helper's audit gave
-    moments of the same reads 2 kb along)."""
+    of these counts (``whole``: the counts store, ``store`` the part of it the call reads): each
+    partial's digest that of the store's chunk. On bins the call summed (``store`` the summed
+    one) the moments are another store's, chunked otherwise: they must be up to date with that
+    counts store, and it must hold the same reads as ``store`` in the same bins, on the
+    chromosomes the call reads (CountsStore.counts_digests: equal totals are not enough, a
+    helper's audit gave moments of the same reads 2 kb along)."""
     if not settings.moments:
         return
     manifest = read_manifest(settings.moments)
@@ -351,13 +377,15 @@ def _check_moments(settings: CallSettings, store, data, coarsened: bool = False)
         raise ValueError(f"{settings.moments} holds {kind} moments of {mom.n_samples} sample(s); "
                          f"`{settings.kind}` fits {wanted} there, as `streambhmm moments` computes them by default "
                          f"(without --pooled or --feature)")
-    counts = store
+    counts = whole
     if coarsened:
         if not source.get("counts_store") or not Location.of(source["counts_store"]).exists():
             raise ValueError(f"{settings.moments} was computed from {source.get('counts_store') or 'merged stores'}, "
                              f"which is not there to check it against {settings.store}: leave out --moments")
         counts = open_store(source["counts_store"])
-        theirs, ours = counts.counts_digests(manifest["samples"]), store.counts_digests(manifest["samples"])
+        read = set(store.chromosomes)
+        theirs = counts.restricted(read & set(counts.chromosomes)).counts_digests(manifest["samples"])
+        ours = store.counts_digests(manifest["samples"])
         if theirs != ours:
             differ = sorted(chrom for chrom in theirs.keys() | ours.keys() if theirs.get(chrom) != ours.get(chrom))
             raise ValueError(f"{settings.moments} was computed from {source['counts_store']}, whose reads differ from "

@@ -30,18 +30,19 @@ class FitData(Grouped):
 
 
 def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False,
-                 split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False, what: str | None = None
-                 ) -> FitData:
+                 split_every: int = DEFAULT_SPLIT_EVERY, want_blocks: bool = False, what: str | None = None,
+                 chromosomes=None) -> FitData:
     """Moments from a moment store at ``source`` (no counts are read; it has what it was
     made with, which must agree with ``spec``: Manifest.check_request) or from a counts
     store (``source`` opened, a CountsStore, or where one is: one pass on ``client`` of
     ``spec`` resolved for the samples, with progress unless ``quiet``, named ``what``); with
-    ``want_blocks`` also their blocks."""
+    ``want_blocks`` also their blocks. ``chromosomes``: those of a moment store's partials
+    to sum (default: all; a counts store's are those it has, CountsStore.restricted)."""
     if not isinstance(source, CountsStore) and is_moment_store(source):
         with locked(source, shared=True):  # an update (`moments compute`) waits, or is waited for
             manifest = read_manifest(source)
             manifest.check_request(source, samples, spec)
-            partials, manifest = iter_partials(source)
+            partials, manifest = iter_partials(source, None if chromosomes is None else set(chromosomes))
             blocks = []  # small: kept for every partial; its Moments are summed as they come
 
             def moments_of(partials):
@@ -51,7 +52,8 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
                     yield partial.moments
 
             moments = tree_reduce(moments_of(partials), add_moments, split_every)
-        return FitData(moments, manifest.spec.grouping(manifest.samples), manifest.chromosomes,
+        summed = manifest.chromosomes if chromosomes is None else [c for c in manifest.chromosomes if c in chromosomes]
+        return FitData(moments, manifest.spec.grouping(manifest.samples), summed,
                        BlockTable(blocks) if want_blocks else None, manifest.spec)
     counts = source if isinstance(source, CountsStore) else open_store(source)
     if spec.block_size is not None:

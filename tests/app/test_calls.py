@@ -191,6 +191,44 @@ def test_pmd_takes_moments_of_these_counts_at_its_bins_and_no_others(methylome, 
     assert not (tmp_path / "other.bed").exists() and not (tmp_path / "gone.bed").exists()
 
 
+def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
+    """An assembly's contigs of less than 50 kb can hold no PMD; summing them cost a file each
+    (3,010 contigs: 17 of pmd's 29 s) and their bins, chrM's thousands of reads deep, pulled
+    on the fit. They are left out, said so, and the calls are those without them, also from a
+    moment store of 5 kb bins that holds them."""
+    chromosomes, truth = planted(0)
+    rng = np.random.default_rng(3)
+    contigs = {}
+    for k in range(12):  # 20-45 kb of partially methylated bins: PMD-like, but shorter than any PMD
+        n = int(rng.integers(200, 450))
+        bins = np.arange(n)
+        coverage = rng.poisson(15, (n, 1)) + 1
+        contigs[f"chrUn_{k}"] = (bins, rng.binomial(coverage, 0.5), coverage)
+    coverage = rng.poisson(5000, (165, 1))
+    contigs["chrM"] = (np.arange(165), rng.binomial(coverage, 0.01), coverage)
+    write_store(tmp_path / "plain.zarr", chromosomes, ["S"], chunk_size=15_000)
+    write_store(tmp_path / "contigs.zarr", {**chromosomes, **contigs}, ["S"], chunk_size=15_000)
+    assert run("pmd", tmp_path / "plain.zarr", "-o", tmp_path / "plain.bed", "-q").exit_code == 0
+    r = run("pmd", tmp_path / "contigs.zarr", "-o", tmp_path / "contigs.bed", "-q", "--save-model",
+            tmp_path / "model.json")
+    assert r.exit_code == 0, r.output
+    assert ("note: 13 chromosomes with data over less than 50,000 bp, the shortest PMD, are left out of the fit and "
+            "the calls: chrM, chrUn_0, chrUn_1 and 10 more") in r.stderr, r.stderr
+    assert (tmp_path / "contigs.bed").read_text() == (tmp_path / "plain.bed").read_text().replace("plain", "contigs")
+    assert json.loads((tmp_path / "model.json").read_text())["chromosomes"] == ["chr1", "chr2"]
+    # from moments of 5 kb bins that hold the contigs too: the same calls
+    write_store(tmp_path / "coarse.zarr", summed({**chromosomes, **contigs}), ["S"], bin_size=5000, chunk_size=70)
+    assert run("moments", tmp_path / "coarse.zarr", "-o", tmp_path / "coarse.mom", "-q").exit_code == 0
+    r = run("pmd", tmp_path / "contigs.zarr", "--moments", tmp_path / "coarse.mom", "-o", tmp_path / "mom.bed", "-q")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "mom.bed").read_text().splitlines()[1:] == (tmp_path / "plain.bed").read_text().splitlines()[1:]
+    # and on a store of 5 kb bins, summed by no one
+    r = run("pmd", tmp_path / "coarse.zarr", "--moments", tmp_path / "coarse.mom", "-o", tmp_path / "own.bed", "-q")
+    assert r.exit_code == 0 and "13 chromosomes with data over less than 50,000 bp" in r.stderr, r.output
+    recall, precision = overlap(read_bed(tmp_path / "own.bed"), truth["pmd"])
+    assert recall > 0.9 and precision > 0.9, (recall, precision)
+
+
 def test_hmr_takes_the_moments_its_own_pass_computes(tmp_path):
     """Three samples: the call's own pass computes moments of the projected feature (auto), and
     --moments takes a moment store of those (the same calls) and refuses the Beta-map one,

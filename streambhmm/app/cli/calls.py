@@ -42,7 +42,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     from ...distributed.regions import regions_table
     from ...io.store import open_store
     from ..calls import (CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated,
-                         hmr_notes, run_call)
+                         hmr_notes, left_out_note, run_call)
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
@@ -72,8 +72,9 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         click.echo(f"note: {outcome.em_stopped}; the regions can move with more iterations", err=True)
     if left_out:
         click.echo(f"note: {left_out}", err=True)
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
+    for note in notes + [left_out_note(outcome)]:
+        if note:
+            click.echo(f"note: {note}", err=True)
     warning = missing_unmethylated(kind, outcome.samples, outcome.unmethylated)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -56,6 +56,12 @@ class CountsStore:
     @property
     def chromosomes(self) -> list[str]:
         return list(self.meta.chromosomes)
+
+    def restricted(self, chromosomes) -> "CountsStore":
+        """The store as a command reads it with only ``chromosomes`` (in the store's order): its
+        passes, notes and messages see no other. For reading only."""
+        kept = set(chromosomes)
+        return replace(self, meta=replace(self.meta, chromosomes=[c for c in self.chromosomes if c in kept]))
 
     @property
     def samples(self) -> list[str]:
