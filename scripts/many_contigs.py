@@ -1,11 +1,13 @@
 """What each chromosome or contig costs: the same CpGs on one chromosome and split over many
 contigs (draft assemblies, hg38's unplaced and alternative contigs).
 
-    python scripts/many_contigs.py [--contigs 200] [--workdir DIR] [--dnmtools PATH]
+    python scripts/many_contigs.py [--contigs 200] [--beside-chromosome] [--workdir DIR] [--dnmtools PATH]
 
 The rows of the MethylSeekR IMR90 chr22 excerpt (200,000 CpGs) are written twice in its own
 format: as they are (one chromosome, 14.8 Mb), and cut into --contigs contigs of equal numbers
 of rows, each contig's positions counted from its first CpG (contigs of about 50 kb at 200).
+With --beside-chromosome the second file holds the excerpt as it is too, before its contigs:
+an assembly's chromosome beside its unplaced contigs (twice the CpGs of the first file).
 Each is ingested into a new store, and `hmr` and `pmd` run on it, each step a new process as a
 user runs it; printed: the seconds of each step for both, their ratio, and the seconds per
 contig. A command that finds no regions to call (no 50 kb PMD fits on contigs of 5 kb) has done
@@ -33,11 +35,14 @@ PEERS = SHARED / "tools" / "peers"
 DEFAULT_DNMTOOLS = "/tmp/peers/dnmtools/install/bin/dnmtools"
 
 
-def write_contigs(path: Path, n_contigs: int) -> None:
-    """The excerpt's rows cut into ``n_contigs`` contigs, positions from each contig's first CpG."""
+def write_contigs(path: Path, n_contigs: int, beside_chromosome: bool = False) -> None:
+    """The excerpt's rows cut into ``n_contigs`` contigs, positions from each contig's first CpG
+    (``beside_chromosome``: after the excerpt's own rows, as they are)."""
     rows = [line.split("\t") for line in gzip.open(SOURCE, "rt").read().splitlines()]
     per_contig = -(-len(rows) // n_contigs)
     with open(path, "w") as out:
+        if beside_chromosome:
+            out.writelines("\t".join(row) + "\n" for row in rows)
         for i, row in enumerate(rows):
             contig = i // per_contig
             first = int(rows[contig * per_contig][1])
@@ -78,6 +83,7 @@ def timed_peer(*args) -> float:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contigs", type=int, default=200)
+    parser.add_argument("--beside-chromosome", action="store_true")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--dnmtools", default=DEFAULT_DNMTOOLS)
     args = parser.parse_args()
@@ -85,9 +91,10 @@ def main():
     work = Path(args.workdir or tempfile.mkdtemp(prefix="many_contigs_"))
     work.mkdir(parents=True, exist_ok=True)
     contigs = work / "contigs.tab"
-    write_contigs(contigs, args.contigs)
+    write_contigs(contigs, args.contigs, args.beside_chromosome)
     seconds, theirs = {}, {}
-    for label, source in (("one chromosome", SOURCE), (f"{args.contigs} contigs", contigs)):
+    split = f"{args.contigs} contigs" + (" beside it" if args.beside_chromosome else "")
+    for label, source in (("one chromosome", SOURCE), (split, contigs)):
         store = work / f"{label.replace(' ', '_')}.zarr"
         seconds[label] = {
             "ingest": timed("ingest", source, "--format", "methylseekr", "--sample", "S", "--store", store),
@@ -104,12 +111,12 @@ def main():
     one, many = seconds.values()
     print(f"the MethylSeekR excerpt's 200,000 CpGs, each step a new process (work in {work}):")
     peer = " DNMTools (one / contigs), s |" if dnmtools else ""
-    print(f"| step | one chromosome, s | {args.contigs} contigs, s | ratio | s per contig |{peer}\n"
+    print(f"| step | one chromosome, s | {split}, s | ratio | s per contig |{peer}\n"
           f"|---|---|---|---|---|{'---|' if dnmtools else ''}")
     for step in one:
         (a, a_note), (b, b_note) = one[step], many[step]
-        extra = (b - a) / (args.contigs - 1)
-        their = f" {theirs['one chromosome'][step]:.1f} / {theirs[f'{args.contigs} contigs'][step]:.1f} |" \
+        extra = (b - a) / (args.contigs - (0 if args.beside_chromosome else 1))
+        their = f" {theirs['one chromosome'][step]:.1f} / {theirs[split][step]:.1f} |" \
             if dnmtools else ""
         print(f"| {step} | {a:.1f} {a_note} | {b:.1f} {b_note} | {b / a:.1f}x | {extra:.3f} |{their}")
     if dnmtools:
