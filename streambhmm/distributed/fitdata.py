@@ -51,7 +51,12 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
                         blocks.append(partial.blocks)
                     yield partial.moments
 
-            moments = tree_reduce(moments_of(partials), add_moments, split_every)
+            try:
+                moments = tree_reduce(moments_of(partials), add_moments, split_every)
+            except IndexError:  # no partial of those chromosomes: no triples (the fit says too few)
+                spec = manifest.spec.resolve(len(manifest.samples))
+                moments = Moments.zeros(manifest.spec.grouping(manifest.samples).width, spec.n_bins,
+                                        projection_dim=spec.projection_dim, projection_seed=spec.seed)
         summed = manifest.chromosomes if chromosomes is None else [c for c in manifest.chromosomes if c in chromosomes]
         return FitData(moments, manifest.spec.grouping(manifest.samples), summed,
                        BlockTable(blocks) if want_blocks else None, manifest.spec)

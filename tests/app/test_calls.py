@@ -222,6 +222,11 @@ def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
     r = run("pmd", tmp_path / "contigs.zarr", "--moments", tmp_path / "coarse.mom", "-o", tmp_path / "mom.bed", "-q")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "mom.bed").read_text().splitlines()[1:] == (tmp_path / "plain.bed").read_text().splitlines()[1:]
+    # moments of the contigs alone: not those of the chromosomes the call reads
+    write_store(tmp_path / "short.zarr", summed(contigs), ["S"], bin_size=5000, chunk_size=70)
+    assert run("moments", tmp_path / "short.zarr", "-o", tmp_path / "short.mom", "-q").exit_code == 0
+    r = run("pmd", tmp_path / "contigs.zarr", "--moments", tmp_path / "short.mom", "-o", tmp_path / "short.bed", "-q")
+    assert r.exit_code == 1 and "whose reads differ from" in r.output, r.output
     # and on a store of 5 kb bins, summed by no one
     r = run("pmd", tmp_path / "coarse.zarr", "--moments", tmp_path / "coarse.mom", "-o", tmp_path / "own.bed", "-q")
     assert r.exit_code == 0 and "13 chromosomes with data over less than 50,000 bp" in r.stderr, r.output
