@@ -54,6 +54,8 @@ class LevelQuadrature:
         """(W, dW/da, dW/db) for a, b (m,): (3, m, nodes + 2), each row of W summing to 1
         (compiled: _expected_kernels.beta_weights)."""
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        if a.shape != b.shape or a.ndim != 1:  # the kernel reads b[h] for every h of a
+            raise ValueError(f"a and b must be vectors of one length, got shapes {a.shape} and {b.shape}")
         weights = _expected_kernels.beta_weights(a, b, self.log_p, self.log_q, self.edge, np.log(NODE_SPACING))
         return weights.reshape(3, a.size, -1)
 

@@ -49,3 +49,10 @@ def test_entry_likelihoods_are_scipys_and_their_gradient_exact():
         moved = [1 / (1 + scale * np.exp(np.where(np.arange(3) == h, e, 0.0))) for e in (1e-6, -1e-6)]
         up, down = ((resp * entry_loglik(c, mu, coef, levels, r)[0]).sum() for r in moved)
         assert d_scale[h] == pytest.approx((up - down) / 2e-6, rel=1e-5)
+
+
+def test_the_quadrature_refuses_parameters_of_different_lengths():
+    """The compiled weights read b[h] for every a[h]: a shorter b was read past its end (a
+    helper's audit: garbage, or a ZeroDivisionError)."""
+    with pytest.raises(ValueError, match="vectors of one length"):
+        QUADRATURE.weights(np.array([1.0, 2.0, 3.0]), np.array([1.0]))
