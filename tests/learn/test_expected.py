@@ -5,7 +5,7 @@ import pytest
 from scipy.special import gammaln
 from scipy.stats import binom
 
-from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, binomial_mixtures, edge_tails
+from streambhmm.learn._expected_kernels import LOG_FLOOR_BELOW_PEAK, LOG_SMALLEST_TERM, binomial_mixtures, edge_tails
 from streambhmm.learn.expected import GRID_POINTS, ExpectedFeatures, _coverage_buckets
 from streambhmm.moments.features import log_binomial_pmf, log_factorials
 
@@ -65,10 +65,26 @@ def test_edge_tails_equal_the_cumulative_sums():
         pmf = np.exp(log_binomial_pmf(n, edges, log_factorial))
         lower = np.cumsum(pmf, axis=1)[:, :-1].T
         upper = np.cumsum(pmf[:, ::-1], axis=1)[:, ::-1][:, 1:].T
-        np.testing.assert_allclose(rows, np.hstack([upper, lower]), rtol=1e-14, atol=1e-300)
+        # (terms below exp(LOG_SMALLEST_TERM), 1.6e-270, are left out)
+        np.testing.assert_allclose(rows, np.hstack([upper, lower]), rtol=1e-14, atol=1e-269)
         np.testing.assert_allclose(steps, upper[1:] - upper[:-1], rtol=1e-12, atol=1e-15)
         assert rows[:, 0].max() == 0.0 and rows[:, len(edges)].min() == 1.0  # x = 0: Y = 0
         assert rows[:, len(edges) - 1].min() == 1.0 and rows[:, -1].max() == 0.0  # x = 1: Y = n
+
+
+@pytest.mark.parametrize("n", [700, 10_000])
+def test_the_tails_leave_the_mixtures_no_subnormal_product(n):
+    """binomial_mixtures weighs the tails by at least 9e-37: the tails and their steps are 0
+    or large enough that no product is subnormal (such products made it 2x slower). At edges
+    far from the mode the tails went down to exp(-750) before."""
+    edges = np.arange(31) / 30
+    with np.errstate(divide="ignore"):
+        rows, steps = edge_tails(n, np.log(edges), np.log1p(-edges), log_factorials(n))
+    for table in (rows, steps):
+        nonzero = np.abs(table[table != 0])
+        assert nonzero.min() >= np.exp(LOG_SMALLEST_TERM)
+        assert (nonzero * 9e-37 >= np.finfo(np.float64).tiny).all()
+    assert (rows == 0).sum() > (rows.shape[0] * 2)  # beyond the two edges where a tail is all 0
 
 
 def test_expected_features_equal_the_dense_tables():
