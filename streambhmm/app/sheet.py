@@ -105,7 +105,13 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     columns = (SHEET_COLUMNS[0], group_column)
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
         with _readable(path) as readable, contextlib.closing(text_lines(readable)) as read:
-            lines = [(number, line) for number, line, _ in read if line.strip() and not line.lstrip().startswith("#")]
+            lines, size = [], 0
+            for number, line, _ in read:
+                size += len(line) + 1
+                if size > MAX_SHEET_BYTES:  # a file that grew after its size was checked
+                    raise ValueError(_too_large(path))
+                if line.strip() and not line.lstrip().startswith("#"):
+                    lines.append((number, line))
     except FormatError as exc:  # named as the user named it, not as its copy (standard input, a pipe)
         raise FormatError(path, exc.line, exc.text, exc.message, exc.fmt) from None
     except OSError as exc:
