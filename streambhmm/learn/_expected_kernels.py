@@ -58,10 +58,10 @@ def binomial_mixtures(n, levels, log_factorial, rows, steps, log_floor):
 
 
 # Tail terms below exp(LOG_SMALLEST_TERM) ~ 1.6e-270 are left out (0). binomial_mixtures
-# weighs the tails by at least 9e-37 (exp(-LOG_FLOOR_BELOW_PEAK) times a pmf's peak, at least
-# 8e-3 up to LARGEST_TABULATED_COVERAGE, times a slope's factor), so every product it forms
-# stays a normal float: subnormal operands made its products 2x slower on the 5 kb bins of a
-# PMD call. What is lost is far below the criterion's floor of 1e-300 on a model's entries.
+# weighs the tails by at least 1.4e-33 at the grid's levels up to LARGEST_TABULATED_COVERAGE
+# (exp(-LOG_FLOOR_BELOW_PEAK) times a pmf's peak, times a slope's factor), so every product it
+# forms stays a normal float: subnormal ones made it 2x slower on the 5 kb bins of a PMD call.
+# What is lost is far below the criterion's floor of 1e-300 on a model's entries.
 LOG_SMALLEST_TERM = -620.0
 
 

@@ -29,7 +29,7 @@ DEFAULT_N_BINS = 30
 # A feature table's entries below this are 0: the moments multiply three features (a tensor
 # entry), and a product below 2.2e-308 is a subnormal number, which the processor multiplies
 # many times slower (the moments of dmrseq IMR90 chr21's 5 kb bins took 3.6x as long with the
-# tails of their deep Beta maps). Such an entry weighs 1e-100 of its bin's features (a sum of 1).
+# tails of their deep Beta maps). Such an entry is under 1e-100 of its bin's features (a sum of 1).
 SMALLEST_FEATURE = 1e-100
 
 
