@@ -146,10 +146,14 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "
                          f"not a multiple of the store's bin size ({counts.bin_size:,} bp): its bins cannot be summed "
                          f"into them; pass a multiple, say --bin-size {nearest}")
-    # refused before the work, when of another assembly
-    lengths = chromosome_lengths(counts, settings.chrom_sizes, bigwig=False)
-    short = too_short(counts, bin_size) if settings.kind == "pmd" else []
+    short = too_short(counts) if settings.kind == "pmd" else []
     store = counts.restricted(set(counts.chromosomes) - set(short)) if short else counts
+    on_short = list(counts.restricted(short).totals(samples)) if short else []
+    if on_short and not store.totals(samples):
+        raise ValueError(_refusal(settings, samples, f"{'its' if len(samples) == 1 else 'their'} reads lie only on chromosomes whose data end within "
+                                                     f"{PMD_MIN_LENGTH:,} bp, the shortest PMD: {first_few(on_short)}"))
+    # refused before the work, when of another assembly (the chromosomes left out need no length)
+    lengths = chromosome_lengths(store, settings.chrom_sizes, bigwig=False)
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, store, samples, opened, echo, seconds)
@@ -177,15 +181,15 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     return outcome
 
 
-def too_short(counts, bin_size: int) -> list[str]:
-    """The chromosomes whose data span less than the shortest PMD in the call's bins of
-    ``bin_size`` bp (from 0 to the end of the last with reads): they can hold none, so `pmd`
-    leaves them out of its fit and its calls. On an assembly they are most of its contigs
-    (chrM, spike-ins, unplaced scaffolds), whose summed bins cost a file each (3,010 contigs:
-    17 of pmd's 29 s) and whose few bins, some read thousands of times deeper, would only pull
-    on the fit."""
+def too_short(counts) -> list[str]:
+    """The chromosomes whose data span less than the shortest PMD, from 0 to the end of the
+    store's last bin with reads (where a call cuts its regions, Regions.cut_at, whatever its
+    bins): they can hold none, so `pmd` leaves them out of its fit and its calls. On an
+    assembly they are most of its contigs (chrM, spike-ins, unplaced scaffolds), whose summed
+    bins cost a file each (3,010 contigs: 17 of pmd's 29 s) and whose few bins, some read
+    thousands of times deeper, would only pull on the fit."""
     return [chrom for chrom in counts.chromosomes
-            if -(-counts.n_bins(chrom) * counts.bin_size // bin_size) * bin_size < PMD_MIN_LENGTH]
+            if counts.n_bins(chrom) * counts.bin_size < PMD_MIN_LENGTH]
 
 
 def left_out_note(outcome: CallOutcome) -> str | None:
@@ -512,19 +516,20 @@ WHOLE_SHARE = 0.9
 
 def whole_chromosomes(by_chromosome: dict, outcome: "CallOutcome") -> str | None:
     """What to say of chromosomes that are one HMR (None: none is): one region holding at least
-    WHOLE_SHARE of the bins with reads there of at least WHOLE_CHROMOSOME_BINS. An unmethylated
+    WHOLE_SHARE of the bins with reads there, in every sample, of at least WHOLE_CHROMOSOME_BINS
+    (a joint call's region over the island that is all one sample covers is no such note). An unmethylated
     genome (chrM, a lambda spike-in) is one long HMR, as DNMTools calls it too: a true call,
     but seldom one a user wants beside the nuclear genome's."""
     whole = []
     for chrom, regions in outcome.found.items():
-        with_reads = int(by_chromosome[chrom].min())
+        with_reads = int(by_chromosome[chrom].max())
         if len(regions.n_bins) == 1 and with_reads >= WHOLE_CHROMOSOME_BINS \
                 and regions.n_bins[0] >= WHOLE_SHARE * with_reads:
             whole.append(f"{chrom} ({int(regions.end[0] - regions.start[0]):,} bp)")
     if not whole:
         return None
     each = "is one HMR over all its" if len(whole) == 1 else "are each one HMR over all their"
-    return (f"{first_few(whole)} {each} bins with reads: an unmethylated genome, as mitochondria and a lambda "
+    return (f"{first_few(whole)} {each} bins with reads ({WHOLE_SHARE:.0%} or more): an unmethylated genome, as mitochondria and a lambda "
             f"spike-in are (DNMTools calls them so too). To leave such a chromosome out, drop its lines from the "
             f"BED, or ingest again with --exclude-chromosomes")
 

@@ -3,6 +3,7 @@ counts store on Dask, with the statistics of their genomic blocks when asked for
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ..io.store import CountsStore, locked, open_store
@@ -38,11 +39,13 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
     ``spec`` resolved for the samples, with progress unless ``quiet``, named ``what``); with
     ``want_blocks`` also their blocks. ``chromosomes``: those of a moment store's partials
     to sum (default: all; a counts store's are those it has, CountsStore.restricted)."""
+    if chromosomes is not None:  # read more than once: an iterator would be spent by the first
+        chromosomes = set(chromosomes)
     if not isinstance(source, CountsStore) and is_moment_store(source):
         with locked(source, shared=True):  # an update (`moments compute`) waits, or is waited for
             manifest = read_manifest(source)
             manifest.check_request(source, samples, spec)
-            partials, manifest = iter_partials(source, None if chromosomes is None else set(chromosomes))
+            partials, manifest = iter_partials(source, chromosomes)
             blocks = []  # small: kept for every partial; its Moments are summed as they come
 
             def moments_of(partials):
@@ -51,12 +54,14 @@ def load_moments(source, samples, spec: FeatureSpec, client, quiet: bool = False
                         blocks.append(partial.blocks)
                     yield partial.moments
 
-            try:
-                moments = tree_reduce(moments_of(partials), add_moments, split_every)
-            except IndexError:  # no partial of those chromosomes: no triples (the fit says too few)
+            summands = moments_of(partials)
+            first = next(summands, None)
+            if first is None:  # no partial of those chromosomes: no triples (the fit says too few)
                 spec = manifest.spec.resolve(len(manifest.samples))
                 moments = Moments.zeros(manifest.spec.grouping(manifest.samples).width, spec.n_bins,
                                         projection_dim=spec.projection_dim, projection_seed=spec.seed)
+            else:
+                moments = tree_reduce(itertools.chain([first], summands), add_moments, split_every)
         summed = manifest.chromosomes if chromosomes is None else [c for c in manifest.chromosomes if c in chromosomes]
         return FitData(moments, manifest.spec.grouping(manifest.samples), summed,
                        BlockTable(blocks) if want_blocks else None, manifest.spec)

@@ -204,6 +204,8 @@ def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
         bins = np.arange(n)
         coverage = rng.poisson(15, (n, 1)) + 1
         contigs[f"chrUn_{k}"] = (bins, rng.binomial(coverage, 0.5), coverage)
+    coverage = rng.poisson(15, (499, 1)) + 1  # data to 49.9 kb: 50 kb in 5 kb bins, where a PMD could not end
+    contigs["chrUn_edge"] = (np.arange(499), rng.binomial(coverage, 0.5), coverage)
     coverage = rng.poisson(5000, (165, 1))
     contigs["chrM"] = (np.arange(165), rng.binomial(coverage, 0.01), coverage)
     write_store(tmp_path / "plain.zarr", chromosomes, ["S"], chunk_size=15_000)
@@ -212,8 +214,8 @@ def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
     r = run("pmd", tmp_path / "contigs.zarr", "-o", tmp_path / "contigs.bed", "-q", "--save-model",
             tmp_path / "model.json")
     assert r.exit_code == 0, r.output
-    assert ("note: 13 chromosomes with data over less than 50,000 bp, the shortest PMD, are left out of the fit and "
-            "the calls: chrM, chrUn_0, chrUn_1 and 10 more") in r.stderr, r.stderr
+    assert ("note: 14 chromosomes with data over less than 50,000 bp, the shortest PMD, are left out of the fit and "
+            "the calls: chrM, chrUn_0, chrUn_1 and 11 more") in r.stderr, r.stderr
     assert (tmp_path / "contigs.bed").read_text() == (tmp_path / "plain.bed").read_text().replace("plain", "contigs")
     assert json.loads((tmp_path / "model.json").read_text())["chromosomes"] == ["chr1", "chr2"]
     # from moments of 5 kb bins that hold the contigs too: the same calls
@@ -229,9 +231,42 @@ def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
     assert r.exit_code == 1 and "whose reads differ from" in r.output, r.output
     # and on a store of 5 kb bins, summed by no one
     r = run("pmd", tmp_path / "coarse.zarr", "--moments", tmp_path / "coarse.mom", "-o", tmp_path / "own.bed", "-q")
+    # (chrUn_edge's data there end at 50 kb: a PMD could fill it)
     assert r.exit_code == 0 and "13 chromosomes with data over less than 50,000 bp" in r.stderr, r.output
     recall, precision = overlap(read_bed(tmp_path / "own.bed"), truth["pmd"])
     assert recall > 0.9 and precision > 0.9, (recall, precision)
+    # the same chromosomes left out, whatever the call's bins (they were rounded up to them)
+    r = run("pmd", tmp_path / "contigs.zarr", "--bin-size", 10_000, "-o", tmp_path / "wide.bed", "-q")
+    assert r.exit_code == 0 and "note: 14 chromosomes with data over less than 50,000 bp" in r.stderr, r.output
+
+
+def test_pmd_on_samples_with_reads_on_short_chromosomes_only(tmp_path):
+    """Helper 86: a sample whose reads all lie on chromosomes too short for a PMD had a garbled
+    refusal ("these data hold 0 triples ... the 0 chromosomes"); --chrom-sizes had to list the
+    chromosomes left out; and chrM, with reads of one sample, had a second note, that no region
+    is called there as the other has none."""
+    chromosomes, truth = planted(0)
+    rng = np.random.default_rng(4)
+    store = {chrom: (bins, np.hstack([m, m, 0 * m]), np.hstack([v, v, 0 * v]))  # U: no reads there
+             for chrom, (bins, m, v) in chromosomes.items()}
+    coverage = rng.poisson(3000, (165, 2))
+    store["chrM"] = (np.arange(165), np.hstack([np.zeros((165, 1), int), rng.binomial(coverage, 0.01)]),
+                     np.hstack([np.zeros((165, 1), int), coverage]))  # T and U: S has none there
+    write_store(tmp_path / "s.zarr", store, ["S", "T", "U"], chunk_size=15_000)
+    sizes = tmp_path / "chrom.sizes"
+    sizes.write_text("chr1\t4000000\nchr2\t4000000\n")  # no chrM: the call leaves it out
+    r = run("pmd", tmp_path / "s.zarr", "--samples", "S,T", "--chrom-sizes", sizes, "-o", tmp_path / "st.bed", "-q")
+    assert r.exit_code == 0, r.output
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note:")]
+    assert notes == ["note: 1 chromosome with data over less than 50,000 bp, the shortest PMD, is left out of the fit "
+                     "and the calls: chrM"], r.stderr
+    recall, precision = overlap(read_bed(tmp_path / "st.bed"), truth["pmd"])
+    assert recall > 0.9 and precision > 0.9, (recall, precision)
+    r = run("pmd", tmp_path / "s.zarr", "--samples", "U", "-o", tmp_path / "u.bed", "-q")
+    assert r.exit_code == 1, r.output
+    assert (f"no partially methylated domains in {tmp_path / 's.zarr'} (U): its reads lie only on chromosomes whose data end within "
+            f"50,000 bp, the shortest PMD: chrM.") in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "u.bed").exists()
 
 
 def test_hmr_takes_the_moments_its_own_pass_computes(tmp_path):
@@ -1090,9 +1125,26 @@ def test_a_chromosome_that_is_one_hmr_is_said_so(tmp_path):
     said, = hmr_notes(store, _hmr_outcome(["A"], {
         "chr1": [(0, 2000, 20), (50_000, 51_000, 10)], "chrM": [(0, 16_600, 166)], "lambda": [(0, 48_500, 480)],
         "chrUn": [(0, 1200, 12)]}))  # 12 bins with reads: too few to say
-    assert said.startswith("chrM (16,600 bp), lambda (48,500 bp) are each one HMR over all their bins with reads: "
+    assert said.startswith("chrM (16,600 bp), lambda (48,500 bp) are each one HMR over all their bins with reads (90% or "
+                           "more): "
                            "an unmethylated genome")
     assert "--exclude-chromosomes" in said
     # a region over part of a chromosome, or two regions, make no note
     assert hmr_notes(store, _hmr_outcome(["A"], {"chrM": [(0, 8000, 80)], "lambda": [(0, 20_000, 200),
                                                                                      (20_500, 48_500, 280)]})) == []
+
+
+def test_a_joint_calls_region_over_one_samples_island_is_not_a_whole_chromosome(tmp_path):
+    """Helper 86: in a joint call, B covers only an island of chrX that A covers whole; the
+    region over the island held all of B's bins with reads, and the note called chrX one HMR.
+    The region must hold 90% of every sample's bins with reads."""
+    from streambhmm.app.calls import hmr_notes
+    from streambhmm.testing import write_store
+
+    bins = np.arange(500)
+    a = np.full((500, 1), 10)
+    b = np.where((bins >= 100) & (bins < 130), 10, 0)[:, None]
+    store = write_store(tmp_path / "s.zarr", {"chrX": (bins, np.hstack([a, b]) // 2, np.hstack([a, b]))}, ["A", "B"])
+    assert hmr_notes(store, _hmr_outcome(["A", "B"], {"chrX": [(10_000, 13_000, 30)]})) == []
+    said = hmr_notes(store, _hmr_outcome(["A", "B"], {"chrX": [(0, 50_000, 460)]}))[-1]
+    assert said.startswith("chrX (50,000 bp) is one HMR over all its bins with reads (90% or more)")

@@ -54,8 +54,9 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
         with store_session(store, scheduler, bin_size=settings.coarse_bin_size, em=polish_em > 0,
                            quiet=quiet) as opened:
             outcome = run_call(settings, opened, echo=step_lines(quiet))
-            left_out = chromosomes_left_out(opened.store, outcome.samples)
-            notes = hmr_notes(opened.store, outcome) if kind == "hmr" else []
+            called = opened.store.restricted(set(opened.store.chromosomes) - set(outcome.left_out))
+            left_out = chromosomes_left_out(called, outcome.samples)  # pmd's short chromosomes have a note of their own
+            notes = hmr_notes(called, outcome) if kind == "hmr" else []
     except ValueError as exc:  # a refusal: files of an earlier call at these names are not this one's
         earlier = [str(path) for path in (output, regions_table(output)) if Path(path).exists()]
         if not earlier:
