@@ -99,7 +99,7 @@ class CallOutcome:
     em_stopped: str = ""  # --polish-em's EM stopped at its cap before converging: how
     one_pass_fit: object = None  # learn.model.SpectralBinomialHMM: the fit before any EM
     chromosomes: list = field(default_factory=list)  # those the model was fitted on
-    left_out: list = field(default_factory=list)  # pmd: the chromosomes too short to hold a PMD (too_short)
+    left_out: list = field(default_factory=list)  # pmd: those too short to hold a PMD where the samples have reads
 
     @property
     def lengths(self) -> np.ndarray:
@@ -167,7 +167,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
-    outcome.left_out = short
+    outcome.left_out = on_short  # those without the samples' reads (excluded on a rerun, another's) go unsaid
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
