@@ -146,14 +146,13 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         raise ValueError(f"{settings.kind}'s bins of {bin_size:,} bp (--bin-size, {PMD_BIN_SIZE:,} unless given) are "
                          f"not a multiple of the store's bin size ({counts.bin_size:,} bp): its bins cannot be summed "
                          f"into them; pass a multiple, say --bin-size {nearest}")
-    short = too_short(counts) if settings.kind == "pmd" else []
+    # refused before the work, when of another assembly (those too short for a PMD need no line)
+    lengths = chromosome_lengths(counts, settings.chrom_sizes, bigwig=False,
+                                 unlisted=too_short(counts) if settings.kind == "pmd" else ())
+    short = too_short(counts, lengths) if settings.kind == "pmd" else []
     store = counts.restricted(set(counts.chromosomes) - set(short)) if short else counts
-    on_short = list(counts.restricted(short).totals(samples)) if short else []
-    if on_short and not store.totals(samples):
-        raise ValueError(_refusal(settings, samples, f"{'its' if len(samples) == 1 else 'their'} reads lie only on chromosomes whose data end within "
-                                                     f"{PMD_MIN_LENGTH:,} bp, the shortest PMD: {first_few(on_short)}"))
-    # refused before the work, when of another assembly (the chromosomes left out need no length)
-    lengths = chromosome_lengths(store, settings.chrom_sizes, bigwig=False)
+    if short:
+        _refuse_samples_only_on_short(settings, samples, store, counts.restricted(short))
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, store, samples, opened, echo, seconds)
@@ -167,7 +166,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
-    outcome.left_out = on_short  # those without the samples' reads (excluded on a rerun, another's) go unsaid
+    outcome.left_out = list(counts.restricted(short).totals(samples)) if short else []  # those without the samples' reads (excluded on a rerun, another's) go unsaid
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
@@ -181,15 +180,35 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     return outcome
 
 
-def too_short(counts) -> list[str]:
+def too_short(counts, lengths: dict | None = None) -> list[str]:
     """The chromosomes whose data span less than the shortest PMD, from 0 to the end of the
-    store's last bin with reads (where a call cuts its regions, Regions.cut_at, whatever its
-    bins): they can hold none, so `pmd` leaves them out of its fit and its calls. On an
+    store's last bin with reads or to the chromosome's end in ``lengths`` if sooner (where a
+    call cuts its regions, Regions.cut_at, whatever its bins): they can hold none, so `pmd`
+    leaves them out of its fit and its calls. On an
     assembly they are most of its contigs (chrM, spike-ins, unplaced scaffolds), whose summed
     bins cost a file each (3,010 contigs: 17 of pmd's 29 s) and whose few bins, some read
     thousands of times deeper, would only pull on the fit."""
-    return [chrom for chrom in counts.chromosomes
-            if counts.n_bins(chrom) * counts.bin_size < PMD_MIN_LENGTH]
+    ends = {chrom: counts.n_bins(chrom) * counts.bin_size for chrom in counts.chromosomes}
+    return [chrom for chrom, end in ends.items() if min(end, (lengths or ends).get(chrom, end)) < PMD_MIN_LENGTH]
+
+
+def _refuse_samples_only_on_short(settings: CallSettings, samples, kept, short) -> None:
+    """Samples whose reads all lie on the chromosomes too short for a PMD (``short``, the
+    store of those; ``kept`` of the others), or who have none, are refused before the fit: it
+    would fit them levels no data support, and a joint call would then be refused as if its
+    samples covered no chromosome together."""
+    totals = kept.totals(samples).values()
+    absent = [s for j, s in enumerate(samples) if not any(sums[j][1] > 0 for sums in totals)]
+    if not absent:
+        return
+    reasons = []
+    for sample in absent:
+        chromosomes = [c for c, sums in short.totals([sample]).items() if sums[0][1] > 0]
+        reasons.append(f"{sample} has reads only on chromosomes whose data end before {PMD_MIN_LENGTH:,} bp, the "
+                       f"shortest PMD: {first_few(chromosomes)}" if chromosomes else f"{sample} has no reads")
+    others = [s for s in samples if s not in absent]
+    advice = f" Call {','.join(others)} with --samples." if others else ""
+    raise ValueError(_refusal(settings, samples, "; ".join(reasons)) + advice)
 
 
 def left_out_note(outcome: CallOutcome) -> str | None:
@@ -477,7 +496,7 @@ def chromosomes_apart(store, samples) -> str | None:
     covered = _samples_with_reads(store, samples)
     if any(len(on) == len(samples) for on in covered.values()):
         return None
-    return "; ".join(f"{s} on {first_few([c for c, on in covered.items() if s in on])}" for s in samples)
+    return "; ".join(f"{s} on {first_few([c for c, on in covered.items() if s in on]) or 'none'}" for s in samples)
 
 
 def partial_chromosomes(store, samples) -> list[str]:
@@ -490,7 +509,8 @@ def partial_chromosomes(store, samples) -> list[str]:
 def hmr_notes(store, outcome: "CallOutcome") -> list[str]:
     """What to say of a call's HMRs beside the regions (most_of_the_genome, whole_chromosomes)."""
     by_chromosome = store.bins_with_reads_by_chromosome(outcome.samples)
-    notes = [most_of_the_genome(by_chromosome, outcome), whole_chromosomes(by_chromosome, outcome)]
+    data_ends = {chrom: store.n_bins(chrom) * store.bin_size for chrom in outcome.found}
+    notes = [most_of_the_genome(by_chromosome, outcome), whole_chromosomes(by_chromosome, data_ends, outcome)]
     return [note for note in notes if note]
 
 
@@ -514,17 +534,21 @@ WHOLE_CHROMOSOME_BINS = 20  # a chromosome with fewer bins with reads is not sai
 WHOLE_SHARE = 0.9
 
 
-def whole_chromosomes(by_chromosome: dict, outcome: "CallOutcome") -> str | None:
+def whole_chromosomes(by_chromosome: dict, data_ends: dict, outcome: "CallOutcome") -> str | None:
     """What to say of chromosomes that are one HMR (None: none is): one region holding at least
-    WHOLE_SHARE of the bins with reads there, in every sample, of at least WHOLE_CHROMOSOME_BINS
-    (a joint call's region over the island that is all one sample covers is no such note). An unmethylated
+    WHOLE_SHARE of the bins with reads there of every sample (at least WHOLE_CHROMOSOME_BINS),
+    and as long as WHOLE_SHARE of the chromosome's data (``data_ends``: from 0 to the end of
+    its last bin with reads): in a joint call a region's bins count where any sample has reads,
+    so a region over the part one sample covers, or over an island that is all another covers,
+    is no such note (helpers 86 and 88). An unmethylated
     genome (chrM, a lambda spike-in) is one long HMR, as DNMTools calls it too: a true call,
     but seldom one a user wants beside the nuclear genome's."""
     whole = []
     for chrom, regions in outcome.found.items():
         with_reads = int(by_chromosome[chrom].max())
         if len(regions.n_bins) == 1 and with_reads >= WHOLE_CHROMOSOME_BINS \
-                and regions.n_bins[0] >= WHOLE_SHARE * with_reads:
+                and regions.n_bins[0] >= WHOLE_SHARE * with_reads \
+                and regions.end[0] - regions.start[0] >= WHOLE_SHARE * data_ends[chrom]:
             whole.append(f"{chrom} ({int(regions.end[0] - regions.start[0]):,} bp)")
     if not whole:
         return None

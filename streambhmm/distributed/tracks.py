@@ -49,12 +49,15 @@ def read_chrom_sizes(path, bigwig: bool = True) -> dict[str, int]:
     return sizes
 
 
-def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True) -> dict[str, int]:
+def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True, unlisted=()) -> dict[str, int]:
     """Each chromosome's length: from the UCSC chrom.sizes file ``chrom_sizes`` where given
     (``bigwig``: for a bigWig's header, read_chrom_sizes), each refused when the store's data
-    reach past it; else the end of the store's last bin."""
+    reach past it; else the end of the store's last bin (also for the chromosomes
+    ``unlisted`` the file need not list)."""
     sizes = read_chrom_sizes(chrom_sizes, bigwig) if chrom_sizes else None
-    missing = [chrom for chrom in store.chromosomes if sizes is not None and chrom not in sizes]
+    unlisted = set(unlisted)
+    missing = [chrom for chrom in store.chromosomes if sizes is not None and chrom not in sizes
+               and chrom not in unlisted]
     if missing:  # a spike-in (lambda, pUC19) is in no assembly's chrom.sizes
         raise ValueError(f"{chrom_sizes} has no {', '.join(map(repr, missing[:5]))[:300]}"
                          f"{f' or {len(missing) - 5:,} more' if len(missing) > 5 else ''}, which the store has: add a "
@@ -63,7 +66,7 @@ def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True
     lengths = {}
     for chrom in store.chromosomes:
         axis_end = store.n_bins(chrom) * store.bin_size
-        if sizes is None:
+        if sizes is None or chrom not in sizes:
             lengths[chrom] = axis_end
         elif sizes[chrom] <= axis_end - store.bin_size:
             raise ValueError(f"{chrom_sizes} gives {chrom} {sizes[chrom]:,} bp, but {store.path} has data on {chrom} up "

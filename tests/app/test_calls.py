@@ -241,10 +241,12 @@ def test_pmd_leaves_out_the_chromosomes_too_short_to_hold_a_pmd(tmp_path):
 
 
 def test_pmd_on_samples_with_reads_on_short_chromosomes_only(tmp_path):
-    """Helper 86: a sample whose reads all lie on chromosomes too short for a PMD had a garbled
-    refusal ("these data hold 0 triples ... the 0 chromosomes"); --chrom-sizes had to list the
-    chromosomes left out; and chrM, with reads of one sample, had a second note, that no region
-    is called there as the other has none."""
+    """Helpers 86 and 88: a sample whose reads all lie on chromosomes too short for a PMD had a
+    garbled refusal ("these data hold 0 triples ... the 0 chromosomes"), or, called with others,
+    was fitted levels no data support and then refused as if the samples covered no chromosome
+    together ("U on ;"); --chrom-sizes had to list the chromosomes left out, and its shorter
+    length did not count; chrM, with reads of one sample, had a second note, that no region is
+    called there as the other has none."""
     chromosomes, truth = planted(0)
     rng = np.random.default_rng(4)
     store = {chrom: (bins, np.hstack([m, m, 0 * m]), np.hstack([v, v, 0 * v]))  # U: no reads there
@@ -252,23 +254,34 @@ def test_pmd_on_samples_with_reads_on_short_chromosomes_only(tmp_path):
     coverage = rng.poisson(3000, (165, 2))
     store["chrM"] = (np.arange(165), np.hstack([np.zeros((165, 1), int), rng.binomial(coverage, 0.01)]),
                      np.hstack([np.zeros((165, 1), int), coverage]))  # T and U: S has none there
+    coverage = rng.poisson(15, (500, 1)) + 1  # data to 50,000 bp, on a contig of 49,950 (the sizes below)
+    edge = rng.binomial(coverage, 0.5)
+    store["chrUn_edge"] = (np.arange(500), np.hstack([edge, edge, 0 * edge]), np.hstack([coverage] * 2 + [0 * coverage]))
     write_store(tmp_path / "s.zarr", store, ["S", "T", "U"], chunk_size=15_000)
     sizes = tmp_path / "chrom.sizes"
-    sizes.write_text("chr1\t4000000\nchr2\t4000000\n")  # no chrM: the call leaves it out
+    sizes.write_text("chr1\t4000000\nchr2\t4000000\nchrUn_edge\t49950\n")  # no chrM: the call leaves it out
     r = run("pmd", tmp_path / "s.zarr", "--samples", "S,T", "--chrom-sizes", sizes, "-o", tmp_path / "st.bed", "-q")
     assert r.exit_code == 0, r.output
     notes = [line for line in r.stderr.splitlines() if line.startswith("note:")]
-    assert notes == ["note: 1 chromosome with data over less than 50,000 bp, the shortest PMD, is left out of the fit "
-                     "and the calls: chrM"], r.stderr
+    assert notes == ["note: 2 chromosomes with data over less than 50,000 bp, the shortest PMD, are left out of the "
+                     "fit and the calls: chrM, chrUn_edge"], r.stderr
     recall, precision = overlap(read_bed(tmp_path / "st.bed"), truth["pmd"])
     assert recall > 0.9 and precision > 0.9, (recall, precision)
+    # a length the data pass is refused, listed for a chromosome left out or not
+    (tmp_path / "other.sizes").write_text(sizes.read_text() + "chrM\t100\n")
+    r = run("pmd", tmp_path / "s.zarr", "--chrom-sizes", tmp_path / "other.sizes", "-o", tmp_path / "o.bed", "-q")
+    assert r.exit_code == 1 and "gives chrM 100 bp" in r.output and not (tmp_path / "o.bed").exists(), r.output
     # S has no reads on chrM (another's chromosome, or one excluded on a rerun): nothing to say of it
     r = run("pmd", tmp_path / "s.zarr", "--samples", "S", "-o", tmp_path / "s.bed", "-q")
     assert r.exit_code == 0 and "note:" not in r.stderr, r.output
+    why = "U has reads only on chromosomes whose data end before 50,000 bp, the shortest PMD: chrM."
     r = run("pmd", tmp_path / "s.zarr", "--samples", "U", "-o", tmp_path / "u.bed", "-q")
     assert r.exit_code == 1, r.output
-    assert (f"no partially methylated domains in {tmp_path / 's.zarr'} (U): its reads lie only on chromosomes whose data end within "
-            f"50,000 bp, the shortest PMD: chrM.") in " ".join(r.output.split()), r.output
+    assert f"no partially methylated domains in {tmp_path / 's.zarr'} (U): {why}" in " ".join(r.output.split())
+    # called with the others (all the store's samples), before the fit
+    r = run("pmd", tmp_path / "s.zarr", "-o", tmp_path / "u.bed", "-q")
+    assert r.exit_code == 1, r.output
+    assert f"(S,T,U): {why} Call S,T with --samples." in " ".join(r.output.split()), r.output
     assert not (tmp_path / "u.bed").exists()
 
 
@@ -1151,3 +1164,10 @@ def test_a_joint_calls_region_over_one_samples_island_is_not_a_whole_chromosome(
     assert hmr_notes(store, _hmr_outcome(["A", "B"], {"chrX": [(10_000, 13_000, 30)]})) == []
     said = hmr_notes(store, _hmr_outcome(["A", "B"], {"chrX": [(0, 50_000, 460)]}))[-1]
     assert said.startswith("chrX (50,000 bp) is one HMR over all its bins with reads (90% or more)")
+    # A covers 0-15 kb, B 14-30 kb: a region over A's part holds 90% of each one's bins with reads
+    a = np.where(bins < 150, 10, 0)[:, None]
+    b = np.where((bins >= 140) & (bins < 300), 10, 0)[:, None]
+    apart = write_store(tmp_path / "apart.zarr", {"chrY": (bins[:300], np.hstack([a, b])[:300] // 2,
+                                                           np.hstack([a, b])[:300])}, ["A", "B"])
+    said = hmr_notes(apart, _hmr_outcome(["A", "B"], {"chrY": [(0, 16_000, 160)]}))
+    assert not any("one HMR" in note for note in said), said
