@@ -166,7 +166,8 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  progress)
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
-    outcome.left_out = list(counts.restricted(short).totals(samples)) if short else []  # those without the samples' reads (excluded on a rerun, another's) go unsaid
+    # those where the samples have no reads (excluded on a rerun, another sample's) go unsaid
+    outcome.left_out = list(counts.restricted(short).totals(samples)) if short else []
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
@@ -184,10 +185,10 @@ def too_short(counts, lengths: dict | None = None) -> list[str]:
     """The chromosomes whose data span less than the shortest PMD, from 0 to the end of the
     store's last bin with reads or to the chromosome's end in ``lengths`` if sooner (where a
     call cuts its regions, Regions.cut_at, whatever its bins): they can hold none, so `pmd`
-    leaves them out of its fit and its calls. On an
-    assembly they are most of its contigs (chrM, spike-ins, unplaced scaffolds), whose summed
-    bins cost a file each (3,010 contigs: 17 of pmd's 29 s) and whose few bins, some read
-    thousands of times deeper, would only pull on the fit."""
+    leaves them out of its fit and its calls. On an assembly they are most of its contigs
+    (chrM, spike-ins, unplaced scaffolds), whose summed bins cost a file each (3,010 contigs:
+    17 of pmd's 29 s) and whose few bins, some read thousands of times deeper, would only pull
+    on the fit."""
     ends = {chrom: counts.n_bins(chrom) * counts.bin_size for chrom in counts.chromosomes}
     return [chrom for chrom, end in ends.items() if min(end, (lengths or ends).get(chrom, end)) < PMD_MIN_LENGTH]
 
@@ -540,9 +541,9 @@ def whole_chromosomes(by_chromosome: dict, data_ends: dict, outcome: "CallOutcom
     and as long as WHOLE_SHARE of the chromosome's data (``data_ends``: from 0 to the end of
     its last bin with reads): in a joint call a region's bins count where any sample has reads,
     so a region over the part one sample covers, or over an island that is all another covers,
-    is no such note (helpers 86 and 88). An unmethylated
-    genome (chrM, a lambda spike-in) is one long HMR, as DNMTools calls it too: a true call,
-    but seldom one a user wants beside the nuclear genome's."""
+    is no such note (helpers 86 and 88). An unmethylated genome (chrM, a lambda spike-in) is
+    one long HMR, as DNMTools calls it too: a true call, but seldom one a user wants beside the
+    nuclear genome's."""
     whole = []
     for chrom, regions in outcome.found.items():
         with_reads = int(by_chromosome[chrom].max())
@@ -553,9 +554,9 @@ def whole_chromosomes(by_chromosome: dict, data_ends: dict, outcome: "CallOutcom
     if not whole:
         return None
     each = "is one HMR over all its" if len(whole) == 1 else "are each one HMR over all their"
-    return (f"{first_few(whole)} {each} bins with reads ({WHOLE_SHARE:.0%} or more): an unmethylated genome, as mitochondria and a lambda "
-            f"spike-in are (DNMTools calls them so too). To leave such a chromosome out, drop its lines from the "
-            f"BED, or ingest again with --exclude-chromosomes")
+    return (f"{first_few(whole)} {each} bins with reads ({WHOLE_SHARE:.0%} or more): an unmethylated genome, as "
+            f"mitochondria and a lambda spike-in are (DNMTools calls them so too). To leave such a chromosome out, "
+            f"drop its lines from the BED, or ingest again with --exclude-chromosomes")
 
 
 def chromosomes_left_out(store, samples) -> str | None:
