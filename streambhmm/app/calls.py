@@ -151,8 +151,9 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
                                  unlisted=too_short(counts) if settings.kind == "pmd" else ())
     short = too_short(counts, lengths) if settings.kind == "pmd" else []
     store = counts.restricted(set(counts.chromosomes) - set(short)) if short else counts
+    on_short = counts.restricted(short).totals(samples) if short else {}  # {chromosome: each sample's sums}
     if short:
-        _refuse_samples_only_on_short(settings, samples, store, counts.restricted(short))
+        _refuse_samples_only_on_short(settings, samples, store, on_short)
     seconds = {}
     if bin_size == counts.bin_size:
         outcome = _fit_and_call(settings, store, samples, opened, echo, seconds)
@@ -167,7 +168,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
     # those where the samples have no reads (excluded on a rerun, another sample's) go unsaid
-    outcome.left_out = list(counts.restricted(short).totals(samples)) if short else []
+    outcome.left_out = list(on_short)
     for chrom, found in outcome.found.items():
         # a domain's last summed bin ends where the store's last bin does, not past it, and with
         # --chrom-sizes no region passes its chromosome's end
@@ -190,24 +191,24 @@ def too_short(counts, lengths: dict | None = None) -> list[str]:
     17 of pmd's 29 s) and whose few bins, some read thousands of times deeper, would only pull
     on the fit."""
     ends = {chrom: counts.n_bins(chrom) * counts.bin_size for chrom in counts.chromosomes}
-    return [chrom for chrom, end in ends.items() if min(end, (lengths or ends).get(chrom, end)) < PMD_MIN_LENGTH]
+    return [chrom for chrom, end in ends.items() if min(end, (lengths or {}).get(chrom, end)) < PMD_MIN_LENGTH]
 
 
-def _refuse_samples_only_on_short(settings: CallSettings, samples, kept, short) -> None:
-    """Samples whose reads all lie on the chromosomes too short for a PMD (``short``, the
-    store of those; ``kept`` of the others), or who have none, are refused before the fit: it
-    would fit them levels no data support, and a joint call would then be refused as if its
-    samples covered no chromosome together."""
+def _refuse_samples_only_on_short(settings: CallSettings, samples, kept, on_short: dict) -> None:
+    """Samples whose reads all lie on the chromosomes too short for a PMD (``on_short``: their
+    CountsStore.totals there; ``kept``: the store of the others), or who have none, are refused
+    before the fit: it would fit them levels no data support, and a joint call would then be
+    refused as if its samples covered no chromosome together."""
     totals = kept.totals(samples).values()
-    absent = [s for j, s in enumerate(samples) if not any(sums[j][1] > 0 for sums in totals)]
+    absent = [j for j in range(len(samples)) if not any(sums[j][1] > 0 for sums in totals)]
     if not absent:
         return
     reasons = []
-    for sample in absent:
-        chromosomes = [c for c, sums in short.totals([sample]).items() if sums[0][1] > 0]
-        reasons.append(f"{sample} has reads only on chromosomes whose data end before {PMD_MIN_LENGTH:,} bp, the "
-                       f"shortest PMD: {first_few(chromosomes)}" if chromosomes else f"{sample} has no reads")
-    others = [s for s in samples if s not in absent]
+    for j in absent:
+        chromosomes = [c for c, sums in on_short.items() if sums[j][1] > 0]
+        reasons.append(f"{samples[j]} has reads only on chromosomes whose data end before {PMD_MIN_LENGTH:,} bp, the "
+                       f"shortest PMD: {first_few(chromosomes)}" if chromosomes else f"{samples[j]} has no reads")
+    others = [s for j, s in enumerate(samples) if j not in absent]
     advice = f" Call {','.join(others)} with --samples." if others else ""
     raise ValueError(_refusal(settings, samples, "; ".join(reasons)) + advice)
 
