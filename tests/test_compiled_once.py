@@ -13,7 +13,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.registry import cpu_target
 from numba.core.typed_passes import NopythonTypeInference
 
-from streambhmm.learn import _emission_kernels, hmm_kernels
+from streambhmm.learn import _emission_kernels, _refine_kernels, hmm_kernels
 from streambhmm.moments import moment_kernels
 from streambhmm.moments.features import encode
 
@@ -42,6 +42,20 @@ def betabinomial_args(kernel):
         if kernel is _emission_kernels.betabinomial_table:
             return kernel, coverage, methylated, np.zeros(2), a, b, np.zeros((2, 2))
         return kernel, coverage, methylated, np.ones((2, 2)), a, b, np.zeros(2), np.zeros(2)
+    return args
+
+
+def histogram_args(kernel):
+    def args():
+        c, mu, offsets, samples, levels = np.array([3, 5]), np.array([1, 2]), np.array([0, 2]), np.array([0]), \
+            np.full((2, 1), 0.5)
+        if kernel is _refine_kernels.entry_logliks:
+            return kernel, c, mu, np.zeros(2), offsets, samples, levels, levels, True
+        table = np.zeros((2, 2))
+        return (kernel, c, mu, offsets, samples, levels, levels, True, table, table, np.zeros(2), np.ones(2),
+                np.array([0, 2]), np.zeros((1, 0), np.int64), np.array([0, 1]), np.array([[0], [1]]), np.full(2, 0.5),
+                np.full((2, 2), 0.5), False, np.zeros((2, 1)), np.zeros((2, 1)), np.zeros(2), np.zeros((2, 2)),
+                np.zeros(2))
     return args
 
 
@@ -92,8 +106,11 @@ def callee_signatures(kernel, *args) -> list:
 
 @pytest.mark.parametrize("case", [forward_backward_args, triples_args,
                                   betabinomial_args(_emission_kernels.betabinomial_table),
-                                  betabinomial_args(_emission_kernels.betabinomial_slopes)],
-                         ids=["forward_backward", "triples", "betabinomial_table", "betabinomial_slopes"])
+                                  betabinomial_args(_emission_kernels.betabinomial_slopes),
+                                  histogram_args(_refine_kernels.entry_logliks),
+                                  histogram_args(_refine_kernels.histogram_loglik)],
+                         ids=["forward_backward", "triples", "betabinomial_table", "betabinomial_slopes", "entry_logliks",
+                              "histogram_loglik"])
 def test_kernels_call_kernels_with_no_literal_arguments(case):
     asked = callee_signatures(*case())
     assert asked, "the case calls no compiled kernel: nothing checked"

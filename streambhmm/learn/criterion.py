@@ -3,6 +3,7 @@ its parameter vector and bounds (state caps), and the weights of its terms."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -184,7 +185,8 @@ class Objective:
         return np.concatenate(parts)
 
     def unpack(self, x: np.ndarray, m: int) -> "Parameters":
-        parts = np.split(x, np.cumsum(self._sizes(m))[:-1])
+        ends = list(itertools.accumulate(self._sizes(m)))
+        parts = [x[start:end] for start, end in zip([0] + ends[:-1], ends)]  # np.split cost more than the rest
         levels = expit(parts[0].reshape(m, self.n_samples))
         transmat = _softmax_rows(parts[1].reshape(m, m))
         dispersion = 1.0 / (1.0 + np.exp(parts[2].reshape(m, self.n_samples))) if self.dispersed else None

@@ -4,15 +4,12 @@ _refine_kernels.py)."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from scipy.special import gammaln
 
 from . import _refine_kernels
 from ..moments.features import decode_cells
 from ..moments.sums import Moments
-from .overdispersion import entry_loglik
 
 
 def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,30 +87,18 @@ class HistogramLikelihood:
             self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples))
 
     def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, grads) -> float:
-        m = levels.shape[0]
         g_levels, g_scale, g_pi, g_a = grads
-        log_table = np.empty((cells.c.size, m))
-        gradients = []
-        for g, s in enumerate(cells.samples):
-            part = slice(cells.offsets[g], cells.offsets[g + 1])
-            log_table[part], gradient = entry_loglik(cells.c[part], cells.mu[part], cells.coef[part], levels[:, s],
-                                                     None if dispersion is None else dispersion[:, s])
-            gradients.append(gradient)
-        shift = functools.reduce(np.maximum, log_table.T)  # numpy's max(axis=1) over a few states is slow
-        table = np.exp(log_table - shift[:, None])
-        resp = np.zeros((cells.c.size, m))
+        dispersed = dispersion is not None
+        dispersion = dispersion if dispersed else levels  # not read: one signature for both emissions
+        log_table, shift, table = _refine_kernels.entry_logliks(cells.c, cells.mu, cells.coef, cells.offsets,
+                                                                cells.samples, levels, dispersion, dispersed)
+        np.exp(table, out=table)  # numpy's vectorized exp: several times a scalar one's speed (so the log below)
         mixture = np.empty(cells.weight.size)
-        value = _refine_kernels.mixture_loglik(cells.weight, cells.groups, cells.x_entries, cells.y_of_cell,
-                                               cells.y_entries, log_table, table, shift, pi, transmat,
-                                               self.width == 2, g_pi, g_a, resp, mixture)
-        value += cells.weight @ np.log(mixture)
-        for g, s in enumerate(cells.samples):
-            # the entries' posterior-weighted counts
-            d_level, d_scale = gradients[g](resp[cells.offsets[g]:cells.offsets[g + 1]])
-            g_levels[:, s] += d_level
-            if d_scale is not None:
-                g_scale[:, s] += d_scale
-        return value
+        value = _refine_kernels.histogram_loglik(
+            cells.c, cells.mu, cells.offsets, cells.samples, levels, dispersion, dispersed, log_table, table, shift,
+            cells.weight, cells.groups, cells.x_entries, cells.y_of_cell, cells.y_entries, pi, transmat,
+            self.width == 2, g_levels, g_scale, g_pi, g_a, mixture)
+        return value + cells.weight @ np.log(mixture)
 
     def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray,
                  dispersion: np.ndarray | None = None):

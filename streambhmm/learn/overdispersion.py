@@ -5,7 +5,7 @@ s = (1 - rho) / rho, then its reads from the binomial. Two consequences for the 
 
 - The thinned single-bin and adjacent-pair histograms stay exact: a random subsample of
   beta-binomial reads is beta-binomial with the same (a, b), so a histogram cell's
-  likelihood is the beta-binomial pmf at its thinned counts (entry_loglik).
+  likelihood is the beta-binomial pmf at its thinned counts (_refine_kernels.entry_logliks).
 - The expected Beta-map feature of a state is g(p) = E[phi | level p] integrated over the
   state's Beta distribution of levels (LevelQuadrature): a fixed grid of nodes in
   z = logit(p), where the Beta density becomes sigma(z)^a sigma(-z)^b, smooth and decaying
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _emission_kernels, _expected_kernels
+from . import _expected_kernels
 
 # The one-pass fit keeps rho >= this: the nodes below resolve a Beta this concentrated
 # (standard deviation in z at least 0.063, 1.6 node spacings). EM has no such bound.
@@ -61,29 +61,3 @@ class LevelQuadrature:
 
 
 QUADRATURE = LevelQuadrature()
-
-
-def entry_loglik(coverage: np.ndarray, methylated: np.ndarray, coef: np.ndarray, levels: np.ndarray,
-                 dispersion: np.ndarray | None):
-    """The log-likelihood of each (coverage, methylated) entry (E,) in each
-    state (levels (m,)): (table (E, m), gradient) where ``gradient(resp)`` turns
-    posterior-weighted counts resp (E, m) into the derivatives of sum resp * table in the
-    levels (m,) and, for the beta-binomial, in v = log(a + b) (m,) (else None)."""
-    c, mu = np.asarray(coverage, np.int64), np.asarray(methylated, np.int64)  # no copy if int64
-    if dispersion is None:
-        log_p, log_q = np.log(levels), np.log1p(-levels)
-        table = coef[:, None] + mu[:, None] * log_p + (c - mu)[:, None] * log_q
-
-        def gradient(resp):
-            return resp.T @ mu / levels - resp.T @ (c - mu) / (1.0 - levels), None
-        return table, gradient
-    a, b = beta_parameters(levels, dispersion)
-    table = np.empty((c.size, levels.size))
-    _emission_kernels.betabinomial_table(c, mu, coef, a, b, table)
-
-    def gradient(resp):
-        g_a, g_b = np.zeros(levels.size), np.zeros(levels.size)
-        _emission_kernels.betabinomial_slopes(c, mu, np.ascontiguousarray(resp), a, b, g_a, g_b)
-        scale = a + b
-        return scale * (g_a - g_b), a * g_a + b * g_b
-    return table, gradient

@@ -6,7 +6,9 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import gammaln
 
-from streambhmm.learn.overdispersion import QUADRATURE, beta_parameters, entry_loglik
+from streambhmm.learn._emission_kernels import betabinomial_slopes, betabinomial_table
+from streambhmm.learn._refine_kernels import entry_logliks
+from streambhmm.learn.overdispersion import QUADRATURE, beta_parameters
 
 
 @pytest.mark.parametrize("level, dispersion", [(0.02, 0.03), (0.08, 0.15), (0.5, 0.001), (0.45, 0.3), (0.93, 0.02)])
@@ -26,29 +28,34 @@ def test_the_quadrature_integrates_smooth_functions_over_the_beta(level, dispers
         assert d_b[0] @ g(x) == pytest.approx(numeric, rel=1e-5, abs=1e-9)
 
 
-def test_entry_likelihoods_are_scipys_and_their_gradient_exact():
+def test_entry_likelihoods_are_scipys_and_their_slopes_exact():
     rng = np.random.default_rng(0)
-    c = rng.integers(0, 40, 300).astype(float)
-    mu = np.floor(rng.random(300) * (c + 1))
-    coef = gammaln(c + 1) - gammaln(mu + 1) - gammaln(c - mu + 1)
-    levels, dispersion = np.array([0.1, 0.6, 0.9]), np.array([0.05, 0.2, 0.01])
-    table, gradient = entry_loglik(c, mu, coef, levels, dispersion)
-    a, b = beta_parameters(levels, dispersion)
-    np.testing.assert_allclose(table, stats.betabinom.logpmf(mu[:, None], c[:, None], a, b), rtol=1e-10, atol=1e-10)
-    binomial, _ = entry_loglik(c, mu, coef, levels, None)
-    np.testing.assert_allclose(binomial, stats.binom.logpmf(mu[:, None], c[:, None], levels), rtol=1e-10, atol=1e-10)
+    c = rng.integers(0, 40, 300)
+    mu = np.floor(rng.random(300) * (c + 1)).astype(np.int64)
+    coef = gammaln(c + 1.0) - gammaln(mu + 1.0) - gammaln(c - mu + 1.0)
+    levels, dispersion = np.array([[0.1], [0.6], [0.9]]), np.array([[0.05], [0.2], [0.01]])
+    a, b = beta_parameters(levels[:, 0], dispersion[:, 0])
+    one_group = (c, mu, coef, np.array([0, 300]), np.array([0]), levels)
+    for emission, found in (("betabinomial", entry_logliks(*one_group, dispersion, True)),
+                            ("binomial", entry_logliks(*one_group, levels, False))):
+        table, shift, centered = found
+        expected = (stats.betabinom.logpmf(mu[:, None], c[:, None], a, b) if emission == "betabinomial" else
+                    stats.binom.logpmf(mu[:, None], c[:, None], levels[:, 0]))
+        np.testing.assert_allclose(table, expected, rtol=1e-10, atol=1e-10)
+        np.testing.assert_array_equal(shift, table.max(axis=1))
+        np.testing.assert_array_equal(centered, table - shift[:, None])
     resp = rng.random((300, 3))
-    d_level, d_scale = gradient(resp)
+    d_a, d_b = np.zeros(3), np.zeros(3)
+    betabinomial_slopes(c, mu, resp, a, b, d_a, d_b)
+
+    def weighted(a, b):
+        table = np.empty((300, 3))
+        betabinomial_table(c, mu, coef, a, b, table)
+        return (resp * table).sum()
     for h in range(3):
-        step = np.zeros(3)
-        step[h] = 1e-6
-        up = (resp * entry_loglik(c, mu, coef, levels + step, dispersion)[0]).sum()
-        down = (resp * entry_loglik(c, mu, coef, levels - step, dispersion)[0]).sum()
-        assert d_level[h] == pytest.approx((up - down) / 2e-6, rel=1e-5)
-        scale = (1 - dispersion) / dispersion
-        moved = [1 / (1 + scale * np.exp(np.where(np.arange(3) == h, e, 0.0))) for e in (1e-6, -1e-6)]
-        up, down = ((resp * entry_loglik(c, mu, coef, levels, r)[0]).sum() for r in moved)
-        assert d_scale[h] == pytest.approx((up - down) / 2e-6, rel=1e-5)
+        step = np.where(np.arange(3) == h, 1e-6, 0.0)
+        assert d_a[h] == pytest.approx((weighted(a + step, b) - weighted(a - step, b)) / 2e-6, rel=1e-5)
+        assert d_b[h] == pytest.approx((weighted(a, b + step) - weighted(a, b - step)) / 2e-6, rel=1e-5)
 
 
 def test_the_quadrature_refuses_parameters_of_different_lengths():

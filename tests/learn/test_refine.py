@@ -79,25 +79,30 @@ def test_compiled_histogram_likelihoods_equal_the_log_domain_sum(n_samples, unde
                                       rel=1e-10)
 
 
-def test_single_bins_and_pairs_call_the_kernel_with_one_signature(monkeypatch):
-    """numba compiles the kernel once per signature of its arguments: both widths pass the
-    same types, so a new installation's first fit compiles it once, not twice."""
+def test_single_bins_and_pairs_of_both_emissions_call_the_kernels_with_one_signature(monkeypatch):
+    """numba compiles a kernel once per signature of its arguments: both widths and both
+    emissions pass the same types, so a new installation's first fit compiles each once."""
     import numba
 
     from streambhmm.learn import _refine_kernels
 
-    kernel = _refine_kernels.mixture_loglik
-    signatures = set()
+    signatures = {}
 
-    def recording(*args):
-        signatures.add(tuple(numba.typeof(arg) for arg in args))
-        return kernel(*args)
+    def recording(name):
+        kernel = getattr(_refine_kernels, name)
 
-    monkeypatch.setattr(_refine_kernels, "mixture_loglik", recording)
+        def record(*args):
+            signatures.setdefault(name, set()).add(tuple(numba.typeof(arg) for arg in args))
+            return kernel(*args)
+        return record
+
+    for name in ("entry_logliks", "histogram_loglik"):
+        monkeypatch.setattr(_refine_kernels, name, recording(name))
     mom, levels, pi, transmat = histogram_setting(2, underflow=False)
     for width in (1, 2):
-        HistogramLikelihood(mom, width)(levels, pi, transmat)
-    assert len(signatures) == 1
+        for dispersion in (None, np.full(levels.shape, 0.1)):
+            HistogramLikelihood(mom, width)(levels, pi, transmat, dispersion)
+    assert {name: len(found) for name, found in signatures.items()} == {"entry_logliks": 1, "histogram_loglik": 1}
 
 
 @pytest.mark.parametrize("underflow", [False, True])
