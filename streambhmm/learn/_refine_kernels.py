@@ -212,8 +212,8 @@ def histogram_loglik(c, mu, offsets, samples, levels, dispersion, dispersed, log
         lo, hi, s = offsets[g], offsets[g + 1], samples[g]
         if dispersed:
             _beta_parameters(levels, dispersion, s, a, b)
-            g_by_a[:] = 0.0
-            g_by_b[:] = 0.0
+            for h in range(m):
+                g_by_a[h], g_by_b[h] = 0.0, 0.0
             betabinomial_slopes(c[lo:hi], mu[lo:hi], resp[lo:hi], a, b, g_by_a, g_by_b)
             for h in range(m):
                 g_levels[h, s] += (a[h] + b[h]) * (g_by_a[h] - g_by_b[h])
