@@ -49,13 +49,15 @@ def histogram_args(kernel):
     def args():
         c, mu, offsets, samples, levels = np.array([3, 5]), np.array([1, 2]), np.array([0, 2]), np.array([0]), \
             np.full((2, 1), 0.5)
-        if kernel is _refine_kernels.entry_logliks:
-            return kernel, c, mu, np.zeros(2), offsets, samples, levels, levels, True
+        if kernel is _emission_kernels.entry_logliks:
+            return kernel, c, mu, np.zeros(2), offsets, samples, levels, levels, levels, True
+        if kernel is _emission_kernels.entry_slopes:
+            return kernel, c, mu, offsets, samples, levels, levels, levels, True, np.ones((2, 2)), np.zeros((2, 1)), \
+                np.zeros((2, 1))
         table = np.zeros((2, 2))
-        return (kernel, c, mu, offsets, samples, levels, levels, True, table, table, np.zeros(2), np.ones(2),
-                np.array([0, 2]), np.zeros((1, 0), np.int64), np.array([0, 1]), np.array([[0], [1]]), np.full(2, 0.5),
-                np.full((2, 2), 0.5), False, np.zeros((2, 1)), np.zeros((2, 1)), np.zeros(2), np.zeros((2, 2)),
-                np.zeros(2))
+        return (kernel, np.ones(2), np.array([0, 2]), np.zeros((1, 0), np.int64), np.array([0, 1]),
+                np.array([[0], [1]]), table, table, np.zeros(2), np.full(2, 0.5), np.full((2, 2), 0.5), False,
+                np.zeros(2), np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(2))
     return args
 
 
@@ -107,10 +109,11 @@ def callee_signatures(kernel, *args) -> list:
 @pytest.mark.parametrize("case", [forward_backward_args, triples_args,
                                   betabinomial_args(_emission_kernels.betabinomial_table),
                                   betabinomial_args(_emission_kernels.betabinomial_slopes),
-                                  histogram_args(_refine_kernels.entry_logliks),
-                                  histogram_args(_refine_kernels.histogram_loglik)],
+                                  histogram_args(_emission_kernels.entry_logliks),
+                                  histogram_args(_emission_kernels.entry_slopes),
+                                  histogram_args(_refine_kernels.mixture_loglik)],
                          ids=["forward_backward", "triples", "betabinomial_table", "betabinomial_slopes", "entry_logliks",
-                              "histogram_loglik"])
+                              "entry_slopes", "mixture_loglik"])
 def test_kernels_call_kernels_with_no_literal_arguments(case):
     asked = callee_signatures(*case())
     assert asked, "the case calls no compiled kernel: nothing checked"

@@ -95,6 +95,66 @@ def betabinomial_slopes(coverage, methylated, resp, a, b, g_a, g_b):
         g_b[h] += sum_b
 
 
+@njit(cache=True, nogil=True)
+def entry_logliks(c, mu, coef, offsets, samples, levels, a, b, dispersed):
+    """The log-likelihood of each distinct (coverage c, methylated mu) entry of a histogram
+    row (the one-pass refinement's, learn/histograms.py) in each state (entries, m), each slot
+    group g's entries (offsets[g]:offsets[g + 1], of sample samples[g]; coef their log
+    binomial coefficients) binomial at ``levels`` (m, S) or, ``dispersed``, beta-binomial with
+    parameters ``a``, ``b`` (m, S; read only then); with each entry's largest over the states
+    (entries,) and the table less it, for the caller to exponentiate (numpy's vectorized exp
+    is several times faster than a scalar one). Beside betabinomial_table, which it calls: a
+    kernel cached by numba is not compiled again when a kernel of another file that it calls
+    changes."""
+    n, m = c.size, levels.shape[0]
+    log_table = np.empty((n, m))
+    for g in range(samples.size):
+        lo, hi, s = offsets[g], offsets[g + 1], samples[g]
+        if dispersed:
+            betabinomial_table(c[lo:hi], mu[lo:hi], coef[lo:hi], a[:, s].copy(), b[:, s].copy(), log_table[lo:hi])
+            continue
+        for h in range(m):
+            log_p, log_q = math.log(levels[h, s]), math.log1p(-levels[h, s])
+            for k in range(lo, hi):
+                log_table[k, h] = coef[k] + mu[k] * log_p + (c[k] - mu[k]) * log_q
+    shift = np.empty(n)
+    centered = np.empty((n, m))
+    for k in range(n):
+        top = log_table[k, 0]
+        for h in range(1, m):
+            top = max(top, log_table[k, h])
+        shift[k] = top
+        for h in range(m):
+            centered[k, h] = log_table[k, h] - top
+    return log_table, shift, centered
+
+
+@njit(cache=True, nogil=True)
+def entry_slopes(c, mu, offsets, samples, levels, a, b, dispersed, resp, g_levels, g_scale):
+    """entry_logliks' derivatives weighted by the entries' posterior counts ``resp`` (entries,
+    m): added into g_levels (m, S) in the levels and, ``dispersed``, into g_scale (m, S) in
+    v = log(a + b) at a fixed level (the chain rule through betabinomial_slopes' a and b)."""
+    m = levels.shape[0]
+    g_by_a, g_by_b = np.empty(m), np.empty(m)
+    for g in range(samples.size):
+        lo, hi, s = offsets[g], offsets[g + 1], samples[g]
+        if dispersed:
+            for h in range(m):
+                g_by_a[h], g_by_b[h] = 0.0, 0.0
+            a_s, b_s = a[:, s].copy(), b[:, s].copy()
+            betabinomial_slopes(c[lo:hi], mu[lo:hi], resp[lo:hi], a_s, b_s, g_by_a, g_by_b)
+            for h in range(m):
+                g_levels[h, s] += (a_s[h] + b_s[h]) * (g_by_a[h] - g_by_b[h])
+                g_scale[h, s] += a_s[h] * g_by_a[h] + b_s[h] * g_by_b[h]
+            continue
+        for h in range(m):
+            up, down = 0.0, 0.0
+            for k in range(lo, hi):
+                up += resp[k, h] * mu[k]
+                down += resp[k, h] * (c[k] - mu[k])
+            g_levels[h, s] += up / levels[h, s] - down / (1.0 - levels[h, s])
+
+
 DEEP_PAIR_COST = 8.0  # a deep pair's closed-form terms cost about as much as this many sums' terms
 MIN_CUT = 64  # the closed form's series (_digamma_far, _trigamma_far) hold to double precision beyond it
 # the closed form is taken where it is 16 times cheaper: the M-step's optimum then moves by rounding

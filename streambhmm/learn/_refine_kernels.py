@@ -3,12 +3,8 @@ state mixture of single bins and of adjacent pairs of bins, with their gradients
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import njit
-
-from ._emission_kernels import betabinomial_slopes, betabinomial_table
 
 TINY = 1e-280  # below it a mixture (here) or a normalizer (the HMM kernels) counts as underflowed
 
@@ -151,81 +147,6 @@ def mixture_loglik(weight, groups, x_entries, y_of_cell, y_entries, log_table, t
             for k in range(m):
                 resp[y_entries[c, g], k] += y_resp[c, k]
     return total
-
-
-@njit(cache=True, nogil=True)
-def _beta_parameters(levels, dispersion, s, a, b):
-    """a, b (m,) of sample s's states: a = p (1 - rho) / rho, b = (1 - p) (1 - rho) / rho."""
-    for h in range(a.size):
-        scale = (1.0 - dispersion[h, s]) / dispersion[h, s]
-        a[h], b[h] = levels[h, s] * scale, (1.0 - levels[h, s]) * scale
-
-
-@njit(cache=True, nogil=True)
-def entry_logliks(c, mu, coef, offsets, samples, levels, dispersion, dispersed):
-    """The log-likelihood of each distinct (coverage c, methylated mu) entry of a histogram
-    row in each state (entries, m), each slot group g's entries (offsets[g]:offsets[g + 1],
-    of sample samples[g]; coef their log binomial coefficients) binomial at ``levels``
-    (m, S) or, ``dispersed``, beta-binomial with ``dispersion`` (m, S; read only then);
-    with each entry's largest over the states (entries,) and the table less it, for the
-    caller to exponentiate (numpy's vectorized exp is several times faster than a scalar one)."""
-    n, m = c.size, levels.shape[0]
-    log_table = np.empty((n, m))
-    a, b = np.empty(m), np.empty(m)
-    for g in range(samples.size):
-        lo, hi, s = offsets[g], offsets[g + 1], samples[g]
-        if dispersed:
-            _beta_parameters(levels, dispersion, s, a, b)
-            betabinomial_table(c[lo:hi], mu[lo:hi], coef[lo:hi], a, b, log_table[lo:hi])
-            continue
-        for h in range(m):
-            log_p, log_q = math.log(levels[h, s]), math.log1p(-levels[h, s])
-            for k in range(lo, hi):
-                log_table[k, h] = coef[k] + mu[k] * log_p + (c[k] - mu[k]) * log_q
-    shift = np.empty(n)
-    centered = np.empty((n, m))
-    for k in range(n):
-        top = log_table[k, 0]
-        for h in range(1, m):
-            top = max(top, log_table[k, h])
-        shift[k] = top
-        for h in range(m):
-            centered[k, h] = log_table[k, h] - top
-    return log_table, shift, centered
-
-
-@njit(cache=True, nogil=True)
-def histogram_loglik(c, mu, offsets, samples, levels, dispersion, dispersed, log_table, table, shift, weight, groups,
-                     x_entries, y_of_cell, y_entries, pi, transmat, paired, g_levels, g_scale, g_pi, g_a, mixture):
-    """One histogram row's mixture_loglik over the entries of entry_logliks (``table`` the
-    exp of its centered table), and the entries' posterior-weighted counts turned into the
-    gradients in the levels (g_levels) and in v = log(a + b) (g_scale), added in place as
-    mixture_loglik adds g_pi and g_a. Returns mixture_loglik's value: the log-likelihood is
-    it plus weight @ log(mixture)."""
-    n, m = c.size, levels.shape[0]
-    resp = np.zeros((n, m))
-    value = mixture_loglik(weight, groups, x_entries, y_of_cell, y_entries, log_table, table, shift, pi, transmat,
-                           paired, g_pi, g_a, resp, mixture)
-    a, b = np.empty(m), np.empty(m)
-    g_by_a, g_by_b = np.empty(m), np.empty(m)
-    for g in range(samples.size):
-        lo, hi, s = offsets[g], offsets[g + 1], samples[g]
-        if dispersed:
-            _beta_parameters(levels, dispersion, s, a, b)
-            for h in range(m):
-                g_by_a[h], g_by_b[h] = 0.0, 0.0
-            betabinomial_slopes(c[lo:hi], mu[lo:hi], resp[lo:hi], a, b, g_by_a, g_by_b)
-            for h in range(m):
-                g_levels[h, s] += (a[h] + b[h]) * (g_by_a[h] - g_by_b[h])
-                g_scale[h, s] += a[h] * g_by_a[h] + b[h] * g_by_b[h]
-            continue
-        for h in range(m):
-            up, down = 0.0, 0.0
-            for k in range(lo, hi):
-                up += resp[k, h] * mu[k]
-                down += resp[k, h] * (c[k] - mu[k])
-            g_levels[h, s] += up / levels[h, s] - down / (1.0 - levels[h, s])
-    return value
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

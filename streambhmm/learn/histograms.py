@@ -7,9 +7,10 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import gammaln
 
-from . import _refine_kernels
+from . import _emission_kernels, _refine_kernels
 from ..moments.features import decode_cells
 from ..moments.sums import Moments
+from .overdispersion import beta_parameters
 
 
 def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,18 +87,17 @@ class HistogramLikelihood:
             samples = self.layout.slot_samples(row).astype(np.int64)
             self.rows.append(_Cells(coverage, methylated, hist[row, cells].astype(np.float64), samples))
 
-    def _loglik(self, cells: _Cells, levels, dispersion, pi, transmat, grads) -> float:
+    def _loglik(self, cells: _Cells, levels, a, b, dispersed, pi, transmat, grads) -> float:
         g_levels, g_scale, g_pi, g_a = grads
-        dispersed = dispersion is not None
-        dispersion = dispersion if dispersed else levels  # not read: one signature for both emissions
-        log_table, shift, table = _refine_kernels.entry_logliks(cells.c, cells.mu, cells.coef, cells.offsets,
-                                                                cells.samples, levels, dispersion, dispersed)
+        groups = (cells.offsets, cells.samples, levels, a, b, dispersed)  # the slot groups' entries and states
+        log_table, shift, table = _emission_kernels.entry_logliks(cells.c, cells.mu, cells.coef, *groups)
         np.exp(table, out=table)  # numpy's vectorized exp: several times a scalar one's speed (so the log below)
+        resp = np.zeros(table.shape)
         mixture = np.empty(cells.weight.size)
-        value = _refine_kernels.histogram_loglik(
-            cells.c, cells.mu, cells.offsets, cells.samples, levels, dispersion, dispersed, log_table, table, shift,
-            cells.weight, cells.groups, cells.x_entries, cells.y_of_cell, cells.y_entries, pi, transmat,
-            self.width == 2, g_levels, g_scale, g_pi, g_a, mixture)
+        value = _refine_kernels.mixture_loglik(cells.weight, cells.groups, cells.x_entries, cells.y_of_cell,
+                                               cells.y_entries, log_table, table, shift, pi, transmat,
+                                               self.width == 2, g_pi, g_a, resp, mixture)
+        _emission_kernels.entry_slopes(cells.c, cells.mu, *groups, resp, g_levels, g_scale)  # by the entries' posteriors
         return value + cells.weight @ np.log(mixture)
 
     def __call__(self, levels: np.ndarray, pi: np.ndarray, transmat: np.ndarray,
@@ -108,6 +108,9 @@ class HistogramLikelihood:
         m = levels.shape[0]
         grads = (np.zeros_like(levels), np.zeros_like(levels), np.zeros(m), np.zeros((m, m)))
         pi = np.maximum(pi, 1e-300)
-        loglik = sum(self._loglik(cells, levels, dispersion, pi, transmat, grads) for cells in self.rows)
+        dispersed = dispersion is not None
+        # the binomial reads neither a nor b: the levels stand in, one signature for both emissions
+        a, b = beta_parameters(levels, dispersion) if dispersed else (levels, levels)
+        loglik = sum(self._loglik(cells, levels, a, b, dispersed, pi, transmat, grads) for cells in self.rows)
         scale = -1.0 / self.total
         return (scale * loglik, *(scale * g for g in grads))

@@ -5,7 +5,7 @@ s = (1 - rho) / rho, then its reads from the binomial. Two consequences for the 
 
 - The thinned single-bin and adjacent-pair histograms stay exact: a random subsample of
   beta-binomial reads is beta-binomial with the same (a, b), so a histogram cell's
-  likelihood is the beta-binomial pmf at its thinned counts (_refine_kernels.entry_logliks).
+  likelihood is the beta-binomial pmf at its thinned counts (_emission_kernels.entry_logliks).
 - The expected Beta-map feature of a state is g(p) = E[phi | level p] integrated over the
   state's Beta distribution of levels (LevelQuadrature): a fixed grid of nodes in
   z = logit(p), where the Beta density becomes sigma(z)^a sigma(-z)^b, smooth and decaying

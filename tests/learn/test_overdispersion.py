@@ -6,8 +6,7 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import gammaln
 
-from streambhmm.learn._emission_kernels import betabinomial_slopes, betabinomial_table
-from streambhmm.learn._refine_kernels import entry_logliks
+from streambhmm.learn._emission_kernels import betabinomial_slopes, betabinomial_table, entry_logliks
 from streambhmm.learn.overdispersion import QUADRATURE, beta_parameters
 
 
@@ -36,8 +35,8 @@ def test_entry_likelihoods_are_scipys_and_their_slopes_exact():
     levels, dispersion = np.array([[0.1], [0.6], [0.9]]), np.array([[0.05], [0.2], [0.01]])
     a, b = beta_parameters(levels[:, 0], dispersion[:, 0])
     one_group = (c, mu, coef, np.array([0, 300]), np.array([0]), levels)
-    for emission, found in (("betabinomial", entry_logliks(*one_group, dispersion, True)),
-                            ("binomial", entry_logliks(*one_group, levels, False))):
+    for emission, found in (("betabinomial", entry_logliks(*one_group, a[:, None], b[:, None], True)),
+                            ("binomial", entry_logliks(*one_group, levels, levels, False))):
         table, shift, centered = found
         expected = (stats.betabinom.logpmf(mu[:, None], c[:, None], a, b) if emission == "betabinomial" else
                     stats.binom.logpmf(mu[:, None], c[:, None], levels[:, 0]))

@@ -84,25 +84,27 @@ def test_single_bins_and_pairs_of_both_emissions_call_the_kernels_with_one_signa
     emissions pass the same types, so a new installation's first fit compiles each once."""
     import numba
 
-    from streambhmm.learn import _refine_kernels
+    from streambhmm.learn import _emission_kernels, _refine_kernels
 
     signatures = {}
 
-    def recording(name):
-        kernel = getattr(_refine_kernels, name)
+    def recording(module, name):
+        kernel = getattr(module, name)
 
         def record(*args):
             signatures.setdefault(name, set()).add(tuple(numba.typeof(arg) for arg in args))
             return kernel(*args)
         return record
 
-    for name in ("entry_logliks", "histogram_loglik"):
-        monkeypatch.setattr(_refine_kernels, name, recording(name))
+    for module, name in ((_emission_kernels, "entry_logliks"), (_refine_kernels, "mixture_loglik"),
+                         (_emission_kernels, "entry_slopes")):
+        monkeypatch.setattr(module, name, recording(module, name))
     mom, levels, pi, transmat = histogram_setting(2, underflow=False)
     for width in (1, 2):
         for dispersion in (None, np.full(levels.shape, 0.1)):
             HistogramLikelihood(mom, width)(levels, pi, transmat, dispersion)
-    assert {name: len(found) for name, found in signatures.items()} == {"entry_logliks": 1, "histogram_loglik": 1}
+    assert {name: len(found) for name, found in signatures.items()} == \
+        {"entry_logliks": 1, "mixture_loglik": 1, "entry_slopes": 1}
 
 
 @pytest.mark.parametrize("underflow", [False, True])
