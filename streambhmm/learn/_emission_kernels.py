@@ -66,7 +66,7 @@ def betabinomial_table(coverage, methylated, coef, a, b, out):
             base = math.lgamma(a[h] + b[h]) - math.lgamma(a[h]) - math.lgamma(b[h])
             for k in range(n_pairs):
                 c, mu = coverage[k], methylated[k]
-                out[k, h] = (coef[k] + base + math.lgamma(a[h] + mu) + math.lgamma(b[h] + c - mu)
+                out[k, h] = (coef[k] + base + math.lgamma(a[h] + mu) + math.lgamma(b[h] + (c - mu))
                              - math.lgamma(a[h] + b[h] + c))
 
 

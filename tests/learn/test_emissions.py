@@ -137,6 +137,21 @@ def test_deep_coverage_uses_log_gamma_and_agrees_with_scipy():
     np.testing.assert_allclose(got, stats.betabinom.logpmf(mu, c, alpha, beta), rtol=1e-9, atol=1e-8)
 
 
+def test_the_log_gamma_branch_keeps_a_tiny_beta_parameter():
+    """A state near full methylation has a tiny b; a deep bin with every read methylated then
+    scores -b (digamma(a + c) - digamma(a)) to first order, and b + (c - mu) must not lose b's
+    digits to c (1e-6 + 20,000 keeps 6 of them)."""
+    from scipy.special import digamma
+
+    from streambhmm.learn._emission_kernels import betabinomial_table
+
+    a, b = np.array([50.0]), np.array([1e-6])
+    c = mu = np.array([20_000], np.int64)
+    out = np.empty((1, 1))
+    betabinomial_table(c, mu, np.zeros(1), a, b, out)  # one pair this deep: the log-gamma branch
+    np.testing.assert_allclose(out[0, 0], -b[0] * (digamma(a[0] + c[0]) - digamma(a[0])), rtol=1e-5)
+
+
 def test_the_recursion_counts_each_pairs_posterior_weight():
     """The E-step's per-pair weights (summed in the compiled recursion) equal the posteriors
     of the bins summed per (coverage, methylated) pair, and give the posterior-weighted sums."""
