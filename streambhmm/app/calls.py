@@ -34,8 +34,8 @@ from ..io.storage import Location, write_json
 from ..io.store import locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, MOSTLY_APART, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
-                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, pinned_states, shared_coverage,
-                             target_states, unmethylated_share, with_reads_in_every_sample)
+                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, hypomethylated, pinned_states,
+                             shared_coverage, target_states, unmethylated_share, with_reads_in_every_sample)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
 from ..moments.features import DEFAULT_N_BINS
@@ -194,6 +194,16 @@ def too_short(counts, lengths: dict | None = None) -> list[str]:
     return [chrom for chrom, end in ends.items() if min(end, (lengths or {}).get(chrom, end)) < PMD_MIN_LENGTH]
 
 
+def _left_to_hmr(kind: str, hmm, bin_size: int) -> str:
+    """The levels of the states below PMD_LEVEL that a pmd call on bins of ``bin_size`` left out
+    as hypomethylated (domains.partially_methylated), as text; "" when there are none."""
+    levels = np.atleast_2d(hmm.methylation_)
+    if kind != "pmd" or bin_size >= PMD_BIN_SIZE:
+        return ""
+    left = (levels < PMD_LEVEL).all(axis=1) & hypomethylated(levels, hmm.dispersion)
+    return "; ".join("/".join(f"{v:.3f}" for v in levels[h]) for h in np.flatnonzero(left))
+
+
 def _refuse_samples_only_on_short(settings: CallSettings, samples, kept, on_short: dict) -> None:
     """Samples whose reads all lie on the chromosomes too short for a PMD (``on_short``: their
     CountsStore.totals there; ``kept``: the store of the others), or who have none, are refused
@@ -287,13 +297,19 @@ def _fit_and_call(settings: CallSettings, store, samples, opened, echo, seconds,
         background = ("no methylated background to set domains against (a genome without CG methylation, or a "
                       "library of CpG islands such as RRBS)" if settings.kind == "pmd" else
                       "no methylated background to set regions against (a genome without CG methylation?)")
-        if not all_of_them:
+        left_to_hmr = _left_to_hmr(settings.kind, hmm, store.bin_size)
+        if left_to_hmr:
+            reason = (f"no fitted state is {DEFINITIONS[settings.kind]} but for the state(s) at "
+                      f"{left_to_hmr}, which are hypomethylated ({DEFINITIONS['hmr']}); on bins narrower than "
+                      f"{PMD_BIN_SIZE:,} bp a hypomethylated state is left to `hmr`, as its islands would chain into "
+                      f"domains. Call pmd with --bin-size {PMD_BIN_SIZE} (the default) or more")
+        elif not all_of_them:
             reason = f"no fitted state is {DEFINITIONS[settings.kind]}"
         elif settings.kind == "pmd":  # (levels of 0.03 are "partially methylated" by the rule, not to a reader)
             reason = f"no fitted state is methylated (a level of {PMD_LEVEL} or more in some sample): {background}"
         else:
             reason = f"every fitted state is {DEFINITIONS[settings.kind]}: {background}"
-        note = NO_PMDS if settings.kind == "pmd" and not all_of_them else ""
+        note = NO_PMDS if settings.kind == "pmd" and not all_of_them and not left_to_hmr else ""
         raise ValueError(_why_none(settings, store, samples, hmm, data.moments, reason, note)) from None
     background = np.ones(len(hmm.methylation_), bool)
     background[list(rule.targets)] = False

@@ -1171,3 +1171,20 @@ def test_a_joint_calls_region_over_one_samples_island_is_not_a_whole_chromosome(
                                                            np.hstack([a, b])[:300])}, ["A", "B"])
     said = hmr_notes(apart, _hmr_outcome(["A", "B"], {"chrY": [(0, 16_000, 160)]}))
     assert not any("one HMR" in note for note in said), said
+
+
+def test_pmd_on_narrow_bins_says_which_state_it_left_to_hmr():
+    """On bins under 5 kb a state below 0.7 that is hypomethylated is not a PMD state
+    (domains.partially_methylated): the refusal names it and the rule, and does not claim
+    that no state lies below 0.7."""
+    from types import SimpleNamespace
+
+    from streambhmm.app.calls import _left_to_hmr
+
+    hmm = SimpleNamespace(methylation_=np.array([[0.15], [0.81]]), dispersion=np.array([[0.01], [0.05]]))
+    assert _left_to_hmr("pmd", hmm, 1000) == "0.150"
+    assert _left_to_hmr("pmd", hmm, 5000) == ""  # on 5 kb bins it is a PMD state
+    assert _left_to_hmr("hmr", hmm, 100) == ""
+    dispersed = SimpleNamespace(methylation_=hmm.methylation_, dispersion=np.array([[0.4], [0.05]]))
+    assert _left_to_hmr("pmd", dispersed, 1000) == ""  # too spread to be hypomethylated: a PMD state
+    assert partially_methylated(dispersed.methylation_, dispersed.dispersion, 1000).tolist() == [True, False]
