@@ -545,7 +545,8 @@ def most_of_the_genome(by_chromosome: dict, outcome: "CallOutcome") -> str | Non
         return None
     return (f"the HMRs hold {called / with_reads.max():.0%} of the bins with reads: most of this methylome is "
             f"hypomethylated, so they are its unmethylated background (a plant's gene-rich arms?) more than "
-            f"focal regions")
+            f"focal regions; unless the assay reads mostly CpG islands (RRBS, a targeted panel), whose bins with "
+            f"reads are mostly hypomethylated, and then they are focal all the same")
 
 
 WHOLE_CHROMOSOME_BINS = 20  # a chromosome with fewer bins with reads is not said to be one HMR
