@@ -464,7 +464,7 @@ def _too_few(settings: CallSettings, samples, store, exc: TooFewDataError) -> st
         why = f"They cover too little of the genome ({scale}): a targeted or sparse assay, or an excerpt."
     return (f"{_refusal(settings, samples, 'too few data')} The fit of {settings.model.n_states} states needs at "
             f"least {exc.needed:,} triples of consecutive covered {bin_size:,} bp bins, and these data hold "
-            f"{exc.n_triples:,}. {why}")
+            f"{exc.n_triples:,}. {why}" + (f" {JOINT}" if len(samples) > 1 else ""))
 
 
 METHYLATED = 0.5  # an HMR's background: most reads methylated, in every sample
@@ -473,6 +473,8 @@ NO_PMDS = ("Either the genome has no PMDs (embryonic stem cells, most healthy ti
            "too small a part of the genome to show one (RRBS, a targeted panel): a PMD is at least 50 kb of bins "
            "with reads.")
 APART = "Call the samples one at a time, or choose samples that cover the same CpGs."
+JOINT = ("A joint call's model and regions are those of all its samples together; a sample alone may hold "
+         "regions of its own: call it with --samples NAME.")
 SHARED_NOTED = 0.9  # above, samples that cover the same CpGs: the few bins one lacks explain no refusal
 
 
@@ -500,6 +502,8 @@ def _why_none(settings: CallSettings, store, samples, hmm, moments, reason: str,
             lines.append(f"No chromosome has reads in every sample ({', '.join(samples)}), and a region needs reads "
                          f"in each of them: {apart}.")
             note = APART
+    if len(samples) > 1 and note != APART:
+        note = f"{note} {JOINT}".strip()
     return " ".join(lines + [note] if note else lines)
 
 

@@ -1188,3 +1188,19 @@ def test_pmd_on_narrow_bins_says_which_state_it_left_to_hmr():
     dispersed = SimpleNamespace(methylation_=hmm.methylation_, dispersion=np.array([[0.4], [0.05]]))
     assert _left_to_hmr("pmd", dispersed, 1000) == ""  # too spread to be hypomethylated: a PMD state
     assert partially_methylated(dispersed.methylation_, dispersed.dispersion, 1000).tolist() == [True, False]
+
+
+def test_a_joint_refusal_says_that_a_sample_alone_may_hold_regions(tmp_path):
+    """A wild type beside a mutant without CG methylation (as Arabidopsis met1-3): jointly no
+    state is methylated in every sample, so no HMR; the wild type alone has them, and the
+    refusal says to call it alone (a helper's trial: the joint refusal gave no such hint)."""
+    chromosomes, _ = planted(4, pmds=False)
+    rng = np.random.default_rng(4)
+    both = {chrom: (bins, np.hstack([meth, rng.binomial(cov, 0.01)]), np.hstack([cov, cov]))
+            for chrom, (bins, meth, cov) in chromosomes.items()}
+    store = write_store(tmp_path / "pair.zarr", both, ["WT", "mutant"]).path.url
+    r = run("hmr", store, "-o", tmp_path / "joint.bed", "-q")
+    assert r.exit_code == 1 and "no methylated background" in r.output, r.output
+    assert "a sample alone may hold regions of its own: call it with --samples NAME" in r.output, r.output
+    r = run("hmr", store, "--samples", "WT", "-o", tmp_path / "wt.bed", "-q")
+    assert r.exit_code == 0 and len(read_bed(tmp_path / "wt.bed")) > 0, r.output
