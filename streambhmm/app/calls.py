@@ -34,7 +34,7 @@ from ..io.storage import Location, write_json
 from ..io.store import locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, MOSTLY_APART, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
-                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, hypomethylated, pinned_states,
+                             TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, left_to_hmr, pinned_states,
                              shared_coverage, target_states, unmethylated_share, with_reads_in_every_sample)
 from ..learn.hmm import BinomialHMM
 from ..learn.model import TooFewDataError
@@ -195,13 +195,12 @@ def too_short(counts, lengths: dict | None = None) -> list[str]:
 
 
 def _left_to_hmr(kind: str, hmm, bin_size: int) -> str:
-    """The levels of the states below PMD_LEVEL that a pmd call on bins of ``bin_size`` left out
-    as hypomethylated (domains.partially_methylated), as text; "" when there are none."""
-    levels = np.atleast_2d(hmm.methylation_)
-    if kind != "pmd" or bin_size >= PMD_BIN_SIZE:
+    """The levels of the states a pmd call on bins of ``bin_size`` left to HMRs
+    (domains.left_to_hmr), as text; "" when there are none."""
+    if kind != "pmd":
         return ""
-    left = (levels < PMD_LEVEL).all(axis=1) & hypomethylated(levels, hmm.dispersion)
-    return "; ".join("/".join(f"{v:.3f}" for v in levels[h]) for h in np.flatnonzero(left))
+    left = left_to_hmr(hmm.methylation_, hmm.dispersion, bin_size)
+    return "; ".join("/".join(f"{v:.3f}" for v in row) for row in np.atleast_2d(hmm.methylation_)[left])
 
 
 def _refuse_samples_only_on_short(settings: CallSettings, samples, kept, on_short: dict) -> None:

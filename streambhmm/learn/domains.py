@@ -109,13 +109,19 @@ def pinned_states(model: CallModel, methylation) -> np.ndarray:
 
 
 def partially_methylated(methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
-    """Per state: below PMD_LEVEL in every sample. On bins narrower than PMD_BIN_SIZE an HMR
-    fills bins of its own, so there a hypomethylated state is the HMRs', not a PMD's (on 100 bp
-    bins its islands, 10 kb apart, would chain into "PMDs" of methylated background)."""
+    """Per state: below PMD_LEVEL in every sample, but for those left to HMRs (left_to_hmr)."""
     below = (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1)
-    if bin_size < PMD_BIN_SIZE:
-        below &= ~hypomethylated(methylation, dispersion)
-    return below
+    return below & ~left_to_hmr(methylation, dispersion, bin_size)
+
+
+def left_to_hmr(methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
+    """Per state: below PMD_LEVEL in every sample and hypomethylated, on bins narrower than
+    PMD_BIN_SIZE. There an HMR fills bins of its own, so such a state is the HMRs', not a PMD's
+    (on 100 bp bins its islands, 10 kb apart, would chain into "PMDs" of methylated background)."""
+    below = (np.atleast_2d(methylation) < PMD_LEVEL).all(axis=1)
+    if bin_size >= PMD_BIN_SIZE:
+        return np.zeros_like(below)
+    return below & hypomethylated(methylation, dispersion)
 
 
 def target_states(kind: str, methylation, dispersion=None, bin_size: int = PMD_BIN_SIZE) -> np.ndarray:
