@@ -111,7 +111,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
     """Fit, polish (settings.polish_em EM iterations) and call, on the store ``opened``
     (distributed.cluster.store_session: opened for reading, with a Dask client); each step's
     progress is shown unless settings.quiet (io.progress)."""
-    output = call_output_checked(settings.output, settings.store, settings.moments, settings.save_model)
+    output = call_output_checked(settings.kind, settings.output, settings.store, settings.moments, settings.save_model)
     if settings.moments and not is_moment_store(settings.moments):  # said as what it is not: a moment store
         given = Path(settings.moments)
         same = given.resolve() == Path(settings.store).resolve()
@@ -364,8 +364,8 @@ def fit_call_model(moments, model: CallModel, seed: int, progress=None) -> tuple
     return est, hmm.start_from(est.startprob_, est.transmat_, est.methylation_, est.dispersion_)
 
 
-def call_output_checked(output, store, moments=None, save_model=None) -> Path:
-    """The call's output (segments.output_checked), refused where it would replace what the
+def call_output_checked(kind: str, output, store, moments=None, save_model=None) -> Path:
+    """The output of the call ``kind`` (segments.output_checked), refused where it would replace what the
     call reads: the counts store, the moment store, and the counts store the moments were
     computed from (`pmd --moments` reads it to check them: a helper's audit wrote a BED over
     its zarr.json); and --save-model's file, refused likewise or where the regions go."""
@@ -378,7 +378,7 @@ def call_output_checked(output, store, moments=None, save_model=None) -> Path:
             source = None
         if source:
             inputs.append(source)
-    checked = output_checked(output, *inputs)
+    checked = output_checked(output, kind, *inputs)
     if save_model:
         store_inputs(*inputs).check(save_model)
         for path, what in ((output, "the regions (--output) are"), (regions_table(output), "the regions' table is")):

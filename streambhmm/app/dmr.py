@@ -32,7 +32,7 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
 from ..distributed.tracks import BIGWIG_HEAD, BigWigWriter, chromosome_lengths
-from ..io.bed import TRACK_HEAD, bed9_line, bed_order, track_line
+from ..io.bed import bed9_line, bed_order, track_head, track_line
 from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair, same_name
 from ..io.progress import em_progress, stage
 from ..io.store import store_inputs
@@ -41,6 +41,7 @@ from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, 
 from .sheet import SampleSheet
 
 DMR_TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
+DMR_TRACK_HEAD = track_head(rb'[^"\n]*s between [^"\n]*')  # and their BEDs (write_table)
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
 
@@ -80,8 +81,8 @@ class DmrJob:
                  f"the domains' table beside {output}", ""]
         for path, role in zip(paths, roles):  # the sheet or an ingested file as an output: refused, not replaced
             inputs.check(path, role)
-        check_replaceable_file(output, TRACK_HEAD)
-        for path, ours in ((table, DMR_TABLE_HEAD), (domains, TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
+        check_replaceable_file(output, DMR_TRACK_HEAD)
+        for path, ours in ((table, DMR_TABLE_HEAD), (domains, DMR_TRACK_HEAD), (domains_table, DMR_TABLE_HEAD)):
             check_replaceable_file(path, ours, output)  # named after --output: never someone else's file
         for path in paths[4:]:  # --bigwig
             check_replaceable_file(path, BIGWIG_HEAD)

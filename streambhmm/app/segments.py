@@ -11,17 +11,16 @@ from typing import Iterator
 
 import numpy as np
 
-from ..distributed.decode import decode_store
+from ..distributed.decode import SEGMENTS_HEAD, decode_store
 from ..distributed.em import score_store
-from ..distributed.regions import TABLE_HEAD, RegionRule, check_regions_name, find_regions, preset_rule, \
-    regions_table, rule_with, write_regions
+from ..distributed.regions import RegionRule, check_regions_name, find_regions, preset_rule, \
+    regions_heads, regions_table, rule_with, write_regions
 from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, safe_name,
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_distinct, check_replaceable_file, interruptions_held,
                           remove_leftovers, scratch_directory)
 from ..io.ingest import methylated_only
 from ..io.store import store_inputs
-from ..io.bed import TRACK_HEAD
 from ..learn.states import without_repeat
 from ..moments.pipeline import select_samples
 from ..moments.spec import Grouped, Grouping
@@ -105,9 +104,9 @@ class DecodeOutputs:
         for path in self.paths:
             inputs.check(path)
             if Path(path) == Path(output):
-                check_replaceable_file(path, TRACK_HEAD)
+                check_replaceable_file(path, SEGMENTS_HEAD)
             else:  # named after it (and checked as an output too)
-                check_replaceable_file(path, TRACK_HEAD if path != self.table else STATE_TABLE_HEAD, output)
+                check_replaceable_file(path, SEGMENTS_HEAD if path != self.table else STATE_TABLE_HEAD, output)
 
 
 def decode_outputs(job: ModelOnStore, output, posteriors: bool = False) -> DecodeOutputs:
@@ -140,13 +139,16 @@ def run_score(counts, hmm, client, samples: list[str], chromosomes=None, pooled:
     return score_store(counts, hmm, client, Grouping(samples, pooled), chromosomes)
 
 
-def output_checked(path, store, *inputs) -> Path:
+def output_checked(path, command: str, store, *inputs) -> Path:
     """The regions' output file, refused before any work when it or the table beside it
-    cannot be written (io.outputs), or is or lies inside the counts ``store``, one of the
-    other ``inputs`` the command reads or a file the store's samples were ingested from."""
+    cannot be written (io.outputs), is or lies inside the counts ``store``, one of the other
+    ``inputs`` the command reads or a file the store's samples were ingested from, or holds
+    what ``command`` ("hmr", "pmd", "regions") did not write (regions_heads)."""
     store_inputs(store, *inputs).check(path)
-    check_replaceable_file(regions_table(check_regions_name(path)), TABLE_HEAD, path)
-    return check_replaceable_file(path, TRACK_HEAD)
+    track, table = regions_heads(command)
+    checked = check_replaceable_file(check_regions_name(path), track)  # the BED first: the one named
+    check_replaceable_file(regions_table(path), table, path)
+    return checked
 
 
 @dataclass

@@ -13,7 +13,7 @@ import numpy as np
 from ..learn.hmm import BinomialHMM
 from ..learn.states import item_rgb, state_colours, state_labels
 from ..moments.pipeline import select_samples
-from ..io.bed import SegmentStyle, bed9_line, bed_order, track_line
+from ..io.bed import SegmentStyle, bed9_line, bed_order, track_head, track_line
 from ..io.outputs import replacing
 from ..io.storage import put_in_place
 from ..io.store import CountsStore, mark_changed
@@ -21,6 +21,7 @@ from .chains import map_posteriors
 from .messages import Params
 
 POSTERIOR = "state_posterior"
+SEGMENTS_HEAD = track_head(rb'states of [^"\n]*')  # how decode_store's BEDs begin
 
 
 @dataclass

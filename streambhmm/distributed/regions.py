@@ -48,6 +48,7 @@ regions are joined at the seams, so memory holds a chunk, not a chromosome.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -58,7 +59,7 @@ from ..learn.emissions import MIN_DISPERSION
 from ..learn.overdispersion import beta_parameters
 from ..learn.states import PALETTE, item_rgb, state_colours
 from ..moments.features import index_pairs, pairs_from_keys
-from ..io.bed import bed9_line, bed_order, track_line
+from ..io.bed import bed9_line, bed_order, track_head, track_line
 from ..io.outputs import beside_name, replacing_pair
 from ..io.store import CountsStore
 from .chains import map_posteriors
@@ -533,6 +534,21 @@ def with_shoulders(regions: Regions, profile: Profile, n_covered: int, core_leve
 
 
 TABLE_HEAD = b"chrom\tstart\tend\tname\tn_bins\t"  # how the regions' table begins (write_regions)
+
+
+def regions_heads(command: str) -> tuple[re.Pattern, re.Pattern]:
+    """How the BED and the table that ``command`` ("hmr", "pmd" or "regions") writes with
+    write_regions begin: the track line with its source ("(hmr of STORE)", "(model NAME)")
+    and the table's header and first region's name (HMR0, PMD0; an empty table ends at its
+    header). The output may replace only these: one command's files are not another's to
+    replace (`hmr -o` replaced `pmd`'s regions in a helper's audit)."""
+    if command == "regions":  # its rule a preset's (HMR, PMD) or --targets' (region)
+        source, names = rb"model ", rb"(?:HMR|PMD|region)"
+    else:
+        source, names = command.encode() + rb" of ", command.upper().encode()
+    track = track_head(rb'[^"\n]* of [^"\n]* \(' + source + rb'[^"\n]*\)')
+    table = re.compile(re.escape(TABLE_HEAD) + rb"[^\n]*\n(?:[^\t\n]*\t[0-9]+\t[0-9]+\t" + names + rb"[0-9]+\t|\Z)")
+    return track, table
 
 
 # HMRs and PMDs in colours of their own: each is its model's least methylated target, the

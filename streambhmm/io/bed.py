@@ -26,10 +26,12 @@ def bed_order(chromosomes) -> list[str]:
     return sorted(chromosomes)
 
 
-# How every BED this tool writes begins (track_line): a whole line of its shape, its description
-# one of the commands' ("HMRs of ...", "states of ...", "DMRs between ..."); a prefix alone
-# passed a user's UCSC track as ours, and `hmr -o` replaced it (a helper's audit)
-TRACK_HEAD = re.compile(rb'track name="[^"\n]*" description="[^"\n]*( of | between )[^"\n]*" itemRgb="On"\n')
+def track_head(description: bytes) -> re.Pattern:
+    """How a BED that one command writes begins (track_line): a whole track line whose
+    description matches the pattern ``description``, the command's own ("HMR regions of ...
+    (hmr of ...)", "states of ..."). A prefix alone passed a user's UCSC track as ours, and
+    one pattern for every command let `hmr -o` replace `pmd`'s regions (helpers' audits)."""
+    return re.compile(rb'track name="[^"\n]*" description="' + description + rb'" itemRgb="On"\n')
 
 
 def track_line(name: str, description: str) -> str:

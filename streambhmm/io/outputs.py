@@ -95,6 +95,13 @@ def check_output_file(path) -> Path:
 _checked: dict[str, tuple] = {}
 
 
+def _locked_by(path: Path) -> Path | None:
+    """The entry beside ``path`` whose lock file ``path`` is named as (.NAME.lock, as a store's
+    is: io.store.locking), if it exists."""
+    match = re.fullmatch(r"\.(.+)\.lock", path.name)
+    return path.with_name(match[1]) if match and os.path.lexists(path.with_name(match[1])) else None
+
+
 def _entry_key(path) -> str:
     """One key per directory entry however spelled: the real directory, and the name in it."""
     path = os.path.abspath(path)
@@ -146,13 +153,21 @@ HEAD_BYTES = 1 << 16  # read to match what a file begins with (a track line name
 
 def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> Path:
     """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
-    (what this command writes there: bytes, or a pattern of them): a file of the user's, or a
-    link, which the command did not write and must not replace. A file the command wrote
-    before (a rerun), or an empty one (`mktemp`'s: nothing to lose), is replaced.
-    ``named_after``: the output a file the user did not name is named after."""
+    (what this command writes there: bytes, or a pattern of them): a file of the user's or of
+    another command, or a link, which the command did not write and must not replace; also a
+    read-only file and a store's lock file. A file the command wrote before (a rerun), or an
+    empty one (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file the user did not name is named after."""
     path = check_output_file(path)
     key = _entry_key(path)
     _checked[key] = (_checked[key][0], ours)
+    locked = _locked_by(path)
+    if locked is not None:  # empty, it passed as mktemp's (a helper's audit replaced a moment store's)
+        raise ValueError(f"{path}: is the lock file of {locked}, which the commands on it share; give another "
+                         f"output name")
+    if _is_read_only(path):
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        raise ValueError(f"{path}: is read-only (mode {mode:o}), and is left as it is. Make it writable "
+                         f"(chmod u+w) to have it replaced, or give another output name")
     if os.path.lexists(path) and not _replaceable(path, ours):
         what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
         if named_after is not None:
@@ -161,6 +176,16 @@ def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> 
         raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
                          f"wrote). Move it, or give another output name")
     return path
+
+
+def _is_read_only(path) -> bool:
+    """A regular file (not a link) that no one may write: a user's way to keep it, which a
+    rename beside it would ignore (and root's writes ignore its mode)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(mode) and not mode & 0o222
 
 
 def _empty_file(path) -> bool:

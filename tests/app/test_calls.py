@@ -452,7 +452,7 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     assert r.exit_code == 1 and "no hypomethylated regions" in r.output and "levels" in r.output
     assert not (tmp_path / "hmr.json").exists()  # no model of a call refused
     # an earlier call's regions at the name are left, and the refusal says whose they are
-    earlier = 'track name="PMD" description="pmd of another.zarr" itemRgb="On"\nchr1\t0\t60000\tPMD1\n'
+    earlier = 'track name="PMD" description="PMD regions of S (pmd of another.zarr)" itemRgb="On"\nchr1\t0\t60000\tPMD1\n'
     (tmp_path / "pmd.bed").write_text(earlier)
     r = run("pmd", store, "-o", tmp_path / "pmd.bed", "-q")
     assert r.exit_code == 1 and f"({tmp_path / 'pmd.bed'}: an earlier run's, left as it was)" in r.output, r.output

@@ -259,6 +259,44 @@ def test_a_named_output_replaces_only_what_the_command_wrote(project, tmp_path):
         assert r.exit_code == 0 and read_model(tmp_path / "mine.json").n_states == 2, r.output
 
 
+def test_one_commands_output_is_not_anothers_to_replace(project, tmp_path):
+    """A helper's audit: `pmd -o results.bed` then `hmr -o results.bed` replaced the PMDs, as
+    any file whose track line looked like ours; nor are a read-only file or the lock file of a
+    moment store the command reads replaced."""
+    store, model = project / "c.zarr", project / "c.json"
+    r = run("pmd", store, "-o", tmp_path / "results.bed", "-q")
+    assert r.exit_code == 0, r.output
+    r = run("regions", store, "--model", model, "--targets", "0", "-o", tmp_path / "regions.bed", "-q")
+    assert r.exit_code == 0, r.output
+    before = snapshot(tmp_path)
+    refused = [("hmr", store, "-o", tmp_path / "results.bed"),
+               ("regions", store, "--model", model, "--preset", "pmd", "-o", tmp_path / "results.bed"),
+               ("decode", store, "--model", model, "-o", tmp_path / "regions.bed"),
+               ("pmd", store, "-o", tmp_path / "regions.bed")]
+    for args in refused:
+        r = run(*args, "-q")
+        assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output, \
+            (args, r.output)
+    assert snapshot(tmp_path) == before
+    (tmp_path / "results.tsv").unlink()  # the table alone, named after hmr's output
+    r = run("hmr", store, "-o", tmp_path / "results.bed", "-q")
+    assert r.exit_code == 1 and "results.tsv: exists and does not begin" not in r.output, r.output
+    r = run("pmd", store, "-o", tmp_path / "results.bed", "-q")  # its own rerun
+    assert r.exit_code == 0, r.output
+    (tmp_path / "results.bed").unlink()
+    r = run("hmr", store, "-o", tmp_path / "results.bed", "-q")
+    assert r.exit_code == 1 and "results.tsv: exists and does not begin" in r.output, r.output
+    (tmp_path / "regions.bed").chmod(0o444)
+    r = run("regions", store, "--model", model, "--targets", "0", "-o", tmp_path / "regions.bed", "-q")
+    assert r.exit_code == 1 and "is read-only (mode 444)" in r.output, r.output
+    r = run("moments", "compute", store, "-o", tmp_path / "m.zarr", "-q")
+    assert r.exit_code == 0, r.output
+    (tmp_path / ".m.zarr.lock").touch()
+    r = run("pmd", store, "--moments", tmp_path / "m.zarr", "-o", tmp_path / ".m.zarr.lock", "-q")
+    assert r.exit_code == 1 and f"is the lock file of {tmp_path / 'm.zarr'}" in r.output, r.output
+    assert (tmp_path / ".m.zarr.lock").stat().st_size == 0
+
+
 def test_an_output_inside_the_store_is_refused_without_writing_there(project, tmp_path):
     """The writable-directory check makes no probe file: one made inside the store, before the
     output was found to lie there, changed the store (a helper's audit)."""

@@ -46,7 +46,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
 
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
-    call_output_checked(output, store, moments_path, save_model)  # the table and model too, before the cluster
+    call_output_checked(kind, output, store, moments_path, save_model)  # the table and model too, before the cluster
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet, save_model=save_model,
                             chrom_sizes=chrom_sizes)

@@ -116,7 +116,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
     start = time.perf_counter()
     if (preset is None) == (targets is None):
         raise click.UsageError("give one of --preset and --targets")
-    output_checked(output, store, model)  # and the table beside it
+    output_checked(output, "regions", store, model)  # and the table beside it
     with store_session(store, scheduler, quiet=quiet) as opened:
         job = ModelOnStore.open(opened.store, model)
         rule = region_rule(job, preset, targets, min_posterior=min_posterior, max_gap=max_gap,
