@@ -593,6 +593,21 @@ def test_a_damaged_chromosome_document_is_mended_by_the_next_commit(tmp_path, no
     assert leftovers(store) == []
 
 
+@pytest.mark.parametrize("removed", ["chr2", "chr2/index"])
+def test_a_chromosome_directory_removed_by_hand_is_refused_not_read_as_empty(tmp_path, removed):
+    """A helper's audit: with chr2's directory gone, zarr read it through the root's metadata
+    as a chromosome without reads, and `hmr` called half the HMRs with exit 0."""
+    store = tmp_path / "s.zarr"
+    (tmp_path / "two.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\nchr2\t10\t+\t1\t3\n")
+    ingest([tmp_path / "two.tsv"], "A", store)
+    shutil.rmtree(store / removed)
+    with pytest.raises(ValueError, match=f"chromosome chr2 is listed in the store's metadata, but the directory "
+                                         f"{store / removed}.* is missing: the store is damaged"):
+        open_store(store)
+    r = run("hmr", store, "-o", tmp_path / "h.bed", "-q")
+    assert r.exit_code == 1 and "the store is damaged" in r.output and not (tmp_path / "h.bed").exists(), r.output
+
+
 @pytest.mark.parametrize("change, told", [({"compressors": "zstd"}, "codecs"), ({"chunks": (1_000_000, 2)}, "chunks"),
                                           ({"dtype": "int64"}, "data_type")])
 def test_counts_another_tool_rewrote_are_refused_before_the_commit_point(tmp_path, change, told):

@@ -246,7 +246,25 @@ def open_store(path) -> CountsStore:
     attrs = read_attributes(path)
     meta = StoreAttrs.check(path, attrs)
     _check_chunking(path, meta)
+    _check_chromosomes(path, meta)
     return CountsStore(path=path, attrs=attrs, meta=meta)
+
+
+def _check_chromosomes(path: Location, meta: StoreAttrs) -> None:
+    """Refuse a local store missing the directory of a chromosome, or of its index, that its
+    root lists: zarr reads a missing array through the root's consolidated metadata as its
+    fill value, so a chromosome directory removed by hand read as one without reads, and
+    `hmr` wrote half the HMRs with no word of it (a helper's audit). (A missing zarr.json
+    alone is not refused: readers go by the consolidated metadata, and the next commit
+    writes it again.) Two checks per chromosome."""
+    if not path.is_local:
+        return
+    for chrom in meta.chromosomes:
+        for directory in (chrom, f"{chrom}/index/summary"):
+            if not os.path.isdir(os.path.join(path.url, directory)):
+                raise StoreError(f"{path}: chromosome {chrom} is listed in the store's metadata, but the directory "
+                                 f"{path / directory} is missing: the store is damaged (removed by hand?). Restore "
+                                 f"it, or ingest the samples again into a new store")
 
 
 def _check_chunking(path: Location, meta: StoreAttrs) -> None:
