@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import os
-import stat
-import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..io.blocks import text_lines
+from ..io.inputs import readable_twice
 from ..io.names import sample_name_problem
-from ..io.rows import FormatError, sheet_fields
+from ..io.rows import sheet_fields
 from ..learn.groups import SampleGroups
 
 SHEET_COLUMNS = ("sample", "group")
@@ -68,27 +64,6 @@ def _fields(line: str) -> list:
     return [f[1:-1] if len(f) >= 2 and f[0] == f[-1] and f[0] in "\"'" else f for f in sheet_fields(line)]
 
 
-@contextlib.contextmanager
-def _readable(path: str):
-    """``path`` as a file that can be read twice (the readers look at its first bytes first):
-    itself, or for standard input ("-") or a pipe (a shell's <(...)) a temporary copy; one
-    larger than MAX_SHEET_BYTES is refused (``--groups /dev/zero`` filled the memory)."""
-    if path != "-" and (not os.path.exists(path) or stat.S_ISREG(os.stat(path).st_mode)):
-        if os.path.exists(path) and os.path.getsize(path) > MAX_SHEET_BYTES:
-            raise ValueError(_too_large(path))
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix="streambhmm-sheet-") as directory:
-        copy = Path(directory) / "sheet"
-        with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as source, \
-                open(copy, "wb") as out:
-            while piece := source.read(1 << 16):
-                out.write(piece)
-                if out.tell() > MAX_SHEET_BYTES:
-                    raise ValueError(_too_large("standard input" if path == "-" else path))
-        yield str(copy)
-
-
 MAX_SHEET_BYTES = 16 << 20  # a sheet of 500,000 samples is about 10 MiB (read, it takes 50 times that)
 
 
@@ -104,7 +79,8 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
     path = str(path)
     columns = (SHEET_COLUMNS[0], group_column)
     try:  # as ingest reads text: a byte-order mark dropped, CRLF ends, bytes that are not UTF-8 shown escaped
-        with _readable(path) as readable, contextlib.closing(text_lines(readable)) as read:
+        with readable_twice(path, MAX_SHEET_BYTES, _too_large) as readable, \
+                contextlib.closing(text_lines(readable)) as read:
             lines, size = [], 0
             for number, line, _ in read:
                 size += len(line) + 1
@@ -112,8 +88,6 @@ def read_sheet(path, group_column: str = SHEET_COLUMNS[1]) -> SampleSheet:
                     raise ValueError(_too_large(path))
                 if line.strip() and not line.lstrip().startswith("#"):
                     lines.append((number, line))
-    except FormatError as exc:  # named as the user named it, not as its copy (standard input, a pipe)
-        raise FormatError(path, exc.line, exc.text, exc.message, exc.fmt) from None
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the sample sheet ({exc.__class__.__name__}: {exc})") from None
     # comma-separated (R's write.csv, a spreadsheet's CSV) when no line has a tab and the header a comma

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..io.blocks import text_lines
+from ..io.inputs import readable_twice
 from ..io.outputs import defer_rename, held_temporary, rename_into_place
 from ..io.store import CountsStore
 from .chains import map_posteriors
@@ -28,12 +29,21 @@ from .messages import Params
 BIGWIG_MAX_LENGTH = 2**32 - 1  # bigWig headers hold chromosome lengths as 32-bit unsigned integers
 
 
+MAX_CHROM_SIZES_BYTES = 256 << 20  # 10 million contigs: the largest assemblies' have a few million
+
+
+def _too_large(name: str) -> str:
+    return f"{name}: more than {MAX_CHROM_SIZES_BYTES >> 20} MiB, too large for a chrom.sizes file: is it the file?"
+
+
 def read_chrom_sizes(path, bigwig: bool = True) -> dict[str, int]:
     """{chrom: length} from a UCSC chrom.sizes file (name, length; tab- or space-separated);
     ``bigwig``: for a bigWig's header, which bounds the lengths."""
     sizes, lines = {}, {}
-    with contextlib.closing(text_lines(path)) as read:
-        numbered = list(read)  # the file is closed before a refusal is raised
+    # read once (a shell's <(...) or a FIFO), then the file closed before a refusal is raised
+    with readable_twice(str(path), MAX_CHROM_SIZES_BYTES, _too_large) as readable, \
+            contextlib.closing(text_lines(readable)) as read:
+        numbered = list(read)
     for number, line, fields in numbered:
         if not fields or line.startswith("#"):
             continue

@@ -3,12 +3,16 @@ their content."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
+import sys
+import tempfile
 from pathlib import Path
 
 from .blocks import open_binary
+from .rows import FormatError
 
 
 def check_input(path) -> None:
@@ -31,6 +35,34 @@ def check_input(path) -> None:
                          f"its format, checksum and parse it), so save the stream to a file first")
     if not os.access(path, os.R_OK):
         raise ValueError(f"{path}: no permission to read it")
+
+
+@contextlib.contextmanager
+def readable_twice(path: str, max_bytes: int, too_large):
+    """``path`` as a file that can be read twice (the readers look at its first bytes, then
+    open it again): itself, or for standard input ("-"), a pipe (a shell's <(...)) or a FIFO a
+    temporary copy, read from one opening (opened again, a FIFO waited for a writer forever and
+    a pipe lost its first bytes). A file larger than ``max_bytes`` is refused with the message
+    ``too_large(name)`` (``--groups /dev/zero`` filled the memory). The readers' FormatErrors
+    name ``path``, not the copy."""
+    name = "standard input" if path == "-" else path
+    try:
+        if path != "-" and (not os.path.exists(path) or stat.S_ISREG(os.stat(path).st_mode)):
+            if os.path.exists(path) and os.path.getsize(path) > max_bytes:
+                raise ValueError(too_large(name))
+            yield path
+            return
+        with tempfile.TemporaryDirectory(prefix="streambhmm-input-") as directory:
+            copy = Path(directory) / "copy"
+            with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as source, \
+                    open(copy, "wb") as out:
+                while piece := source.read(1 << 16):
+                    out.write(piece)
+                    if out.tell() > max_bytes:
+                        raise ValueError(too_large(name))
+            yield str(copy)
+    except FormatError as exc:
+        raise FormatError(path, exc.line, exc.text, exc.message, exc.fmt) from None
 
 
 CONTENT_START = 1 << 20  # decompressed bytes compared first: replicates that differ, differ early

@@ -364,6 +364,19 @@ def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path
     line = (tmp_path / "sized.bed").read_text().splitlines()[-1].split("\t")
     assert line[0] == "chr2" and line[1:3] == ["1490000", "1559960"] and line[6:8] == line[1:3], line
     assert (tmp_path / "sized.tsv").read_text().splitlines()[-1].split("\t")[5] == "69960"
+    # the same sizes from a pipe, as a shell's <(...) gives them (a helper's audit: "Illegal seek"),
+    # and from a FIFO, opened once (opened twice, it waited for a second writer forever)
+    read, write = os.pipe()
+    os.write(write, sizes.read_bytes())
+    os.close(write)
+    os.mkfifo(tmp_path / "sizes.fifo")
+    feeder = threading.Thread(target=(tmp_path / "sizes.fifo").write_bytes, args=(sizes.read_bytes(),), daemon=True)
+    feeder.start()
+    for streamed, name in ((f"/dev/fd/{read}", "piped"), (tmp_path / "sizes.fifo", "fifo")):
+        r = run("pmd", store, "-o", tmp_path / f"{name}.bed", "--chrom-sizes", streamed, "-q")
+        assert r.exit_code == 0 and (tmp_path / f"{name}.bed").read_text().splitlines()[1:] == \
+            (tmp_path / "sized.bed").read_text().splitlines()[1:], r.output
+    os.close(read)
     # sizes of another assembly, the data past their end, are refused before any work
     sizes.write_text("".join(f"{chrom}\t{st.n_bins(chrom) * 100 - 100}\n" for chrom in st.chromosomes))
     for kind in ("hmr", "pmd"):

@@ -508,18 +508,18 @@ def test_a_sheet_larger_than_a_sheet_can_be_is_refused_unread(tmp_path, monkeypa
     # a file that grows after its size is checked (written to as it is read) is refused as it is read
     growing = tmp_path / "growing.tsv"
     growing.write_bytes(text[:200])
-    checked = sheets._readable
+    checked = sheets.readable_twice
 
     @contextlib.contextmanager
-    def grown_after_the_check(path):
-        with checked(path) as readable:
+    def grown_after_the_check(path, *limits):
+        with checked(path, *limits) as readable:
             growing.write_bytes(text)
             yield readable
 
-    monkeypatch.setattr(sheets, "_readable", grown_after_the_check)
+    monkeypatch.setattr(sheets, "readable_twice", grown_after_the_check)
     with pytest.raises(ValueError, match=r"growing.tsv: more than 0 MiB, too large for a sample sheet"):
         sheets.read_sheet(growing)
-    monkeypatch.setattr(sheets, "_readable", checked)
+    monkeypatch.setattr(sheets, "readable_twice", checked)
     # a bad sheet from standard input is named as the user named it, not as its copy
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("sample\tgroup\nA\tx\n".encode("utf-16"))))
     with pytest.raises(ValueError, match=r"^-:1: is UTF-16 text"):
