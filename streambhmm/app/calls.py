@@ -31,7 +31,7 @@ from ..io.outputs import check_replaceable_file, same_name, scratch_directory, w
 from ..io.progress import em_progress, stage
 from ..io.rows import first_few
 from ..io.storage import Location, write_json
-from ..io.store import locked, open_store, store_inputs
+from ..io.store import NoRoomError, locked, open_store, store_inputs
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, MOSTLY_APART, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
                              TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, left_to_hmr, pinned_states,
@@ -163,8 +163,14 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
             start = time.perf_counter()
             echo(f"summing {counts.bin_size} bp bins into {bin_size} bp bins")
             with stage(f"{settings.kind}: summing bins", quiet=settings.quiet, unit="chunks") as progress:
-                coarse = coarsen(store, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
-                                 progress)
+                try:
+                    coarse = coarsen(store, bin_size // counts.bin_size, Path(scratch) / "coarse.zarr", samples,
+                                     progress)
+                except NoRoomError as exc:  # it named the scratch store as if it were one of the user's
+                    raise ValueError(f"{output}: no room in {output.parent.resolve()} for the {bin_size:,} bp bins that "
+                                     f"{settings.kind} sums into a scratch store beside its output (removed "
+                                     f"afterwards): {exc.reason}; nothing was written. Free space there, or write "
+                                     f"the regions elsewhere") from None
             seconds["coarsen"] = time.perf_counter() - start
             outcome = _fit_and_call(settings, coarse, samples, opened, echo, seconds, coarsened=True)
     # those where the samples have no reads (excluded on a rerun, another sample's) go unsaid

@@ -351,7 +351,8 @@ def _put_in_place_together(written: list) -> None:
     """Rename each complete temporary to its path; if one cannot be, put back what the
     others replaced (each set aside first as a hard link, or a copy) and say so."""
     for item in written:
-        os.fsync(item.fd)
+        with no_room_said(item.path, item.tmp):
+            os.fsync(item.fd)
     replaced, asides = [], []
     with interruptions_held():
         for item in written:
@@ -413,10 +414,25 @@ def replacing(path, mode: str = "w"):
     path = Path(path)
     with contextlib.ExitStack() as stack:
         tmp, fd = stack.enter_context(held_temporary(path))
-        with os.fdopen(os.dup(fd), mode) as fh:
+        with no_room_said(path, tmp), os.fdopen(os.dup(fd), mode) as fh:
             yield fh
         if not defer_rename(tmp, fd, path, stack):
             rename_into_place(fd, tmp, path)
+
+
+@contextlib.contextmanager
+def no_room_said(path: Path, tmp: Path):
+    """A full disk (or quota) met writing ``path``'s temporary ``tmp`` said as a refusal naming
+    ``path``, which is left as it was (the temporary is removed): it was a traceback of
+    `hmr` (a helper's audit). Errors of other files (named in them) pass."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or exc.filename not in (None, str(tmp)):
+            raise
+        kept = "it is left as it was" if os.path.lexists(path) else "nothing was written"
+        raise ValueError(f"{path}: cannot be written in {path.parent.resolve()} ({exc.strerror.lower()}); {kept}. "
+                         f"Free space there, or write it elsewhere") from None
 
 
 @contextlib.contextmanager
@@ -448,7 +464,8 @@ def check_distinct(named) -> None:
 def rename_into_place(fd: int, tmp: Path, path: Path) -> None:
     """Flush the temporary open as ``fd`` to disk, rename it to ``path``, and flush the
     directory's entry of it."""
-    os.fsync(fd)
+    with no_room_said(path, tmp):
+        os.fsync(fd)
     _check_unchanged(path)
     _replace(tmp, path)
     sync_directory(path.parent)

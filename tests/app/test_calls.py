@@ -472,6 +472,26 @@ def test_a_methylome_without_hmrs_or_pmds_is_refused_with_the_reason(tmp_path):
     assert (tmp_path / "pmd.bed").read_text() == earlier
 
 
+def test_no_room_for_pmds_summed_bins_names_the_output_not_the_scratch_store(tmp_path, monkeypatch):
+    """A helper's audit: on a full disk pmd's refusal named its scratch coarse.zarr as if it
+    were a store of the user's ("the store is unchanged")."""
+    from streambhmm.io.store import NoRoomError, writer
+
+    chromosomes, _ = planted(1)
+    store = write_store(tmp_path / "s.zarr", chromosomes, ["S"], chunk_size=15_000).path
+
+    def full(store, record, document):
+        raise NoRoomError(f"not enough free space to commit sample S into {store}", "not enough free space: 1 MiB "
+                                                                                     "to write, and 0.0 MiB are free")
+
+    monkeypatch.setattr(writer, "_check_space", full)
+    r = run("pmd", store, "-o", tmp_path / "p.bed", "-q")
+    assert r.exit_code == 1 and r.output.startswith(f"Error: {tmp_path / 'p.bed'}: no room in {tmp_path} for the "
+                                                    f"5,000 bp bins that pmd sums into a scratch store") \
+        and "coarse.zarr" not in r.output and "0.0 MiB are free; nothing was written" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".s.zarr.lock", "s.zarr"]  # no scratch directory left
+
+
 def test_too_few_bins_for_domains_are_refused_with_the_reason(tmp_path):
     # 60 kb of covered 100 bp bins: 12 bins of 5 kb, 10 triples, where 2 states need 40
     rng = np.random.default_rng(3)

@@ -2,6 +2,7 @@
 only abandoned temporaries of the same output removed."""
 
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -333,3 +334,20 @@ def test_interruptions_are_ignored_while_temporaries_go():
         assert received == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_a_full_disk_is_a_refusal_naming_the_output_which_is_left_as_it_was(tmp_path, together):
+    """A helper's audit: `hmr` on a full disk ended with OSError [Errno 28] and a traceback."""
+    kept, new = tmp_path / "kept.bed", tmp_path / "new.bed"
+    kept.write_text("our earlier output\n")
+    for path in (kept, new):
+        with pytest.raises(ValueError, match=rf"{path}: cannot be written in {tmp_path} \(no space left on device\); "
+                                             rf"(it is left as it was|nothing was written)\. Free space there"):
+            with written_together() if together else contextlib.nullcontext(), replacing(path) as fh:
+                fh.write("new\n")
+                raise OSError(errno.ENOSPC, "No space left on device")  # as a write to the full disk raises it
+    assert kept.read_text() == "our earlier output\n" and sorted(tmp_path.iterdir()) == [kept]  # no temporary
+    with pytest.raises(OSError, match="another file"):  # another file's error is not said as the output's
+        with replacing(new):
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "another file"))

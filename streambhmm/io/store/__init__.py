@@ -9,12 +9,13 @@ from .locking import locked
 from .reader import CountsStore, StoreOverview, open_store, recorded_inputs, store_inputs
 from .recovery import needs_recovery, recover
 from .schema import (COMMIT, COUNTS_FORMAT, COUNTS_VERSION, COVERED, DEFAULT_CHUNK_SIZE, DIGEST, FIELDS, LAST, POSITION,
-                     PREVIOUS, SUMS, StoreAttrs, StoreError, natural_sorted, per_position_variables)
+                     PREVIOUS, SUMS, NoRoomError, StoreAttrs, StoreError, natural_sorted, per_position_variables)
 from .upgrade import upgrade_store
 from .writer import SampleWriter
 
 __all__ = ["COMMIT", "COUNTS_FORMAT", "COUNTS_VERSION", "COVERED", "DEFAULT_CHUNK_SIZE", "DIGEST", "FIELDS", "LAST",
-           "POSITION", "PREVIOUS", "SUMS", "ChunkRef", "CountsStore", "SampleWriter", "StoreAttrs", "StoreError",
+           "POSITION", "PREVIOUS", "SUMS", "ChunkRef", "CountsStore", "NoRoomError", "SampleWriter", "StoreAttrs",
+           "StoreError",
            "StoreOverview", "chunk_digest", "consolidate", "covered_bins", "locked", "mark_changed", "natural_sorted",
            "needs_recovery", "open_store", "per_position_variables", "recorded_inputs", "recover", "staging_path",
            "store_inputs", "upgrade_store"]

@@ -59,6 +59,15 @@ class StoreError(ValueError):
     """A store that is missing, damaged, of another kind or of another format version."""
 
 
+class NoRoomError(StoreError):
+    """A disk with no room for a store's writes (or none writable): ``reason`` says which, for
+    a command that writes a store of its own to word it (pmd's scratch store of summed bins)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 def natural_key(name: str):
     """chr2 before chr10: digit runs compare as numbers."""
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name) if part]

@@ -23,7 +23,7 @@ from .locking import locked, open_lock
 from .nodes import read_chunk, read_document, write_chunk, write_document
 from .reader import open_store
 from .schema import (COMMIT, COMMIT_MARGIN, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK, METADATA_BYTES,
-                     OWNER_LOCK, POSITION, POSITION_MAX, StoreError, counts_document, group_document, n_chunks,
+                     NoRoomError, OWNER_LOCK, POSITION, POSITION_MAX, StoreError, counts_document, group_document, n_chunks,
                      summary_document)
 
 
@@ -45,8 +45,9 @@ def _staging_errors(method):
             if exc.errno not in DISK_ERRNOS:
                 raise
             unchanged = "the store is unchanged" if self.store.exists() else "nothing was written"
-            raise StoreError(f"cannot stage counts for {self.store} in {self.path.parent}: "
-                             f"{(exc.strerror or str(exc)).lower()}; {unchanged}") from None
+            reason = (exc.strerror or str(exc)).lower()
+            raise NoRoomError(f"cannot stage counts for {self.store} in {self.path.parent}: {reason}; {unchanged}",
+                              reason) from None
     return wrapper
 
 
@@ -433,9 +434,11 @@ def _check_space(store: Location, record: dict, document: dict) -> None:
     n_bytes, n_files = _commit_writes(document, record)
     need, free = n_bytes + n_files * fs.f_bsize + COMMIT_MARGIN, fs.f_bavail * fs.f_frsize
     if need > free or (fs.f_files and n_files > fs.f_favail):
-        raise StoreError(f"not enough free space to commit sample {record['sample']} into {store}: the commit writes "
-                         f"up to {need / 2**20:,.1f} MiB in up to {n_files:,} new files, and {free / 2**20:,.1f} MiB "
-                         f"({fs.f_favail:,} files) are free; the store is unchanged")
+        written = f"up to {need / 2**20:,.1f} MiB in up to {n_files:,} new files"
+        free_now = f"{free / 2**20:,.1f} MiB ({fs.f_favail:,} files) are free"
+        raise NoRoomError(f"not enough free space to commit sample {record['sample']} into {store}: the commit writes "
+                          f"{written}, and {free_now}; the store is unchanged",
+                          f"not enough free space: {written} to write, and {free_now}")
 
 
 def _commit_writes(document: dict, record: dict) -> tuple[int, int]:
