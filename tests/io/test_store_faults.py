@@ -431,6 +431,27 @@ def test_a_store_reached_through_a_link_is_locked_as_one(tmp_path, samples, spel
     assert f"waiting for the lock of {store.resolve()}: another streambhmm command is writing it" in err
 
 
+def test_a_lock_another_program_holds_is_waited_for_within_the_time_limit_and_named(tmp_path, samples):
+    """A helper's audit: a store's lock held by `flock` (not a streambhmm command) was waited
+    for without end, the message saying that another streambhmm command held it."""
+    store = tmp_path / "s.zarr"
+    ingest([samples[0]], "A", store, chunk_size=int(CHUNK))
+    hold = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(60)")
+    with subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / ".s.zarr.lock")], stdout=subprocess.PIPE,
+                          text=True) as holder:
+        try:
+            assert holder.stdout.readline() == "held\n"
+            r = run("hmr", store, "-o", tmp_path / "h.bed", "-q", env={"STREAMBHMM_WAIT_TIMEOUT": "1"})
+        finally:
+            holder.kill()
+    assert r.exit_code == 1 and f"waiting for the lock of {store}: process {holder.pid} ({sys.executable} -c " \
+        in r.output and "holds it, not a streambhmm command" in r.output, r.output
+    assert f"its lock ({tmp_path / '.s.zarr.lock'}) has been held for 1 s by process {holder.pid}" in r.output \
+        and "which is not a streambhmm command; end it, or wait longer with $STREAMBHMM_WAIT_TIMEOUT" in r.output
+    assert not (tmp_path / "h.bed").exists()
+
+
 @pytest.mark.parametrize("quiet", [False, True])
 def test_a_batch_ingest_waiting_for_its_groups_store_says_who_it_may_wait_for(tmp_path, capsys, monkeypatch, quiet):
     """batch ingests a group's samples side by side into one store, so they wait for each

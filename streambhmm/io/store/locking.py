@@ -9,9 +9,11 @@ import fcntl
 import os
 import sys
 import threading
+import time
 from contextvars import ContextVar
 from dataclasses import dataclass
 
+from ..limits import WAIT_ENV, wait_timeout
 from ..storage import Location
 from .recovery import needs_recovery, recover
 from .schema import StoreError, store_around
@@ -77,17 +79,73 @@ LOCK_WAIT: ContextVar[LockWait] = ContextVar("lock_wait", default=LockWait())
 def _take_lock(fd: int, operation: int, path: Location) -> None:
     """flock, saying on stderr what the command waits for when another holds the lock
     (LOCK_WAIT). The wait is as long as the holder's run, which is bounded itself: every
-    command's waits on Dask and on a scheduler are (io/tasks.py, distributed/cluster.py)."""
+    command's waits on Dask and on a scheduler are (io/tasks.py, distributed/cluster.py).
+    A holder known to be another program (a user's `flock`) is not bounded so: it is waited
+    for at most io.limits.wait_timeout() seconds, then refused naming it (a helper's audit
+    waited for ever, told that a streambhmm command held the lock)."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         wait = LOCK_WAIT.get()
-        holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
+        others = _other_programs(fd)
         if not wait.quiet:
-            print(f"{wait.waiter + ': ' if wait.waiter else ''}waiting for the lock of {path}: {wait.holders} is "
-                  f"{holder} it", file=sys.stderr, flush=True)
-    fcntl.flock(fd, operation)
+            holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
+            who = f"{others} holds it, not a streambhmm command" if others else f"{wait.holders} is {holder} it"
+            print(f"{wait.waiter + ': ' if wait.waiter else ''}waiting for the lock of {path}: {who}",
+                  file=sys.stderr, flush=True)
+    if others:
+        _wait_for_another_program(fd, operation, path, others)
+    else:
+        fcntl.flock(fd, operation)
+
+
+def _wait_for_another_program(fd: int, operation: int, path: Location, others: str) -> None:
+    """flock within io.limits.wait_timeout() seconds while only other programs hold the
+    lock (waiting without a bound once a streambhmm command holds it), else StoreError."""
+    limit = wait_timeout()
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.2)
+        if not _other_programs(fd):  # now a streambhmm command's (or no longer to be told)
+            fcntl.flock(fd, operation)
+            return
+    raise StoreError(f"{path}: its lock ({lock_file(path)}) has been held for {limit:.0f} s by {others}, which is not "
+                     f"a streambhmm command; end it, or wait longer with ${WAIT_ENV}=SECONDS")
+
+
+def _other_programs(fd: int) -> str:
+    """The processes holding the flock of the file open as ``fd``, as "process PID (its command
+    line)", when /proc/locks lists them and none is a streambhmm command, this process or one
+    that cannot be told; "" otherwise."""
+    entry = os.fstat(fd)
+    key = f"{os.major(entry.st_dev):02x}:{os.minor(entry.st_dev):02x}:{entry.st_ino}"
+    try:
+        with open("/proc/locks") as fh:  # "1: FLOCK  ADVISORY  WRITE 1503 00:2e:1863 0 EOF"; waiters have "->"
+            pids = {int(f[4]) for f in (line.split() for line in fh) if len(f) > 5 and f[1] == "FLOCK" and f[5] == key}
+    except (OSError, ValueError):
+        return ""
+    commands = {pid: _command_line(pid) for pid in pids}
+    if not pids or os.getpid() in pids or any(args is None or _is_streambhmm(args) for args in commands.values()):
+        return ""
+    return ", ".join(f"process {pid} ({' '.join(args)[:200]})" for pid, args in sorted(commands.items()))
+
+
+def _command_line(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [os.fsdecode(a) for a in fh.read().split(b"\0") if a]
+    except OSError:  # gone, or in another PID namespace
+        return None
+
+
+def _is_streambhmm(args: list[str]) -> bool:
+    """A streambhmm command: its script, or `python -m streambhmm`."""
+    return any(os.path.basename(a) == "streambhmm" for a in args[:3])
 
 
 def lock_file(path: Location) -> Location:
