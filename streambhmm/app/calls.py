@@ -31,7 +31,7 @@ from ..io.outputs import check_replaceable_file, same_name, scratch_directory, w
 from ..io.progress import em_progress, stage
 from ..io.rows import first_few
 from ..io.storage import Location, write_json
-from ..io.store import NoRoomError, locked, open_store, store_inputs
+from ..io.store import COUNTS_FORMAT, NoRoomError, locked, open_store, recorded_format, store_inputs
 from ..learn.checks import degeneracy_problems
 from ..learn.domains import (DEFINITIONS, HMR_MODEL, MOSTLY_APART, PMD_BIN_SIZE, PMD_LEVEL, PMD_MODEL,
                              TARGET_STATES, UNMETHYLATED_CHECK_READS, CallModel, left_to_hmr, pinned_states,
@@ -116,7 +116,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         given = Path(settings.moments)
         same = given.resolve() == Path(settings.store).resolve()
         what = (": it is the counts store; leave out --moments, or give" if same else
-                ": it is a counts store; give" if (given / "zarr.json").exists() else "; give")
+                ": it is a counts store; give" if recorded_format(given) == COUNTS_FORMAT else "; give")
         taken = not given.exists() or (given.is_dir() and not any(given.iterdir()))  # `moments compute` takes it
         output = settings.moments if taken else "MOMENTS.zarr"
         raise ValueError(f"{settings.moments}: no moment store here (no {MANIFEST}){what} the path of one: "

@@ -1102,6 +1102,16 @@ def test_a_path_that_is_no_store_is_said_so_first(tmp_path):
         assert r.exit_code == 1 and f"{other}: no moment store here (no manifest.json): it is a counts store; give " \
             f"the path of one: `streambhmm moments compute {store} --output MOMENTS.zarr` makes one" in r.output, \
             r.output
+        (tmp_path / "garbage.zarr").mkdir()  # another tool's directory, or a damaged one: not "a counts store"
+        (tmp_path / "garbage.zarr" / "zarr.json").write_text("garbage")
+        r = run(kind, store, "--moments", tmp_path / "garbage.zarr", "-o", tmp_path / "x.bed", "-q")
+        assert r.exit_code == 1 and "(no manifest.json); give the path of one" in r.output, r.output
+        shutil.rmtree(tmp_path / "garbage.zarr")
+        (tmp_path / "x.tsv").mkdir()  # where the table goes: said so, not "give a file name"
+        r = run(kind, store, "-o", tmp_path / "x.bed", "-q")
+        assert r.exit_code == 1 and f"{tmp_path / 'x.tsv'}: is a directory, where the output named after " \
+            f"{tmp_path / 'x.bed'} goes" in r.output, r.output
+        (tmp_path / "x.tsv").rmdir()
         r = run(kind, "--store", store, "-o", tmp_path / "x.bed")
         assert r.exit_code == 2 and f"the store is the first argument of `main {kind}`" in r.output, r.output
         assert "Did you mean" not in r.output

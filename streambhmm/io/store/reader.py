@@ -298,6 +298,17 @@ def store_inputs(store, *others) -> Inputs:
     return Inputs(store, *others, ingested=recorded_inputs(store), locks=locks)
 
 
+def recorded_format(path) -> str | None:
+    """The format a store's root records (schema.COUNTS_FORMAT for a counts store); None
+    when there is no readable root there (a helper's audit: a directory of garbage given as
+    --moments was called a counts store)."""
+    try:
+        attrs = read_attributes(Location.of(path))
+    except (OSError, StoreError):
+        return None
+    return attrs.get("format") if isinstance(attrs, dict) else None
+
+
 def recorded_inputs(path) -> list[str]:
     """The files the samples of the local counts store at ``path`` were ingested from, as
     recorded (none when there is no readable store there): a command's output must not
