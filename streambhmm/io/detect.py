@@ -62,6 +62,11 @@ def preamble(path, header: bool = False) -> Preamble:
     return Preamble(skip, track, names, data)
 
 
+def fitting_formats(path) -> list[str]:
+    """The formats whose header (or, without one, whose lines) the file's first lines fit."""
+    return _candidates(preamble(path))
+
+
 def _candidates(pre: Preamble) -> list[str]:
     if pre.header is not None:
         return [f.name for f in FORMATS.values() if pre.names in f.headers]

@@ -9,7 +9,7 @@ import re
 from typing import Iterator
 
 from .catalog import CONTEXTS, FORMATS, Format
-from .detect import detect_common_format, detect_format, preamble
+from .detect import detect_common_format, detect_format, fitting_formats, preamble
 from .inputs import check_input, check_replicates
 from .options import ReadOptions, columns_layout
 from .readers import read_layout
@@ -83,9 +83,24 @@ def read_rows(path, fmt: str, context: str = "CG", *, options: ReadOptions | Non
     line, text = pre.data[0]
     n_fields = len(text.split())
     layout = columns_layout(options, n_fields) if fmt == "columns" else spec.layout(n_fields)
-    if layout is None:
-        expected = " or ".join(str(la.n_fields) for la in spec.layouts)
-        raise FormatError(path, line, text, f"malformed {fmt} line: expected {expected} fields, found {n_fields}",
-                          label)
-    variable = fmt == "columns" or len(spec.layouts) > 1
-    yield from read_layout(path, fmt, label, layout, settings, pre.skip, variable, block_bytes, tally)
+    try:
+        if layout is None:
+            expected = " or ".join(str(la.n_fields) for la in spec.layouts)
+            raise FormatError(path, line, text, f"malformed {fmt} line: expected {expected} fields, found {n_fields}",
+                              label)
+        variable = fmt == "columns" or len(spec.layouts) > 1
+        yield from read_layout(path, fmt, label, layout, settings, pre.skip, variable, block_bytes, tally)
+    except FormatError as exc:
+        if detected or exc.line != line:
+            raise
+        raise FormatError(exc.path, exc.line, exc._given, exc.message + _format_hint(path, fmt), exc.fmt) from None
+
+
+def _format_hint(path, given: str) -> str:
+    """The formats to try when a --format given fails on the file's first data line (a
+    helper's trial: the refusals named none); "" when no other fits."""
+    found = [name for name in fitting_formats(path) if name != given]
+    if len(found) == 1:
+        return f"; the file fits format {found[0]} instead ({FORMATS[found[0]].columns}): pass --format {found[0]}"
+    return f"; the file fits the formats {' and '.join(found)} instead: pass --format with the one it is" \
+        if found else ""

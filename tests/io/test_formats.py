@@ -380,3 +380,18 @@ def test_a_percent_that_disagrees_with_its_counts_names_the_line(tmp_path, fmt, 
     with pytest.raises(FormatError) as info:
         list(read_rows(path, fmt))
     assert info.value.line == 2 and "percent 84.21 disagrees with the counts, 32 methylated of 33" in str(info.value)
+
+
+def test_a_format_given_that_the_first_line_does_not_fit_names_the_formats_that_do(tmp_path):
+    """A helper's trial: a wrong --format was refused with the line's fault alone, no format to try."""
+    cov = tmp_path / "s.cov"
+    cov.write_text("chr1\t10\t10\t75.0\t3\t1\nchr1\t20\t20\t0.0\t0\t2\n")  # Bismark's coverage file
+    with pytest.raises(FormatError, match=r"expected 4 fields, found 6; the file fits format bismark-cov instead "
+                                          r"\(.*\): pass --format bismark-cov: .*\(format methylseekr, given\)"):
+        read_all(cov, "methylseekr")
+    four = tmp_path / "s.tsv"
+    four.write_text("chr1\t10\t4\t3\nchr1\t20\t2\t0\n")  # T M or M U: the columns alone do not say
+    with pytest.raises(FormatError, match=r"found 4; the file fits the formats methylseekr and methrix instead: pass "
+                                          r"--format with the one it is"):
+        read_all(four, "bismark-cov")
+    assert read_all(four, "methylseekr") == [("chr1", 9, 3, 4), ("chr1", 19, 0, 2)]
