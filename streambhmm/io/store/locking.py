@@ -80,8 +80,8 @@ def _take_lock(fd: int, operation: int, path: Location) -> None:
     """flock, saying on stderr what the command waits for when another holds the lock
     (LOCK_WAIT). The wait is as long as the holder's run, which is bounded itself: every
     command's waits on Dask and on a scheduler are (io/tasks.py, distributed/cluster.py).
-    A holder known to be another program (a user's `flock`) is not bounded so: it is waited
-    for at most io.limits.wait_timeout() seconds, then refused naming it (a helper's audit
+    A holder known to be another program, not Python (a user's `flock`), is not bounded so:
+    it is waited for at most io.limits.wait_timeout() seconds, then refused naming it (a helper's audit
     waited for ever, told that a streambhmm command held the lock)."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
@@ -120,8 +120,8 @@ def _wait_for_another_program(fd: int, operation: int, path: Location, others: s
 
 def _other_programs(fd: int) -> str:
     """The processes holding the flock of the file open as ``fd``, as "process PID (its command
-    line)", when /proc/locks lists them and none is a streambhmm command, this process or one
-    that cannot be told; "" otherwise."""
+    line)", when /proc/locks lists them and none is this process, a streambhmm command, a
+    Python program or one that cannot be told; "" otherwise."""
     entry = os.fstat(fd)
     key = f"{os.major(entry.st_dev):02x}:{os.minor(entry.st_dev):02x}:{entry.st_ino}"
     try:
@@ -130,7 +130,7 @@ def _other_programs(fd: int) -> str:
     except (OSError, ValueError):
         return ""
     commands = {pid: _command_line(pid) for pid in pids}
-    if not pids or os.getpid() in pids or any(args is None or _is_streambhmm(args) for args in commands.values()):
+    if not pids or os.getpid() in pids or any(args is None or _may_be_streambhmm(args) for args in commands.values()):
         return ""
     return ", ".join(f"process {pid} ({' '.join(args)[:200]})" for pid, args in sorted(commands.items()))
 
@@ -143,9 +143,13 @@ def _command_line(pid: int) -> list[str] | None:
         return None
 
 
-def _is_streambhmm(args: list[str]) -> bool:
-    """A streambhmm command: its script, or `python -m streambhmm`."""
-    return any(os.path.basename(a) == "streambhmm" for a in args[:3])
+def _may_be_streambhmm(args: list[str]) -> bool:
+    """A streambhmm command (its script, `python -m streambhmm`) or a Python program, which
+    may be one using streambhmm's API (a notebook's ingest, a test)."""
+    if not args:
+        return False
+    return any(os.path.basename(a) == "streambhmm" for a in args[:3]) or \
+        os.path.basename(args[0]).startswith(("python", "pypy"))
 
 
 def lock_file(path: Location) -> Location:
