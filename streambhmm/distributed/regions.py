@@ -540,14 +540,15 @@ def regions_heads(command: str) -> tuple[re.Pattern, re.Pattern]:
     """How the BED and the table that ``command`` ("hmr", "pmd" or "regions") writes with
     write_regions begin: the track line with its source ("(hmr of STORE)", "(model NAME)")
     and the table's header and first region's name (HMR0, PMD0; an empty table ends at its
-    header). The output may replace only these: one command's files are not another's to
+    header, and a header longer than io.outputs.HEAD_BYTES is all that is read). The output
+    may replace only these: one command's files are not another's to
     replace (`hmr -o` replaced `pmd`'s regions in a helper's audit)."""
     if command == "regions":  # its rule a preset's (HMR, PMD) or --targets' (region)
         source, names = rb"model ", rb"(?:HMR|PMD|region)"
     else:
         source, names = command.encode() + rb" of ", command.upper().encode()
     track = track_head(rb'[^"\n]* of [^"\n]* \(' + source + rb'[^"\n]*\)')
-    table = re.compile(re.escape(TABLE_HEAD) + rb"[^\n]*\n(?:[^\t\n]*\t[0-9]+\t[0-9]+\t" + names + rb"[0-9]+\t|\Z)")
+    table = re.compile(re.escape(TABLE_HEAD) + rb"[^\n]*(?:\Z|\n(?:[^\t\n]*\t[0-9]+\t[0-9]+\t" + names + rb"[0-9]+\t|\Z))")
     return track, table
 
 

@@ -148,7 +148,7 @@ def _replaceable(path, ours: bytes | re.Pattern) -> bool:
     return pattern.match(head) is not None
 
 
-HEAD_BYTES = 1 << 16  # read to match what a file begins with (a track line names its samples)
+HEAD_BYTES = 1 << 20  # read to match what a file begins with (a track line, a table's header: its samples)
 
 
 def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> Path:

@@ -629,3 +629,35 @@ def test_every_command_that_reads_a_store_waits_while_a_writer_holds_it(tmp_path
         assert process.returncode == 0, (name, output)
     for written in ("r.bed", "d.bed", "t.A.methylation.bw", "report/index.html"):
         assert (tmp_path / written).exists()
+
+
+def test_each_command_replaces_only_its_own_regions_and_tables(tmp_path):
+    """hmr, pmd and regions write BEDs and tables alike, but each may replace only its own
+    (a helper's audit: `hmr -o` replaced `pmd`'s), whatever the table's header length (one of
+    130 samples of long names passed the bytes read, and a rerun was refused)."""
+    from streambhmm.distributed.regions import regions_heads, write_regions
+    from streambhmm.io.outputs import HEAD_BYTES, _replaceable
+
+    hmm = BinomialHMM(2)
+    hmm.methylation_ = np.array([[0.1], [0.9]])
+    found = {"chr1": Regions(start=np.array([100]), end=np.array([900]), n_bins=np.array([8]),
+                             posterior_sum=np.array([7.5]), methylated=np.array([[3]]), coverage=np.array([[40]]),
+                             posterior_max=np.array([0.99]))}
+    written = {}
+    for command, rule, source in (("hmr", preset_rule("hmr", hmm.methylation_), "hmr of s.zarr"),
+                                  ("pmd", preset_rule("pmd", hmm.methylation_), "pmd of s.zarr"),
+                                  ("regions", replace(preset_rule("hmr", hmm.methylation_), name="region"), "model m.json")):
+        bed = tmp_path / f"{command}.bed"
+        write_regions(found, rule, hmm.methylation_, ["S"], bed, source)
+        written[command] = (bed, bed.with_suffix(".tsv"))
+    for command in written:
+        track, table = regions_heads(command)
+        for other, (bed, tsv) in written.items():
+            # `regions --preset hmr` names its regions as hmr does: its table alone is not told apart
+            assert _replaceable(bed, track) == (other == command) and \
+                _replaceable(tsv, table) == (other == command or command == "regions"), (command, other)
+    long_header = tmp_path / "long.tsv"
+    long_header.write_bytes(b"chrom\tstart\tend\tname\tn_bins\tlength\tscore\t" + b"level_" * HEAD_BYTES + b"\n")
+    assert _replaceable(long_header, regions_heads("hmr")[1])
+    long_header.write_bytes(b"chrom\tstart\tend\tname\tn_bins\tlength\tscore\tlevel_S\nchr1\t1\t9\tPMD0\t1\t8\t9\n")
+    assert not _replaceable(long_header, regions_heads("hmr")[1])
