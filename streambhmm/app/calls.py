@@ -13,6 +13,7 @@ with a message that says why instead of writing an empty file.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -182,7 +183,7 @@ def run_call(settings: CallSettings, opened, echo=lambda message: None) -> CallO
         outcome.found[chrom] = found.cut_at(min(data_end, lengths[chrom]), outcome.rule.min_length)
     with written_together():  # the regions, their table and the model: all or none
         outcome.n = write_regions(outcome.found, outcome.rule, outcome.hmm.methylation_, samples, output,
-                                  f"{settings.kind} of {Path(settings.store).name}")
+                                  f"{settings.kind} of {Path(os.path.abspath(settings.store)).name}")  # not "" for "."
         if settings.save_model:
             write_json(settings.save_model, call_model(settings, outcome, counts, bin_size))
     return outcome

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -56,15 +57,40 @@ def read_chrom_sizes(path, bigwig: bool = True) -> dict[str, int]:
             raise ValueError(f"{path}, line {number}: {fields[0][:100]} is listed again (first on line "
                              f"{lines[fields[0]]}): {line[:200]!r}")
         sizes[fields[0]], lines[fields[0]] = int(fields[1]), number
+    if not sizes:  # "has no 'chr22'" would blame a line, not the file (an empty pipe)
+        raise ValueError(f"{path}: no chromosome sizes in it (empty?); expected lines 'chrom length'")
     return sizes
 
 
+@dataclass(frozen=True)
+class ChromSizes:
+    """A chrom.sizes file as read (read_chrom_sizes), named as the user named it. The commands
+    read it before they take the store's lock: a FIFO without a writer held the lock, and a
+    commit waited behind it (a helper's audit)."""
+
+    path: str
+    sizes: dict
+
+    @classmethod
+    def read(cls, path, bigwig: bool = True) -> "ChromSizes":
+        return cls(str(path), read_chrom_sizes(path, bigwig))
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __fspath__(self) -> str:  # an input the outputs must not replace (io.outputs.Inputs)
+        return self.path
+
+
 def chromosome_lengths(store: CountsStore, chrom_sizes=None, bigwig: bool = True, unlisted=()) -> dict[str, int]:
-    """Each chromosome's length: from the UCSC chrom.sizes file ``chrom_sizes`` where given
-    (``bigwig``: for a bigWig's header, read_chrom_sizes), each refused when the store's data
-    reach past it; else the end of the store's last bin (also for the chromosomes
-    ``unlisted`` the file need not list)."""
-    sizes = read_chrom_sizes(chrom_sizes, bigwig) if chrom_sizes else None
+    """Each chromosome's length: from the UCSC chrom.sizes file ``chrom_sizes`` (a path, or a
+    ChromSizes read already) where given (``bigwig``: for a bigWig's header, read_chrom_sizes),
+    each refused when the store's data reach past it; else the end of the store's last bin
+    (also for the chromosomes ``unlisted`` the file need not list)."""
+    if isinstance(chrom_sizes, ChromSizes):
+        sizes = chrom_sizes.sizes
+    else:
+        sizes = read_chrom_sizes(chrom_sizes, bigwig) if chrom_sizes else None
     unlisted = set(unlisted)
     missing = [chrom for chrom in store.chromosomes if sizes is not None and chrom not in sizes
                and chrom not in unlisted]

@@ -1,6 +1,7 @@
 """`hmr` and `pmd` on a simulated methylome with planted HMRs and PMDs: they find them, and
 refuse with a reason where the data hold none."""
 
+import fcntl
 import json
 import logging
 import os
@@ -370,13 +371,29 @@ def test_a_domain_cut_by_the_data_end_is_kept_only_if_it_is_long_enough(tmp_path
     os.write(write, sizes.read_bytes())
     os.close(write)
     os.mkfifo(tmp_path / "sizes.fifo")
-    feeder = threading.Thread(target=(tmp_path / "sizes.fifo").write_bytes, args=(sizes.read_bytes(),), daemon=True)
+    lock_free = []
+
+    def feed():  # and see that the store's lock is free meanwhile: a FIFO without a writer held it
+        with open(tmp_path / "sizes.fifo", "wb") as fifo:
+            lock = os.open(store.parent / f".{store.name}.lock", os.O_RDONLY)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                lock_free.append(True)
+            except BlockingIOError:
+                lock_free.append(False)
+            finally:
+                os.close(lock)
+            fifo.write(sizes.read_bytes())
+
+    feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
-    for streamed, name in ((f"/dev/fd/{read}", "piped"), (tmp_path / "sizes.fifo", "fifo")):
-        r = run("pmd", store, "-o", tmp_path / f"{name}.bed", "--chrom-sizes", streamed, "-q")
+    for streamed, name in ((f"/dev/fd/{read}", "piped"), (tmp_path / "sizes.fifo", "fifo"), ("-", "stdin")):
+        r = CliRunner().invoke(main, ["pmd", str(store), "-o", str(tmp_path / f"{name}.bed"), "--chrom-sizes",
+                                      str(streamed), "-q"], input=sizes.read_bytes())
         assert r.exit_code == 0 and (tmp_path / f"{name}.bed").read_text().splitlines()[1:] == \
             (tmp_path / "sized.bed").read_text().splitlines()[1:], r.output
     os.close(read)
+    assert lock_free == [True]
     # sizes of another assembly, the data past their end, are refused before any work
     sizes.write_text("".join(f"{chrom}\t{st.n_bins(chrom) * 100 - 100}\n" for chrom in st.chromosomes))
     for kind in ("hmr", "pmd"):

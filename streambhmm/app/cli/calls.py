@@ -9,8 +9,8 @@ import click
 import numpy as np
 
 from ...distributed.cluster import store_session
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, step_lines, \
-    user_errors
+from .common import (CHROM_SIZES_FILE, NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option,
+                     scheduler_option, step_lines, user_errors)
 
 _OUTPUT = click.option("--output", "-o", required=True, type=OUTPUT_FILE,
                        help="Regions (BED9); their details go beside it, NAME.tsv for NAME.bed (else "
@@ -26,7 +26,7 @@ _MOMENTS = click.option("--moments", "moments_path", default=None, type=STORE,
 _POLISH = click.option("--polish-em", default=0, show_default=True, type=NON_NEGATIVE, metavar="N",
                        help="At most N EM iterations after the one-pass fit, fewer when converged (relative gain "
                             "below 1e-8); each reads the counts once more.")
-_CHROM_SIZES = click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+_CHROM_SIZES = click.option("--chrom-sizes", default=None, type=CHROM_SIZES_FILE,
                             help="UCSC chrom.sizes: a region on a chromosome's last bin ends where the chromosome "
                                  "does (default: where the bin does, which can pass the chromosome's end by less "
                                  "than a bin; UCSC refuses such a line).")
@@ -40,6 +40,7 @@ _SAVE_MODEL = click.option("--save-model", default=None, type=OUTPUT_FILE, metav
 def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size, scheduler, quiet, save_model,
           chrom_sizes):
     from ...distributed.regions import regions_table
+    from ...distributed.tracks import ChromSizes
     from ...io.store import open_store
     from ..calls import (CallSettings, call_output_checked, chromosomes_left_out, missing_unmethylated,
                          hmr_notes, left_out_note, run_call)
@@ -47,6 +48,7 @@ def _call(kind, store, output, samples, moments_path, polish_em, seed, bin_size,
     start = time.perf_counter()
     open_store(store)  # a path that is no store is said so first, not as one an output must stay out of
     call_output_checked(kind, output, store, moments_path, save_model)  # the table and model too, before the cluster
+    chrom_sizes = ChromSizes.read(chrom_sizes, bigwig=False) if chrom_sizes else None  # before the store's lock
     settings = CallSettings(kind, store, output, names(samples, "--samples"),
                             moments_path, polish_em, bin_size, seed, quiet=quiet, save_model=save_model,
                             chrom_sizes=chrom_sizes)

@@ -21,6 +21,8 @@ from ...moments.features import DEFAULT_N_BINS, DEFAULT_PROJECTION_DIM, FEATURES
 # the scheduler lost or unreachable, a computation stalled, workers dying on a task, a sweep's
 # worker process lost
 USER_ERRORS = (ValueError, FileNotFoundError, ClusterError)
+# --chrom-sizes: "-" is standard input (read once, as a pipe is: distributed.tracks.ChromSizes)
+CHROM_SIZES_FILE = click.Path(exists=True, dir_okay=False, allow_dash=True)
 
 
 def user_errors(fn):

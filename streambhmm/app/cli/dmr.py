@@ -9,8 +9,8 @@ import numpy as np
 
 from ...distributed.cluster import store_session
 from ...io.outputs import written_together
-from .common import NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option, scheduler_option, step_lines, \
-    user_errors
+from .common import (CHROM_SIZES_FILE, NON_NEGATIVE, OUTPUT_FILE, POSITIVE, STORE, names, quiet_option,
+                     scheduler_option, step_lines, user_errors)
 
 _FRACTION = click.FloatRange(0.0, 1.0, min_open=True)
 # Measured (docs/guide/dmr.md): H1 r1 against H1 r2 (dmrseq's chr21) gives 183 DMRs at --fdr
@@ -59,7 +59,7 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
                                                  "beside the DMRs).")
 @click.option("--bigwig", default=None, type=OUTPUT_FILE, help="Also write each bin's posterior of difference "
                                                                "(bigWig).")
-@click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+@click.option("--chrom-sizes", default=None, type=CHROM_SIZES_FILE,
               help="UCSC chrom.sizes for the --bigwig header (default: each chromosome ends at the store's last "
                    "bin); the BEDs' ends are clipped to it too.")
 @scheduler_option
@@ -72,6 +72,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     (beta-binomial between them), fitted by EM on the store at a cost linear in samples;
     DMRs are runs of bins with a high posterior of differential states, called at --fdr."""
     from ...distributed.dmr import DmrSettings
+    from ...distributed.tracks import ChromSizes
     from ...io.store import open_store
     from ...io.rows import first_few
     from ..calls import partial_chromosomes
@@ -87,6 +88,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
     if chrom_sizes and not bigwig:
         raise click.UsageError("--chrom-sizes sets the --bigwig track's header; give --bigwig too")
+    chrom_sizes = ChromSizes.read(chrom_sizes) if chrom_sizes else None  # before the store's lock
     job = DmrJob(store, sheet_read, output, fdr, bigwig, settings, chrom_sizes)
     job.check_outputs()
     if len(set(sheet_read.groups)) == len(sheet_read.samples):

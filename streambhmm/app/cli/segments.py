@@ -11,7 +11,7 @@ from ...distributed.cluster import store_session
 from ...io.outputs import written_together
 from ...io.progress import printed, stage
 from ...learn.states import DIFF_THRESHOLD
-from .common import (NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, names,
+from .common import (CHROM_SIZES_FILE, NON_NEGATIVE, OUTPUT_DIR, OUTPUT_FILE, OUTPUT_PREFIX, POSITIVE, STORE, names,
                      quiet_option, scheduler_option, user_errors)
 
 
@@ -146,7 +146,7 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
                    "(default with --model: every state).")
 @click.option("--min-coverage", default=1, show_default=True, type=POSITIVE,
               help="Methylation of bins with at least this many reads.")
-@click.option("--chrom-sizes", default=None, type=click.Path(exists=True, dir_okay=False),
+@click.option("--chrom-sizes", default=None, type=CHROM_SIZES_FILE,
               help="UCSC chrom.sizes for the header (default: each chromosome ends at the store's last bin).")
 @scheduler_option
 @quiet_option
@@ -154,9 +154,11 @@ def regions(store, model, preset, targets, min_posterior, max_gap, min_length, m
 def tracks(store, prefix, samples, model, targets, min_coverage, chrom_sizes, scheduler, quiet):
     """Per-bin signal tracks as bigWig (IGV, UCSC): each sample's methylation fraction and,
     with --model, the posterior probability of states."""
+    from ...distributed.tracks import ChromSizes
     from ..segments import ModelOnStore, run_tracks
 
     start = time.perf_counter()
+    chrom_sizes = ChromSizes.read(chrom_sizes) if chrom_sizes else None  # before the store's lock
     # methylation alone needs no Dask client, only the store's shared lock
     with store_session(store, scheduler, dask=bool(model), quiet=quiet) as opened:
         job = ModelOnStore.open(opened.store, model) if model else None
