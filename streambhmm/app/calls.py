@@ -43,7 +43,7 @@ from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import MANIFEST, is_moment_store, read_manifest, stale_chunks, update_command
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
-from .modelio import MODEL_HEAD, data_settings_of, model_to_dict
+from .modelio import data_settings_of, model_head, model_to_dict
 from .segments import output_checked
 
 
@@ -392,7 +392,7 @@ def call_output_checked(kind: str, output, store, moments=None, save_model=None)
             if same_name(save_model, path):
                 raise ValueError(f"{save_model}: {what} written there; give --save-model another name, say "
                                  f"{Path(output).with_suffix('.model.json')}")
-        check_replaceable_file(save_model, MODEL_HEAD)  # a model written before, not a file of yours
+        check_replaceable_file(save_model, model_head(kind))  # this command's model, not a file of yours or fit's
     return checked
 
 

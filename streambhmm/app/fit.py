@@ -30,7 +30,7 @@ from ..learn.states import DIFF_THRESHOLD
 from ..moments.momentstore import is_moment_store, read_manifest
 from ..moments.pipeline import select_samples
 from ..moments.spec import FeatureSpec
-from .modelio import MODEL_HEAD, data_settings_of, format_states, model_to_dict
+from .modelio import data_settings_of, format_states, model_head, model_to_dict
 
 
 @dataclass
@@ -75,9 +75,9 @@ class FitSettings:
             path = self.output_path(m)
             inputs.check(path)
             if self.sweep:  # a name the user did not give: replaced only if it holds a model
-                check_replaceable_file(path, MODEL_HEAD, self.output)
+                check_replaceable_file(path, model_head(), self.output)
             else:
-                check_replaceable_file(path, MODEL_HEAD)
+                check_replaceable_file(path, model_head())
 
     @property
     def sweep(self) -> bool:

@@ -4,6 +4,7 @@ validated ModelFile."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,16 @@ from ..moments.spec import Grouped, Grouping
 
 MODEL_FORMAT = "streambhmm-model"
 MODEL_HEAD = b'{\n  "format": "streambhmm-model"'  # how a model file begins (write_json of its document)
+
+
+def model_head(command: str | None = None) -> re.Pattern:
+    """How a model that ``command`` wrote reads: `hmr`'s and `pmd`'s (--save-model) record
+    their command under "call", `fit`'s (None) record none. Each replaces only its own (a
+    helper's audit: `hmr --save-model fitted.json` replaced a 3-state model of `fit`)."""
+    call = rb'"call": \{\s*"command": "'
+    if command is None:
+        return re.compile(re.escape(MODEL_HEAD) + rb"(?!.*" + call + rb")", re.S)
+    return re.compile(re.escape(MODEL_HEAD) + rb".*" + call + re.escape(command.encode()) + rb'"', re.S)
 MODEL_VERSION = 1
 MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
               "startprob", "feature", "n_triples", "chromosomes", "created_by")

@@ -173,13 +173,28 @@ def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> 
         raise ValueError(f"{path}: is read-only (mode {mode:o}), and is left as it is. Make it writable "
                          f"(chmod u+w) to have it replaced, or give another output name")
     if os.path.lexists(path) and not _replaceable(path, ours):
-        what = "is a link" if os.path.islink(path) else "exists and does not begin as this command's output does"
+        what = "is a link" if os.path.islink(path) else \
+            f"exists and does not begin as this command's output does{_described(path)}"
         if named_after is not None:
             raise ValueError(f"{path}: {what}; it would be replaced by the output named after {named_after}. "
                              f"Move it, or give another output name")
         raise ValueError(f"{path}: {what}, and is left as it is (outputs replace only what this command "
                          f"wrote). Move it, or give another output name")
     return path
+
+
+def _described(path) -> str:
+    """What a BED at ``path`` says it holds (its track line's description), as a refusal
+    shows it: another command's regions, or an older release's ("" for other files)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            match = re.match(rb'track [^\n]*description="([^"\n]{1,200})', os.read(fd, 1024))
+        finally:
+            os.close(fd)
+        if match:
+            return f" (its track line says: {match[1].decode(errors='replace')})"
+    return ""
 
 
 def _is_read_only(path) -> bool:

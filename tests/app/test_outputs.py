@@ -286,6 +286,19 @@ def test_one_commands_output_is_not_anothers_to_replace(project, tmp_path):
     (tmp_path / "results.bed").unlink()
     r = run("hmr", store, "-o", tmp_path / "results.bed", "-q")
     assert r.exit_code == 1 and "results.tsv: exists and does not begin" in r.output, r.output
+    # nor a model: `fit`'s is not `pmd --save-model`'s to replace, nor the other way round
+    assert run("fit", store, "-m", "2", "-o", tmp_path / "fitted.json", "-q").exit_code == 0
+    assert run("pmd", store, "-o", tmp_path / "p.bed", "--save-model", tmp_path / "saved.json", "-q").exit_code == 0
+    before = snapshot(tmp_path)
+    for args in (("pmd", store, "-o", tmp_path / "p.bed", "--save-model", tmp_path / "fitted.json"),
+                 ("fit", store, "-m", "2", "-o", tmp_path / "saved.json"),
+                 ("hmr", store, "-o", tmp_path / "h.bed", "--save-model", tmp_path / "saved.json")):
+        r = run(*args, "-q")
+        assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output, \
+            (args, r.output)
+    assert snapshot(tmp_path) == before
+    r = run("pmd", store, "-o", tmp_path / "p.bed", "--save-model", tmp_path / "saved.json", "-q")  # its own
+    assert r.exit_code == 0, r.output
     (tmp_path / "regions.bed").chmod(0o444)
     r = run("regions", store, "--model", model, "--targets", "0", "-o", tmp_path / "regions.bed", "-q")
     assert r.exit_code == 1 and "is read-only (mode 444)" in r.output, r.output
