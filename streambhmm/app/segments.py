@@ -15,7 +15,7 @@ from ..distributed.decode import SEGMENTS_HEAD, decode_store
 from ..distributed.em import score_store
 from ..distributed.regions import RegionRule, check_regions_name, find_regions, preset_rule, \
     regions_heads, regions_table, rule_with, write_regions
-from ..distributed.tracks import (BIGWIG_HEAD, chromosome_lengths, safe_name,
+from ..distributed.tracks import (BIGWIG_HEAD, check_bigwig_room, chromosome_lengths, safe_name,
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_distinct, check_replaceable_file, interruptions_held,
                           remove_leftovers, scratch_directory)
@@ -230,10 +230,16 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         inputs.check(path)
         check_replaceable_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
+    covered = dict(zip(counts.samples, counts.bins_with_reads(counts.samples).tolist()))
+    n_bins = sum(counts.n_bins(chrom) for chrom in counts.chromosomes)
+    entries = sum(covered[s] for s in samples) + sum(len(paths) * min(sum(covered[s] for s in group), n_bins)
+                                                     for group, paths in runs)
+    first = methylation[0][1] if methylation else runs[0][1][0]
+    check_bigwig_room(first.parent, entries, len(methylation) + sum(len(paths) for _, paths in runs), f"{prefix}.*")
     # written into one scratch directory beside them and renamed into place together at the end:
     # a run stopped half way leaves none (the scratch goes with it), whatever the number of files
     finished = []  # (writer, what it holds)
-    with scratch_directory(methylation[0][1] if methylation else runs[0][1][0]) as scratch:
+    with scratch_directory(first) as scratch:
         for sample, path in methylation:
             finished.append((write_methylation(counts, sample, path, lengths, min_coverage, progress, scratch),
                              f"methylation of {sample}"))

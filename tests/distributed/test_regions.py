@@ -661,3 +661,34 @@ def test_each_command_replaces_only_its_own_regions_and_tables(tmp_path):
     assert _replaceable(long_header, regions_heads("hmr")[1])
     long_header.write_bytes(b"chrom\tstart\tend\tname\tn_bins\tlength\tscore\tlevel_S\nchr1\t1\t9\tPMD0\t1\t8\t9\n")
     assert not _replaceable(long_header, regions_heads("hmr")[1])
+
+
+def test_a_bigwig_cut_short_or_without_room_is_refused_not_put_in_place(tmp_path):
+    """A helper's audit: on a full disk libBigWig wrote a bigWig cut short (no end marker, no
+    zoom levels) and `tracks` exited 0, or it aborted the process; the room is checked first,
+    and a file that does not end as a bigWig does is refused."""
+    import os
+
+    from streambhmm.distributed.tracks import BigWigWriter, check_bigwig_room
+
+    writer = BigWigWriter(tmp_path / "x.bw", {"chr1": 10_000}, 100)
+    writer.add("chr1", np.arange(0, 10_000, 100), np.linspace(0, 1, 100))
+    class CutShort:  # the file as a disk filling meanwhile leaves it
+        def __init__(self, bigwig):
+            self.bigwig = bigwig
+
+        def close(self):
+            self.bigwig.close()
+            with open(writer.tmp, "r+b") as fh:
+                fh.truncate(os.path.getsize(writer.tmp) - 100)
+
+    writer.file = CutShort(writer.file)
+    with pytest.raises(ValueError, match=r"x.bw: the bigWig could not be written whole \(.* bytes written, .* MiB "
+                                         r"free in .*: a full disk\?\); it is not put in place"):
+        writer.finish()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nor its temporary left
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    check_bigwig_room(tmp_path, 1000, 1, "x.bw")
+    with pytest.raises(ValueError, match=r"x.bw: no room in .* for the bigWig data \(about .* MiB for .* bins, and "
+                                         r".* MiB are free\); nothing was written"):
+        check_bigwig_room(tmp_path, free // 10 + 1, 1, "x.bw")
