@@ -4,6 +4,7 @@ their content."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import stat
@@ -54,12 +55,18 @@ def readable_twice(path: str, max_bytes: int, too_large):
             return
         with tempfile.TemporaryDirectory(prefix="streambhmm-input-") as directory:
             copy = Path(directory) / "copy"
-            with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as source, \
-                    open(copy, "wb") as out:
-                while piece := source.read(1 << 16):
-                    out.write(piece)
-                    if out.tell() > max_bytes:
-                        raise ValueError(too_large(name))
+            try:
+                with (contextlib.nullcontext(sys.stdin.buffer) if path == "-" else open(path, "rb")) as source, \
+                        open(copy, "wb") as out:
+                    while piece := source.read(1 << 16):
+                        out.write(piece)
+                        if out.tell() > max_bytes:
+                            raise ValueError(too_large(name))
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise ValueError(f"{name}: cannot be copied to read it ({exc.strerror.lower()} in "
+                                 f"{tempfile.gettempdir()}); set TMPDIR to a directory with room") from None
             yield str(copy)
     except FormatError as exc:
         raise FormatError(path, exc.line, exc.text, exc.message, exc.fmt) from None

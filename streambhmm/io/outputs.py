@@ -622,12 +622,26 @@ def scratch_directory(path):
     with contextlib.ExitStack() as stack:
         # created and locked with stops held off: a stop between the two would leave it (seen
         # once: SIGTERM as the directory appeared), or another run's cleanup could take it
-        with interruptions_held(deliver_after=True):
+        with interruptions_held(deliver_after=True), no_room_for_scratch(path):
             scratch.mkdir()
             stack.callback(_remove_scratch, scratch)
             stack.enter_context(directory_lock_now(scratch))
             (scratch / SCRATCH_MARK).touch()
         yield scratch
+
+
+@contextlib.contextmanager
+def no_room_for_scratch(path: Path):
+    """A disk without room (or inodes) for a scratch directory said as a refusal naming the
+    output it is beside: it was a traceback of `pmd` and `tracks` (a helper's audit)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise ValueError(f"{path}: no room in {path.parent.resolve()} for a scratch directory beside it "
+                         f"({exc.strerror.lower()}); nothing was written. Free space there, or write "
+                         f"elsewhere") from None
 
 
 def is_plain(path: Path, kind=stat.S_ISREG) -> bool:

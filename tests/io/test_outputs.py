@@ -351,3 +351,18 @@ def test_a_full_disk_is_a_refusal_naming_the_output_which_is_left_as_it_was(tmp_
     with pytest.raises(OSError, match="another file"):  # another file's error is not said as the output's
         with replacing(new):
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "another file"))
+
+
+def test_no_room_for_a_scratch_directory_is_a_refusal_naming_the_output(tmp_path, monkeypatch):
+    """A helper's audit: a disk without inodes gave `pmd` and `tracks` a traceback."""
+    from pathlib import Path
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "mkdir", full)
+    with pytest.raises(ValueError, match=rf"{tmp_path / 'p.bed'}: no room in {tmp_path} for a scratch directory beside "
+                                         rf"it \(no space left on device\); nothing was written"):
+        with scratch_directory(tmp_path / "p.bed"):
+            pass
+    assert list(tmp_path.iterdir()) == []
