@@ -81,20 +81,22 @@ def _take_lock(fd: int, operation: int, path: Location) -> None:
     (LOCK_WAIT). The wait is as long as the holder's run, which is bounded itself: every
     command's waits on Dask and on a scheduler are (io/tasks.py, distributed/cluster.py).
     A holder known to be another program, not Python (a user's `flock`), is not bounded so:
-    it is waited for at most io.limits.wait_timeout() seconds, then refused naming it (a helper's audit
-    waited for ever, told that a streambhmm command held the lock)."""
+    it is waited for at most io.limits.wait_timeout() seconds, then refused naming it (a
+    helper's audit waited for ever, told that a streambhmm command held the lock)."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
         return
     except BlockingIOError:
         wait = LOCK_WAIT.get()
-        others = _other_programs(fd)
+        kind, others = _holders(fd)
         if not wait.quiet:
             holder = "writing" if operation == fcntl.LOCK_SH else "reading or writing"
-            who = f"{others} holds it, not a streambhmm command" if others else f"{wait.holders} is {holder} it"
+            who = {"other": f"{others} holds it, not a streambhmm command",
+                   "unknown": "a process that /proc/locks does not tell holds it (a streambhmm command, or one "
+                              "that inherited the lock?)"}.get(kind, f"{wait.holders} is {holder} it")
             print(f"{wait.waiter + ': ' if wait.waiter else ''}waiting for the lock of {path}: {who}",
                   file=sys.stderr, flush=True)
-    if others:
+    if kind == "other":
         _wait_for_another_program(fd, operation, path, others)
     else:
         fcntl.flock(fd, operation)
@@ -111,28 +113,32 @@ def _wait_for_another_program(fd: int, operation: int, path: Location, others: s
             return
         except BlockingIOError:
             time.sleep(0.2)
-        if not _other_programs(fd):  # now a streambhmm command's (or no longer to be told)
+        if _holders(fd)[0] != "other":  # now a streambhmm command's (or no longer to be told)
             fcntl.flock(fd, operation)
             return
     raise StoreError(f"{path}: its lock ({lock_file(path)}) has been held for {limit:.0f} s by {others}, which is not "
                      f"a streambhmm command; end it, or wait longer with ${WAIT_ENV}=SECONDS")
 
 
-def _other_programs(fd: int) -> str:
-    """The processes holding the flock of the file open as ``fd``, as "process PID (its command
-    line)", when /proc/locks lists them and none is this process, a streambhmm command, a
-    Python program or one that cannot be told; "" otherwise."""
+def _holders(fd: int) -> tuple[str, str]:
+    """Who holds the flock of the file open as ``fd``, from /proc/locks: ("streambhmm", "")
+    for this process, a streambhmm command or a Python program; ("other", "process PID (its
+    command line), ...") when every holder is another program; ("unknown", "") when they
+    cannot be told (no /proc/locks, a holder gone or in another PID namespace, whose lock a
+    child it forked may hold)."""
     entry = os.fstat(fd)
     key = f"{os.major(entry.st_dev):02x}:{os.minor(entry.st_dev):02x}:{entry.st_ino}"
     try:
         with open("/proc/locks") as fh:  # "1: FLOCK  ADVISORY  WRITE 1503 00:2e:1863 0 EOF"; waiters have "->"
             pids = {int(f[4]) for f in (line.split() for line in fh) if len(f) > 5 and f[1] == "FLOCK" and f[5] == key}
     except (OSError, ValueError):
-        return ""
+        return "unknown", ""
     commands = {pid: _command_line(pid) for pid in pids}
-    if not pids or os.getpid() in pids or any(args is None or _may_be_streambhmm(args) for args in commands.values()):
-        return ""
-    return ", ".join(f"process {pid} ({' '.join(args)[:200]})" for pid, args in sorted(commands.items()))
+    if os.getpid() in pids or any(args is not None and _may_be_streambhmm(args) for args in commands.values()):
+        return "streambhmm", ""
+    if not pids or any(args is None for args in commands.values()):
+        return "unknown", ""
+    return "other", ", ".join(f"process {pid} ({' '.join(args)[:200]})" for pid, args in sorted(commands.items()))
 
 
 def _command_line(pid: int) -> list[str] | None:
@@ -144,11 +150,12 @@ def _command_line(pid: int) -> list[str] | None:
 
 
 def _may_be_streambhmm(args: list[str]) -> bool:
-    """A streambhmm command (its script, `python -m streambhmm`) or a Python program, which
-    may be one using streambhmm's API (a notebook's ingest, a test)."""
+    """A streambhmm command (its script, `python -X dev -m streambhmm`, `coverage run -m
+    streambhmm`) or a Python program, which may be one using streambhmm's API (a notebook's
+    ingest, a test)."""
     if not args:
         return False
-    return any(os.path.basename(a) == "streambhmm" for a in args[:3]) or \
+    return any(os.path.basename(a) == "streambhmm" for a in args) or \
         os.path.basename(args[0]).startswith(("python", "pypy"))
 
 
