@@ -439,6 +439,9 @@ def replacing(path, mode: str = "w"):
             rename_into_place(fd, tmp, path)
 
 
+ROOM_LEFT = 16 << 20  # bytes a disk that filled has free at most, as far as no_room_said goes
+
+
 @contextlib.contextmanager
 def no_room_said(path: Path, tmp: Path):
     """A full disk (or quota) met writing ``path``'s temporary ``tmp`` said as a refusal naming
@@ -450,6 +453,11 @@ def no_room_said(path: Path, tmp: Path):
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or exc.filename not in (None, str(tmp)):
             raise
         kept = "it is left as it was" if os.path.lexists(path) else "nothing was written"
+        fs = os.statvfs(path.parent)
+        if fs.f_bavail * fs.f_frsize > ROOM_LEFT:  # not this disk: the store's (decode --posteriors writes there)
+            raise ValueError(f"{path}: not written ({exc.strerror.lower()} on another disk the command writes, "
+                             f"as {path.parent.resolve()} has {fs.f_bavail * fs.f_frsize / 2**20:,.0f} MiB free: the "
+                             f"store's?); {kept}") from None
         raise ValueError(f"{path}: cannot be written in {path.parent.resolve()} ({exc.strerror.lower()}); {kept}. "
                          f"Free space there, or write it elsewhere") from None
 

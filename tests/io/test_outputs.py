@@ -337,8 +337,11 @@ def test_interruptions_are_ignored_while_temporaries_go():
 
 
 @pytest.mark.parametrize("together", [False, True])
-def test_a_full_disk_is_a_refusal_naming_the_output_which_is_left_as_it_was(tmp_path, together):
+def test_a_full_disk_is_a_refusal_naming_the_output_which_is_left_as_it_was(tmp_path, together, monkeypatch):
     """A helper's audit: `hmr` on a full disk ended with OSError [Errno 28] and a traceback."""
+    from streambhmm.io import outputs
+
+    monkeypatch.setattr(outputs, "ROOM_LEFT", 1 << 62)  # tmp_path's disk taken for full
     kept, new = tmp_path / "kept.bed", tmp_path / "new.bed"
     kept.write_text("our earlier output\n")
     for path in (kept, new):
@@ -351,6 +354,11 @@ def test_a_full_disk_is_a_refusal_naming_the_output_which_is_left_as_it_was(tmp_
     with pytest.raises(OSError, match="another file"):  # another file's error is not said as the output's
         with replacing(new):
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "another file"))
+    monkeypatch.setattr(outputs, "ROOM_LEFT", 0)  # a disk with room: another disk filled (decode's store)
+    with pytest.raises(ValueError, match=rf"{new}: not written \(no space left on device on another disk the "
+                                         rf"command writes, as {tmp_path} has .* MiB free: the store's\?\); nothing"):
+        with replacing(new):
+            raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def test_no_room_for_a_scratch_directory_is_a_refusal_naming_the_output(tmp_path, monkeypatch):
