@@ -119,23 +119,25 @@ def safe_name(label: str) -> str:
 
 
 BIGWIG_HEAD = (0x888FFC26).to_bytes(4, "little")  # how a bigWig begins (its magic number), and ends
-# bytes a bigWig takes per entry, zoom levels included: 7.6 on IMR90 chr22 (100 bp bins)
-BIGWIG_ENTRY_BYTES = 10
+# Bytes per entry of a bigWig: 7.6 on IMR90 chr22's 100 bp bins, 13-50 on sparse bins (RRBS, DSS's
+# examples: a zoom record each). A lone file is checked at the dense rate, a floor (libBigWig aborted
+# at 1.1 bytes a bin free; short of room above it, it wrote a file cut short, which finish refuses);
+# files written side by side at the rate a file of the run measured, else at the sparse one.
+DENSE_ENTRY_BYTES = 6.0
+SPARSE_ENTRY_BYTES = 64.0
 
 
-def check_bigwig_room(directory, n_entries: int, n_files: int, shown) -> None:
-    """Refuse, before writing, ``n_files`` bigWigs of about ``n_entries`` entries in all that
-    the disk of ``directory`` has no room for (bytes, or files: a scratch directory, its mark
-    and the files): libBigWig meeting a full disk aborted the process (`malloc(): invalid
-    size`, a double free, a segmentation fault) or wrote a file cut short with exit 0 (a
-    helper's audit)."""
-    need = n_entries * BIGWIG_ENTRY_BYTES + (1 << 20)
+def check_bigwig_room(directory, shown, n_files: int = 0, n_entries: int = 0, entry_bytes: float = 0.0) -> None:
+    """Refuse bigWigs the disk of ``directory`` has no room for: ``n_files`` new files, or
+    ``n_entries`` entries of ``entry_bytes`` each (and a quarter more). libBigWig meeting a full
+    disk aborted the process (`malloc(): invalid size`, a double free, a segmentation fault)
+    or wrote a file cut short with exit 0 (helpers' audits)."""
     fs = os.statvfs(directory)
-    free = fs.f_bavail * fs.f_frsize
-    if fs.f_files and fs.f_favail < n_files + 2:
-        raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for {n_files + 2} new files (the bigWigs "
-                         f"and a scratch directory), and {fs.f_favail} are free; nothing was written")
-    if need > free:
+    if n_files and fs.f_files and fs.f_favail < n_files + 2:  # + a scratch directory and its mark
+        raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for {n_files} new files and a scratch "
+                         f"directory ({fs.f_favail} files are free); nothing was written")
+    need, free = n_entries * entry_bytes * 1.25 + (64 << 10), fs.f_bavail * fs.f_frsize
+    if n_entries and need > free:
         raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for the bigWig data (about "
                          f"{need / 2**20:,.1f} MiB for {n_entries:,} bins, and {free / 2**20:,.1f} MiB are free); "
                          f"nothing was written. Free space there, or write the tracks elsewhere")
@@ -165,7 +167,7 @@ class BigWigWriter:
             raise ValueError(f"{self.path}: cannot be written (pyBigWig could not open {self.tmp.name} in "
                              f"{self.path.parent})")
         self.file.addHeader(list(lengths.items()), maxZooms=10)
-        self.entries = 0
+        self.entries, self.size = 0, 0  # bytes, once finished
 
     def add(self, chrom: str, starts: np.ndarray, values: np.ndarray) -> None:
         """Bins starting at ``starts`` (bp, ascending), one value each (NaN: no entry)."""
@@ -191,9 +193,10 @@ class BigWigWriter:
             size = fh.seek(0, os.SEEK_END)
             fh.seek(max(size - len(BIGWIG_HEAD), 0))
             whole = size > 64 and fh.read() == BIGWIG_HEAD
+        self.size = size
         if not whole:
+            fs = os.statvfs(self.tmp.parent)  # before the temporary goes
             self._temporary.close()  # removes the temporary
-            fs = os.statvfs(self.tmp.parent)
             raise ValueError(f"{self.path}: the bigWig could not be written whole ({size:,} bytes written, "
                              f"{fs.f_bavail * fs.f_frsize / 2**20:,.1f} MiB free in {self.path.parent.resolve()}: "
                              f"a full disk?); it is not put in place")

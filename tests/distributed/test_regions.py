@@ -688,7 +688,7 @@ def test_a_bigwig_cut_short_or_without_room_is_refused_not_put_in_place(tmp_path
         writer.finish()
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nor its temporary left
     free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
-    check_bigwig_room(tmp_path, 1000, 1, "x.bw")
+    check_bigwig_room(tmp_path, "x.bw", n_files=1, n_entries=1000, entry_bytes=8.0)
     with pytest.raises(ValueError, match=r"x.bw: no room in .* for the bigWig data \(about .* MiB for .* bins, and "
                                          r".* MiB are free\); nothing was written"):
-        check_bigwig_room(tmp_path, free // 10 + 1, 1, "x.bw")
+        check_bigwig_room(tmp_path, "x.bw", n_entries=free // 10 + 1, entry_bytes=8.0)
