@@ -4,7 +4,6 @@ validated ModelFile."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,14 +24,21 @@ MODEL_FORMAT = "streambhmm-model"
 MODEL_HEAD = b'{\n  "format": "streambhmm-model"'  # how a model file begins (write_json of its document)
 
 
-def model_head(command: str | None = None) -> re.Pattern:
-    """How a model that ``command`` wrote reads: `hmr`'s and `pmd`'s (--save-model) record
-    their command under "call", `fit`'s (None) record none. Each replaces only its own (a
-    helper's audit: `hmr --save-model fitted.json` replaced a 3-state model of `fit`)."""
-    call = rb'"call": \{\s*"command": "'
-    if command is None:
-        return re.compile(re.escape(MODEL_HEAD) + rb"(?!.*" + call + rb")", re.S)
-    return re.compile(re.escape(MODEL_HEAD) + rb".*" + call + re.escape(command.encode()) + rb'"', re.S)
+def model_head(command: str | None = None):
+    """Whether a file's bytes are a model that ``command`` wrote (io.outputs.check_replaceable_file):
+    `hmr`'s and `pmd`'s (--save-model) record their command under "call", `fit`'s (None)
+    record none. Each replaces only its own (a helper's audit: `hmr --save-model fitted.json`
+    replaced a 3-state model of `fit`); the whole document is read, "call" being its last key."""
+    def written_by_it(data: bytes) -> bool:
+        if not data.startswith(MODEL_HEAD):
+            return False
+        try:
+            document = json.loads(data)
+        except ValueError:
+            return False
+        call = document.get("call") if isinstance(document, dict) else None
+        return (call.get("command") if isinstance(call, dict) else None) == command
+    return written_by_it
 MODEL_VERSION = 1
 MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
               "startprob", "feature", "n_triples", "chromosomes", "created_by")

@@ -133,27 +133,44 @@ def _check_unchanged(path: Path) -> None:
                      f"this run's output is not written there. Move it, or give another output name")
 
 
-def _replaceable(path, ours: bytes | re.Pattern) -> bool:
-    """Whether the file at ``path`` is empty or begins with ``ours`` (a link, never ours, is not)."""
+def _replaceable(path, ours) -> bool:
+    """Whether the file at ``path`` is empty or is ``ours`` (a link, never ours, is not): it
+    begins with ``ours`` (bytes, or a pattern of them), or ``ours(its bytes)`` is true (a
+    model, whose command is its last key)."""
     if _empty_file(path):
         return True
-    pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
-    head = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
+    data = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            head = os.read(fd, HEAD_BYTES)
+            data = os.read(fd, HEAD_BYTES) if not callable(ours) else _read_whole(fd)
         finally:
             os.close(fd)
-    return pattern.match(head) is not None
+    if callable(ours):
+        return ours(data)
+    pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
+    return pattern.match(data) is not None
 
 
 HEAD_BYTES = 1 << 20  # read to match what a file begins with (a track line, a table's header: its samples)
+WHOLE_BYTES = 256 << 20  # read whole to tell it (a model of 45,000 contigs passes HEAD_BYTES)
 
 
-def check_replaceable_file(path, ours: bytes | re.Pattern, named_after=None) -> Path:
-    """``path`` (check_output_file), refused when it exists and does not begin with ``ours``
-    (what this command writes there: bytes, or a pattern of them): a file of the user's or of
+def _read_whole(fd: int) -> bytes:
+    """The file open as ``fd``, if it is a regular file of at most WHOLE_BYTES (else b"")."""
+    entry = os.fstat(fd)
+    if not stat.S_ISREG(entry.st_mode) or entry.st_size > WHOLE_BYTES:
+        return b""
+    parts = []
+    while piece := os.read(fd, 1 << 20):
+        parts.append(piece)
+    return b"".join(parts)
+
+
+def check_replaceable_file(path, ours, named_after=None) -> Path:
+    """``path`` (check_output_file), refused when it exists and is not ``ours`` (what this
+    command writes there: bytes or a pattern of them it begins with, or a test of its bytes;
+    _replaceable): a file of the user's or of
     another command, or a link, which the command did not write and must not replace; also a
     read-only file and a store's lock file. A file the command wrote before (a rerun), or an
     empty one (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file

@@ -505,3 +505,22 @@ def test_two_outputs_named_alike_are_refused_before_any_work(tmp_path):
     assert r.exit_code == 1, r.output
     assert "seg.states.tsv: both the segments of states.tsv and the states' table would be written" in r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == [".c.zarr.lock", "c.zarr", "p.json"]
+
+
+def test_a_model_is_told_by_its_command_whatever_its_size(tmp_path):
+    """`hmr --save-model` and `fit -o` replace only their own models; "call", the command's
+    record, is the model's last key, past the first MiB of a model of 45,000 contigs (a
+    helper's audit: the rerun was refused, and `fit` replaced hmr's model)."""
+    from streambhmm.app.modelio import MODEL_FORMAT, model_head
+    from streambhmm.io.outputs import HEAD_BYTES, _replaceable
+    from streambhmm.io.storage import write_json
+
+    contigs = [f"scaffold_{k:06d}_of_a_draft_assembly" for k in range(HEAD_BYTES // 30)]
+    for name, call in (("hmr.json", {"command": "hmr", "target_states": [0]}), ("fit.json", None)):
+        write_json(tmp_path / name, {"format": MODEL_FORMAT, "version": 1, "chromosomes": contigs,
+                                     **({"call": call} if call else {})})
+    assert (tmp_path / "hmr.json").stat().st_size > HEAD_BYTES
+    assert _replaceable(tmp_path / "hmr.json", model_head("hmr")) and not _replaceable(tmp_path / "hmr.json", model_head())
+    assert _replaceable(tmp_path / "fit.json", model_head()) and not _replaceable(tmp_path / "fit.json", model_head("pmd"))
+    (tmp_path / "cut.json").write_bytes((tmp_path / "hmr.json").read_bytes()[:-10])  # not JSON: no one's
+    assert not _replaceable(tmp_path / "cut.json", model_head("hmr"))
