@@ -76,7 +76,7 @@ class ChromSizes:
         return cls(str(path), read_chrom_sizes(path, bigwig))
 
     def __str__(self) -> str:
-        return self.path
+        return "standard input" if self.path == "-" else self.path
 
     def __fspath__(self) -> str:  # an input the outputs must not replace (io.outputs.Inputs)
         return self.path
@@ -134,8 +134,8 @@ def check_bigwig_room(directory, shown, n_files: int = 0, n_entries: int = 0, en
     or wrote a file cut short with exit 0 (helpers' audits)."""
     fs = os.statvfs(directory)
     if n_files and fs.f_files and fs.f_favail < n_files + 2:  # + a scratch directory and its mark
-        raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for {n_files} new files and a scratch "
-                         f"directory ({fs.f_favail} files are free); nothing was written")
+        raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for {n_files} new files "
+                         f"({fs.f_favail} files are free); nothing was written")
     need, free = n_entries * entry_bytes * 1.25 + (64 << 10), fs.f_bavail * fs.f_frsize
     if n_entries and need > free:
         raise ValueError(f"{shown}: no room in {Path(directory).resolve()} for the bigWig data (about "

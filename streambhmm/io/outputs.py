@@ -456,7 +456,7 @@ def replacing(path, mode: str = "w"):
             rename_into_place(fd, tmp, path)
 
 
-ROOM_LEFT = 16 << 20  # bytes a disk that filled has free at most, as far as no_room_said goes
+ROOM_LEFT = 1 << 20  # bytes a disk that filled has free at most, as far as no_room_said goes
 
 
 @contextlib.contextmanager
@@ -471,7 +471,7 @@ def no_room_said(path: Path, tmp: Path):
             raise
         kept = "it is left as it was" if os.path.lexists(path) else "nothing was written"
         fs = os.statvfs(path.parent)
-        if fs.f_bavail * fs.f_frsize > ROOM_LEFT:  # not this disk: the store's (decode --posteriors writes there)
+        if exc.errno == errno.ENOSPC and fs.f_bavail * fs.f_frsize > ROOM_LEFT:  # the store's (decode --posteriors)
             raise ValueError(f"{path}: not written ({exc.strerror.lower()} on another disk the command writes, "
                              f"as {path.parent.resolve()} has {fs.f_bavail * fs.f_frsize / 2**20:,.0f} MiB free: the "
                              f"store's?); {kept}") from None

@@ -80,6 +80,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     from ..sheet import read_sheet
 
     start = time.perf_counter()
+    if chrom_sizes == "-" and str(sheet) == "-":
+        raise click.UsageError("--groups and --chrom-sizes both read standard input; give one of them as a file")
     whole_sheet = read_sheet(sheet, group_column)
     sheet_read = whole_sheet.contrast(names(contrast, "--contrast"))
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
