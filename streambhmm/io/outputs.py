@@ -170,11 +170,10 @@ def _read_whole(fd: int) -> bytes:
 def check_replaceable_file(path, ours, named_after=None) -> Path:
     """``path`` (check_output_file), refused when it exists and is not ``ours`` (what this
     command writes there: bytes or a pattern of them it begins with, or a test of its bytes;
-    _replaceable): a file of the user's or of
-    another command, or a link, which the command did not write and must not replace; also a
-    read-only file and a store's lock file. A file the command wrote before (a rerun), or an
-    empty one (`mktemp`'s: nothing to lose), is replaced. ``named_after``: the output a file
-    the user did not name is named after."""
+    _replaceable): a file of the user's or of another command, or a link, which the command
+    did not write and must not replace; also a read-only file and a store's lock file. A file
+    the command wrote before (a rerun), or an empty one (`mktemp`'s: nothing to lose), is
+    replaced. ``named_after``: the output a file the user did not name is named after."""
     if named_after is not None and os.path.isdir(path):  # "give a file name" would not say which output it is
         raise ValueError(f"{path}: is a directory, where the output named after {named_after} goes; move it, or "
                          f"give another output name")
