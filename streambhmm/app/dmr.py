@@ -31,7 +31,8 @@ from ..distributed.dmr import (DOMAIN_BIN_SIZE, DOMAIN_MAX_GAP, DOMAIN_MIN_SHARE
                                capped, find_candidates, fit_in_memory, fit_on_store, start_model, summarize,
                                window_regions)
 from ..distributed.regions import RegionRule, check_regions_name, interval_counts, regions_table
-from ..distributed.tracks import BIGWIG_HEAD, DENSE_ENTRY_BYTES, BigWigWriter, check_bigwig_room, chromosome_lengths
+from ..distributed.tracks import (BIGWIG_HEAD, DENSE_ENTRY_BYTES, BigWigWriter, bigwig_entries, check_bigwig_room,
+                                  chromosome_lengths)
 from ..io.bed import bed9_line, bed_order, track_head, track_line
 from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pair, same_name
 from ..io.progress import em_progress, stage
@@ -232,10 +233,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     job.sheet.check_samples(store.samples, job.store)
     lengths = job.track_lengths(store)  # before any work: sizes of another assembly are refused
     samples, groups = list(job.sheet.samples), job.sheet.sample_groups
-    if job.bigwig:  # an entry per bin where a sample has reads, at most
-        n_bins = sum(store.n_bins(chrom) for chrom in store.chromosomes)
-        entries = min(int(store.bins_with_reads(samples).sum()), n_bins)
-        check_bigwig_room(Path(job.bigwig).parent, job.bigwig, n_files=1, n_entries=entries,
+    if job.bigwig:
+        check_bigwig_room(Path(job.bigwig).parent, job.bigwig, n_files=1, n_entries=bigwig_entries(store, samples),
                           entry_bytes=DENSE_ENTRY_BYTES)
     seconds = {}
     start = time.perf_counter()

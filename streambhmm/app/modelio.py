@@ -22,6 +22,9 @@ from ..moments.spec import Grouped, Grouping
 
 MODEL_FORMAT = "streambhmm-model"
 MODEL_HEAD = b'{\n  "format": "streambhmm-model"'  # how a model file begins (write_json of its document)
+MODEL_VERSION = 1
+MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
+              "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
 def model_head(command: str | None = None):
@@ -39,9 +42,6 @@ def model_head(command: str | None = None):
         call = document.get("call") if isinstance(document, dict) else None
         return (call.get("command") if isinstance(call, dict) else None) == command
     return written_by_it
-MODEL_VERSION = 1
-MODEL_KEYS = ("format", "version", "method", "n_states", "samples", "methylation", "transmat",
-              "startprob", "feature", "n_triples", "chromosomes", "created_by")
 
 
 def model_to_dict(est, samples, chromosomes, method: str = "ftd", bin_size: int | None = None,

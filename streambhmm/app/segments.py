@@ -15,8 +15,8 @@ from ..distributed.decode import SEGMENTS_HEAD, decode_store
 from ..distributed.em import score_store
 from ..distributed.regions import RegionRule, check_regions_name, find_regions, preset_rule, \
     regions_heads, regions_table, rule_with, write_regions
-from ..distributed.tracks import (BIGWIG_HEAD, DENSE_ENTRY_BYTES, SPARSE_ENTRY_BYTES, check_bigwig_room,
-                                  chromosome_lengths, safe_name,
+from ..distributed.tracks import (BIGWIG_HEAD, DENSE_ENTRY_BYTES, SPARSE_ENTRY_BYTES, bigwig_entries,
+                                  check_bigwig_room, chromosome_lengths, safe_name,
                                   write_methylation, write_posteriors)
 from ..io.outputs import (Inputs, beside_name, check_distinct, check_replaceable_file, interruptions_held,
                           remove_leftovers, scratch_directory)
@@ -231,8 +231,6 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         inputs.check(path)
         check_replaceable_file(path, BIGWIG_HEAD, f"{prefix}.*")  # named after the prefix: never a file of another's
         remove_leftovers(path)  # of a killed run
-    covered = dict(zip(counts.samples, counts.bins_with_reads(counts.samples).tolist()))
-    n_bins = sum(counts.n_bins(chrom) for chrom in counts.chromosomes)
     first = methylation[0][1] if methylation else runs[0][1][0]
     check_bigwig_room(first.parent, f"{prefix}.*", n_files=len(methylation) + sum(len(paths) for _, paths in runs))
     # written into one scratch directory beside them and renamed into place together at the end:
@@ -240,7 +238,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
     finished = []  # (writer, what it holds)
     with scratch_directory(first) as scratch:  # (beside them, which removes a killed run's first: its room counts)
         for sample, path in methylation:
-            check_bigwig_room(first.parent, path, n_entries=covered[sample], entry_bytes=DENSE_ENTRY_BYTES)
+            check_bigwig_room(first.parent, path, n_entries=bigwig_entries(counts, [sample]),
+                              entry_bytes=DENSE_ENTRY_BYTES)
             finished.append((write_methylation(counts, sample, path, lengths, min_coverage, progress, scratch),
                              f"methylation of {sample}"))
         # side by side: at the rate the methylation's files took, on the same bins (a posterior's
@@ -248,8 +247,8 @@ def run_tracks(counts, prefix, samples: list[str] | None, min_coverage: int = 1,
         rate = 1.25 * max((writer.size / writer.entries for writer, _ in finished if writer.entries),
                           default=SPARSE_ENTRY_BYTES)
         for group, paths in runs:
-            entries = len(paths) * min(sum(covered[s] for s in group), n_bins)
-            check_bigwig_room(first.parent, f"{prefix}.*", n_entries=entries, entry_bytes=rate)
+            check_bigwig_room(first.parent, f"{prefix}.*", n_entries=len(paths) * bigwig_entries(counts, group),
+                              entry_bytes=rate)
             writers = write_posteriors(job.counts, job.hmm, client, group, states, paths, lengths, progress, scratch)
             finished += [(writer, f"posterior of state {h} {job.labels[h]}") for h, writer in zip(states, writers)]
         with interruptions_held():

@@ -127,6 +127,13 @@ DENSE_ENTRY_BYTES = 6.0
 SPARSE_ENTRY_BYTES = 64.0
 
 
+def bigwig_entries(store: CountsStore, samples) -> int:
+    """At most the entries of a bigWig over the bins where one of ``samples`` has reads (from
+    the chunk summaries): their bins with reads, summed, and no more than the store's bins."""
+    n_bins = sum(store.n_bins(chrom) for chrom in store.chromosomes)
+    return min(int(store.bins_with_reads(list(samples)).sum()), n_bins)
+
+
 def check_bigwig_room(directory, shown, n_files: int = 0, n_entries: int = 0, entry_bytes: float = 0.0) -> None:
     """Refuse bigWigs the disk of ``directory`` has no room for: ``n_files`` new files, or
     ``n_entries`` entries of ``entry_bytes`` each (and a quarter more). libBigWig meeting a full

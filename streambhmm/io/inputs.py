@@ -4,7 +4,6 @@ their content."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
 import stat
@@ -13,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from .blocks import open_binary
+from .outputs import NO_ROOM
 from .rows import FormatError
 
 
@@ -63,7 +63,7 @@ def readable_twice(path: str, max_bytes: int, too_large):
                         if out.tell() > max_bytes:
                             raise ValueError(too_large(name))
             except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                if exc.errno not in NO_ROOM:
                     raise
                 raise ValueError(f"{name}: cannot be copied to read it ({exc.strerror.lower()} in "
                                  f"{tempfile.gettempdir()}); set TMPDIR to a directory with room") from None

@@ -455,6 +455,7 @@ def replacing(path, mode: str = "w"):
             rename_into_place(fd, tmp, path)
 
 
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)  # a full disk, a quota reached
 ROOM_LEFT = 1 << 20  # bytes a disk that filled has free at most, as far as no_room_said goes
 
 
@@ -466,7 +467,7 @@ def no_room_said(path: Path, tmp: Path):
     try:
         yield
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or exc.filename not in (None, str(tmp)):
+        if exc.errno not in NO_ROOM or exc.filename not in (None, str(tmp)):
             raise
         kept = "it is left as it was" if os.path.lexists(path) else "nothing was written"
         fs = os.statvfs(path.parent)
@@ -661,7 +662,7 @@ def no_room_for_scratch(path: Path):
     try:
         yield
     except OSError as exc:
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        if exc.errno not in NO_ROOM:
             raise
         raise ValueError(f"{path}: no room in {path.parent.resolve()} for a scratch directory beside it "
                          f"({exc.strerror.lower()}); nothing was written. Free space there, or write "
