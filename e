@@ -1,1 +1,0 @@
-timeout: failed to run command ‘streambhmm’: No such file or directory
