@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -200,16 +201,36 @@ def check_replaceable_file(path, ours, named_after=None) -> Path:
 
 
 def _described(path) -> str:
-    """What a BED at ``path`` says it holds (its track line's description), as a refusal
-    shows it: another command's regions, or an older release's ("" for other files)."""
+    """What the file at ``path`` says it holds, as a refusal shows it: a BED's track line
+    (another command's regions, or an older release's), or a JSON document of ours (a model:
+    its format, and the command that wrote it; `fit` records none); "" for other files."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            match = re.match(rb'track [^\n]*description="([^"\n]{1,200})', os.read(fd, 1024))
+            head = os.read(fd, 1024)
+            match = re.match(rb'track [^\n]*description="([^"\n]{1,200})', head)
+            if match:
+                return f" (its track line says: {match[1].decode(errors='replace')})"
+            if re.match(rb'{\s*"format": "streambhmm-', head):
+                os.lseek(fd, 0, os.SEEK_SET)
+                return _document_described(_read_whole(fd))
         finally:
             os.close(fd)
-        if match:
-            return f" (its track line says: {match[1].decode(errors='replace')})"
+    return ""
+
+
+def _document_described(data: bytes) -> str:
+    """" (a streambhmm-model written by `hmr`)" for a JSON document of ours: its format, and for
+    a model the command recorded under "call" (`fit`'s models record none)."""
+    with contextlib.suppress(ValueError):
+        document = json.loads(data)
+        if isinstance(document, dict):
+            call = document.get("call")
+            command = call.get("command") if isinstance(call, dict) else None
+            kind = str(document.get("format"))[:60]
+            if kind != "streambhmm-model":
+                return f" (a {kind})"
+            return f" (a model written by `{str(command)[:40] if command else 'fit'}`)"
     return ""
 
 

@@ -294,8 +294,9 @@ def test_one_commands_output_is_not_anothers_to_replace(project, tmp_path):
                  ("fit", store, "-m", "2", "-o", tmp_path / "saved.json"),
                  ("hmr", store, "-o", tmp_path / "h.bed", "--save-model", tmp_path / "saved.json")):
         r = run(*args, "-q")
-        assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output, \
-            (args, r.output)
+        whose = "`fit`" if "fitted.json" in str(args[-1]) else "`pmd`"  # the refusal says whose model it is
+        assert r.exit_code == 1 and "exists and does not begin as this command's output does" in r.output \
+            and f"(a model written by {whose})" in r.output, (args, r.output)
     assert snapshot(tmp_path) == before
     r = run("pmd", store, "-o", tmp_path / "p.bed", "--save-model", tmp_path / "saved.json", "-q")  # its own
     assert r.exit_code == 0, r.output
