@@ -91,10 +91,12 @@ def test_info_describes_a_moment_store(tmp_path):
     rows = gzip.decompress((DATA / "dmrseq_H1_r2.chr21.tsv.gz").read_bytes()).replace(b"chr21\t", b"chr22\t")
     (tmp_path / "chr22.tsv").write_bytes(rows)
     for args in (("ingest", tmp_path / "chr22.tsv", "--sample", "H1", "--store", tmp_path / "c.zarr", "-q"),
-                 ("moments", "compute", tmp_path / "c.zarr", "--output", tmp_path / "c.m.zarr", "-q"),
+                 ("moments", "-q", tmp_path / "c.zarr", "--output", tmp_path / "c.m.zarr"),  # options first
                  ("moments", "merge", tmp_path / "a.m.zarr", tmp_path / "c.m.zarr", "--output", tmp_path / "m.zarr")):
         r = run(*args)
         assert r.exit_code == 0, (args, r.output)
+    r = run("moments", "--help")  # compute's options (a new user's trial: it listed none)
+    assert r.exit_code == 0 and "--output" in r.output and "moments merge" in r.output, r.output
     r = run("info", tmp_path / "m.zarr")
     assert r.exit_code == 0 and f"merged from {tmp_path / 'a.m.zarr'}, {tmp_path / 'c.m.zarr'}" in r.output, r.output
     assert re.search(r"^chr22\s+1\s", r.output, re.M) and re.search(r"^total\s+2\s", r.output, re.M), r.output
@@ -498,3 +500,18 @@ def test_a_joint_fit_of_samples_without_shared_bins_is_told(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning: no chromosome has reads in every sample (A on chr1; B on chr2; C on chr1)" \
         in " ".join(result.output.split()), result.output
+
+
+def test_a_recommended_model_size_below_the_spectrums_noise_is_explained():
+    """A new user's trial: `fit --states 2-6` recommended M = 3 beside "below noise" in its own
+    table, with no word on which column to trust."""
+    from types import SimpleNamespace
+
+    from streambhmm.app.cli.fit import spectrum_note
+
+    outcomes = [SimpleNamespace(m=2, spectrum=True), SimpleNamespace(m=3, spectrum=False),
+                SimpleNamespace(m=4, spectrum=None)]
+    note = spectrum_note((3, "the smallest M ..."), outcomes)
+    assert note.startswith("(M = 3's spectrum is below noise") and "held-out criterion" in note
+    assert spectrum_note((2, "..."), outcomes) == "" and spectrum_note((4, "the lowest BIC"), outcomes) == ""
+    assert spectrum_note(None, outcomes) == ""

@@ -225,6 +225,8 @@ def test_sweep_and_bootstrap(tmp_path, moment_store):
                                                                       "model.m4.json", "model.m5.json"]
     # the data hold 4 states: the held-out criterion stops improving beyond them
     assert re.search(r"recommended: M = 4: the smallest M whose held-out criterion", r.output), r.output
+    # its spectrum supports it, so no word of the spectrum follows (spectrum_note)
+    assert re.search(r"^\s+4\s+supported\s", r.output, re.M) and "spectrum is below noise" not in r.output, r.output
     r = run("fit", out, "--states", "4", "--bootstrap", "12", "-o", tmp_path / "boot.json")
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "boot.json").read_text())

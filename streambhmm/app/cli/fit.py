@@ -131,6 +131,8 @@ def fit(store, states, method, em_iter, em_tol, em_starts, emission, samples, po
         choice = recommend(outcomes)
         click.echo(f"recommended: M = {choice[0]}: {choice[1]}" if choice else
                    f"no recommendation: {no_recommendation(outcomes, settings.method)}")
+        if note := spectrum_note(choice, outcomes):
+            click.echo(note)
     if not any(o.written for o in outcomes):
         raise click.ClickException("no number of states in the sweep gave a model that could be written")
     if not settings.sweep:  # said once it is in place: its rename can still be refused (io.outputs)
@@ -218,6 +220,17 @@ def show(outcome, settings, echo=click.echo):
     if settings.sweep:  # its models are put in place together when it ends (written_together); one model, below
         echo(f"model for {outcome.path} (written when the sweep ends)")
     return outcome
+
+
+def spectrum_note(choice, outcomes) -> str:
+    """A word on a recommended M whose spectrum is below noise ("" otherwise): the two columns
+    measure different things, and a new user's trial took them to disagree."""
+    if not choice or not any(o.m == choice[0] and o.spectrum is False for o in outcomes):
+        return ""
+    m = choice[0]
+    return (f"(M = {m}'s spectrum is below noise: P13 does not tell {m} states apart from sampling noise, so the "
+            f"spectral estimate is unreliable there; the held-out criterion judges the refined models themselves, "
+            f"on blocks they were not fitted to)")
 
 
 def format_sweep(outcomes) -> str:

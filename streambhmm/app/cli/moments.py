@@ -23,7 +23,9 @@ class MomentsGroup(click.Group):
     """`streambhmm moments STORE ...` computes; `streambhmm moments merge ...` merges."""
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
+        # anything but `merge` is compute's, options before the store and --help too (a new
+        # user's `moments -q STORE -o M` was "No such option '-q'", and the help listed none)
+        if args and args[0] not in self.commands:
             args = ["compute", *args]
         return super().parse_args(ctx, args)
 
@@ -46,7 +48,9 @@ def moments():
 @click.option("--pooled", is_flag=True, help=POOLED_HELP)
 @moment_pass_options
 def moments_compute(store, output, samples, n_bins, block_size, pooled, feature, projection_dim, scheduler, quiet):
-    """Compute or update the moment store OUTPUT from the counts store STORE."""
+    """Compute or update the moment store OUTPUT from the counts store STORE (`streambhmm
+    moments STORE -o OUTPUT`; `streambhmm moments merge A B -o OUTPUT` merges moment stores
+    computed separately)."""
     from ...moments.momentstore import update_moments
 
     start = time.perf_counter()
