@@ -14,7 +14,11 @@ false discovery rate, lfdr = 1 - its highest bin posterior of differential state
 bound on the posterior probability that none of its bins differs, so on the chance that it
 overlaps no true difference. Regions are ranked by lfdr and called while the mean lfdr of
 those called (the q-value: the FDR the model expects of the list, Newton et al. 2004) is at
-most --fdr. Focal DMRs and domains are two lists, each with its own q-values: a focal
+most --fdr. The model's lfdr weighs the groups' reads, not how their replicates agree, so a
+call is also tested on its replicates (learn.groups.replicate_pvalues: a quasi-binomial test
+of its samples' reads, its dispersion moderated across the list) and kept where the
+Benjamini-Hochberg q-value is at most --fdr too (--ignore-replicates: not tested).
+Focal DMRs and domains are two lists, each with its own q-values: a focal
 candidate in a called domain's direction, at least half of it inside the domain or near its
 ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
 """
@@ -38,7 +42,8 @@ from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pai
 from ..io.progress import em_progress, stage
 from ..io.store import store_inputs
 from ..learn.checks import stationary_weights
-from ..learn.groups import GroupedBinomialHMM, SampleGroups, group_differences, qvalues
+from ..learn.groups import (GroupedBinomialHMM, SampleGroups, benjamini_hochberg, group_differences, qvalues,
+                             replicate_pvalues)
 from .sheet import SampleSheet
 
 DMR_TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
@@ -111,6 +116,7 @@ class RegionTable:
     qvalue: np.ndarray
     methylated: np.ndarray  # (regions, S)
     coverage: np.ndarray
+    replicate_q: np.ndarray | None = None  # the replicates' test, BH-adjusted over the list (NaN: no test)
 
     def __len__(self) -> int:
         return len(self.chrom)
@@ -139,6 +145,24 @@ class RegionTable:
         levels = self.group_levels(groups)
         return levels[:, 1] - levels[:, 0] if groups.n_groups == 2 else group_differences(levels)
 
+    def compared(self, groups: SampleGroups) -> tuple[np.ndarray, np.ndarray]:
+        """Per region, the groups it compares (higher, lower): two groups as its direction
+        says; more: the highest and the lowest group."""
+        if groups.n_groups == 2:
+            gain = np.array([d != "loss" for d in self.direction], bool)
+            return np.where(gain, 1, 0), np.where(gain, 0, 1)
+        group_levels = np.nan_to_num(self.group_levels(groups))
+        return group_levels.argmax(axis=1), group_levels.argmin(axis=1)
+
+    def replicates_agree(self, groups: SampleGroups, fdr: float) -> np.ndarray:
+        """Per region, whether its replicates bear its difference out: the moderated
+        quasi-binomial test of learn.groups.replicate_pvalues (higher group against lower),
+        Benjamini-Hochberg over the list, at most ``fdr``; a region it cannot test (one sample
+        per group, or a group without reads) passes. Sets ``replicate_q``."""
+        high, low = self.compared(groups)
+        self.replicate_q = benjamini_hochberg(replicate_pvalues(self.methylated, self.coverage, groups, high, low))
+        return ~(self.replicate_q > fdr)
+
     def separation(self, groups: SampleGroups) -> np.ndarray:
         """Per region, the smallest difference in its direction between a sample of the higher
         group and a sample of the lower (two groups: as the direction says; more: the highest
@@ -152,12 +176,7 @@ class RegionTable:
             seen = np.isfinite(part).any(axis=1)
             lowest[seen, g] = np.nanmin(part[seen], axis=1)
             highest[seen, g] = np.nanmax(part[seen], axis=1)
-        if groups.n_groups == 2:
-            gain = np.array([d != "loss" for d in self.direction])
-            high, low = np.where(gain, 1, 0), np.where(gain, 0, 1)
-        else:
-            group_levels = np.nan_to_num(self.group_levels(groups))
-            high, low = group_levels.argmax(axis=1), group_levels.argmin(axis=1)
+        high, low = self.compared(groups)
         rows = np.arange(len(self))
         unread = np.isnan(lowest).any(axis=1)
         return np.where(unread, np.nan, lowest[rows, high] - highest[rows, low])
@@ -174,7 +193,8 @@ class RegionTable:
         index = np.asarray(index, np.int64)
         return RegionTable(self.kind, [self.chrom[k] for k in index], self.start[index], self.end[index],
                            self.n_bins[index], [self.direction[k] for k in index], self.posterior[index],
-                           self.lfdr[index], self.qvalue[index], self.methylated[index], self.coverage[index])
+                           self.lfdr[index], self.qvalue[index], self.methylated[index], self.coverage[index],
+                           None if self.replicate_q is None else self.replicate_q[index])
 
     def ranked(self, groups: SampleGroups) -> "RegionTable":
         """Strongest evidence first: lfdr, then the larger area (bins x |difference|, DSS's areaStat in spirit)."""
@@ -212,6 +232,7 @@ class DmrOutcome:
     seconds: dict = field(default_factory=dict)
     track_bins: int = 0
     shared: float = 1.0  # of the 5 kb windows with reads, the share where every group has reads
+    unreplicated: tuple = (0, 0)  # DMRs and domains the model called that their replicates do not bear out
 
 
 def _recounted(table, store, samples, groups, settings) -> np.ndarray:
@@ -280,8 +301,13 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     candidates = candidates.take(np.flatnonzero(_recounted(candidates, store, samples, groups, settings)))
     pieces = _pieces_of_domains(candidates, domains)
     domains = _merge_overlapping(domains)
+    unreplicated_domains = 0
     while True:  # a domain's levels: those of the interval written, its ends moved out to its pieces
         differs = _recounted(domains, store, samples, groups, settings)
+        replicated = domains.replicates_agree(groups, job.fdr)  # shown in the table, applied unless ignored
+        if settings.replicates:
+            unreplicated_domains += int((differs & ~replicated).sum())
+            differs &= replicated
         if differs.all():
             break
         domains = domains.take(np.flatnonzero(differs))
@@ -289,7 +315,12 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
         domains = _merge_overlapping(domains)
     focal = candidates.take(np.flatnonzero(~pieces))
     focal.qvalue = qvalues(focal.lfdr)
-    dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr)).ranked(groups)
+    dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr))
+    replicated = dmrs.replicates_agree(groups, job.fdr)  # of the calls, those their replicates bear out
+    unreplicated = 0
+    if settings.replicates:
+        unreplicated, dmrs = int((~replicated).sum()), dmrs.take(np.flatnonzero(replicated))
+    dmrs = dmrs.ranked(groups)
     domains = domains.ranked(groups)
     if lengths:  # the bigWig's lengths: with --chrom-sizes, a last bin past a chromosome's end ends there
         for table in (dmrs, domains):
@@ -298,7 +329,8 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     write_table(dmrs, groups, samples, outputs[0], Path(job.store).name)
     write_table(domains, groups, samples, outputs[2], Path(job.store).name)
     return DmrOutcome(samples, groups, hmm, domain_hmm, targets, dmrs, domains, len(candidates),
-                      int(pieces.sum()), history, em_stopped(last_fit, settings), seconds, track_bins, shared)
+                      int(pieces.sum()), history, em_stopped(last_fit, settings), seconds, track_bins, shared,
+                      (unreplicated, unreplicated_domains))
 
 
 def em_stopped(fit, settings) -> str:
@@ -450,13 +482,15 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
         columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue", "separation",
-                   *level_columns(groups.names, samples), *[f"reads_{s}" for s in samples]]
+                   "replicate_q", *level_columns(groups.names, samples), *[f"reads_{s}" for s in samples]]
+        replicate_q = np.full(len(table), np.nan) if table.replicate_q is None else table.replicate_q
         tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),
                                  table.direction[k], _number(differences[k]), f"{table.posterior[k]:.4f}",
                                  f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}", _number(separation[k]),
+                                 "NA" if np.isnan(replicate_q[k]) else f"{replicate_q[k]:.3g}",
                                  *map(_number, group_levels[k]), *map(_number, levels[k]),
                                  *(str(int(c)) for c in table.coverage[k])]) + "\n")
         bed.flush()

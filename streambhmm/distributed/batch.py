@@ -23,6 +23,7 @@ import fcntl
 import os
 import re
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -125,6 +126,12 @@ def read_batch_manifest(path) -> list[ManifestRow]:
     order); files are comma-separated, relative to the manifest's directory; '#' starts a
     comment line."""
     path = Path(path)
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        # read twice (the command, then the run) and its files named relative to its directory: a
+        # FIFO waited for a second writer forever, a pipe (<(...), /dev/stdin) could not seek (an audit)
+        raise ManifestError(f"{path}: is not a regular file (a pipe or FIFO?); batch reads its manifest from a "
+                            f"file, whose samples' files it finds relative to the file's directory: save it to a "
+                            f"file and give that")
     rows, header, seen = [], None, {}
     with contextlib.closing(text_lines(path)) as read:  # as ingest reads text: a byte-order mark, CRLF, gzip
         numbered = [(number, text) for number, text, _ in read]

@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 import weakref
@@ -186,8 +187,18 @@ def _check_scheduler(address: str, timeout: float) -> None:
     """Connect to ``address`` and ask what it is, within ``timeout`` seconds: Client()
     bounds only the TCP connection, then waits for Dask's handshake forever (an HTTP server
     at that port never sends one)."""
-    from distributed.comm import connect
+    from distributed.comm import connect, parse_address, parse_host_port
     from distributed.security import Security
+
+    scheme, location = parse_address(address)
+    if scheme in ("tcp", "tls"):  # nothing listening is said at once: Dask's connect retries it for `timeout`
+        try:
+            socket.create_connection(parse_host_port(location), timeout=timeout).close()
+        except ConnectionRefusedError:
+            raise SchedulerLost(f"cannot reach the Dask scheduler at {address}: nothing listens there (connection "
+                                f"refused); is the scheduler running, at that address?") from None
+        except OSError:
+            pass  # unreachable or slow: Dask's connect below says so within `timeout`
 
     async def identity():
         comm = await connect(address, timeout=timeout, **Security().get_connection_args("client"))

@@ -62,6 +62,7 @@ class DmrSettings:
     max_gap: int = 200
     min_bins: int = 2
     domains: bool = True
+    replicates: bool = True  # a call needs its replicates' test too (app.dmr.RegionTable.replicates_agree)
 
     @property
     def resume_iter(self) -> int:

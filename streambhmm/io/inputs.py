@@ -76,17 +76,25 @@ CONTENT_START = 1 << 20  # decompressed bytes compared first: replicates that di
 
 
 def content_sha256(path, limit: int | None = None) -> str | None:
-    """SHA-256 of the file's decompressed content (its first ``limit`` bytes), or None if it
-    cannot be decompressed (the reading names the line where it breaks)."""
-    digest, left = hashlib.sha256(), limit
+    """SHA-256 of the file's decompressed text (its first ``limit`` bytes) as lines end in it:
+    carriage returns left out and a last line's newline added, so the same rows saved on
+    Windows or without their final newline are the same content (an audit summed such a copy
+    as a second replicate); None if it cannot be decompressed (the reading names the line
+    where it breaks)."""
+    digest, left, last = hashlib.sha256(), limit, b"\n"
     try:
         with open_binary(path) as fh:
             while left is None or left > 0:
-                piece = fh.read(1 << 20 if left is None else min(1 << 20, left))
+                piece = fh.read(1 << 20)
                 if not piece:
+                    if last != b"\n":
+                        digest.update(b"\n")
                     break
-                digest.update(piece)
-                left = None if left is None else left - len(piece)
+                piece = piece.replace(b"\r", b"")[:left]
+                if piece:
+                    digest.update(piece)
+                    last = piece[-1:]
+                    left = None if left is None else left - len(piece)
     except (OSError, EOFError):
         return None
     return digest.hexdigest()
@@ -94,8 +102,9 @@ def content_sha256(path, limit: int | None = None) -> str | None:
 
 def check_replicates(paths) -> None:
     """Refuse a file given twice as replicates: the same path, or the same content once
-    decompressed (a copy, a gzipped copy): its counts would be summed twice. Only files
-    whose first decompressed MiB is the same are read to the end."""
+    decompressed (a copy, a gzipped copy, one with other line ends: content_sha256): its counts
+    would be summed twice. Only files whose first decompressed MiB is the same are read to the
+    end."""
     seen: dict = {}
     for path in paths:
         key = Path(path).resolve()

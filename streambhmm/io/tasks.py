@@ -87,8 +87,9 @@ class Waiter:
             if future.status == "error":
                 raise  # the task's own
             raise ClusterStalled(f"waited {self.bound:g} s to fetch a result of {self.what} from a Dask worker "
-                                 f"(scheduler {self.client.scheduler.address}): the worker may be stopped or hung. "
-                                 f"Check the workers, or set ${WAIT_ENV} to wait longer") from None
+                                 f"(scheduler {self.client.scheduler.address}): the worker or the scheduler may be "
+                                 f"stopped or hung. Check them, or set ${WAIT_ENV} to wait longer than "
+                                 f"{self.bound:g} s.") from None
 
     def _check(self) -> None:
         """Note whether the workers' tasks changed since the last look; stop after ``bound``

@@ -15,7 +15,9 @@ with that digest exists it is reused (no counts are read), otherwise the partial
 computed and written atomically (temporary directory, then rename) as soon as it is done. Resuming
 a killed run and updating after an ingest are therefore the same operation: only
 partials whose digest is new are computed. Partials no longer in the plan are dropped.
-Totals are summed in plan order with a fixed tree, so they are bitwise reproducible.
+Totals are summed in plan order with a fixed tree, so the same partials give bitwise the same
+totals; a partial computed on another machine or worker may differ in its last bits (an audit saw
+1e-17 relative after a run resumed on an external worker: a BLAS's order of summing).
 """
 
 from __future__ import annotations

@@ -51,6 +51,22 @@ def test_manifest_errors_name_file_line_and_text(tmp_path, text, message):
         assert repr(bad_line) in str(err.value)
 
 
+def test_a_manifest_that_is_not_a_file_is_refused_unread(tmp_path):
+    """An audit: a FIFO manifest waited forever for a second writer (the command reads it, then
+    the run again), and <(...) ended in a traceback (Illegal seek). Refused before it is opened,
+    in a process of its own, so a regression fails here rather than hanging the suite."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "manifest.fifo"
+    os.mkfifo(fifo)  # no writer: opening it would block
+    code = ("from streambhmm.distributed.batch import read_batch_manifest, ManifestError\n"
+            f"try:\n    read_batch_manifest({str(fifo)!r})\nexcept ManifestError as e:\n    print(e)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "is not a regular file (a pipe or FIFO?)" in done.stdout and str(fifo) in done.stdout, done
+
+
 def test_a_manifest_lined_up_with_blanks_reads_as_one_with_tabs(tmp_path):
     """docs/guide/batch.md's example, copied from the page: columns lined up with spaces."""
     lined = tmp_path / "lined.tsv"

@@ -358,18 +358,31 @@ def test_other_local_users_cannot_run_code_through_the_embedded_cluster():
 
 @pytest.mark.parametrize("quiet", [False, True])
 def test_the_wait_for_an_unreachable_scheduler_is_shown_unless_quiet(tmp_path, few_chunks, quiet):
-    """A wrong address waits out Dask's connect timeout (30 s by default: it retries a refused
-    connection) before its error, and nothing said so: a progress step shows the wait (a line
-    a second here), none with -q."""
-    address = "tcp://127.0.0.1:9"
-    proc = subprocess.run([*STREAMBHMM, "moments", few_chunks.path.url, "-o", tmp_path / "m.zarr", *BINS,
-                           "--scheduler", address, *(["-q"] if quiet else [])], capture_output=True, text=True,
-                          timeout=300, env={**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s",
-                                            "STREAMBHMM_PROGRESS_EVERY": "1"})
+    """A server that never answers Dask's handshake is waited for up to Dask's connect timeout
+    (30 s by default) before the error, and nothing said so: a progress step shows the wait (a
+    line a second here), none with -q. Nothing listening at all is said at once (an audit: it
+    waited out the timeout too, as Dask's connect retries a refused connection)."""
+    class Silent(socketserver.BaseRequestHandler):
+        def handle(self):
+            while self.request.recv(65536):
+                pass
+
+    env = {**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "3s", "STREAMBHMM_PROGRESS_EVERY": "1"}
+    with serving(Silent) as address:
+        proc = subprocess.run([*STREAMBHMM, "moments", few_chunks.path.url, "-o", tmp_path / "m.zarr", *BINS,
+                               "--scheduler", address, *(["-q"] if quiet else [])], capture_output=True, text=True,
+                              timeout=300, env=env)
     assert proc.returncode == 1 and f"Error: cannot reach the Dask scheduler at {address}" in proc.stderr
     waiting = [line for line in proc.stderr.splitlines()
                if line.startswith(f"connecting to the Dask scheduler at {address} (at most 3 s) [00:0")]
     assert (not waiting) if quiet else waiting, proc.stderr
+    refused = "tcp://127.0.0.1:9"
+    proc = subprocess.run([*STREAMBHMM, "moments", few_chunks.path.url, "-o", tmp_path / "m.zarr", *BINS,
+                           "--scheduler", refused, *(["-q"] if quiet else [])], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 1 and f"Error: cannot reach the Dask scheduler at {refused}: nothing listens there " \
+                                    f"(connection refused)" in proc.stderr, proc.stderr
+    assert not [line for line in proc.stderr.splitlines() if "[00:0" in line], proc.stderr  # no wait to show
 
 
 @contextlib.contextmanager

@@ -600,7 +600,16 @@ def test_a_gzipped_copy_of_a_replicate_is_refused(tmp_path):
         ingest([plain, packed], "A", store)
     with pytest.raises(ValueError, match="b.tsv.gz has the same content .* as .*a.tsv.gz"):
         ingest([packed, fast], "A", store)
+    # nor do its line ends (an audit summed a Windows copy, and one without its final newline)
+    windows = write(tmp_path, "windows.tsv", "")
+    windows.write_bytes(body.replace("\n", "\r\n").encode())
+    unended = write(tmp_path, "unended.tsv", body[:-1])
+    for copy in (windows, unended):
+        with pytest.raises(ValueError, match=f"{copy.name} has the same content .* as .*a.tsv"):
+            ingest([plain, copy], "A", store)
     assert not store.exists()
+    different = write(tmp_path, "other.tsv", body.replace("\t1\t2\n", "\t2\t2\n", 1))
+    assert ingest([plain, different], "A", store).n_rows == 100  # a replicate of its own is read
 
 
 def test_replicates_that_share_their_first_mib_but_differ_later_are_summed(tmp_path):

@@ -31,8 +31,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
               help="The sheet's column that names each sample's group (e.g. case or cell in a DSS design table).")
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Focal DMRs (BED9, gains red, losses blue); beside it NAME.tsv for NAME.bed (else "
-                   "OUTPUT.tsv; per DMR, ranked: bins, length, difference, posterior, lfdr, q-value, level per "
-                   "group and sample), and "
+                   "OUTPUT.tsv; per DMR, ranked: bins, length, difference, posterior, lfdr, q-value, the "
+                   "replicates' q-value, level per group and sample), and "
                    "STEM.domains.bed and .tsv: the domain-scale differences.")
 @click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
               help="A state is differential when its group levels differ by at least this much (DSS's delta), "
@@ -54,6 +54,10 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
                    "for.")
 @click.option("--em-iter", default=30, show_default=True, type=POSITIVE,
               help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
+@click.option("--ignore-replicates", is_flag=True,
+              help="Call what the model calls, without the replicates' test (by default a call needs its replicates "
+                   "to bear it out too: a quasi-binomial test of the samples' reads, Benjamini-Hochberg at --fdr; the "
+                   "tables' replicate_q).")
 @click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR (the domains' "
                                                  "BED and table are written empty, so no earlier run's are left "
                                                  "beside the DMRs).")
@@ -66,7 +70,7 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @quiet_option
 @user_errors
 def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_bins, max_gap, background_states,
-        em_iter, no_domains, bigwig, chrom_sizes, scheduler, quiet):
+        em_iter, ignore_replicates, no_domains, bigwig, chrom_sizes, scheduler, quiet):
     """Differentially methylated regions between groups of samples (DSS's DMLtest + callDMR,
     dmrseq): a model whose states have a level per group, shared by the group's replicates
     (beta-binomial between them), fitted by EM on the store at a cost linear in samples;
@@ -87,7 +91,8 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,
-                           max_gap=max_gap, min_bins=min_bins, domains=not no_domains)
+                           max_gap=max_gap, min_bins=min_bins, domains=not no_domains,
+                           replicates=not ignore_replicates)
     if chrom_sizes and not bigwig:
         raise click.UsageError("--chrom-sizes sets the --bigwig track's header; give --bigwig too")
     chrom_sizes = ChromSizes.read(chrom_sizes) if chrom_sizes else None  # before the store's lock
@@ -118,6 +123,11 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
         click.echo(f"note: {outcome.em_stopped}. On the benchmarks EM to convergence called DMRs of the same "
                    f"quality, for 3-7x the time; --em-iter {max(3 * em_iter, 300)} runs it further, and the calls "
                    f"can move", err=True)
+    if any(outcome.unreplicated):
+        left = " and ".join(f"{n:,} {what}" for n, what in zip(outcome.unreplicated, ("DMR(s)", "domain(s)")) if n)
+        click.echo(f"{left} that the model called are left out: their replicates do not bear them out (a "
+                   f"quasi-binomial test of the samples' reads, Benjamini-Hochberg q above {fdr:g}: the replicates "
+                   f"of a group differ more than reads do by chance); --ignore-replicates keeps them")
     carried = [(f"{n:,} of the {what}", str(table)) for what, regions, table in
                (("DMRs", dmrs, job.outputs[1]), ("domains", domains, job.outputs[3]))
                if (n := int(np.sum(regions.separation(outcome.groups) < 0)))]
