@@ -133,8 +133,11 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                if (n := int(np.sum(regions.separation(outcome.groups) < 0)))]
     if carried:
         which, tables = zip(*carried)
-        click.echo(f"{' and '.join(which)} have a replicate of the lower group above one of the higher: one "
-                   f"replicate carries them (a negative separation in {' and '.join(tables)})")
+        # tested, they passed: their replicates cross on a small difference (say so, not "one carries them")
+        why = "one replicate may carry them" if ignore_replicates else \
+            "small differences whose replicates' reads cross, yet bear them out as a whole (replicate_q)"
+        click.echo(f"{' and '.join(which)} have a replicate of the lower group above one of the higher: {why} (a "
+                   f"negative separation in {' and '.join(tables)})")
     if not outcome.targets.any:
         # not "the groups do not differ": a state's levels average its bins (a helper found 113 DMRs
         # differing by 0.3 or more at 0.1, none at 0.3)
