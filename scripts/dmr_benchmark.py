@@ -223,14 +223,11 @@ def run_dss(work: Path, rerun: bool) -> dict | None:
 
 # -- regions ----------------------------------------------------------------------------------
 def ours_calls(directory: Path, fdr: float | None = None) -> list:
-    """(chrom, start, end, kind) of our calls (focal and domains), those with q <= ``fdr`` if
-    given, and replicate_q too (on `dmr --fdr 1`'s table its Benjamini-Hochberg runs over every
-    candidate, not over those called at ``fdr`` as `dmr --fdr FDR`'s: a stricter cut)."""
+    """(chrom, start, end, kind) of our calls (focal and domains), those with q <= ``fdr`` if given."""
     calls = []
     for name, kind in (("dmr.tsv", "focal"), ("dmr.domains.tsv", "domain")):
         for row in csv.DictReader(open(directory / name), delimiter="\t"):
-            replicated = row.get("replicate_q", "NA") == "NA" or fdr is None or float(row["replicate_q"]) <= fdr
-            if (fdr is None or float(row["qvalue"]) <= fdr) and replicated:
+            if fdr is None or float(row["qvalue"]) <= fdr:
                 calls.append((row["chrom"], int(row["start"]), int(row["end"]), kind))
     return calls
 

@@ -15,9 +15,9 @@ bound on the posterior probability that none of its bins differs, so on the chan
 overlaps no true difference. Regions are ranked by lfdr and called while the mean lfdr of
 those called (the q-value: the FDR the model expects of the list, Newton et al. 2004) is at
 most --fdr. The model's lfdr weighs the groups' reads, not how their replicates agree, so a
-call is also tested on its replicates (learn.groups.replicate_pvalues: a quasi-binomial test
-of its samples' reads, its dispersion moderated across the list) and kept where the
-Benjamini-Hochberg q-value is at most --fdr too (--ignore-replicates: not tested).
+call is also tested on its replicates (learn.groups.replicate_pvalues: limma's moderated t on
+its samples' levels, with precision weights) and kept where its one-sided p-value is at most
+REPLICATE_P (--ignore-replicates: not applied).
 Focal DMRs and domains are two lists, each with its own q-values: a focal
 candidate in a called domain's direction, at least half of it inside the domain or near its
 ends (_pieces_of_domains), is a piece of the domain and leaves the focal list.
@@ -42,7 +42,7 @@ from ..io.outputs import check_replaceable_file, remove_leftovers, replacing_pai
 from ..io.progress import em_progress, stage
 from ..io.store import store_inputs
 from ..learn.checks import stationary_weights
-from ..learn.groups import (GroupedBinomialHMM, SampleGroups, benjamini_hochberg, group_differences, qvalues,
+from ..learn.groups import (REPLICATE_P, GroupedBinomialHMM, SampleGroups, group_differences, qvalues,
                              replicate_pvalues)
 from .sheet import SampleSheet
 
@@ -116,7 +116,7 @@ class RegionTable:
     qvalue: np.ndarray
     methylated: np.ndarray  # (regions, S)
     coverage: np.ndarray
-    replicate_q: np.ndarray | None = None  # the replicates' test, BH-adjusted over the list (NaN: no test)
+    replicate_p: np.ndarray | None = None  # the replicates' test (NaN: no test)
 
     def __len__(self) -> int:
         return len(self.chrom)
@@ -154,14 +154,15 @@ class RegionTable:
         group_levels = np.nan_to_num(self.group_levels(groups))
         return group_levels.argmax(axis=1), group_levels.argmin(axis=1)
 
-    def replicates_agree(self, groups: SampleGroups, fdr: float) -> np.ndarray:
-        """Per region, whether its replicates bear its difference out: the moderated
-        quasi-binomial test of learn.groups.replicate_pvalues (higher group against lower),
-        Benjamini-Hochberg over the list, at most ``fdr``; a region it cannot test (one sample
-        per group, or a group without reads) passes. Sets ``replicate_q``."""
+    def replicates_agree(self, groups: SampleGroups) -> np.ndarray:
+        """Per region, whether its replicates bear its difference out: the precision-weighted
+        moderated t test of learn.groups.replicate_pvalues (higher group against lower), its
+        one-sided p-value at most REPLICATE_P; a region it cannot test (one sample per group,
+        or a group without reads) passes. Sets ``replicate_p``. A check of each call, not a
+        false discovery rate: the p-values are of the reads that made the calls."""
         high, low = self.compared(groups)
-        self.replicate_q = benjamini_hochberg(replicate_pvalues(self.methylated, self.coverage, groups, high, low))
-        return ~(self.replicate_q > fdr)
+        self.replicate_p = replicate_pvalues(self.methylated, self.coverage, groups, high, low)
+        return ~(self.replicate_p > REPLICATE_P)
 
     def separation(self, groups: SampleGroups) -> np.ndarray:
         """Per region, the smallest difference in its direction between a sample of the higher
@@ -194,7 +195,7 @@ class RegionTable:
         return RegionTable(self.kind, [self.chrom[k] for k in index], self.start[index], self.end[index],
                            self.n_bins[index], [self.direction[k] for k in index], self.posterior[index],
                            self.lfdr[index], self.qvalue[index], self.methylated[index], self.coverage[index],
-                           None if self.replicate_q is None else self.replicate_q[index])
+                           None if self.replicate_p is None else self.replicate_p[index])
 
     def ranked(self, groups: SampleGroups) -> "RegionTable":
         """Strongest evidence first: lfdr, then the larger area (bins x |difference|, DSS's areaStat in spirit)."""
@@ -304,7 +305,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     unreplicated_domains = 0
     while True:  # a domain's levels: those of the interval written, its ends moved out to its pieces
         differs = _recounted(domains, store, samples, groups, settings)
-        replicated = domains.replicates_agree(groups, job.fdr)  # shown in the table, applied unless ignored
+        replicated = domains.replicates_agree(groups)  # shown in the table, applied unless ignored
         if settings.replicates:
             unreplicated_domains += int((differs & ~replicated).sum())
             differs &= replicated
@@ -316,7 +317,7 @@ def run_dmr(job: DmrJob, opened, echo=lambda message: None, quiet: bool = True) 
     focal = candidates.take(np.flatnonzero(~pieces))
     focal.qvalue = qvalues(focal.lfdr)
     dmrs = focal.take(np.flatnonzero(focal.qvalue <= job.fdr))
-    replicated = dmrs.replicates_agree(groups, job.fdr)  # of the calls, those their replicates bear out
+    replicated = dmrs.replicates_agree(groups)  # of the calls, those their replicates bear out
     unreplicated = 0
     if settings.replicates:
         unreplicated, dmrs = int((~replicated).sum()), dmrs.take(np.flatnonzero(replicated))
@@ -482,15 +483,15 @@ def write_table(table: RegionTable, groups: SampleGroups, samples: list, output,
             bed.write(bed9_line(table.chrom[k], int(table.start[k]), int(table.end[k]), names[k], int(score[k]),
                                 colours[table.direction[k]]))
         columns = ["length", "n_bins", "direction", "difference", "posterior", "lfdr", "qvalue", "separation",
-                   "replicate_q", *level_columns(groups.names, samples), *[f"reads_{s}" for s in samples]]
-        replicate_q = np.full(len(table), np.nan) if table.replicate_q is None else table.replicate_q
+                   "replicate_p", *level_columns(groups.names, samples), *[f"reads_{s}" for s in samples]]
+        replicate_p = np.full(len(table), np.nan) if table.replicate_p is None else table.replicate_p
         tsv.write(DMR_TABLE_HEAD.decode() + "\t".join(columns) + "\n")
         for k in range(len(table)):
             tsv.write("\t".join([str(k + 1), names[k], table.chrom[k], str(int(table.start[k])),
                                  str(int(table.end[k])), str(int(table.lengths[k])), str(int(table.n_bins[k])),
                                  table.direction[k], _number(differences[k]), f"{table.posterior[k]:.4f}",
                                  f"{table.lfdr[k]:.3g}", f"{table.qvalue[k]:.3g}", _number(separation[k]),
-                                 "NA" if np.isnan(replicate_q[k]) else f"{replicate_q[k]:.3g}",
+                                 "NA" if np.isnan(replicate_p[k]) else f"{replicate_p[k]:.3g}",
                                  *map(_number, group_levels[k]), *map(_number, levels[k]),
                                  *(str(int(c)) for c in table.coverage[k])]) + "\n")
         bed.flush()

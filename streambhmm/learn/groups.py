@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import chdtrc, digamma, gammaln, polygamma, stdtr
+from scipy.special import chdtrc, digamma, fdtrc, gammaln, polygamma, stdtr
 
 from .emissions import PairWeights, pair_loglik
 from .hmm import BinomialHMM, SufficientStats
@@ -257,60 +257,77 @@ def qvalues(lfdr: np.ndarray) -> np.ndarray:
 
 # -- the replicates' test ----------------------------------------------------------------------
 MIN_PRIOR_REGIONS = 10  # regions with a variance of their own needed to estimate the prior
-OUTLIER_P = 0.01  # a dispersion this unlikely under the prior is a region's own (a replicate off its group)
+REPLICATE_P = 0.05  # dmr: a call's replicates bear it out at this one-sided p-value or below
+OUTLIER_P = 0.05  # a variance this unlikely under the prior is a region's own (a replicate off its group)
 
 
 def replicate_pvalues(methylated: np.ndarray, coverage: np.ndarray, groups: SampleGroups, high: np.ndarray,
                       low: np.ndarray) -> np.ndarray:
     """Per region, the one-sided p-value that group ``high[r]``'s level exceeds group
-    ``low[r]``'s, judged by how its replicates spread: a quasi-binomial test whose dispersion is
-    moderated across the regions (the empirical Bayes of limma and edgeR's quasi-likelihood
-    test). ``methylated`` and ``coverage``: (R, S) reads of each sample in each region.
+    ``low[r]``'s, judged by how its replicates spread: limma's moderated t on the samples'
+    levels with precision weights (as voom weighs counts), so each sample counts as a
+    replicate, weighed by what its reads tell. ``methylated`` and ``coverage``: (R, S) reads
+    of each sample in each region.
 
-    A region's dispersion is Pearson's X^2 of its samples' reads about their group's pooled
-    level, over N - G degrees of freedom (the samples with reads, less their groups): 1 when
-    replicates differ by binomial sampling alone, more when they differ beyond it, as one
-    replicate that does not share its group's level does. It is shrunk towards a prior
-    estimated from the regions' (_variance_prior), but for a region whose dispersion the
-    prior makes implausible (upper tail below OUTLIER_P): that one keeps its own, on its own
-    degrees of freedom, and the prior is estimated again without such regions (robust
-    empirical Bayes, as limma's robust=TRUE: calls that one replicate carries would otherwise
-    borrow the others' small dispersion, and a list rich in them would inflate the prior for
-    all). The groups' pooled levels are then compared with the binomial variance of their
-    reads scaled by the dispersion, on a t distribution. NaN where a group compared has no
-    reads, or where neither the region nor the prior gives a dispersion (one sample per
-    group)."""
+    A sample's level is arcsine-square-root transformed, whose variance is about
+    (1 + (n - 1) rho) / 4n for n reads of a beta-binomial of overdispersion rho: a deep sample
+    weighs more, but no more than the spread between replicates allows, and one read weighs
+    little (rho: _overdispersion, from the regions' own replicates). The weighted residual
+    variance of a region (N - G degrees of freedom: its samples with reads, less their groups)
+    is shrunk towards a prior estimated from all the regions' (_variance_prior), but for a
+    region whose variance the prior makes implausible (the F tail below OUTLIER_P: a replicate
+    off its group), which keeps its own, on its own degrees of freedom. NaN where a group
+    compared has no reads, or where neither the region nor the prior gives a variance (one
+    sample per group)."""
     methylated, coverage = np.asarray(methylated, np.float64), np.asarray(coverage, np.float64)
+    read = coverage > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        level = np.arcsin(np.sqrt(np.where(read, methylated / coverage, 0.0)))
+    rho = _overdispersion(level, coverage, groups)
+    weight = np.where(read, 4 * coverage / (1 + (coverage - 1) * rho), 0.0)
     rows = np.arange(len(coverage))
-    pooled_m = np.zeros((len(coverage), groups.n_groups))
-    pooled_c, with_reads = np.zeros_like(pooled_m), np.zeros_like(pooled_m)
+    totals = np.zeros((len(rows), groups.n_groups))
+    means = np.zeros_like(totals)
+    with_reads = np.zeros_like(totals)
+    residual = np.zeros(len(rows))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for g in range(groups.n_groups):
+            members = groups.samples_of(g)
+            w, y = weight[:, members], level[:, members]
+            totals[:, g] = w.sum(axis=1)
+            means[:, g] = (w * y).sum(axis=1) / totals[:, g]
+            with_reads[:, g] = read[:, members].sum(axis=1)
+            residual += np.where(w > 0, w * (y - np.nan_to_num(means[:, g, None])) ** 2, 0.0).sum(axis=1)
+        df = with_reads.sum(axis=1) - (with_reads > 0).sum(axis=1)
+        variance = np.where(df > 0, residual / df, np.nan)
+        prior, prior_df = _variance_prior(variance, df)
+        ratio = np.nan_to_num(variance) / prior
+        tail = chdtrc(df, df * ratio) if np.isinf(prior_df) else fdtrc(df, prior_df, ratio)
+        outlier = (df > 0) & (prior > 0) & (tail < OUTLIER_P)
+        prior_df = np.where(outlier, 0.0, prior_df)  # per region now: an outlier's variance is its own
+        finite = np.where(np.isinf(prior_df), 0.0, prior_df)
+        shrunk = np.where(np.isinf(prior_df), prior, (finite * prior + df * np.nan_to_num(variance)) / (finite + df))
+        error = np.sqrt(shrunk * (1 / totals[rows, high] + 1 / totals[rows, low]))
+        p = stdtr(df + prior_df, -(means[rows, high] - means[rows, low]) / error)
+    testable = (with_reads[rows, high] > 0) & (with_reads[rows, low] > 0) & (df + prior_df > 0) & (error > 0)
+    return np.where(testable, p, np.nan)
+
+
+def _overdispersion(level: np.ndarray, coverage: np.ndarray, groups: SampleGroups) -> float:
+    """The replicates' overdispersion rho, by moments over every pair of samples of a group
+    with reads in a region: E[(y_s - y_t)^2] = v_s + v_t with v = (1 + (n - 1) rho) / 4n for
+    arcsine-root levels y of n reads; 0 without such pairs, at most 1."""
+    spread = sampling = excess = 0.0
     for g in range(groups.n_groups):
         members = groups.samples_of(g)
-        pooled_m[:, g], pooled_c[:, g] = methylated[:, members].sum(axis=1), coverage[:, members].sum(axis=1)
-        with_reads[:, g] = (coverage[:, members] > 0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        level = pooled_m / pooled_c
-        expected = coverage * level[:, groups.members]
-        spread = expected * (1 - level[:, groups.members])
-        pearson = np.where(spread > 0, (methylated - expected) ** 2 / spread, 0.0).sum(axis=1)
-        df = with_reads.sum(axis=1) - (with_reads > 0).sum(axis=1)
-        dispersion = np.where(df > 0, pearson / df, np.nan)
-        outlier = np.zeros(len(rows), bool)
-        for _ in range(2):  # the prior, the regions it makes implausible, the prior without them
-            prior, prior_df = _variance_prior(np.where(outlier, np.nan, dispersion), df)
-            if prior_df == 0:
-                break
-            outlier = (df > 0) & (chdtrc(df, df * np.nan_to_num(dispersion) / prior) < OUTLIER_P)
-        prior_df = np.where(outlier, 0.0, prior_df)  # per region now: an outlier's dispersion is its own
-        finite = np.where(np.isinf(prior_df), 0.0, prior_df)
-        shrunk = np.where(np.isinf(prior_df), prior,
-                          (finite * prior + df * np.nan_to_num(dispersion)) / (finite + df))
-        reads_high, reads_low = pooled_c[rows, high], pooled_c[rows, low]
-        both = (pooled_m[rows, high] + pooled_m[rows, low]) / (reads_high + reads_low)
-        error = np.sqrt(shrunk * both * (1 - both) * (1 / reads_high + 1 / reads_low))
-        p = stdtr(df + prior_df, -(level[rows, high] - level[rows, low]) / error)
-    testable = (reads_high > 0) & (reads_low > 0) & (df + prior_df > 0) & (error > 0)
-    return np.where(testable, p, np.nan)
+        for i, s in enumerate(members):
+            for t in members[i + 1:]:
+                both = (coverage[:, s] > 0) & (coverage[:, t] > 0)
+                n_s, n_t = coverage[both, s], coverage[both, t]
+                spread += float(((level[both, s] - level[both, t]) ** 2).sum())
+                sampling += float((1 / n_s + 1 / n_t).sum()) / 4
+                excess += float(((n_s - 1) / n_s + (n_t - 1) / n_t).sum()) / 4
+    return float(np.clip((spread - sampling) / excess, 0.0, 1.0)) if excess > 0 else 0.0
 
 
 def _variance_prior(variance: np.ndarray, df: np.ndarray) -> tuple[float, float]:
@@ -328,8 +345,8 @@ def _variance_prior(variance: np.ndarray, df: np.ndarray) -> tuple[float, float]
     s2 = np.maximum(s2, 1e-5 * np.median(positive))  # a variance of 0 (replicates alike) as limma offsets it
     e = np.log(s2) - digamma(d / 2) + np.log(d / 2)
     spread = e.var(ddof=1) - polygamma(1, d / 2).mean()
-    if spread <= 0:
-        return float(np.exp(e.mean())), np.inf
+    if spread <= 0:  # the spread is all sampling: one variance for all, their mean (as limma's)
+        return float(s2.mean()), np.inf
     d0 = 2 * _trigamma_inverse(spread)
     return float(np.exp(e.mean() + digamma(d0 / 2) - np.log(d0 / 2))), float(d0)
 
@@ -344,14 +361,3 @@ def _trigamma_inverse(x: float) -> float:
         if -step / y < 1e-8:
             break
     return y
-
-
-def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
-    """Benjamini-Hochberg adjusted p-values of the finite entries of ``p`` (NaN stays NaN)."""
-    p = np.asarray(p, np.float64)
-    out = np.full(p.shape, np.nan)
-    finite = np.flatnonzero(np.isfinite(p))
-    order = finite[np.argsort(p[finite], kind="stable")]
-    adjusted = p[order] * finite.size / np.arange(1, finite.size + 1)
-    out[order] = np.minimum(np.minimum.accumulate(adjusted[::-1])[::-1], 1.0)
-    return out

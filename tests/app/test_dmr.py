@@ -189,7 +189,7 @@ def test_unbalanced_groups_and_a_group_of_one(tmp_path, replicates):
         carried_domains)
     tables = [str(tmp_path / "dmr.tsv")] * bool(carried) + [str(tmp_path / "dmr.domains.tsv")] * bool(carried_domains)
     assert said == ([f"{' and '.join(which)} have a replicate of the lower group above one of the higher: small "
-                     f"differences whose replicates' reads cross, yet bear them out as a whole (replicate_q) (a "
+                     f"differences whose replicates' reads cross, yet bear them out as a whole (replicate_p) (a "
                      f"negative separation in {' and '.join(tables)})"] if which else [])
     header = (tmp_path / "dmr.tsv").read_text().splitlines()[0].split("\t")
     assert [h for h in header if h.startswith("level_")] == ["level_A", "level_B"] + [f"level_{s}" for s in
@@ -208,7 +208,7 @@ def test_differences_one_replicate_carries_are_left_out(tmp_path):
     others was called with q 7e-11. Here group B's second replicate is group A's first
     (its reads copied), so every planted difference rests on B's first replicate alone: the
     model calls them (--ignore-replicates), and the replicates' test leaves almost all out,
-    saying so; the calls kept are those their replicates bear out (replicate_q)."""
+    saying so; the calls kept are those their replicates bear out (replicate_p)."""
     sim = simulate_groups(LENGTH, 1, (2, 2), 30, domain=True, seed=7)
     a1, b2 = sim.samples.index("A1"), sim.samples.index("B2")
     binned = {}
@@ -228,8 +228,8 @@ def test_differences_one_replicate_carries_are_left_out(tmp_path):
             assert "that the model called are left out: their replicates do not bear them out" in result.output
     assert len(found["model"]) >= 10 and len(found["tested"]) <= 0.2 * len(found["model"]), \
         (len(found["model"]), len(found["tested"]))
-    assert all(float(c["replicate_q"]) <= 0.05 for c in found["tested"] if c["replicate_q"] != "NA")
-    assert all(c["replicate_q"] != "NA" for c in found["model"])  # tested, shown, not applied
+    assert all(float(c["replicate_p"]) <= 0.05 for c in found["tested"] if c["replicate_p"] != "NA")
+    assert all(c["replicate_p"] != "NA" for c in found["model"])  # tested, shown, not applied
 
 
 @pytest.mark.slow  # a whole dmr run

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from streambhmm.learn.emissions import PairWeights
-from streambhmm.learn.groups import (MIN_PRIOR_REGIONS, GroupedBinomialHMM, SampleGroups, _variance_prior,
-                                     benjamini_hochberg, candidate_start, differential, qvalues, replicate_pvalues,
+from streambhmm.learn.groups import (MIN_PRIOR_REGIONS, REPLICATE_P, GroupedBinomialHMM, SampleGroups, _variance_prior,
+                                     candidate_start, differential, qvalues, replicate_pvalues,
                                      restricted, sum_pairs, support, supported_states)
 from streambhmm.learn.hmm import BinomialHMM, EncodedCounts, run_em
 from streambhmm.learn.simulate import model, simulate
@@ -138,40 +138,60 @@ def test_the_variance_prior_is_limmas():
     assert _variance_prior(variance[:MIN_PRIOR_REGIONS - 1], np.full(MIN_PRIOR_REGIONS - 1, 2)) == (0.0, 0.0)
 
 
-def replicated_regions(seed, n, shift, carried_by_one=False, coverage=30):
+def test_replicate_pvalues_are_limmas_weighted_moderated_t(monkeypatch):
+    """Known answer: limma 3.54.1's lmFit(y, design, weights = w) and eBayes on the arcsine-root
+    levels of 200 regions of 2 vs 3 samples of unequal depth, with the weights this code gives
+    them (recomputed from the seed below; its robust step off, as eBayes' default), one-sided
+    p-values from its moderated t."""
+    import streambhmm.learn.groups as groups_module
+
+    monkeypatch.setattr(groups_module, "OUTLIER_P", 0.0)
+    rng = np.random.default_rng(11)
+    level = rng.uniform(0.1, 0.8, (200, 1)) + np.array([[0, 0, 0.1, 0.1, 0.1]])
+    level = rng.beta(level * 30, (1 - level) * 30)
+    cov = rng.poisson([[60, 15, 40, 120, 8]], (200, 5)) + 1
+    meth = rng.binomial(cov, level)
+    p = replicate_pvalues(meth, cov, SampleGroups.of("AABBB"), np.ones(200, int), np.zeros(200, int))
+    limma = [0.10519146233, 0.309210523713, 0.703620068613, 0.433253951261, 0.11878469834]
+    assert np.allclose(p[[0, 1, 2, 50, 199]], limma, rtol=1e-9)
+
+
+def replicated_regions(seed, n, shift, carried_by_one=False, coverage=(30, 30, 30, 30)):
     """Reads of ``n`` regions of 2 vs 2 replicates: levels spread between replicates as
     Beta(level x 40, (1 - level) x 40) (a region's replicates differ beyond binomial
     sampling), group B's ``shift`` higher in both replicates, or in its first alone."""
     rng = np.random.default_rng(seed)
     level = rng.uniform(0.1, 0.3, (n, 1)) + np.array([[0, 0, shift, 0 if carried_by_one else shift]])
     level = rng.beta(level * 40, (1 - level) * 40)
-    cov = rng.poisson(coverage, (n, 4)) + 1
+    cov = rng.poisson(np.asarray(coverage, float)[None, :], (n, 4)) + 1
     return rng.binomial(cov, level), cov
 
 
-def test_replicate_pvalues_hold_their_level_under_the_null():
-    meth, cov = replicated_regions(0, 4000, 0.0)
+@pytest.mark.parametrize("coverage", [(30, 30, 30, 30), (200, 10, 200, 10), (200, 200, 10, 10)])
+def test_replicate_pvalues_hold_their_level_under_the_null(coverage):
+    """Under the null the one-sided p-values hold their level, replicates of equal depth or not
+    (an audit: reads pooled per group let one deep replicate speak for its group, 18% at 0.05);
+    uneven depth within a group makes the test conservative (1.7% at 0.05), not liberal."""
+    meth, cov = replicated_regions(0, 4000, 0.0, coverage=coverage)
     p = replicate_pvalues(meth, cov, SampleGroups.of("AABB"), np.ones(4000, int), np.zeros(4000, int))
     assert np.isfinite(p).all()
-    assert 0.025 <= (p <= 0.05).mean() <= 0.075 and (p <= 0.01).mean() <= 0.02, ((p <= 0.05).mean(), (p <= 0.01).mean())
+    assert 0.01 <= (p <= 0.05).mean() <= 0.075 and (p <= 0.01).mean() <= 0.02, ((p <= 0.05).mean(), (p <= 0.01).mean())
 
 
 def test_a_difference_one_replicate_carries_is_not_borne_out():
     """The model's lfdr weighs the groups' reads, so a difference in one replicate of two, on
     deep reads, was a call of q 7e-11 (a new user's trial on methylKit's data); its
-    replicates' test is not, while most of the calls both replicates show pass (2 vs 2, 30
-    reads each, a difference of 0.3 between replicates overdispersed as Beta(40)), even where
-    half the list is carried by one replicate (robust: their dispersions do not make the
-    prior's)."""
+    replicates' test is not, while most of the calls both replicates show pass it (2 vs 2, 30
+    reads each, a difference of 0.3 between replicates overdispersed as Beta(40)), also where
+    half the list is carried by one replicate, if fewer of them."""
     both = replicated_regions(1, 300, 0.3)
-    for n_carried, share_passing in ((30, 0.75), (300, 0.6)):
-        one = replicated_regions(2, n_carried, 0.6, carried_by_one=True, coverage=200)  # the same pooled difference
+    for n_carried, share_passing in ((30, 0.65), (300, 0.3)):
+        one = replicated_regions(2, n_carried, 0.6, carried_by_one=True, coverage=(200,) * 4)  # the same mean shift
         meth, cov = np.vstack([both[0], one[0]]), np.vstack([both[1], one[1]])
         n = len(meth)
-        q = benjamini_hochberg(replicate_pvalues(meth, cov, SampleGroups.of("AABB"), np.ones(n, int),
-                                                 np.zeros(n, int)))
-        passing = (q[:300] <= 0.05).mean(), (q[300:] <= 0.05).mean()
-        assert passing[0] >= share_passing and passing[1] <= 0.05, (n_carried, passing)
+        p = replicate_pvalues(meth, cov, SampleGroups.of("AABB"), np.ones(n, int), np.zeros(n, int))
+        passing = (p[:300] <= REPLICATE_P).mean(), (p[300:] <= REPLICATE_P).mean()
+        assert passing[0] >= share_passing and passing[1] <= 0.2, (n_carried, passing)
 
 
 def test_what_the_replicates_test_cannot_judge():
@@ -180,8 +200,3 @@ def test_what_the_replicates_test_cannot_judge():
     assert np.isnan(replicate_pvalues(meth, cov, SampleGroups.of("AB"), np.ones(2, int), np.zeros(2, int))).all()
     meth, cov = np.array([[5, 6, 20, 22]]), np.array([[30, 30, 0, 0]])
     assert np.isnan(replicate_pvalues(meth, cov, SampleGroups.of("AABB"), np.ones(1, int), np.zeros(1, int))).all()
-
-
-def test_benjamini_hochberg_known_answer():
-    q = benjamini_hochberg(np.array([0.01, 0.04, 0.03, np.nan, 0.5]))
-    assert np.allclose(q, [0.04, 0.16 / 3, 0.16 / 3, np.nan, 0.5], equal_nan=True)

@@ -32,7 +32,7 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
 @click.option("--output", "-o", required=True, type=OUTPUT_FILE,
               help="Focal DMRs (BED9, gains red, losses blue); beside it NAME.tsv for NAME.bed (else "
                    "OUTPUT.tsv; per DMR, ranked: bins, length, difference, posterior, lfdr, q-value, the "
-                   "replicates' q-value, level per group and sample), and "
+                   "replicates' p-value, level per group and sample), and "
                    "STEM.domains.bed and .tsv: the domain-scale differences.")
 @click.option("--min-difference", default=0.1, show_default=True, type=_FRACTION,
               help="A state is differential when its group levels differ by at least this much (DSS's delta), "
@@ -56,8 +56,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
               help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
 @click.option("--ignore-replicates", is_flag=True,
               help="Call what the model calls, without the replicates' test (by default a call needs its replicates "
-                   "to bear it out too: a quasi-binomial test of the samples' reads, Benjamini-Hochberg at --fdr; the "
-                   "tables' replicate_q).")
+                   "to bear it out too: a moderated t test of the samples' levels, weighted by their reads, at a "
+                   "one-sided p of 0.05; the tables' replicate_p).")
 @click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR (the domains' "
                                                  "BED and table are written empty, so no earlier run's are left "
                                                  "beside the DMRs).")
@@ -80,6 +80,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
     from ...io.store import open_store
     from ...io.rows import first_few
     from ..calls import partial_chromosomes
+    from ...learn.groups import REPLICATE_P
     from ..dmr import DmrJob, run_dmr, states_table
     from ..sheet import read_sheet
 
@@ -125,9 +126,9 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
                    f"can move", err=True)
     if any(outcome.unreplicated):
         left = " and ".join(f"{n:,} {what}" for n, what in zip(outcome.unreplicated, ("DMR(s)", "domain(s)")) if n)
-        click.echo(f"{left} that the model called are left out: their replicates do not bear them out (a "
-                   f"quasi-binomial test of the samples' reads, Benjamini-Hochberg q above {fdr:g}: the replicates "
-                   f"of a group differ more than reads do by chance); --ignore-replicates keeps them")
+        click.echo(f"{left} that the model called are left out: their replicates do not bear them out (a moderated "
+                   f"t test of the samples' levels, weighted by their reads: p above {REPLICATE_P:g}); "
+                   f"--ignore-replicates keeps them")
     carried = [(f"{n:,} of the {what}", str(table)) for what, regions, table in
                (("DMRs", dmrs, job.outputs[1]), ("domains", domains, job.outputs[3]))
                if (n := int(np.sum(regions.separation(outcome.groups) < 0)))]
@@ -135,7 +136,7 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
         which, tables = zip(*carried)
         # tested, they passed: their replicates cross on a small difference (say so, not "one carries them")
         why = "one replicate may carry them" if ignore_replicates else \
-            "small differences whose replicates' reads cross, yet bear them out as a whole (replicate_q)"
+            "small differences whose replicates' reads cross, yet bear them out as a whole (replicate_p)"
         click.echo(f"{' and '.join(which)} have a replicate of the lower group above one of the higher: {why} (a "
                    f"negative separation in {' and '.join(tables)})")
     if not outcome.targets.any:
