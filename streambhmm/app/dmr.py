@@ -16,7 +16,7 @@ overlaps no true difference. Regions are ranked by lfdr and called while the mea
 those called (the q-value: the FDR the model expects of the list, Newton et al. 2004) is at
 most --fdr. The model's lfdr weighs the groups' reads, not how their replicates agree, so a
 call is also tested on its replicates (learn.groups.replicate_pvalues: limma's moderated t on
-its samples' levels, with precision weights) and kept where its one-sided p-value is at most
+its samples' levels, with precision weights) and kept where its p-value is at most
 REPLICATE_P (--ignore-replicates: not applied).
 Focal DMRs and domains are two lists, each with its own q-values: a focal
 candidate in a called domain's direction, at least half of it inside the domain or near its
@@ -157,7 +157,7 @@ class RegionTable:
     def replicates_agree(self, groups: SampleGroups) -> np.ndarray:
         """Per region, whether its replicates bear its difference out: the precision-weighted
         moderated t test of learn.groups.replicate_pvalues (higher group against lower), its
-        one-sided p-value at most REPLICATE_P; a region it cannot test (one sample per group,
+        p-value at most REPLICATE_P; a region it cannot test (one sample per group,
         or a group without reads) passes. Sets ``replicate_p``. A check of each call, not a
         false discovery rate: the p-values are of the reads that made the calls."""
         high, low = self.compared(groups)

@@ -257,34 +257,37 @@ def qvalues(lfdr: np.ndarray) -> np.ndarray:
 
 # -- the replicates' test ----------------------------------------------------------------------
 MIN_PRIOR_REGIONS = 10  # regions with a variance of their own needed to estimate the prior
-REPLICATE_P = 0.05  # dmr: a call's replicates bear it out at this one-sided p-value or below
+REPLICATE_P = 0.05  # dmr: a call's replicates bear it out at this p-value or below (replicate_pvalues)
 OUTLIER_P = 0.05  # a variance this unlikely under the prior is a region's own (a replicate off its group)
 
 
 def replicate_pvalues(methylated: np.ndarray, coverage: np.ndarray, groups: SampleGroups, high: np.ndarray,
                       low: np.ndarray) -> np.ndarray:
-    """Per region, the one-sided p-value that group ``high[r]``'s level exceeds group
-    ``low[r]``'s, judged by how its replicates spread: limma's moderated t on the samples'
+    """Per region, the p-value that group ``high[r]``'s level differs from group ``low[r]``'s in
+    that direction, judged by how its replicates spread: limma's moderated t on the samples'
     levels with precision weights (as voom weighs counts), so each sample counts as a
     replicate, weighed by what its reads tell. ``methylated`` and ``coverage``: (R, S) reads
     of each sample in each region.
 
-    A sample's level is arcsine-square-root transformed, whose variance is about
-    (1 + (n - 1) rho) / 4n for n reads of a beta-binomial of overdispersion rho: a deep sample
-    weighs more, but no more than the spread between replicates allows, and one read weighs
-    little (rho: _overdispersion, from the regions' own replicates). The weighted residual
-    variance of a region (N - G degrees of freedom: its samples with reads, less their groups)
-    is shrunk towards a prior estimated from all the regions' (_variance_prior), but for a
-    region whose variance the prior makes implausible (the F tail below OUTLIER_P: a replicate
-    off its group), which keeps its own, on its own degrees of freedom. NaN where a group
-    compared has no reads, or where neither the region nor the prior gives a variance (one
-    sample per group)."""
+    A sample's level is Anscombe's arcsine-square-root of (m + 3/8) / (n + 3/4), whose
+    variance is about (1 + (n - 1) rho) / (4n + 2) for n reads of a beta-binomial of
+    overdispersion rho, down to one read: a deep sample weighs more, but no more than the
+    spread between replicates allows (rho: _overdispersion, from the regions' own
+    replicates). The weighted residual variance of a region (N - G degrees of freedom: its
+    samples with reads, less their groups) is shrunk towards a prior estimated from all the
+    regions' (_variance_prior), but for a region whose variance the prior makes implausible
+    (the F tail below OUTLIER_P: a replicate off its group), which keeps its own, on its own
+    degrees of freedom. The pair compared is the one the caller's call names, chosen from the
+    same reads, so the p-value is two-sided, times the number of pairs of groups (Bonferroni:
+    with three groups the highest against the lowest is one of three pairs); a difference
+    the other way gives 1. NaN where a group compared has no reads, or where neither the region
+    nor the prior gives a variance (one sample per group)."""
     methylated, coverage = np.asarray(methylated, np.float64), np.asarray(coverage, np.float64)
     read = coverage > 0
+    level = np.arcsin(np.sqrt(np.clip((methylated + 0.375) / (coverage + 0.75), 0.0, 1.0)))
+    rho = _overdispersion(methylated, coverage, groups)
     with np.errstate(invalid="ignore", divide="ignore"):
-        level = np.arcsin(np.sqrt(np.where(read, methylated / coverage, 0.0)))
-    rho = _overdispersion(level, coverage, groups)
-    weight = np.where(read, 4 * coverage / (1 + (coverage - 1) * rho), 0.0)
+        weight = np.where(read, (4 * coverage + 2) / (1 + (coverage - 1) * rho), 0.0)
     rows = np.arange(len(coverage))
     totals = np.zeros((len(rows), groups.n_groups))
     means = np.zeros_like(totals)
@@ -308,25 +311,31 @@ def replicate_pvalues(methylated: np.ndarray, coverage: np.ndarray, groups: Samp
         finite = np.where(np.isinf(prior_df), 0.0, prior_df)
         shrunk = np.where(np.isinf(prior_df), prior, (finite * prior + df * np.nan_to_num(variance)) / (finite + df))
         error = np.sqrt(shrunk * (1 / totals[rows, high] + 1 / totals[rows, low]))
-        p = stdtr(df + prior_df, -(means[rows, high] - means[rows, low]) / error)
+        one_sided = stdtr(df + prior_df, -(means[rows, high] - means[rows, low]) / error)
+    pairs = groups.n_groups * (groups.n_groups - 1) // 2
     testable = (with_reads[rows, high] > 0) & (with_reads[rows, low] > 0) & (df + prior_df > 0) & (error > 0)
-    return np.where(testable, p, np.nan)
+    return np.where(testable, np.minimum(2 * pairs * one_sided, 1.0), np.nan)
 
 
-def _overdispersion(level: np.ndarray, coverage: np.ndarray, groups: SampleGroups) -> float:
+def _overdispersion(methylated: np.ndarray, coverage: np.ndarray, groups: SampleGroups) -> float:
     """The replicates' overdispersion rho, by moments over every pair of samples of a group
-    with reads in a region: E[(y_s - y_t)^2] = v_s + v_t with v = (1 + (n - 1) rho) / 4n for
-    arcsine-root levels y of n reads; 0 without such pairs, at most 1."""
+    with reads in a region, on the levels x / n themselves (unbiased at any depth, where a
+    transformed level's mean moves with n): E[(x_s / n_s - x_t / n_t)^2] = p (1 - p) (1 / n_s
+    + 1 / n_t + rho ((n_s - 1) / n_s + (n_t - 1) / n_t)), p (1 - p) estimated from the pair's
+    pooled reads; 0 without such pairs, at most 1."""
     spread = sampling = excess = 0.0
     for g in range(groups.n_groups):
         members = groups.samples_of(g)
         for i, s in enumerate(members):
             for t in members[i + 1:]:
-                both = (coverage[:, s] > 0) & (coverage[:, t] > 0)
-                n_s, n_t = coverage[both, s], coverage[both, t]
-                spread += float(((level[both, s] - level[both, t]) ** 2).sum())
-                sampling += float((1 / n_s + 1 / n_t).sum()) / 4
-                excess += float(((n_s - 1) / n_s + (n_t - 1) / n_t).sum()) / 4
+                both = (coverage[:, s] > 0) & (coverage[:, t] > 0) & (coverage[:, s] + coverage[:, t] >= 2)
+                m_s, m_t, n_s, n_t = methylated[both, s], methylated[both, t], coverage[both, s], coverage[both, t]
+                total = n_s + n_t
+                pooled = (m_s + m_t) / total
+                spread_pq = pooled * (1 - pooled) * total / (total - 1)
+                spread += float(((m_s / n_s - m_t / n_t) ** 2).sum())
+                sampling += float((spread_pq * (1 / n_s + 1 / n_t)).sum())
+                excess += float((spread_pq * ((n_s - 1) / n_s + (n_t - 1) / n_t)).sum())
     return float(np.clip((spread - sampling) / excess, 0.0, 1.0)) if excess > 0 else 0.0
 
 

@@ -56,8 +56,8 @@ NO_REPLICATES = ("every group has one sample: nothing tells a difference between
               help="At most this many EM iterations per fit (fewer when an iteration gains less than 1e-6).")
 @click.option("--ignore-replicates", is_flag=True,
               help="Call what the model calls, without the replicates' test (by default a call needs its replicates "
-                   "to bear it out too: a moderated t test of the samples' levels, weighted by their reads, at a "
-                   "one-sided p of 0.05; the tables' replicate_p).")
+                   "to bear it out too: a moderated t test of the samples' levels, weighted by their reads, at p "
+                   "0.05; the tables' replicate_p).")
 @click.option("--no-domains", is_flag=True, help="No domain model: every candidate is a focal DMR (the domains' "
                                                  "BED and table are written empty, so no earlier run's are left "
                                                  "beside the DMRs).")
