@@ -27,6 +27,18 @@ class SampleSheet:
     groups: tuple
     lines: tuple
 
+    def same_files(self, records: dict) -> list[tuple[str, str]]:
+        """Pairs of the sheet's samples ingested from the same files (by their SHA-256, as the
+        store's provenance ``records`` give them): identical reads, no replicates of each other."""
+        seen, pairs = {}, []
+        for sample in self.samples:
+            files = (records.get(sample) or {}).get("files") or []
+            key = tuple(sorted(str(f.get("sha256")) for f in files if isinstance(f, dict)))
+            if key and key in seen:
+                pairs.append((seen[key], sample))
+            seen.setdefault(key, sample)
+        return pairs
+
     def check_samples(self, known: list, store) -> None:
         """Refuse a sample the store does not have, naming the sheet's line."""
         for sample, line in zip(self.samples, self.lines):

@@ -251,6 +251,24 @@ def small(tmp_path):
     return tmp_path, store.path.url, sheet
 
 
+def test_samples_ingested_from_the_same_files_are_said_not_to_be_replicates(tmp_path):
+    """An audit: a sample ingested twice under two names passed every call through the
+    replicates' test (alike by construction) without a word."""
+    sim = simulate_groups(LENGTH, 1, (2, 2), 2, domain=False, seed=9)
+    files = {s: {"files": [{"path": f"/data/{s}.cov.gz", "sha256": f"{i:064x}", "bytes": 10}]}
+             for i, s in enumerate(sim.samples)}
+    files[sim.samples[1]] = files[sim.samples[0]]  # A2 is A1's file again
+    store = write_store(tmp_path / "counts.zarr", sim.binned(), sim.samples, provenance=files)
+    sheet = tmp_path / "sheet.tsv"
+    sheet.write_text("sample\tgroup\n" + "".join(f"{s}\t{g}\n" for s, g in zip(sim.samples, sim.groups)))
+    result = run("dmr", store.path.url, "--groups", sheet, "--output", tmp_path / "dmr.bed", "-q")
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.output.splitlines() if "were ingested from the same files" in line]
+    assert said == [f"warning: samples {sim.samples[0]} and {sim.samples[1]} were ingested from the same files (the "
+                    f"same SHA-256): their reads are identical, so they are not replicates of each other, and the "
+                    f"calls and their replicates' test would count one sample twice"], result.output
+
+
 def test_chromosomes_without_a_samples_reads_and_samples_left_out_are_noted(tmp_path):
     """A chromosome that one replicate lacks (chrY, say) moves the calls elsewhere, as the model
     weighs it too; and a store's sample the sheet does not name is left out: both said (a

@@ -89,7 +89,13 @@ def dmr(store, sheet, group_column, output, min_difference, fdr, contrast, min_b
         raise click.UsageError("--groups and --chrom-sizes both read standard input; give one of them as a file")
     whole_sheet = read_sheet(sheet, group_column)
     sheet_read = whole_sheet.contrast(names(contrast, "--contrast"))
-    sheet_read.check_samples(open_store(store).samples, store)  # before any work; again under the lock
+    opened_before = open_store(store)
+    sheet_read.check_samples(opened_before.samples, store)  # before any work; again under the lock
+    for first, second in sheet_read.same_files(opened_before.meta.samples)[:3]:
+        # an audit's duplicated sample: replicates alike by construction pass the replicates' test
+        click.echo(f"warning: samples {first} and {second} were ingested from the same files (the same SHA-256): "
+                   f"their reads are identical, so they are not replicates of each other, and the calls and their "
+                   f"replicates' test would count one sample twice", err=True)
     settings = DmrSettings(min_difference=min_difference, background_states=background_states,
                            candidate_levels=max(1, background_states // 2), em_iter=em_iter,
                            max_gap=max_gap, min_bins=min_bins, domains=not no_domains,
