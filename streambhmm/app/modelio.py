@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import __version__
-from ..io.documents import Document, version_problem
+from ..io.documents import Document, version_problem, written_by
 from ..io.names import sample_name_problem
 from ..io.storage import Location
 from ..io.store import CountsStore
@@ -33,14 +33,8 @@ def model_head(command: str | None = None):
     record none. Each replaces only its own (a helper's audit: `hmr --save-model fitted.json`
     replaced a 3-state model of `fit`); the whole document is read, "call" being its last key."""
     def written_by_it(data: bytes) -> bool:
-        if not data.startswith(MODEL_HEAD):
-            return False
-        try:
-            document = json.loads(data)
-        except ValueError:
-            return False
-        call = document.get("call") if isinstance(document, dict) else None
-        return (call.get("command") if isinstance(call, dict) else None) == command
+        found = written_by(data) if data.startswith(MODEL_HEAD) else None
+        return found is not None and found[1] == command
     return written_by_it
 
 

@@ -3,6 +3,8 @@ read-only view of their JSON keys and the one version rule, as bio2zarr keeps it
 
 from __future__ import annotations
 
+import json
+
 
 class Document:
     """Base of a metadata document: :meth:`to_json` is the document as written; its keys
@@ -35,3 +37,18 @@ def version_problem(version, supported: int, oldest: int | None = None) -> str |
     if oldest is not None and version < oldest:
         return "older"
     return None
+
+
+def written_by(data: bytes) -> tuple[str, str | None] | None:
+    """(its "format", the command recorded under "call") of a JSON document given as its bytes
+    (a model: `hmr`'s and `pmd`'s --save-model record their command, `fit`'s none), or None for
+    bytes that are no JSON object."""
+    try:
+        document = json.loads(data)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    if not isinstance(document, dict):
+        return None
+    call = document.get("call")
+    command = call.get("command") if isinstance(call, dict) else None
+    return str(document.get("format")), command if isinstance(command, str) else None

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
+from .documents import written_by
 from .stops import STOPS
 
 _HEX = 12
@@ -140,13 +140,7 @@ def _replaceable(path, ours) -> bool:
     model, whose command is its last key)."""
     if _empty_file(path):
         return True
-    data = b""  # a link (never ours: not followed) or a file we cannot read is someone else's
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            data = os.read(fd, HEAD_BYTES) if not callable(ours) else _read_whole(fd)
-        finally:
-            os.close(fd)
+    data = _read_entry(path, None if callable(ours) else HEAD_BYTES)
     if callable(ours):
         return ours(data)
     pattern = re.compile(re.escape(ours)) if isinstance(ours, bytes) else ours
@@ -157,15 +151,24 @@ HEAD_BYTES = 1 << 20  # read to match what a file begins with (a track line, a t
 WHOLE_BYTES = 256 << 20  # read whole to tell it (a model of 45,000 contigs passes HEAD_BYTES)
 
 
-def _read_whole(fd: int) -> bytes:
-    """The file open as ``fd``, if it is a regular file of at most WHOLE_BYTES (else b"")."""
-    entry = os.fstat(fd)
-    if not stat.S_ISREG(entry.st_mode) or entry.st_size > WHOLE_BYTES:
-        return b""
-    parts = []
-    while piece := os.read(fd, 1 << 20):
-        parts.append(piece)
-    return b"".join(parts)
+def _read_entry(path, limit: int | None) -> bytes:
+    """The first ``limit`` bytes of the file at ``path`` (None: all of a regular file of at most
+    WHOLE_BYTES), b"" for a link (never followed) or a file that cannot be read: someone else's."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if limit is not None:
+                return os.read(fd, limit)
+            entry = os.fstat(fd)
+            if not stat.S_ISREG(entry.st_mode) or entry.st_size > WHOLE_BYTES:
+                return b""
+            parts = []
+            while piece := os.read(fd, 1 << 20):
+                parts.append(piece)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+    return b""
 
 
 def check_replaceable_file(path, ours, named_after=None) -> Path:
@@ -203,35 +206,16 @@ def check_replaceable_file(path, ours, named_after=None) -> Path:
 def _described(path) -> str:
     """What the file at ``path`` says it holds, as a refusal shows it: a BED's track line
     (another command's regions, or an older release's), or a JSON document of ours (a model:
-    its format, and the command that wrote it; `fit` records none); "" for other files."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            head = os.read(fd, 1024)
-            match = re.match(rb'track [^\n]*description="([^"\n]{1,200})', head)
-            if match:
-                return f" (its track line says: {match[1].decode(errors='replace')})"
-            if re.match(rb'{\s*"format": "streambhmm-', head):
-                os.lseek(fd, 0, os.SEEK_SET)
-                return _document_described(_read_whole(fd))
-        finally:
-            os.close(fd)
-    return ""
-
-
-def _document_described(data: bytes) -> str:
-    """" (a streambhmm-model written by `hmr`)" for a JSON document of ours: its format, and for
-    a model the command recorded under "call" (`fit`'s models record none)."""
-    with contextlib.suppress(ValueError):
-        document = json.loads(data)
-        if isinstance(document, dict):
-            call = document.get("call")
-            command = call.get("command") if isinstance(call, dict) else None
-            kind = str(document.get("format"))[:60]
-            if kind != "streambhmm-model":
-                return f" (a {kind})"
-            return f" (a model written by `{str(command)[:40] if command else 'fit'}`)"
-    return ""
+    the command that wrote it, io.documents.written_by; `fit` records none); "" for others."""
+    head = _read_entry(path, 1024)
+    match = re.match(rb'track [^\n]*description="([^"\n]{1,200})', head)
+    if match:
+        return f" (its track line says: {match[1].decode(errors='replace')})"
+    found = written_by(_read_entry(path, None)) if re.match(rb'{\s*"format": "streambhmm-', head) else None
+    if found is None:
+        return ""
+    kind, command = found
+    return f" (a model written by `{(command or 'fit')[:40]}`)" if kind == "streambhmm-model" else f" (a {kind[:60]})"
 
 
 def _is_read_only(path) -> bool:

@@ -307,9 +307,10 @@ def replicate_pvalues(methylated: np.ndarray, coverage: np.ndarray, groups: Samp
         ratio = np.nan_to_num(variance) / prior
         tail = chdtrc(df, df * ratio) if np.isinf(prior_df) else fdtrc(df, prior_df, ratio)
         outlier = (df > 0) & (prior > 0) & (tail < OUTLIER_P)
-        prior_df = np.where(outlier, 0.0, prior_df)  # per region now: an outlier's variance is its own
-        finite = np.where(np.isinf(prior_df), 0.0, prior_df)
-        shrunk = np.where(np.isinf(prior_df), prior, (finite * prior + df * np.nan_to_num(variance)) / (finite + df))
+        moderated = prior if np.isinf(prior_df) else \
+            (prior_df * prior + df * np.nan_to_num(variance)) / (prior_df + df)  # df 0: the prior alone
+        shrunk = np.where(outlier, variance, moderated)  # an outlier's variance is its own, on its own df
+        prior_df = np.where(outlier, 0.0, prior_df)
         error = np.sqrt(shrunk * (1 / totals[rows, high] + 1 / totals[rows, low]))
         one_sided = stdtr(df + prior_df, -(means[rows, high] - means[rows, low]) / error)
     pairs = groups.n_groups * (groups.n_groups - 1) // 2
@@ -340,10 +341,10 @@ def _overdispersion(methylated: np.ndarray, coverage: np.ndarray, groups: Sample
 
 
 def _variance_prior(variance: np.ndarray, df: np.ndarray) -> tuple[float, float]:
-    """(s0^2, d0): the scaled inverse chi-square prior of variances (or dispersions) on ``df``
-    degrees of freedom (limma's fitFDist by moments of log s^2: their mean gives s0^2, their
-    spread beyond sampling d0; d0 = inf when the spread is all sampling). (0, 0), no prior,
-    from fewer than MIN_PRIOR_REGIONS of them."""
+    """(s0^2, d0): the scaled inverse chi-square prior of variances on ``df`` degrees of
+    freedom (limma's fitFDist by moments of log s^2: their mean gives s0^2, their spread beyond
+    sampling d0; d0 = inf when the spread is all sampling). (0, 0), no prior, from fewer than
+    MIN_PRIOR_REGIONS of them."""
     own = np.isfinite(variance) & (df > 0)
     if own.sum() < MIN_PRIOR_REGIONS:
         return 0.0, 0.0
