@@ -49,6 +49,7 @@ from .sheet import SampleSheet
 DMR_TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
 DMR_TRACK_HEAD = track_head(rb'[^"\n]*s between [^"\n]*')  # and their BEDs (write_table)
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
+LFDR_RANK_DECIMALS = 10  # lfdr is ranked to 1e-10 (RegionTable.ranked)
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
 
 
@@ -198,9 +199,11 @@ class RegionTable:
                            None if self.replicate_p is None else self.replicate_p[index])
 
     def ranked(self, groups: SampleGroups) -> "RegionTable":
-        """Strongest evidence first: lfdr, then the larger area (bins x |difference|, DSS's areaStat in spirit)."""
+        """Strongest evidence first: lfdr, then the larger area (bins x |difference|, DSS's areaStat in spirit).
+        lfdr is ranked to 1e-10: below that its digits are rounding (1 minus a posterior near 1),
+        which moved with the chunk size and renamed the DMRs."""
         area = self.n_bins * np.nan_to_num(np.abs(self.differences(groups)))
-        return self.take(np.lexsort((self.start, -area, self.lfdr)))
+        return self.take(np.lexsort((self.start, -area, np.round(self.lfdr, LFDR_RANK_DECIMALS))))
 
 
 def _table(kind: str, rows: list, n_samples: int) -> RegionTable:

@@ -241,8 +241,23 @@ def test_the_chunking_changes_nothing(tmp_path):
         directory.mkdir()
         store, sheet, _ = simulated_store(directory, n_dmrs=10, domain=False, seed=7, chunk_size=chunk_size)
         assert run("dmr", store.path.url, "--groups", sheet, "--output", directory / "dmr.bed", "-q").exit_code == 0
-        tables.append([(c["chrom"], c["start"], c["end"], c["direction"]) for c in calls(directory / "dmr.tsv")])
+        tables.append([(c["name"], c["chrom"], c["start"], c["end"], c["direction"])
+                       for c in calls(directory / "dmr.tsv")])
     assert tables[0] == tables[1] and tables[0]
+
+
+def test_lfdrs_that_differ_by_rounding_rank_by_area():
+    """1 - a posterior near 1 keeps only its rounding: 1.58e-14 against 1.6e-14 moved with the
+    chunk size and renamed the DMRs (M3D). Such calls rank by their area, then place."""
+    from streambhmm.app.dmr import RegionTable
+    from streambhmm.learn.groups import SampleGroups
+
+    groups = SampleGroups.of(["A", "B"])
+    n_bins, lfdr = np.array([3, 5, 4, 2]), np.array([1.6e-14, 1.58e-14, 1.62e-14, 0.01])
+    methylated, coverage = np.array([[2, 18]] * 4, float), np.full((4, 2), 20.0)
+    table = RegionTable("DMR", ["chr1"] * 4, np.arange(4) * 1000, np.arange(4) * 1000 + 500, n_bins,
+                        ["gain"] * 4, np.ones(4), lfdr, lfdr, methylated, coverage)
+    assert table.ranked(groups).n_bins.tolist() == [5, 4, 3, 2]
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 store a commit leaves as zarr itself would describe it."""
 
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -292,3 +294,31 @@ def test_a_short_chunk_is_the_frame_zarr_writes(tmp_path, monkeypatch, cname, sh
             name = f"c/{index[0]}/{index[1]}"
             assert (mine / name).read_bytes() == (path / name).read_bytes(), (dtype, rows)
             np.testing.assert_array_equal(read_chunk(location, document, index), block)
+
+
+
+def test_the_same_counts_give_the_same_chunk_file_every_time(tmp_path):
+    # blosc's threads stored a frame's blocks in the order they finished, so the same chunk
+    # gave other bytes from one ingest to the next. zarr's import turns them off; ingest
+    # writes its chunks without importing zarr, so this runs in a process without it.
+    code = f"""
+import sys
+import numpy as np
+from numcodecs import blosc
+from streambhmm.io.storage import Location
+from streambhmm.io.store.nodes import write_chunk
+from streambhmm.io.store.schema import counts_document
+blosc.set_nthreads(4)
+values = np.where((np.arange(1_000_000) // 65_536) % 2 == 0,
+                  np.random.default_rng(0).integers(0, 30, 1_000_000), 0).astype(np.uint32)[:, None]
+root = Location({str(tmp_path)!r})
+files = set()
+for _ in range(20):
+    write_chunk(root, root / "counts", counts_document(1_000_000, 1, 1_000_000), (0, 0), values)
+    files.add((root / "counts" / "c" / "0" / "0").read_bytes())
+assert "zarr" not in sys.modules
+print(len(files))
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["1"]

@@ -19,7 +19,12 @@ import os
 import threading
 
 import numpy as np
-from numcodecs import Blosc, Zstd
+from numcodecs import Blosc, Zstd, blosc
+
+# One blosc thread per frame: its threads store a frame's blocks in the order they finish, so
+# the same counts gave chunk files that differed byte for byte from one ingest to the next.
+# (numcodecs already compresses single-threaded outside the main thread, as zarr's codecs run.)
+blosc.use_threads = False
 
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..storage import Location
@@ -149,7 +154,7 @@ def _encoded(compressor, chunk: np.ndarray, used: int, fill) -> bytes:
     contig's chunk is the blosc frame of its leading blocks followed by the fill value's blocks,
     compressed once per kind of chunk: encoding 4 MB of fill cost 2-4 ms a chunk, most of an
     assembly's ingest (several chunks a contig). The same blocks, the same header, so the same
-    frame as blosc writes (its threads may store the blocks in another order)."""
+    frame as blosc writes."""
     if not isinstance(compressor, Blosc) or used >= chunk.size:
         return compressor.encode(chunk)
     config = {k: v for k, v in compressor.get_config().items() if k != "id"}
