@@ -101,7 +101,8 @@ def test_outputs_are_what_users_load(planted):
     starts = [(f[0], int(f[1])) for f in bed]
     assert starts == sorted(starts)  # genome order; the table is ranked
     lfdr = [c["lfdr"] for c in table]
-    assert lfdr == sorted(lfdr) and [c["rank"] for c in table] == [str(k + 1) for k in range(len(table))]
+    ranked = np.round(lfdr, 10)  # lfdr's last digits are rounding, ranked by area (RegionTable.ranked)
+    assert (np.diff(ranked) >= 0).all() and [c["rank"] for c in table] == [str(k + 1) for k in range(len(table))]
     first = table[0]
     assert {f"level_{s}" for s in sim.samples} | {"level_A", "level_B"} <= set(first)
     assert np.isclose(float(first["level_B"]) - float(first["level_A"]), first["difference"], atol=1e-3)
