@@ -10,6 +10,7 @@ progresses. In process there is no worker to lose: a wait lasts until the tasks 
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,7 @@ class Waiter:
         self._start = self._progress = self._looked = time.monotonic()
         self._running = None  # the tasks each worker ran at the last look ({}: the scheduler had no worker)
         self._unanswered = False  # the scheduler did not answer the last look
+        self._told_no_worker = False
 
     def as_completed(self):
         """The futures as they finish (their results: result())."""
@@ -109,6 +111,11 @@ class Waiter:
             self._unanswered = running is None
             if running is not None and running != self._running:
                 self._running, self._progress = running, now
+            if running == {} and not self._told_no_worker:  # said at once, even when quiet: nothing can run
+                self._told_no_worker = True
+                address = self.client.scheduler.address
+                print(f"note: the Dask scheduler at {address} has no worker; waiting up to {self.bound:g} s for one, "
+                      f"for {self.what} (start one: `dask worker {address}`)", file=sys.stderr, flush=True)
         idle = now - self._progress
         if idle > self.bound:
             address = self.client.scheduler.address

@@ -118,9 +118,10 @@ def test_the_progress_of_one_value_ends_with_every_part_done(monkeypatch, capsys
     assert lines and lines[-1].startswith("the sum: 3/3 (100%)"), lines
 
 
-def test_a_scheduler_without_workers_or_silent_is_named_as_such_when_the_wait_ends():
+def test_a_scheduler_without_workers_or_silent_is_named_as_such_when_the_wait_ends(capsys):
     """A scheduler with no worker ran nothing for the whole wait, and the message said a worker
-    might be stopped or hung (a helper's audit): it now says there is none, and how to start one."""
+    might be stopped or hung (a helper's audit): it now says there is none, and how to start one.
+    It is said at the first look too, once: a quiet command waited 300 s without a word."""
     from distributed import Client, LocalCluster
 
     from streambhmm.io.tasks import ClusterStalled
@@ -130,6 +131,9 @@ def test_a_scheduler_without_workers_or_silent_is_named_as_such_when_the_wait_en
         with pytest.raises(ClusterStalled, match=f"the Dask scheduler at {cluster.scheduler_address} has no worker. "
                                                  f"Start some .`dask worker {cluster.scheduler_address}`."):
             list(Waiter(client, [future], "a sum", bound=3.0).as_completed())  # a look every 2 s
+        told = [line for line in capsys.readouterr().err.splitlines() if "has no worker" in line]
+        assert told == [f"note: the Dask scheduler at {cluster.scheduler_address} has no worker; waiting up to 3 s "
+                        f"for one, for a sum (start one: `dask worker {cluster.scheduler_address}`)"]
         # a stopped scheduler (SIGSTOP) answers no look, and the message blamed the workers (a
         # helper's trial): it names the scheduler
         waiter = Waiter(client, [future], "a sum", bound=3.0)
