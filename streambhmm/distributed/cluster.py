@@ -118,9 +118,20 @@ def is_small(store, bin_size: int | None = None) -> bool:
     return opened.n_covered_cells(factor) <= limit
 
 
+def _check_workers_reach(paths, address: str | None) -> None:
+    """Refuse a memory:// store where worker processes do the work: fsspec's memory is each
+    process's own, so the workers wrote into theirs and the command reported work it did not
+    keep (a helper's audit)."""
+    for path in paths:
+        if str(path).startswith("memory://"):
+            where = f"the workers of the Dask scheduler at {address}" if address else "the embedded cluster's workers"
+            raise ValueError(f"{str(path)[:200]}: a memory:// store lives in this process's memory, which {where} "
+                             f"do not share; give a directory or a URL they all reach")
+
+
 @contextlib.contextmanager
 def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_lost: str = "",
-                in_process: bool = False, quiet: bool = False):
+                in_process: bool = False, quiet: bool = False, shared=()):
     """A distributed Client: to ``scheduler`` if given (or in the environment), otherwise
     to a LocalCluster of one single-threaded worker process per core; or with
     ``in_process`` an io.tasks.InProcessClient running the tasks here, a thread per core.
@@ -129,8 +140,11 @@ def dask_client(scheduler: str | None = None, n_workers: int | None = None, if_l
     Losing the scheduler raises :class:`SchedulerLost`, a stalled computation
     :class:`ClusterStalled`, workers dying on a task over and over (KilledWorker: most
     likely memory) :class:`ClusterError`, their messages ending with ``if_lost`` (what the
-    user keeps); a worker killed once is not an error: the scheduler reruns its tasks."""
+    user keeps); a worker killed once is not an error: the scheduler reruns its tasks.
+    ``shared``: the stores the workers read or write (a memory:// one is refused unless in process)."""
     address = scheduler_address(scheduler)
+    if address or not in_process:
+        _check_workers_reach(shared, address)
     quiet_interrupted_sync()
     if address:
         client_of = _external_client(address, quiet)
@@ -327,7 +341,7 @@ class OpenedStore:
 
 @contextlib.contextmanager
 def store_session(path, scheduler: str | None = None, write: bool = False, dask: bool = True, if_lost: str = "",
-                  bin_size: int | None = None, em: bool = False, quiet: bool = False):
+                  bin_size: int | None = None, em: bool = False, quiet: bool = False, outputs=()):
     """Open the counts store at ``path`` for a command. Where the work runs is decided here,
     once: on the scheduler when one is given, else in this process (an embedded cluster of
     worker processes with $STREAMBHMM_IN_PROCESS_MAX=0); ``dask`` False: no client. ``em``: the
@@ -341,12 +355,15 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
     given scheduler is connected to first, so an unreachable one never holds the lock; an
     embedded cluster starts under the lock, sized to the store as it is then (a store that
     cannot be read is refused by the command, in process, without starting one). ``quiet``:
-    no progress line while a given scheduler is connected to."""
+    no progress line while a given scheduler is connected to. ``outputs``: stores the tasks write
+    besides the counts store (dask_client's ``shared``)."""
     from ..io.store import locked
 
     external = bool(dask and scheduler_address(scheduler))
     with contextlib.ExitStack() as stack:
-        client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, quiet=quiet)) if external else None
+        shared = (path, *outputs)
+        client = stack.enter_context(dask_client(scheduler, if_lost=if_lost, quiet=quiet, shared=shared)) \
+            if external else None
         stack.enter_context(locked(path, shared=not write))
         em_in_memory = False
         if dask and not external:
@@ -356,7 +373,8 @@ def store_session(path, scheduler: str | None = None, write: bool = False, dask:
             # readable store counts as small: it is refused here
             small = (em or not in_process) and is_small(path, bin_size)
             em_in_memory = em and small
-            client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=small or in_process))
+            client = stack.enter_context(dask_client(None, if_lost=if_lost, in_process=small or in_process,
+                                                     shared=shared))
         yield OpenedStore(path, client, em_in_memory)
 
 

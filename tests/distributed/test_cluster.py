@@ -529,3 +529,16 @@ os.rmdir({str(scratch)!r})  # the TemporaryDirectory's removal, before the exit
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
     assert not scratch.exists()
+
+
+def test_a_memory_store_is_refused_where_worker_processes_would_write_it():
+    """fsspec's memory is each process's own: on a scheduler's workers `moments -o memory://...`
+    reported partials it did not keep, and `batch` ingested samples its groups then lacked."""
+    from streambhmm.distributed.cluster import dask_client
+
+    for scheduler, in_process in (("tcp://127.0.0.1:1", False), (None, False)):
+        with pytest.raises(ValueError, match="memory://m.zarr: a memory:// store lives in this process's memory"):
+            with dask_client(scheduler, in_process=in_process, shared=["/tmp/counts.zarr", "memory://m.zarr"]):
+                pass
+    with dask_client(None, in_process=True, shared=["memory://m.zarr"]) as client:  # the tasks share this process
+        assert client.compute([dask.delayed(sum)([1, 2])])[0].result() == 3

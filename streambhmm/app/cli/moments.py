@@ -57,7 +57,7 @@ def moments_compute(store, output, samples, n_bins, block_size, pooled, feature,
     sample_list = names(samples, "--samples")
     kept = f"The partials finished so far are kept in {output}; rerun this command to resume from them."
     spec = FeatureSpec(feature, n_bins, projection_dim, pooled=pooled, block_size=block_size)
-    with store_session(store, scheduler, if_lost=kept, quiet=quiet) as opened, \
+    with store_session(store, scheduler, if_lost=kept, quiet=quiet, outputs=(output,)) as opened, \
             stage(f"moments of {store}", quiet=quiet, unit="partials") as progress:
         report = update_moments(opened.store, output, opened.client, spec, sample_list, progress=progress)
     click.echo(f"{output}: computed {report.computed} partial(s), reused {report.reused}, "

@@ -42,7 +42,7 @@ def batch(manifest, workdir, n_bins, bin_size, context, chunk_size, pooled, feat
     echo = (lambda message: None) if quiet else printed(click.echo)
     warn = printed(lambda message: click.echo(message, err=True))  # with --quiet too
     kept = f"Finished samples and partials are kept in {workdir}; rerun this command to resume."
-    with dask_client(scheduler, if_lost=kept, quiet=quiet) as client, \
+    with dask_client(scheduler, if_lost=kept, quiet=quiet, shared=(workdir,)) as client, \
             stage("batch", quiet=quiet, unit="steps") as shown:
         summary = run_batch(manifest, workdir, client, n_bins, bin_size, context, chunk_size,
                             echo=echo, warn=warn, progress=shown, options=options, pooled=pooled,
