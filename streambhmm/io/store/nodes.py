@@ -21,16 +21,16 @@ import threading
 import numpy as np
 from numcodecs import Blosc, Zstd, blosc
 
-# One blosc thread per frame: its threads store a frame's blocks in the order they finish, so
-# the same counts gave chunk files that differed byte for byte from one ingest to the next.
-# (numcodecs already compresses single-threaded outside the main thread, as zarr's codecs run.)
-blosc.use_threads = False
-
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..storage import Location
 from .schema import StoreError
 
 BLOSC_SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2}
+
+# One blosc thread per frame: its threads store a frame's blocks in the order they finish, so
+# the same counts gave chunk files that differed byte for byte from one ingest to the next.
+# (numcodecs already compresses single-threaded outside the main thread, as zarr's codecs run.)
+blosc.use_threads = False
 
 
 def why(exc: BaseException) -> str:
