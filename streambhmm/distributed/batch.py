@@ -7,7 +7,7 @@ per group up to date (the samples of a group are fitted jointly).
     WORKDIR/.batch.lock             held by the running batch (which it names): a second is refused
 
 Every sample is ingested by a Dask task of its own, all at once (samples of one store
-write their own columns; their commits take turns); on stores at URLs, which have no lock,
+write their own columns; their commits take turns, in the manifest's order); on stores at URLs, which have no lock,
 a group's samples go in one after another. A group's moment pass starts as soon as its
 samples are in, so the chunks of all genomes share the cluster. A failed sample is reported with its
 cause and leaves everything else in place; its group's moments are not updated, since
@@ -58,6 +58,7 @@ INGEST_BYTES_PER_SECOND = 1_000_000
 # A stopped batch waits this long for its running ingests to stop (each checks as it hashes and
 # reads its files, and before its commit point), so that none stores a sample after the command ends
 STOP_WAIT_SECONDS = 30.0
+TURN_POLL_SECONDS = 0.5  # how often a commit waiting for its turn looks for a stop
 STOP_GRACE_SECONDS = 0.5  # for tasks no worker runs: the client hears of one that just finished
 
 
@@ -189,15 +190,51 @@ def stop_check(stop: str | None):
     return check
 
 
+def done_event(run: str, index: int) -> str:
+    """The Event the command sets once the ingest of the manifest's ``index``-th row is over."""
+    return f"streambhmm-batch-done-{run}-{index}"
+
+
+def commit_turn(before: tuple[str, ...], stop: str | None):
+    """In a task: a wait, before the store's lock is taken for the commit, until the Events
+    ``before`` (the samples listed before this one in its group) are set, so that a group's
+    samples take their columns in the manifest's order whichever ingest ends first (three runs
+    of one manifest gave three orders, and a command on the store without --samples other
+    results). While it waits the task leaves the worker's thread pool (distributed.secede), so
+    it never holds a thread that an earlier sample's ingest needs. A stop ends the wait."""
+    if not before:
+        return lambda: None
+    from distributed import Event, rejoin, secede
+
+    check = stop_check(stop)
+
+    def wait() -> None:
+        secede()
+        try:
+            for name in before:
+                event = Event(name)
+                while True:
+                    check()
+                    try:
+                        if event.wait(TURN_POLL_SECONDS):
+                            break
+                    except OSError:  # the scheduler out of reach for a moment: look again
+                        time.sleep(TURN_POLL_SECONDS)
+        finally:
+            rejoin()
+    return wait
+
+
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
                   options: ReadOptions | None = None, stop: str | None = None, run: str | None = None,
-                  quiet: bool = False) -> SampleResult:
+                  quiet: bool = False, before: tuple[str, ...] = ()) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
     raised, so the group's other samples still go in. Once the command sets the Event named
     ``stop``, the ingest ends before its commit point (status "stopped"). ``run`` names the
     batch run: the task run again after its worker was lost finds the sample stored by its
     first try, in this run, and says "ingested", not "unchanged". A wait for the store's lock
-    is said naming the sample, unless ``quiet``."""
+    is said naming the sample, unless ``quiet``. The commit waits for the Events ``before``
+    (commit_turn)."""
     start = time.perf_counter()
     notes = []
     holders = LOCK_WAIT.set(LockWait(f"another sample of this batch's group {row.group} (or another streambhmm command)",
@@ -205,7 +242,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
                         chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop),
-                        run=run)
+                        run=run, turn=commit_turn(before, stop))
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -325,6 +362,7 @@ class _BatchRun:
         self.echo, self.warn, self.progress, self.options, self.quiet = echo, warn, progress, options, quiet
         self.notes_said: dict[str, str] = {}  # an ingest note, without its sample -> the first sample it was said of
         self.groups: dict[str, list[ManifestRow]] = {}
+        self.index = {row: i for i, row in enumerate(rows)}
         for row in rows:
             self.groups.setdefault(row.group, []).append(row)
         self.summary = BatchSummary(groups=[GroupResult(g, [r.sample for r in members])
@@ -345,6 +383,7 @@ class _BatchRun:
         try:
             for future in ingests.as_completed():
                 group, group_rows = futures[future]
+                self.ingest_over(group_rows)
                 results = self.ingested(ingests, future, group, group_rows)
                 with self.lock:
                     self.record(group, results)
@@ -365,10 +404,27 @@ class _BatchRun:
             pool.shutdown(wait=not self.stopped.is_set(), cancel_futures=self.stopped.is_set())
         for thread in running:
             thread.result()  # re-raise a lost scheduler
+        self.forget_turns()
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
         self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
         (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))  # locally through a temporary
         return self.summary
+
+    def ingest_over(self, rows) -> None:
+        """The ingests of ``rows`` are over (stored, failed or stopped): the commits waiting
+        for them go on (commit_turn). Set by the command, which sees every end, a task's death too."""
+        from distributed import Event
+
+        for row in rows:
+            Event(done_event(self.run_id, self.index[row]), client=self.client).set()
+
+    def forget_turns(self) -> None:
+        """Every ingest is over: the scheduler drops their Events (an Event cleared without
+        waiters is deleted), which a long-lived one would otherwise keep."""
+        from distributed import Event
+
+        for row in self.rows:
+            Event(done_event(self.run_id, self.index[row]), client=self.client).clear()
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their
@@ -416,9 +472,12 @@ class _BatchRun:
         settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop, self.run_id, self.quiet)
         for g in self.summary.groups:
             store = (self.workdir / g.group / "counts.zarr").url
-            if self.workdir.is_local:
-                futures.update({self.client.submit(ingest_sample, row, store, *settings, pure=False): (g, [row])
-                                for row in self.groups[g.group]})
+            if self.workdir.is_local:  # each commit waits for those of the group's samples listed before it
+                rows = self.groups[g.group]
+                futures.update({self.client.submit(ingest_sample, row, store, *settings,
+                                                   tuple(done_event(self.run_id, self.index[r]) for r in rows[:k]),
+                                                   pure=False): (g, [row])
+                                for k, row in enumerate(rows)})
             else:
                 futures[self.client.submit(ingest_group, self.groups[g.group], store, *settings, pure=False)] = \
                     (g, self.groups[g.group])

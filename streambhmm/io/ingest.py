@@ -147,7 +147,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
            chunk_size: int | None = None, echo: Callable[[str], None] = lambda message: None,
            progress: Callable[..., None] = lambda done, total, note=None: None,
            options: ReadOptions | None = None, stop_check: Callable[[], None] = lambda: None,
-           run: str | None = None) -> IngestReport:
+           run: str | None = None, turn: Callable[[], None] = lambda: None) -> IngestReport:
     """Add (or replace) ``sample`` in the counts store ``store`` from replicate ``files``.
 
     ``echo`` receives messages for the user; ``progress(done, total, note)`` the bytes of
@@ -158,6 +158,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
     ingest with nothing stored (batch's stop, which reaches its tasks on other processes).
     ``run`` names the command run that stores the sample (batch's: a task run again after its
     worker was lost finds the sample its first try stored, and says which run stored it).
+    ``turn()`` is called once the sample is staged, before the store's lock is taken for the
+    commit (batch's: its samples take their columns in the manifest's order).
     """
     files = _checked_arguments(files, sample, bin_size)
     options = options or ReadOptions()
@@ -234,6 +236,7 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
             echo(f"note: {deep}")
         report.n_bins = writer.covered_bins
         report.left_out = tally
+        turn()
         report.replaced = writer.commit(sample, {
             **provenance, "rows": report.n_rows, "unmethylated_rows": report.n_unmethylated_rows,
             "file_rows": report.file_rows,

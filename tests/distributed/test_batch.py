@@ -394,3 +394,29 @@ def test_a_task_run_again_after_its_worker_was_lost_says_ingested(tmp_path):
     assert first.n_bins > 0 and again.n_bins == later.n_bins == first.n_bins  # (an unchanged one said 0)
     assert again.notes == ("sample ok: stored by this run's first try of its task, whose worker was lost before it "
                            "reported",) and later.notes == ()
+
+
+@pytest.mark.slow
+def test_a_groups_samples_take_their_columns_in_the_manifests_order(tmp_path, monkeypatch):
+    """Found by an audit: a group's samples took their columns in the order their ingests
+    ended, so three runs of one manifest gave three stores, and `fit` or `hmr` on the store
+    without --samples three results. A commit now waits for those listed before it."""
+    from distributed import Client, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+
+    real_ingest = batch.ingest
+
+    def first_is_slowest(files, sample, *args, **kwargs):
+        time.sleep({"H1": 3.0, "IMR90": 1.5}.get(sample, 0.0))
+        return real_ingest(files, sample, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "ingest", first_is_slowest)  # the workers are threads of this process
+    rows = {name: ("g", *GOOD[name][1:]) for name in ("H1", "IMR90", "ok")}
+    manifest = write_manifest(tmp_path / "manifest.tsv", rows)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        summary = batch.run_batch(manifest, tmp_path / "work", client, n_bins=8)
+        assert not summary.failed
+        assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["events"]._events)) == 0
+    assert open_store(tmp_path / "work" / "g" / "counts.zarr").samples == ["H1", "IMR90", "ok"]
