@@ -207,6 +207,7 @@ def commit_turn(before: tuple[str, ...], stop: str | None):
     from distributed import Event, rejoin, secede
 
     check = stop_check(stop)
+    task = _running_task()
 
     def wait() -> None:
         secede()
@@ -215,6 +216,9 @@ def commit_turn(before: tuple[str, ...], stop: str | None):
                 event = Event(name)
                 while True:
                     check()
+                    if task is not None and task() in (None, "cancelled", "released", "forgotten"):
+                        # the command that submitted it is gone (its client closed): nobody sets the Events
+                        raise BatchStopped("the batch's command is gone")
                     try:
                         if event.wait(TURN_POLL_SECONDS):
                             break
@@ -223,6 +227,22 @@ def commit_turn(before: tuple[str, ...], stop: str | None):
         finally:
             rejoin()
     return wait
+
+
+def _running_task():
+    """In a task: a function giving its state on the worker (None: forgotten); None outside a worker."""
+    from distributed import get_worker
+    from distributed.worker import thread_state
+
+    try:
+        worker, key = get_worker(), thread_state.key
+    except (ValueError, AttributeError):
+        return None
+
+    def state():
+        task = worker.state.tasks.get(key)
+        return None if task is None else task.state
+    return state
 
 
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,

@@ -420,3 +420,35 @@ def test_a_groups_samples_take_their_columns_in_the_manifests_order(tmp_path, mo
         assert not summary.failed
         assert client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.extensions["events"]._events)) == 0
     assert open_store(tmp_path / "work" / "g" / "counts.zarr").samples == ["H1", "IMR90", "ok"]
+
+
+
+@pytest.mark.slow
+def test_a_commit_waiting_for_its_turn_ends_when_the_command_is_gone(tmp_path):
+    """A task outlives a command killed with -9 on a scheduler of its own: one waiting for the
+    Events that only the command sets would wait forever on its worker. It ends, storing nothing."""
+    from distributed import Client, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+
+    row = batch.ManifestRow("B", "g", "auto", (str(DATA / "bsseq_bismark.cov.gz"),), 2)
+    store = tmp_path / "g" / "counts.zarr"
+    store.parent.mkdir()
+    staged = (lambda: [p for p in store.parent.iterdir() if p.name.startswith("counts.zarr.")])
+    busy = (lambda dask_worker: dask_worker.state.executing_count + len(dask_worker.state.long_running))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        client = Client(cluster)
+        waiting = client.submit(batch.ingest_sample, row, str(store), 100, "CG", None, None, None, "run", True,
+                                ("an Event nobody sets",), pure=False)
+        deadline = time.monotonic() + 60
+        while not staged() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        assert staged() and not store.exists() and not waiting.done()  # staged, waiting for its turn
+        client.close()  # as the command's death closes its connection
+        with Client(cluster) as other:
+            deadline = time.monotonic() + 20
+            while sum(other.run(busy).values()) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sum(other.run(busy).values()) == 0
+    assert not store.exists() and staged() == []
