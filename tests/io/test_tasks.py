@@ -126,7 +126,7 @@ def test_a_scheduler_without_workers_or_silent_is_named_as_such_when_the_wait_en
 
     from streambhmm.io.tasks import ClusterStalled
 
-    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, Client(cluster) as client:
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster, Client(cluster) as client:
         future = client.submit(sum, [1, 2])
         with pytest.raises(ClusterStalled, match=f"the Dask scheduler at {cluster.scheduler_address} has no worker. "
                                                  f"Start some .`dask worker {cluster.scheduler_address}`."):
