@@ -49,8 +49,8 @@ from .sheet import SampleSheet
 DMR_TABLE_HEAD = b"rank\tname\tchrom\tstart\tend\t"  # how the DMRs' (and domains') tables begin
 DMR_TRACK_HEAD = track_head(rb'[^"\n]*s between [^"\n]*')  # and their BEDs (write_table)
 COLOURS = {"gain": "215,48,39", "loss": "69,117,180", "differs": "118,42,131"}  # red, blue, purple
-LFDR_RANK_DECIMALS = 10  # lfdr is ranked to 1e-10 (RegionTable.ranked)
 DOMAIN_COLOURS = {"gain": "244,165,130", "loss": "146,197,222", "differs": "194,165,207"}  # lighter
+LFDR_RANK_DECIMALS = 10  # lfdr is ranked to 1e-10 (RegionTable.ranked)
 
 
 # -- the job ----------------------------------------------------------------------------------

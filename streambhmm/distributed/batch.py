@@ -58,7 +58,10 @@ INGEST_BYTES_PER_SECOND = 1_000_000
 # A stopped batch waits this long for its running ingests to stop (each checks as it hashes and
 # reads its files, and before its commit point), so that none stores a sample after the command ends
 STOP_WAIT_SECONDS = 30.0
-TURN_POLL_SECONDS = 0.5  # how often a commit waiting for its turn looks for a stop
+# How often a commit waiting for its turn looks whether the command is gone; a stop wakes it at
+# once (the command sets the Events it waits for). At 0.5 s, 384 waiting samples kept the
+# scheduler and workers busy answering: each commit took twice as long.
+TURN_POLL_SECONDS = 10.0
 STOP_GRACE_SECONDS = 0.5  # for tasks no worker runs: the client hears of one that just finished
 
 
@@ -172,17 +175,22 @@ def read_batch_manifest(path) -> list[ManifestRow]:
 
 def stop_check(stop: str | None):
     """In a task: a check that raises BatchStopped once the batch's command has set the
-    distributed Event named ``stop`` (None: no check). A scheduler out of reach for a moment
-    does not fail the ingest: it goes on, as it did before the check."""
-    if stop is None:
+    distributed Event named ``stop`` (None: no Event), or has gone: its client closed, so the
+    scheduler let go of the task (after a kill -9 an ingest stored its sample all the same).
+    A scheduler out of reach for a moment does not fail the ingest: it goes on, as it did
+    before the check. Outside a worker, and with no Event, nothing is checked."""
+    task = _running_task()
+    if stop is None and task is None:
         return lambda: None
     from distributed import Event
 
-    event = Event(stop)  # on the worker's client
+    event = Event(stop) if stop is not None else None  # on the worker's client
 
     def check() -> None:
+        if task is not None and task() in (None, "cancelled", "released", "forgotten"):
+            raise BatchStopped("the batch's command is gone")
         try:
-            stopped = event.is_set()
+            stopped = event is not None and event.is_set()
         except OSError:  # distributed's CommClosedError, a connection's timeout
             return
         if stopped:
@@ -191,42 +199,56 @@ def stop_check(stop: str | None):
 
 
 def done_event(run: str, index: int) -> str:
-    """The Event the command sets once the ingest of the manifest's ``index``-th row is over."""
+    """The Event set once the ingests of the manifest's ``index``-th row and of every row
+    listed before it in its group are over: the next row of the group may commit."""
     return f"streambhmm-batch-done-{run}-{index}"
 
 
-def commit_turn(before: tuple[str, ...], stop: str | None):
-    """In a task: a wait, before the store's lock is taken for the commit, until the Events
-    ``before`` (the samples listed before this one in its group) are set, so that a group's
-    samples take their columns in the manifest's order whichever ingest ends first (three runs
-    of one manifest gave three orders, and a command on the store without --samples other
-    results). While it waits the task leaves the worker's thread pool (distributed.secede), so
-    it never holds a thread that an earlier sample's ingest needs. A stop ends the wait."""
-    if not before:
-        return lambda: None
-    from distributed import Event, rejoin, secede
+class CommitTurn:
+    """In a task: the wait, before the store's lock is taken for the commit, until the Event
+    ``after`` (the sample listed right before this one in its group, and all before it, are
+    over) is set, so that a group's samples take their columns in the manifest's order
+    whichever ingest ends first (three runs of one manifest gave three orders, and a command
+    on the store without --samples other results). While it waits the task leaves the
+    worker's thread pool (distributed.secede), so it never holds a thread that an earlier
+    sample's ingest needs. A stop ends the wait. Once the sample's ingest is over, its own
+    Event ``done`` is set by the task (``over``), which saves the chain a round trip through
+    the command; the command sets it too, as it sees every end, a task's death included."""
 
-    check = stop_check(stop)
-    task = _running_task()
+    def __init__(self, after: str | None, done: str | None, stop: str | None):
+        self.after, self.done, self.stop = after, done, stop
+        self.taken = False  # the wait is over: every sample listed before this one is over
 
-    def wait() -> None:
+    def __call__(self) -> None:
+        if self.after is not None:
+            self._wait()
+        self.taken = True
+
+    def _wait(self) -> None:
+        from distributed import Event, rejoin, secede
+
+        check, event = stop_check(self.stop), Event(self.after)
         secede()
         try:
-            for name in before:
-                event = Event(name)
-                while True:
-                    check()
-                    if task is not None and task() in (None, "cancelled", "released", "forgotten"):
-                        # the command that submitted it is gone (its client closed): nobody sets the Events
-                        raise BatchStopped("the batch's command is gone")
-                    try:
-                        if event.wait(TURN_POLL_SECONDS):
-                            break
-                    except OSError:  # the scheduler out of reach for a moment: look again
-                        time.sleep(TURN_POLL_SECONDS)
+            while True:
+                check()
+                try:
+                    if event.wait(TURN_POLL_SECONDS):
+                        check()  # a stop sets it too
+                        return
+                except OSError:  # the scheduler out of reach for a moment: look again
+                    time.sleep(TURN_POLL_SECONDS)
         finally:
             rejoin()
-    return wait
+
+    def over(self) -> None:
+        """The sample's ingest is over: once its turn was taken, the next sample's may come."""
+        if not (self.taken and self.done):
+            return
+        from distributed import Event
+
+        with contextlib.suppress(OSError):  # the command sets it too
+            Event(self.done).set()
 
 
 def _running_task():
@@ -247,22 +269,23 @@ def _running_task():
 
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
                   options: ReadOptions | None = None, stop: str | None = None, run: str | None = None,
-                  quiet: bool = False, before: tuple[str, ...] = ()) -> SampleResult:
+                  quiet: bool = False, after: str | None = None, done: str | None = None) -> SampleResult:
     """Dask task: ingest one sample into its group's store. A failure is recorded, not
     raised, so the group's other samples still go in. Once the command sets the Event named
     ``stop``, the ingest ends before its commit point (status "stopped"). ``run`` names the
     batch run: the task run again after its worker was lost finds the sample stored by its
     first try, in this run, and says "ingested", not "unchanged". A wait for the store's lock
-    is said naming the sample, unless ``quiet``. The commit waits for the Events ``before``
-    (commit_turn)."""
+    is said naming the sample, unless ``quiet``. The commit waits for the Event ``after``; the
+    Event ``done`` says the sample is over (CommitTurn)."""
     start = time.perf_counter()
     notes = []
     holders = LOCK_WAIT.set(LockWait(f"another sample of this batch's group {row.group} (or another streambhmm command)",
                                      f"batch: sample {row.sample}", quiet))
+    turn = CommitTurn(after, done, stop)
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
                         chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop),
-                        run=run, turn=commit_turn(before, stop))
+                        run=run, turn=turn)
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -270,6 +293,7 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                             error=_error_text(exc))
     finally:
         LOCK_WAIT.reset(holders)
+        turn.over()
     this_run = report.unchanged and run is not None and report.stored_by == run
     if report.unchanged:  # (ingest's note says so, as the status does)
         notes = []
@@ -392,6 +416,8 @@ class _BatchRun:
         self.run_id = uuid.uuid4().hex  # recorded with each sample this run stores
         self.stop = f"streambhmm-batch-stop-{self.run_id}"  # the Event that stops the ingest tasks
         self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
+        self.over: set[ManifestRow] = set()  # rows whose ingests are over
+        self.turns = dict.fromkeys(self.groups, 0)  # per group: its first rows, all over, whose Events are set
 
     def run(self) -> BatchSummary:
         self.warn_of_unlisted_groups()
@@ -403,8 +429,8 @@ class _BatchRun:
         try:
             for future in ingests.as_completed():
                 group, group_rows = futures[future]
-                self.ingest_over(group_rows)
                 results = self.ingested(ingests, future, group, group_rows)
+                self.ingest_over(group_rows)
                 with self.lock:
                     self.record(group, results)
                     self.show()
@@ -422,29 +448,43 @@ class _BatchRun:
             # on a stop the moment passes are not waited for: they end with the cluster, and
             # a rerun reuses every partial they finished
             pool.shutdown(wait=not self.stopped.is_set(), cancel_futures=self.stopped.is_set())
+            self.forget_turns()
         for thread in running:
             thread.result()  # re-raise a lost scheduler
-        self.forget_turns()
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
         self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
         (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))  # locally through a temporary
         return self.summary
 
     def ingest_over(self, rows) -> None:
-        """The ingests of ``rows`` are over (stored, failed or stopped): the commits waiting
-        for them go on (commit_turn). Set by the command, which sees every end, a task's death too."""
+        """The ingests of ``rows`` are over (stored, failed or stopped): the Event of each row
+        whose group's rows up to it are all over is set, and the commit waiting for it goes on
+        (CommitTurn). Set by the command, which sees every end, a task's death too; one it
+        could not set (the scheduler out of reach) is set at the next call."""
         from distributed import Event
 
-        for row in rows:
-            Event(done_event(self.run_id, self.index[row]), client=self.client).set()
+        self.over.update(rows)
+        for group in {row.group for row in rows}:
+            members = self.groups[group]
+            while self.turns[group] < len(members) and members[self.turns[group]] in self.over:
+                try:
+                    Event(done_event(self.run_id, self.index[members[self.turns[group]]]), client=self.client).set()
+                except OSError:
+                    break
+                self.turns[group] += 1
 
     def forget_turns(self) -> None:
-        """Every ingest is over: the scheduler drops their Events (an Event cleared without
-        waiters is deleted), which a long-lived one would otherwise keep."""
+        """The run is over: the scheduler drops the Events it set (an Event cleared without
+        waiters is deleted), which a long-lived one would otherwise keep. A scheduler out of
+        reach keeps them: nothing is waited for."""
         from distributed import Event
 
-        for row in self.rows:
-            Event(done_event(self.run_id, self.index[row]), client=self.client).clear()
+        for group, members in self.groups.items():
+            for row in members[:self.turns[group]]:
+                try:
+                    Event(done_event(self.run_id, self.index[row]), client=self.client).clear()
+                except Exception:  # noqa: BLE001 - the run's outcome is already known
+                    return
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their
@@ -456,6 +496,11 @@ class _BatchRun:
         from distributed import Event
 
         Event(self.stop, client=self.client).set()
+        for group, members in self.groups.items():  # the commits waiting for their turns wake, and stop
+            for row in members[self.turns[group]:]:
+                with contextlib.suppress(OSError):
+                    Event(done_event(self.run_id, self.index[row]), client=self.client).set()
+        self.turns = {group: len(members) for group, members in self.groups.items()}  # forget_turns clears them
         running = [f for f in futures if not f.done()]
         if running:
             self.echo(f"stopping {len(running)} ingest task(s) before their commits")
@@ -492,12 +537,11 @@ class _BatchRun:
         settings = (self.bin_size, self.context, self.chunk_size, self.options, self.stop, self.run_id, self.quiet)
         for g in self.summary.groups:
             store = (self.workdir / g.group / "counts.zarr").url
-            if self.workdir.is_local:  # each commit waits for those of the group's samples listed before it
-                rows = self.groups[g.group]
-                futures.update({self.client.submit(ingest_sample, row, store, *settings,
-                                                   tuple(done_event(self.run_id, self.index[r]) for r in rows[:k]),
-                                                   pure=False): (g, [row])
-                                for k, row in enumerate(rows)})
+            if self.workdir.is_local:  # each commit waits for the group's samples listed before it
+                events = [done_event(self.run_id, self.index[row]) for row in self.groups[g.group]]
+                futures.update({self.client.submit(ingest_sample, row, store, *settings, ([None] + events)[k],
+                                                   events[k], pure=False): (g, [row])
+                                for k, row in enumerate(self.groups[g.group])})
             else:
                 futures[self.client.submit(ingest_group, self.groups[g.group], store, *settings, pure=False)] = \
                     (g, self.groups[g.group])
@@ -558,6 +602,15 @@ class _BatchRun:
                       f"them out, but a command run on that counts store reads every sample it holds unless given "
                       f"--samples; to drop them, remove {self.workdir / result.group} and run batch again (its "
                       f"samples are ingested anew)")
+        held = [s for s in counts.samples if s in result.samples]
+        if sorted(held) == sorted(result.samples) and held != result.samples:
+            # a sample stored by a later run (repaired, or added) took the next column
+            k = next(i for i, (s, listed) in enumerate(zip(held, result.samples)) if s != listed)
+            self.warn(f"note: group {result.group}: its counts store holds its samples in an order other than the "
+                      f"manifest's (its sample {k + 1} is {held[k]}, where the manifest lists {result.samples[k]}); "
+                      f"its moments follow the manifest's, but a command run on that counts store without "
+                      f"--samples reads them in the store's order (remove {self.workdir / result.group} and run "
+                      f"batch again to store them in the manifest's order)")
         report = update_moments(counts, moments, self.client, self.spec, result.samples, progress=progress,
                                 start_again=True)
         if report.started_again:

@@ -39,6 +39,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from ..io.progress import stage
+from ..io.storage import Location
 from ..io.tasks import ClusterError, ClusterStalled, InProcessClient, Waiter
 from . import stopping_logs
 from .stopping_logs import quiet_interrupted_sync
@@ -122,8 +123,8 @@ def _check_workers_reach(paths, address: str | None) -> None:
     """Refuse a memory:// store where worker processes do the work: fsspec's memory is each
     process's own, so the workers wrote into theirs and the command reported work it did not
     keep (a helper's audit)."""
-    for path in paths:
-        if str(path).startswith("memory://"):
+    for path in map(Location.of, paths):
+        if path.in_process_memory:
             where = f"the workers of the Dask scheduler at {address}" if address else "the embedded cluster's workers"
             raise ValueError(f"{str(path)[:200]}: a memory:// store lives in this process's memory, which {where} "
                              f"do not share; give a directory or a URL they all reach")

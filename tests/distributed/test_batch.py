@@ -137,6 +137,14 @@ def test_batch_failure_loses_nothing_and_rerun_resumes(tmp_path, dask_clients):
     r = run("fit", work / "lister" / "moments.zarr", "-m", "2", "--bins", "8", "-o", tmp_path / "model.json", "-q")
     assert r.exit_code == 0, r.output
 
+    # the repaired sample went last: listed first, its group's store is in another order, said
+    write_manifest(manifest, {"broken": rows.pop("broken"), **rows})
+    r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q")
+    assert r.exit_code == 0, r.output
+    assert "group third: its counts store holds its samples in an order other than the manifest's (its sample 1 " \
+           "is ok, where the manifest lists broken)" in " ".join(r.output.split())
+    assert "group lister: its counts store" not in r.output
+
 
 def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_clients):
     """A sample added to a group: its moment store (the workdir's, batch's own) no longer fits
@@ -352,6 +360,46 @@ def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path)
                     "(rerun to update them)"]
 
 
+def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_path):
+    """A commit waits on one Event, its predecessor's, which the command sets once that row
+    and all before it in the group are over (a wait on every earlier row's made large groups
+    ingest 4x slower); a stop sets them all, waking every waiting commit to stop."""
+    from distributed import Client, Event, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+    from streambhmm.io.storage import Location
+    from streambhmm.moments.spec import FeatureSpec
+
+    rows = [batch.ManifestRow(s, g, "tsv", ("x.tsv",), line) for line, (s, g) in
+            enumerate([("a", "g"), ("b", "h"), ("c", "g"), ("d", "g")], 2)]
+    events = (lambda dask_scheduler: len([e for e in dask_scheduler.extensions["events"]._events if "-done-" in e]))
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        def new_run():
+            return batch._BatchRun(rows, Location.of(tmp_path), client, FeatureSpec(), 100, "CG", None, print, print,
+                                   lambda *_: None, None)
+
+        run = new_run()
+        turns = (lambda: [Event(batch.done_event(run.run_id, i), client=client).is_set() for i in range(4)])
+        run.ingest_over(rows[3:])
+        assert turns() == [False, False, False, False]
+        run.ingest_over(rows[:1])
+        assert turns() == [True, False, False, False]
+        run.ingest_over(rows[2:3])
+        assert turns() == [True, False, True, True]
+        run.ingest_over(rows[1:2])
+        assert turns() == [True, True, True, True]
+        run.forget_turns()
+        assert client.run_on_scheduler(events) == 0
+
+        run = new_run()
+        run.ingest_over(rows[2:3])
+        run.stop_ingests({})
+        assert turns() == [True, True, True, True]
+        run.forget_turns()
+        assert client.run_on_scheduler(events) == 0
+
+
 @pytest.mark.slow
 def test_a_scheduler_out_of_reach_for_a_moment_does_not_fail_an_ingest(monkeypatch):
     """Each ingest task asks the scheduler whether the batch was stopped (a call at every
@@ -424,9 +472,10 @@ def test_a_groups_samples_take_their_columns_in_the_manifests_order(tmp_path, mo
 
 
 @pytest.mark.slow
-def test_a_commit_waiting_for_its_turn_ends_when_the_command_is_gone(tmp_path):
+def test_ingests_end_when_the_command_is_gone(tmp_path):
     """A task outlives a command killed with -9 on a scheduler of its own: one waiting for the
-    Events that only the command sets would wait forever on its worker. It ends, storing nothing."""
+    Events that only the command sets would wait forever on its worker, and one still reading
+    its files went on to store its sample. Both end, storing nothing."""
     from distributed import Client, LocalCluster
 
     import streambhmm.distributed.batch as batch
@@ -439,15 +488,24 @@ def test_a_commit_waiting_for_its_turn_ends_when_the_command_is_gone(tmp_path):
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         client = Client(cluster)
         waiting = client.submit(batch.ingest_sample, row, str(store), 100, "CG", None, None, None, "run", True,
-                                ("an Event nobody sets",), pure=False)
+                                "an Event nobody sets", None, pure=False)
+
+        def reads_until_stopped():  # as ingest checks at each block it reads
+            check = batch.stop_check(None)
+            while True:
+                check()
+                time.sleep(0.05)
+
+        reading = client.submit(reads_until_stopped, pure=False)
         deadline = time.monotonic() + 60
         while not staged() and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.0)
         assert staged() and not store.exists() and not waiting.done()  # staged, waiting for its turn
+        assert not reading.done()
         client.close()  # as the command's death closes its connection
-        with Client(cluster) as other:
-            deadline = time.monotonic() + 20
+        with Client(cluster) as other:  # (a waiting commit looks every TURN_POLL_SECONDS)
+            deadline = time.monotonic() + 20 + batch.TURN_POLL_SECONDS
             while sum(other.run(busy).values()) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert sum(other.run(busy).values()) == 0

@@ -17,7 +17,7 @@ def _leftovers(path: Location, kind: str) -> list[Location]:
     shared directory, are theirs to finish or remove: completing a staging planted there
     would put its counts into this store."""
     prefix = f"{path.name}.{kind}-"  # matched literally: a store may be named x[1].zarr, a pattern of x1.zarr
-    return [entry for entry in path.parent.children() if entry.name.startswith(prefix) and _ours(entry)]
+    return [entry for entry in path.parent.children(prefix) if _ours(entry)]
 
 
 def _ours(entry: Location, every_file: bool = False) -> bool:

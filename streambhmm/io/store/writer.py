@@ -97,8 +97,7 @@ class SampleWriter:
         self.extent: dict[str, int] = {}  # bins up to the last covered one, per chromosome
         self.summaries: dict[str, dict[int, np.ndarray]] = {}
         self._key = None
-        self._meth = np.zeros(self.chunk_size, np.int64)
-        self._cov = np.zeros(self.chunk_size, np.int64)
+        self._meth = self._cov = None  # the chunk in memory (made at the first row)
         self._touched = 0  # rows of the chunk in memory up to the last one added to (the rest are zero)
         # chunks met again (a sample of several files): summarized once, at flush, not at each write
         self._resummarize: set[tuple[str, int]] = set()
@@ -176,6 +175,8 @@ class SampleWriter:
             return
         self._write_chunk()
         self._key = (chrom, chunk)
+        if self._meth is None:
+            self._meth, self._cov = np.zeros(self.chunk_size, np.int64), np.zeros(self.chunk_size, np.int64)
         if chunk in self.summaries.get(chrom, {}):  # met before: add to what is staged
             for name, held in zip(COUNTS, (self._meth, self._cov)):
                 held[:] = read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0]
@@ -192,6 +193,9 @@ class SampleWriter:
             counts = [read_chunk(self.path / chrom / name, self._nodes[name], (chunk, 0))[:, 0] for name in COUNTS]
             self.summaries[chrom][chunk] = chunk_summary(chunk * self.chunk_size, *counts)
         self._resummarize.clear()
+        # the chunk's buffers let go until written to again: a batch's staged samples wait for
+        # their turns to commit, 16 MB each at the default chunk size
+        self._meth = self._cov = None
 
     def _write_chunk(self) -> None:
         if self._key is None:
