@@ -630,6 +630,27 @@ def test_a_chromosome_directory_removed_by_hand_is_refused_not_read_as_empty(tmp
     assert r.exit_code == 1 and "the store is damaged" in r.output and not (tmp_path / "h.bed").exists(), r.output
 
 
+def test_a_chromosomes_chunk_files_removed_by_hand_are_refused_not_read_as_empty(tmp_path):
+    """Two audits: with chr2's chunk directories (coverage/c, methylated/c, index/summary/c)
+    removed, chr2 read as one without reads, exit 0. Each sample's ingest now records its
+    bins with reads per chromosome, which its index must hold."""
+    store = tmp_path / "s.zarr"
+    (tmp_path / "two.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\nchr2\t10\t+\t1\t3\nchr2\t990\t+\t0\t2\n")
+    (tmp_path / "one.tsv").write_text(HEADER + "chr1\t10\t+\t1\t3\n")
+    ingest([tmp_path / "two.tsv"], "A", store)
+    ingest([tmp_path / "one.tsv"], "B", store)  # none on chr2: recorded as none
+    assert open_store(store).meta.samples["A"]["covered_bins"] == {"chr1": 1, "chr2": 2}
+    assert open_store(store).meta.samples["B"]["covered_bins"] == {"chr1": 1}
+    assert open_store(store).totals(["A", "B"])["chr2"] == [[1, 5], [0, 0]]
+    for node in ("coverage/c", "methylated/c", "index/summary/c"):
+        shutil.rmtree(store / "chr2" / node)
+    with pytest.raises(ValueError, match="the index of sample A on chr2 counts 0 bins with reads, where it was "
+                                         "stored with 2: the store is damaged"):
+        open_store(store).totals(["A"])
+    r = run("hmr", store, "-o", tmp_path / "h.bed", "-q")
+    assert r.exit_code == 1 and "the store is damaged" in r.output and not (tmp_path / "h.bed").exists(), r.output
+
+
 @pytest.mark.parametrize("change, told", [({"compressors": "zstd"}, "codecs"), ({"chunks": (1_000_000, 2)}, "chunks"),
                                           ({"dtype": "int64"}, "data_type")])
 def test_counts_another_tool_rewrote_are_refused_before_the_commit_point(tmp_path, change, told):

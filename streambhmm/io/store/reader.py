@@ -144,6 +144,7 @@ class CountsStore:
                                      f"{sample} again") from None
                 summary[first:first + INDEX_CHUNK, j] = rows[:n_chunks - first, 0]
         self._check_index(chrom, columns, summary)
+        self._check_recorded(chrom, columns, summary)
         for j, column in enumerate(columns):  # checked: kept
             self._summaries[chrom, column] = summary[:, j].copy()
         return summary
@@ -173,6 +174,23 @@ class CountsStore:
                                          f"empty, but the sample has counts there (chunk {i}): the store is damaged. "
                                          f"Ingest sample {sample} again")
             self._index_checked.add((chrom, column))
+
+    def _check_recorded(self, chrom: str, columns: list, summary: np.ndarray) -> None:
+        """Refuse an index that counts other bins with reads on ``chrom`` than the sample's
+        commit recorded (samples stored before 2026-12-06 record none): a chromosome whose
+        chunk and index files were all removed by hand read as one without reads, which no
+        other check could tell from a sample without reads there."""
+        by_column = {self.column(s): s for s in self.meta.samples}
+        for j, column in enumerate(columns):
+            sample = by_column.get(column)
+            recorded = self.meta.samples[sample].get("covered_bins") if sample is not None else None
+            if not isinstance(recorded, dict) or (chrom, column) in self._summaries:
+                continue
+            expected, found = recorded.get(chrom, 0), int(summary[:, j, COVERED].sum())
+            if found != expected:
+                raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} counts {found:,} bins with "
+                                 f"reads, where it was stored with {expected:,}: the store is damaged (files removed "
+                                 f"by hand?). Ingest sample {sample} again")
 
     @property
     def ingested_files(self) -> list[str]:

@@ -252,7 +252,9 @@ class SampleWriter:
             files = {array: [i for i in present if (self.path / chrom / array / "c" / str(i) / "0").exists()]
                      for array in COUNTS}
             chromosomes[chrom] = {"n_bins": n_bins, "chunks": present, "files": files}
-        return {"sample": sample, "provenance": provenance, "bin_size": self.bin_size,
+        # per chromosome, what the store's index must hold of the sample (CountsStore.summary checks)
+        covered = {chrom: int(sum(s[COVERED] for s in self.summaries[chrom].values())) for chrom in chromosomes}
+        return {"sample": sample, "provenance": {**provenance, "covered_bins": covered}, "bin_size": self.bin_size,
                 "chunk_size": self.chunk_size, "chromosomes": chromosomes}
 
     def commit(self, sample: str, provenance: dict, lock: bool = True, ends_command: bool = False,
