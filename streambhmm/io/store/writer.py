@@ -20,7 +20,7 @@ from ..storage import Location, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit, nodes_by_chromosome
 from .locking import locked, open_lock
-from .nodes import read_chunk, read_document, write_chunk, write_document
+from .nodes import read_chunk, read_document, release_fill_chunks, write_chunk, write_document
 from .reader import open_store
 from .schema import (COMMIT, COMMIT_MARGIN, COUNT_MAX, COUNTS, COVERED, FIELDS, INDEX_CHUNK, METADATA_BYTES,
                      NoRoomError, OWNER_LOCK, POSITION, POSITION_MAX, StoreError, counts_document, group_document, n_chunks,
@@ -194,8 +194,9 @@ class SampleWriter:
             self.summaries[chrom][chunk] = chunk_summary(chunk * self.chunk_size, *counts)
         self._resummarize.clear()
         # the chunk's buffers let go until written to again: a batch's staged samples wait for
-        # their turns to commit, 16 MB each at the default chunk size
+        # their turns to commit, 16 MB each at the default chunk size, and as much in the encoder's
         self._meth = self._cov = None
+        release_fill_chunks()
 
     def _write_chunk(self) -> None:
         if self._key is None:
