@@ -5,7 +5,7 @@
 A manifest of N samples in one group, each one of the 16 RRBS files of
 ../shared/data/real/DSS_RRBS_SLE under its own name, is run by `streambhmm batch` on a local
 Dask cluster of 2 worker processes with a thread each (a scheduler and workers started as
-the commands are, `dask scheduler` and `dask worker`). Timed: until the command has said
+the commands are, `dask scheduler` and `dask worker`: streambhmm.testing.ProcessCluster). Timed: until the command has said
 every sample's status (the ingests and their commits, in the manifest's order), then it is
 stopped (the group's moment pass is not timed). Baseline in the same run: the same samples
 ingested one after another in one process (`ingest`, the API of `streambhmm ingest`),
@@ -32,25 +32,6 @@ def manifest(path: Path, n: int) -> list[str]:
     path.write_text("sample\tgroup\tformat\tfiles\n" + "".join(
         f"{name}\tG\tauto\t{files[i % len(files)]}\n" for i, name in enumerate(names)))
     return names
-
-
-def cluster(workdir: Path):
-    """A scheduler and two one-thread workers, as processes; returns (address, processes)."""
-    scheduler = subprocess.Popen(["dask", "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-                                  "--scheduler-file", str(workdir / "scheduler.json")],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        if (workdir / "scheduler.json").exists():
-            break
-        time.sleep(0.1)
-    workers = [subprocess.Popen(["dask", "worker", "--scheduler-file", str(workdir / "scheduler.json"),
-                                 "--nthreads", "1", "--no-dashboard", "--name", f"w{i}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
-    from distributed import Client
-
-    with Client(scheduler_file=str(workdir / "scheduler.json"), timeout=30) as client:
-        client.wait_for_workers(2, timeout=60)
-        return client.scheduler.address, [scheduler, *workers]
 
 
 def timed_batch(manifest_path: Path, workdir: Path, address: str, n: int) -> float:
@@ -88,25 +69,23 @@ def main() -> None:
     args = parser.parse_args()
     from streambhmm.io.store import open_store
 
+    from streambhmm.testing import ProcessCluster
+
     top = args.workdir or Path(tempfile.mkdtemp(prefix="batch_order_"))
     top.mkdir(parents=True, exist_ok=True)
-    address, processes = cluster(top)
     try:
-        print(f"{'samples':>8} {'batch s':>8} {'one by one s':>13} {'ratio':>6}  order")
-        for n in map(int, args.samples.split(",")):
-            names = manifest(top / f"manifest{n}.tsv", n)
-            shutil.rmtree(top / f"work{n}", ignore_errors=True)
-            shutil.rmtree(top / f"alone{n}.zarr", ignore_errors=True)
-            batch = timed_batch(top / f"manifest{n}.tsv", top / f"work{n}", address, n)
-            alone = one_by_one(names, top / f"alone{n}.zarr")
-            ordered = open_store(top / f"work{n}" / "G" / "counts.zarr").samples == names
-            print(f"{n:>8} {batch:>8.1f} {alone:>13.1f} {batch / alone:>6.2f}  "
-                  f"{'manifest' if ordered else 'NOT the manifest'}")
+        with ProcessCluster(n_workers=2) as cluster:
+            print(f"{'samples':>8} {'batch s':>8} {'one by one s':>13} {'ratio':>6}  order")
+            for n in map(int, args.samples.split(",")):
+                names = manifest(top / f"manifest{n}.tsv", n)
+                shutil.rmtree(top / f"work{n}", ignore_errors=True)
+                shutil.rmtree(top / f"alone{n}.zarr", ignore_errors=True)
+                batch = timed_batch(top / f"manifest{n}.tsv", top / f"work{n}", cluster.address, n)
+                alone = one_by_one(names, top / f"alone{n}.zarr")
+                ordered = open_store(top / f"work{n}" / "G" / "counts.zarr").samples == names
+                print(f"{n:>8} {batch:>8.1f} {alone:>13.1f} {batch / alone:>6.2f}  "
+                      f"{'manifest' if ordered else 'NOT the manifest'}")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait()
         if args.workdir is None:
             shutil.rmtree(top, ignore_errors=True)
 

@@ -215,8 +215,8 @@ class CommitTurn:
     Event ``done`` is set by the task (``over``), which saves the chain a round trip through
     the command; the command sets it too, as it sees every end, a task's death included."""
 
-    def __init__(self, after: str | None, done: str | None, stop: str | None):
-        self.after, self.done, self.stop = after, done, stop
+    def __init__(self, after: str | None, done: str | None, check):
+        self.after, self.done, self.check = after, done, check  # check: the task's stop_check
         self.taken = False  # the wait is over: every sample listed before this one is over
 
     def __call__(self) -> None:
@@ -227,14 +227,14 @@ class CommitTurn:
     def _wait(self) -> None:
         from distributed import Event, rejoin, secede
 
-        check, event = stop_check(self.stop), Event(self.after)
+        event = Event(self.after)
         secede()
         try:
             while True:
-                check()
+                self.check()
                 try:
                     if event.wait(TURN_POLL_SECONDS):
-                        check()  # a stop sets it too
+                        self.check()  # a stop sets it too
                         return
                 except OSError:  # the scheduler out of reach for a moment: look again
                     time.sleep(TURN_POLL_SECONDS)
@@ -281,11 +281,12 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
     notes = []
     holders = LOCK_WAIT.set(LockWait(f"another sample of this batch's group {row.group} (or another streambhmm command)",
                                      f"batch: sample {row.sample}", quiet))
-    turn = CommitTurn(after, done, stop)
+    check = stop_check(stop)
+    turn = CommitTurn(after, done, check)
     try:
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=stop_check(stop),
-                        run=run, turn=turn)
+                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=check, run=run,
+                        turn=turn)
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -603,7 +604,7 @@ class _BatchRun:
                       f"--samples; to drop them, remove {self.workdir / result.group} and run batch again (its "
                       f"samples are ingested anew)")
         held = [s for s in counts.samples if s in result.samples]
-        if sorted(held) == sorted(result.samples) and held != result.samples:
+        if len(held) == len(result.samples) and held != result.samples:
             # a sample stored by a later run (repaired, or added) took the next column
             k = next(i for i, (s, listed) in enumerate(zip(held, result.samples)) if s != listed)
             self.warn(f"note: group {result.group}: its counts store holds its samples in an order other than the "

@@ -25,7 +25,7 @@ from .formats import (ReadOptions, check_input, check_replicates, detect_common_
 from .rows import ReadTally, shown
 from .names import Spellings, check_sample_name
 from .storage import Location
-from .store import (DEFAULT_CHUNK_SIZE, COVERED, SUMS, CountsStore, SampleWriter, StoreError, locked, natural_sorted,
+from .store import (DEFAULT_CHUNK_SIZE, SUMS, CountsStore, SampleWriter, StoreError, locked, natural_sorted,
                     needs_recovery, open_store)
 from .store.schema import read_attributes
 
@@ -219,7 +219,8 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
                  f"refuse sample {shown(sample)}, for want of the unmethylated CpGs at the core of every HMR")
         progress(sum(sizes), sum(sizes), f"committing sample {sample}")
         writer.flush()
-        if writer.covered_bins == 0:
+        covered = writer.covered_by_chromosome
+        if not any(covered.values()):
             filtered = records_context(fmt, options.columns) and context != "all"
             said = tally.said(context, options.min_coverage)
             raise ValueError(f"no rows with coverage{f' in context {context}' if filtered else ''} "
@@ -228,13 +229,12 @@ def ingest(files, sample: str, store, fmt: str = "auto", bin_size: int = 100, co
         unmatched = _unmatched_patterns(sample, options, tally.seen)
         if unmatched:
             echo(f"warning: {unmatched}")
-        covered = {c: sum(int(s[COVERED]) for s in chunks.values()) for c, chunks in writer.summaries.items()}
         report.chromosomes = [c for c, n in covered.items() if n]
         deep = deep_chromosomes(sample, {c: sum(int(s[SUMS][1]) for s in chunks.values())
                                          for c, chunks in writer.summaries.items()}, covered)
         if deep:
             echo(f"note: {deep}")
-        report.n_bins = writer.covered_bins
+        report.n_bins = sum(covered.values())
         report.left_out = tally
         turn()
         report.replaced = writer.commit(sample, {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -75,6 +76,14 @@ class CountsStore:
     def column(self, sample: str) -> int:
         return int(self.meta.samples[sample]["column"])
 
+    def sample_at(self, column: int) -> str | None:
+        """The sample in ``column`` (None: none)."""
+        return self._by_column.get(column)
+
+    @cached_property
+    def _by_column(self) -> dict[int, str]:
+        return {self.column(s): s for s in self.meta.samples}
+
     def n_bins(self, chrom: str) -> int:
         return int(store_node(self.path.url, self.generation, f"{chrom}/methylated")["shape"][0])
 
@@ -137,7 +146,7 @@ class CountsStore:
                 try:
                     rows = read_chunk(array, document, index)
                 except (OSError, RuntimeError, ValueError) as exc:
-                    sample = next((s for s in self.samples if self.column(s) == column), f"column {column}")
+                    sample = self.sample_at(column) or f"column {column}"
                     reason = exc.strerror.lower() if isinstance(exc, OSError) and exc.strerror else why(exc)
                     raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} cannot be read "
                                      f"({chunk_path(array, index)}: {reason}): the store is damaged. Ingest sample "
@@ -168,7 +177,7 @@ class CountsStore:
                     if i not in listed:
                         listed[i] = self._columns_with_counts(chrom, i)
                     if str(column) in listed[i]:
-                        sample = next((s for s in self.samples if self.column(s) == column), f"column {column}")
+                        sample = self.sample_at(column) or f"column {column}"
                         raise StoreError(f"{self.path}: the index of sample {sample} on {chrom} "
                                          f"({chrom}/index/summary, chunk {first // INDEX_CHUNK}) is missing or "
                                          f"empty, but the sample has counts there (chunk {i}): the store is damaged. "
@@ -180,11 +189,12 @@ class CountsStore:
         commit recorded (samples stored before 2026-12-06 record none): a chromosome whose
         chunk and index files were all removed by hand read as one without reads, which no
         other check could tell from a sample without reads there."""
-        by_column = {self.column(s): s for s in self.meta.samples}
         for j, column in enumerate(columns):
-            sample = by_column.get(column)
+            if (chrom, column) in self._summaries:  # checked when it was read
+                continue
+            sample = self.sample_at(column)
             recorded = self.meta.samples[sample].get("covered_bins") if sample is not None else None
-            if not isinstance(recorded, dict) or (chrom, column) in self._summaries:
+            if not isinstance(recorded, dict):
                 continue
             expected, found = recorded.get(chrom, 0), int(summary[:, j, COVERED].sum())
             if found != expected:

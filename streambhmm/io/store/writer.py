@@ -223,9 +223,9 @@ class SampleWriter:
         self._touched = 0
 
     @property
-    def covered_bins(self) -> int:
-        """Covered bins staged."""
-        return sum(int(s[COVERED]) for chunks in self.summaries.values() for s in chunks.values())
+    def covered_by_chromosome(self) -> dict[str, int]:
+        """Covered bins staged, per chromosome met (0 for one without reads)."""
+        return {chrom: sum(int(s[COVERED]) for s in chunks.values()) for chrom, chunks in self.summaries.items()}
 
     @_staging_errors
     def _record(self, sample: str, provenance: dict) -> dict:
@@ -254,7 +254,7 @@ class SampleWriter:
                      for array in COUNTS}
             chromosomes[chrom] = {"n_bins": n_bins, "chunks": present, "files": files}
         # per chromosome, what the store's index must hold of the sample (CountsStore.summary checks)
-        covered = {chrom: int(sum(s[COVERED] for s in self.summaries[chrom].values())) for chrom in chromosomes}
+        covered = {chrom: n for chrom, n in self.covered_by_chromosome.items() if chrom in chromosomes}
         return {"sample": sample, "provenance": {**provenance, "covered_bins": covered}, "bin_size": self.bin_size,
                 "chunk_size": self.chunk_size, "chromosomes": chromosomes}
 
