@@ -177,17 +177,20 @@ def stop_check(stop: str | None):
     """In a task: a check that raises BatchStopped once the batch's command has set the
     distributed Event named ``stop`` (None: no Event), or has gone: its client closed, so the
     scheduler let go of the task (after a kill -9 an ingest stored its sample all the same).
+    ``check(at_commit=True)``, right before the commit point, asks the scheduler itself
+    whether the task is still wanted: the worker hears of a release later (an audit saw a
+    sample commit after a kill -9 of the command, its predecessor's Event set by its task).
     A scheduler out of reach for a moment does not fail the ingest: it goes on, as it did
     before the check. Outside a worker, and with no Event, nothing is checked."""
-    task = _running_task()
+    task = _RunningTask.here()
     if stop is None and task is None:
-        return lambda: None
+        return lambda at_commit=False: None
     from distributed import Event
 
     event = Event(stop) if stop is not None else None  # on the worker's client
 
-    def check() -> None:
-        if task is not None and task() in (None, "cancelled", "released", "forgotten"):
+    def check(at_commit: bool = False) -> None:
+        if task is not None and task.gone(ask_scheduler=at_commit):
             raise BatchStopped("the batch's command is gone")
         try:
             stopped = event is not None and event.is_set()
@@ -242,29 +245,57 @@ class CommitTurn:
             rejoin()
 
     def over(self) -> None:
-        """The sample's ingest is over: once its turn was taken, the next sample's may come."""
+        """The sample's ingest is over: once its turn was taken, the next sample's may come,
+        unless the batch was stopped (the command has set every Event) or its command is gone
+        (nothing would clear the Event, and no later sample may commit)."""
         if not (self.taken and self.done):
             return
         from distributed import Event
 
-        with contextlib.suppress(OSError):  # the command sets it too
+        with contextlib.suppress(OSError, BatchStopped):  # the command sets it too
+            self.check()
             Event(self.done).set()
 
 
-def _running_task():
-    """In a task: a function giving its state on the worker (None: forgotten); None outside a worker."""
-    from distributed import get_worker
-    from distributed.worker import thread_state
+class _RunningTask:
+    """In a task: whether the task is still wanted, as its worker and its scheduler see it."""
 
-    try:
-        worker, key = get_worker(), thread_state.key
-    except (ValueError, AttributeError):
-        return None
+    GONE = (None, "cancelled", "released", "forgotten")
+    SCHEDULER_TIMEOUT = 10  # seconds: a scheduler that does not answer lets the ingest go on
 
-    def state():
-        task = worker.state.tasks.get(key)
-        return None if task is None else task.state
-    return state
+    def __init__(self, worker, key):
+        self.worker, self.key = worker, key
+
+    @classmethod
+    def here(cls):
+        """The task this thread runs; None outside a worker."""
+        from distributed import get_worker
+        from distributed.worker import thread_state
+
+        try:
+            return cls(get_worker(), thread_state.key)
+        except (ValueError, AttributeError):
+            return None
+
+    def gone(self, ask_scheduler: bool = False) -> bool:
+        task = self.worker.state.tasks.get(self.key)
+        if (None if task is None else task.state) in self.GONE:
+            return True
+        if not ask_scheduler:
+            return False
+        try:
+            state = self.scheduler_state()
+        except (OSError, TimeoutError):
+            return False
+        return state != "processing"
+
+    def scheduler_state(self):
+        """The task's state on the scheduler (None: it forgot the task)."""
+        from distributed.utils import sync
+
+        states = sync(self.worker.loop, self.worker.scheduler.get_task_status, keys=[self.key],
+                      callback_timeout=self.SCHEDULER_TIMEOUT)
+        return states.get(self.key)
 
 
 def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chunk_size: int | None,
@@ -283,10 +314,10 @@ def ingest_sample(row: ManifestRow, store: str, bin_size: int, context: str, chu
                                      f"batch: sample {row.sample}", quiet))
     check = stop_check(stop)
     turn = CommitTurn(after, done, check)
-    try:
+    try:  # once its turn is taken, the only check left is the commit point's
         report = ingest(row.files, row.sample, store, fmt=row.format, bin_size=bin_size, context=context,
-                        chunk_size=chunk_size, echo=notes.append, options=options, stop_check=check, run=run,
-                        turn=turn)
+                        chunk_size=chunk_size, echo=notes.append, options=options,
+                        stop_check=lambda: check(at_commit=turn.taken), run=run, turn=turn)
     except BatchStopped:
         return SampleResult(row.sample, row.group, "stopped", seconds=time.perf_counter() - start)
     except Exception as exc:  # noqa: BLE001 - reported per sample
@@ -419,6 +450,7 @@ class _BatchRun:
         self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
         self.over: set[ManifestRow] = set()  # rows whose ingests are over
         self.turns = dict.fromkeys(self.groups, 0)  # per group: its first rows, all over, whose Events are set
+        self.stop_heard = False  # stopped, and every ingest task has ended since: the stop Event may go
 
     def run(self) -> BatchSummary:
         self.warn_of_unlisted_groups()
@@ -476,16 +508,17 @@ class _BatchRun:
 
     def forget_turns(self) -> None:
         """The run is over: the scheduler drops the Events it set (an Event cleared without
-        waiters is deleted), which a long-lived one would otherwise keep. A scheduler out of
-        reach keeps them: nothing is waited for."""
+        waiters is deleted), which a long-lived one would otherwise keep; the stop's too, once
+        no task is left to hear it. A scheduler out of reach keeps them: nothing is waited for."""
         from distributed import Event
 
-        for group, members in self.groups.items():
-            for row in members[:self.turns[group]]:
-                try:
-                    Event(done_event(self.run_id, self.index[row]), client=self.client).clear()
-                except Exception:  # noqa: BLE001 - the run's outcome is already known
-                    return
+        names = [done_event(self.run_id, self.index[row])
+                 for group, members in self.groups.items() for row in members[:self.turns[group]]]
+        for name in names + ([self.stop] if self.stop_heard else []):
+            try:
+                Event(name, client=self.client).clear()
+            except Exception:  # noqa: BLE001 - the run's outcome is already known
+                return
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their
@@ -518,17 +551,22 @@ class _BatchRun:
             elif time.monotonic() - idle_since > STOP_GRACE_SECONDS:
                 break
             time.sleep(0.05)
+        self.stop_heard = all(f.done() for f in futures)
+        stored = sum(r.status in ("ingested", "replaced") for r in self.summary.samples)
         for future in futures:
             if future.status == "finished":
                 results = future.result()
                 for r in results if isinstance(results, list) else [results]:
-                    if r.status in ("ingested", "replaced"):
-                        self.echo(f"sample {r.sample} ({r.group}): {r.status} before the stop; its group's "
+                    if r.status in ("ingested", "replaced"):  # with --quiet too: the store changed
+                        stored += 1
+                        self.warn(f"sample {r.sample} ({r.group}): {r.status} before the stop; its group's "
                                   f"moments are not updated (rerun to update them)")
             elif not future.done() and time.monotonic() >= deadline:
-                self.echo(f"an ingest into {self.workdir / futures[future][0].group} was still running "
+                self.warn(f"an ingest into {self.workdir / futures[future][0].group} was still running "
                           f"{STOP_WAIT_SECONDS:g} s after the stop (hashing its files, or waiting for the store's "
                           f"lock); it stores nothing, as it checks for the stop right before its commit point")
+        self.warn(f"batch stopped: the {stored} sample(s) this run stored are kept; rerun the command to ingest the "
+                  f"others and to update the moments")
 
     def submit_ingests(self) -> dict:
         """{future: (group, its rows)}: local stores, every sample its own task (ingests of one
@@ -566,7 +604,20 @@ class _BatchRun:
         except Exception as exc:  # noqa: BLE001 - the task itself died (e.g. a worker's memory)
             if lost_scheduler(self.client, exc):
                 raise
-            return [SampleResult(r.sample, group.group, "failed", error=_error_text(exc)) for r in group_rows]
+            return [SampleResult(r.sample, group.group, "failed", error=_error_text(exc) + self._waited(exc, r))
+                    for r in group_rows]
+
+    def _waited(self, exc: BaseException, row: ManifestRow) -> str:
+        """What to add to the death of ``row``'s task: the sample may only have been waiting for
+        its turn, on a worker that another sample ran out of memory (an audit's waiting samples
+        all failed "most likely out of memory")."""
+        members = self.groups[row.group]
+        first_not_over = members[self.turns[row.group]] if self.turns[row.group] < len(members) else row
+        if worker_died(exc) is None or first_not_over is row or not self.workdir.is_local:
+            return ""
+        return (f". Sample {first_not_over.sample}, listed before it in group {row.group}, was not yet over, so "
+                f"this one may only have been waiting for its turn on a worker that died of another's work; a "
+                f"rerun ingests it")
 
     def record(self, group: GroupResult, results: list[SampleResult]) -> None:
         self.summary.samples.extend(results)
@@ -599,7 +650,7 @@ class _BatchRun:
         others = [s for s in counts.samples if s not in result.samples]
         if others:  # a sample taken out of the manifest, or moved to another group: its counts stay
             self.warn(f"warning: group {result.group}: its counts store {counts.path} also holds "
-                      f"{first_few(others)}, which the manifest no longer lists in it. The group's moments leave "
+                      f"{first_few(others)}, which the manifest does not list in it. The group's moments leave "
                       f"them out, but a command run on that counts store reads every sample it holds unless given "
                       f"--samples; to drop them, remove {self.workdir / result.group} and run batch again (its "
                       f"samples are ingested anew)")

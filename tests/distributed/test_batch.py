@@ -166,7 +166,7 @@ def test_a_group_whose_samples_changed_gets_its_moments_again(tmp_path, dask_cli
     r = run("batch", manifest, "--workdir", work, "--bins", "8", "--scheduler", scheduler, "-q")
     assert r.exit_code == 0, r.output
     assert f"warning: group lister: its counts store {work / 'lister' / 'counts.zarr'} also holds IMR90, which " \
-           f"the manifest no longer lists in it" in r.output
+           f"the manifest does not list in it" in r.output
     assert load_total(work / "lister" / "moments.zarr")[1]["samples"] == ["H1"]
     # a workdir moved: its moment stores name the counts stores where they were, and are made again
     # in place (every rerun failed, advising an --output that batch does not have; then the whole
@@ -357,7 +357,9 @@ def test_a_stop_names_the_samples_stored_that_the_run_had_not_reported(tmp_path)
         assert running.done() and running.result().status == "stopped"
     assert said == ["stopping 1 ingest task(s) before their commits",
                     "sample A (g): replaced before the stop; its group's moments are not updated "
-                    "(rerun to update them)"]
+                    "(rerun to update them)",
+                    "batch stopped: the 1 sample(s) this run stored are kept; rerun the command to ingest the "
+                    "others and to update the moments"]
 
 
 def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_path):
@@ -372,7 +374,8 @@ def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_pat
 
     rows = [batch.ManifestRow(s, g, "tsv", ("x.tsv",), line) for line, (s, g) in
             enumerate([("a", "g"), ("b", "h"), ("c", "g"), ("d", "g")], 2)]
-    events = (lambda dask_scheduler: len([e for e in dask_scheduler.extensions["events"]._events if "-done-" in e]))
+    events = (lambda dask_scheduler: len([e for e in dask_scheduler.extensions["events"]._events
+                                          if "-done-" in e or "-stop-" in e]))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         def new_run():
@@ -396,8 +399,81 @@ def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_pat
         run.ingest_over(rows[2:3])
         run.stop_ingests({})
         assert turns() == [True, True, True, True]
-        run.forget_turns()
+        run.forget_turns()  # the stop's Event too: no task is left to hear it
         assert client.run_on_scheduler(events) == 0
+
+        # a task that ends after the stop sets no Event: the command has set them all, and
+        # may have cleared them already (a helper's audit found them left on the scheduler)
+        def stopped():
+            raise batch.BatchStopped("the batch was stopped")
+
+        turn = batch.CommitTurn(None, batch.done_event(run.run_id, 0), stopped)
+        turn()
+        turn.over()
+        assert client.run_on_scheduler(events) == 0
+
+
+def test_a_sample_whose_worker_died_while_an_earlier_one_ran_is_said_to_have_waited(tmp_path):
+    """A helper's audit killed the worker of a large sample four times: the samples waiting
+    behind it on that worker died with it, and each failed "most likely out of memory". A
+    failed sample whose group still had an earlier sample running now says it may only have
+    waited, and that a rerun ingests it; the sample whose turn it was is told as before."""
+    from types import SimpleNamespace
+
+    from distributed import KilledWorker
+
+    import streambhmm.distributed.batch as batch
+    from streambhmm.io.storage import Location
+    from streambhmm.moments.spec import FeatureSpec
+
+    rows = [batch.ManifestRow(s, "g", "tsv", ("x.tsv",), line) for line, s in enumerate(["HUGE", "S1", "S2"], 2)]
+    run = batch._BatchRun(rows, Location.of(tmp_path), None, FeatureSpec(), 100, "CG", None, print, print,
+                          lambda *_: None, None)
+    died = KilledWorker("ingest_sample-1", SimpleNamespace(address="tcp://127.0.0.1:1"), 3)
+    assert run._waited(died, rows[1]).startswith(". Sample HUGE, listed before it in group g, was not yet over")
+    assert run._waited(died, rows[0]) == "" and run._waited(ValueError("bad row"), rows[1]) == ""
+    run.over.add(rows[0])
+    run.turns["g"] = 1  # HUGE is over: S1's turn had come
+    assert run._waited(died, rows[1]) == "" and "Sample S1, listed before it" in run._waited(died, rows[2])
+
+
+def test_at_its_commit_point_a_task_asks_the_scheduler_whether_it_is_still_wanted(monkeypatch):
+    """A helper's audit killed the command (kill -9) and saw one sample more than the commit
+    under way go in: the task's predecessor set its Event, and the task checked its worker's
+    copy of its state before the scheduler's release had reached it. At the commit point the
+    check now asks the scheduler, whose answer for a running task is "processing"; any other
+    stops the commit, and a scheduler that does not answer lets it go on."""
+    from distributed import Client, LocalCluster
+
+    import streambhmm.distributed.batch as batch
+
+    def states_in_a_task():
+        task = batch._RunningTask.here()
+        return task.scheduler_state(), task.gone(), task.gone(ask_scheduler=True)
+
+    def checks_in_a_task(answer):
+        def scheduler_state(self):
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        monkeypatch.setattr(batch._RunningTask, "scheduler_state", scheduler_state)  # the workers are threads here
+        check = batch.stop_check(None)
+        check()  # the worker's copy: still wanted
+        try:
+            check(at_commit=True)
+        except batch.BatchStopped:
+            return "stopped"
+        return "commits"
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        assert client.submit(states_in_a_task, pure=False).result() == ("processing", False, False)
+        outcomes = {answer: client.submit(checks_in_a_task, answer, pure=False).result()
+                    for answer in (None, "released", "processing")}
+        assert outcomes == {None: "stopped", "released": "stopped", "processing": "commits"}
+        assert client.submit(checks_in_a_task, TimeoutError("no answer"), pure=False).result() == "commits"
+    assert batch._RunningTask.here() is None and batch.stop_check(None)(at_commit=True) is None  # outside a worker
 
 
 @pytest.mark.slow
