@@ -40,7 +40,7 @@ from ..io.outputs import check_replaceable_file, check_outside
 from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
-from ..io.store.locking import LOCK_WAIT, LockWait
+from ..io.store.locking import LOCK_WAIT, LockWait, locked
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
@@ -469,7 +469,10 @@ class _BatchRun:
                     self.show()
                 recorded.add(future)
                 waiting[group.group] -= len(results)
-                if waiting[group.group] or group.status == "skipped":
+                if waiting[group.group]:
+                    continue
+                self.sweep(group)
+                if group.status == "skipped":
                     continue
                 group.status = "running"
                 running.append(pool.submit(self.update_moments, group))
@@ -519,6 +522,15 @@ class _BatchRun:
                 Event(name, client=self.client).clear()
             except Exception:  # noqa: BLE001 - the run's outcome is already known
                 return
+
+    def sweep(self, group: GroupResult) -> None:
+        """The group's ingests are over: what their killed workers staged beside its counts store
+        goes now, as the next writer's lock would remove it (an audit's workers, killed
+        mid-ingest, left staged counts that nothing else would remove until a rerun)."""
+        counts = self.workdir / group.group / "counts.zarr"
+        if self.workdir.is_local and counts.parent.exists():
+            with locked(counts.url):  # exclusive: recovery removes only stagings whose writers are gone
+                pass
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their

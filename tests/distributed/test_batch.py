@@ -437,6 +437,35 @@ def test_a_sample_whose_worker_died_while_an_earlier_one_ran_is_said_to_have_wai
     assert run._waited(died, rows[1]) == "" and "Sample S1, listed before it" in run._waited(died, rows[2])
 
 
+def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
+    """A helper's audit killed workers mid-ingest: their staged counts stayed beside the
+    group's store after the command ended, removed only by a later writer. Once a group's
+    ingests are over they go; a staging whose writer lives, and the user's files, stay."""
+    import fcntl
+
+    import streambhmm.distributed.batch as batch
+    from streambhmm.io.store.schema import OWNER_LOCK
+    from streambhmm.io.storage import Location
+    from streambhmm.moments.spec import FeatureSpec
+
+    rows = [batch.ManifestRow("S", "g", "tsv", ("x.tsv",), 2)]
+    run = batch._BatchRun(rows, Location.of(tmp_path), None, FeatureSpec(), 100, "CG", None, print, print,
+                          lambda *_: None, None)
+    group = tmp_path / "g"
+    dead, live = group / "counts.zarr.ingest-dead", group / "counts.zarr.ingest-live"
+    for staging in (dead, live):
+        staging.mkdir(parents=True)
+        (staging / "zarr.json").write_text("{}")
+    (group / "notes.txt").write_text("mine")
+    (dead / OWNER_LOCK).write_text("")
+    with open(live / OWNER_LOCK, "w") as owner:
+        fcntl.flock(owner, fcntl.LOCK_EX)  # a writer still at work
+        run.sweep(run.summary.groups[0])
+    assert not dead.exists() and live.exists() and (group / "notes.txt").read_text() == "mine"
+    run.sweep(batch.GroupResult("absent", ["T"]))  # a group whose directory was never made: nothing made
+    assert not (tmp_path / "absent").exists()
+
+
 def test_at_its_commit_point_a_task_asks_the_scheduler_whether_it_is_still_wanted(monkeypatch):
     """A helper's audit killed the command (kill -9) and saw one sample more than the commit
     under way go in: the task's predecessor set its Event, and the task checked its worker's
