@@ -40,7 +40,7 @@ from ..io.outputs import check_replaceable_file, check_outside
 from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
-from ..io.store.locking import LOCK_WAIT, LockWait, locked
+from ..io.store.locking import LOCK_WAIT, LockWait, recover_if_free
 from ..io.store.schema import store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
@@ -526,11 +526,11 @@ class _BatchRun:
     def sweep(self, group: GroupResult) -> None:
         """The group's ingests are over: what their killed workers staged beside its counts store
         goes now, as the next writer's lock would remove it (an audit's workers, killed
-        mid-ingest, left staged counts that nothing else would remove until a rerun)."""
+        mid-ingest, left staged counts that nothing else would remove until a rerun). Only
+        stagings whose writers are gone go; a store another command holds is left to it."""
         counts = self.workdir / group.group / "counts.zarr"
         if self.workdir.is_local and counts.parent.exists():
-            with locked(counts.url):  # exclusive: recovery removes only stagings whose writers are gone
-                pass
+            recover_if_free(counts)
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their

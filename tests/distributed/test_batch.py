@@ -440,7 +440,8 @@ def test_a_sample_whose_worker_died_while_an_earlier_one_ran_is_said_to_have_wai
 def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
     """A helper's audit killed workers mid-ingest: their staged counts stayed beside the
     group's store after the command ended, removed only by a later writer. Once a group's
-    ingests are over they go; a staging whose writer lives, and the user's files, stay."""
+    ingests are over they go; a staging whose writer lives, and the user's files, stay, and a
+    store another command holds is not waited for (its next writer recovers it)."""
     import fcntl
 
     import streambhmm.distributed.batch as batch
@@ -462,6 +463,11 @@ def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
         fcntl.flock(owner, fcntl.LOCK_EX)  # a writer still at work
         run.sweep(run.summary.groups[0])
     assert not dead.exists() and live.exists() and (group / "notes.txt").read_text() == "mine"
+    dead.mkdir()
+    with open(group / ".counts.zarr.lock") as reader:  # another command reads the store: not waited for
+        fcntl.flock(reader, fcntl.LOCK_SH)
+        run.sweep(run.summary.groups[0])
+    assert dead.exists()
     run.sweep(batch.GroupResult("absent", ["T"]))  # a group whose directory was never made: nothing made
     assert not (tmp_path / "absent").exists()
 

@@ -210,6 +210,25 @@ def locked(path, shared: bool = False):
         os.close(fd)
 
 
+def recover_if_free(path) -> bool:
+    """recover() the local store at ``path`` if its lock is free now (True), without waiting
+    for the commands that hold it (False: the next writer recovers it)."""
+    path = Location.of(path).real()
+    fd = open_lock(lock_file(path))
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            recover(path)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
 _held: dict[str, int] = {}  # real path -> how many of this process's blocks hold its shared lock
 _held_guard = threading.Lock()
 
