@@ -41,7 +41,7 @@ from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
 from ..io.store.locking import LOCK_WAIT, LockWait, recover_if_free
-from ..io.store.schema import store_around
+from ..io.store.schema import StoreError, store_around
 from ..io.tasks import ClusterError, Waiter, wait_timeout
 from ..moments.features import DEFAULT_N_BINS
 from ..moments.momentstore import update_moments
@@ -232,17 +232,15 @@ class CommitTurn:
 
         event = Event(self.after)
         secede()
-        try:
-            while True:
-                self.check()
-                try:
-                    if event.wait(TURN_POLL_SECONDS):
-                        self.check()  # a stop sets it too
-                        return
-                except OSError:  # the scheduler out of reach for a moment: look again
-                    time.sleep(TURN_POLL_SECONDS)
-        finally:
-            rejoin()
+        while True:
+            self.check()  # a stopped task ends outside the thread pool: dozens rejoining it one by
+            try:  # one to clean up made an audit's stop take 30 s
+                if event.wait(TURN_POLL_SECONDS):
+                    self.check()  # a stop sets it too
+                    break
+            except OSError:  # the scheduler out of reach for a moment: look again
+                time.sleep(TURN_POLL_SECONDS)
+        rejoin()
 
     def over(self) -> None:
         """The sample's ingest is over: once its turn was taken, the next sample's may come,
@@ -449,6 +447,7 @@ class _BatchRun:
         self.stop = f"streambhmm-batch-stop-{self.run_id}"  # the Event that stops the ingest tasks
         self.stopped = threading.Event()  # set when the command is stopped: the moment passes keep quiet
         self.over: set[ManifestRow] = set()  # rows whose ingests are over
+        self.died: set[ManifestRow] = set()  # rows whose tasks died with their workers
         self.turns = dict.fromkeys(self.groups, 0)  # per group: its first rows, all over, whose Events are set
         self.stop_heard = False  # stopped, and every ingest task has ended since: the stop Event may go
 
@@ -510,13 +509,14 @@ class _BatchRun:
                 self.turns[group] += 1
 
     def forget_turns(self) -> None:
-        """The run is over: the scheduler drops the Events it set (an Event cleared without
+        """The run is over: the scheduler drops the run's Events (an Event cleared without
         waiters is deleted), which a long-lived one would otherwise keep; the stop's too, once
         no task is left to hear it. A scheduler out of reach keeps them: nothing is waited for."""
         from distributed import Event
 
-        names = [done_event(self.run_id, self.index[row])
-                 for group, members in self.groups.items() for row in members[:self.turns[group]]]
+        # every row's, not only those the command set: a task sets its own as it ends, unseen by a
+        # run that ended before it recorded that row (an audit's error left five)
+        names = [done_event(self.run_id, i) for i in range(len(self.rows))]
         for name in names + ([self.stop] if self.stop_heard else []):
             try:
                 Event(name, client=self.client).clear()
@@ -530,7 +530,10 @@ class _BatchRun:
         stagings whose writers are gone go; a store another command holds is left to it."""
         counts = self.workdir / group.group / "counts.zarr"
         if self.workdir.is_local and counts.parent.exists():
-            recover_if_free(counts)
+            # its failures are the group's ingests' to report (an audit's planted link at the lock
+            # file failed them, then ended the whole run here, with no summary)
+            with contextlib.suppress(StoreError, OSError):
+                recover_if_free(counts)
 
     def stop_ingests(self, futures: dict) -> None:
         """The command was stopped: tell the ingest tasks, which run on, to stop before their
@@ -565,6 +568,7 @@ class _BatchRun:
             time.sleep(0.05)
         self.stop_heard = all(f.done() for f in futures)
         stored = sum(r.status in ("ingested", "replaced") for r in self.summary.samples)
+        still_running: dict[str, int] = {}
         for future in futures:
             if future.status == "finished":
                 results = future.result()
@@ -574,9 +578,12 @@ class _BatchRun:
                         self.warn(f"sample {r.sample} ({r.group}): {r.status} before the stop; its group's "
                                   f"moments are not updated (rerun to update them)")
             elif not future.done() and time.monotonic() >= deadline:
-                self.warn(f"an ingest into {self.workdir / futures[future][0].group} was still running "
-                          f"{STOP_WAIT_SECONDS:g} s after the stop (hashing its files, or waiting for the store's "
-                          f"lock); it stores nothing, as it checks for the stop right before its commit point")
+                group = futures[future][0].group
+                still_running[group] = still_running.get(group, 0) + 1
+        for group, n in still_running.items():  # a line per group: an audit's stop printed 54 of the same
+            self.warn(f"{n} ingest(s) into {self.workdir / group} still running {STOP_WAIT_SECONDS:g} s after the "
+                      f"stop (hashing files, waiting for the store's lock, or removing what they staged) store "
+                      f"nothing: each checks for the stop right before its commit point")
         self.warn(f"batch stopped: the {stored} sample(s) this run stored are kept; rerun the command to ingest the "
                   f"others and to update the moments")
 
@@ -623,13 +630,18 @@ class _BatchRun:
         """What to add to the death of ``row``'s task: the sample may only have been waiting for
         its turn, on a worker that another sample ran out of memory (an audit's waiting samples
         all failed "most likely out of memory")."""
-        members = self.groups[row.group]
-        first_not_over = members[self.turns[row.group]] if self.turns[row.group] < len(members) else row
-        if worker_died(exc) is None or first_not_over is row or not self.workdir.is_local:
+        if worker_died(exc) is None or not self.workdir.is_local:
             return ""
-        return (f". Sample {first_not_over.sample}, listed before it in group {row.group}, was not yet over, so "
-                f"this one may only have been waiting for its turn on a worker that died of another's work; a "
-                f"rerun ingests it")
+        members = self.groups[row.group]
+        # by the samples before it, not the order the deaths are reported in (an audit's first
+        # waiting sample was reported after the large one, and named no other)
+        before = next((r for r in members[:members.index(row)] if r not in self.over or r in self.died), None)
+        self.died.add(row)
+        if before is None:
+            return ""
+        how = "died with its worker too" if before in self.over else "was not yet over"
+        return (f". Sample {before.sample}, listed before it in group {row.group}, {how}, so this one may only "
+                f"have been waiting for its turn on a worker that died of another's work; a rerun ingests it")
 
     def record(self, group: GroupResult, results: list[SampleResult]) -> None:
         self.summary.samples.extend(results)

@@ -691,8 +691,12 @@ def removed_while_it_returns(remove, exists) -> None:
     """``remove()``, once zarr's pending writes are done, and tried again while ``exists()``.
     A stop that interrupts a zarr call (its sync()) does not cancel the call's writes: zarr's
     I/O thread went on to create files in a directory after it was removed (seen once in 45
-    stopped ingests, and in 5 of 120 `pmd` runs stopped as their scratch store began)."""
-    _zarr_writes_finished()
+    stopped ingests, and in 5 of 120 `pmd` runs stopped as their scratch store began). Only
+    the main thread's calls are interrupted so: elsewhere (a Dask task) the wait is left out,
+    as zarr's loop there serves the other tasks too, whose writes may never all be done at
+    once (an audit's stopped batch waited 10 s a sample)."""
+    if threading.current_thread() is threading.main_thread():
+        _zarr_writes_finished()
     for _ in range(REMOVALS):
         remove()
         if not exists():

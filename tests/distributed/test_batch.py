@@ -395,6 +395,12 @@ def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_pat
         run.forget_turns()
         assert client.run_on_scheduler(events) == 0
 
+        run = new_run()  # a run that ends before it records a row whose task set its Event
+        run.ingest_over(rows[:1])
+        Event(batch.done_event(run.run_id, 2), client=client).set()
+        run.forget_turns()
+        assert client.run_on_scheduler(events) == 0
+
         run = new_run()
         run.ingest_over(rows[2:3])
         run.stop_ingests({})
@@ -416,8 +422,10 @@ def test_a_rows_turn_comes_once_every_row_before_it_in_its_group_is_over(tmp_pat
 def test_a_sample_whose_worker_died_while_an_earlier_one_ran_is_said_to_have_waited(tmp_path):
     """A helper's audit killed the worker of a large sample four times: the samples waiting
     behind it on that worker died with it, and each failed "most likely out of memory". A
-    failed sample whose group still had an earlier sample running now says it may only have
-    waited, and that a rerun ingests it; the sample whose turn it was is told as before."""
+    failed sample whose group had an earlier sample not yet over, or dead too, now says it may
+    only have waited, and that a rerun ingests it, in whatever order the deaths are reported
+    (a second audit's first waiting sample, reported after the large one, named none); the
+    sample whose turn it was is told as before."""
     from types import SimpleNamespace
 
     from distributed import KilledWorker
@@ -430,11 +438,18 @@ def test_a_sample_whose_worker_died_while_an_earlier_one_ran_is_said_to_have_wai
     run = batch._BatchRun(rows, Location.of(tmp_path), None, FeatureSpec(), 100, "CG", None, print, print,
                           lambda *_: None, None)
     died = KilledWorker("ingest_sample-1", SimpleNamespace(address="tcp://127.0.0.1:1"), 3)
+    assert run._waited(ValueError("bad row"), rows[1]) == ""
     assert run._waited(died, rows[1]).startswith(". Sample HUGE, listed before it in group g, was not yet over")
-    assert run._waited(died, rows[0]) == "" and run._waited(ValueError("bad row"), rows[1]) == ""
-    run.over.add(rows[0])
-    run.turns["g"] = 1  # HUGE is over: S1's turn had come
-    assert run._waited(died, rows[1]) == "" and "Sample S1, listed before it" in run._waited(died, rows[2])
+    assert run._waited(died, rows[0]) == ""  # the first of its group: nothing to wait for
+    run.over.update(rows[:2])
+    # reported after the samples before it, in any order: the first death before it is named
+    assert run._waited(died, rows[2]).startswith(". Sample HUGE, listed before it in group g, died with its worker")
+
+    run = batch._BatchRun(rows, Location.of(tmp_path), None, FeatureSpec(), 100, "CG", None, print, print,
+                          lambda *_: None, None)
+    run.over.add(rows[0])  # HUGE stored: S1's turn had come
+    assert run._waited(died, rows[1]) == ""
+    assert run._waited(died, rows[2]).startswith(". Sample S1, listed before it in group g, was not yet over")
 
 
 def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
@@ -453,7 +468,7 @@ def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
     run = batch._BatchRun(rows, Location.of(tmp_path), None, FeatureSpec(), 100, "CG", None, print, print,
                           lambda *_: None, None)
     group = tmp_path / "g"
-    dead, live = group / "counts.zarr.ingest-dead", group / "counts.zarr.ingest-live"
+    dead, live = group / "counts.zarr.ingest-dead00000000", group / "counts.zarr.ingest-11fe00000000"
     for staging in (dead, live):
         staging.mkdir(parents=True)
         (staging / "zarr.json").write_text("{}")
@@ -468,6 +483,11 @@ def test_a_groups_ingests_over_what_their_dead_workers_staged_goes(tmp_path):
         fcntl.flock(reader, fcntl.LOCK_SH)
         run.sweep(run.summary.groups[0])
     assert dead.exists()
+    other = tmp_path / "h"
+    other.mkdir()
+    (other / ".counts.zarr.lock").symlink_to(tmp_path / "elsewhere")  # refused by the lock: the run goes on
+    run.sweep(batch.GroupResult("h", ["T"]))
+    assert not (tmp_path / "elsewhere").exists()
     run.sweep(batch.GroupResult("absent", ["T"]))  # a group whose directory was never made: nothing made
     assert not (tmp_path / "absent").exists()
 

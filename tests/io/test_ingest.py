@@ -174,8 +174,8 @@ def test_a_run_killed_between_the_renames_is_undone(tmp_path):
     store = tmp_path / "s.zarr"
     ingest([DATA / "dmrseq_H1_r1.chr21.tsv.gz"], "H1", store)
     before = tree_digest(store)
-    os.rename(store, tmp_path / "s.zarr.old-deadbeef")  # the state right after the first rename
-    (tmp_path / "s.zarr.tmp-cafe").mkdir()  # and an incomplete staged store
+    os.rename(store, tmp_path / "s.zarr.old-deadbeef0000")  # the state right after the first rename
+    (tmp_path / "s.zarr.tmp-cafe00000000").mkdir()  # and an incomplete staged store
     recover(store)
     assert tree_digest(store) == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("s.zarr")) == ["s.zarr"]

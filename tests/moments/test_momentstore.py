@@ -286,7 +286,7 @@ def test_a_reader_that_holds_the_lock_takes_it_again_at_once(built_moment_store,
 
     out = tmp_path / "moments.zarr"
     shutil.copytree(built_moment_store[1], out)
-    staging = tmp_path / "moments.zarr.ingest-abc"
+    staging = tmp_path / "moments.zarr.ingest-abc000000000"
     staging.mkdir()
     (staging / "COMMIT.json").write_text("{}")
     (staging / "link").symlink_to("/etc/hostname")

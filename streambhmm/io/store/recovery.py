@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import stat
 
 from ..storage import Location
@@ -12,12 +13,18 @@ from .commit import complete_commit
 from .schema import COMMIT, OWNER_LOCK
 
 
+LEFTOVER_SUFFIX = re.compile(r"[0-9a-f]{12}")
+
+
 def _leftovers(path: Location, kind: str) -> list[Location]:
     """This user's ``kind`` (ingest, old, tmp) entries beside the store. Another user's, in a
     shared directory, are theirs to finish or remove: completing a staging planted there
     would put its counts into this store."""
     prefix = f"{path.name}.{kind}-"  # matched literally: a store may be named x[1].zarr, a pattern of x1.zarr
-    return [entry for entry in path.parent.children(prefix) if _ours(entry)]
+    # and then only the names our writers give (storage.beside, SampleWriter): an audit's
+    # counts.zarr.old-mine, a folder of the user's, went with a batch's recovery
+    return [entry for entry in path.parent.children(prefix)
+            if LEFTOVER_SUFFIX.fullmatch(entry.name[len(prefix):]) and _ours(entry)]
 
 
 def _ours(entry: Location, every_file: bool = False) -> bool:
