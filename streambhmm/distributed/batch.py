@@ -36,7 +36,7 @@ from ..io.blocks import text_lines
 from ..io.formats import FORMATS, ReadOptions, quoted
 from ..io.ingest import ingest
 from ..io.names import sample_name_problem
-from ..io.outputs import check_replaceable_file, check_outside
+from ..io.outputs import check_outside, check_replaceable_file, interruptions_held
 from ..io.rows import first_few, sheet_fields
 from ..io.storage import Location
 from ..io.store import open_store
@@ -475,6 +475,8 @@ class _BatchRun:
                     continue
                 group.status = "running"
                 running.append(pool.submit(self.update_moments, group))
+            for thread in running:  # in the try: a stop during the moments is said as one during the ingests
+                thread.result()  # re-raise a lost scheduler
         except (KeyboardInterrupt, SystemExit):
             self.stopped.set()
             self.stop_ingests({f: where for f, where in futures.items() if f not in recorded})
@@ -483,9 +485,8 @@ class _BatchRun:
             # on a stop the moment passes are not waited for: they end with the cluster, and
             # a rerun reuses every partial they finished
             pool.shutdown(wait=not self.stopped.is_set(), cancel_futures=self.stopped.is_set())
-            self.forget_turns()
-        for thread in running:
-            thread.result()  # re-raise a lost scheduler
+            with interruptions_held(deliver_after=True):  # a second Ctrl-C here left the run's Events
+                self.forget_turns()
         order = {(row.sample, row.group): i for i, row in enumerate(self.rows)}
         self.summary.samples.sort(key=lambda r: order[r.sample, r.group])
         (self.workdir / SUMMARY).write_text(format_summary(self.summary, sep="\t"))  # locally through a temporary
@@ -544,12 +545,15 @@ class _BatchRun:
         waited for STOP_GRACE_SECONDS."""
         from distributed import Event
 
-        Event(self.stop, client=self.client).set()
-        for group, members in self.groups.items():  # the commits waiting for their turns wake, and stop
-            for row in members[self.turns[group]:]:
-                with contextlib.suppress(OSError):
-                    Event(done_event(self.run_id, self.index[row]), client=self.client).set()
-        self.turns = {group: len(members) for group, members in self.groups.items()}  # forget_turns clears them
+        # told whole, whatever a second Ctrl-C: cut short, the waiting tasks woke only at their next
+        # poll, 10 s after the command had ended (a helper's audit); that Ctrl-C ends the wait below
+        with interruptions_held(deliver_after=True):
+            Event(self.stop, client=self.client).set()
+            for group, members in self.groups.items():  # the commits waiting for their turns wake, and stop
+                for row in members[self.turns[group]:]:
+                    with contextlib.suppress(OSError):
+                        Event(done_event(self.run_id, self.index[row]), client=self.client).set()
+            self.turns = {group: len(members) for group, members in self.groups.items()}  # forget_turns clears them
         running = [f for f in futures if not f.done()]
         if running:
             self.echo(f"stopping {len(running)} ingest task(s) before their commits")
