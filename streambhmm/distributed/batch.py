@@ -232,9 +232,11 @@ class CommitTurn:
 
         event = Event(self.after)
         secede()
+        # a stopped task ends outside the thread pool (its check raises): dozens rejoining it one
+        # by one to clean up made an audit's stop take 30 s
         while True:
-            self.check()  # a stopped task ends outside the thread pool: dozens rejoining it one by
-            try:  # one to clean up made an audit's stop take 30 s
+            self.check()
+            try:
                 if event.wait(TURN_POLL_SECONDS):
                     self.check()  # a stop sets it too
                     break
@@ -553,7 +555,6 @@ class _BatchRun:
                 for row in members[self.turns[group]:]:
                     with contextlib.suppress(OSError):
                         Event(done_event(self.run_id, self.index[row]), client=self.client).set()
-            self.turns = {group: len(members) for group, members in self.groups.items()}  # forget_turns clears them
         running = [f for f in futures if not f.done()]
         if running:
             self.echo(f"stopping {len(running)} ingest task(s) before their commits")
