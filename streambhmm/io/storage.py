@@ -230,11 +230,15 @@ def write_json(path, document: dict) -> None:
 
 
 # -- directories written whole ------------------------------------------------------------------
+BESIDE_DIGITS = 12  # the hex digits that end a name beside(): recovery knows our leftovers by them
+
+
 def beside(target, kind: str = "tmp") -> Location:
     """A new name ``NAME.<kind>-<12 hex digits>`` beside ``target`` (in the same directory, so
-    a rename moves it into place): "tmp" for a staged directory, "old" for one set aside."""
+    a rename moves it into place): "tmp" for a staged directory, "old" for one set aside,
+    "ingest" for a sample's staged counts."""
     target = Location.of(target)
-    return target.parent / f"{target.name}.{kind}-{uuid.uuid4().hex[:12]}"
+    return target.parent / f"{target.name}.{kind}-{uuid.uuid4().hex[:BESIDE_DIGITS]}"
 
 
 @contextlib.contextmanager

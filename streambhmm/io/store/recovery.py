@@ -8,12 +8,12 @@ import os
 import re
 import stat
 
-from ..storage import Location
+from ..storage import BESIDE_DIGITS, Location
 from .commit import complete_commit
 from .schema import COMMIT, OWNER_LOCK
 
 
-LEFTOVER_SUFFIX = re.compile(r"[0-9a-f]{12}")
+LEFTOVER_SUFFIX = re.compile(f"[0-9a-f]{{{BESIDE_DIGITS}}}")
 
 
 def _leftovers(path: Location, kind: str) -> list[Location]:
@@ -21,7 +21,7 @@ def _leftovers(path: Location, kind: str) -> list[Location]:
     shared directory, are theirs to finish or remove: completing a staging planted there
     would put its counts into this store."""
     prefix = f"{path.name}.{kind}-"  # matched literally: a store may be named x[1].zarr, a pattern of x1.zarr
-    # and then only the names our writers give (storage.beside, SampleWriter): an audit's
+    # and then only the names our writers give (storage.beside): an audit's
     # counts.zarr.old-mine, a folder of the user's, went with a batch's recovery
     return [entry for entry in path.parent.children(prefix)
             if LEFTOVER_SUFFIX.fullmatch(entry.name[len(prefix):]) and _ours(entry)]

@@ -10,13 +10,12 @@ import functools
 import json
 import os
 import re
-import uuid
 
 import numpy as np
 
 # zarr is imported where it is used: hmr and the store's readers start without it (0.1 s of start-up)
 from ..outputs import interruptions_held, removed_while_it_returns
-from ..storage import Location, fault_point
+from ..storage import Location, beside, fault_point
 from .chunks import chunk_summary
 from .commit import complete_commit, nodes_by_chromosome
 from .locking import locked, open_lock
@@ -92,7 +91,7 @@ class SampleWriter:
         self.store = Location.of(store)
         real = self.store.real()  # staged beside the store itself, however it is reached
         self.bin_size, self.chunk_size = int(bin_size), int(chunk_size)
-        self.path = real.parent / f"{real.name}.ingest-{uuid.uuid4().hex[:12]}"
+        self.path = beside(real, "ingest")
         self._owner = None
         self.extent: dict[str, int] = {}  # bins up to the last covered one, per chromosome
         self.summaries: dict[str, dict[int, np.ndarray]] = {}
